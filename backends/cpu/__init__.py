@@ -1,0 +1,1 @@
+"""CPU back end: llvmlite renderer, compiler, runtime and capabilities."""

@@ -1,0 +1,27 @@
+"""The CPU device record: every DSL feature, emulated plane ops of a chosen size."""
+from __future__ import annotations
+
+import os
+
+from kerneldsl.capabilities import Capabilities
+
+from . import compiler
+
+DEFAULT_PLANE_DIM = 32  # like CUDA, so kernels tuned for warps of 32 behave the same
+PLANE_DIMS = (1, 2, 4, 8, 16, 32)
+
+
+def capabilities(plane_dim: int = DEFAULT_PLANE_DIM) -> Capabilities:
+    if plane_dim not in PLANE_DIMS:
+        raise ValueError(f"plane_dim for the cpu runtime must be one of {PLANE_DIMS}, got {plane_dim}")
+    import llvmlite.binding as llvm
+    return Capabilities(
+        backend="cpu",
+        device_name=f"cpu ({llvm.get_host_cpu_name()}, {os.cpu_count()} threads)",
+        arch=compiler.arch(),
+        plane_dim=plane_dim,
+        max_cube_units=4096,
+        max_shared_bytes=1 << 20,
+        native_plane_ops=False,
+        mma_native=False,
+    )

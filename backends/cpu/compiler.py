@@ -1,0 +1,49 @@
+"""LLVM IR text -> native object code for this CPU, through llvmlite (text in, bytes out)."""
+from __future__ import annotations
+
+import functools
+
+import llvmlite
+import llvmlite.binding as llvm
+
+
+@functools.lru_cache(maxsize=None)
+def target_machine():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        opt=3, reloc="pic", codemodel="jitdefault")
+
+
+@functools.lru_cache(maxsize=None)
+def arch() -> str:
+    """CPU name, features and toolchain: part of the kernel cache key."""
+    return f"{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}" \
+           f"|llvmlite-{llvmlite.__version__}|llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
+
+
+def optimize(source: str):
+    tm = target_machine()
+    mod = llvm.parse_assembly(source)
+    mod.triple = llvm.get_process_triple()
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def compile_source(source: str) -> bytes:
+    """Optimise (O3, loop and SLP vectorisers on) and emit an object file."""
+    return target_machine().emit_object(optimize(source))
+
+
+def assembly(source: str) -> str:
+    """The optimised module as assembly, for reading (e.g. to check vectorisation)."""
+    return target_machine().emit_assembly(optimize(source))

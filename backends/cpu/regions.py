@@ -1,0 +1,224 @@
+"""Work-item loops for the CPU: cut a kernel into barrier-free regions.
+
+The body becomes a *schedule*: uniform control flow at the top ("split level")
+and `Region`s, each run as one loop over the cube's units that LLVM can
+vectorise. Split points (barriers, plane ops, fragment ops) sit between
+regions. Uniform `for` loops are also lifted to the split level (loop
+interchange: legal because units are unordered between barriers), which puts
+the unit loop innermost and makes strided-by-unit accesses contiguous vectors.
+
+Each variable gets a storage class:
+- `scalar`: one slot. Used for loop counters of split-level loops, for uniform
+  variables that every region defines before reading, and for variables local
+  to one region (defined first, read later, in the same unit iteration);
+- `unit`: an array with one element per unit, for everything that lives across
+  regions or across iterations of a split-level loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kerneldsl import ir
+
+
+@dataclass
+class Region:
+    stmts: list
+    index: int
+
+
+@dataclass
+class SplitOp:
+    stmt: ir.Stmt
+
+
+@dataclass
+class SIf:
+    cond: ir.Expr
+    then: list
+    orelse: list
+
+
+@dataclass
+class SFor:
+    loop: ir.For
+    body: list
+
+
+@dataclass
+class SWhile:
+    cond: ir.Expr
+    body: list
+
+
+@dataclass
+class SJump:
+    kind: str  # 'break' | 'continue' | 'return'
+
+
+@dataclass
+class Schedule:
+    items: list
+    regions: list = field(default_factory=list)
+    storage: dict = field(default_factory=dict)  # var -> 'scalar' | 'unit'
+
+
+def _has_jump(stmts) -> bool:
+    return ir.contains(stmts, (ir.Break, ir.Continue, ir.Return))
+
+
+class Scheduler:
+    def __init__(self, k: ir.KernelIR, uniformity):
+        self.k = k
+        self.u = uniformity
+        self.regions: list = []
+
+    # ------------------------------------------------------------------ shape
+    def hoistable(self, s: ir.For) -> bool:
+        if not all(self.u.expr(e) for e in (s.start, s.stop, s.step)):
+            return False
+        if _has_jump(s.body):
+            return False
+        return not any(s.var in ir.stmt_defs(x) for x in ir.walk_stmts(s.body))
+
+    def split_level(self, s) -> bool:
+        if isinstance(s, ir.SPLIT_STMTS):
+            return True
+        if isinstance(s, ir.If):
+            return self.u.expr(s.cond) and any(self.split_level(x) for x in s.then + s.orelse)
+        if isinstance(s, ir.For):
+            if self.hoistable(s):
+                return True
+            return (all(self.u.expr(e) for e in (s.start, s.stop, s.step))
+                    and any(self.split_level(x) for x in s.body))
+        if isinstance(s, ir.While):
+            return self.u.expr(s.cond) and any(self.split_level(x) for x in s.body)
+        return False
+
+    def schedule(self, stmts) -> list:
+        items, pending = [], []
+
+        def flush():
+            if pending:
+                r = Region(list(pending), len(self.regions))
+                self.regions.append(r)
+                items.append(r)
+                pending.clear()
+
+        for s in stmts:
+            if isinstance(s, (ir.Break, ir.Continue, ir.Return)):
+                # at split level every statement is reached uniformly
+                flush()
+                items.append(SJump({ir.Break: "break", ir.Continue: "continue", ir.Return: "return"}[type(s)]))
+                continue
+            if not self.split_level(s):
+                pending.append(s)
+                continue
+            flush()
+            if isinstance(s, ir.SPLIT_STMTS):
+                if not isinstance(s, ir.Barrier):
+                    items.append(SplitOp(s))
+            elif isinstance(s, ir.If):
+                items.append(SIf(s.cond, self.schedule(s.then), self.schedule(s.orelse)))
+            elif isinstance(s, ir.For):
+                items.append(SFor(s, self.schedule(s.body)))
+            elif isinstance(s, ir.While):
+                items.append(SWhile(s.cond, self.schedule(s.body)))
+        flush()
+        return items
+
+
+# ---------------------------------------------------------------------- storage
+def _first_ref_is_clean_def(stmts, name) -> bool:
+    """True when, in program order, `name` is first touched by a top-level plain
+    assignment whose value does not read it (so no value flows in from outside)."""
+    for s in stmts:
+        reads = set()
+        for e in ir.stmt_exprs(s):
+            reads |= ir.vars_read(e)
+        nested_touch = False
+        for blk in ir.child_blocks(s):
+            for x in ir.walk_stmts(blk):
+                if name in ir.stmt_defs(x) or any(name in ir.vars_read(e) for e in ir.stmt_exprs(x)):
+                    nested_touch = True
+        if isinstance(s, ir.Assign) and s.name == name:
+            return name not in reads
+        if name in reads or nested_touch or name in ir.stmt_defs(s):
+            return False
+    return True
+
+
+def assign_storage(sched: Schedule, k: ir.KernelIR, uniformity) -> dict:
+    """Decide `scalar` or `unit` storage for every variable (see module doc)."""
+    refs: dict = {}  # var -> set of region indices (-1: split level)
+    forced_unit: set = set()
+    split_scalars: set = set()
+
+    def note(name, where):
+        refs.setdefault(name, set()).add(where)
+
+    def visit(items):
+        for it in items:
+            if isinstance(it, Region):
+                for s in ir.walk_stmts(it.stmts):
+                    for e in ir.stmt_exprs(s):
+                        for v in ir.vars_read(e):
+                            note(v, it.index)
+                    for v in ir.stmt_defs(s):
+                        note(v, it.index)
+            elif isinstance(it, SplitOp):
+                s = it.stmt
+                for e in ir.stmt_exprs(s):
+                    for v in ir.vars_read(e):
+                        note(v, -1)
+                        forced_unit.add(v)
+                if isinstance(s, ir.PlaneOp):
+                    note(s.dst, -1)
+                    forced_unit.add(s.dst)
+            elif isinstance(it, SIf):
+                for v in ir.vars_read(it.cond):
+                    note(v, -1)
+                visit(it.then)
+                visit(it.orelse)
+            elif isinstance(it, SFor):
+                for e in (it.loop.start, it.loop.stop, it.loop.step):
+                    for v in ir.vars_read(e):
+                        note(v, -1)
+                split_scalars.add(it.loop.var)
+                visit(it.body)
+            elif isinstance(it, SWhile):
+                for v in ir.vars_read(it.cond):
+                    note(v, -1)
+                visit(it.body)
+
+    visit(sched.items)
+    regions = {r.index: r for r in sched.regions}
+    storage = {}
+    for name in k.var_types:
+        where = refs.get(name, set())
+        if name in split_scalars:
+            storage[name] = "scalar"
+            continue
+        if name in forced_unit or not where:
+            storage[name] = "unit" if where else "scalar"
+            continue
+        region_ids = [w for w in where if w >= 0]
+        clean = all(_first_ref_is_clean_def(regions[w].stmts, name) for w in region_ids
+                    if any(name in ir.stmt_defs(x) for x in ir.walk_stmts(regions[w].stmts)))
+        defined_everywhere = all(any(name in ir.stmt_defs(x) for x in ir.walk_stmts(regions[w].stmts))
+                                 for w in region_ids)
+        if name in uniformity.uniform and clean:
+            storage[name] = "scalar"
+        elif len(where) == 1 and region_ids and clean and defined_everywhere:
+            storage[name] = "scalar"
+        else:
+            storage[name] = "unit"
+    return storage
+
+
+def build_schedule(k: ir.KernelIR, uniformity) -> Schedule:
+    sch = Scheduler(k, uniformity)
+    items = sch.schedule(k.body)
+    sched = Schedule(items, sch.regions)
+    sched.storage = assign_storage(sched, k, uniformity)
+    return sched

@@ -1,0 +1,203 @@
+"""The `cpu` runtime: host memory, a JIT per kernel, cubes spread over a thread pool.
+
+Memory is 64-byte aligned numpy byte arrays from the shared pool. Launches run
+synchronously (the queue is drained before `launch` returns), each worker calling
+the compiled `kd_main` for a range of cube ids through ctypes, which releases
+the GIL for the duration of the call.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from kerneldsl import cache, ir
+from kerneldsl.dtypes import f16, f32, f64
+from kerneldsl.errors import OutOfBoundsError
+from kerneldsl.dtypes import as_dtype
+from kerneldsl.runtime import Buffer, Runtime
+from kerneldsl.tensor import Tensor
+
+from . import abi, compiler, renderer
+from .capabilities import DEFAULT_PLANE_DIM, capabilities
+
+_KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_libs():
+    # printf/fflush and libm (f64 math) must resolve inside JIT'd code
+    for name in ("c", "m"):
+        path = ctypes.util.find_library(name)
+        if path:
+            llvm.load_library_permanently(path)
+
+
+class CpuBinary:
+    """A loaded kernel: the JIT engine (kept alive) and its entry point."""
+
+    def __init__(self, kir: ir.KernelIR, obj: bytes):
+        _load_libs()
+        tm = compiler.target_machine()
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        self.fn = _KERNEL_FN(self.engine.get_function_address(abi.ENTRY))
+        self.kir = kir
+        self.nslots = abi.total_slots(kir.params)
+
+
+def _scalar_bits(dtype, value) -> int:
+    if dtype is f32:
+        return int(np.array(value, np.float32).view(np.int32))
+    if dtype is f64:
+        return int(np.array(value, np.float64).view(np.int64))
+    if dtype is f16:
+        return int(np.array(value, np.float16).view(np.int16))
+    return int(value)
+
+
+class CpuRuntime(Runtime):
+    kind = "cpu"
+
+    def __init__(self, plane_dim: int = DEFAULT_PLANE_DIM, threads: int | None = None):
+        super().__init__("cpu", capabilities(plane_dim))
+        self.threads = threads or os.cpu_count() or 1
+        self._pool = None
+        self._pool_lock = threading.Lock()
+
+    @property
+    def device_key(self):
+        return "cpu"
+
+    def __repr__(self):
+        extra = "" if self.plane_dim == DEFAULT_PLANE_DIM else f", plane_dim={self.plane_dim}"
+        return f"kd.runtime('cpu'{extra})"
+
+    # -------------------------------------------------------------- memory
+    def _raw_alloc(self, nbytes):
+        arr = np.empty(nbytes + 64, np.uint8)
+        start = (-arr.ctypes.data) % 64
+        return arr[start:start + nbytes]
+
+    def _raw_free(self, raw):
+        pass
+
+    def _upload(self, buffer, byte_offset, host):
+        buffer.raw[byte_offset:byte_offset + host.nbytes] = host.reshape(-1).view(np.uint8)
+
+    def _download(self, buffer, byte_offset, nbytes):
+        return buffer.raw[byte_offset:byte_offset + nbytes]
+
+    def _fill_zero(self, t):
+        t.buffer.raw[: t.size * t.dtype.itemsize] = 0
+
+    def wrap(self, array: np.ndarray):
+        """A tensor sharing `array`'s memory (no copy); used by DLPack import."""
+        item = array.itemsize
+        if array.size == 0 or any(st < 0 or st % item for st in array.strides):
+            array = np.ascontiguousarray(array)
+        if array.size == 0:
+            return self.empty(array.shape, as_dtype(array.dtype))
+        nbytes = item + sum((n - 1) * st for n, st in zip(array.shape, array.strides))
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(array.ctypes.data))
+        buf = Buffer(raw, nbytes, None, owner=array)
+        return Tensor(self, buf, array.shape, as_dtype(array.dtype), [st // item for st in array.strides], 0)
+
+    def host_view(self, t) -> np.ndarray:
+        """A numpy array aliasing the tensor's memory."""
+        item = t.dtype.itemsize
+        return np.ndarray(t.shape, dtype=t.dtype.np, buffer=t.buffer.raw, offset=t.offset * item,
+                          strides=[st * item for st in t.strides])
+
+    def to_numpy(self, t):
+        if t.size == 0:
+            return np.empty(t.shape, t.dtype.np)
+        return self.host_view(t).copy()
+
+    # -------------------------------------------------------------- dlpack
+    def dlpack_device(self, t):
+        return (1, 0)  # kDLCPU
+
+    def dlpack_export(self, t, *args, **kwargs):
+        return self.host_view(t).__dlpack__(*args, **kwargs)
+
+    # -------------------------------------------------------------- kernels
+    def load(self, kir, uniformity):
+        source = renderer.render(kir, uniformity, self.capabilities)
+        cache.dump(kir.name, source, "ll")
+        key = cache.key("cpu", compiler.arch(), source)
+        obj = cache.load("cpu", key)
+        if obj is None:
+            obj = compiler.compile_source(source)
+            cache.count("compiled")
+            cache.store("cpu", key, obj)
+        return CpuBinary(kir, obj)
+
+    def _executor(self):
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="kd-cpu")
+            return self._pool
+
+    def launch(self, binary: CpuBinary, grid, block, args):
+        kir = binary.kir
+        slots = np.zeros(binary.nslots, np.int64)
+        errbuf = np.zeros(4, np.int64)
+        slots[0:3] = grid
+        slots[3] = errbuf.ctypes.data
+        pos = abi.HEADER_SLOTS
+        keep = []
+        for p, a in zip(kir.params, args):
+            if isinstance(p, ir.TensorParam):
+                item = a.dtype.itemsize
+                raw = a.buffer.raw
+                keep.append(raw)
+                slots[pos] = raw.ctypes.data + a.offset * item
+                slots[pos + 1] = a.extent()
+                slots[pos + 2:pos + 2 + p.ndim] = a.shape
+                slots[pos + 2 + p.ndim:pos + 2 + 2 * p.ndim] = a.strides
+                pos += 2 + 2 * p.ndim
+            else:
+                slots[pos] = _scalar_bits(p.dtype, a)
+                pos += 1
+        ncubes = grid[0] * grid[1] * grid[2]
+        argp = slots.ctypes.data
+        workers = min(self.threads, ncubes)
+        if workers <= 1:
+            binary.fn(argp, 0, ncubes)
+        else:
+            chunks = min(ncubes, workers * 8)
+            bounds = [ncubes * i // chunks for i in range(chunks + 1)]
+            ex = self._executor()
+            futures = [ex.submit(binary.fn, argp, bounds[i], bounds[i + 1]) for i in range(chunks)]
+            for f in futures:
+                f.result()
+        if errbuf[0]:
+            self._raise_bounds(kir, args, errbuf)
+
+    @staticmethod
+    def _raise_bounds(kir, args, errbuf):
+        idx, off, line = int(errbuf[1]), int(errbuf[2]), int(errbuf[3])
+        where = f" at {kir.loc.filename}:{line}" if kir.loc is not None else ""
+        if idx >= 0:
+            p = kir.params[idx]
+            raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for tensor '{p.name}' "
+                                   f"(shape {args[idx].shape}, {args[idx].extent()} elements reachable){where}")
+        raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for a shared array{where}")
+
+
+def available() -> bool:
+    return True
+
+
+def create(index: int = 0, **options) -> CpuRuntime:
+    if index != 0:
+        raise ValueError(f"the cpu runtime has one device, got index {index}")
+    return CpuRuntime(**options)

@@ -1,0 +1,28 @@
+"""kerneldsl: write GPU-style kernels once in Python, run them on CUDA, OpenCL or the CPU.
+
+    import numpy as np, kerneldsl as kd
+    rt = kd.runtime("cpu")
+    x = rt.tensor(np.arange(8, dtype=np.float32))
+
+See README.md for the tour and docs/dsl.md for the language reference.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import lang as _lang
+from .cache import stats as cache_stats
+from .capabilities import Capabilities
+from .dlpack import from_dlpack
+from .dtypes import (ALL_DTYPES, DType, VecType, as_dtype, bf16, boolean, f16, f32, f64, i32, i64, u8, u32,
+                     vec)
+from .errors import CompileError, KernelError, LaunchError, OutOfBoundsError, SourceLoc, UnsupportedFeatureError
+from .frontend import func
+from .kernel import Kernel, kernel
+from .lang import *  # noqa: F401,F403  (the in-kernel builtins: cube_pos_x, plane_sum, exp, ...)
+from .lang import Const, PLANE_DIM, Tensor, inf, nan
+from .runtime import Runtime, RuntimeUnavailable, available_runtimes, empty, get_runtime, runtime, tensor, zeros
+
+bool_ = boolean
+
+__all__ = [n for n in dir() if not n.startswith("_")]

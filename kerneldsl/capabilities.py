@@ -1,0 +1,41 @@
+"""What a device can do: the record kernel checks and tests are derived from.
+
+Every back end fills one `Capabilities` per device. The front end rejects a
+feature a device lacks with an error naming the feature and the device; the
+conformance tests read the same record to decide what each runtime must pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import dtypes as dt
+from .ir import ATOMIC_OPS, PLANE_OPS
+
+INT_ATOMIC_TYPES = (dt.i32, dt.u32)
+
+
+def default_atomics(float_add: bool = True) -> dict:
+    table = {op: INT_ATOMIC_TYPES for op in ATOMIC_OPS}
+    if float_add:
+        table["add"] = INT_ATOMIC_TYPES + (dt.f32,)
+    return table
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    backend: str  # 'cpu' | 'opencl' | 'cuda'
+    device_name: str
+    arch: str  # part of the kernel cache key (CPU name + features, GPU compute capability, ...)
+    plane_dim: int
+    max_cube_units: int = 1024
+    max_shared_bytes: int = 48 * 1024
+    dtypes: tuple = dt.ALL_DTYPES
+    plane_ops: tuple = PLANE_OPS
+    native_plane_ops: bool = False  # hardware warp/sub-group instructions, vs emulated
+    atomics: dict = field(default_factory=default_atomics)
+    mma_dtypes: tuple = (dt.f16, dt.bf16)
+    mma_shapes: tuple = ((16, 16, 16),)
+    mma_native: bool = False  # tensor cores (vs an exact emulation)
+
+    def supports_dtype(self, d) -> bool:
+        return dt.as_dtype(d) in self.dtypes

@@ -1,0 +1,481 @@
+"""The front end's handlers for `kd.*` builtins (positions, memory, plane ops,
+atomics, math, the matrix primitive, printing). Each `bi_<name>` method is
+attached to `Frontend` and called with the AST node and the evaluated args."""
+from __future__ import annotations
+
+import math as pymath
+
+from . import ir
+from .dtypes import DType, VecType, f16, bf16, f32, f64, i32, u32, i64, boolean, as_dtype
+from .frontend import FragRef, Frontend, SharedRef, TensorRef, _is_ct
+from .types import arith_type, coerce, extract, is_weak, make_const, promote
+
+
+def builtin(fn):
+    setattr(Frontend, "bi_" + fn.__name__, fn)
+    return fn
+
+
+# ------------------------------------------------------------------ positions
+def _position(kind, axis):
+    def handler(self, node):
+        return ir.Position(i32, kind=kind, axis=axis, loc=self.loc(node))
+    return handler
+
+
+for _axis, _c in enumerate("xyz"):
+    setattr(Frontend, f"bi_cube_pos_{_c}", _position("cube_pos", _axis))
+    setattr(Frontend, f"bi_cube_count_{_c}", _position("cube_count", _axis))
+    setattr(Frontend, f"bi_cube_dim_{_c}", lambda self, node, _a=_axis: self.spec.cube_dim[_a])
+
+
+def _unit_pos(axis):
+    def handler(self, node):
+        dx, dy, dz = self.spec.cube_dim
+        if (axis == 1 and dy == 1) or (axis == 2 and dz == 1):
+            return 0
+        if axis == 0 and dy == 1 and dz == 1:
+            return ir.Position(i32, kind="unit_flat", axis=0, loc=self.loc(node))
+        return ir.Position(i32, kind="unit_pos", axis=axis, loc=self.loc(node))
+    return handler
+
+
+for _axis, _c in enumerate("xyz"):
+    setattr(Frontend, f"bi_unit_pos_{_c}", _unit_pos(_axis))
+
+
+@builtin
+def unit_pos(self, node):
+    return ir.Position(i32, kind="unit_flat", axis=0, loc=self.loc(node))
+
+
+@builtin
+def cube_units(self, node):
+    x, y, z = self.spec.cube_dim
+    return x * y * z
+
+
+@builtin
+def plane_pos(self, node):
+    return ir.Position(i32, kind="plane_pos", axis=0, loc=self.loc(node))
+
+
+@builtin
+def lane_pos(self, node):
+    return ir.Position(i32, kind="lane_pos", axis=0, loc=self.loc(node))
+
+
+@builtin
+def plane_count(self, node):
+    x, y, z = self.spec.cube_dim
+    return -(-(x * y * z) // self.spec.plane_dim)
+
+
+# ------------------------------------------------------------------ memory
+@builtin
+def shared(self, node, dtype, size):
+    dtype = as_dtype(self.ct(dtype, node, "shared dtype"))
+    size = self.ct(size, node, "shared array size")
+    shape = tuple(int(s) for s in size) if isinstance(size, tuple) else (int(size),)
+    total = 1
+    for s in shape:
+        total *= s
+    if total <= 0:
+        raise self.error(node, f"shared array size must be positive, got {size}")
+    limit = self.spec.caps.max_shared_bytes
+    used = sum(d.dtype.itemsize * d.size for d in self.shared.values())
+    if used + total * dtype.itemsize > limit:
+        raise self.error(node, f"shared memory of {used + total * dtype.itemsize} bytes exceeds the device's "
+                               f"{limit} bytes per cube")
+    name = self.fresh("sh")
+    self.shared[name] = ir.SharedDecl(name=name, dtype=dtype, size=total, loc=self.loc(node))
+    return SharedRef(name, dtype, shape)
+
+
+@builtin
+def sync_cube(self, node):
+    self.emit(ir.Barrier(loc=self.loc(node)))
+
+
+@builtin
+def load_vec(self, node, tensor, offset, lanes):
+    lanes = self.ct(lanes, node, "vector lanes")
+    if not isinstance(tensor, TensorRef):
+        raise self.error(node, "kd.load_vec needs a tensor")
+    if lanes not in (2, 4, 8):
+        raise self.error(node, f"vector lanes must be 2, 4 or 8, got {lanes}")
+    off = coerce(self.to_expr(offset, node), i64)
+    return ir.Load(VecType(tensor.dtype, lanes), tensor=tensor.name, offset=off,
+                   checked=self.spec.bounds_check, loc=self.loc(node))
+
+
+@builtin
+def store_vec(self, node, tensor, offset, value):
+    if not isinstance(tensor, TensorRef):
+        raise self.error(node, "kd.store_vec needs a tensor")
+    v = self.to_expr(value, node)
+    if not isinstance(v.dtype, VecType):
+        raise self.error(node, "kd.store_vec needs a vector value")
+    v = coerce(v, VecType(tensor.dtype, v.dtype.lanes))
+    off = coerce(self.to_expr(offset, node), i64)
+    self.emit(ir.Store(tensor=tensor.name, offset=off, value=v, checked=self.spec.bounds_check, loc=self.loc(node)))
+
+
+@builtin
+def splat(self, node, value, lanes):
+    lanes = self.ct(lanes, node, "vector lanes")
+    e = self.to_expr(value, node)
+    if is_weak(e):
+        e = coerce(e, e.dtype)
+    return ir.VecMake(VecType(e.dtype, lanes), elems=[e] * lanes, loc=self.loc(node))
+
+
+@builtin
+def make_vec(self, node, *values):
+    es = [self.to_expr(v, node) for v in values]
+    if len(es) not in (2, 4, 8):
+        raise self.error(node, "kd.make_vec takes 2, 4 or 8 values")
+    t = es[0].dtype
+    for e in es[1:]:
+        t = promote(t, False, e.dtype, is_weak(e)) if t != e.dtype else t
+    return ir.VecMake(VecType(t, len(es)), elems=[coerce(e, t) for e in es], loc=self.loc(node))
+
+
+def _vec_reduce(kind):
+    def handler(self, node, v):
+        e = self.to_expr(v, node)
+        if not isinstance(e.dtype, VecType):
+            raise self.error(node, f"kd.vec_{kind} needs a vector")
+        acc = extract(e, 0)
+        for i in range(1, e.dtype.lanes):
+            acc = self.binop("+", acc, extract(e, i), node) if kind == "sum" else self.math2(kind, acc, extract(e, i), node)
+        return acc
+    return handler
+
+
+for _k in ("sum", "max", "min"):
+    setattr(Frontend, f"bi_vec_{_k}", _vec_reduce(_k))
+
+
+@builtin
+def cast(self, node, value, dtype):
+    dtype = self.ct(dtype, node, "cast dtype")
+    if not isinstance(dtype, (DType, VecType)):
+        dtype = as_dtype(dtype)
+    if _is_ct(value) and isinstance(dtype, DType):
+        return make_const(value, dtype, self.loc(node))
+    e = self.to_expr(value, node)
+    if isinstance(dtype, DType) and isinstance(e.dtype, VecType):
+        dtype = VecType(dtype, e.dtype.lanes)
+    if e.dtype == dtype:
+        return e if not is_weak(e) else coerce(make_const(e.value, dtype), dtype)
+    if isinstance(dtype, VecType):
+        if not isinstance(e.dtype, VecType):
+            return coerce(e, dtype)
+        return ir.VecMake(dtype, elems=[self.bi_cast(node, extract(e, i), dtype.elem) for i in range(dtype.lanes)],
+                          loc=self.loc(node))
+    if dtype.is_bool:
+        return self.cond_expr(e, node)
+    return ir.Cast(dtype, a=e, loc=self.loc(node))
+
+
+@builtin
+def bitcast(self, node, value, dtype):
+    dtype = as_dtype(self.ct(dtype, node, "bitcast dtype"))
+    e = self.to_expr(value, node)
+    if is_weak(e):
+        e = coerce(e, e.dtype)
+    if isinstance(e.dtype, VecType) or e.dtype.itemsize != dtype.itemsize or dtype.is_bool or e.dtype.is_bool:
+        raise self.error(node, f"kd.bitcast needs types of one size, got {e.dtype} -> {dtype}")
+    return ir.Bitcast(dtype, a=e, loc=self.loc(node))
+
+
+@builtin
+def select(self, node, cond, a, b):
+    if _is_ct(cond):
+        return a if cond else b
+    return Frontend.select(self, cond, a, b, node)
+
+
+@builtin
+def unroll(self, node, *args):
+    raise self.error(node, "kd.unroll(...) can only be used as a for-loop iterator")
+
+
+@builtin
+def static_assert(self, node, cond, message="static assertion failed"):
+    if not _is_ct(cond):
+        raise self.error(node, "kd.static_assert needs a compile-time condition")
+    if not cond:
+        raise self.error(node, str(message))
+
+
+# ------------------------------------------------------------------ plane operations
+def _plane_value(self, node, x, what):
+    e = self.to_expr(x, node)
+    if isinstance(e.dtype, VecType):
+        raise self.error(node, f"{what} works on scalars, not vectors")
+    if is_weak(e):
+        e = coerce(e, e.dtype)
+    t = arith_type(e.dtype) if not e.dtype.is_bool else boolean
+    return coerce(e, t)
+
+
+def _plane_op(op):
+    def handler(self, node, *args):
+        caps = self.spec.caps
+        if op not in caps.plane_ops:
+            raise self.error(node, f"plane operation {op} is unavailable on {caps.device_name}")
+        value = arg = None
+        if op == "elect":
+            if args:
+                raise self.error(node, "kd.plane_elect() takes no arguments")
+            dtype = boolean
+        elif op in ("ballot", "all", "any"):
+            if len(args) != 1:
+                raise self.error(node, f"kd.plane_{op}(pred) takes one argument")
+            value = self.cond_expr(self.to_expr(args[0], node), node)
+            dtype = u32 if op == "ballot" else boolean
+            if op == "ballot" and self.spec.plane_dim > 32:
+                raise self.error(node, f"kd.plane_ballot needs PLANE_DIM <= 32, the runtime has {self.spec.plane_dim}")
+        else:
+            want = 2 if op in ("broadcast", "shuffle", "shuffle_xor") else 1
+            if len(args) != want:
+                raise self.error(node, f"kd.plane_{op} takes {want} argument(s)")
+            value = _plane_value(self, node, args[0], f"kd.plane_{op}")
+            if value.dtype.is_bool and op not in ("broadcast", "shuffle", "shuffle_xor"):
+                raise self.error(node, f"kd.plane_{op} needs a number, got bool")
+            dtype = value.dtype
+            if want == 2:
+                a = self.to_expr(args[1], node)
+                if not (isinstance(a.dtype, DType) and a.dtype.is_int):
+                    raise self.error(node, f"kd.plane_{op}: lane argument must be an integer")
+                arg = self.temp(coerce(a, i32), "pa")
+        if value is not None:
+            value = self.temp(value, "pv")
+        dst = self.fresh("pr")
+        self.var_types[dst] = dtype
+        self.emit(ir.PlaneOp(dst=dst, op=op, value=value, arg=arg, dtype=dtype, loc=self.loc(node)))
+        return ir.Var(dtype, name=dst, loc=self.loc(node))
+    return handler
+
+
+for _op in ir.PLANE_OPS:
+    setattr(Frontend, f"bi_plane_{_op}", _plane_op(_op))
+
+
+# ------------------------------------------------------------------ atomics
+def _atomic(op):
+    def handler(self, node, target, index, *rest):
+        if op == "cas":
+            if len(rest) != 2:
+                raise self.error(node, "kd.atomic_cas(target, index, compare, value)")
+            compare, value = rest
+        else:
+            if len(rest) != 1:
+                raise self.error(node, f"kd.atomic_{op}(target, index, value)")
+            compare, value = None, rest[0]
+        if isinstance(target, TensorRef):
+            space = "global"
+        elif isinstance(target, SharedRef):
+            space = "shared"
+        else:
+            raise self.error(node, f"kd.atomic_{op} needs a tensor or shared array, got {self._describe(target)}")
+        dtype = target.dtype
+        allowed = self.spec.caps.atomics.get(op, ())
+        if dtype not in allowed:
+            raise self.error(node, f"kd.atomic_{op} on {dtype} is unavailable on {self.spec.caps.device_name} "
+                                   f"(supported: {', '.join(d.name for d in allowed) or 'none'})")
+        off = self.offset_of(target, index, node)
+        v = coerce(self.to_expr(value, node), dtype)
+        c = coerce(self.to_expr(compare, node), dtype) if compare is not None else None
+        dst = self.fresh("at")
+        self.var_types[dst] = dtype
+        self.emit(ir.Atomic(dst=dst, op=op, space=space, target=target.name, offset=off, value=v, compare=c,
+                            dtype=dtype, checked=self.spec.bounds_check, loc=self.loc(node)))
+        return ir.Var(dtype, name=dst, loc=self.loc(node))
+    return handler
+
+
+for _op in ir.ATOMIC_OPS:
+    setattr(Frontend, f"bi_atomic_{_op}" if _op != "exchange" else "bi_atomic_exchange", _atomic(_op))
+
+
+# ------------------------------------------------------------------ math
+@builtin
+def pow(self, node, x, y):  # noqa: A001
+    return self.math2("pow", x, y, node)
+
+
+@builtin
+def min(self, node, a, b):  # noqa: A001
+    return self.math2("min", a, b, node)
+
+
+@builtin
+def max(self, node, a, b):  # noqa: A001
+    return self.math2("max", a, b, node)
+
+
+@builtin
+def clamp(self, node, x, lo, hi):
+    return self.math2("min", self.math2("max", x, lo, node), hi, node)
+
+
+@builtin
+def abs(self, node, x):  # noqa: A001
+    if _is_ct(x):
+        return x if x >= 0 else -x
+    e = self.to_expr(x, node)
+    if isinstance(e.dtype, VecType):
+        return ir.VecMake(e.dtype, elems=[self.bi_abs(node, extract(e, i)) for i in range(e.dtype.lanes)])
+    t = arith_type(e.dtype)
+    if t.is_bool:
+        t = i32
+    return ir.Math(t, fn="abs", args=[coerce(e, t)], loc=self.loc(node))
+
+
+@builtin
+def fma(self, node, a, b, c):
+    es = [self.to_expr(v, node) for v in (a, b, c)]
+    t = f32
+    if any((not is_weak(e)) and arith_type(e.dtype) is f64 for e in es):
+        t = f64
+    return ir.Math(t, fn="fma", args=[coerce(e, t) for e in es], loc=self.loc(node))
+
+
+def _classify(fn):
+    def handler(self, node, x):
+        if _is_ct(x):
+            return pymath.isnan(x) if fn == "isnan" else pymath.isinf(x)
+        e = self.to_expr(x, node)
+        if not e.dtype.is_float:
+            return False
+        t = arith_type(e.dtype)
+        return ir.Math(boolean, fn=fn, args=[coerce(e, t)], loc=self.loc(node))
+    return handler
+
+
+Frontend.bi_isnan = _classify("isnan")
+Frontend.bi_isinf = _classify("isinf")
+
+
+# ------------------------------------------------------------------ matrix primitive
+def _fragment(role):
+    def handler(self, node, *args, layout="row"):
+        caps = self.spec.caps
+        if role == "acc":
+            if len(args) != 3:
+                raise self.error(node, "kd.fragment_acc(m, n, k)")
+            dtype, (m, n, k) = f32, args
+        else:
+            if len(args) != 4:
+                raise self.error(node, f"kd.fragment_{role}(dtype, m, n, k, layout='row')")
+            dtype, m, n, k = args
+            dtype = as_dtype(self.ct(dtype, node, "fragment dtype"))
+        m, n, k = (int(self.ct(v, node, "fragment shape")) for v in (m, n, k))
+        layout = self.ct(layout, node, "fragment layout")
+        if layout not in ("row", "col"):
+            raise self.error(node, f"fragment layout must be 'row' or 'col', got {layout!r}")
+        if role != "acc" and dtype not in caps.mma_dtypes:
+            raise self.error(node, f"matrix fragments of {dtype} are unavailable on {caps.device_name} "
+                                   f"(supported: {', '.join(d.name for d in caps.mma_dtypes)})")
+        if (m, n, k) not in caps.mma_shapes:
+            raise self.error(node, f"matrix shape m{m}n{n}k{k} is unavailable on {caps.device_name} "
+                                   f"(supported: {', '.join(f'm{a}n{b}k{c}' for a, b, c in caps.mma_shapes)})")
+        name = self.fresh("fr")
+        ft = ir.FragType(role, dtype, m, n, k, layout)
+        self.frags[name] = ft
+        return FragRef(name, ft)
+    return handler
+
+
+Frontend.bi_fragment_a = _fragment("a")
+Frontend.bi_fragment_b = _fragment("b")
+Frontend.bi_fragment_acc = _fragment("acc")
+
+
+def _need_frag(self, node, f, roles, what):
+    if not isinstance(f, FragRef) or f.ftype.role not in roles:
+        raise self.error(node, f"{what} needs a {' or '.join(roles)} fragment, got {self._describe(f)}")
+    return f
+
+
+def _mem_target(self, node, t, what):
+    if isinstance(t, TensorRef):
+        return "global", t.name, t.dtype
+    if isinstance(t, SharedRef):
+        return "shared", t.name, t.dtype
+    raise self.error(node, f"{what} needs a tensor or shared array, got {self._describe(t)}")
+
+
+@builtin
+def fill_fragment(self, node, frag, value):
+    f = _need_frag(self, node, frag, ("a", "b", "acc"), "kd.fill_fragment")
+    v = self.temp(coerce(self.to_expr(value, node), f32), "fv")
+    self.emit(ir.FragFill(frag=f.name, value=v, loc=self.loc(node)))
+
+
+@builtin
+def load_fragment(self, node, frag, src, offset, stride):
+    f = _need_frag(self, node, frag, ("a", "b", "acc"), "kd.load_fragment")
+    space, name, dtype = _mem_target(self, node, src, "kd.load_fragment")
+    want = f.ftype.dtype
+    if dtype != want:
+        raise self.error(node, f"kd.load_fragment: a {want} fragment cannot load from {dtype} memory")
+    off = self.temp(coerce(self.to_expr(offset, node), i64), "fo")
+    st = self.temp(coerce(self.to_expr(stride, node), i64), "fs")
+    self.emit(ir.FragLoad(frag=f.name, space=space, src=name, offset=off, stride=st, loc=self.loc(node)))
+
+
+@builtin
+def store_fragment(self, node, dst, offset, frag, stride):
+    f = _need_frag(self, node, frag, ("acc",), "kd.store_fragment")
+    space, name, dtype = _mem_target(self, node, dst, "kd.store_fragment")
+    if not dtype.is_float:
+        raise self.error(node, f"kd.store_fragment needs float memory, got {dtype}")
+    off = self.temp(coerce(self.to_expr(offset, node), i64), "fo")
+    st = self.temp(coerce(self.to_expr(stride, node), i64), "fs")
+    self.emit(ir.FragStore(frag=f.name, space=space, dst=name, offset=off, stride=st, loc=self.loc(node)))
+
+
+@builtin
+def mma(self, node, acc, a, b):
+    acc = _need_frag(self, node, acc, ("acc",), "kd.mma (first argument)")
+    a = _need_frag(self, node, a, ("a",), "kd.mma (second argument)")
+    b = _need_frag(self, node, b, ("b",), "kd.mma (third argument)")
+    if a.ftype.dtype != b.ftype.dtype:
+        raise self.error(node, f"kd.mma: a is {a.ftype.dtype} but b is {b.ftype.dtype}")
+    shapes = {(x.ftype.m, x.ftype.n, x.ftype.k) for x in (acc, a, b)}
+    if len(shapes) != 1:
+        raise self.error(node, f"kd.mma: fragment shapes differ: {sorted(shapes)}")
+    self.emit(ir.FragMma(acc=acc.name, a=a.name, b=b.name, loc=self.loc(node)))
+
+
+# ------------------------------------------------------------------ printing
+@builtin
+def print(self, node, fmt="", *args):  # noqa: A001
+    if not isinstance(fmt, str):
+        args = (fmt,) + args
+        fmt = " ".join(["{}"] * len(args))
+    pieces = fmt.split("{}")
+    if len(pieces) - 1 != len(args):
+        raise self.error(node, f"kd.print: {len(pieces) - 1} '{{}}' placeholders for {len(args)} values")
+    parts = []
+    for i, piece in enumerate(pieces):
+        if piece:
+            parts.append(piece)
+        if i < len(args):
+            a = args[i]
+            if _is_ct(a):
+                parts.append(str(a))
+                continue
+            e = self.to_expr(a, node)
+            if isinstance(e.dtype, VecType):
+                raise self.error(node, "kd.print takes scalars")
+            if is_weak(e):
+                e = coerce(e, e.dtype)
+            if e.dtype in (f16, bf16):
+                e = coerce(e, f32)
+            parts.append(e)
+    self.emit(ir.Print(parts=parts, loc=self.loc(node)))

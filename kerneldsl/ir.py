@@ -1,0 +1,469 @@
+"""The one structured IR every back end renders.
+
+Expressions are typed trees; statements keep structured control flow (if / for /
+while / break / continue / return) so C-like targets render them directly and the
+CPU back end can cut kernels at split points (barriers, plane operations, matrix
+fragment operations) by walking the tree. Every node carries the user's source
+location for error messages and `#line` directives.
+
+Conventions renderers rely on:
+- tensor element offsets (`Load.offset`, `Store.offset`, ...) are i64 expressions
+  in elements from the tensor's base; multi-indices were already turned into
+  offsets with the tensor's strides by the front end;
+- f16/bf16 appear only as storage types (loads, stores, casts, variables);
+  arithmetic and math run on f32/f64 and integers;
+- operands of split statements (`PlaneOp`, fragment ops) and `Atomic` are
+  `Var` or `Const` nodes, never larger expressions;
+- `Const` values are Python numbers already cast to the node's dtype.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dtypes import DType, VecType
+from .errors import SourceLoc
+
+Type = Any  # DType | VecType
+
+
+# ----------------------------------------------------------------------------- expressions
+@dataclass(eq=False)
+class Expr:
+    dtype: Type
+    loc: SourceLoc | None = field(default=None, kw_only=True)
+
+
+@dataclass(eq=False)
+class Const(Expr):
+    value: Any = 0
+
+
+@dataclass(eq=False)
+class Var(Expr):
+    """A local variable (or scalar kernel parameter) by name."""
+    name: str = ""
+
+
+@dataclass(eq=False)
+class BinOp(Expr):
+    """`op` in + - * / % & | ^ << >> min max pow; operands already have `dtype`.
+
+    `/` and `%` on integers truncate toward zero (C semantics); `%` on floats is fmod.
+    """
+    op: str = "+"
+    a: Expr = None
+    b: Expr = None
+
+
+@dataclass(eq=False)
+class UnOp(Expr):
+    """`op` in neg, not (bool), invert (bitwise)."""
+    op: str = "neg"
+    a: Expr = None
+
+
+@dataclass(eq=False)
+class Cmp(Expr):
+    """Comparison of two operands of one type; dtype is bool (or a bool vector)."""
+    op: str = "<"  # < <= > >= == !=
+    a: Expr = None
+    b: Expr = None
+
+
+@dataclass(eq=False)
+class Logic(Expr):
+    """Short-circuit `and` / `or` of two bool expressions."""
+    op: str = "and"
+    a: Expr = None
+    b: Expr = None
+
+
+@dataclass(eq=False)
+class Select(Expr):
+    cond: Expr = None
+    a: Expr = None
+    b: Expr = None
+
+
+@dataclass(eq=False)
+class Cast(Expr):
+    """Numeric conversion to `dtype` (float->int truncates; bool is x != 0)."""
+    a: Expr = None
+
+
+@dataclass(eq=False)
+class Bitcast(Expr):
+    """Reinterpret the bits of `a` as `dtype` (same size)."""
+    a: Expr = None
+
+
+@dataclass(eq=False)
+class Math(Expr):
+    """Elementwise math: exp exp2 log log2 log1p sqrt rsqrt tanh sigmoid erf sin cos
+    pow abs floor ceil round fma isnan isinf. `round` rounds half away from zero.
+    isnan/isinf have dtype bool; the rest have the operands' (f32/f64, ints for abs)."""
+    fn: str = "exp"
+    args: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Load(Expr):
+    """tensor[offset] from the tensor parameter named `tensor`; `dtype` may be a VecType
+    (a wide load of `lanes` consecutive elements starting at offset)."""
+    tensor: str = ""
+    offset: Expr = None
+    checked: bool = False
+
+
+@dataclass(eq=False)
+class SharedLoad(Expr):
+    array: str = ""
+    offset: Expr = None
+    checked: bool = False
+
+
+@dataclass(eq=False)
+class TensorDim(Expr):
+    """`.shape[axis]` (attr 'shape') or `.stride(axis)` (attr 'stride') as i32."""
+    tensor: str = ""
+    attr: str = "shape"
+    axis: int = 0
+
+
+@dataclass(eq=False)
+class Position(Expr):
+    """A position register, i32 (or u32 where noted):
+    cube_pos x|y|z, cube_count x|y|z (grid size), unit_pos x|y|z, unit_flat
+    (x + y·dx + z·dx·dy). Cube dims and PLANE_DIM are compile-time constants and
+    appear as Const."""
+    kind: str = "cube_pos"
+    axis: int = 0
+
+
+@dataclass(eq=False)
+class VecMake(Expr):
+    elems: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class VecExtract(Expr):
+    a: Expr = None
+    lane: int = 0
+
+
+# ----------------------------------------------------------------------------- statements
+@dataclass(eq=False)
+class Stmt:
+    loc: SourceLoc | None = field(default=None, kw_only=True)
+
+
+@dataclass(eq=False)
+class Assign(Stmt):
+    name: str = ""
+    value: Expr = None
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    """tensor[offset] = value; value's dtype equals the tensor's (or a VecType of it)."""
+    tensor: str = ""
+    offset: Expr = None
+    value: Expr = None
+    checked: bool = False
+
+
+@dataclass(eq=False)
+class SharedDecl(Stmt):
+    """A cube-shared array of `size` elements (static). Listed in KernelIR.shared, not
+    in the body: renderers declare every shared array once at the kernel's top."""
+    name: str = ""
+    dtype: DType = None
+    size: int = 0
+
+
+@dataclass(eq=False)
+class SharedStore(Stmt):
+    array: str = ""
+    offset: Expr = None
+    value: Expr = None
+    checked: bool = False
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Expr = None
+    then: list = field(default_factory=list)
+    orelse: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """for var in range(start, stop, step): `var` is declared by the loop (dtype of start).
+    `step` is nonzero; when it is not a Const its sign is tested at run time."""
+    var: str = ""
+    start: Expr = None
+    stop: Expr = None
+    step: Expr = None
+    body: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class While(Stmt):
+    cond: Expr = None
+    body: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Break(Stmt):
+    pass
+
+
+@dataclass(eq=False)
+class Continue(Stmt):
+    pass
+
+
+@dataclass(eq=False)
+class Return(Stmt):
+    """Ends the unit's execution of the kernel."""
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """kd.sync_cube(): all units of the cube arrive before any continues; shared memory
+    written before it is visible after it."""
+
+
+PLANE_REDUCE_OPS = ("sum", "prod", "min", "max")
+PLANE_OPS = PLANE_REDUCE_OPS + (
+    "inclusive_sum", "exclusive_sum", "broadcast", "shuffle", "shuffle_xor",
+    "ballot", "all", "any", "elect",
+)
+
+
+@dataclass(eq=False)
+class PlaneOp(Stmt):
+    """dst = plane_<op>(value[, arg]) across the lanes of the unit's plane.
+    `arg`: the source lane for broadcast/shuffle, the xor mask for shuffle_xor.
+    ballot gives u32 (lane i -> bit i), all/any/elect give bool."""
+    dst: str = ""
+    op: str = "sum"
+    value: Expr | None = None
+    arg: Expr | None = None
+    dtype: Type = None
+
+
+ATOMIC_OPS = ("add", "min", "max", "exchange", "cas", "and", "or", "xor")
+
+
+@dataclass(eq=False)
+class Atomic(Stmt):
+    """dst = old value of target[offset]; target[offset] = op(old, value).
+    space: 'global' (tensor) or 'shared'. cas: stores value if old == compare."""
+    dst: str | None = None
+    op: str = "add"
+    space: str = "global"
+    target: str = ""
+    offset: Expr = None
+    value: Expr = None
+    compare: Expr | None = None
+    dtype: DType = None
+    checked: bool = False
+
+
+@dataclass(eq=False)
+class Print(Stmt):
+    """kd.print: `parts` are literal strings and expressions, in order."""
+    parts: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FragType:
+    """A plane-owned matrix tile. role 'a' (m×k), 'b' (k×n) or 'acc' (m×n, f32)."""
+    role: str
+    dtype: DType
+    m: int
+    n: int
+    k: int
+    layout: str = "row"  # a/b in memory: 'row' or 'col'
+
+    @property
+    def rows(self) -> int:
+        return {"a": self.m, "b": self.k, "acc": self.m}[self.role]
+
+    @property
+    def cols(self) -> int:
+        return {"a": self.k, "b": self.n, "acc": self.n}[self.role]
+
+
+@dataclass(eq=False)
+class FragDecl(Stmt):
+    name: str = ""
+    ftype: FragType = None
+
+
+@dataclass(eq=False)
+class FragFill(Stmt):
+    frag: str = ""
+    value: Expr = None
+
+
+@dataclass(eq=False)
+class FragLoad(Stmt):
+    """Load the tile from `space` ('global' tensor or 'shared' array) `src`, element
+    (r, c) of the tile at offset + r*stride + c (row layout) or offset + c*stride + r (col)."""
+    frag: str = ""
+    space: str = "global"
+    src: str = ""
+    offset: Expr = None
+    stride: Expr = None
+
+
+@dataclass(eq=False)
+class FragStore(Stmt):
+    """Store an acc tile row-major: element (r, c) at offset + r*stride + c, cast to the
+    destination's dtype."""
+    frag: str = ""
+    space: str = "global"
+    dst: str = ""
+    offset: Expr = None
+    stride: Expr = None
+
+
+@dataclass(eq=False)
+class FragMma(Stmt):
+    """acc += a · b, products and sums in f32."""
+    acc: str = ""
+    a: str = ""
+    b: str = ""
+
+
+SPLIT_STMTS = (Barrier, PlaneOp, FragFill, FragLoad, FragStore, FragMma)
+
+
+# ----------------------------------------------------------------------------- kernel
+@dataclass
+class TensorParam:
+    name: str
+    dtype: DType
+    ndim: int
+    index: int  # position among the kernel's runtime arguments
+
+
+@dataclass
+class ScalarParam:
+    name: str
+    dtype: DType
+    index: int
+
+
+@dataclass
+class KernelIR:
+    """A specialised kernel: parameters, body, and the launch-shape constants.
+
+    Locals are function-scoped: `var_types` lists every one (renderers declare them
+    at the top); scalar parameters are read through `Var` nodes of their name."""
+    name: str
+    params: list  # TensorParam | ScalarParam, in launch order (Const params removed)
+    body: list
+    cube_dim: tuple  # (x, y, z) units per cube, compile-time
+    plane_dim: int
+    loc: SourceLoc | None = None
+    bounds_check: bool = False
+    var_types: dict = field(default_factory=dict)  # every local variable -> Type
+    shared: dict = field(default_factory=dict)  # shared array -> SharedDecl
+    frags: dict = field(default_factory=dict)  # fragment -> FragType
+
+    @property
+    def cube_units(self) -> int:
+        x, y, z = self.cube_dim
+        return x * y * z
+
+    def tensor_params(self):
+        return [p for p in self.params if isinstance(p, TensorParam)]
+
+
+# ----------------------------------------------------------------------------- walking
+def child_blocks(stmt: Stmt):
+    if isinstance(stmt, If):
+        return [stmt.then, stmt.orelse]
+    if isinstance(stmt, (For, While)):
+        return [stmt.body]
+    return []
+
+
+def walk_stmts(stmts):
+    """Every statement in pre-order, nested blocks included."""
+    for s in stmts:
+        yield s
+        for blk in child_blocks(s):
+            yield from walk_stmts(blk)
+
+
+def stmt_exprs(s: Stmt):
+    """The expressions a statement evaluates directly (not those of nested blocks)."""
+    if isinstance(s, Assign):
+        return [s.value]
+    if isinstance(s, (Store, SharedStore)):
+        return [s.offset, s.value]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, For):
+        return [s.start, s.stop, s.step]
+    if isinstance(s, While):
+        return [s.cond]
+    if isinstance(s, PlaneOp):
+        return [e for e in (s.value, s.arg) if e is not None]
+    if isinstance(s, Atomic):
+        return [e for e in (s.offset, s.value, s.compare) if e is not None]
+    if isinstance(s, Print):
+        return [p for p in s.parts if isinstance(p, Expr)]
+    if isinstance(s, FragFill):
+        return [s.value]
+    if isinstance(s, (FragLoad, FragStore)):
+        return [s.offset, s.stride]
+    return []
+
+
+def expr_children(e: Expr):
+    if isinstance(e, (BinOp, Cmp, Logic)):
+        return [e.a, e.b]
+    if isinstance(e, (UnOp, Cast, Bitcast, VecExtract)):
+        return [e.a]
+    if isinstance(e, Select):
+        return [e.cond, e.a, e.b]
+    if isinstance(e, Math):
+        return list(e.args)
+    if isinstance(e, (Load, SharedLoad)):
+        return [e.offset]
+    if isinstance(e, VecMake):
+        return list(e.elems)
+    return []
+
+
+def walk_expr(e: Expr):
+    yield e
+    for c in expr_children(e):
+        yield from walk_expr(c)
+
+
+def vars_read(e: Expr) -> set:
+    return {n.name for n in walk_expr(e) if isinstance(n, Var)}
+
+
+def stmt_defs(s: Stmt) -> set:
+    """Variables a statement writes directly."""
+    if isinstance(s, Assign):
+        return {s.name}
+    if isinstance(s, For):
+        return {s.var}
+    if isinstance(s, PlaneOp):
+        return {s.dst}
+    if isinstance(s, Atomic) and s.dst:
+        return {s.dst}
+    return set()
+
+
+def contains(stmts, kinds) -> bool:
+    return any(isinstance(s, kinds) for s in walk_stmts(stmts))

@@ -1,0 +1,275 @@
+"""Runtimes: where tensors live and kernels run ("cpu", "opencl[:N]", "cuda[:N]").
+
+`Runtime` holds what every back end shares (tensor creation, host transfers,
+the memory pool, compiled-kernel lookup); a back end's `runtime.py` subclasses
+it with raw allocation, copies, compilation of IR and launch. Runtimes are
+created lazily by name, so importing kerneldsl never touches a GPU driver.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections import defaultdict
+
+import numpy as np
+
+from .dtypes import as_dtype
+from .tensor import Tensor, contiguous_strides
+
+BACKENDS = ("cpu", "opencl", "cuda")
+_RUNTIMES: dict = {}
+_LOCK = threading.RLock()
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The runtime asked for cannot run here (no driver, no device, missing package)."""
+
+
+class MemoryPool:
+    """Reuses freed device buffers by size (rounded up to 256 bytes / powers of two),
+    so repeated launches do not pay for allocation."""
+
+    def __init__(self, alloc, free):
+        self._alloc = alloc
+        self._free = free
+        self._cache = defaultdict(list)
+        self._lock = threading.Lock()
+        self.cached_bytes = 0
+        self.limit = 1 << 30
+
+    @staticmethod
+    def bucket(nbytes: int) -> int:
+        n = max(256, nbytes)
+        if n <= 1 << 20:
+            return 1 << (n - 1).bit_length()
+        return (n + (1 << 20) - 1) & ~((1 << 20) - 1)
+
+    def allocate(self, nbytes: int):
+        size = self.bucket(nbytes)
+        with self._lock:
+            lst = self._cache.get(size)
+            if lst:
+                self.cached_bytes -= size
+                return lst.pop(), size
+        return self._alloc(size), size
+
+    def release(self, raw, size: int):
+        with self._lock:
+            if self.cached_bytes + size <= self.limit:
+                self._cache[size].append(raw)
+                self.cached_bytes += size
+                return
+        self._free(raw)
+
+    def clear(self):
+        with self._lock:
+            for lst in self._cache.values():
+                for raw in lst:
+                    self._free(raw)
+            self._cache.clear()
+            self.cached_bytes = 0
+
+
+class Buffer:
+    """A pooled device allocation; returns itself to the pool when collected."""
+
+    __slots__ = ("raw", "nbytes", "_pool", "owner", "__weakref__")
+
+    def __init__(self, raw, nbytes, pool=None, owner=None):
+        self.raw = raw
+        self.nbytes = nbytes
+        self._pool = pool
+        self.owner = owner  # keeps imported (DLPack) memory alive
+
+    def __del__(self):
+        pool = self._pool
+        if pool is not None:
+            try:
+                pool.release(self.raw, self.nbytes)
+            except Exception:  # noqa: BLE001  (interpreter shutdown)
+                pass
+
+
+class Runtime:
+    """Base of the cpu / opencl / cuda runtimes."""
+
+    kind = "?"
+
+    def __init__(self, name: str, capabilities):
+        self.name = name
+        self.capabilities = capabilities
+        self._kernels: dict = {}
+        self.pool = MemoryPool(self._raw_alloc, self._raw_free)
+
+    # ---------------------------------------------------------------- identity
+    @property
+    def device_key(self):
+        """Runtimes with equal keys share memory (tensors may be mixed between them)."""
+        return self.name
+
+    @property
+    def plane_dim(self) -> int:
+        return self.capabilities.plane_dim
+
+    def __repr__(self):
+        return f"kd.runtime({self.name!r})"
+
+    # ---------------------------------------------------------------- back-end hooks
+    def _raw_alloc(self, nbytes):
+        raise NotImplementedError
+
+    def _raw_free(self, raw):
+        raise NotImplementedError
+
+    def _upload(self, buffer: Buffer, byte_offset: int, host: np.ndarray):
+        raise NotImplementedError
+
+    def _download(self, buffer: Buffer, byte_offset: int, nbytes: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def synchronize(self):
+        """Wait until every queued operation of this runtime has finished."""
+
+    def load(self, kernel_ir, uniformity):
+        """Compile (or fetch from the caches) a specialised kernel; returns a launchable."""
+        raise NotImplementedError
+
+    def launch(self, binary, grid, block, args):
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- tensors
+    def allocate(self, nbytes: int) -> Buffer:
+        raw, size = self.pool.allocate(max(nbytes, 1))
+        return Buffer(raw, size, self.pool)
+
+    def empty(self, shape, dtype="f32") -> Tensor:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"shape must be non-negative, got {shape}")
+        dtype = as_dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        return Tensor(self, self.allocate(n * dtype.itemsize), shape, dtype)
+
+    def zeros(self, shape, dtype="f32") -> Tensor:
+        t = self.empty(shape, dtype)
+        self._fill_zero(t)
+        return t
+
+    def _fill_zero(self, t: Tensor):
+        self._upload(t.buffer, 0, np.zeros(t.size * t.dtype.itemsize, np.uint8))
+
+    def tensor(self, array, dtype=None) -> Tensor:
+        """Upload a host array (anything numpy accepts) as a new contiguous tensor."""
+        if isinstance(array, Tensor):
+            array = array.numpy()
+        a = np.asarray(array)
+        if dtype is not None:
+            a = a.astype(as_dtype(dtype).np)
+        elif a.dtype == np.float64 and not isinstance(array, np.ndarray):
+            a = a.astype(np.float32)  # Python floats -> f32, as in the DSL
+        elif a.dtype == np.int64 and not isinstance(array, np.ndarray):
+            a = a.astype(np.int32)
+        dt = as_dtype(a.dtype)
+        a = np.ascontiguousarray(a)
+        t = self.empty(a.shape, dt)
+        if a.size:
+            self._upload(t.buffer, 0, a.reshape(-1).view(np.uint8))
+        return t
+
+    def to_numpy(self, t: Tensor) -> np.ndarray:
+        self.synchronize()
+        item = t.dtype.itemsize
+        if t.size == 0:
+            return np.empty(t.shape, t.dtype.np)
+        nbytes = t.extent() * item
+        raw = self._download(t.buffer, t.offset * item, nbytes)
+        view = np.lib.stride_tricks.as_strided(raw.view(t.dtype.np), t.shape, [s * item for s in t.strides])
+        return np.array(view, copy=True)
+
+    def copy(self, t: Tensor) -> Tensor:
+        """A packed copy of any view, made by a DSL kernel on this runtime."""
+        from ._copy import strided_copy
+        out = self.empty(t.shape, t.dtype)
+        if t.size:
+            strided_copy(t, out)
+        return out
+
+    # ---------------------------------------------------------------- dlpack
+    def dlpack_device(self, t):
+        raise BufferError(f"DLPack export is not available on the {self.name} runtime")
+
+    def dlpack_export(self, t, *args, **kwargs):
+        raise BufferError(f"DLPack export is not available on the {self.name} runtime")
+
+
+# -------------------------------------------------------------------- registry
+def _backend_module(kind: str):
+    return importlib.import_module(f"kerneldsl.backends.{kind}.runtime")
+
+
+def _parse(name: str):
+    kind, _, idx = name.partition(":")
+    kind = kind.strip().lower()
+    if kind not in BACKENDS:
+        raise ValueError(f"unknown runtime {name!r}; expected one of {', '.join(BACKENDS)} (optionally ':N')")
+    if idx and not idx.isdigit():
+        raise ValueError(f"bad device index in runtime name {name!r}")
+    return kind, int(idx) if idx else 0
+
+
+def get_runtime(name: str | None = None, **options) -> Runtime:
+    """The runtime called `name` ("cpu", "opencl:1", "cuda"); default `$KERNELDSL_RUNTIME`
+    or "cpu". Options (e.g. `plane_dim=8` on the CPU) give a separate runtime object."""
+    if isinstance(name, Runtime):
+        return name
+    if name is None:
+        name = os.environ.get("KERNELDSL_RUNTIME", "cpu")
+    kind, index = _parse(name)
+    key = (kind, index, tuple(sorted(options.items())))
+    with _LOCK:
+        rt = _RUNTIMES.get(key)
+        if rt is None:
+            try:
+                mod = _backend_module(kind)
+            except ImportError as e:
+                raise RuntimeUnavailable(f"the {kind} runtime needs a package that is not installed: {e}") from None
+            rt = mod.create(index, **options)
+            _RUNTIMES[key] = rt
+        return rt
+
+
+def available_runtimes() -> list:
+    """Names of the runtimes that work on this machine, "cpu" first."""
+    out = []
+    for kind in BACKENDS:
+        try:
+            mod = _backend_module(kind)
+        except ImportError:
+            continue
+        try:
+            if mod.available():
+                out.append(kind)
+        except Exception:  # noqa: BLE001  (a broken driver means "not available")
+            continue
+    return out
+
+
+runtime = get_runtime
+
+
+def tensor(array, runtime=None, dtype=None) -> Tensor:  # noqa: F811  (keyword named like the function)
+    """`kd.tensor(array, runtime="cpu")`: upload a host array."""
+    return get_runtime(runtime).tensor(array, dtype=dtype)
+
+
+def empty(shape, dtype="f32", runtime=None) -> Tensor:  # noqa: F811
+    return get_runtime(runtime).empty(shape, dtype)
+
+
+def zeros(shape, dtype="f32", runtime=None) -> Tensor:  # noqa: F811
+    return get_runtime(runtime).zeros(shape, dtype)
+
+
+__all__ = ["Runtime", "RuntimeUnavailable", "runtime", "get_runtime", "available_runtimes", "tensor", "empty", "zeros",
+           "contiguous_strides"]

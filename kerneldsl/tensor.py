@@ -1,0 +1,177 @@
+"""Tensors: a typed, strided view of a runtime's buffer.
+
+Views (reshape, permute, transpose, basic slicing) share the buffer and never
+copy; `.contiguous()` copies when needed; `.numpy()` waits for the runtime and
+returns a host copy. Strides are in elements and never negative.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .dtypes import DType, as_dtype
+
+
+def contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+class Tensor:
+    """A view of `buffer` starting `offset` elements in, with `shape` and `strides`."""
+
+    __slots__ = ("buffer", "offset", "shape", "strides", "dtype", "runtime", "__weakref__")
+
+    def __class_getitem__(cls, item):
+        """`kd.Tensor[kd.f32]` / `kd.Tensor[kd.f32, 2]`: a kernel parameter annotation."""
+        from .lang import _TensorAnnotation
+        return _TensorAnnotation()[item]
+
+    def __init__(self, runtime, buffer, shape, dtype: DType, strides=None, offset: int = 0):
+        self.runtime = runtime
+        self.buffer = buffer
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = as_dtype(dtype)
+        self.strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
+        self.offset = int(offset)
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    numel = size
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        if self.size <= 1:
+            return True
+        return all(st == cs for st, cs, n in zip(self.strides, contiguous_strides(self.shape), self.shape) if n != 1)
+
+    def extent(self) -> int:
+        """Elements reachable from the view's first element (what bounds checks allow)."""
+        if self.size == 0:
+            return 0
+        return 1 + sum((n - 1) * st for n, st in zip(self.shape, self.strides))
+
+    def __repr__(self):
+        return f"kd.Tensor(shape={self.shape}, dtype={self.dtype.name}, runtime={self.runtime.name!r})"
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # ------------------------------------------------------------------ views
+    def _view(self, shape, strides, offset=None):
+        return Tensor(self.runtime, self.buffer, shape, self.dtype, strides,
+                      self.offset if offset is None else offset)
+
+    def reshape(self, *shape) -> "Tensor":
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = list(shape)
+        if shape.count(-1) > 1:
+            raise ValueError("reshape: only one dimension can be -1")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            if known == 0 or self.size % known:
+                raise ValueError(f"reshape: cannot infer -1 for {self.shape} -> {tuple(shape)}")
+            shape[shape.index(-1)] = self.size // known
+        if math.prod(shape) != self.size:
+            raise ValueError(f"reshape: {self.shape} has {self.size} elements, {tuple(shape)} has {math.prod(shape)}")
+        if not self.is_contiguous():
+            raise ValueError("reshape of a non-contiguous view would need a copy; call .contiguous() first")
+        return self._view(tuple(shape), contiguous_strides(shape))
+
+    view = reshape
+
+    def permute(self, *axes) -> "Tensor":
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        axes = tuple(a % self.ndim for a in axes) if self.ndim else ()
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"permute: {axes} is not a permutation of {self.ndim} axes")
+        return self._view(tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes))
+
+    def transpose(self, a: int, b: int) -> "Tensor":
+        axes = list(range(self.ndim))
+        axes[a], axes[b] = axes[b], axes[a]
+        return self.permute(axes)
+
+    @property
+    def T(self) -> "Tensor":
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def __getitem__(self, key) -> "Tensor":
+        if not isinstance(key, tuple):
+            key = (key,)
+        if Ellipsis in key:
+            i = key.index(Ellipsis)
+            fill = self.ndim - (len(key) - 1)
+            key = key[:i] + (slice(None),) * fill + key[i + 1:]
+        if len(key) > self.ndim:
+            raise IndexError(f"too many indices: {len(key)} for a {self.ndim}-d tensor")
+        offset = self.offset
+        shape, strides = [], []
+        for axis, k in enumerate(key):
+            n, st = self.shape[axis], self.strides[axis]
+            if isinstance(k, (int, np.integer)):
+                k = int(k)
+                if not -n <= k < n:
+                    raise IndexError(f"index {k} out of range for axis {axis} of size {n}")
+                offset += (k % n) * st
+            elif isinstance(k, slice):
+                start, stop, step = k.indices(n)
+                if step <= 0:
+                    raise ValueError("tensor slices need a positive step")
+                count = max(0, -(-(stop - start) // step))
+                if count:
+                    offset += start * st
+                shape.append(count)
+                strides.append(st * step)
+            else:
+                raise TypeError(f"unsupported index {k!r}: use ints and slices")
+        shape += self.shape[len(key):]
+        strides += self.strides[len(key):]
+        return self._view(tuple(shape), tuple(strides), offset)
+
+    def contiguous(self) -> "Tensor":
+        if self.is_contiguous():
+            return self
+        return self.runtime.copy(self)
+
+    def clone(self) -> "Tensor":
+        return self.runtime.copy(self)
+
+    def to(self, runtime) -> "Tensor":
+        """A copy on another runtime (through the host)."""
+        from .runtime import get_runtime
+        rt = get_runtime(runtime)
+        return rt.tensor(self.numpy())
+
+    # ------------------------------------------------------------------ host
+    def numpy(self) -> np.ndarray:
+        """Wait for queued work, then return a host copy (ml_dtypes.bfloat16 for bf16)."""
+        return self.runtime.to_numpy(self)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a.astype(dtype) if dtype is not None else a
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.runtime.dlpack_export(self, *args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.runtime.dlpack_device(self)

@@ -1,0 +1,10 @@
+"""rudnn: neural-network operators written once in kerneldsl, run on every runtime.
+
+Operator families live in their own modules (see SPEC.md); this package holds
+the error base classes shared by all of them.
+"""
+from __future__ import annotations
+
+from .errors import RudnnError
+
+__all__ = ["RudnnError"]
