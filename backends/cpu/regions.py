@@ -222,3 +222,67 @@ def build_schedule(k: ir.KernelIR, uniformity) -> Schedule:
     sched = Schedule(items, sch.regions)
     sched.storage = assign_storage(sched, k, uniformity)
     return sched
+
+
+# ---------------------------------------------------------------------- rematerialisation
+_PURE = (ir.Const, ir.Var, ir.BinOp, ir.UnOp, ir.Cmp, ir.Select, ir.Cast, ir.Position, ir.TensorDim, ir.Math)
+
+
+def _substitute(e: ir.Expr, env: dict) -> ir.Expr:
+    """A copy of `e` with variables in `env` replaced by their defining expressions."""
+    if isinstance(e, ir.Var) and e.name in env:
+        return env[e.name]
+    import copy
+    out = copy.copy(e)
+    for attr in ("a", "b", "cond", "offset"):
+        v = getattr(out, attr, None)
+        if isinstance(v, ir.Expr):
+            setattr(out, attr, _substitute(v, env))
+    if isinstance(out, ir.Math):
+        out.args = [_substitute(a, env) for a in out.args]
+    if isinstance(out, ir.VecMake):
+        out.elems = [_substitute(a, env) for a in out.elems]
+    return out
+
+
+def rematerialize(k: ir.KernelIR) -> dict:
+    """Variables defined once, at the kernel's top level, from positions, parameters and
+    constants only (`t = kd.unit_pos_x()`, `i = cube * BLOCK + t`): every read is
+    replaced by the defining expression, so it is never stored per unit and stays
+    affine in the unit index (contiguous vector accesses instead of gathers).
+    Rewrites k.body in place; returns the substituted variables."""
+    counts: dict = {}
+    for s in ir.walk_stmts(k.body):
+        for v in ir.stmt_defs(s):
+            counts[v] = counts.get(v, 0) + 1
+    params = {p.name for p in k.params if isinstance(p, ir.ScalarParam)}
+    env: dict = {}
+    for s in k.body:
+        if (isinstance(s, ir.Assign) and counts.get(s.name) == 1
+                and all(isinstance(n, _PURE) for n in ir.walk_expr(s.value))
+                and all(n.name in env or n.name in params for n in ir.walk_expr(s.value) if isinstance(n, ir.Var))):
+            env[s.name] = _substitute(s.value, env)
+    if not env:
+        return env
+
+    def rewrite(stmts):
+        out = []
+        for s in stmts:
+            if isinstance(s, ir.Assign) and s.name in env:
+                continue
+            for attr in ("value", "offset", "cond", "start", "stop", "step", "arg", "compare", "stride"):
+                v = getattr(s, attr, None)
+                if isinstance(v, ir.Expr):
+                    setattr(s, attr, _substitute(v, env))
+            if isinstance(s, ir.Print):
+                s.parts = [_substitute(p, env) if isinstance(p, ir.Expr) else p for p in s.parts]
+            if isinstance(s, ir.If):
+                s.then = rewrite(s.then)
+                s.orelse = rewrite(s.orelse)
+            elif isinstance(s, (ir.For, ir.While)):
+                s.body = rewrite(s.body)
+            out.append(s)
+        return out
+
+    k.body = rewrite(k.body)
+    return env

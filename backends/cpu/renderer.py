@@ -17,7 +17,7 @@ from kerneldsl.dtypes import VecType, bf16, boolean, f16, f32, f64, i32, i64, u8
 
 from . import abi
 from .mathlib import MathEmitter
-from .regions import Region, SFor, SIf, SJump, SplitOp, SWhile, build_schedule
+from .regions import Region, SFor, SIf, SJump, SplitOp, SWhile, build_schedule, rematerialize
 
 I1, I8, I16, I32, I64 = L.IntType(1), L.IntType(8), L.IntType(16), L.IntType(32), L.IntType(64)
 F16, F32, F64 = L.HalfType(), L.FloatType(), L.DoubleType()
@@ -60,6 +60,7 @@ class CpuRenderer:
     def __init__(self, k: ir.KernelIR, uniformity, caps):
         self.k = k
         self.caps = caps
+        rematerialize(k)
         self.sched = build_schedule(k, uniformity)
         self.U = k.cube_units
         self.P = k.plane_dim
@@ -654,6 +655,11 @@ class CpuRenderer:
         if t.is_bool:
             return {"&": b.and_, "|": b.or_, "^": b.xor}[op](a, c)
         signed = t.is_signed
+        if signed and op in "+-*":
+            # signed overflow is undefined in the DSL, as in C/CUDA: `nsw` keeps
+            # sext(i + u) affine, so unit-strided accesses vectorise without gathers
+            fn = {"+": b.add, "-": b.sub, "*": b.mul}[op]
+            return fn(a, c, flags=["nsw"])
         table = {"+": b.add, "-": b.sub, "*": b.mul, "&": b.and_, "|": b.or_, "^": b.xor, "<<": b.shl,
                  "/": b.sdiv if signed else b.udiv, "%": b.srem if signed else b.urem,
                  ">>": b.ashr if signed else b.lshr}
