@@ -24,5 +24,6 @@ from .lang import Const, PLANE_DIM, Tensor, inf, nan
 from .runtime import Runtime, RuntimeUnavailable, available_runtimes, empty, get_runtime, runtime, tensor, zeros
 
 bool_ = boolean
+bool = boolean  # noqa: A001  (kd.bool, as DESIGN.md spells the dtype)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

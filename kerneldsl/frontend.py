@@ -235,6 +235,7 @@ class Frontend:
             raise self.error(node, "a vector cannot be used as a condition")
         if e.dtype is boolean:
             return e
+        e = coerce(e, arith_type(e.dtype))
         zero = make_const(0, e.dtype, e.loc)
         return ir.Cmp(boolean, op="!=", a=e, b=zero, loc=e.loc)
 

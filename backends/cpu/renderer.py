@@ -744,6 +744,9 @@ class CpuRenderer:
             return b.icmp_unsigned("!=", v, L.Constant(v.type, 0))
         dty = reg_type(dst)
         if src.is_float and dst.is_float:
+            if (src is f16 and dst is f64) or (src is f64 and dst is f16):
+                # through f32: LLVM lowers direct half<->double to compiler-rt calls the JIT lacks
+                return self.cast(self.cast(v, src, f32), f32, dst)
             return b.fpext(v, dty) if dst.bits > src.bits else b.fptrunc(v, dty)
         if src.is_float:
             return b.fptosi(v, dty) if dst.is_signed else b.fptoui(v, dty)

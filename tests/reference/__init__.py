@@ -1,0 +1,1 @@
+"""Independent numpy references for the DSL and operator tests."""

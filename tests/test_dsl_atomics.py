@@ -1,0 +1,118 @@
+"""Atomics on global and shared memory: add/min/max/exchange/cas/and/or/xor on i32/u32,
+add on f32; contended updates from many cubes and units."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+
+pytestmark = pytest.mark.feature("atomics")
+
+
+@kd.kernel
+def histogram(x: kd.Tensor[kd.i32], hist: kd.Tensor, n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        kd.atomic_add(hist, x[i], 1)
+
+
+@pytest.mark.parametrize("dt", ["i32", "u32", "f32"])
+def test_global_atomic_add_histogram(runtime, rng, dt):
+    n = 5000
+    x = rng.integers(0, 17, n).astype(np.int32)
+    hist = runtime.zeros(17, dt)
+    histogram[(n + 127) // 128, 128](runtime.tensor(x), hist, n)
+    np.testing.assert_array_equal(hist.numpy(), np.bincount(x, minlength=17).astype(kd.as_dtype(dt).np))
+
+
+@kd.kernel
+def int_atomics(x: kd.Tensor, acc: kd.Tensor, old: kd.Tensor, n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        v = x[i]
+        kd.atomic_min(acc, 0, v)
+        kd.atomic_max(acc, 1, v)
+        kd.atomic_and(acc, 2, v)
+        kd.atomic_or(acc, 3, v)
+        kd.atomic_xor(acc, 4, v)
+        kd.atomic_add(acc, 5, v)
+        old[i] = kd.atomic_exchange(acc, 6, v)
+
+
+@pytest.mark.parametrize("dt", ["i32", "u32"])
+def test_integer_atomics(runtime, rng, dt):
+    n = 777
+    npd = kd.as_dtype(dt).np
+    x = rng.integers(1, 1 << 20, n).astype(npd)
+    init = np.array([np.iinfo(npd).max, 0, np.iinfo(npd).max if dt == "u32" else -1, 0, 0, 0, 12345], npd)
+    acc = runtime.tensor(init)
+    old = runtime.zeros(n, dt)
+    int_atomics[(n + 63) // 64, 64](runtime.tensor(x), acc, old, n)
+    got = acc.numpy()
+    assert got[0] == x.min() and got[1] == x.max()
+    assert got[2] == np.bitwise_and.reduce(x) & init[2]
+    assert got[3] == np.bitwise_or.reduce(x)
+    assert got[4] == np.bitwise_xor.reduce(x)
+    assert got[5] == x.astype(np.int64).sum().astype(npd)
+    # exchange: the values seen form a chain — every x and the initial value appear once
+    seen = np.sort(np.concatenate([old.numpy(), [got[6]]]))
+    np.testing.assert_array_equal(seen, np.sort(np.concatenate([x, [init[6]]])))
+
+
+@kd.kernel
+def cas_counter(counter: kd.Tensor[kd.i32], tickets: kd.Tensor[kd.i32], n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        done = False
+        while not done:                      # a lock-free increment by compare-exchange
+            cur = counter[0]
+            prev = kd.atomic_cas(counter, 0, cur, cur + 1)
+            if prev == cur:
+                tickets[i] = cur
+                done = True
+
+
+def test_compare_exchange_loop(runtime):
+    n = 300
+    counter = runtime.zeros(1, "i32")
+    tickets = runtime.zeros(n, "i32")
+    cas_counter[(n + 31) // 32, 32](counter, tickets, n)
+    assert counter.numpy()[0] == n
+    np.testing.assert_array_equal(np.sort(tickets.numpy()), np.arange(n))
+
+
+@kd.kernel
+def shared_atomics(x: kd.Tensor[kd.i32], out: kd.Tensor[kd.i32], fout: kd.Tensor[kd.f32], B: kd.Const[int]):
+    t = kd.unit_pos_x()
+    bins = kd.shared(kd.i32, 8)
+    fsum = kd.shared(kd.f32, 1)
+    mx = kd.shared(kd.u32, 1)
+    if t < 8:
+        bins[t] = 0
+    if t == 0:
+        fsum[0] = 0.0
+        mx[0] = 0
+    kd.sync_cube()
+    v = x[kd.cube_pos_x() * B + t]
+    kd.atomic_add(bins, v % 8, 1)
+    kd.atomic_add(fsum, 0, kd.f32(v) * 0.5)
+    kd.atomic_max(mx, 0, kd.u32(v))
+    kd.sync_cube()
+    if t < 8:
+        out[kd.cube_pos_x() * 9 + t] = bins[t]
+    if t == 0:
+        out[kd.cube_pos_x() * 9 + 8] = kd.i32(mx[0])
+        fout[kd.cube_pos_x()] = fsum[0]
+
+
+def test_shared_atomics(runtime, rng):
+    B, cubes = 64, 3
+    x = rng.integers(0, 100, B * cubes).astype(np.int32)
+    out = runtime.zeros(9 * cubes, "i32")
+    fout = runtime.zeros(cubes, "f32")
+    shared_atomics[cubes, B](runtime.tensor(x), out, fout, B)
+    got = out.numpy().reshape(cubes, 9)
+    for c in range(cubes):
+        xs = x[c * B:(c + 1) * B]
+        np.testing.assert_array_equal(got[c, :8], np.bincount(xs % 8, minlength=8))
+        assert got[c, 8] == xs.max()
+        assert fout.numpy()[c] == xs.sum() * 0.5

@@ -1,0 +1,162 @@
+"""Runtime if/for/while/break/continue/return, compile-time constants and unrolling."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+
+pytestmark = pytest.mark.feature("control flow")
+
+
+@kd.kernel
+def branches(x: kd.Tensor[kd.i32], out: kd.Tensor[kd.i32], n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i >= n:
+        return
+    v = x[i]
+    if v < 0:
+        r = -1
+    elif v == 0:
+        r = 0
+    elif v < 10 and v % 2 == 1:
+        r = 1
+    else:
+        r = 2
+    out[i] = r
+
+
+def test_if_elif_else_and_early_return(runtime, rng):
+    n = 101
+    x = rng.integers(-5, 20, n).astype(np.int32)
+    out = runtime.tensor(np.full(n + 7, 99, np.int32))
+    branches[(n + 31) // 32, 32](runtime.tensor(x), out, n)
+    ref = np.where(x < 0, -1, np.where(x == 0, 0, np.where((x < 10) & (x % 2 == 1), 1, 2)))
+    got = out.numpy()
+    np.testing.assert_array_equal(got[:n], ref)
+    np.testing.assert_array_equal(got[n:], 99)  # untouched past n
+
+
+@kd.kernel
+def loops(x: kd.Tensor[kd.i32], out: kd.Tensor[kd.i32], n: kd.i32, step: kd.i32):
+    i = kd.unit_pos_x()
+    s = 0
+    for j in range(i, n, step):          # runtime step
+        s += x[j]
+    out[i, 0] = s
+    s = 0
+    for j in range(n - 1, -1, -3):       # negative constant step
+        s += x[j] * (j % 3)
+    out[i, 1] = s
+    k = 0
+    t = 0
+    while True:                          # while with break and continue
+        k += 1
+        if k > i + 5:
+            break
+        if k % 2 == 0:
+            continue
+        t += k
+    out[i, 2] = t
+    c = 0
+    for a in range(4):                   # nested loops, break out of the inner one
+        for b in range(10):
+            if b > a + i % 3:
+                break
+            c += 1
+    out[i, 3] = c
+    w = i
+    while w > 1:                         # while with a data-dependent condition
+        w = w // 2 if w % 2 == 0 else 3 * w + 1
+        c += 1
+    out[i, 4] = c
+
+
+def test_loops_break_continue(runtime, rng):
+    n, units, step = 23, 16, 5
+    x = rng.integers(-9, 9, n).astype(np.int32)
+    out = runtime.zeros((units, 5), "i32")
+    loops[1, units](runtime.tensor(x), out, n, step)
+    ref = np.zeros((units, 5), np.int64)
+    for i in range(units):
+        ref[i, 0] = x[i:n:step].sum()
+        ref[i, 1] = sum(x[j] * (j % 3) for j in range(n - 1, -1, -3))
+        ref[i, 2] = sum(k for k in range(1, i + 6) if k % 2 == 1)
+        c = sum(min(10, a + i % 3 + 1) for a in range(4))
+        ref[i, 3] = c
+        w = i
+        while w > 1:
+            w = w // 2 if w % 2 == 0 else 3 * w + 1
+            c += 1
+        ref[i, 4] = c
+    np.testing.assert_array_equal(out.numpy(), ref)
+
+
+@kd.kernel
+def consts(out: kd.Tensor[kd.f32], N: kd.Const[int], SCALE: kd.Const[float], MODE: kd.Const[str]):
+    i = kd.unit_pos_x()
+    acc = kd.f32(0)
+    for j in kd.unroll(N):
+        acc += j * SCALE
+    HALF = N // 2
+    if MODE == "neg":
+        acc = -acc
+    elif MODE == "half":
+        acc = acc + HALF
+    out[i] = acc + i
+
+
+@pytest.mark.parametrize("mode", ["neg", "half", "plain"])
+def test_const_params_unroll_and_static_if(runtime, mode):
+    out = runtime.zeros(5, "f32")
+    consts[1, 5](out, 6, 0.5, mode)
+    base = sum(j * 0.5 for j in range(6))
+    base = -base if mode == "neg" else base + 3 if mode == "half" else base
+    np.testing.assert_allclose(out.numpy(), base + np.arange(5))
+
+
+@kd.func
+def clamp_add(a, b, lo: float = 0.0):
+    s = a + b
+    return kd.max(s, lo)
+
+
+@kd.kernel
+def uses_func(x: kd.Tensor[kd.f32], out: kd.Tensor[kd.f32]):
+    i = kd.unit_pos_x()
+    out[i] = clamp_add(x[i], 1.0) + clamp_add(x[i], -10.0, lo=-1.0)
+
+
+def test_device_function_inlining(runtime):
+    x = np.linspace(-3, 3, 9).astype(np.float32)
+    out = runtime.zeros(9, "f32")
+    uses_func[1, 9](runtime.tensor(x), out)
+    np.testing.assert_allclose(out.numpy(), np.maximum(x + 1, 0) + np.maximum(x - 10, -1))
+
+
+@kd.kernel
+def short_circuit(x: kd.Tensor[kd.i32], out: kd.Tensor[kd.i32], n: kd.i32):
+    i = kd.unit_pos_x()
+    # x[i] is only read when i < n: the right side must not be evaluated otherwise
+    ok = i < n and x[i] > 0
+    out[i] = 1 if ok or i == 0 else 0
+
+
+def test_short_circuit_logic(runtime):
+    x = np.array([3, -1, 2], np.int32)
+    out = runtime.zeros(8, "i32")
+    short_circuit[1, 8](runtime.tensor(x), out, 3)
+    np.testing.assert_array_equal(out.numpy(), [1, 0, 1, 0, 0, 0, 0, 0])
+
+
+@kd.kernel
+def ternary_and_vars(x: kd.Tensor[kd.f32], out: kd.Tensor[kd.f32]):
+    i = kd.unit_pos_x()
+    v: kd.f32 = x[i]
+    a, b = v * 2, v + 1
+    out[i] = a if v > 0 else b
+
+
+def test_annotated_locals_tuple_assign_ternary(runtime):
+    x = np.array([-2, -0.5, 0.5, 3], np.float32)
+    out = runtime.zeros(4, "f32")
+    ternary_and_vars[1, 4](runtime.tensor(x), out)
+    np.testing.assert_allclose(out.numpy(), np.where(x > 0, x * 2, x + 1))
