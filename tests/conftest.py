@@ -88,7 +88,7 @@ def pytest_terminal_summary(terminalreporter):
     if not _MATRIX:
         return
     cols = sorted({rt for row in _MATRIX.values() for rt in row}, key=lambda c: (c == "-", c))
-    w = max(len(f) for f in _MATRIX) + 2
+    w = max(len("feature"), *(len(f) for f in _MATRIX)) + 2
     tr = terminalreporter
     tr.section("feature x runtime matrix")
     tr.write_line("feature".ljust(w) + "".join(c.ljust(9) for c in cols))

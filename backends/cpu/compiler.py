@@ -9,6 +9,12 @@ import llvmlite.binding as llvm
 
 @functools.lru_cache(maxsize=None)
 def target_machine():
+    """The host's target machine for compilation (shared; never handed to an engine)."""
+    return new_target_machine()
+
+
+def new_target_machine():
+    """A fresh target machine: an MCJIT engine takes ownership of the one it is given."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()

@@ -44,7 +44,7 @@ class CpuBinary:
 
     def __init__(self, kir: ir.KernelIR, obj: bytes):
         _load_libs()
-        tm = compiler.target_machine()
+        tm = compiler.new_target_machine()
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         self.engine.finalize_object()
