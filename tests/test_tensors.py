@@ -1,0 +1,129 @@
+"""Tensors and runtimes: creation, dtypes (bf16 included), views, contiguous copies,
+pooled memory, DLPack both ways, default runtime."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+
+pytestmark = pytest.mark.feature("tensors")
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16", "f64", "i32", "u32", "i64", "u8", "bool"])
+def test_roundtrip_every_dtype(runtime, rng, dt):
+    if not runtime.capabilities.supports_dtype(dt):
+        pytest.skip(f"{runtime.name} has no {dt}")
+    d = kd.as_dtype(dt)
+    a = (rng.standard_normal((3, 5)) * 10).astype(d.np)
+    t = runtime.tensor(a)
+    assert t.shape == (3, 5) and t.dtype is d and t.runtime is runtime and t.strides == (5, 1)
+    assert t.is_contiguous()
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert kd.tensor(a, runtime=runtime).dtype is d
+    z = runtime.zeros((2, 3), dt)
+    np.testing.assert_array_equal(z.numpy(), np.zeros((2, 3), d.np))
+    e = runtime.empty(7, d)
+    assert e.shape == (7,) and e.dtype is d
+
+
+def test_views_share_memory_and_copy_correctly(runtime, rng):
+    a = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    t = runtime.tensor(a)
+    np.testing.assert_array_equal(t.reshape(24, 5).numpy(), a.reshape(24, 5))
+    np.testing.assert_array_equal(t.reshape(-1).numpy(), a.reshape(-1))
+    p = t.permute(2, 0, 1)
+    assert not p.is_contiguous() and p.shape == (5, 4, 6)
+    np.testing.assert_array_equal(p.numpy(), a.transpose(2, 0, 1))
+    np.testing.assert_array_equal(t.transpose(0, 2).numpy(), a.transpose(2, 1, 0))
+    s = t[1:, ::2, 3]
+    np.testing.assert_array_equal(s.numpy(), a[1:, ::2, 3])
+    np.testing.assert_array_equal(t[-1].numpy(), a[-1])
+    np.testing.assert_array_equal(t[..., 1].numpy(), a[..., 1])
+    c = p.contiguous()
+    assert c.is_contiguous() and c.buffer is not t.buffer
+    np.testing.assert_array_equal(c.numpy(), a.transpose(2, 0, 1))
+    np.testing.assert_array_equal(s.contiguous().numpy(), a[1:, ::2, 3])
+    with pytest.raises(ValueError, match="contiguous"):
+        p.reshape(-1)
+    with pytest.raises(ValueError, match="elements"):
+        t.reshape(7, 7)
+    with pytest.raises(ValueError, match="positive step"):
+        t[::-1]
+    with pytest.raises(IndexError):
+        t[4]
+
+
+def test_bf16_host_arrays_use_ml_dtypes(runtime):
+    import ml_dtypes
+    a = np.array([1.0, -2.5, 3.140625], dtype=ml_dtypes.bfloat16)
+    t = runtime.tensor(a)
+    assert t.dtype is kd.bf16 and t.numpy().dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_memory_is_pooled(runtime):
+    t = runtime.empty(1000, "f32")
+    raw = t.buffer.raw
+    del t
+    import gc
+    gc.collect()
+    u = runtime.empty(1000, "f32")
+    assert u.buffer.raw is raw  # the freed buffer came back from the pool
+
+
+def test_zero_size_and_scalars(runtime):
+    t = runtime.tensor(np.zeros((0, 3), np.float32))
+    assert t.shape == (0, 3) and t.numpy().shape == (0, 3)
+    assert runtime.tensor(np.float32(2.5)).numpy() == 2.5
+
+
+def test_default_runtime(monkeypatch):
+    assert kd.runtime().name == "cpu"
+    monkeypatch.setenv("KERNELDSL_RUNTIME", "cpu")
+    assert kd.runtime() is kd.runtime("cpu")
+    assert "cpu" in kd.available_runtimes()
+    with pytest.raises(ValueError, match="unknown runtime"):
+        kd.runtime("tpu")
+    with pytest.raises(ValueError, match="plane_dim"):
+        kd.runtime("cpu", plane_dim=3)
+
+
+def test_dlpack_export_and_import_numpy():
+    rt = kd.runtime("cpu")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = rt.tensor(a)
+    v = np.from_dlpack(t)          # zero-copy view of the tensor
+    np.testing.assert_array_equal(v, a)
+    w = kd.from_dlpack(a)          # zero-copy import
+    a[0, 0] = 42
+    assert w.numpy()[0, 0] == 42
+    s = kd.from_dlpack(a[:, 1::2])  # strided import keeps strides
+    np.testing.assert_array_equal(s.numpy(), a[:, 1::2])
+
+
+def test_dlpack_with_torch():
+    torch = pytest.importorskip("torch", reason="PyTorch (the oracle extra) is not installed")
+    rt = kd.runtime("cpu")
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    t = kd.from_dlpack(x)
+    x[1, 2] = -1
+    assert t.numpy()[1, 2] == -1        # shares memory
+    back = torch.from_dlpack(rt.tensor(np.ones((2, 2), np.float32)))
+    assert back.sum().item() == 4
+    xb = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    tb = kd.from_dlpack(xb)
+    assert tb.dtype is kd.bf16
+    np.testing.assert_array_equal(tb.numpy().astype(np.float32), [1.5, -2.0])
+
+
+@kd.kernel
+def double_it(x: kd.Tensor[kd.f32], out: kd.Tensor[kd.f32]):
+    i = kd.unit_pos_x()
+    out[i] = x[i] * 2.0
+
+
+def test_kernel_on_strided_view(runtime, rng):
+    a = rng.standard_normal(20).astype(np.float32)
+    t = runtime.tensor(a)
+    out = runtime.zeros(10, "f32")
+    double_it[1, 10](t[::2], out)             # a rank-1 view with stride 2
+    np.testing.assert_array_equal(out.numpy(), a[::2] * 2)
