@@ -14,8 +14,6 @@ import tempfile
 import threading
 from pathlib import Path
 
-import platformdirs  # well-kept, per-OS cache locations (XDG on Linux)
-
 from . import __version__
 
 STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
@@ -24,7 +22,13 @@ _LOCK = threading.Lock()
 
 def cache_dir() -> Path:
     d = os.environ.get("KERNELDSL_CACHE")
-    return Path(d) if d else Path(platformdirs.user_cache_dir("kerneldsl"))
+    if d:
+        return Path(d)
+    try:
+        import platformdirs  # well-kept, per-OS cache locations (XDG on Linux, ~/Library/Caches, ...)
+    except ImportError:  # a machine with only the core packages (e.g. a GPU box): the XDG default
+        return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kerneldsl"
+    return Path(platformdirs.user_cache_dir("kerneldsl"))
 
 
 def enabled() -> bool:
