@@ -174,6 +174,15 @@ class Kernel:
         kir = Frontend(self._source, spec).build()
         return kir, check_kernel(kir)
 
+    def source(self, block, *args, runtime=None) -> str:
+        """The source the runtime generates for these arguments and cube shape (LLVM IR,
+        OpenCL C or CUDA C++), without launching: for reading what the compiler sees."""
+        block = _dims(block, "block")
+        rt = self._pick_runtime(args, runtime)
+        spec_args, _ = self._check_args(args, rt)
+        kir, uni = self.specialize(rt, spec_args, block, bounds_check_enabled())
+        return rt.render(kir, uni)
+
     def launch(self, grid, block, *args, runtime=None):
         grid = _dims(grid, "grid")
         block = _dims(block, "block")

@@ -131,6 +131,10 @@ class Runtime:
     def synchronize(self):
         """Wait until every queued operation of this runtime has finished."""
 
+    def render(self, kernel_ir, uniformity) -> str:
+        """The generated source of a specialised kernel (for reading and tests)."""
+        raise NotImplementedError(f"the {self.name} runtime does not expose generated source")
+
     def load(self, kernel_ir, uniformity):
         """Compile (or fetch from the caches) a specialised kernel; returns a launchable."""
         raise NotImplementedError

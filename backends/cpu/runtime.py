@@ -129,8 +129,11 @@ class CpuRuntime(Runtime):
         return self.host_view(t).__dlpack__(*args, **kwargs)
 
     # -------------------------------------------------------------- kernels
+    def render(self, kir, uniformity) -> str:
+        return renderer.render(kir, uniformity, self.capabilities)
+
     def load(self, kir, uniformity):
-        source = renderer.render(kir, uniformity, self.capabilities)
+        source = self.render(kir, uniformity)
         cache.dump(kir.name, source, "ll")
         key = cache.key("cpu", compiler.arch(), source)
         obj = cache.load("cpu", key)
