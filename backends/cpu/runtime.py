@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -146,7 +147,7 @@ class CpuRuntime(Runtime):
     def _executor(self):
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="kd-cpu")
+                self._pool = ThreadPoolExecutor(max_workers=max(1, self.threads - 1), thread_name_prefix="kd-cpu")
             return self._pool
 
     def launch(self, binary: CpuBinary, grid, block, args):
@@ -171,19 +172,37 @@ class CpuRuntime(Runtime):
                 slots[pos] = _scalar_bits(p.dtype, a)
                 pos += 1
         ncubes = grid[0] * grid[1] * grid[2]
-        argp = slots.ctypes.data
-        workers = min(self.threads, ncubes)
-        if workers <= 1:
-            binary.fn(argp, 0, ncubes)
-        else:
-            chunks = min(ncubes, workers * 8)
-            bounds = [ncubes * i // chunks for i in range(chunks + 1)]
-            ex = self._executor()
-            futures = [ex.submit(binary.fn, argp, bounds[i], bounds[i + 1]) for i in range(chunks)]
-            for f in futures:
-                f.result()
+        self._run_cubes(binary.fn, slots.ctypes.data, ncubes, kir.cube_units)
         if errbuf[0]:
             self._raise_bounds(kir, args, errbuf)
+
+    SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a worker costs more than it saves
+
+    def _run_cubes(self, fn, argp, ncubes, cube_units):
+        """Spread cube ids over `threads` threads (the caller is one of them); chunks are
+        taken from a shared counter so uneven cubes balance out."""
+        workers = min(self.threads, ncubes)
+        if ncubes * cube_units < self.SMALL_LAUNCH_UNITS:
+            workers = 1
+        if workers <= 1:
+            fn(argp, 0, ncubes)
+            return
+        parts = min(ncubes, workers * 8 if ncubes >= 64 * workers else workers)
+        bounds = [ncubes * i // parts for i in range(parts + 1)]
+        counter = itertools.count()
+
+        def work():
+            while True:
+                i = next(counter)
+                if i >= parts:
+                    return
+                fn(argp, bounds[i], bounds[i + 1])
+
+        ex = self._executor()
+        futures = [ex.submit(work) for _ in range(workers - 1)]
+        work()
+        for f in futures:
+            f.result()
 
     @staticmethod
     def _raise_bounds(kir, args, errbuf):
