@@ -143,6 +143,9 @@ def _first_ref_is_clean_def(stmts, name) -> bool:
                     nested_touch = True
         if isinstance(s, ir.Assign) and s.name == name:
             return name not in reads
+        if isinstance(s, ir.For) and s.var == name:
+            # the loop writes its counter before anything reads it; the body may read it
+            return name not in reads
         if name in reads or nested_touch or name in ir.stmt_defs(s):
             return False
     return True
