@@ -50,6 +50,18 @@ def _const(t, value):
     return L.Constant(_REG[t], value)
 
 
+class _DistinctMD(L.values.MDValue):
+    """A `distinct` metadata node: loop IDs and access groups must never be merged."""
+
+    def descr(self, buf):
+        buf += ("distinct ",)
+        super().descr(buf)
+
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
+
+
 class _Loop:
     def __init__(self, latch, exit_):
         self.latch = latch
@@ -336,12 +348,14 @@ class CpuRenderer:
         b.position_at_end(body)
         self.u = u
         self.unit_latch = latch
+        first_new = len(self.fn.blocks)
         self.block(r.stmts)
+        region_blocks = [body] + self.fn.blocks[first_new:]
         if not b.block.is_terminated:
             b.branch(latch)
         b.position_at_end(latch)
         u.add_incoming(b.add(u, L.Constant(I64, 1), flags=["nuw", "nsw"]), latch)
-        b.branch(cond)
+        self._mark_parallel(region_blocks, b.branch(cond))
         b.position_at_end(done)
         self.u = None
         self.flags, self.region_loops = saved_flags, saved_loops
@@ -353,6 +367,30 @@ class CpuRenderer:
             b.position_at_end(go)
             b.branch(target)
             b.position_at_end(stay)
+
+    def _mark_parallel(self, blocks, latch_branch):
+        """Units of a region are independent (unsynchronised cross-unit accesses are races in
+        the DSL, as on GPUs), so the unit loop is tagged `llvm.loop.parallel_accesses`: the
+        vectoriser then needs no run-time alias checks, which large unrolled bodies exceed.
+        Only element accesses (GEPs into tensors, shared and per-unit arrays) join the group;
+        scalar slots keep their ordinary dependences."""
+        group = _DistinctMD(self.module, [], name=str(len(self.module.metadata)))
+        for blk in blocks:
+            for ins in blk.instructions:
+                if isinstance(ins, L.LoadInstr):
+                    ptr = ins.operands[0]
+                elif isinstance(ins, L.StoreInstr):
+                    ptr = ins.operands[1]
+                else:
+                    continue
+                if isinstance(ptr, L.CastInstr) and ptr.opname == "bitcast":
+                    ptr = ptr.operands[0]
+                if isinstance(ptr, L.GEPInstr):
+                    ins.set_metadata("llvm.access.group", group)
+        par = self.module.add_metadata([L.MetaDataString(self.module, "llvm.loop.parallel_accesses"), group])
+        loop_id = _DistinctMD(self.module, [], name=str(len(self.module.metadata)))
+        loop_id.operands = (loop_id, par)
+        latch_branch.set_metadata("llvm.loop", loop_id)
 
     @staticmethod
     def _escapes(stmts) -> set:
