@@ -6,5 +6,7 @@ the error base classes shared by all of them.
 from __future__ import annotations
 
 from .errors import RudnnError
+from . import moe
+from .moe import MoeError
 
-__all__ = ["RudnnError"]
+__all__ = ["RudnnError", "moe", "MoeError"]

@@ -1,0 +1,119 @@
+"""Dispatch (tokens -> rows grouped by expert) and combine (rows -> tokens).
+
+`DispatchedTokens` holds the grouped rows and what combine needs: for every token,
+its slots' rows and weights listed in ascending expert-id order. Every
+(token, slot) pair becomes one row; nothing is dropped.
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from . import dispatch_kernels as dk
+from .options import MoeError, check_tensor
+from .tiles import SCAN_UNITS, exclusive_scan
+
+COUNT_UNITS = 256
+ROW_UNITS = 256
+
+
+def _units_for(width: int) -> int:
+    """Units per cube for a row of `width` elements: a power of two from 32 to ROW_UNITS."""
+    return min(ROW_UNITS, max(32, 1 << max(0, width - 1).bit_length()))
+
+
+class DispatchedTokens:
+    """The rows of every (token, slot) pair grouped by expert.
+
+    `values()` [T*top_k, H] (the input dtype), `row_experts()` U32 [T*top_k],
+    `expert_offsets()` U32 [E+1] (exclusive prefix sum of the per-expert counts);
+    rows inside one expert are in no particular order. `combine(expert_output)`
+    sums each token's rows back, weighted, in F32 and ascending expert id."""
+
+    def __init__(self, plan, values, row_experts, offsets, pair_rows, pair_weights):
+        self.plan = plan
+        self._values = values
+        self._row_experts = row_experts
+        self._offsets = offsets
+        self._pair_rows = pair_rows
+        self._pair_weights = pair_weights
+        self._tile_offsets: dict = {}
+
+    def values(self) -> kd.Tensor:
+        return self._values
+
+    def row_experts(self) -> kd.Tensor:
+        return self._row_experts
+
+    def expert_offsets(self) -> kd.Tensor:
+        return self._offsets
+
+    @property
+    def runtime(self):
+        return self._values.runtime
+
+    def rows(self) -> int:
+        return self._values.shape[0]
+
+    def tile_offsets(self, rows_per_tile: int) -> kd.Tensor:
+        """U32 [E+1]: exclusive prefix sum of ceil(count_e / rows_per_tile) (computed once per size)."""
+        t = self._tile_offsets.get(rows_per_tile)
+        if t is None:
+            E = self.plan.experts()
+            t = self.runtime.empty((E + 1,), kd.u32)
+            exclusive_scan[1, SCAN_UNITS](self._offsets, t, E, True, rows_per_tile)
+            self._tile_offsets[rows_per_tile] = t
+        return t
+
+    def combine(self, expert_output: kd.Tensor) -> kd.Tensor:
+        """out[t] = sum_j weight[t, j] * expert_output[row(t, j)], in F32, ascending expert id."""
+        R = self.rows()
+        check_tensor("expert_output", expert_output, ndim=2, runtime=self.runtime)
+        if expert_output.shape[0] != R:
+            raise MoeError(f"expert_output must have {R} rows (tokens x top_k = {self.plan.tokens()} x "
+                           f"{self.plan.top_k()}), got shape {expert_output.shape}")
+        if expert_output.dtype is not self._values.dtype:
+            raise MoeError(f"expert_output must have the dtype of the dispatched values "
+                           f"({self._values.dtype.name.upper()}), got {expert_output.dtype.name.upper()}")
+        T, W = self.plan.tokens(), expert_output.shape[1]
+        out = self.runtime.empty((T, W), expert_output.dtype)
+        if T == 0 or W == 0:
+            return out
+        dk.combine_rows[T, _units_for(W)](expert_output, self._pair_rows, self._pair_weights, out, self.plan.top_k())
+        return out
+
+    def __repr__(self):
+        return (f"DispatchedTokens(rows={self.rows()}, hidden={self._values.shape[1]}, "
+                f"experts={self.plan.experts()}, runtime={self.runtime.name!r})")
+
+
+def check_input(input, plan) -> None:  # noqa: A002
+    check_tensor("input", input, ndim=2, runtime=plan.runtime)
+    T, H = input.shape
+    if T != plan.tokens():
+        raise MoeError(f"input must have one row per routed token ({plan.tokens()}), got shape {input.shape}")
+    if H < 1:
+        raise MoeError(f"input must have a hidden size H > 0, got shape {input.shape}")
+
+
+def dispatch(plan, input: kd.Tensor) -> DispatchedTokens:  # noqa: A002
+    """Group the rows of `input` [T, H] by expert, one row per (token, slot)."""
+    check_input(input, plan)
+    rt = plan.runtime
+    T, H = input.shape
+    k, E = plan.top_k(), plan.experts()
+    R = T * k
+    values = rt.empty((R, H), input.dtype)
+    row_experts = rt.empty((R,), kd.u32)
+    pair_rows = rt.empty((R,), kd.u32)
+    pair_weights = rt.empty((R,), kd.f32)
+    counts = rt.zeros((E,), kd.u32)
+    offsets = rt.zeros((E + 1,), kd.u32)
+    if R == 0:
+        return DispatchedTokens(plan, values, row_experts, offsets, pair_rows, pair_weights)
+    ids = plan.expert_indices()
+    rank = rt.empty((R,), kd.u32)
+    dk.count_experts[-(-R // COUNT_UNITS), COUNT_UNITS](ids, counts, rank, R)
+    exclusive_scan[1, SCAN_UNITS](counts, offsets, E, False, 1)
+    dk.place_rows[T, _units_for(H)](input, ids, plan.weights(), rank, offsets, values, row_experts, pair_rows,
+                                    pair_weights)
+    return DispatchedTokens(plan, values, row_experts, offsets, pair_rows, pair_weights)

@@ -1,0 +1,68 @@
+"""Where the rows of each expert live: exclusive scans of per-expert counts into
+row offsets and row-tile offsets, and the lookup a grouped-GEMM cube does to find
+its expert and rows. Everything stays on the device (no host round trip)."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+SCAN_UNITS = 256
+
+
+@kd.kernel
+def exclusive_scan(src: kd.Tensor[kd.u32, 1], dst: kd.Tensor[kd.u32, 1], n: kd.i32,
+                   FROM_OFFSETS: kd.Const[bool], DIV: kd.Const[int]):
+    """dst[i] = sum_{j<i} ceil(v_j / DIV) for i in 0..n, one cube. v_j is src[j], or
+    src[j+1] - src[j] when FROM_OFFSETS (src then holds n+1 row offsets)."""
+    t = kd.unit_pos_x()
+    part = kd.shared(kd.u32, 2 * kd.plane_count())
+    carry = kd.u32(0)
+    for base in range(0, n, kd.cube_units()):
+        i = base + t
+        v = kd.u32(0)
+        if i < n:
+            if FROM_OFFSETS:
+                v = src[i + 1] - src[i]
+            else:
+                v = src[i]
+            if DIV > 1:
+                v = (v + (DIV - 1)) // DIV
+        incl = kd.plane_inclusive_sum(v)
+        slot = (base // kd.cube_units()) % 2 * kd.plane_count()   # alternate halves: one barrier per round
+        if kd.lane_pos() == kd.PLANE_DIM - 1:
+            part[slot + kd.plane_pos()] = incl
+        kd.sync_cube()
+        before = kd.u32(0)
+        total = kd.u32(0)
+        for p in range(kd.plane_count()):
+            s = part[slot + p]
+            total += s
+            if p < kd.plane_pos():
+                before += s
+        if i < n:
+            dst[i] = carry + before + incl - v
+        carry += total
+    if t == 0:
+        dst[n] = carry
+
+
+@kd.func
+def find_tile(offsets, tile_offsets, E, tile, TM):
+    """(expert, first row, end row) of row tile `tile`; first row == end row when the
+    tile is past the last one. tile_offsets[e] counts the TM-row tiles before expert e."""
+    lo = 0
+    hi = E
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if kd.i32(tile_offsets[mid]) <= tile:
+            lo = mid
+        else:
+            hi = mid
+    rend = kd.i32(offsets[lo + 1])
+    r0 = kd.i32(offsets[lo]) + (tile - kd.i32(tile_offsets[lo])) * TM
+    r0 = kd.select(tile < kd.i32(tile_offsets[E]), r0, rend)
+    return lo, r0, rend
+
+
+def tile_count_bound(rows: int, experts: int, tm: int) -> int:
+    """An upper bound on sum_e ceil(count_e / tm) over experts whose counts sum to rows."""
+    return (rows + experts * (tm - 1)) // tm
