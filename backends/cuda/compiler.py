@@ -99,10 +99,11 @@ def _error_from_log(log: str, kernel_name: str) -> CompileError:
 
 
 def compile_source(source: str, kernel_name: str, sm: int, filename: str = "kernel.cu",
-                   use_cache: bool = True) -> tuple:
+                   use_cache: bool = True, ptx: bool = False) -> tuple:
     """Compile `source` for compute capability `sm`; returns (kind, image) with kind
-    'cubin' or 'ptx'. Raises CompileError with the user's location on NVRTC errors."""
-    kind, arch = target_for(sm)
+    'cubin' or 'ptx' (`ptx=True` asks for PTX text, for reading). Raises CompileError with
+    the user's location on NVRTC errors."""
+    kind, arch = ("ptx", sm) if ptx else target_for(sm)
     flag = f"--gpu-architecture={'sm' if kind == 'cubin' else 'compute'}_{arch}"
     options = OPTIONS + (flag,)
     key = cache.key("cuda", kind, arch, "nvrtc-%d.%d" % version(), " ".join(options), source)

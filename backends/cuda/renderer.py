@@ -1,0 +1,257 @@
+"""IR -> CUDA C++ for NVRTC, as a dialect of the shared C-like renderer (backends/clike.py).
+
+What CUDA changes from the base: `extern "C" __global__` kernels with
+`__launch_bounds__`, positions from threadIdx/blockIdx, native plane operations
+(`__shfl_*_sync`, `__ballot_sync`, `__reduce_*_sync`, shuffle-up scans, with the
+exact mask of a partial last plane), native atomics, the matrix primitive on
+tensor cores (`mma.sync` m16n8k16 pairs, `ldmatrix` from shared memory), and
+dynamic shared memory when a kernel needs more than the 48 KiB static limit.
+The helpers live in templates/prelude.cuh, so the source needs no CUDA headers.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kerneldsl import ir
+from kerneldsl.dtypes import bf16, boolean, f16, f32, f64, i32, i64, u32
+from kerneldsl.errors import UnsupportedFeatureError
+
+from ..clike import CLikeRenderer, Rendered
+from .capabilities import STATIC_SHARED_LIMIT, WARP
+
+_ATOMIC_FN = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax", "exchange": "atomicExch",
+              "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor", "cas": "atomicCAS"}
+_BITS = {f32: ("__float_as_int", "__int_as_float"), f64: ("__double_as_longlong", "__longlong_as_double")}
+_REDUCE_NATIVE = {"sum": "__reduce_add_sync", "min": "__reduce_min_sync", "max": "__reduce_max_sync"}
+
+
+class CudaRenderer(CLikeRenderer):
+    dialect = "cuda"
+    kernel_prefix = 'extern "C" __global__ void'
+    helper_prefix = "static __device__ __forceinline__"
+    global_ptr = ""
+    local_ptr = ""
+    local_decl = "__shared__ __align__(16)"
+    volatile_atomics = True
+    pass_tensor_offset = False
+    i64_suffix = "LL"
+    barrier_stmt = "__syncthreads();"
+    local_barrier_stmt = "__syncthreads();"
+    native_planes = True
+    template_dirs = (str(Path(__file__).resolve().parent / "templates"),)
+    template_name = "kernel.cu.j2"
+
+    def __init__(self, k: ir.KernelIR, caps):
+        super().__init__(k, caps)
+        if k.plane_dim != WARP:
+            raise UnsupportedFeatureError(f"the cuda back end runs planes of {WARP} lanes, got PLANE_DIM "
+                                          f"{k.plane_dim}", k.loc)
+        if k.frags and self.U % WARP:
+            raise UnsupportedFeatureError(
+                f"{k.name}: matrix fragments run on tensor cores, which need whole planes: use a multiple of "
+                f"{WARP} units per cube on {caps.device_name}, got {self.U}", k.loc)
+        self.dynamic = sum(d.dtype.itemsize * d.size for d in k.shared.values()) > STATIC_SHARED_LIMIT
+
+    # ------------------------------------------------------------------ skeleton
+    def kernel_attributes(self) -> str:
+        return f"__launch_bounds__({self.U}) "
+
+    def position(self, kind: str, axis: int) -> str:
+        c = "xyz"[axis]
+        return {"cube_pos": "blockIdx", "cube_count": "gridDim", "unit_pos": "threadIdx"}[kind] + "." + c
+
+    def plane_setup(self) -> list:
+        full, tail = divmod(self.U, WARP)
+        out = ["const int kd_plane = kd_unit >> 5;", "const int kd_lane = kd_unit & 31;"]
+        if tail == 0:
+            out += ["const int kd_nlanes = 32;", "const unsigned kd_mask = 0xffffffffu;"]
+        else:  # the last plane is partial: its mask names only the lanes that exist
+            out += [f"const int kd_nlanes = kd_plane == {full} ? {tail} : 32;",
+                    f"const unsigned kd_mask = kd_plane == {full} ? {hex((1 << tail) - 1)}u : 0xffffffffu;"]
+        return out
+
+    def prologue(self) -> list:
+        lines = super().prologue()
+        if not self.dynamic:
+            return lines
+        # more than 48 KiB: one dynamic buffer (sized at launch), carved into the arrays
+        decls = {f"{self.local_decl} {self.mem_type_names[d.dtype]} {self.shared(n)}[{d.size}];": (n, d)
+                 for n, d in self.k.shared.items()}
+        out = [f"extern {self.local_decl} unsigned char kd_smem[];"]
+        offset = 0
+        for line in lines:
+            if line not in decls:
+                out.append(line)
+                continue
+            n, d = decls[line]
+            mt = self.mem_type_names[d.dtype]
+            out.append(f"{mt}* const {self.shared(n)} = ({mt}*)(kd_smem + {offset});")
+            offset += -(-d.dtype.itemsize * d.size // 16) * 16
+        return out
+
+    def dynamic_shared_bytes(self) -> int:
+        if not self.dynamic:
+            return 0
+        return sum(-(-d.dtype.itemsize * d.size // 16) * 16 for d in self.k.shared.values())
+
+    # ------------------------------------------------------------------ values
+    def bitcast(self, x: str, src, dst) -> str:
+        if src.itemsize == 2 and dst.itemsize == 2:
+            return x  # f16 <-> bf16: both are 16-bit patterns in registers
+        if src.is_float:
+            to_int = _BITS[src][0]
+            v = f"{to_int}({x})"
+            return v if dst in (i32, i64) else self.cast_to(dst, v)
+        if dst.is_float:
+            t_int = i32 if dst is f32 else i64
+            return f"{_BITS[dst][1]}({self.cast_to(t_int, x)})"
+        return self.cast_to(dst, x)
+
+    def half_to_float(self, x: str, t) -> str:
+        return f"{'kd_bf2f' if t is bf16 else 'kd_h2f'}({x})"
+
+    def float_to_half(self, x: str, t) -> str:
+        return f"{'kd_f2bf' if t is bf16 else 'kd_f2h'}({x})"
+
+    def math_call(self, fn: str, args: list, t) -> str:
+        if fn == "rsqrt" and t.is_float:
+            return f"rsqrt({args[0]})"
+        return super().math_call(fn, args, t)
+
+    # ------------------------------------------------------------------ atomics
+    def atomic(self, op: str, space: str, ptr: str, value: str, compare, t) -> str:
+        p = f"({self.mem_type_names[t]}*){ptr}"  # the atomic intrinsics take plain pointers
+        if op == "cas":
+            return f"atomicCAS({p}, {compare}, {value})"
+        return f"{_ATOMIC_FN[op]}({p}, {value})"
+
+    def atomic_cas_i32(self, ptr: str, cmp: str, val: str) -> str:
+        return f"atomicCAS((int*){ptr}, {cmp}, {val})"
+
+    # ------------------------------------------------------------------ vectors
+    def vec_type(self, elem_ctype: str, lanes: int) -> str:
+        return f"kd_vec<{elem_ctype}, {lanes}>"
+
+    def vec_lane(self, x: str, i: int) -> str:
+        return f"{x}.v[{i}]"
+
+    def vec_load(self, elem, ptr: str, lanes: int) -> str:
+        mt = self.mem_type_names[elem]
+        return f"kd_vload<{mt}, {lanes}>((const {mt}*){ptr})"
+
+    def vec_store(self, elem, ptr: str, lanes: list) -> str:
+        mt = self.mem_type_names[elem]
+        sets = " ".join(f"kd_v.v[{i}] = {x};" for i, x in enumerate(lanes))
+        return f"{{ kd_vec<{mt}, {len(lanes)}> kd_v; {sets} kd_vstore<{mt}, {len(lanes)}>(({mt}*){ptr}, kd_v); }}"
+
+    # ------------------------------------------------------------------ helpers
+    def helper_code(self, name: str) -> str:
+        if name in ("kd_h2f", "kd_f2h", "kd_bf2f", "kd_f2bf"):
+            return f"// {name}: in the prelude"
+        return super().helper_code(name)
+
+    # ------------------------------------------------------------------ plane operations
+    def plane_op(self, s: ir.PlaneOp) -> list:
+        dst, op, t = self.var(s.dst), s.op, s.dtype
+        ctx = "kd_mask, kd_lane"
+        if op == "elect":
+            return [f"{dst} = (kd_lane == 0);"]
+        v = self.x(s.value)
+        if op == "ballot":
+            return [f"{dst} = __ballot_sync(kd_mask, {v});"]
+        if op in ("all", "any"):
+            return [f"{dst} = (__{op}_sync(kd_mask, {v}) != 0);"]
+        T = self.type_names[t]
+        if op in ir.PLANE_REDUCE_OPS:
+            if t in (i32, u32) and op in _REDUCE_NATIVE:
+                return [f"{dst} = {_REDUCE_NATIVE[op]}(kd_mask, {v});"]
+            a, b = "kd_a", "kd_b"
+            body = self._combine(op, a, b, t)
+            return [f"{dst} = kd_plane_reduce({v}, []({T} {a}, {T} {b}) {{ return {body}; }}, {ctx}, kd_nlanes);"]
+        if op == "inclusive_sum":
+            return [f"{dst} = kd_plane_scan({v}, {ctx});"]
+        if op == "exclusive_sum":
+            return [f"{dst} = kd_plane_exscan({v}, {ctx});"]
+        a = self.x(s.arg)
+        if op == "broadcast":  # lane 0's source lane, like the cpu's; outside the plane -> lane 0
+            first = a if isinstance(s.arg, ir.Const) else f"__shfl_sync(kd_mask, (int)({a}), 0)"
+            src = [f"int kd_s = {first};", "kd_s = (unsigned)kd_s < (unsigned)kd_nlanes ? kd_s : 0;"]
+        elif op == "shuffle":  # source taken modulo PLANE_DIM; outside a partial plane -> own value
+            src = [f"int kd_s = (int)({a}) & 31;", "kd_s = kd_s < kd_nlanes ? kd_s : kd_lane;"]
+        else:  # shuffle_xor
+            src = [f"long long kd_x = (long long)({a}) ^ (long long)kd_lane;",
+                   "int kd_s = (kd_x >= 0 && kd_x < kd_nlanes) ? (int)kd_x : kd_lane;"]
+        val = f"(int)({v})" if t is boolean else v
+        got = f"__shfl_sync(kd_mask, {val}, kd_s)"
+        if t is boolean:
+            got = f"({got} != 0)"
+        return ["{ " + " ".join(src) + f" {dst} = {got}; }}"]
+
+    # ------------------------------------------------------------------ matrix fragments
+    def frag_bytes(self) -> int:
+        return 0  # fragments live in registers
+
+    def frag_decls(self) -> list:
+        out = []
+        for n, ft in self.k.frags.items():
+            out.append(f"float {self.frag(n)}[8];" if ft.role == "acc" else f"unsigned {self.frag(n)}[4];")
+        return out
+
+    def frag_op(self, s) -> list:
+        if isinstance(s, ir.FragMma):
+            ft = self.k.frags[s.a]
+            fn = "kd_mma_bf16" if ft.dtype is bf16 else "kd_mma_f16"
+            return [f"{fn}({self.frag(s.acc)}, {self.frag(s.a)}, {self.frag(s.b)});"]
+        if isinstance(s, ir.FragFill):
+            ft = self.k.frags[s.frag]
+            v = self.x(s.value)
+            if ft.role == "acc":
+                return [f"for (int kd_i = 0; kd_i < 8; ++kd_i) {self.frag(s.frag)}[kd_i] = {v};"]
+            return [f"kd_frag_fill16({self.frag(s.frag)}, {self.float_to_half(v, ft.dtype)});"]
+        if isinstance(s, ir.FragLoad):
+            return self._frag_load(s)
+        return self._frag_store(s)
+
+    def _frag_load(self, s: ir.FragLoad) -> list:
+        ft = self.k.frags[s.frag]
+        mem, dt = self._frag_mem(s.space, s.src)
+        off, ld = self.x(s.offset), self.x(s.stride)
+        f = self.frag(s.frag)
+        if ft.role == "acc":
+            v = self.cast(self.from_mem(f"{mem}[{off} + kd_r * {ld} + kd_c]", dt), dt, f32)
+            return ["for (int kd_i = 0; kd_i < 8; ++kd_i) {",
+                    f"    int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c); {f}[kd_i] = {v};", "}"]
+        role = 0 if ft.role == "a" else 1
+        col = ft.layout == "col"
+        trans = (ft.role == "a") == col  # paired elements not adjacent in memory
+        b = "true" if col else "false"
+        gather = f"kd_frag_gather16({f}, {mem}, {off}, {ld}, {role}, {b}, kd_lane);"
+        if s.space != "shared":
+            return [gather]
+        return [f"if ((({off}) & 7) == 0 && (({ld}) & 7) == 0)  // rows of 16 aligned bytes: ldmatrix",
+                f"    kd_frag_ldsm({f}, {mem}, {off}, {ld}, {b}, {'true' if trans else 'false'}, kd_lane);",
+                "else", f"    {gather}"]
+
+    def _frag_store(self, s: ir.FragStore) -> list:
+        mem, dt = self._frag_mem(s.space, s.dst)
+        off, ld = self.x(s.offset), self.x(s.stride)
+        v = self.to_mem(self.cast(f"{self.frag(s.frag)}[kd_i]", f32, dt), dt)
+        return ["for (int kd_i = 0; kd_i < 8; ++kd_i) {",
+                f"    int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c); {mem}[{off} + kd_r * {ld} + kd_c] = {v};",
+                "}"]
+
+    # ------------------------------------------------------------------ result
+    def render(self) -> Rendered:
+        out = super().render()
+        out.dynamic_shared = self.dynamic_shared_bytes()
+        out.filename = f"{self.k.name}.cu"
+        return out
+
+
+def render(k: ir.KernelIR, caps) -> Rendered:
+    """Render one kernel: a clike.Rendered with `dynamic_shared` (bytes to ask for at launch)
+    and `filename` (what NVRTC calls the source) added."""
+    return CudaRenderer(k, caps).render()
+
+
+__all__ = ["CudaRenderer", "render"]

@@ -1,0 +1,211 @@
+"""CUDA code generation with NVRTC alone (no GPU needed): native warp and tensor-core
+instructions in the PTX, wide vector accesses, NVRTC errors at the user's Python line,
+dynamic shared memory, capability records, a clear error where no driver exists, DLPack
+capsules, and the whole conformance suite compiled for sm_80 and sm_90."""
+import ctypes
+import gc
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+
+pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings (the test extra) is not installed")
+from kerneldsl.backends.cuda import capabilities, compiler, dlpack  # noqa: E402
+from kerneldsl.backends.cuda.compile_only import compile_launch  # noqa: E402
+from kerneldsl.backends.cuda.renderer import CudaRenderer  # noqa: E402
+
+if not compiler.available():
+    pytest.skip("NVRTC (nvidia-cuda-nvrtc, the test extra) cannot be loaded", allow_module_level=True)
+
+pytestmark = pytest.mark.feature("cuda codegen")
+TESTS = Path(__file__).resolve().parent
+CPU = kd.runtime("cpu")
+
+
+def ptx_of(kernel, block, args, sm=90) -> str:
+    r = compile_launch(kernel, block, args, f"sm_{sm}")
+    return compiler.compile_source(r.rendered.source, kernel.__name__, sm, ptx=True)[1].decode()
+
+
+def instructions(ptx: str, pattern: str) -> set:
+    return set(re.findall(pattern, ptx))
+
+
+def test_plane_ops_are_warp_instructions():
+    from test_dsl_plane import int_plane_ops, plane_all_ops
+    x, k = CPU.zeros(100, "f32"), CPU.zeros(100, "i32")
+    ptx = ptx_of(plane_all_ops, 100, (x, k, CPU.zeros((100, 12), "f32"), CPU.zeros(100, "u32"), 1))
+    found = instructions(ptx, r"\b(shfl\.sync\.\w+|vote\.sync\.\w+)")
+    assert {"shfl.sync.bfly", "shfl.sync.down", "shfl.sync.up", "shfl.sync.idx", "vote.sync.ballot",
+            "vote.sync.all", "vote.sync.any"} <= found
+    ptx = ptx_of(int_plane_ops, 64, (CPU.zeros(64, "i32"), CPU.zeros((64, 5), "i32")))
+    assert {"redux.sync.add.s32", "redux.sync.min.s32", "redux.sync.max.s32"} <= instructions(
+        ptx, r"\b(redux\.sync\.\S+)")
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_mma_runs_on_tensor_cores(dt):
+    from test_dsl_mma import gemm_tiles
+    a, b = CPU.zeros((32, 64), dt), CPU.zeros((64, 48), dt)
+    ptx = ptx_of(gemm_tiles, 64, (a, b, CPU.zeros((32, 48), "f32"), 32, 48, 64, kd.as_dtype(dt)), sm=80)
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{dt}.{dt}.f32" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx  # B row-major from shared memory
+
+
+@pytest.mark.parametrize("dt,lanes", [("f32", 4), ("bf16", 8), ("f64", 2)])
+def test_vector_accesses_are_128_bit_where_aligned(dt, lanes):
+    from test_dsl_vectors import saxpy_vec
+    x = CPU.zeros(203, dt)
+    ptx = ptx_of(saxpy_vec, 32, (x, x, x, 0.5, 203, lanes))
+    wide = r"\b(ld|st)\.global\.v(?:4\.[a-z]32|2\.[a-z]64)\b"  # 16 bytes in one access
+    assert instructions(ptx, wide) == {"ld", "st"}
+
+
+def test_source_has_line_directives_and_launch_bounds():
+    from test_dsl_plane import butterfly_rowsum
+    r = compile_launch(butterfly_rowsum, 128, (CPU.zeros((9, 33), "f32"), CPU.zeros(9, "f32"), 128), "sm_90")
+    src = r.rendered.source
+    assert '#line' in src and str(TESTS / "test_dsl_plane.py") in src
+    assert "__launch_bounds__(128)" in src and 'extern "C" __global__' in src
+    assert "#include" not in src  # self-contained: NVRTC needs no CUDA headers
+    assert r.kind == "cubin"
+
+
+@kd.kernel
+def with_barrier(x: kd.Tensor[kd.f32]):
+    x[kd.unit_pos_x()] = 1.0
+    kd.sync_cube()
+
+
+def test_nvrtc_errors_point_at_the_python_line(monkeypatch):
+    monkeypatch.setattr(CudaRenderer, "s_Barrier", lambda self, s: self.emit("kd_no_such_function();"))
+    monkeypatch.setenv("KERNELDSL_CACHE", "")
+    with pytest.raises(kd.CompileError) as info:
+        compile_launch(with_barrier, 32, (CPU.zeros(32, "f32"),), "sm_90")
+    err = info.value
+    assert err.loc.filename == __file__
+    assert err.loc.line == with_barrier.fn.__code__.co_firstlineno + 3
+    assert "kd_no_such_function" in str(err) and "kd.sync_cube()" in str(err)  # the user's line, quoted
+
+
+def test_compiler_log_parsing():
+    src = '#line 7 "/some/user/file.py"\nextern "C" __global__ void k() { undefined_name = 1; }\n'
+    with pytest.raises(kd.CompileError) as info:
+        compiler.compile_source(src, "k", 80, use_cache=False)
+    assert (info.value.loc.filename, info.value.loc.line) == ("/some/user/file.py", 7)
+    assert "undefined_name" in str(info.value)
+
+
+@kd.kernel
+def big_shared(x: kd.Tensor[kd.f32], out: kd.Tensor[kd.f32], N: kd.Const[int]):
+    buf = kd.shared(kd.f32, N)
+    small = kd.shared(kd.f32, 3)
+    t = kd.unit_pos_x()
+    for i in range(t, N, kd.cube_dim_x()):
+        buf[i] = x[i] * 2.0
+    if t < 3:
+        small[t] = 1.0
+    kd.sync_cube()
+    for i in range(t, N, kd.cube_dim_x()):
+        out[i] = buf[N - 1 - i] + small[i % 3]
+
+
+def test_large_shared_memory_is_dynamic():
+    n = 20000  # 80 KB: over the 48 KiB static limit
+    for arch in ("sm_80", "sm_90"):
+        r = compile_launch(big_shared, 256, (CPU.zeros(n, "f32"), CPU.zeros(n, "f32"), n), arch)
+        assert r.rendered.dynamic_shared == 80000 + 16
+        assert "extern __shared__" in r.rendered.source
+    small = compile_launch(big_shared, 256, (CPU.zeros(64, "f32"), CPU.zeros(64, "f32"), 64), "sm_90")
+    assert small.rendered.dynamic_shared == 0 and "extern __shared__" not in small.rendered.source
+    huge = 50000  # 200 KB: fits sm_90's 227 KB, not sm_80's 163 KB
+    compile_launch(big_shared, 256, (CPU.zeros(huge, "f32"), CPU.zeros(huge, "f32"), huge), "sm_90")
+    with pytest.raises(kd.CompileError, match="exceeds the device's"):
+        compile_launch(big_shared, 256, (CPU.zeros(huge, "f32"), CPU.zeros(huge, "f32"), huge), "sm_80")
+
+
+@kd.kernel
+def frag_partial_cube(c: kd.Tensor[kd.f32]):
+    acc = kd.fragment_acc(16, 16, 16)
+    kd.fill_fragment(acc, 1.0)
+    kd.store_fragment(c, 0, acc, 16)
+
+
+def test_fragments_need_whole_planes():
+    with pytest.raises(kd.UnsupportedFeatureError, match="multiple of 32 units"):
+        compile_launch(frag_partial_cube, 48, (CPU.zeros(256, "f32"),), "sm_90")
+    compile_launch(frag_partial_cube, 64, (CPU.zeros(256, "f32"),), "sm_90")
+
+
+def test_capabilities_for_explicit_arch():
+    c80, c90 = capabilities.for_arch("sm_80"), capabilities.for_arch(90)
+    assert (c80.arch, c90.arch) == ("sm_80", "sm_90")
+    assert c90.plane_dim == 32 and c90.native_plane_ops and c90.mma_native
+    assert c90.max_shared_bytes == 227 * 1024 and c80.max_shared_bytes == 163 * 1024
+    assert (16, 16, 16) in c90.mma_shapes and kd.bf16 in c90.mma_dtypes and kd.f32 in c90.atomics["add"]
+    with pytest.raises(ValueError, match="compute capability 8.0 or newer"):
+        capabilities.for_arch("sm_75")
+    assert compiler.target_for(90) == ("cubin", 90)
+
+
+def test_without_a_driver_the_error_is_clear():
+    if "cuda" in kd.available_runtimes():
+        pytest.skip("this machine has a CUDA device: the runtime is available")
+    with pytest.raises(kd.RuntimeUnavailable, match="cuda runtime needs"):
+        kd.runtime("cuda")
+
+
+class _FakeBuffer:
+    raw = 0x7000
+
+
+class _FakeTensor:
+    """What export_capsule reads of a kd tensor (device memory is never touched)."""
+    shape, strides, ndim, size, offset, dtype = (2, 3), (4, 1), 2, 6, 5, kd.bf16
+    buffer = _FakeBuffer()
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_dlpack_capsules_roundtrip(versioned):
+    cap = dlpack.export_capsule(_FakeTensor(), 3, versioned)
+    assert len(dlpack._LIVE) == 1
+    owner, data, dev, dt, shape, strides = dlpack.read_capsule(cap, None)
+    assert (data, dev, dt, shape, strides) == (0x7000 + 10, (2, 3), kd.bf16, (2, 3), (4, 1))
+    with pytest.raises(BufferError):
+        dlpack.read_capsule(cap, None)  # a consumed capsule cannot be used twice
+    del cap
+    gc.collect()
+    assert len(dlpack._LIVE) == 1  # the consumer still holds it
+    del owner
+    gc.collect()
+    assert len(dlpack._LIVE) == 0  # its deleter ran
+    dlpack.export_capsule(_FakeTensor(), 0, versioned)  # never consumed: freed with the capsule
+    gc.collect()
+    assert len(dlpack._LIVE) == 0
+    assert ctypes.sizeof(dlpack.DLTensor) == 48
+
+
+def test_conformance_suite_compiles_for_sm80_and_sm90(tmp_path):
+    """Re-runs the suite on the cpu runtime with the codegen_check plugin, which compiles
+    every launched kernel for sm_80 and sm_90 (a CUDA syntax or type error fails here)."""
+    if "cuda" in kd.available_runtimes():
+        pytest.skip("a CUDA device is present: this run compiles and runs every kernel on it")
+    files = sorted(str(p) for p in TESTS.glob("test_*.py") if not p.name.startswith("test_cuda_"))
+    report = tmp_path / "codegen.json"
+    env = dict(os.environ, KERNELDSL_RUNTIMES="cpu", KERNELDSL_CUDA_CODEGEN_REPORT=str(report),
+               KERNELDSL_CUDA_ARCHS="sm_80,sm_90")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "kerneldsl.backends.cuda.codegen_check",
+           "-p", "no:cacheprovider", "-k", "not cpu-p8", *files]
+    run = subprocess.run(cmd, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    got = json.loads(report.read_text())
+    assert got["failures"] == []
+    assert min(got["compiled"].values()) >= 150, got["compiled"]  # the DSL suite alone has ~190
+    assert set(got["compiled"]) == {"sm_80", "sm_90"}
