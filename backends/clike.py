@@ -119,6 +119,20 @@ def cname(prefix: str, name: str) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9_]", lambda m: f"_{ord(m.group()):x}_", name)
 
 
+def parens(text: str) -> str:
+    """`text` in one pair of parentheses (not two: clang warns about `if ((a == b))`)."""
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                if i == len(text) - 1:
+                    return text
+                break
+    return f"({text})"
+
+
 def _cstring(text: str) -> str:
     out = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
     return '"' + out + '"'
@@ -541,7 +555,7 @@ class CLikeRenderer:
         self.guarded_stmt(stmt, s.checked, off, 1, self.literal(d.size, i64), -1, s.loc)
 
     def s_If(self, s):
-        self.emit(f"if ({self.x(s.cond)}) {{")
+        self.emit(f"if {parens(self.x(s.cond))} {{")
         self.nested(s.then)
         if s.orelse:
             self.emit("} else {")
@@ -577,7 +591,7 @@ class CLikeRenderer:
         cond = self.x(s.cond)
         hoisted = self.lines[mark:]
         if not hoisted:
-            self.emit(f"while ({cond}) {{")
+            self.emit(f"while {parens(cond)} {{")
         else:  # the condition loads vectors: evaluate them on every iteration
             del self.lines[mark:]
             self.emit("for (;;) {")
@@ -653,7 +667,7 @@ class CLikeRenderer:
 
     def guarded_stmt(self, stmt, checked, off, lanes, limit, index, loc):
         if checked:
-            self.emit(f"if ({self._check(off, lanes, limit, index, loc)}) {stmt}")
+            self.emit(f"if {parens(self._check(off, lanes, limit, index, loc))} {stmt}")
         else:
             self.emit(stmt)
 
@@ -961,4 +975,4 @@ class CLikeRenderer:
         return self.shared(name), self.k.shared[name].dtype
 
 
-__all__ = ["CLikeRenderer", "KernelArg", "Rendered", "SKELETON", "cname", "HALVES"]
+__all__ = ["CLikeRenderer", "KernelArg", "Rendered", "SKELETON", "cname", "parens", "HALVES"]

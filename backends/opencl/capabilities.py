@@ -1,0 +1,53 @@
+"""The OpenCL device record, probed from the driver: dtypes (f64 only with cl_khr_fp64),
+work-group and local-memory limits, and how plane operations run (sub-groups or local memory)."""
+from __future__ import annotations
+
+import os
+
+from kerneldsl import dtypes as dt
+from kerneldsl.capabilities import Capabilities, default_atomics
+
+EMULATED_PLANE_DIM = 32  # like CUDA's warps, so kernels tuned for 32 lanes behave the same
+
+
+def extensions(device) -> set:
+    return set(device.extensions.split())
+
+
+def has_fp64(device) -> bool:
+    return "cl_khr_fp64" in extensions(device) or bool(getattr(device, "double_fp_config", 0))
+
+
+def subgroups_wanted(device) -> bool:
+    """Sub-group instructions for plane operations: where the device has cl_khr_subgroups and
+    KERNELDSL_OPENCL_SUBGROUPS is not 0 (set it to 0 to force the local-memory path)."""
+    if os.environ.get("KERNELDSL_OPENCL_SUBGROUPS", "1") in ("0", "false", "no"):
+        return False
+    return "cl_khr_subgroups" in extensions(device)
+
+
+def device_label(platform, device) -> str:
+    return f"{device.name.strip()} ({platform.name.strip()})"
+
+
+def arch(platform, device) -> str:
+    """Part of the kernel cache key: device, driver and toolchain versions."""
+    import pyopencl as cl
+    return (f"{platform.name}|{platform.version}|{device.name}|{device.version}|{device.driver_version}"
+            f"|pyopencl-{cl.VERSION_TEXT}")
+
+
+def capabilities(platform, device, native_planes: bool = False, plane_dim: int = EMULATED_PLANE_DIM) -> Capabilities:
+    types = tuple(d for d in dt.ALL_DTYPES if d is not dt.f64 or has_fp64(device))
+    return Capabilities(
+        backend="opencl",
+        device_name=device_label(platform, device),
+        arch=arch(platform, device) + f"|planes-{'native' if native_planes else 'local'}-{plane_dim}",
+        plane_dim=plane_dim,
+        max_cube_units=int(device.max_work_group_size),
+        max_shared_bytes=int(device.local_mem_size),
+        dtypes=types,
+        native_plane_ops=native_planes,
+        atomics=default_atomics(float_add=True),  # f32 add as a compare-exchange loop
+        mma_native=False,
+    )

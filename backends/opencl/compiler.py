@@ -1,0 +1,104 @@
+"""OpenCL C text -> a built program for one device, through the driver (text in, program out).
+
+Program binaries are cached on disk (kerneldsl/cache.py) keyed by the source, the build
+options and the device, driver and pyopencl versions; pyopencl's own source cache is
+bypassed so there is one cache to reason about. PoCL keeps its own on-disk cache of
+compiled programs (keyed by source), and asking it for a binary costs about as much as
+a third of a cold build, so with PoCL the entry is not written unless
+KERNELDSL_OPENCL_STORE_BINARIES=1 (see `stores_binaries`). A failed build raises CompileError at
+the user's Python line: the generated source carries `#line` directives, so the driver's
+build log already names the Python file and line.
+"""
+from __future__ import annotations
+
+import os
+import re
+import warnings
+
+from kerneldsl import cache
+from kerneldsl.errors import CompileError, SourceLoc
+
+def build_options(device) -> list:
+    """Options for every build: correctly rounded f32 division and sqrt where the device offers
+    them, so results match the cpu runtime's IEEE operations."""
+    import pyopencl as cl
+    opts = []
+    cfg = getattr(device, "single_fp_config", 0)
+    if cfg & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
+        opts.append("-cl-fp32-correctly-rounded-divide-sqrt")
+    return opts
+
+
+def stores_binaries(platform) -> bool:
+    """Whether built programs are written to kerneldsl's disk cache on this platform."""
+    env = os.environ.get("KERNELDSL_OPENCL_STORE_BINARIES")
+    if env is not None:
+        return env not in ("", "0", "false", "no")
+    pocl = "Portable Computing Language" in platform.name
+    return not (pocl and os.environ.get("POCL_KERNEL_CACHE", "1") != "0")
+
+
+class _BuildFailed(Exception):
+    """The driver rejected a program; the message is its build log."""
+
+
+def _build(program, options, devices):
+    import pyopencl as cl
+    try:
+        with warnings.catch_warnings():  # warnings about generated code are ours to fix, not the user's
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            program.build(options=options, devices=devices, cache_dir=False)
+    except cl.Error as e:  # pyopencl puts the build log in the message
+        raise _BuildFailed(str(e)) from None
+    return program
+
+
+def build(ctx, device, source: str, arch: str, name: str = "kernel", locs=None, kernel_loc=None,
+          store: bool = True):
+    """A built `pyopencl.Program` for `source` on `device`, from the disk cache when possible."""
+    import pyopencl as cl
+    options = build_options(device)
+    key = cache.key("opencl", arch, " ".join(options), source)
+    binary = cache.load("opencl", key)
+    if binary is not None:
+        try:
+            return _build(cl.Program(ctx, [device], [binary]), options, [device])
+        except Exception:  # noqa: BLE001  (a stale or foreign binary: rebuild from source)
+            pass
+    try:
+        program = _build(cl.Program(ctx, source), options, [device])
+    except _BuildFailed as e:
+        raise build_error(str(e), name, device, locs or {}, kernel_loc) from None
+    cache.count("compiled")
+    if not store:
+        return program
+    try:
+        binaries = program.get_info(cl.program_info.BINARIES)
+        if binaries and binaries[0]:
+            cache.store("opencl", key, bytes(binaries[0]))
+    except cl.Error:
+        pass  # a driver without program binaries only costs recompilation
+    return program
+
+
+def build_error(log: str, name: str, device, locs: dict, kernel_loc=None) -> CompileError:
+    """The first error of a build log, at the user's Python line when `#line` mapped it there
+    (PoCL writes `error: file:line:col: msg`, clang-based drivers `file:line:col: error: msg`)."""
+    dev = device.name.strip()
+    files = sorted({f for f, _ in locs}, key=len, reverse=True)
+    for text in log.splitlines():
+        if "error" not in text:
+            continue
+        for fn in files:
+            m = re.search(re.escape(fn) + r":(\d+):(?:\d+:)?\s*(?:(?:fatal )?error:\s*)?(.*)", text)
+            if m is None:
+                continue
+            line = int(m.group(1))
+            loc = locs.get((fn, line)) or SourceLoc(fn, line, 0)
+            err = CompileError(f"the OpenCL compiler of {dev} rejected kernel {name}: {m.group(2).strip()}", loc)
+            err.build_log = log
+            return err
+    tail = "\n".join(log.strip().splitlines()[-15:])
+    err = CompileError(f"the OpenCL compiler of {dev} rejected kernel {name}; build log:\n{tail}", kernel_loc)
+    err.build_log = log
+    return err

@@ -1,0 +1,192 @@
+"""The `opencl` runtime: one device through pyopencl, an in-order queue, pooled cl.Buffers.
+
+Devices are numbered across every platform, GPUs first, then accelerators, then CPUs
+(PoCL), so `kd.runtime("opencl")` is the GPU where there is one; `opencl:N` picks the
+N-th. Launches are queued; `.numpy()` and `synchronize()` wait for the queue.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from kerneldsl import cache, ir
+from kerneldsl.dtypes import bf16, boolean, f16
+from kerneldsl.errors import LaunchError, OutOfBoundsError
+from kerneldsl.runtime import Runtime, RuntimeUnavailable
+
+from . import compiler, renderer
+from .capabilities import EMULATED_PLANE_DIM, capabilities, device_label
+
+_KIND_ORDER = ("GPU", "ACCELERATOR", "CPU")
+
+
+@functools.lru_cache(maxsize=None)
+def devices() -> tuple:
+    """(platform, device) pairs of every OpenCL device here, GPUs first."""
+    import pyopencl as cl
+    found = []
+    for plat in cl.get_platforms():
+        try:
+            devs = plat.get_devices()
+        except cl.Error:  # a platform with no devices
+            continue
+        for d in devs:
+            kinds = cl.device_type.to_string(d.type)
+            rank = next((i for i, k in enumerate(_KIND_ORDER) if k in kinds), len(_KIND_ORDER))
+            found.append((rank, len(found), plat, d))
+    found.sort(key=lambda x: (x[0], x[1]))
+    return tuple((p, d) for _, _, p, d in found)
+
+
+def describe_devices() -> str:
+    return "; ".join(f"{i}: {device_label(p, d)}" for i, (p, d) in enumerate(devices())) or "none"
+
+
+class OpenCLBinary:
+    """A built kernel, its argument list and the launch lock (cl.Kernel arguments are state)."""
+
+    def __init__(self, kir, rendered, kernel):
+        self.kir = kir
+        self.args = rendered.args
+        self.kernel = kernel
+        self.lock = threading.Lock()
+
+
+def _scalar(dtype, value):
+    """A numpy scalar of the kernel-argument type of a scalar parameter."""
+    if dtype is f16:
+        return np.array(value, np.float16).view(np.uint16)[()]
+    if dtype is bf16:
+        return np.array(value, np.float32).astype(bf16.np).view(np.uint16)[()]
+    if dtype is boolean:
+        return np.uint8(bool(value))
+    return dtype.np.type(value)
+
+
+class OpenCLRuntime(Runtime):
+    kind = "opencl"
+
+    def __init__(self, index: int = 0):
+        import pyopencl as cl
+        devs = devices()
+        if not 0 <= index < len(devs):
+            raise ValueError(f"opencl:{index} asks for OpenCL device {index}, but this machine has {len(devs)} "
+                             f"({describe_devices()})")
+        self.index = index
+        self.platform, self.device = devs[index]
+        self.ctx = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.ctx, self.device)
+        caps = capabilities(self.platform, self.device, native_planes=False, plane_dim=EMULATED_PLANE_DIM)
+        super().__init__("opencl" if index == 0 else f"opencl:{index}", caps)
+        self._cl = cl
+
+    @property
+    def device_key(self):
+        return f"opencl:{self.index}"
+
+    def __repr__(self):
+        return f"kd.runtime({self.name!r})  # {self.capabilities.device_name}"
+
+    # -------------------------------------------------------------- memory
+    def _raw_alloc(self, nbytes):
+        return self._cl.Buffer(self.ctx, self._cl.mem_flags.READ_WRITE, nbytes)
+
+    def _raw_free(self, raw):
+        raw.release()
+
+    def _upload(self, buffer, byte_offset, host):
+        host = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+        self._cl.enqueue_copy(self.queue, buffer.raw, host, dst_offset=byte_offset, is_blocking=True)
+
+    def _download(self, buffer, byte_offset, nbytes):
+        out = np.empty(nbytes, np.uint8)
+        if nbytes:
+            self._cl.enqueue_copy(self.queue, out, buffer.raw, src_offset=byte_offset, is_blocking=True)
+        return out
+
+    def _fill_zero(self, t):
+        n = t.size * t.dtype.itemsize
+        if n:
+            self._cl.enqueue_fill_buffer(self.queue, t.buffer.raw, np.uint8(0), 0, n)
+
+    def synchronize(self):
+        self.queue.finish()
+
+    # -------------------------------------------------------------- kernels
+    def load(self, kir, uniformity):
+        r = renderer.OpenCLRenderer(kir, self.capabilities)
+        rendered = r.render()
+        r.check_shared(self.capabilities.max_shared_bytes, self.capabilities.device_name)
+        cache.dump(kir.name, rendered.source, "cl")
+        program = compiler.build(self.ctx, self.device, rendered.source, self.capabilities.arch, kir.name,
+                                 rendered.locs, kir.loc, store=compiler.stores_binaries(self.platform))
+        kernel = self._cl.Kernel(program, rendered.name)
+        wg = kernel.get_work_group_info(self._cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
+        if kir.cube_units > wg:
+            raise LaunchError(f"{kir.name}: {kir.cube_units} units per cube, but {self.capabilities.device_name} "
+                              f"runs this kernel with at most {wg} (registers or local memory limit it)")
+        return OpenCLBinary(kir, rendered, kernel)
+
+    def launch(self, binary: OpenCLBinary, grid, block, args):
+        kir = binary.kir
+        values = []
+        errbuf = None
+        for a in binary.args:
+            kind = a.kind
+            if kind == "errbuf":
+                errbuf = self.zeros(4, "i64")
+                values.append(errbuf.buffer.raw)
+                continue
+            t = args[a.param.index]
+            if kind == "data":
+                values.append(t.buffer.raw)
+            elif kind == "offset":
+                values.append(np.int64(t.offset))
+            elif kind == "extent":
+                values.append(np.int64(t.extent()))
+            elif kind == "shape":
+                values.append(np.int64(t.shape[a.axis]))
+            elif kind == "stride":
+                values.append(np.int64(t.strides[a.axis]))
+            else:
+                values.append(_scalar(a.param.dtype, t))
+        gsize = tuple(g * b for g, b in zip(grid, block))
+        with binary.lock:
+            binary.kernel.set_args(*values)
+            self._cl.enqueue_nd_range_kernel(self.queue, binary.kernel, gsize, tuple(block))
+        if errbuf is not None:
+            rec = errbuf.numpy()
+            if rec[0]:
+                self._raise_bounds(kir, args, rec)
+
+    @staticmethod
+    def _raise_bounds(kir, args, rec):
+        idx, off, line = int(rec[1]), int(rec[2]), int(rec[3])
+        where = f" at {kir.loc.filename}:{line}" if kir.loc is not None else ""
+        if idx >= 0:
+            p = kir.params[idx]
+            raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for tensor '{p.name}' "
+                                   f"(shape {args[idx].shape}, {args[idx].extent()} elements reachable){where}")
+        raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for a shared array{where}")
+
+
+def available() -> bool:
+    try:
+        return len(devices()) > 0
+    except Exception:  # noqa: BLE001  (no ICD loader, no platform: not available)
+        return False
+
+
+def create(index: int = 0, **options) -> OpenCLRuntime:
+    if options:
+        raise ValueError(f"the opencl runtime takes no options, got {sorted(options)}")
+    try:
+        import pyopencl  # noqa: F401
+    except ImportError as e:
+        raise RuntimeUnavailable(f"the opencl runtime needs pyopencl (pip install pyopencl): {e}") from None
+    if not available():
+        raise RuntimeUnavailable("the opencl runtime found no OpenCL device (install a driver, or "
+                                 "pocl-binary-distribution for the CPU)")
+    return OpenCLRuntime(index)
