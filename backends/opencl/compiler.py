@@ -18,11 +18,12 @@ import warnings
 from kerneldsl import cache
 from kerneldsl.errors import CompileError, SourceLoc
 
-def build_options(device) -> list:
+def build_options(device, native=None) -> list:
     """Options for every build: correctly rounded f32 division and sqrt where the device offers
-    them, so results match the cpu runtime's IEEE operations."""
+    them, so results match the cpu runtime's IEEE operations; OpenCL C 2.0 for sub-group
+    built-ins (native='khr')."""
     import pyopencl as cl
-    opts = []
+    opts = ["-cl-std=CL2.0"] if native == "khr" else []
     cfg = getattr(device, "single_fp_config", 0)
     if cfg & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
         opts.append("-cl-fp32-correctly-rounded-divide-sqrt")
@@ -54,10 +55,10 @@ def _build(program, options, devices):
 
 
 def build(ctx, device, source: str, arch: str, name: str = "kernel", locs=None, kernel_loc=None,
-          store: bool = True):
+          store: bool = True, native=None):
     """A built `pyopencl.Program` for `source` on `device`, from the disk cache when possible."""
     import pyopencl as cl
-    options = build_options(device)
+    options = build_options(device, native)
     key = cache.key("opencl", arch, " ".join(options), source)
     binary = cache.load("opencl", key)
     if binary is not None:

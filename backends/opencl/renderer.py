@@ -118,6 +118,135 @@ class OpenCLRenderer(CLikeRenderer):
         return super().helper_code(name)
 
 
+# Sub-group primitives a native plane-op renderer builds every plane operation from: a 32-bit
+# shuffle from any lane (`kd_shfl32(v, src, mask)`) and a ballot (`kd_ballot32(p, mask)`).
+NATIVE_PRIMITIVES = {
+    # NVIDIA's OpenCL compiler takes inline PTX: the warp's shfl.sync and vote.sync instructions
+    "ptx": (
+        "static inline uint kd_shfl32(uint v, int src, uint mask) {\n"
+        "    uint r;\n"
+        '    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 31, %3;" : "=r"(r) : "r"(v), "r"(src), "r"(mask));\n'
+        "    return r;\n}\n"
+        "static inline uint kd_ballot32(int p, uint mask) {\n"
+        "    uint r;\n"
+        '    asm volatile("{ .reg .pred q; setp.ne.s32 q, %1, 0; vote.sync.ballot.b32 %0, q, %2; }"'
+        ' : "=r"(r) : "r"(p), "r"(mask));\n'
+        "    return r;\n}"),
+    # cl_khr_subgroup_shuffle and cl_khr_subgroup_ballot
+    "khr": (
+        "static inline uint kd_shfl32(uint v, int src, uint mask) { return sub_group_shuffle(v, (uint)src); }\n"
+        "static inline uint kd_ballot32(int p, uint mask) { return sub_group_ballot(p).x; }"),
+    # a stand-in through local memory (kd_sg_buf, one slot per lane of every plane), so the
+    # algorithms above the primitives are tested on devices without warp instructions (PoCL)
+    "local": (
+        "static inline uint kd_shfl32_local(__local uint* buf, int unit, uint v, int src) {\n"
+        "    buf[unit] = v;\n"
+        "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    uint r = buf[(unit / 32) * 32 + (src & 31)];\n"
+        "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    return r;\n}\n"
+        "static inline uint kd_ballot32_local(__local uint* buf, int unit, int p, uint mask) {\n"
+        "    buf[unit] = p != 0;\n"
+        "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    uint r = 0u;\n"
+        "    for (int l = 0; l < 32; ++l) if ((mask >> l) & 1u) r |= buf[(unit / 32) * 32 + l] << l;\n"
+        "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    return r;\n}\n"
+        "#define kd_shfl32(v, src, mask) kd_shfl32_local(kd_sg_buf, kd_unit, v, src)\n"
+        "#define kd_ballot32(p, mask) kd_ballot32_local(kd_sg_buf, kd_unit, p, mask)"),
+}
+KHR_EXTENSIONS = ("cl_khr_subgroups", "cl_khr_subgroup_shuffle", "cl_khr_subgroup_ballot")
+
+
+class NativePlaneRenderer(OpenCLRenderer):
+    """Plane operations on the device's sub-group (warp) instructions instead of local memory.
+
+    Built from two primitives (NATIVE_PRIMITIVES): reductions are a shuffle-down tree to lane
+    0 then a broadcast, scans a shuffle-up (Hillis-Steele) ladder, votes a ballot; lanes
+    past the end of a partial plane are left out through the mask and the lane checks, so
+    the semantics are those of tests/reference/planes.py."""
+
+    native_planes = True
+    primitives = "ptx"
+
+    def extensions(self) -> list:
+        return list(KHR_EXTENSIONS) if self.primitives == "khr" and self.uses_planes else []
+
+    def plane_setup(self) -> list:
+        out = [f"const uint kd_mask = kd_nlanes >= 32 ? 0xffffffffu : ((1u << kd_nlanes) - 1u);"]
+        if self.primitives == "local" and self.uses_planes:
+            out.append(f"__local uint kd_sg_buf[{self.planes * 32}];")
+        return super().plane_setup() + out
+
+    def shared_bytes(self) -> int:
+        extra = 4 * self.planes * 32 if self.primitives == "local" and self.uses_planes else 0
+        return super().shared_bytes() + extra
+
+    def helper_code(self, name: str) -> str:
+        hp = self.helper_prefix
+        if name == "kd_native":
+            return NATIVE_PRIMITIVES[self.primitives]
+        if name.startswith("kd_shfl_"):
+            self.need("kd_native")
+            t = {d.name: d for d in (f32, f64, i32, u32, i64, boolean)}[name[len("kd_shfl_"):]]
+            T = self.type_names[t]
+            if t is boolean:
+                body = "(kd_shfl32((uint)(v), s, m) != 0u)"
+            elif t.itemsize == 8:
+                body = f"as_{T}((uint2)(kd_shfl32(as_uint2(v).x, s, m), kd_shfl32(as_uint2(v).y, s, m)))"
+            elif t is u32:
+                body = "kd_shfl32(v, s, m)"
+            else:
+                body = f"as_{T}(kd_shfl32(as_uint(v), s, m))"
+            if self.primitives == "local":  # the stand-in reads kernel-scope names: a macro
+                return f"#define {name}(v, s, m) {body}"
+            return f"{hp} {T} {name}({T} v, int s, uint m) {{ return {body}; }}"
+        return super().helper_code(name)
+
+    def plane_op(self, s: ir.PlaneOp) -> list:
+        dst, op, t, P = self.var(s.dst), s.op, s.dtype, self.P
+        if op == "elect":
+            return [f"{dst} = (kd_lane == 0);"]
+        v = self.x(s.value)
+        if op in ("ballot", "all", "any"):
+            self.need("kd_native")
+            b = f"kd_ballot32((int)({v}), kd_mask)"
+            return [{"ballot": f"{dst} = {b};", "all": f"{dst} = ({b} == kd_mask);",
+                     "any": f"{dst} = ({b} != 0u);"}[op]]
+        vt = s.value.dtype
+        shfl = self.need(f"kd_shfl_{vt.name}")
+        T = self.type_names[vt]
+        if op in ir.PLANE_REDUCE_OPS:
+            comb = self._combine(op, "kd_a", "kd_b", t)
+            return [f"{{ {T} kd_a = {v};",
+                    f"  for (int kd_o = {P // 2}; kd_o > 0; kd_o >>= 1) {{",
+                    f"    {T} kd_b = {shfl}(kd_a, kd_lane + kd_o, kd_mask);",
+                    f"    if (kd_lane + kd_o < kd_nlanes) kd_a = {comb};",
+                    "  }",
+                    f"  {dst} = {shfl}(kd_a, 0, kd_mask); }}"]
+        if op in ("inclusive_sum", "exclusive_sum"):
+            lines = [f"{{ {T} kd_a = {v};",
+                     f"  for (int kd_o = 1; kd_o < {P}; kd_o <<= 1) {{",
+                     f"    {T} kd_b = {shfl}(kd_a, kd_lane - kd_o, kd_mask);",
+                     f"    if (kd_lane >= kd_o) kd_a = {self._combine('sum', 'kd_a', 'kd_b', t)};",
+                     "  }"]
+            if op == "inclusive_sum":
+                return lines + [f"  {dst} = kd_a; }}"]
+            return lines + [f"  {T} kd_b = {shfl}(kd_a, kd_lane - 1, kd_mask);",
+                            f"  {dst} = kd_lane == 0 ? {self.zero(t)} : kd_b; }}"]
+        i64t = self.type_names[i64]
+        a = self.x(s.arg)
+        if op == "broadcast":
+            src = f"((long)({a}) >= 0 && (long)({a}) < kd_nlanes) ? (int)({a}) : 0"
+        elif op == "shuffle":
+            m = f"(int)((ulong)(long)({a}) % {P}u)"
+            src = f"({m} < kd_nlanes) ? {m} : kd_lane"
+        else:
+            x = f"(({i64t})({a}) ^ ({i64t})kd_lane)"
+            src = f"({x} >= 0 && {x} < kd_nlanes) ? (int){x} : kd_lane"
+        return [f"{dst} = {shfl}({v}, {src}, kd_mask);"]
+
+
 def render(k: ir.KernelIR, caps, renderer=OpenCLRenderer):
     """Render one kernel; returns a clike.Rendered (symbol, source, argument list)."""
     return renderer(k, caps).render()

@@ -7,6 +7,7 @@ N-th. Launches are queued; `.numpy()` and `synchronize()` wait for the queue.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 import numpy as np
@@ -38,6 +39,54 @@ def devices() -> tuple:
             found.append((rank, len(found), plat, d))
     found.sort(key=lambda x: (x[0], x[1]))
     return tuple((p, d) for _, _, p, d in found)
+
+
+_PROBE = """
+{primitives}
+__kernel __attribute__((reqd_work_group_size(48, 1, 1))) void kd_probe(__global uint* out) {{
+    int u = (int)get_local_id(0);
+    int lane = u % 32;
+    int nlanes = u < 32 ? 32 : 16;
+    uint mask = nlanes >= 32 ? 0xffffffffu : ((1u << nlanes) - 1u);
+    out[u] = kd_shfl32((uint)(u * 3), lane ^ 1, mask);
+    out[48 + u] = kd_ballot32(lane == 5 || lane == 15 || lane == 31, mask);
+}}
+"""
+
+
+def probe_native_planes(ctx, queue, device):
+    """('ptx' | 'khr', 32) when the device's warp / sub-group instructions work with planes of
+    32 consecutive units (checked by running a shuffle and a ballot), else (None, 32)."""
+    import pyopencl as cl
+    from .capabilities import extensions, subgroups_wanted
+    exts = extensions(device)
+    candidates = []
+    if os.environ.get("KERNELDSL_OPENCL_SUBGROUPS", "1") in ("0", "false", "no"):
+        return None, EMULATED_PLANE_DIM
+    if "NVIDIA" in device.platform.name.upper():
+        candidates.append("ptx")
+    if subgroups_wanted(device) and all(e in exts for e in renderer.KHR_EXTENSIONS):
+        candidates.append("khr")
+    for kind in candidates:
+        try:
+            opts = compiler.build_options(device, native=kind)
+            prg = cl.Program(ctx, _PROBE.format(primitives=renderer.NATIVE_PRIMITIVES[kind])).build(
+                options=opts, cache_dir=False)
+            out = np.zeros(96, np.uint32)
+            buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=out)
+            k = cl.Kernel(prg, "kd_probe")
+            k.set_args(buf)
+            cl.enqueue_nd_range_kernel(queue, k, (48,), (48,))
+            cl.enqueue_copy(queue, out, buf, is_blocking=True)
+        except Exception:  # noqa: BLE001  (the instructions are not there: emulate)
+            continue
+        u = np.arange(48)
+        lane = u % 32
+        want_shfl = np.where(lane ^ 1 < np.where(u < 32, 32, 16), (u ^ 1) * 3, out[:48])
+        want_ballot = np.where(u < 32, (1 << 5) | (1 << 15) | (1 << 31), (1 << 5) | (1 << 15))
+        if np.array_equal(out[:48], want_shfl) and np.array_equal(out[48:], want_ballot):
+            return kind, 32
+    return None, EMULATED_PLANE_DIM
 
 
 def describe_devices() -> str:
@@ -78,7 +127,8 @@ class OpenCLRuntime(Runtime):
         self.platform, self.device = devs[index]
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx, self.device)
-        caps = capabilities(self.platform, self.device, native_planes=False, plane_dim=EMULATED_PLANE_DIM)
+        self.native, plane_dim = probe_native_planes(self.ctx, self.queue, self.device)
+        caps = capabilities(self.platform, self.device, native_planes=self.native is not None, plane_dim=plane_dim)
         super().__init__("opencl" if index == 0 else f"opencl:{index}", caps)
         self._cl = cl
 
@@ -115,14 +165,41 @@ class OpenCLRuntime(Runtime):
         self.queue.finish()
 
     # -------------------------------------------------------------- kernels
+    def renderer(self, kir):
+        """The renderer for this device: sub-group plane operations where the probe passed."""
+        if self.native is not None and ir.contains(kir.body, ir.PlaneOp):
+            r = renderer.NativePlaneRenderer(kir, self.capabilities)
+            r.primitives = self.native
+            return r
+        return renderer.OpenCLRenderer(kir, self.capabilities)
+
+    def _subgroups_fit(self, kernel, kir) -> bool:
+        """The driver may pick another sub-group size per kernel: native plane ops need 32."""
+        try:
+            size = kernel.get_sub_group_info(self.device, self._cl.kernel_sub_group_info.MAX_SUB_GROUP_SIZE_FOR_NDRANGE,
+                                             tuple(kir.cube_dim))
+        except Exception:  # noqa: BLE001
+            return False
+        return size == 32
+
+    def load_emulated(self, kir):
+        saved, self.native = self.native, None
+        try:
+            return self.load(kir, None)
+        finally:
+            self.native = saved
+
     def load(self, kir, uniformity):
-        r = renderer.OpenCLRenderer(kir, self.capabilities)
+        r = self.renderer(kir)
         rendered = r.render()
         r.check_shared(self.capabilities.max_shared_bytes, self.capabilities.device_name)
         cache.dump(kir.name, rendered.source, "cl")
         program = compiler.build(self.ctx, self.device, rendered.source, self.capabilities.arch, kir.name,
-                                 rendered.locs, kir.loc, store=compiler.stores_binaries(self.platform))
+                                 rendered.locs, kir.loc, store=compiler.stores_binaries(self.platform),
+                                 native=self.native if r.native_planes else None)
         kernel = self._cl.Kernel(program, rendered.name)
+        if r.native_planes and r.primitives == "khr" and not self._subgroups_fit(kernel, kir):
+            return self.load_emulated(kir)
         wg = kernel.get_work_group_info(self._cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
         if kir.cube_units > wg:
             raise LaunchError(f"{kir.name}: {kir.cube_units} units per cube, but {self.capabilities.device_name} "
