@@ -10,3 +10,8 @@ from . import moe
 from .moe import MoeError
 
 __all__ = ["RudnnError", "moe", "MoeError"]
+
+from . import normalization  # noqa: E402
+from .normalization import NormalizationError  # noqa: E402
+
+__all__ += ["normalization", "NormalizationError"]

@@ -1,0 +1,151 @@
+"""rudnn.normalization: LayerNorm, RMSNorm and softmax over the last axis, with row
+statistics and backward passes (SPEC §1), on every runtime.
+
+Each entry point validates everything, returns empty results for zero rows without
+launching, views the input as [rows, W] (copying only if its layout needs it),
+chooses a cube shape from W and the runtime (layout.py), and launches the kernels
+of forward.py / backward.py. Statistics are F32; outputs are cast once to the input
+dtype; gamma, beta, mean, rstd, dgamma and dbeta are F32.
+"""
+from __future__ import annotations
+
+import math
+
+import kerneldsl as kd
+
+from . import backward as _bwd
+from . import forward as _fwd
+from .checks import NormalizationError, check_epsilon, check_f32, check_input, check_like, check_runtimes
+from .layout import choose_shape, rows_view, vector_lanes
+
+__all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", "layer_norm_with_stats",
+           "layer_norm_backward", "rms_norm_with_stats", "rms_norm_backward"]
+
+COL_UNITS = 256          # units per cube of the dgamma/dbeta column kernels
+COL_TARGET_CUBES = 1024  # cubes the column-partial pass aims for (sets the rows per block)
+
+
+def layer_norm(input, gamma, beta=None, epsilon=1e-5) -> kd.Tensor:
+    """(x - mean)·rsqrt(var + eps)·gamma (+ beta) over the last axis."""
+    return _norm("layer_norm", input, gamma, beta, epsilon, rms=False, stats=False)[0]
+
+
+def layer_norm_with_stats(input, gamma, beta=None, epsilon=1e-5) -> tuple:
+    """(out, mean, rstd); mean and rstd are F32 of the input's shape without the last axis."""
+    return _norm("layer_norm_with_stats", input, gamma, beta, epsilon, rms=False, stats=True)
+
+
+def rms_norm(input, gamma, epsilon=1e-6) -> kd.Tensor:
+    """x·rsqrt(mean(x²) + eps)·gamma over the last axis."""
+    return _norm("rms_norm", input, gamma, None, epsilon, rms=True, stats=False)[0]
+
+
+def rms_norm_with_stats(input, gamma, epsilon=1e-6) -> tuple:
+    """(out, rstd); rstd is F32 of the input's shape without the last axis."""
+    out, _, rstd = _norm("rms_norm_with_stats", input, gamma, None, epsilon, rms=True, stats=True)
+    return out, rstd
+
+
+def softmax_last_axis(input) -> kd.Tensor:
+    """exp(x - max) / Σ exp(x - max) over the last axis, computed in F32."""
+    fn = "softmax_last_axis"
+    width = check_input(fn, "input", input)
+    rt = input.runtime
+    out = rt.empty(input.shape, input.dtype)
+    rows = math.prod(input.shape[:-1])
+    if rows == 0:
+        return out
+    x2, xs = rows_view(input)
+    lanes = vector_lanes(input.dtype.itemsize, width, xs, x2.offset)
+    shape = choose_shape(rt.capabilities, width, lanes)
+    fast_exp = rt.capabilities.backend == "cpu"
+    kern = _fwd.softmax_cached if shape.cached else _fwd.softmax_looped
+    kern[shape.grid(rows), shape.block](x2, out.reshape(rows, width), rows, width, xs, fast_exp,
+                                        shape.bx, shape.ry, shape.chunks, shape.lanes)
+    return out
+
+
+def layer_norm_backward(input, gamma, grad, mean, rstd) -> tuple:
+    """(dx, dgamma, dbeta) of layer_norm, from the forward pass's mean and rstd."""
+    return _norm_backward("layer_norm_backward", input, gamma, grad, mean, rstd, rms=False)
+
+
+def rms_norm_backward(input, gamma, grad, rstd) -> tuple:
+    """(dx, dgamma) of rms_norm, from the forward pass's rstd."""
+    dx, dgamma, _ = _norm_backward("rms_norm_backward", input, gamma, grad, None, rstd, rms=True)
+    return dx, dgamma
+
+
+# ---------------------------------------------------------------------------- forward
+def _norm(fn, input, gamma, beta, epsilon, rms: bool, stats: bool) -> tuple:
+    width = check_input(fn, "input", input)
+    check_f32(fn, "gamma", gamma, (width,), "W = input's last axis")
+    if beta is not None:
+        check_f32(fn, "beta", beta, (width,), "W = input's last axis")
+    eps = check_epsilon(fn, epsilon)
+    check_runtimes(fn, {"input": input, "gamma": gamma, "beta": beta})
+    rt = input.runtime
+    out = rt.empty(input.shape, input.dtype)
+    mean = rt.empty(input.shape[:-1], kd.f32) if stats and not rms else None
+    rstd = rt.empty(input.shape[:-1], kd.f32) if stats else None
+    rows = math.prod(input.shape[:-1])
+    if rows == 0:
+        return out, mean, rstd
+    x2, xs = rows_view(input)
+    g = gamma.contiguous()
+    b = beta.contiguous() if beta is not None else g
+    lanes = vector_lanes(input.dtype.itemsize, width, xs, x2.offset, g.offset, b.offset)
+    shape = choose_shape(rt.capabilities, width, lanes)
+    m_out = mean.reshape(rows) if mean is not None else g
+    r_out = rstd.reshape(rows) if rstd is not None else g
+    kern = _fwd.norm_cached if shape.cached else _fwd.norm_looped
+    kern[shape.grid(rows), shape.block](x2, g, b, out.reshape(rows, width), m_out, r_out, rows, width, xs, eps,
+                                        rms, beta is not None, stats, shape.bx, shape.ry, shape.chunks,
+                                        shape.lanes)
+    return out, mean, rstd
+
+
+# ---------------------------------------------------------------------------- backward
+def _norm_backward(fn, input, gamma, grad, mean, rstd, rms: bool) -> tuple:
+    width = check_input(fn, "input", input)
+    check_f32(fn, "gamma", gamma, (width,), "W = input's last axis")
+    check_like(fn, "grad", grad, input, "input")
+    stat_shape = tuple(input.shape[:-1])
+    if not rms:
+        check_f32(fn, "mean", mean, stat_shape, "input's shape without the last axis")
+    check_f32(fn, "rstd", rstd, stat_shape, "input's shape without the last axis")
+    check_runtimes(fn, {"input": input, "gamma": gamma, "grad": grad, "mean": mean, "rstd": rstd})
+    rt = input.runtime
+    dx = rt.empty(input.shape, input.dtype)
+    rows = math.prod(stat_shape)
+    if rows == 0:
+        return dx, rt.zeros((width,), kd.f32), (None if rms else rt.zeros((width,), kd.f32))
+    x2, xs = rows_view(input)
+    g2, gs = rows_view(grad)
+    gam = gamma.contiguous()
+    rs = rstd.contiguous().reshape(rows)
+    mu = mean.contiguous().reshape(rows) if not rms else rs
+    lanes = vector_lanes(min(input.dtype.itemsize, grad.dtype.itemsize), width, xs, gs, x2.offset, g2.offset,
+                         gam.offset)
+    shape = choose_shape(rt.capabilities, width, lanes)
+    kern = _bwd.norm_bwd_cached if shape.cached else _bwd.norm_bwd_looped
+    kern[shape.grid(rows), shape.block](x2, gam, g2, mu, rs, dx.reshape(rows, width), rows, width, xs, gs, rms,
+                                        shape.bx, shape.ry, shape.chunks, shape.lanes)
+    dgamma, dbeta = _column_sums(rt, x2, g2, mu, rs, rows, width, xs, gs, rms)
+    return dx, dgamma, dbeta
+
+
+def _column_sums(rt, x2, g2, mu, rs, rows, width, xs, gs, rms) -> tuple:
+    """dgamma (and dbeta for LayerNorm) as fixed-order sums of per-row-block partials."""
+    col_cubes = -(-width // COL_UNITS)
+    blocks = max(1, min(rows, -(-COL_TARGET_CUBES // col_cubes)))
+    per_block = -(-rows // blocks)
+    blocks = -(-rows // per_block)
+    beta = not rms
+    part = rt.empty(((2 if beta else 1) * blocks * width,), kd.f32)
+    _bwd.col_partials[(col_cubes, blocks), COL_UNITS](x2, g2, mu, rs, part, rows, width, xs, gs, per_block, rms,
+                                                     beta, COL_UNITS)
+    dgamma = rt.empty((width,), kd.f32)
+    dbeta = rt.empty((width,), kd.f32) if beta else None
+    _bwd.col_finish[col_cubes, COL_UNITS](part, dgamma, dbeta if beta else dgamma, blocks, width, beta, COL_UNITS)
+    return dgamma, dbeta

@@ -1,0 +1,135 @@
+"""Device functions shared by the normalization kernels: masked loads and stores of one
+unit's chunk (a scalar, or an L-lane vector), and reductions over the units of a row.
+
+A row is handled by BX units of a cube (`unit_pos_x`), and a cube holds RY rows
+(`unit_pos_y`). Rows of BX >= PLANE_DIM units reduce with a plane operation and one
+value per plane through shared memory; rows narrower than a plane sit in aligned
+segments of one plane and reduce with a shuffle-xor butterfly inside the segment.
+Every reduction gives all units of the row the same value, in a fixed order.
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+
+@kd.func
+def load_f32(src, off, ok, fill, L):
+    """L elements of `src` from flat offset `off`, as f32 (a vector when L > 1); `fill` where not ok."""
+    if L == 1:
+        v = kd.f32(fill)
+        if ok:
+            v = kd.f32(src[off])
+    else:
+        v = kd.splat(kd.f32(fill), L)
+        if ok:
+            v = kd.cast(kd.load_vec(src, off, L), kd.f32)
+    return v
+
+
+@kd.func
+def store(dst, off, value, L):
+    """Store a chunk (scalar or L-lane vector), cast once to dst's dtype."""
+    if L == 1:
+        dst[off] = value
+    else:
+        kd.store_vec(dst, off, value)
+
+
+@kd.func
+def lanes_sum(v, L):
+    """Sum of a chunk's lanes (the value itself when L == 1)."""
+    if L == 1:
+        s = v
+    else:
+        s = kd.vec_sum(v)
+    return s
+
+
+@kd.func
+def lanes_max(v, L):
+    """Max of a chunk's lanes, NaN if any lane is NaN."""
+    if L == 1:
+        m = v
+    else:
+        m = kd.vec_max(v)
+    return m
+
+
+@kd.func
+def row_sum(v, BX, RY):
+    """Sum of `v` over the BX units of this unit's row."""
+    P = kd.PLANE_DIM
+    if BX < P:
+        s = v
+        for k in kd.unroll(BX.bit_length() - 1):
+            s += kd.plane_shuffle_xor(s, BX >> (k + 1))
+    else:
+        s = kd.plane_sum(v)
+        NPR = (BX + P - 1) // P
+        if NPR > 1:
+            parts = kd.shared(kd.f32, RY * NPR)
+            if kd.lane_pos() == 0:
+                parts[kd.plane_pos()] = s
+            kd.sync_cube()
+            base = kd.unit_pos_y() * NPR
+            s = parts[base]
+            for k in kd.unroll(1, NPR):
+                s += parts[base + k]
+    return s
+
+
+@kd.func
+def row_max(v, BX, RY):
+    """Max of `v` over the BX units of this unit's row (NaN if any is NaN)."""
+    P = kd.PLANE_DIM
+    if BX < P:
+        m = v
+        for k in kd.unroll(BX.bit_length() - 1):
+            m = kd.max(m, kd.plane_shuffle_xor(m, BX >> (k + 1)))
+    else:
+        m = kd.plane_max(v)
+        NPR = (BX + P - 1) // P
+        if NPR > 1:
+            parts = kd.shared(kd.f32, RY * NPR)
+            if kd.lane_pos() == 0:
+                parts[kd.plane_pos()] = m
+            kd.sync_cube()
+            base = kd.unit_pos_y() * NPR
+            m = parts[base]
+            for k in kd.unroll(1, NPR):
+                m = kd.max(m, parts[base + k])
+    return m
+
+
+@kd.func
+def row_index(RY):
+    """This unit's row: cubes are numbered over a 2-D grid, RY rows per cube."""
+    r = (kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()) * RY + kd.unit_pos_y()
+    return r
+
+
+# exp(r) on [-ln2/2, ln2/2]: degree-6 least-squares fit of the relative error (~1 ulp in f32)
+_EXP_POLY = (1.0, 1.0, 0.49999991059303284, 0.1666642129421234, 0.0416683591902256,
+             0.008374771103262901, 0.0013829420786350965)
+
+
+@kd.func
+def exp_nonpos(d, FAST, L):
+    """exp(d) for d <= 0 or NaN (softmax's x - max): exp(-inf) = 0 exactly, NaN stays NaN.
+
+    FAST (scalar chunks only) uses a short polynomial (Cody-Waite reduction, 7 fmas, the
+    scale put into the exponent bits, results below 2**-126 flushed to 0): on the CPU
+    runtime, where the general kd.exp costs more than the memory traffic; else kd.exp."""
+    if FAST and L == 1:
+        dc = kd.max(d, -88.0)
+        n = kd.floor(dc * 1.4426950408889634 + 0.5)
+        r = kd.fma(n, -0.693359375, dc)
+        r = kd.fma(n, 2.12194440e-4, r)
+        p = kd.f32(_EXP_POLY[6])
+        for k in kd.unroll(5, -1, -1):
+            p = kd.fma(p, r, _EXP_POLY[k])
+        scale = kd.bitcast((kd.i32(n) + 127) << 23, kd.f32)
+        e = kd.select(kd.isnan(d), d, p * scale)
+    else:
+        e = kd.exp(d)
+    return e

@@ -1,0 +1,196 @@
+"""Forward kernels: LayerNorm / RMSNorm (one kernel, `RMS` picks the statistic) and
+softmax over the last axis, each in two forms.
+
+- `*_cached`: the row stays in registers. Each unit loads CH chunks of L elements
+  (chunk c of unit t starts at column (c*BX + t)*L, so consecutive units read
+  consecutive memory), reduces, and writes from the values it holds: the input is
+  read from memory once.
+- `*_looped`: rows too long for registers. Units stride over the row U chunks per
+  step, once per statistic and once to write; the re-reads hit the cache that the
+  previous pass just filled.
+
+Every kernel works on a [rows, width] view with unit stride along the row and
+`x_stride` elements between rows; outputs are packed. Statistics are f32.
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .device import exp_nonpos, lanes_max, lanes_sum, load_f32, row_index, row_max, row_sum, store
+
+
+@kd.func
+def masked_sq_dev(v, mean, ok):
+    """(v - mean)^2, or 0 for a chunk outside the row."""
+    d = kd.select(ok, v - mean, 0.0)
+    return d * d
+
+
+@kd.func
+def masked_exp(v, m, ok, FAST, L):
+    """exp(v - m), or 0 for a chunk outside the row."""
+    e = kd.select(ok, exp_nonpos(v - m, FAST, L), 0.0)
+    return e
+
+
+@kd.func
+def norm_out(v, mean, rstd, gamma, beta, col, RMS, HAS_BETA, L):
+    """One chunk of the normalised output: (v - mean)*rstd*gamma (+ beta); x*rstd*gamma for RMS."""
+    g = load_f32(gamma, col, True, 0.0, L)
+    if RMS:
+        o = v * rstd * g
+    else:
+        o = (v - mean) * rstd * g
+    if HAS_BETA:
+        o = o + load_f32(beta, col, True, 0.0, L)
+    return o
+
+
+@kd.kernel
+def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f32, 1], y: kd.Tensor,
+                mean_out: kd.Tensor[kd.f32, 1], rstd_out: kd.Tensor[kd.f32, 1],
+                rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
+                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool], STATS: kd.Const[bool],
+                BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int], L: kd.Const[int]):
+    row = row_index(RY)
+    t = kd.unit_pos_x()
+    live = row < rows
+    xb = kd.i64(row) * x_stride
+    yb = kd.i64(row) * width
+    vals = ()
+    acc = kd.f32(0)
+    for c in kd.unroll(CH):
+        col = (c * BX + t) * L
+        vals = vals + (load_f32(x, xb + col, live and col < width, 0.0, L),)
+        if RMS:
+            acc += lanes_sum(vals[c] * vals[c], L)
+        else:
+            acc += lanes_sum(vals[c], L)
+    inv_w = 1.0 / kd.f32(width)
+    mean = kd.f32(0)
+    if RMS:
+        ms = row_sum(acc, BX, RY) * inv_w
+    else:
+        mean = row_sum(acc, BX, RY) * inv_w
+        q = kd.f32(0)
+        for c in kd.unroll(CH):
+            col = (c * BX + t) * L
+            q += lanes_sum(masked_sq_dev(vals[c], mean, live and col < width), L)
+        ms = row_sum(q, BX, RY) * inv_w
+    rstd = kd.rsqrt(ms + eps)
+    for c in kd.unroll(CH):
+        col = (c * BX + t) * L
+        if live and col < width:
+            store(y, yb + col, norm_out(vals[c], mean, rstd, gamma, beta, col, RMS, HAS_BETA, L), L)
+    if STATS:
+        if live and t == 0:
+            if not RMS:
+                mean_out[row] = mean
+            rstd_out[row] = rstd
+
+
+@kd.kernel
+def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f32, 1], y: kd.Tensor,
+                mean_out: kd.Tensor[kd.f32, 1], rstd_out: kd.Tensor[kd.f32, 1],
+                rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
+                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool], STATS: kd.Const[bool],
+                BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
+    row = row_index(RY)
+    t = kd.unit_pos_x()
+    live = row < rows
+    xb = kd.i64(row) * x_stride
+    yb = kd.i64(row) * width
+    STEP = BX * L * U
+    acc = kd.f32(0)
+    for i in range(0, width, STEP):
+        for u in kd.unroll(U):
+            col = i + (u * BX + t) * L
+            v = load_f32(x, xb + col, live and col < width, 0.0, L)
+            if RMS:
+                acc += lanes_sum(v * v, L)
+            else:
+                acc += lanes_sum(v, L)
+    inv_w = 1.0 / kd.f32(width)
+    mean = kd.f32(0)
+    if RMS:
+        ms = row_sum(acc, BX, RY) * inv_w
+    else:
+        mean = row_sum(acc, BX, RY) * inv_w
+        q = kd.f32(0)
+        for i in range(0, width, STEP):
+            for u in kd.unroll(U):
+                col = i + (u * BX + t) * L
+                ok = live and col < width
+                q += lanes_sum(masked_sq_dev(load_f32(x, xb + col, ok, 0.0, L), mean, ok), L)
+        ms = row_sum(q, BX, RY) * inv_w
+    rstd = kd.rsqrt(ms + eps)
+    for i in range(0, width, STEP):
+        for u in kd.unroll(U):
+            col = i + (u * BX + t) * L
+            if live and col < width:
+                v = load_f32(x, xb + col, True, 0.0, L)
+                store(y, yb + col, norm_out(v, mean, rstd, gamma, beta, col, RMS, HAS_BETA, L), L)
+    if STATS:
+        if live and t == 0:
+            if not RMS:
+                mean_out[row] = mean
+            rstd_out[row] = rstd
+
+
+@kd.kernel
+def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_stride: kd.i64,
+                   FAST: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int],
+                   L: kd.Const[int]):
+    row = row_index(RY)
+    t = kd.unit_pos_x()
+    live = row < rows
+    xb = kd.i64(row) * x_stride
+    yb = kd.i64(row) * width
+    vals = ()
+    m = -kd.inf
+    for c in kd.unroll(CH):
+        col = (c * BX + t) * L
+        vals = vals + (load_f32(x, xb + col, live and col < width, -kd.inf, L),)
+        m = kd.max(m, lanes_max(vals[c], L))
+    m = row_max(m, BX, RY)
+    exps = ()
+    s = kd.f32(0)
+    for c in kd.unroll(CH):
+        col = (c * BX + t) * L
+        exps = exps + (masked_exp(vals[c], m, live and col < width, FAST, L),)
+        s += lanes_sum(exps[c], L)
+    inv = 1.0 / row_sum(s, BX, RY)
+    for c in kd.unroll(CH):
+        col = (c * BX + t) * L
+        if live and col < width:
+            store(y, yb + col, exps[c] * inv, L)
+
+
+@kd.kernel
+def softmax_looped(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_stride: kd.i64,
+                   FAST: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int],
+                   L: kd.Const[int]):
+    row = row_index(RY)
+    t = kd.unit_pos_x()
+    live = row < rows
+    xb = kd.i64(row) * x_stride
+    yb = kd.i64(row) * width
+    STEP = BX * L * U
+    m = -kd.inf
+    for i in range(0, width, STEP):
+        for u in kd.unroll(U):
+            col = i + (u * BX + t) * L
+            m = kd.max(m, lanes_max(load_f32(x, xb + col, live and col < width, -kd.inf, L), L))
+    m = row_max(m, BX, RY)
+    s = kd.f32(0)
+    for i in range(0, width, STEP):
+        for u in kd.unroll(U):
+            col = i + (u * BX + t) * L
+            ok = live and col < width
+            s += lanes_sum(masked_exp(load_f32(x, xb + col, ok, -kd.inf, L), m, ok, FAST, L), L)
+    inv = 1.0 / row_sum(s, BX, RY)
+    for i in range(0, width, STEP):
+        for u in kd.unroll(U):
+            col = i + (u * BX + t) * L
+            if live and col < width:
+                store(y, yb + col, exp_nonpos(load_f32(x, xb + col, True, 0.0, L) - m, FAST, L) * inv, L)

@@ -1,0 +1,100 @@
+"""How a [rows, width] problem maps onto cubes: the 2-D row view of an input, the
+vector width its alignment allows, and the cube shape chosen from the width and the
+runtime's capabilities."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import kerneldsl as kd
+
+GRID_X = 65535        # cubes along x before the grid wraps into y (the portable limit)
+MAX_CACHED_CHUNKS = 8  # chunks a unit may hold in registers before the looped kernels take over
+CPU_UNITS = 256        # cube size on the cpu runtime: its unit loop is the SIMD loop
+
+
+@dataclass(frozen=True)
+class RowShape:
+    """BX units per row, RY rows per cube, L elements per chunk; `chunks` is CH (chunks
+    a unit holds) for the cached kernels and U (chunks per loop step) for the looped ones."""
+    bx: int
+    ry: int
+    chunks: int
+    lanes: int
+    cached: bool
+
+    @property
+    def block(self) -> tuple:
+        return (self.bx, self.ry)
+
+    def grid(self, rows: int) -> tuple:
+        cubes = max(1, -(-rows // self.ry))
+        gx = min(cubes, GRID_X)
+        return (gx, -(-cubes // gx))
+
+
+def rows_view(t: kd.Tensor) -> tuple:
+    """(view, row_stride): `t` as a [rows, W] tensor with unit stride along W, without a
+    copy when its leading axes collapse into one strided axis, else a packed copy."""
+    width = t.shape[-1]
+    rows = math.prod(t.shape[:-1])
+    if t.is_contiguous():
+        return t.reshape(rows, width), width
+    lead_shape, lead_strides = t.shape[:-1], t.strides[:-1]
+    inner_ok = width == 1 or t.strides[-1] == 1
+    dims = [(n, s) for n, s in zip(lead_shape, lead_strides) if n != 1]
+    collapses = all(dims[k][1] == dims[k + 1][1] * dims[k + 1][0] for k in range(len(dims) - 1))
+    if inner_ok and collapses and rows > 0:
+        stride = dims[-1][1] if dims else width
+        view = kd.Tensor(t.runtime, t.buffer, (rows, width), t.dtype, (stride, 1), t.offset)
+        return view, stride
+    packed = t.contiguous()
+    return packed.reshape(rows, width), width
+
+
+def vector_lanes(itemsize: int, *counts: int) -> int:
+    """The widest chunk (<= 16 bytes, a power of two) that divides every count: the
+    width, row strides and tensor offsets, so every vector access is aligned."""
+    lanes = max(1, 16 // itemsize)
+    while lanes > 1 and any(c % lanes for c in counts):
+        lanes //= 2
+    return lanes
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def choose_shape(caps, width: int, lanes: int) -> RowShape:
+    """The cube shape for rows of `width` elements.
+
+    cpu runtime: one scalar per unit per step (its unit loop is the vector loop, so
+    unit-strided scalars become contiguous SIMD loads) and the looped kernels (the
+    re-read rows sit in its caches, which beats holding them in per-unit arrays).
+    Other runtimes: L-lane chunks (128-bit accesses), about four chunks per unit
+    held in registers, one plane or a few per row; rows longer than the registers
+    hold use the looped kernels with 4 chunks in flight per unit."""
+    plane = caps.plane_dim
+    max_units = min(caps.max_cube_units, 1024)
+    if caps.backend == "cpu":
+        bx = min(_pow2_at_least(width), CPU_UNITS, max_units)
+        return RowShape(bx, _rows_per_cube(bx, plane, max_units, CPU_UNITS), 1, 1, False)
+    chunks = -(-width // lanes)
+    if chunks <= max_units * MAX_CACHED_CHUNKS:
+        bx = min(_pow2_at_least(-(-chunks // 4)), max_units)
+        if plane & (plane - 1) and bx < plane:
+            bx = min(plane, max_units)  # sub-plane rows need power-of-two planes
+        return RowShape(bx, _rows_per_cube(bx, plane, max_units, 128), -(-chunks // bx), lanes, True)
+    bx = max_units
+    return RowShape(bx, 1, 4, lanes, False)
+
+
+def _rows_per_cube(bx: int, plane: int, max_units: int, target: int) -> int:
+    """Rows sharing a cube so it has about `target` units; 1 where the reduction
+    would not line up with planes (rows must tile planes, or planes tile rows)."""
+    if bx >= target:
+        return 1
+    if plane & (plane - 1) or bx & (bx - 1):
+        return 1
+    ry = max(1, min(target, max_units) // bx)
+    return max(ry, -(-plane // bx))
