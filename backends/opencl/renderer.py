@@ -139,21 +139,22 @@ NATIVE_PRIMITIVES = {
     # a stand-in through local memory (kd_sg_buf, one slot per lane of every plane), so the
     # algorithms above the primitives are tested on devices without warp instructions (PoCL)
     "local": (
-        "static inline uint kd_shfl32_local(__local uint* buf, int unit, uint v, int src) {\n"
-        "    buf[unit] = v;\n"
+        "static inline uint kd_shfl32_local(__local uint* buf, int slots, int* phase, int unit, uint v, int src) {\n"
+        "    __local uint* b = buf + *phase * slots;\n"
+        "    *phase ^= 1;\n"
+        "    b[unit] = v;\n"
         "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-        "    uint r = buf[(unit / 32) * 32 + (src & 31)];\n"
-        "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-        "    return r;\n}\n"
-        "static inline uint kd_ballot32_local(__local uint* buf, int unit, int p, uint mask) {\n"
-        "    buf[unit] = p != 0;\n"
+        "    return b[(unit / 32) * 32 + (src & 31)];\n}\n"
+        "static inline uint kd_ballot32_local(__local uint* buf, int slots, int* phase, int unit, int p, uint mask) {\n"
+        "    __local uint* b = buf + *phase * slots;\n"
+        "    *phase ^= 1;\n"
+        "    b[unit] = p != 0;\n"
         "    barrier(CLK_LOCAL_MEM_FENCE);\n"
         "    uint r = 0u;\n"
-        "    for (int l = 0; l < 32; ++l) if ((mask >> l) & 1u) r |= buf[(unit / 32) * 32 + l] << l;\n"
-        "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+        "    for (int l = 0; l < 32; ++l) if ((mask >> l) & 1u) r |= b[(unit / 32) * 32 + l] << l;\n"
         "    return r;\n}\n"
-        "#define kd_shfl32(v, src, mask) kd_shfl32_local(kd_sg_buf, kd_unit, v, src)\n"
-        "#define kd_ballot32(p, mask) kd_ballot32_local(kd_sg_buf, kd_unit, p, mask)"),
+        "#define kd_shfl32(v, src, mask) kd_shfl32_local(kd_sg_buf, kd_sg_slots, &kd_sg_phase, kd_unit, v, src)\n"
+        "#define kd_ballot32(p, mask) kd_ballot32_local(kd_sg_buf, kd_sg_slots, &kd_sg_phase, kd_unit, p, mask)"),
 }
 KHR_EXTENSIONS = ("cl_khr_subgroups", "cl_khr_subgroup_shuffle", "cl_khr_subgroup_ballot")
 
@@ -175,11 +176,14 @@ class NativePlaneRenderer(OpenCLRenderer):
     def plane_setup(self) -> list:
         out = [f"const uint kd_mask = kd_nlanes >= 32 ? 0xffffffffu : ((1u << kd_nlanes) - 1u);"]
         if self.primitives == "local" and self.uses_planes:
-            out.append(f"__local uint kd_sg_buf[{self.planes * 32}];")
+            # two buffers used in turn: one barrier per primitive (the next one's barrier
+            # orders this one's reads before the buffer is written again)
+            out += [f"const int kd_sg_slots = {self.planes * 32};", f"__local uint kd_sg_buf[{2 * self.planes * 32}];",
+                    "int kd_sg_phase = 0;"]
         return super().plane_setup() + out
 
     def shared_bytes(self) -> int:
-        extra = 4 * self.planes * 32 if self.primitives == "local" and self.uses_planes else 0
+        extra = 8 * self.planes * 32 if self.primitives == "local" and self.uses_planes else 0
         return super().shared_bytes() + extra
 
     def helper_code(self, name: str) -> str:

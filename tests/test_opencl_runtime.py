@@ -1,0 +1,133 @@
+"""OpenCL runtime specifics: device selection, capability-driven errors, the native plane-op
+algorithms (through a local-memory stand-in for warp instructions), printf on PoCL."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from reference import planes as ref
+
+opencl_runtime = pytest.importorskip("kerneldsl.backends.opencl.runtime",
+                                     reason="pyopencl is not installed (the test extra installs it)")
+pytestmark = [pytest.mark.feature("opencl backend"),
+              pytest.mark.skipif(not opencl_runtime.available(), reason="no OpenCL device on this machine "
+                                 "(pip install pocl-binary-distribution gives a CPU one)")]
+
+
+@pytest.fixture
+def rt():
+    return kd.runtime("opencl")
+
+
+def test_listed_and_selected_by_index(rt):
+    assert "opencl" in kd.available_runtimes()
+    assert kd.runtime("opencl:0") is rt
+    assert rt.capabilities.backend == "opencl" and rt.capabilities.device_name in repr(rt)
+    n = len(opencl_runtime.devices())
+    with pytest.raises(ValueError, match=rf"opencl:{n + 3} asks for OpenCL device {n + 3}, but this machine has {n}"):
+        kd.runtime(f"opencl:{n + 3}")
+    with pytest.raises(ValueError, match="takes no options"):
+        kd.runtime("opencl", plane_dim=8)
+
+
+def test_capabilities_come_from_the_device(rt):
+    dev = rt.device
+    caps = rt.capabilities
+    assert caps.max_cube_units == dev.max_work_group_size
+    assert caps.max_shared_bytes == dev.local_mem_size
+    assert (kd.f64 in caps.dtypes) == ("cl_khr_fp64" in dev.extensions or bool(dev.double_fp_config))
+    assert caps.plane_dim == 32 and kd.f32 in caps.atomics["add"]
+
+
+@kd.kernel
+def f64_copy(x: kd.Tensor, out: kd.Tensor):
+    i = kd.unit_pos_x()
+    out[i] = x[i]
+
+
+def test_missing_dtype_is_a_clear_error(rt):
+    """A device without cl_khr_fp64 (simulated: the record is what every check reads)."""
+    no_f64 = dataclasses.replace(rt.capabilities, dtypes=tuple(d for d in rt.capabilities.dtypes if d is not kd.f64))
+    fake = opencl_runtime.OpenCLRuntime.__new__(opencl_runtime.OpenCLRuntime)
+    fake.__dict__.update(rt.__dict__)
+    fake.capabilities = no_f64
+    x = rt.zeros(4, "f64")
+    with pytest.raises(TypeError, match=r"argument x is f64, which opencl does not support"):
+        f64_copy.launch(1, 4, x, x, runtime=fake)
+
+
+@kd.kernel
+def huge_shared_with_planes(out: kd.Tensor[kd.f32], N: kd.Const[int]):
+    buf = kd.shared(kd.f32, N)
+    t = kd.unit_pos_x()
+    buf[t] = 1.0
+    kd.sync_cube()
+    out[t] = kd.plane_sum(buf[t])
+
+
+def test_shared_memory_for_emulated_planes_is_checked(rt):
+    limit = rt.capabilities.max_shared_bytes
+    if rt.capabilities.native_plane_ops:
+        pytest.skip(f"{rt.capabilities.device_name} runs plane operations natively (no shared scratch)")
+    out = rt.zeros(64, "f32")
+    # the user's array fits, the plane operation's scratch (8 bytes per unit) does not
+    with pytest.raises(kd.UnsupportedFeatureError, match=r"plane operations emulated in shared memory.*"
+                                                          + rt.capabilities.device_name.split(" (")[0]):
+        huge_shared_with_planes[1, 64](out, limit // 4 - 16)
+    with pytest.raises(kd.CompileError, match="exceeds the device's"):
+        huge_shared_with_planes[1, 64](out, limit // 4 + 1)
+
+
+@kd.kernel
+def plane_mix(x: kd.Tensor[kd.f32], xi: kd.Tensor[kd.i64], k: kd.Tensor[kd.i32], out: kd.Tensor[kd.f32, 2],
+              outi: kd.Tensor[kd.i64, 2], bits: kd.Tensor[kd.u32]):
+    t = kd.unit_pos()
+    v = x[t]
+    out[t, 0] = kd.plane_sum(v)
+    out[t, 1] = kd.plane_exclusive_sum(v)
+    out[t, 2] = kd.plane_shuffle(v, k[t])
+    out[t, 3] = kd.plane_broadcast(v, 2)
+    out[t, 4] = 1.0 if kd.plane_all(v > -7.0) else 0.0
+    outi[t, 0] = kd.plane_min(xi[t])
+    outi[t, 1] = kd.plane_shuffle_xor(xi[t], 3)
+    bits[t] = kd.plane_ballot(v > 0.0)
+
+
+def test_native_plane_algorithms_through_a_stand_in(rng):
+    """The sub-group renderer (tree reductions, shuffle-up scans, ballots, a partial plane)
+    run on PoCL with its two warp primitives emulated in local memory."""
+    rt = opencl_runtime.OpenCLRuntime(0)
+    rt.native = "local"
+    P, units = rt.plane_dim, 45
+    x = rng.integers(-8, 8, units).astype(np.float32)
+    xi = rng.integers(-(2 ** 40), 2 ** 40, units).astype(np.int64)
+    k = rng.integers(-3, 2 * P, units).astype(np.int32)
+    out = rt.zeros((units, 5), "f32")
+    outi = rt.zeros((units, 2), "i64")
+    bits = rt.zeros(units, "u32")
+    plane_mix[1, units](rt.tensor(x), rt.tensor(xi), rt.tensor(k), out, outi, bits)
+    got, goti = out.numpy(), outi.numpy()
+    np.testing.assert_array_equal(got[:, 0], ref.plane_reduce(x, P, np.sum))
+    np.testing.assert_array_equal(got[:, 1], ref.plane_scan(x, P, False))
+    np.testing.assert_array_equal(got[:, 2], ref.plane_shuffle(x, k, P))
+    np.testing.assert_array_equal(got[:, 3], ref.plane_reduce(x, P, lambda a: a[2]))
+    np.testing.assert_array_equal(got[:, 4], ref.plane_reduce(x > -7, P, np.all).astype(np.float32))
+    np.testing.assert_array_equal(goti[:, 0], ref.plane_reduce(xi, P, np.min))
+    np.testing.assert_array_equal(goti[:, 1], ref.plane_shuffle_xor(xi, 3, P))
+    np.testing.assert_array_equal(bits.numpy(), ref.plane_ballot(x > 0, P))
+
+
+@kd.kernel
+def says_hello(x: kd.Tensor[kd.f32], n: kd.i64):
+    i = kd.unit_pos_x()
+    kd.print("unit {} of {} sees {} (100%)", i, n, x[i])
+
+
+def test_kernel_print_reaches_stdout(rt, capfd):
+    if "Portable Computing Language" not in rt.platform.name:
+        pytest.skip("printf output is captured on PoCL; GPU drivers buffer it until synchronisation")
+    says_hello[1, 2](rt.tensor(np.array([1.5, -2.0], np.float32)), 2 ** 33)
+    rt.synchronize()
+    out = capfd.readouterr().out
+    assert "unit 0 of 8589934592 sees 1.5 (100%)" in out and "unit 1 of 8589934592 sees -2 (100%)" in out
