@@ -113,6 +113,19 @@ class Rendered:
     shared_bytes: int
     locs: dict = field(default_factory=dict)  # (filename, line) -> SourceLoc
 
+    def loc_of_source_line(self, line: int):
+        """The Python location of line `line` (1-based) of the generated source: that of the
+        nearest `#line` directive above it (for compilers whose messages ignore `#line`)."""
+        found = None
+        for i, text in enumerate(self.source.splitlines()[:max(line, 0)], 1):
+            m = _LINE_RE.match(text)
+            if m:
+                found = self.locs.get((m.group(2).replace('\\"', '"').replace("\\\\", "\\"), int(m.group(1))))
+        return found
+
+
+_LINE_RE = re.compile(r'\s*#line (\d+) "(.*)"$')
+
 
 def cname(prefix: str, name: str) -> str:
     """A C identifier for an IR name (prefixed, so no user name meets a C keyword)."""

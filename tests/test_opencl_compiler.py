@@ -41,10 +41,37 @@ def test_build_errors_point_at_the_python_line(monkeypatch):
     import inspect
     lines, start = inspect.getsourcelines(synced_copy.fn)
     want = start + next(i for i, text in enumerate(lines) if "kd.sync_cube()" in text)
-    assert err.loc.filename == THIS and err.loc.line == want
+    assert err.loc.filename == THIS and err.loc.line == want, err.build_log
     text = str(err)
     assert "rejected kernel synced_copy" in text and "kd.sync_cube()" in text and "^" in text
     assert "no_such_symbol" in err.build_log or "expected" in err.build_log
+
+
+def _sync_line():
+    import inspect
+    lines, start = inspect.getsourcelines(synced_copy.fn)
+    return start + next(i for i, text in enumerate(lines) if "kd.sync_cube()" in text)
+
+
+@pytest.mark.parametrize("style", ["pocl", "clang", "edg", "own-buffer"])
+def test_build_log_formats_map_to_the_python_line(style):
+    """The message formats drivers use, including one naming its own buffer (`<kernel>:N:M`)
+    with N a line of the generated source."""
+    rt = kd.runtime("opencl")
+    spec = [("tensor", (kd.f32, 1, True)), ("tensor", (kd.f32, 1, True))]
+    kir, _ = synced_copy.specialize(rt, spec, (4, 1, 1), False)
+    rendered = renderer.render(kir, rt.capabilities)
+    gen = next(i for i, t in enumerate(rendered.source.splitlines(), 1) if t.strip().startswith("barrier("))
+    py = _sync_line()
+    log = {"pocl": f"error: {THIS}:{py}:9: unknown thing",
+           "clang": f"{THIS}:{py}:9: error: unknown thing",
+           "edg": f'"{THIS}", line {py}: error: unknown thing',
+           "own-buffer": f"<kernel>:{gen}:9: error: unknown thing"}[style]
+    dev = opencl_runtime.devices()[0][1]
+    err = compiler.build_error("Build on device:\n\n" + log + "\n1 error generated.", "synced_copy", dev,
+                               rendered.locs, kir.loc, rendered.loc_of_source_line)
+    assert err.loc.filename == THIS and err.loc.line == py
+    assert str(err).startswith(f"{THIS}:{py}: the OpenCL compiler of") and "unknown thing" in str(err)
 
 
 def test_build_error_without_a_python_line_shows_the_log():

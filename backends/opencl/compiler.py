@@ -18,12 +18,16 @@ import warnings
 from kerneldsl import cache
 from kerneldsl.errors import CompileError, SourceLoc
 
-def build_options(device, native=None) -> list:
+def build_options(device, native=None, units: int = 0) -> list:
     """Options for every build: correctly rounded f32 division and sqrt where the device offers
     them, so results match the cpu runtime's IEEE operations; OpenCL C 2.0 for sub-group
-    built-ins (native='khr')."""
+    built-ins (native='khr'); on NVIDIA, a register budget that lets `units` units run in one
+    cube (its compiler otherwise plans for 256, whatever reqd_work_group_size says)."""
     import pyopencl as cl
     opts = ["-cl-std=CL2.0"] if native == "khr" else []
+    if units and "cl_nv_compiler_options" in device.extensions:
+        regs = getattr(device, "registers_per_block_nv", 65536) or 65536
+        opts.append(f"-cl-nv-maxrregcount={max(16, min(255, regs // units // 8 * 8))}")
     cfg = getattr(device, "single_fp_config", 0)
     if cfg & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
         opts.append("-cl-fp32-correctly-rounded-divide-sqrt")
@@ -55,10 +59,10 @@ def _build(program, options, devices):
 
 
 def build(ctx, device, source: str, arch: str, name: str = "kernel", locs=None, kernel_loc=None,
-          store: bool = True, native=None):
+          store: bool = True, native=None, source_loc=None, units: int = 0):
     """A built `pyopencl.Program` for `source` on `device`, from the disk cache when possible."""
     import pyopencl as cl
-    options = build_options(device, native)
+    options = build_options(device, native, units)
     key = cache.key("opencl", arch, " ".join(options), source)
     binary = cache.load("opencl", key)
     if binary is not None:
@@ -69,7 +73,7 @@ def build(ctx, device, source: str, arch: str, name: str = "kernel", locs=None, 
     try:
         program = _build(cl.Program(ctx, source), options, [device])
     except _BuildFailed as e:
-        raise build_error(str(e), name, device, locs or {}, kernel_loc) from None
+        raise build_error(str(e), name, device, locs or {}, kernel_loc, source_loc) from None
     cache.count("compiled")
     if not store:
         return program
@@ -82,23 +86,36 @@ def build(ctx, device, source: str, arch: str, name: str = "kernel", locs=None, 
     return program
 
 
-def build_error(log: str, name: str, device, locs: dict, kernel_loc=None) -> CompileError:
-    """The first error of a build log, at the user's Python line when `#line` mapped it there
-    (PoCL writes `error: file:line:col: msg`, clang-based drivers `file:line:col: error: msg`)."""
+_PY_STYLES = (r":(\d+):(?:\d+:)?", r'", line (\d+)', r"\((\d+)\)")
+_ANY_CLANG = re.compile(r"^(?:error:\s*)?\S*?:(\d+):(?:\d+:)?\s*(?:(?:fatal )?error:)?\s*(.*)$")
+
+
+def build_error(log: str, name: str, device, locs: dict, kernel_loc=None, source_loc=None) -> CompileError:
+    """The first error of a build log, at the user's Python line. Drivers that honour `#line`
+    name the Python file (PoCL: `error: f.py:12:3: msg`, clang: `f.py:12:3: error: msg`, EDG:
+    `"f.py", line 12: error: msg`); for one that names its own buffer, `source_loc(line)`
+    maps a generated-source line back through the nearest `#line` above it."""
     dev = device.name.strip()
     files = sorted({f for f, _ in locs}, key=len, reverse=True)
-    for text in log.splitlines():
-        if "error" not in text:
-            continue
+
+    def found(loc, msg):
+        err = CompileError(f"the OpenCL compiler of {dev} rejected kernel {name}: {msg.strip()}", loc)
+        err.build_log = log
+        return err
+
+    errors = [t for t in log.splitlines() if "error" in t and "BUILD_PROGRAM_FAILURE" not in t]
+    for text in errors:
         for fn in files:
-            m = re.search(re.escape(fn) + r":(\d+):(?:\d+:)?\s*(?:(?:fatal )?error:\s*)?(.*)", text)
-            if m is None:
-                continue
-            line = int(m.group(1))
-            loc = locs.get((fn, line)) or SourceLoc(fn, line, 0)
-            err = CompileError(f"the OpenCL compiler of {dev} rejected kernel {name}: {m.group(2).strip()}", loc)
-            err.build_log = log
-            return err
+            for style in _PY_STYLES:
+                m = re.search(re.escape(fn) + style + r"\s*(?:(?:fatal )?error:?\s*)?(.*)", text)
+                if m:
+                    line = int(m.group(1))
+                    return found(locs.get((fn, line)) or SourceLoc(fn, line, 0), m.group(2))
+    if source_loc is not None:
+        for text in errors:
+            m = _ANY_CLANG.match(text.strip())
+            if m and source_loc(int(m.group(1))) is not None:
+                return found(source_loc(int(m.group(1))), m.group(2))
     tail = "\n".join(log.strip().splitlines()[-15:])
     err = CompileError(f"the OpenCL compiler of {dev} rejected kernel {name}; build log:\n{tail}", kernel_loc)
     err.build_log = log

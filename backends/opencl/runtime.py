@@ -196,7 +196,8 @@ class OpenCLRuntime(Runtime):
         cache.dump(kir.name, rendered.source, "cl")
         program = compiler.build(self.ctx, self.device, rendered.source, self.capabilities.arch, kir.name,
                                  rendered.locs, kir.loc, store=compiler.stores_binaries(self.platform),
-                                 native=self.native if r.native_planes else None)
+                                 native=self.native if r.native_planes else None,
+                                 source_loc=rendered.loc_of_source_line, units=kir.cube_units)
         kernel = self._cl.Kernel(program, rendered.name)
         if r.native_planes and r.primitives == "khr" and not self._subgroups_fit(kernel, kir):
             return self.load_emulated(kir)
