@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import warnings
 
 import numpy as np
 
@@ -70,8 +71,10 @@ def probe_native_planes(ctx, queue, device):
     for kind in candidates:
         try:
             opts = compiler.build_options(device, native=kind)
-            prg = cl.Program(ctx, _PROBE.format(primitives=renderer.NATIVE_PRIMITIVES[kind])).build(
-                options=opts, cache_dir=False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                prg = cl.Program(ctx, _PROBE.format(primitives=renderer.NATIVE_PRIMITIVES[kind])).build(
+                    options=opts, cache_dir=False)
             out = np.zeros(96, np.uint32)
             buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=out)
             k = cl.Kernel(prg, "kd_probe")
@@ -201,11 +204,12 @@ class OpenCLRuntime(Runtime):
         kernel = self._cl.Kernel(program, rendered.name)
         if r.native_planes and r.primitives == "khr" and not self._subgroups_fit(kernel, kir):
             return self.load_emulated(kir)
-        wg = kernel.get_work_group_info(self._cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
-        if kir.cube_units > wg:
-            raise LaunchError(f"{kir.name}: {kir.cube_units} units per cube, but {self.capabilities.device_name} "
-                              f"runs this kernel with at most {wg} (registers or local memory limit it)")
-        return OpenCLBinary(kir, rendered, kernel)
+        binary = OpenCLBinary(kir, rendered, kernel)
+        # what the driver reports it can run; some report less than they launch, so the
+        # launch itself decides, and a refusal names this number
+        binary.reported_units = kernel.get_work_group_info(self._cl.kernel_work_group_info.WORK_GROUP_SIZE,
+                                                           self.device)
+        return binary
 
     def launch(self, binary: OpenCLBinary, grid, block, args):
         kir = binary.kir
@@ -233,7 +237,14 @@ class OpenCLRuntime(Runtime):
         gsize = tuple(g * b for g, b in zip(grid, block))
         with binary.lock:
             binary.kernel.set_args(*values)
-            self._cl.enqueue_nd_range_kernel(self.queue, binary.kernel, gsize, tuple(block))
+            try:
+                self._cl.enqueue_nd_range_kernel(self.queue, binary.kernel, gsize, tuple(block))
+            except self._cl.Error as e:
+                units = block[0] * block[1] * block[2]
+                why = (f"; the driver reports at most {binary.reported_units} units per cube for this kernel "
+                       f"(registers or local memory limit it)" if units > binary.reported_units else "")
+                raise LaunchError(f"{kir.name}: launching {grid} cubes of {tuple(block)} units on "
+                                  f"{self.capabilities.device_name} failed: {e}{why}") from None
         if errbuf is not None:
             rec = errbuf.numpy()
             if rec[0]:
