@@ -1,5 +1,8 @@
 """The shared C-like renderer: kerneldsl IR -> C source text for OpenCL C and CUDA C++.
 
+(One module on purpose, though long: it is the whole lowering both dialects share, and a
+dialect author reads it top to bottom next to their own 100-line subclass.)
+
 One base class lowers every statement and expression of the IR to C text; a
 dialect (backends/opencl/renderer.py, backends/cuda/renderer.py) subclasses it
 and overrides small hooks: class attributes for spellings, short methods for
@@ -37,7 +40,11 @@ Hooks (class attributes):
   barrier_stmt        kd.sync_cube() ('barrier(...)', '__syncthreads();')
   local_barrier_stmt  barrier that orders only cube-shared memory (plane / fragment emulation)
   line_directives     emit `#line N "file.py"` before each statement (errors point at Python lines)
+  native_planes       plane operations are hardware warp / sub-group instructions (no shared scratch)
 Hooks (methods; see each docstring):
+  template_context()                        extra names for the dialect's template
+  kernel_args() / arg_decl(arg) / tensor_ptr_type(param)   the kernel's parameter list
+  prologue()                                declarations at the kernel's top (positions, shared, locals)
   kernel_attributes()                       e.g. reqd_work_group_size / __launch_bounds__
   position(kind, axis)                      raw cube id, cube count, unit id per axis
   float_literal(v, dt) / half_literal(bits, dt) / int_literal(v, dt)
@@ -52,6 +59,9 @@ Hooks (methods; see each docstring):
   frag_decls() / frag_op(stmt)              matrix fragments (default: exact emulation in shared memory)
   helper_code(name)                         source of a named helper a hook asked for via need()
   plane_setup()                             prologue lines defining kd_plane, kd_lane, kd_nlanes
+Helpers for dialects: x(e) / lanes(e) render expressions, emit(line), need(helper), temp(ctype),
+literal(v, dt), cast(x, src, dst), qualified(*words), parens(text); Rendered.loc_of_source_line
+maps a line of the generated source back to the Python statement (compilers that ignore #line).
 """
 from __future__ import annotations
 
