@@ -27,22 +27,22 @@ COL_TARGET_CUBES = 1024  # cubes the column-partial pass aims for (sets the rows
 
 def layer_norm(input, gamma, beta=None, epsilon=1e-5) -> kd.Tensor:
     """(x - mean)·rsqrt(var + eps)·gamma (+ beta) over the last axis."""
-    return _norm("layer_norm", input, gamma, beta, epsilon, rms=False, stats=False)[0]
+    return _norm("layer_norm", input, gamma, beta, epsilon, rms=False)[0]
 
 
 def layer_norm_with_stats(input, gamma, beta=None, epsilon=1e-5) -> tuple:
     """(out, mean, rstd); mean and rstd are F32 of the input's shape without the last axis."""
-    return _norm("layer_norm_with_stats", input, gamma, beta, epsilon, rms=False, stats=True)
+    return _norm("layer_norm_with_stats", input, gamma, beta, epsilon, rms=False)
 
 
 def rms_norm(input, gamma, epsilon=1e-6) -> kd.Tensor:
     """x·rsqrt(mean(x²) + eps)·gamma over the last axis."""
-    return _norm("rms_norm", input, gamma, None, epsilon, rms=True, stats=False)[0]
+    return _norm("rms_norm", input, gamma, None, epsilon, rms=True)[0]
 
 
 def rms_norm_with_stats(input, gamma, epsilon=1e-6) -> tuple:
     """(out, rstd); rstd is F32 of the input's shape without the last axis."""
-    out, _, rstd = _norm("rms_norm_with_stats", input, gamma, None, epsilon, rms=True, stats=True)
+    out, _, rstd = _norm("rms_norm_with_stats", input, gamma, None, epsilon, rms=True)
     return out, rstd
 
 
@@ -77,7 +77,7 @@ def rms_norm_backward(input, gamma, grad, rstd) -> tuple:
 
 
 # ---------------------------------------------------------------------------- forward
-def _norm(fn, input, gamma, beta, epsilon, rms: bool, stats: bool) -> tuple:
+def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
     width = check_input(fn, "input", input)
     check_f32(fn, "gamma", gamma, (width,), "W = input's last axis")
     if beta is not None:
@@ -86,8 +86,8 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool, stats: bool) -> tuple:
     check_runtimes(fn, {"input": input, "gamma": gamma, "beta": beta})
     rt = input.runtime
     out = rt.empty(input.shape, input.dtype)
-    mean = rt.empty(input.shape[:-1], kd.f32) if stats and not rms else None
-    rstd = rt.empty(input.shape[:-1], kd.f32) if stats else None
+    mean = rt.empty(input.shape[:-1], kd.f32) if not rms else None
+    rstd = rt.empty(input.shape[:-1], kd.f32)
     rows = math.prod(input.shape[:-1])
     if rows == 0:
         return out, mean, rstd
@@ -96,12 +96,11 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool, stats: bool) -> tuple:
     b = beta.contiguous() if beta is not None else g
     lanes = vector_lanes(input.dtype.itemsize, width, xs, x2.offset, g.offset, b.offset)
     shape = choose_shape(rt.capabilities, width, lanes)
-    m_out = mean.reshape(rows) if mean is not None else g
-    r_out = rstd.reshape(rows) if rstd is not None else g
+    r_out = rstd.reshape(rows)
+    m_out = mean.reshape(rows) if mean is not None else r_out  # RMSNorm never stores a mean
     kern = _fwd.norm_cached if shape.cached else _fwd.norm_looped
     kern[shape.grid(rows), shape.block](x2, g, b, out.reshape(rows, width), m_out, r_out, rows, width, xs, eps,
-                                        rms, beta is not None, stats, shape.bx, shape.ry, shape.chunks,
-                                        shape.lanes)
+                                        rms, beta is not None, shape.bx, shape.ry, shape.chunks, shape.lanes)
     return out, mean, rstd
 
 

@@ -10,7 +10,9 @@ softmax over the last axis, each in two forms.
   previous pass just filled.
 
 Every kernel works on a [rows, width] view with unit stride along the row and
-`x_stride` elements between rows; outputs are packed. Statistics are f32.
+`x_stride` elements between rows; outputs are packed. Statistics are f32; the norm
+kernels always store rstd (and mean for LayerNorm): 8 bytes a row, and one kernel
+fewer to compile than making it optional.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ def norm_out(v, mean, rstd, gamma, beta, col, RMS, HAS_BETA, L):
 def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f32, 1], y: kd.Tensor,
                 mean_out: kd.Tensor[kd.f32, 1], rstd_out: kd.Tensor[kd.f32, 1],
                 rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
-                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool], STATS: kd.Const[bool],
+                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool],
                 BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int], L: kd.Const[int]):
     row = row_index(RY)
     t = kd.unit_pos_x()
@@ -82,18 +84,17 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
         col = (c * BX + t) * L
         if live and col < width:
             store(y, yb + col, norm_out(vals[c], mean, rstd, gamma, beta, col, RMS, HAS_BETA, L), L)
-    if STATS:
-        if live and t == 0:
-            if not RMS:
-                mean_out[row] = mean
-            rstd_out[row] = rstd
+    if live and t == 0:
+        if not RMS:
+            mean_out[row] = mean
+        rstd_out[row] = rstd
 
 
 @kd.kernel
 def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f32, 1], y: kd.Tensor,
                 mean_out: kd.Tensor[kd.f32, 1], rstd_out: kd.Tensor[kd.f32, 1],
                 rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
-                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool], STATS: kd.Const[bool],
+                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool],
                 BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
     row = row_index(RY)
     t = kd.unit_pos_x()
@@ -130,11 +131,10 @@ def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
             if live and col < width:
                 v = load_f32(x, xb + col, True, 0.0, L)
                 store(y, yb + col, norm_out(v, mean, rstd, gamma, beta, col, RMS, HAS_BETA, L), L)
-    if STATS:
-        if live and t == 0:
-            if not RMS:
-                mean_out[row] = mean
-            rstd_out[row] = rstd
+    if live and t == 0:
+        if not RMS:
+            mean_out[row] = mean
+        rstd_out[row] = rstd
 
 
 @kd.kernel

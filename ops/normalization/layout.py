@@ -10,7 +10,8 @@ import kerneldsl as kd
 
 GRID_X = 65535        # cubes along x before the grid wraps into y (the portable limit)
 MAX_CACHED_CHUNKS = 8  # chunks a unit may hold in registers before the looped kernels take over
-CPU_UNITS = 256        # cube size on the cpu runtime: its unit loop is the SIMD loop
+CPU_ROW_UNITS = (8, 64, 256)  # units per row on the cpu runtime (its unit loop is the SIMD loop):
+                              # three sizes, so few widths need a kernel of their own
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,8 @@ class RowShape:
 
     def grid(self, rows: int) -> tuple:
         cubes = max(1, -(-rows // self.ry))
-        gx = min(cubes, GRID_X)
-        return (gx, -(-cubes // gx))
+        gy = -(-cubes // GRID_X)
+        return (-(-cubes // gy), gy)  # at most gy - 1 cubes past the last row
 
 
 def rows_view(t: kd.Tensor) -> tuple:
@@ -69,16 +70,17 @@ def choose_shape(caps, width: int, lanes: int) -> RowShape:
     """The cube shape for rows of `width` elements.
 
     cpu runtime: one scalar per unit per step (its unit loop is the vector loop, so
-    unit-strided scalars become contiguous SIMD loads) and the looped kernels (the
-    re-read rows sit in its caches, which beats holding them in per-unit arrays).
+    unit-strided scalars become contiguous SIMD loads), 8, 64 or 256 units per row and
+    256-unit cubes, and the looped kernels (the re-read rows sit in its caches, which
+    beats holding them in per-unit arrays).
     Other runtimes: L-lane chunks (128-bit accesses), about four chunks per unit
     held in registers, one plane or a few per row; rows longer than the registers
     hold use the looped kernels with 4 chunks in flight per unit."""
     plane = caps.plane_dim
     max_units = min(caps.max_cube_units, 1024)
     if caps.backend == "cpu":
-        bx = min(_pow2_at_least(width), CPU_UNITS, max_units)
-        return RowShape(bx, _rows_per_cube(bx, plane, max_units, CPU_UNITS), 1, 1, False)
+        bx = min(next(b for b in CPU_ROW_UNITS if b >= width or b == CPU_ROW_UNITS[-1]), max_units)
+        return RowShape(bx, _rows_per_cube(bx, plane, max_units, CPU_ROW_UNITS[-1]), 1, 1, False)
     chunks = -(-width // lanes)
     if chunks <= max_units * MAX_CACHED_CHUNKS:
         bx = min(_pow2_at_least(-(-chunks // 4)), max_units)
