@@ -150,6 +150,65 @@ class CudaRenderer(CLikeRenderer):
             return f"// {name}: in the prelude"
         return super().helper_code(name)
 
+    # ------------------------------------------------------------------ wide shared stores
+    def block(self, stmts):
+        """The base's statement loop, plus one peephole: lanes 0..n-1 of a vector variable
+        stored to consecutive elements of a shared array (`for e in kd.unroll(8):
+        s[x + e] = v[e]`) become one 16-byte store where aligned."""
+        i = 0
+        while i < len(stmts):
+            n = self._shared_vector_store(stmts, i)
+            if n:
+                s0 = stmts[i]
+                self._memo = {}
+                self.line(s0.loc)
+                d = self.k.shared[s0.array]
+                base = self._const_split(s0.offset)[0]
+                lanes = [self.x(s.value) for s in stmts[i:i + n]]
+                self.emit(self.vec_store(d.dtype, f"({self.shared(s0.array)} + {self.x(base)})", lanes))
+                i += n
+                continue
+            s = stmts[i]
+            self._memo = {}
+            self.line(s.loc)
+            getattr(self, "s_" + type(s).__name__)(s)
+            i += 1
+
+    @staticmethod
+    def _const_split(e):
+        """(x, c) with e == x + c for an integer constant c (through a widening cast)."""
+        if isinstance(e, ir.Cast) and e.dtype is i64 and e.a.dtype in (i32, i64):
+            e = e.a
+        if isinstance(e, ir.BinOp) and e.op == "+" and isinstance(e.b, ir.Const):
+            return e.a, int(e.b.value)
+        return e, 0
+
+    def _shared_vector_store(self, stmts, i) -> int:
+        """How many statements from i form such a vector store (0: none)."""
+        s0 = stmts[i]
+        if not isinstance(s0, ir.SharedStore) or s0.checked:
+            return 0
+        v0 = s0.value
+        if not (isinstance(v0, ir.VecExtract) and isinstance(v0.a, ir.Var) and v0.lane == 0):
+            return 0
+        d = self.k.shared[s0.array]
+        n = v0.a.dtype.lanes
+        if d.dtype is boolean or v0.dtype is not d.dtype or i + n > len(stmts):
+            return 0
+        base, c = self._const_split(s0.offset)
+        if c != 0:
+            return 0
+        key = self.x(base)
+        for k, s in enumerate(stmts[i:i + n]):
+            if not (isinstance(s, ir.SharedStore) and not s.checked and s.array == s0.array
+                    and isinstance(s.value, ir.VecExtract) and isinstance(s.value.a, ir.Var)
+                    and s.value.a.name == v0.a.name and s.value.lane == k):
+                return 0
+            b, ck = self._const_split(s.offset)
+            if ck != k or self.x(b) != key:
+                return 0
+        return n
+
     # ------------------------------------------------------------------ plane operations
     def plane_op(self, s: ir.PlaneOp) -> list:
         dst, op, t = self.var(s.dst), s.op, s.dtype
