@@ -11,6 +11,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from . import lang as _lang
+from . import autotune
 from .cache import stats as cache_stats
 from .capabilities import Capabilities
 from .dlpack import from_dlpack

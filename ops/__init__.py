@@ -15,3 +15,8 @@ from . import normalization  # noqa: E402
 from .normalization import NormalizationError  # noqa: E402
 
 __all__ += ["normalization", "NormalizationError"]
+
+from . import attention  # noqa: E402
+from .attention import AttentionSetupError  # noqa: E402
+
+__all__ += ["attention", "AttentionSetupError"]

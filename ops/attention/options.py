@@ -1,0 +1,43 @@
+"""The public option types of `rudnn.attention` (SPEC §5): options, strategies, the error."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..errors import RudnnError
+
+
+class AttentionSetupError(RudnnError):
+    """Bad input to `rudnn.attention.attention`, or a strategy this runtime cannot run."""
+
+
+@dataclass(frozen=True)
+class AttentionModuleOptions:
+    """How scores are formed: `scale` (default 1/sqrt(D)), an optional tanh `softcap`
+    (> 0), and bottom-right aligned causal masking."""
+
+    scale: float | None = None
+    softcap: float | None = None
+    is_causal: bool = False
+
+
+@dataclass(frozen=True)
+class BlackboxAcceleratedStrategy:
+    """Tiling of `FlashBlackboxAccelerated`: a cube runs `num_planes` planes; each plane owns
+    `seq_q` tiles of 16 query rows, and each step consumes 16·num_planes·seq_kv keys."""
+
+    num_planes: int = 4
+    seq_q: int = 1
+    seq_kv: int = 1
+
+
+class AttentionStrategy(enum.Enum):
+    """Which implementation runs (every one gives the same results up to rounding)."""
+
+    FlashBlackboxAccelerated = "FlashBlackboxAccelerated"  # fused, matrix primitive (tensor cores), F16/BF16
+    FlashUnit = "FlashUnit"                                # fused online softmax on plain arithmetic
+    Fallback = "Fallback"                                  # matmul, softmax, matmul as separate kernels
+    Autotune = "Autotune"                                  # time the valid ones once per shape bucket
+
+
+__all__ = ["AttentionSetupError", "AttentionModuleOptions", "BlackboxAcceleratedStrategy", "AttentionStrategy"]
