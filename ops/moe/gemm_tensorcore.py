@@ -3,13 +3,18 @@
 emulation elsewhere.
 
 Same grid as the scalar kernels (x: row tiles of all experts, y: column tiles).
-A cube has 4 planes in a 2 x 2 layout over a BM x BN output tile; each plane owns
-2 x FN fragments. Per BK-step the cube stages the A tile (dispatched rows) and the
-B tile (weight rows, K contiguous) in shared memory, zero-filling the K tail, and
-each plane runs its fragment products. Rows past the expert's end and columns
-past N are clamped while loading (their results are never stored). Results leave
-through a per-plane f32 staging tile so stores can be masked and the SwiGLU
-gating applied on the way out.
+A cube has 8 planes in a 2 x 4 layout over a 128 x BN output tile; each plane
+owns 4 x 2 accumulator fragments (plain projection, BN = 128) or 4 x 1 for each of
+gate and up (fused projection, BN = 64 per matrix). The A tile (dispatched rows)
+and the B tile (weight rows, K contiguous) pass through shared memory BK = 32
+columns at a time. With 256 units and 16-byte loads (the GPU case) the next
+tiles are fetched into registers while the fragments multiply the current ones
+(two shared stages, one barrier per step); otherwise each step stages
+synchronously. Rows past the expert's end and columns past N are clamped while
+loading (their results are never stored); columns past K are zero-filled.
+Results leave through fragments stored straight to global memory when the whole
+tile is inside, else through a per-plane f32 staging tile with masked stores;
+the SwiGLU gating is applied on the way out.
 """
 from __future__ import annotations
 
@@ -18,37 +23,48 @@ import kerneldsl as kd
 from .gemm_scalar import silu
 from .tiles import find_tile
 
-PLANES = 4       # 2 x 2 planes per cube
-BM = 64          # rows per cube: 2 planes x 2 fragments x 16
-BK = 32          # reduction step staged in shared memory
-SK = BK + 8      # shared row stride (elements): a multiple of 8, skewed against bank conflicts
-BN_DOWN = 64     # output columns per cube, plain projection (2 fragments per plane)
-BN_FUSED = 32    # output columns per cube and per matrix, fused gate/up (1 fragment per plane)
+PLANES = 8           # 2 x 4 planes per cube
+FAST_UNITS = 256     # cube size of the register-prefetch path (8 planes of 32)
+BM = 128             # rows per cube: 2 planes x 4 fragments x 16
+BK = 32              # reduction step staged in shared memory
+SK = BK + 8          # shared row stride in elements: a multiple of 8, skewed against bank conflicts
+BN_DOWN = 128        # output columns per cube, plain projection: 4 planes x 2 fragments x 16
+BN_FUSED = 64        # output columns per cube and per matrix, fused gate/up: 4 planes x 16
 
 
 @kd.func
-def stage_tile(dst, src, e, row0, rows_end, k0, K, ROWS, VEC, EXPERT):
-    """Copy src[(e,) row0 + i, k0 + j] for i < ROWS, j < BK into dst[i * SK + j]: rows clamped
-    below rows_end, zeros past K. EXPERT (compile-time): src is [E, rows, K], else [rows, K].
-    VEC: 8-element loads (K % 8 == 0 and src packed and 16-byte aligned)."""
+def load_chunk(src, e, row, rows_end, k, K, EXPERT):
+    """8 consecutive elements src[(e,) row, k:k+8] as one vector; row clamped below
+    rows_end, k clamped to 0 past K (the caller zero-fills those)."""
+    r = kd.i64(kd.min(row, rows_end - 1))
+    kk = kd.select(k < K, k, 0)
+    off = r * K + kk
+    if EXPERT:
+        off = (kd.i64(e) * src.shape[1] + r) * K + kk
+    return kd.load_vec(src, off, 8)
+
+
+@kd.func
+def put_chunk(dst, at, v, live):
+    """Write the 8 lanes of v to dst[at:at+8] (zeros unless live)."""
+    for l in kd.unroll(8):
+        dst[at + l] = kd.select(live, kd.f32(v[l]), 0.0)
+
+
+@kd.func
+def stage_tile(dst, base, src, e, row0, rows_end, k0, K, ROWS, VEC, EXPERT):
+    """Every unit of the cube copies part of src[(e,) row0:row0+ROWS, k0:k0+BK] into
+    dst[base + i * SK + j] (rows clamped, zeros past K); synchronous, any cube size."""
     U = kd.cube_units()
     t = kd.unit_pos_x()
     if VEC:
-        for c0 in range(0, ROWS * BK // 8, U):
+        for c0 in range(0, ROWS * (BK // 8), U):
             c = c0 + t
-            if c < ROWS * BK // 8:
+            if c < ROWS * (BK // 8):
                 i = c // (BK // 8)
                 j = c % (BK // 8) * 8
-                r = kd.min(row0 + i, rows_end - 1)
-                k = k0 + j
-                live = k < K
-                k = kd.select(live, k, 0)
-                if EXPERT:
-                    v = kd.load_vec(src, (e * src.shape[1] + r) * K + k, 8)
-                else:
-                    v = kd.load_vec(src, r * K + k, 8)
-                for l in kd.unroll(8):
-                    dst[i * SK + j + l] = kd.select(live, v[l], 0.0)
+                v = load_chunk(src, e, row0 + i, rows_end, k0 + j, K, EXPERT)
+                put_chunk(dst, base + i * SK + j, v, k0 + j < K)
     else:
         for c0 in range(0, ROWS * BK, U):
             c = c0 + t
@@ -56,71 +72,106 @@ def stage_tile(dst, src, e, row0, rows_end, k0, K, ROWS, VEC, EXPERT):
                 i = c // BK
                 j = c % BK
                 r = kd.min(row0 + i, rows_end - 1)
-                k = k0 + j
-                live = k < K
-                k = kd.select(live, k, 0)
+                k = kd.select(k0 + j < K, k0 + j, 0)
                 if EXPERT:
                     v = src[e, r, k]
                 else:
                     v = src[r, k]
-                dst[i * SK + j] = kd.select(live, kd.f32(v), 0.0)
+                dst[base + i * SK + j] = kd.select(k0 + j < K, kd.f32(v), 0.0)
+
+
+@kd.func
+def chunk_pos(t, half):
+    """(row, column) of the chunk a unit of a 256-unit cube moves for rows [64*half, 64*half+64)."""
+    return t // (BK // 8) + 64 * half, t % (BK // 8) * 8
 
 
 @kd.kernel
 def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd.u32, 1],
                     tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32, DT: kd.Const[object], VEC: kd.Const[bool]):
-    """y[r, n] = sum_k x[r, k] * w[e(r), n, k], fragments of 16 x 16 x 16."""
-    kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 4 planes per cube")
+    """y[r, n] = sum_k x[r, k] * w[e(r), n, k] on 16 x 16 x 16 fragments (y contiguous)."""
+    kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 8 planes per cube")
+    FAST = VEC and kd.cube_units() == FAST_UNITS
     t = kd.unit_pos_x()
     p = kd.plane_pos()
     lane = kd.lane_pos()
-    pm = p // 2
-    pn = p % 2
+    pm = p // 4 * 64
+    pn = p % 4 * 32
     e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), BM)
     if r0 < rend:
         N = w.shape[1]
         K = x.shape[1]
         n0 = kd.cube_pos_y() * BN_DOWN
-        sa = kd.shared(DT, BM * SK)
-        sb = kd.shared(DT, BN_DOWN * SK)
+        sa = kd.shared(DT, 2 * BM * SK)
+        sb = kd.shared(DT, 2 * BN_DOWN * SK)
         stage = kd.shared(kd.f32, PLANES * 256)
-        fa0 = kd.fragment_a(DT, 16, 16, 16)
-        fa1 = kd.fragment_a(DT, 16, 16, 16)
-        fb0 = kd.fragment_b(DT, 16, 16, 16, layout="col")
-        fb1 = kd.fragment_b(DT, 16, 16, 16, layout="col")
-        c00 = kd.fragment_acc(16, 16, 16)
-        c01 = kd.fragment_acc(16, 16, 16)
-        c10 = kd.fragment_acc(16, 16, 16)
-        c11 = kd.fragment_acc(16, 16, 16)
-        kd.fill_fragment(c00, 0.0)
-        kd.fill_fragment(c01, 0.0)
-        kd.fill_fragment(c10, 0.0)
-        kd.fill_fragment(c11, 0.0)
+        acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+               kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+               kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16))
+        fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16),
+              kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
+        fb = (kd.fragment_b(DT, 16, 16, 16, layout="col"), kd.fragment_b(DT, 16, 16, 16, layout="col"))
+        for f in kd.unroll(8):
+            kd.fill_fragment(acc[f], 0.0)
+        ar0, ac = chunk_pos(t, 0)
+        ar1, _ = chunk_pos(t, 1)
+        if FAST:                                   # stage 0 <- k tile 0
+            va0 = load_chunk(x, e, r0 + ar0, rend, ac, K, False)
+            va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
+            vb0 = load_chunk(w, e, n0 + ar0, N, ac, K, True)
+            vb1 = load_chunk(w, e, n0 + ar1, N, ac, K, True)
+            put_chunk(sa, ar0 * SK + ac, va0, ac < K)
+            put_chunk(sa, ar1 * SK + ac, va1, ac < K)
+            put_chunk(sb, ar0 * SK + ac, vb0, ac < K)
+            put_chunk(sb, ar1 * SK + ac, vb1, ac < K)
+            kd.sync_cube()
         for k0 in range(0, K, BK):
-            stage_tile(sa, x, e, r0, rend, k0, K, BM, VEC, False)
-            stage_tile(sb, w, e, n0, N, k0, K, BN_DOWN, VEC, True)
-            kd.sync_cube()
+            cur = 0
+            if FAST:
+                cur = (k0 // BK) % 2
+                if k0 + BK < K:                    # next k tile -> registers, while this one multiplies
+                    va0 = load_chunk(x, e, r0 + ar0, rend, k0 + BK + ac, K, False)
+                    va1 = load_chunk(x, e, r0 + ar1, rend, k0 + BK + ac, K, False)
+                    vb0 = load_chunk(w, e, n0 + ar0, N, k0 + BK + ac, K, True)
+                    vb1 = load_chunk(w, e, n0 + ar1, N, k0 + BK + ac, K, True)
+            else:
+                stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False)
+                stage_tile(sb, 0, w, e, n0, N, k0, K, BN_DOWN, VEC, True)
+                kd.sync_cube()
+            abase = cur * (BM * SK)
+            bbase = cur * (BN_DOWN * SK)
             for kk in kd.unroll(0, BK, 16):
-                kd.load_fragment(fa0, sa, (pm * 32) * SK + kk, SK)
-                kd.load_fragment(fa1, sa, (pm * 32 + 16) * SK + kk, SK)
-                kd.load_fragment(fb0, sb, (pn * 32) * SK + kk, SK)
-                kd.load_fragment(fb1, sb, (pn * 32 + 16) * SK + kk, SK)
-                kd.mma(c00, fa0, fb0)
-                kd.mma(c01, fa0, fb1)
-                kd.mma(c10, fa1, fb0)
-                kd.mma(c11, fa1, fb1)
+                for i in kd.unroll(4):
+                    kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
+                for j in kd.unroll(2):
+                    kd.load_fragment(fb[j], sb, bbase + (pn + j * 16) * SK + kk, SK)
+                for i in kd.unroll(4):
+                    for j in kd.unroll(2):
+                        kd.mma(acc[i * 2 + j], fa[i], fb[j])
+            if FAST:
+                if k0 + BK < K:
+                    nxt = (1 - cur) * (BM * SK)
+                    kn = k0 + BK + ac
+                    put_chunk(sa, nxt + ar0 * SK + ac, va0, kn < K)
+                    put_chunk(sa, nxt + ar1 * SK + ac, va1, kn < K)
+                    put_chunk(sb, nxt + ar0 * SK + ac, vb0, kn < K)
+                    put_chunk(sb, nxt + ar1 * SK + ac, vb1, kn < K)
             kd.sync_cube()
-        frags = (c00, c01, c10, c11)
-        for f in kd.unroll(4):
-            kd.store_fragment(stage, p * 256, frags[f], 16)
-            kd.sync_cube()
-            for q0 in range(0, 256, kd.PLANE_DIM):
-                q = q0 + lane
-                r = r0 + pm * 32 + f // 2 * 16 + q // 16
-                n = n0 + pn * 32 + f % 2 * 16 + q % 16
-                if r < rend and n < N:
-                    y[r, n] = stage[p * 256 + q]
-            kd.sync_cube()
+        if r0 + BM <= rend and n0 + BN_DOWN <= N:   # whole tile inside: fragments straight out
+            for i in kd.unroll(4):
+                for j in kd.unroll(2):
+                    kd.store_fragment(y, kd.i64(r0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * 2 + j], N)
+        else:
+            for f in kd.unroll(8):
+                kd.store_fragment(stage, p * 256, acc[f], 16)
+                kd.sync_cube()
+                for q0 in range(0, 256, kd.PLANE_DIM):
+                    q = q0 + lane
+                    r = r0 + pm + f // 2 * 16 + q // 16
+                    n = n0 + pn + f % 2 * 16 + q % 16
+                    if r < rend and n < N:
+                        y[r, n] = stage[p * 256 + q]
+                kd.sync_cube()
 
 
 @kd.kernel
@@ -128,59 +179,86 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
                            offsets: kd.Tensor[kd.u32, 1], tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32,
                            DT: kd.Const[object], VEC: kd.Const[bool]):
     """h[r, n] = silu(x[r]·gate[e, n]) * (x[r]·up[e, n]) on fragments; gating fused into the store."""
-    kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 4 planes per cube")
+    kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 8 planes per cube")
+    FAST = VEC and kd.cube_units() == FAST_UNITS
     t = kd.unit_pos_x()
     p = kd.plane_pos()
     lane = kd.lane_pos()
-    pm = p // 2
-    pn = p % 2
+    pm = p // 4 * 64
+    pn = p % 4 * 16
     e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), BM)
     if r0 < rend:
         N = gate.shape[1]
         K = x.shape[1]
         n0 = kd.cube_pos_y() * BN_FUSED
-        sa = kd.shared(DT, BM * SK)
-        sg = kd.shared(DT, BN_FUSED * SK)
-        su = kd.shared(DT, BN_FUSED * SK)
+        sa = kd.shared(DT, 2 * BM * SK)
+        sg = kd.shared(DT, 2 * BN_FUSED * SK)
+        su = kd.shared(DT, 2 * BN_FUSED * SK)
         stage_g = kd.shared(kd.f32, PLANES * 256)
         stage_u = kd.shared(kd.f32, PLANES * 256)
-        fa0 = kd.fragment_a(DT, 16, 16, 16)
-        fa1 = kd.fragment_a(DT, 16, 16, 16)
+        ga = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+              kd.fragment_acc(16, 16, 16))
+        ua = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+              kd.fragment_acc(16, 16, 16))
+        fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16),
+              kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
         fg = kd.fragment_b(DT, 16, 16, 16, layout="col")
         fu = kd.fragment_b(DT, 16, 16, 16, layout="col")
-        g0 = kd.fragment_acc(16, 16, 16)
-        g1 = kd.fragment_acc(16, 16, 16)
-        u0 = kd.fragment_acc(16, 16, 16)
-        u1 = kd.fragment_acc(16, 16, 16)
-        kd.fill_fragment(g0, 0.0)
-        kd.fill_fragment(g1, 0.0)
-        kd.fill_fragment(u0, 0.0)
-        kd.fill_fragment(u1, 0.0)
+        for f in kd.unroll(4):
+            kd.fill_fragment(ga[f], 0.0)
+            kd.fill_fragment(ua[f], 0.0)
+        ar0, ac = chunk_pos(t, 0)
+        ar1, _ = chunk_pos(t, 1)
+        if FAST:
+            va0 = load_chunk(x, e, r0 + ar0, rend, ac, K, False)
+            va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
+            vg = load_chunk(gate, e, n0 + ar0, N, ac, K, True)
+            vu = load_chunk(up, e, n0 + ar0, N, ac, K, True)
+            put_chunk(sa, ar0 * SK + ac, va0, ac < K)
+            put_chunk(sa, ar1 * SK + ac, va1, ac < K)
+            put_chunk(sg, ar0 * SK + ac, vg, ac < K)
+            put_chunk(su, ar0 * SK + ac, vu, ac < K)
+            kd.sync_cube()
         for k0 in range(0, K, BK):
-            stage_tile(sa, x, e, r0, rend, k0, K, BM, VEC, False)
-            stage_tile(sg, gate, e, n0, N, k0, K, BN_FUSED, VEC, True)
-            stage_tile(su, up, e, n0, N, k0, K, BN_FUSED, VEC, True)
-            kd.sync_cube()
+            cur = 0
+            if FAST:
+                cur = (k0 // BK) % 2
+                if k0 + BK < K:
+                    va0 = load_chunk(x, e, r0 + ar0, rend, k0 + BK + ac, K, False)
+                    va1 = load_chunk(x, e, r0 + ar1, rend, k0 + BK + ac, K, False)
+                    vg = load_chunk(gate, e, n0 + ar0, N, k0 + BK + ac, K, True)
+                    vu = load_chunk(up, e, n0 + ar0, N, k0 + BK + ac, K, True)
+            else:
+                stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False)
+                stage_tile(sg, 0, gate, e, n0, N, k0, K, BN_FUSED, VEC, True)
+                stage_tile(su, 0, up, e, n0, N, k0, K, BN_FUSED, VEC, True)
+                kd.sync_cube()
+            abase = cur * (BM * SK)
+            bbase = cur * (BN_FUSED * SK)
             for kk in kd.unroll(0, BK, 16):
-                kd.load_fragment(fa0, sa, (pm * 32) * SK + kk, SK)
-                kd.load_fragment(fa1, sa, (pm * 32 + 16) * SK + kk, SK)
-                kd.load_fragment(fg, sg, (pn * 16) * SK + kk, SK)
-                kd.load_fragment(fu, su, (pn * 16) * SK + kk, SK)
-                kd.mma(g0, fa0, fg)
-                kd.mma(g1, fa1, fg)
-                kd.mma(u0, fa0, fu)
-                kd.mma(u1, fa1, fu)
+                for i in kd.unroll(4):
+                    kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
+                kd.load_fragment(fg, sg, bbase + pn * SK + kk, SK)
+                kd.load_fragment(fu, su, bbase + pn * SK + kk, SK)
+                for i in kd.unroll(4):
+                    kd.mma(ga[i], fa[i], fg)
+                    kd.mma(ua[i], fa[i], fu)
+            if FAST:
+                if k0 + BK < K:
+                    kn = k0 + BK + ac
+                    put_chunk(sa, (1 - cur) * (BM * SK) + ar0 * SK + ac, va0, kn < K)
+                    put_chunk(sa, (1 - cur) * (BM * SK) + ar1 * SK + ac, va1, kn < K)
+                    put_chunk(sg, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vg, kn < K)
+                    put_chunk(su, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vu, kn < K)
             kd.sync_cube()
-        gs = (g0, g1)
-        us = (u0, u1)
-        for f in kd.unroll(2):
-            kd.store_fragment(stage_g, p * 256, gs[f], 16)
-            kd.store_fragment(stage_u, p * 256, us[f], 16)
+        for i in kd.unroll(4):
+            kd.store_fragment(stage_g, p * 256, ga[i], 16)
+            kd.store_fragment(stage_u, p * 256, ua[i], 16)
             kd.sync_cube()
             for q0 in range(0, 256, kd.PLANE_DIM):
                 q = q0 + lane
-                r = r0 + pm * 32 + f * 16 + q // 16
-                n = n0 + pn * 16 + q % 16
+                r = r0 + pm + i * 16 + q // 16
+                n = n0 + pn + q % 16
                 if r < rend and n < N:
                     h[r, n] = silu(stage_g[p * 256 + q]) * stage_u[p * 256 + q]
             kd.sync_cube()
