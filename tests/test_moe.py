@@ -46,7 +46,8 @@ def no_launch(monkeypatch):
 
 # ---------------------------------------------------------------------- softmax routing
 SOFTMAX_CASES = [("f32", 7, 5, 2, True), ("f32", 13, 64, 6, False), ("f32", 3, 300, 4, True), ("f32", 2, 1, 1, False),
-                 ("f32", 5, 7, 7, True), ("f16", 13, 64, 6, True), ("bf16", 3, 300, 4, False), ("bf16", 7, 5, 2, True)]
+                 ("f32", 5, 7, 7, True), ("f32", 3, 2100, 3, False),   # E > 2048: keys recomputed per round
+                 ("f16", 13, 64, 6, True), ("bf16", 3, 300, 4, False), ("bf16", 7, 5, 2, True)]
 
 
 @pytest.mark.parametrize("dt,T,E,k,renorm", SOFTMAX_CASES)
@@ -330,16 +331,19 @@ def test_forward_softmax_layer(runtime, rng, dt):
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("strategy", list(GroupedStrategy))
 def test_forward_sigmoid_grouped_layer(runtime, rng, dt, strategy):
-    if strategy is GroupedStrategy.TensorCore and (dt == "f32" or kd.as_dtype(dt) not in
-                                                   runtime.capabilities.mma_dtypes):
-        pytest.skip(f"TensorCore is unavailable for {dt} on {runtime.name} (checked in test_tensor_core_f32_is_unavailable)")
     T, E, H, I = 9, 8, 16, 24
     opts = GroupRoutingOptions(3, 4, 2, True, True, 2.0)
     (gate, up, down), ex = make_experts(runtime, rng, E, H, I, dt)
     x = host(dt, rng.standard_normal((T, H)))
     logits = host(dt, rng.standard_normal((T, E)))
     bias = (rng.standard_normal(E) * 0.2).astype(np.float32)
-    out = ex.forward_sigmoid_grouped(runtime.tensor(x), runtime.tensor(logits), runtime.tensor(bias), opts, strategy)
+    args = (runtime.tensor(x), runtime.tensor(logits), runtime.tensor(bias), opts, strategy)
+    if strategy is GroupedStrategy.TensorCore and kd.as_dtype(dt) not in (set(runtime.capabilities.mma_dtypes)
+                                                                           - {kd.f32}):
+        with pytest.raises(MoeError, match="unavailable"):     # F32, or no fragments of this dtype
+            ex.forward_sigmoid_grouped(*args)
+        return
+    out = ex.forward_sigmoid_grouped(*args)
     ids, w = ref.sigmoid_grouped_route(logits, bias, 3, 4, 2, True, True, 2.0)
     close(f64(out), ref.moe_forward(x, ids, host(dt, w), gate, up, down), dt)
 

@@ -12,11 +12,17 @@ from . import routing_kernels as rk
 from .options import (GroupRoutingOptions, MoeError, RoutingOptions, check_group_options, check_routing_options,
                       check_tensor)
 
-SOFTMAX_MAX_UNITS = 256
+ROUTING_UNITS = 32       # units per token: one plane on GPUs; each unit walks E / 32 experts
+SOFTMAX_CACHE = 2048     # rows up to this many experts keep their keys in shared memory (24 KiB)
 
 
 def _pow2_at_least(n: int, lo: int) -> int:
     return max(lo, 1 << max(0, n - 1).bit_length())
+
+
+def routing_units(experts: int) -> int:
+    """Units per routing cube: one element per unit for small E, ROUTING_UNITS otherwise."""
+    return min(_pow2_at_least(experts, 1), ROUTING_UNITS)
 
 
 class RoutingPlan:
@@ -75,9 +81,9 @@ def route(logits: kd.Tensor, options: RoutingOptions) -> RoutingPlan:
     weights = rt.empty((T, k), logits.dtype)
     if T == 0:
         return RoutingPlan(ids, weights, E)
-    units = min(_pow2_at_least(E, 32), SOFTMAX_MAX_UNITS)
     probs = rt.empty((T, k), kd.f32)
-    rk.softmax_topk[T, units](logits, ids, weights, probs, options.renormalize, E <= units)
+    cache = _pow2_at_least(E, 32) if E <= SOFTMAX_CACHE else 0
+    rk.softmax_topk[T, routing_units(E)](logits, ids, weights, probs, options.renormalize, cache)
     return RoutingPlan(ids, weights, E)
 
 
@@ -98,9 +104,8 @@ def route_sigmoid_grouped(logits: kd.Tensor, bias: kd.Tensor | None, options: Gr
     weights = rt.empty((T, k), logits.dtype)
     if T == 0:
         return RoutingPlan(ids, weights, E)
-    units = _pow2_at_least(E, 32)
     bias_arg = bias if bias is not None else rt.empty((1,), kd.f32)
-    rk.sigmoid_grouped_topk[T, units](logits, bias_arg, ids, weights, options.groups, options.selected_groups,
-                                      float(options.scale), bias is not None, options.group_top_two,
-                                      options.renormalize, 64)
+    rk.sigmoid_grouped_topk[T, routing_units(E)](logits, bias_arg, ids, weights, options.groups,
+                                                 options.selected_groups, float(options.scale), bias is not None,
+                                                 options.group_top_two, options.renormalize)
     return RoutingPlan(ids, weights, E)

@@ -72,9 +72,10 @@ def sigmoid_stable(x):
 
 @kd.kernel
 def softmax_topk(logits: kd.Tensor, ids: kd.Tensor[kd.u32, 2], weights: kd.Tensor, probs: kd.Tensor[kd.f32, 2],
-                 RENORMALIZE: kd.Const[bool], ONE: kd.Const[bool]):
-    """ids/weights[row, :top_k] of the softmax over logits[row, :]. probs is f32 scratch
-    [T, top_k] for the selected probabilities. ONE: every expert fits one unit."""
+                 RENORMALIZE: kd.Const[bool], CACHE: kd.Const[int]):
+    """ids/weights[row, :top_k] of the softmax over logits[row, :]; unit t handles experts
+    t, t + U, ... probs is f32 scratch [T, top_k] for the selected probabilities. CACHE > 0:
+    exp(x - max) of the row is kept in shared memory (E <= CACHE) instead of recomputed."""
     row = kd.cube_pos_x()
     t = kd.unit_pos_x()
     U = kd.cube_units()
@@ -84,27 +85,19 @@ def softmax_topk(logits: kd.Tensor, ids: kd.Tensor[kd.u32, 2], weights: kd.Tenso
     ipart = kd.shared(kd.i32, 2 * kd.plane_count())
     kpart = kd.shared(kd.i64, 2 * kd.plane_count())
     spart = kd.shared(kd.f32, kd.plane_count())
+    cache = kd.shared(kd.f32, kd.max(CACHE, 1))
+    keys = kd.shared(kd.i64, kd.max(CACHE, 1))
     # pass 1: the row maximum over non-NaN entries, and whether a NaN is present
     mx = -kd.inf
     nan = 0
-    mine = -kd.inf
-    if ONE:
-        v = kd.f32(logits[row, kd.min(t, E - 1)])
-        if t < E:
-            mine = v
+    for e0 in range(0, E, U):
+        e = e0 + t
+        if e < E:
+            v = kd.f32(logits[row, e])
             if kd.isnan(v):
                 nan = 1
             else:
-                mx = v
-    else:
-        for e0 in range(0, E, U):
-            e = e0 + t
-            if e < E:
-                v = kd.f32(logits[row, e])
-                if kd.isnan(v):
-                    nan = 1
-                else:
-                    mx = kd.max(mx, v)
+                mx = kd.max(mx, v)
     row_max = cube_max(mx, fpart, 0)      # fresh names: the reduced values are uniform
     any_nan = cube_max(nan, ipart, 0)
     if any_nan > 0 or row_max == kd.inf or row_max == -kd.inf:
@@ -116,34 +109,35 @@ def softmax_topk(logits: kd.Tensor, ids: kd.Tensor[kd.u32, 2], weights: kd.Tenso
     else:
         # pass 2: the softmax denominator
         s = kd.f32(0)
-        p_mine = kd.f32(0)
-        if ONE:
-            if t < E:
-                p_mine = kd.exp(mine - row_max)
-                s = p_mine
-        else:
+        for e0 in range(0, E, U):
+            e = e0 + t
+            if e < E:
+                v = kd.exp(kd.f32(logits[row, e]) - row_max)
+                s += v
+                if CACHE > 0:
+                    cache[e] = v
+        denom = cube_sum(s, spart)            # its barriers also publish the cache
+        if CACHE > 0:
             for e0 in range(0, E, U):
                 e = e0 + t
                 if e < E:
-                    s += kd.exp(kd.f32(logits[row, e]) - row_max)
-        denom = cube_sum(s, spart)
-        # top-k rounds
+                    keys[e] = order_key(cache[e] / denom, e)
+            kd.sync_cube()
+        # top-k rounds: the best key strictly below the previous round's
         prev = kd.i64(TOP_KEY)
         chosen = kd.f32(0)
         for j in range(k):
             cand = kd.i64(NO_KEY)
-            if ONE:
-                if t < E:
-                    key = order_key(p_mine / denom, t)
-                    if key < prev:
-                        cand = key
-            else:
-                for e0 in range(0, E, U):
-                    e = e0 + t
-                    if e < E:
+            for e0 in range(0, E, U):
+                e = e0 + t
+                if e < E:
+                    key = kd.i64(0)
+                    if CACHE > 0:
+                        key = keys[e]
+                    else:
                         key = order_key(kd.exp(kd.f32(logits[row, e]) - row_max) / denom, e)
-                        if key < prev:
-                            cand = kd.max(cand, key)
+                    if key < prev:
+                        cand = kd.max(cand, key)
             prev = cube_max(cand, kpart, j % 2 * kd.plane_count())
             p = key_value(prev)
             chosen += p
@@ -163,79 +157,105 @@ def softmax_topk(logits: kd.Tensor, ids: kd.Tensor[kd.u32, 2], weights: kd.Tenso
 @kd.kernel
 def sigmoid_grouped_topk(logits: kd.Tensor, bias: kd.Tensor[kd.f32, 1], ids: kd.Tensor[kd.u32, 2],
                          weights: kd.Tensor, G: kd.i32, SG: kd.i32, scale: kd.f32, HAS_BIAS: kd.Const[bool],
-                         TOP_TWO: kd.Const[bool], RENORMALIZE: kd.Const[bool], KMAX: kd.Const[int]):
-    """DeepSeek-V3 routing of logits[row, :] (E <= cube units): p = sigmoid, c = p + bias
-    chooses, p weighs. G groups, the SG best kept, then ids.shape[1] experts."""
+                         TOP_TWO: kd.Const[bool], RENORMALIZE: kd.Const[bool]):
+    """DeepSeek-V3 routing of logits[row, :] (E <= 1024, G <= 128, top_k <= 64): p = sigmoid,
+    c = p + bias chooses, p weighs. G groups, the SG best kept, then ids.shape[1] experts.
+    Unit t handles experts t, t + U, ... and groups t, t + U, ..."""
     row = kd.cube_pos_x()
     t = kd.unit_pos_x()
+    U = kd.cube_units()
     E = logits.shape[1]
     k = ids.shape[1]
     S = E // G
-    c_all = kd.shared(kd.f32, kd.cube_units())
+    p_all = kd.shared(kd.f32, 1024)
+    c_all = kd.shared(kd.f32, 1024)
+    keys = kd.shared(kd.i64, 1024)
     score = kd.shared(kd.f32, 128)
     picked = kd.shared(kd.i32, 128)
-    sel_p = kd.shared(kd.f32, KMAX)
+    sel_p = kd.shared(kd.f32, 64)
     ipart = kd.shared(kd.i32, 2 * kd.plane_count())
     kpart = kd.shared(kd.i64, 2 * kd.plane_count())
-    live = t < E
-    tc = kd.min(t, E - 1)
-    p = sigmoid_stable(kd.f32(logits[row, tc]))
-    c = p
-    if HAS_BIAS:
-        c = p + bias[tc]
     nan = 0
-    if live and kd.isnan(c):
-        nan = 1
-    c_all[t] = c
-    any_nan = cube_max(nan, ipart, 0)      # its barrier also publishes c_all
+    for e0 in range(0, E, U):
+        e = e0 + t
+        if e < E:
+            p = sigmoid_stable(kd.f32(logits[row, e]))
+            c = p
+            if HAS_BIAS:
+                c = p + bias[e]
+            if kd.isnan(c):
+                nan = 1
+            p_all[e] = p
+            c_all[e] = c
+    any_nan = cube_max(nan, ipart, 0)      # its barrier also publishes p_all and c_all
     if any_nan > 0:
-        if t < k:
-            ids[row, t] = t
-            weights[row, t] = kd.nan
+        for j0 in range(0, k, U):
+            j = j0 + t
+            if j < k:
+                ids[row, j] = j
+                weights[row, j] = kd.nan
     else:
-        if t < G:                          # group scores
-            b1 = -kd.inf
-            b2 = -kd.inf
-            for i in range(S):
-                v = c_all[t * S + i]
-                if v > b1:
-                    b2 = b1
-                    b1 = v
-                elif v > b2:
-                    b2 = v
-            sc = b1
-            if TOP_TWO:
-                sc = b1 + b2
-            if kd.isnan(sc):
-                sc = -kd.inf
-            score[t] = sc
+        for g0 in range(0, G, U):          # group scores: the best c, or the two best summed
+            g = g0 + t
+            if g < G:
+                b1 = -kd.inf
+                b2 = -kd.inf
+                for i in range(S):
+                    v = c_all[g * S + i]
+                    if v > b1:
+                        b2 = b1
+                        b1 = v
+                    elif v > b2:
+                        b2 = v
+                sc = b1
+                if TOP_TWO:
+                    sc = b1 + b2
+                if kd.isnan(sc):
+                    sc = -kd.inf
+                score[g] = sc
         kd.sync_cube()
-        if t < G:                          # a group is kept when fewer than SG groups beat it
-            mine = score[t]
-            rank = 0
-            for g in range(G):
-                other = score[g]
-                if other > mine or (other == mine and g < t):
-                    rank += 1
-            picked[t] = kd.select(rank < SG, 1, 0)
+        for g0 in range(0, G, U):          # a group is kept when fewer than SG groups beat it
+            g = g0 + t
+            if g < G:
+                mine = score[g]
+                rank = 0
+                for o in range(G):
+                    other = score[o]
+                    if other > mine or (other == mine and o < g):
+                        rank += 1
+                picked[g] = kd.select(rank < SG, 1, 0)
         kd.sync_cube()
-        key = kd.i64(NO_KEY)
-        if live and picked[t // S] != 0:
-            key = order_key(c, t)
+        for e0 in range(0, E, U):          # the order keys of the candidates (experts of kept groups)
+            e = e0 + t
+            if e < E:
+                key = kd.i64(NO_KEY)
+                if picked[e // S] != 0:
+                    key = order_key(c_all[e], e)
+                keys[e] = key
+        kd.sync_cube()
         prev = kd.i64(TOP_KEY)
         for j in range(k):
-            cand = kd.select(key < prev, key, kd.i64(NO_KEY))
+            cand = kd.i64(NO_KEY)
+            for e0 in range(0, E, U):
+                e = e0 + t
+                if e < E:
+                    key = keys[e]
+                    if key < prev:
+                        cand = kd.max(cand, key)
             prev = cube_max(cand, kpart, j % 2 * kd.plane_count())
-            if t == key_id(prev):
-                sel_p[j] = p
-                ids[row, j] = t
+            if t == 0:
+                pick = key_id(prev)
+                sel_p[j] = p_all[pick]
+                ids[row, j] = pick
         kd.sync_cube()
-        if t < k:
-            total = kd.f32(0)
-            if RENORMALIZE:
-                for j in range(k):
-                    total += sel_p[j]
-            w = sel_p[t] * scale
-            if RENORMALIZE:
-                w = sel_p[t] / total * scale
-            weights[row, t] = w
+        for j0 in range(0, k, U):
+            j = j0 + t
+            if j < k:
+                total = kd.f32(0)
+                if RENORMALIZE:
+                    for i in range(k):
+                        total += sel_p[i]
+                w = sel_p[j] * scale
+                if RENORMALIZE:
+                    w = sel_p[j] / total * scale
+                weights[row, j] = w
