@@ -15,6 +15,7 @@ import kerneldsl as kd
 
 from . import backward as _bwd
 from . import forward as _fwd
+from . import looped as _loop
 from .checks import NormalizationError, check_epsilon, check_f32, check_input, check_like, check_runtimes
 from .layout import choose_shape, rows_view, vector_lanes
 
@@ -58,10 +59,15 @@ def softmax_last_axis(input) -> kd.Tensor:
     x2, xs = rows_view(input)
     lanes = vector_lanes(input.dtype.itemsize, width, xs, x2.offset)
     shape = choose_shape(rt.capabilities, width, lanes)
-    fast_exp = rt.capabilities.backend == "cpu"
-    kern = _fwd.softmax_cached if shape.cached else _fwd.softmax_looped
-    kern[shape.grid(rows), shape.block](x2, out.reshape(rows, width), rows, width, xs, fast_exp,
-                                        shape.bx, shape.ry, shape.chunks, shape.lanes)
+    on_cpu = rt.capabilities.backend == "cpu"  # cheaper exp; f32 rows scaled in place (forward.py)
+    y2 = out.reshape(rows, width)
+    if shape.cached:
+        _fwd.softmax_cached[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, shape.bx, shape.ry,
+                                                           shape.chunks, shape.lanes)
+    else:
+        stage = on_cpu and input.dtype is kd.f32
+        _loop.softmax_looped[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, stage, shape.bx,
+                                                           shape.ry, shape.chunks, shape.lanes)
     return out
 
 
@@ -98,7 +104,7 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
     shape = choose_shape(rt.capabilities, width, lanes)
     r_out = rstd.reshape(rows)
     m_out = mean.reshape(rows) if mean is not None else r_out  # RMSNorm never stores a mean
-    kern = _fwd.norm_cached if shape.cached else _fwd.norm_looped
+    kern = _fwd.norm_cached if shape.cached else _loop.norm_looped
     kern[shape.grid(rows), shape.block](x2, g, b, out.reshape(rows, width), m_out, r_out, rows, width, xs, eps,
                                         rms, beta is not None, shape.bx, shape.ry, shape.chunks, shape.lanes)
     return out, mean, rstd

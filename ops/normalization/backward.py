@@ -89,11 +89,29 @@ def norm_bwd_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
             store(dx, db + col, dx_chunk(ggs[c], hs[c], a, b, rs, RMS), L)
 
 
+@kd.func
+def dot_step(ab, x, grad, gamma, xoff, goff, col, mu, rs, ok, RMS, L):
+    """(a, b) + (Σ gγ, Σ gγ·x̂) over one chunk."""
+    h = normalized(load_f32(x, xoff, ok, 0.0, L), mu, rs, RMS)
+    gg = times_gamma(load_f32(grad, goff, ok, 0.0, L), gamma, col, ok, L)
+    r = (ab[0] + lanes_sum(gg, L), ab[1] + lanes_sum(gg * h, L))
+    return r
+
+
+@kd.func
+def dx_step(x, grad, gamma, dx, xoff, goff, doff, col, mu, rs, a, b, ok, RMS, L):
+    if ok:
+        h = normalized(load_f32(x, xoff, True, 0.0, L), mu, rs, RMS)
+        gg = times_gamma(load_f32(grad, goff, True, 0.0, L), gamma, col, True, L)
+        store(dx, doff, dx_chunk(gg, h, a, b, rs, RMS), L)
+
+
 @kd.kernel
 def norm_bwd_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
                     mean: kd.Tensor[kd.f32, 1], rstd: kd.Tensor[kd.f32, 1], dx: kd.Tensor,
                     rows: kd.i32, width: kd.i32, x_stride: kd.i64, g_stride: kd.i64, RMS: kd.Const[bool],
                     BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
+    """Two passes (the sums, then dx), each a main loop and a masked tail as in looped.py."""
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
@@ -105,28 +123,30 @@ def norm_bwd_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
         mu = row_stat(mean, row, live)
     rs = row_stat(rstd, row, live)
     STEP = BX * L * U
+    full = width - width % STEP
     a = kd.f32(0)
     b = kd.f32(0)
-    for i in range(0, width, STEP):
+    for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            col = i + (u * BX + t) * L
-            ok = live and col < width
-            h = normalized(load_f32(x, xb + col, ok, 0.0, L), mu, rs, RMS)
-            gg = times_gamma(load_f32(grad, gb + col, ok, 0.0, L), gamma, col, ok, L)
-            b += lanes_sum(gg * h, L)
-            if not RMS:
-                a += lanes_sum(gg, L)
+            c = i + (u * BX + t) * L
+            a, b = dot_step((a, b), x, grad, gamma, xb + c, gb + c, c, mu, rs, live, RMS, L)
+    if full < width:
+        for u in kd.unroll(U):
+            col = full + (u * BX + t) * L
+            a, b = dot_step((a, b), x, grad, gamma, xb + col, gb + col, col, mu, rs, live and col < width, RMS, L)
     inv_w = 1.0 / kd.f32(width)
     b = row_sum(b, BX, RY) * inv_w
     if not RMS:
         a = row_sum(a, BX, RY) * inv_w
-    for i in range(0, width, STEP):
+    for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            col = i + (u * BX + t) * L
-            if live and col < width:
-                h = normalized(load_f32(x, xb + col, True, 0.0, L), mu, rs, RMS)
-                gg = times_gamma(load_f32(grad, gb + col, True, 0.0, L), gamma, col, True, L)
-                store(dx, db + col, dx_chunk(gg, h, a, b, rs, RMS), L)
+            c = i + (u * BX + t) * L
+            dx_step(x, grad, gamma, dx, xb + c, gb + c, db + c, c, mu, rs, a, b, live, RMS, L)
+    if full < width:
+        for u in kd.unroll(U):
+            col = full + (u * BX + t) * L
+            dx_step(x, grad, gamma, dx, xb + col, gb + col, db + col, col, mu, rs, a, b, live and col < width, RMS,
+                    L)
 
 
 @kd.kernel

@@ -117,19 +117,23 @@ _EXP_POLY = (1.0, 1.0, 0.49999991059303284, 0.1666642129421234, 0.04166835919022
 def exp_nonpos(d, FAST, L):
     """exp(d) for d <= 0 or NaN (softmax's x - max): exp(-inf) = 0 exactly, NaN stays NaN.
 
-    FAST (scalar chunks only) uses a short polynomial (Cody-Waite reduction, 7 fmas, the
-    scale put into the exponent bits, results below 2**-126 flushed to 0): on the CPU
-    runtime, where the general kd.exp costs more than the memory traffic; else kd.exp."""
+    FAST (scalar chunks only) is a short form for the CPU runtime, where the general
+    kd.exp costs more than the memory traffic: n = round(d/ln2) by the 1.5*2**23 trick
+    (whose float bits also hold n), Cody-Waite reduction, a degree-6 polynomial, and
+    2**n put into the exponent bits; results below 2**-126 flush to 0. Elsewhere kd.exp."""
     if FAST and L == 1:
-        dc = kd.max(d, -88.0)
-        n = kd.floor(dc * 1.4426950408889634 + 0.5)
+        dc = kd.select(d < -88.0, -88.0, d)
+        big = dc * 1.4426950408889634 + 12582912.0
+        n = big - 12582912.0
         r = kd.fma(n, -0.693359375, dc)
         r = kd.fma(n, 2.12194440e-4, r)
         p = kd.f32(_EXP_POLY[6])
         for k in kd.unroll(5, -1, -1):
             p = kd.fma(p, r, _EXP_POLY[k])
-        scale = kd.bitcast((kd.i32(n) + 127) << 23, kd.f32)
-        e = kd.select(kd.isnan(d), d, p * scale)
+        # the bits of big are 0x4B400000 + n; n >= -127 here, so (n + 127) << 23 cannot overflow
+        # (a NaN d makes p NaN, and NaN times any scale is NaN)
+        scale = kd.bitcast((kd.bitcast(big, kd.i32) - (0x4B400000 - 127)) << 23, kd.f32)
+        e = p * scale
     else:
         e = kd.exp(d)
     return e

@@ -1,13 +1,10 @@
-"""Forward kernels: LayerNorm / RMSNorm (one kernel, `RMS` picks the statistic) and
-softmax over the last axis, each in two forms.
+"""Forward kernels that keep the row in registers: LayerNorm / RMSNorm (one kernel,
+`RMS` picks the statistic) and softmax over the last axis. (looped.py has the forms
+for rows too long for registers, and for the cpu runtime.)
 
-- `*_cached`: the row stays in registers. Each unit loads CH chunks of L elements
-  (chunk c of unit t starts at column (c*BX + t)*L, so consecutive units read
-  consecutive memory), reduces, and writes from the values it holds: the input is
-  read from memory once.
-- `*_looped`: rows too long for registers. Units stride over the row U chunks per
-  step, once per statistic and once to write; the re-reads hit the cache that the
-  previous pass just filled.
+Each unit loads CH chunks of L elements (chunk c of unit t starts at column
+(c*BX + t)*L, so consecutive units read consecutive memory), reduces, and writes
+from the values it holds: the input is read from memory once.
 
 Every kernel works on a [rows, width] view with unit stride along the row and
 `x_stride` elements between rows; outputs are packed. Statistics are f32; the norm
@@ -26,6 +23,14 @@ def masked_sq_dev(v, mean, ok):
     """(v - mean)^2, or 0 for a chunk outside the row."""
     d = kd.select(ok, v - mean, 0.0)
     return d * d
+
+
+@kd.func
+def max_ignoring_nan(m, v):
+    """The running row max: NaNs need not reach it, since exp(NaN - max) makes the sum,
+    and so the whole row, NaN anyway (two instructions on a CPU instead of six)."""
+    r = kd.select(v > m, v, m)
+    return r
 
 
 @kd.func
@@ -91,53 +96,6 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
 
 
 @kd.kernel
-def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f32, 1], y: kd.Tensor,
-                mean_out: kd.Tensor[kd.f32, 1], rstd_out: kd.Tensor[kd.f32, 1],
-                rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
-                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool],
-                BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
-    row = row_index(RY)
-    t = kd.unit_pos_x()
-    live = row < rows
-    xb = kd.i64(row) * x_stride
-    yb = kd.i64(row) * width
-    STEP = BX * L * U
-    acc = kd.f32(0)
-    for i in range(0, width, STEP):
-        for u in kd.unroll(U):
-            col = i + (u * BX + t) * L
-            v = load_f32(x, xb + col, live and col < width, 0.0, L)
-            if RMS:
-                acc += lanes_sum(v * v, L)
-            else:
-                acc += lanes_sum(v, L)
-    inv_w = 1.0 / kd.f32(width)
-    mean = kd.f32(0)
-    if RMS:
-        ms = row_sum(acc, BX, RY) * inv_w
-    else:
-        mean = row_sum(acc, BX, RY) * inv_w
-        q = kd.f32(0)
-        for i in range(0, width, STEP):
-            for u in kd.unroll(U):
-                col = i + (u * BX + t) * L
-                ok = live and col < width
-                q += lanes_sum(masked_sq_dev(load_f32(x, xb + col, ok, 0.0, L), mean, ok), L)
-        ms = row_sum(q, BX, RY) * inv_w
-    rstd = kd.rsqrt(ms + eps)
-    for i in range(0, width, STEP):
-        for u in kd.unroll(U):
-            col = i + (u * BX + t) * L
-            if live and col < width:
-                v = load_f32(x, xb + col, True, 0.0, L)
-                store(y, yb + col, norm_out(v, mean, rstd, gamma, beta, col, RMS, HAS_BETA, L), L)
-    if live and t == 0:
-        if not RMS:
-            mean_out[row] = mean
-        rstd_out[row] = rstd
-
-
-@kd.kernel
 def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_stride: kd.i64,
                    FAST: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int],
                    L: kd.Const[int]):
@@ -151,7 +109,7 @@ def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     for c in kd.unroll(CH):
         col = (c * BX + t) * L
         vals = vals + (load_f32(x, xb + col, live and col < width, -kd.inf, L),)
-        m = kd.max(m, lanes_max(vals[c], L))
+        m = max_ignoring_nan(m, lanes_max(vals[c], L))
     m = row_max(m, BX, RY)
     exps = ()
     s = kd.f32(0)
@@ -164,33 +122,3 @@ def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
         col = (c * BX + t) * L
         if live and col < width:
             store(y, yb + col, exps[c] * inv, L)
-
-
-@kd.kernel
-def softmax_looped(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_stride: kd.i64,
-                   FAST: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int],
-                   L: kd.Const[int]):
-    row = row_index(RY)
-    t = kd.unit_pos_x()
-    live = row < rows
-    xb = kd.i64(row) * x_stride
-    yb = kd.i64(row) * width
-    STEP = BX * L * U
-    m = -kd.inf
-    for i in range(0, width, STEP):
-        for u in kd.unroll(U):
-            col = i + (u * BX + t) * L
-            m = kd.max(m, lanes_max(load_f32(x, xb + col, live and col < width, -kd.inf, L), L))
-    m = row_max(m, BX, RY)
-    s = kd.f32(0)
-    for i in range(0, width, STEP):
-        for u in kd.unroll(U):
-            col = i + (u * BX + t) * L
-            ok = live and col < width
-            s += lanes_sum(masked_exp(load_f32(x, xb + col, ok, -kd.inf, L), m, ok, FAST, L), L)
-    inv = 1.0 / row_sum(s, BX, RY)
-    for i in range(0, width, STEP):
-        for u in kd.unroll(U):
-            col = i + (u * BX + t) * L
-            if live and col < width:
-                store(y, yb + col, exp_nonpos(load_f32(x, xb + col, True, 0.0, L) - m, FAST, L) * inv, L)

@@ -1,0 +1,169 @@
+"""rudnn.normalization next to the best baselines on this machine: layer_norm, rms_norm and
+softmax over the last axis, GB/s counted as input read + output written.
+
+    python -m benchmarks.normalization                       # every runtime here, 512 MiB inputs
+    python -m benchmarks.normalization --small               # a quick run (16 MiB, two widths)
+    python -m benchmarks.normalization --runtimes cpu --widths 4096 --dtypes f32 --reps 9
+
+Baselines: with a CUDA runtime and a CUDA build of PyTorch, F.layer_norm / F.rms_norm /
+torch.softmax eager and under torch.compile on the GPU; otherwise numpy (f32) and PyTorch
+CPU eager. Times are the best of --reps runs after a warm-up (the CPU may be shared, so
+best-of-N is the least noisy figure); "speed-up" is baseline time / our time.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import kerneldsl as kd
+import rudnn.normalization as norm
+
+from .common import best_time, machine, table
+
+OPS = ("layer_norm", "rms_norm", "softmax")
+WIDTHS = (1024, 4096, 8192, 32768)
+
+
+def _torch():
+    try:
+        import torch
+        return torch
+    except ImportError:
+        return None
+
+
+def default_runtimes(torch) -> list:
+    """cuda when both kerneldsl and PyTorch can use the GPU; else the host runtimes."""
+    avail = kd.available_runtimes()
+    if "cuda" in avail and torch is not None and torch.cuda.is_available():
+        return ["cuda"]
+    return [r for r in avail if r != "cuda"]
+
+
+# ------------------------------------------------------------------------------ ours
+def ours(rt, op, x, g, b):
+    if op == "layer_norm":
+        return lambda: norm.layer_norm(x, g, b)
+    if op == "rms_norm":
+        return lambda: norm.rms_norm(x, g)
+    return lambda: norm.softmax_last_axis(x)
+
+
+# ------------------------------------------------------------------------------ baselines
+def numpy_baseline(op, a, g, b):
+    def ln():
+        m = a.mean(-1, keepdims=True)
+        d = a - m
+        return d / np.sqrt((d * d).mean(-1, keepdims=True) + np.float32(1e-5)) * g + b
+
+    def rms():
+        return a / np.sqrt((a * a).mean(-1, keepdims=True) + np.float32(1e-6)) * g
+
+    def sm():
+        e = np.exp(a - a.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    return {"layer_norm": ln, "rms_norm": rms, "softmax": sm}[op]
+
+
+def torch_fns(torch, op, width, compiled: bool):
+    F = torch.nn.functional
+    fns = {
+        "layer_norm": lambda x, g, b: F.layer_norm(x, (width,), g, b, 1e-5),
+        "rms_norm": lambda x, g, b: F.rms_norm(x, (width,), g, 1e-6),
+        "softmax": lambda x, g, b: torch.softmax(x, -1),
+    }
+    fn = fns[op]
+    return torch.compile(fn, dynamic=False) if compiled else fn
+
+
+def torch_baselines(torch, op, host, gamma, beta, dtype, device):
+    """[(name, fn)] of PyTorch eager (and torch.compile on a GPU) on copies of the data."""
+    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    x = torch.from_numpy(host.astype(np.float32)).to(device=device, dtype=tdt)
+    g = torch.from_numpy(gamma).to(device=device, dtype=tdt)
+    b = torch.from_numpy(beta).to(device=device, dtype=tdt)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    width = host.shape[-1]
+    out = []
+    variants = [("eager", False)] + ([("compile", True)] if device == "cuda" else [])
+    for name, compiled in variants:
+        fn = torch_fns(torch, op, width, compiled)
+
+        def run(fn=fn):
+            fn(x, g, b)
+            sync()
+        out.append((f"torch {device} {name}", run))
+    return out
+
+
+# ------------------------------------------------------------------------------ main
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runtimes", default=None, help="comma-separated kerneldsl runtimes (default: see above)")
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--widths", default=None, help=f"comma-separated W (default {','.join(map(str, WIDTHS))})")
+    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--mib", type=float, default=None, help="input size in MiB (default 512)")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--small", action="store_true", help="16 MiB inputs, W in {1024, 4096}: a quick check")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    p.add_argument("--no-baselines", action="store_true")
+    args = p.parse_args(argv)
+    torch = _torch()
+    runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes(torch)
+    widths = [int(w) for w in args.widths.split(",")] if args.widths else ([1024, 4096] if args.small else WIDTHS)
+    mib = args.mib or (16 if args.small else 512)
+    print(f"machine: {machine()}; torch {torch.__version__ if torch else 'not installed'}")
+    rows_out = []
+    for rt_name in runtimes:
+        rt = kd.runtime(rt_name)
+        device = "cuda" if rt.capabilities.backend == "cuda" else "cpu"
+        print(f"runtime {rt.name}: {rt.capabilities.device_name}; {mib:g} MiB inputs, best of {args.reps}")
+        for dtype in args.dtypes.split(","):
+            item = kd.as_dtype(dtype).itemsize
+            for width in widths:
+                rows = max(1, int(mib * 2**20) // (width * item))
+                rng = np.random.default_rng(0)
+                host = rng.standard_normal((rows, width), dtype=np.float32).astype(kd.as_dtype(dtype).np)
+                gamma = rng.uniform(0.5, 1.5, width).astype(np.float32)
+                beta = rng.standard_normal(width).astype(np.float32)
+                x, g, b = rt.tensor(host), rt.tensor(gamma), rt.tensor(beta)
+                moved = 2 * host.nbytes  # read the input once, write the output once
+                for op in args.ops.split(","):
+                    fn = ours(rt, op, x, g, b)
+
+                    def run(fn=fn):
+                        fn()
+                        rt.synchronize()
+                    t = best_time(run, reps=args.reps)
+                    base = []
+                    if not args.no_baselines:
+                        if device == "cpu" and dtype == "f32":
+                            base.append(("numpy", numpy_baseline(op, host, gamma, beta)))
+                        if torch is not None and (device == "cpu" or torch.cuda.is_available()):
+                            for name, bfn in torch_baselines(torch, op, host, gamma, beta, dtype, device):
+                                if name.endswith("compile") and args.no_compile:
+                                    continue
+                                base.append((name, bfn))
+                    shape = f"{rows}x{width}"
+                    line = [op, shape, dtype, f"{t * 1e3:.2f}", f"{moved / t / 1e9:.1f}"]
+                    added = [line + ["-", "-", "-", "-"]] if not base else []
+                    for name, bfn in base:
+                        tb = best_time(bfn, reps=args.reps)
+                        added.append(line + [name, f"{tb * 1e3:.2f}", f"{moved / tb / 1e9:.1f}", f"{tb / t:.2f}x"])
+                    for r in added:
+                        print("  ".join(map(str, r)), flush=True)
+                    rows_out += added
+                del x, host
+    print()
+    print(table(rows_out, HEADERS))
+    return 0
+
+
+HEADERS = ["op", "shape", "dtype", "ours ms", "ours GB/s", "baseline", "base ms", "base GB/s", "speed-up"]
+
+if __name__ == "__main__":
+    sys.exit(main())
