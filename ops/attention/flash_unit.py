@@ -116,11 +116,11 @@ def flash_unit_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
 
 
 def cube_units(p: Problem, rows: int) -> int:
-    """Units per cube: enough for the rows (a power of two, 8 to 128) and within shared memory."""
+    """Units per cube: 32 for short blocks (decode), else 128 (the CPU's sweet spot: long
+    vector loops, few cubes), fewer where shared memory is short. Two sizes only, so a
+    shape change rarely means a new compilation."""
     caps = p.runtime.capabilities
-    u = 8
-    while u < 128 and u < rows:
-        u *= 2
+    u = 32 if rows <= 32 else 128
     per_unit = 4 * (p.D + p.Dv)
     while u > 1 and u * per_unit > caps.max_shared_bytes:
         u //= 2
