@@ -1,9 +1,9 @@
 """DSL kernels on the cuda runtime next to PyTorch, in one process: a streaming copy, a row
 reduction, and a bf16 GEMM through the matrix primitive (tensor cores).
 
-    python -m benchmarks.dsl_gpu [--quick] [--check]
+    python -m benchmarks.dsl_gpu [--quick] [--reps N]
 
-Inputs are made by torch on the device and shared with kerneldsl through DLPack (no copy).
+Each DSL kernel runs in a few tile/unroll variants (one table row each). Inputs are made by torch on the device and shared with kerneldsl through DLPack (no copy).
 Times are medians of CUDA-event-timed repetitions after warm-up; each side is timed on its
 own stream (kerneldsl's runtime stream, torch's current stream). Copy bandwidth counts the
 bytes read plus written; the reduction counts bytes read and is compared with the copy's.
@@ -23,16 +23,47 @@ VEC = 4  # f32 lanes per wide access (16 bytes)
 
 
 @kd.kernel
-def copy_vec(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], n: kd.i64, BLOCK: kd.Const[int], UNROLL: kd.Const[int]):
-    """Each unit moves UNROLL 16-byte vectors; a cube covers BLOCK * UNROLL * 4 elements."""
-    base = kd.i64(kd.cube_pos_x()) * (BLOCK * UNROLL * VEC)
-    t = kd.unit_pos_x()
+def copy_loop(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], n: kd.i64, BLOCK: kd.Const[int], UNROLL: kd.Const[int]):
+    """Each unit moves UNROLL 16-byte vectors, BLOCK * 16 bytes apart, one after the other."""
+    step = BLOCK * VEC
+    base = kd.i64(kd.cube_pos_x()) * (step * UNROLL) + kd.unit_pos_x() * VEC
     for j in kd.unroll(UNROLL):
-        i = base + (j * BLOCK + t) * VEC
+        i = base + j * step
         if i + VEC <= n:
             kd.store_vec(y, i, kd.load_vec(x, i, VEC))
-        elif i < n:
-            for e in range(i, n):
+        else:
+            for e in range(i, kd.min(i + VEC, n)):
+                y[e] = x[e]
+
+
+@kd.kernel
+def copy_vec(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], n: kd.i64, BLOCK: kd.Const[int], UNROLL: kd.Const[int]):
+    """Each unit moves UNROLL (4 or 8) 16-byte vectors, BLOCK * 16 bytes apart: all loads are
+    issued before the first store, so UNROLL loads per unit are in flight at once."""
+    step = BLOCK * VEC
+    base = kd.i64(kd.cube_pos_x()) * (step * UNROLL) + kd.unit_pos_x() * VEC
+    if base + (UNROLL - 1) * step + VEC <= n:
+        v0 = kd.load_vec(x, base, VEC)
+        v1 = kd.load_vec(x, base + step, VEC)
+        v2 = kd.load_vec(x, base + 2 * step, VEC)
+        v3 = kd.load_vec(x, base + 3 * step, VEC)
+        if UNROLL == 8:
+            v4 = kd.load_vec(x, base + 4 * step, VEC)
+            v5 = kd.load_vec(x, base + 5 * step, VEC)
+            v6 = kd.load_vec(x, base + 6 * step, VEC)
+            v7 = kd.load_vec(x, base + 7 * step, VEC)
+        kd.store_vec(y, base, v0)
+        kd.store_vec(y, base + step, v1)
+        kd.store_vec(y, base + 2 * step, v2)
+        kd.store_vec(y, base + 3 * step, v3)
+        if UNROLL == 8:
+            kd.store_vec(y, base + 4 * step, v4)
+            kd.store_vec(y, base + 5 * step, v5)
+            kd.store_vec(y, base + 6 * step, v6)
+            kd.store_vec(y, base + 7 * step, v7)
+    else:  # the ragged end
+        for j in kd.unroll(UNROLL):
+            for e in range(base + j * step, kd.min(base + j * step + VEC, n)):
                 y[e] = x[e]
 
 
@@ -61,100 +92,122 @@ def row_sum(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], BLOCK: kd.Const[int
         out[row] = s
 
 
-# GEMM tiling: a cube of 8 planes computes a 128x128 tile of C; plane p owns a 64x32 block
-# (4x2 fragments of 16x16); k advances 32 at a time through two shared-memory stages (the
-# next tile is fetched into registers while the tensor cores work on the current one).
-BM, BN, BK = 128, 128, 32
-LDA, LDB = BK + 8, BN + 8  # padded rows: ldmatrix reads 8 rows without bank conflicts
-UNITS = 256
+# GEMM tiling: a cube computes a BM x BN tile of C with (BM/WM) x (BN/WN) planes, each owning
+# a WM x WN block of 16x16 accumulator fragments; k advances BK at a time through two
+# shared-memory stages: while the tensor cores work on tile k, each unit holds tile k+1's
+# 16-byte chunks in registers, then stores them to the other stage (one barrier per step).
+CONFIGS = {  # name: (BM, BN, BK, WM, WN)
+    "128x128x32/w64x32": (128, 128, 32, 64, 32),
+    "128x128x32/w64x64": (128, 128, 32, 64, 64),
+    "128x256x32/w64x64": (128, 256, 32, 64, 64),
+    "256x128x32/w64x64": (256, 128, 32, 64, 64),
+    "128x128x64/w64x32": (128, 128, 64, 64, 32),
+    "256x128x32/w64x32": (256, 128, 32, 64, 32),
+    "128x256x32/w64x32": (128, 256, 32, 64, 32),
+}
 
 
 @kd.func
-def stage_tiles(sa, sb, stage, va0, va1, vb0, vb1, oa0, oa1, ob0, ob1):
-    """Registers -> shared stage `stage`: one vector after another, so each becomes a
-    single 16-byte shared store."""
-    a0 = stage * (BM * LDA)
-    b0 = stage * (BK * LDB)
+def store_chunk(s, off, v):
+    """8 lanes of a vector to consecutive shared elements: one 16-byte shared store on CUDA."""
     for e in kd.unroll(8):
-        sa[a0 + oa0 + e] = va0[e]
-    for e in kd.unroll(8):
-        sa[a0 + oa1 + e] = va1[e]
-    for e in kd.unroll(8):
-        sb[b0 + ob0 + e] = vb0[e]
-    for e in kd.unroll(8):
-        sb[b0 + ob1 + e] = vb1[e]
+        s[off + e] = v[e]
 
 
 @kd.kernel
-def gemm_bf16(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor):
-    """c = a @ b for M % 128 == N % 128 == K % 32 == 0 (row-major a: MxK, b: KxN, c: MxN)."""
+def gemm_tiled(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BM: kd.Const[int],
+               BN: kd.Const[int], BK: kd.Const[int], WM: kd.Const[int], WN: kd.Const[int]):
+    """c = a @ b for M % BM == N % BN == K % BK == 0 (row-major a: MxK, b: KxN, c: MxN)."""
+    LDA = BK + 8  # padded rows: ldmatrix reads 8 rows without bank conflicts
+    LDB = BN + 8
+    U = (BM // WM) * (BN // WN) * 32
+    CA = BM * BK // (8 * U)  # 16-byte chunks of the A tile per unit (1, 2 or 4)
+    CB = BK * BN // (8 * U)
+    RA = U // (BK // 8)      # rows between a unit's successive A chunks
+    RB = U // (BN // 8)
+    FM = WM // 16
+    FN = WN // 16
     K = a.shape[1]
     N = b.shape[1]
     sa = kd.shared(kd.bf16, 2 * BM * LDA)
     sb = kd.shared(kd.bf16, 2 * BK * LDB)
     t = kd.unit_pos_x()
     plane = kd.plane_pos()
-    pm = (plane // 4) * 64
-    pn = (plane % 4) * 32
+    pm = (plane // (BN // WN)) * WM
+    pn = (plane % (BN // WN)) * WN
     m0 = kd.cube_pos_y() * BM
     n0 = kd.cube_pos_x() * BN
-    # this unit's 16-byte chunks of the A tile (128 x 32: 4 per row) and B tile (32 x 128: 16 per row)
-    ar0, ac0 = t // 4, (t % 4) * 8
-    ar1 = ar0 + 64
-    br0, bc0 = t // 16, (t % 16) * 8
-    br1 = br0 + 16
-    a_row0 = kd.i64(m0 + ar0) * K + ac0
-    a_row1 = kd.i64(m0 + ar1) * K + ac0
-    b_row0 = kd.i64(br0) * N + n0 + bc0
-    b_row1 = kd.i64(br1) * N + n0 + bc0
-    acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
-           kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
-           kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16))
-    fa = (kd.fragment_a(kd.bf16, 16, 16, 16), kd.fragment_a(kd.bf16, 16, 16, 16),
-          kd.fragment_a(kd.bf16, 16, 16, 16), kd.fragment_a(kd.bf16, 16, 16, 16))
-    fb = (kd.fragment_b(kd.bf16, 16, 16, 16), kd.fragment_b(kd.bf16, 16, 16, 16))
-    for f in kd.unroll(8):
+    ar = t // (BK // 8)
+    ac = (t % (BK // 8)) * 8
+    br = t // (BN // 8)
+    bc = (t % (BN // 8)) * 8
+    ga = kd.i64(m0 + ar) * K + ac
+    gb = kd.i64(br) * N + n0 + bc
+    acc = ()
+    for f in kd.unroll(FM * FN):
+        acc = acc + (kd.fragment_acc(16, 16, 16),)
         kd.fill_fragment(acc[f], 0.0)
-    # stage 0 <- k tile 0
-    va0 = kd.load_vec(a, a_row0, 8)
-    va1 = kd.load_vec(a, a_row1, 8)
-    vb0 = kd.load_vec(b, b_row0, 8)
-    vb1 = kd.load_vec(b, b_row1, 8)
-    stage_tiles(sa, sb, 0, va0, va1, vb0, vb1, ar0 * LDA + ac0, ar1 * LDA + ac0, br0 * LDB + bc0, br1 * LDB + bc0)
-    kd.sync_cube()
-    for k0 in range(0, K, BK):
-        cur = (k0 // BK) % 2
-        more = k0 + BK < K
-        if more:  # fetch the next k tile into registers; it lands in the other stage below
-            va0 = kd.load_vec(a, a_row0 + k0 + BK, 8)
-            va1 = kd.load_vec(a, a_row1 + k0 + BK, 8)
-            vb0 = kd.load_vec(b, b_row0 + kd.i64(k0 + BK) * N, 8)
-            vb1 = kd.load_vec(b, b_row1 + kd.i64(k0 + BK) * N, 8)
-        abase = cur * (BM * LDA)
-        bbase = cur * (BK * LDB)
-        for kk in kd.unroll(BK // 16):
-            for i in kd.unroll(4):
-                kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * LDA + kk * 16, LDA)
-            for j in kd.unroll(2):
-                kd.load_fragment(fb[j], sb, bbase + (kk * 16) * LDB + pn + j * 16, LDB)
-            for i in kd.unroll(4):
-                for j in kd.unroll(2):
-                    kd.mma(acc[i * 2 + j], fa[i], fb[j])
-        if more:
-            stage_tiles(sa, sb, 1 - cur, va0, va1, vb0, vb1, ar0 * LDA + ac0, ar1 * LDA + ac0, br0 * LDB + bc0,
-                        br1 * LDB + bc0)
+    fa = ()
+    for i in kd.unroll(FM):
+        fa = fa + (kd.fragment_a(kd.bf16, 16, 16, 16),)
+    fb = ()
+    for j in kd.unroll(FN):
+        fb = fb + (kd.fragment_b(kd.bf16, 16, 16, 16),)
+    for k0 in range(0, K + BK, BK):  # step s fetches tile s and computes tile s - 1
+        kt = k0 // BK
+        if k0 < K:
+            va0 = kd.load_vec(a, ga + k0, 8)
+            vb0 = kd.load_vec(b, gb + kd.i64(k0) * N, 8)
+            if CA > 1:
+                va1 = kd.load_vec(a, ga + kd.i64(RA) * K + k0, 8)
+            if CB > 1:
+                vb1 = kd.load_vec(b, gb + kd.i64(k0 + RB) * N, 8)
+            if CA > 2:
+                va2 = kd.load_vec(a, ga + kd.i64(2 * RA) * K + k0, 8)
+                va3 = kd.load_vec(a, ga + kd.i64(3 * RA) * K + k0, 8)
+            if CB > 2:
+                vb2 = kd.load_vec(b, gb + kd.i64(k0 + 2 * RB) * N, 8)
+                vb3 = kd.load_vec(b, gb + kd.i64(k0 + 3 * RB) * N, 8)
+        if k0 > 0:
+            abase = ((kt + 1) % 2) * (BM * LDA)
+            bbase = ((kt + 1) % 2) * (BK * LDB)
+            for kk in kd.unroll(BK // 16):
+                for i in kd.unroll(FM):
+                    kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * LDA + kk * 16, LDA)
+                for j in kd.unroll(FN):
+                    kd.load_fragment(fb[j], sb, bbase + (kk * 16) * LDB + pn + j * 16, LDB)
+                for i in kd.unroll(FM):
+                    for j in kd.unroll(FN):
+                        kd.mma(acc[i * FN + j], fa[i], fb[j])
+        if k0 < K:
+            sa0 = (kt % 2) * (BM * LDA) + ar * LDA + ac
+            sb0 = (kt % 2) * (BK * LDB) + br * LDB + bc
+            store_chunk(sa, sa0, va0)
+            store_chunk(sb, sb0, vb0)
+            if CA > 1:
+                store_chunk(sa, sa0 + RA * LDA, va1)
+            if CB > 1:
+                store_chunk(sb, sb0 + RB * LDB, vb1)
+            if CA > 2:
+                store_chunk(sa, sa0 + 2 * RA * LDA, va2)
+                store_chunk(sa, sa0 + 3 * RA * LDA, va3)
+            if CB > 2:
+                store_chunk(sb, sb0 + 2 * RB * LDB, vb2)
+                store_chunk(sb, sb0 + 3 * RB * LDB, vb3)
         kd.sync_cube()
-    for i in kd.unroll(4):
-        for j in kd.unroll(2):
-            kd.store_fragment(c, kd.i64(m0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * 2 + j], N)
+    for i in kd.unroll(FM):
+        for j in kd.unroll(FN):
+            kd.store_fragment(c, kd.i64(m0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * FN + j], N)
 
 
-def gemm(a, b, c):
+def gemm(a, b, c, config="128x128x32/w64x32"):
+    BM, BN, BK, WM, WN = CONFIGS[config]
     M, K = a.shape
     N = b.shape[1]
     if M % BM or N % BN or K % BK:
-        raise ValueError(f"gemm_bf16 needs M, N multiples of {BM} and K of {BK}, got {M}x{K} @ {K}x{N}")
-    gemm_bf16[(N // BN, M // BM), UNITS](a, b, c)
+        raise ValueError(f"gemm_tiled {config} needs M % {BM}, N % {BN}, K % {BK} == 0, got {M}x{K} @ {K}x{N}")
+    units = (BM // WM) * (BN // WN) * 32
+    gemm_tiled[(N // BN, M // BM), units](a, b, c, BM, BN, BK, WM, WN)
 
 
 # ------------------------------------------------------------------ timing
@@ -184,6 +237,70 @@ def time_torch(torch, fn, reps):
     return statistics.median(times)
 
 
+COPY_VARIANTS = (("loop", 256, 4), ("loop", 512, 4), ("loop", 1024, 2), ("batched", 512, 4),
+                 ("batched", 1024, 4))  # (kernel, units per cube, vectors per unit)
+
+
+def bench_copy(torch, rt, dev, quick, reps):
+    n = (1 << 24) if quick else (1 << 28)  # 1 GiB of f32 each way
+    xs = torch.randn(n, device=dev)
+    ys = torch.empty_like(xs)
+    x, y = kd.from_dlpack(xs), kd.from_dlpack(ys)
+    t_th = time_torch(torch, lambda: ys.copy_(xs), reps)
+    nbytes = 2 * n * 4
+    rows = []
+    for style, block, unroll in COPY_VARIANTS:
+        ys.fill_(float("nan"))
+        cubes = -(-n // (block * unroll * VEC))
+        kern = copy_loop if style == "loop" else copy_vec
+        t_kd = time_kd(rt, lambda: kern[cubes, block](x, y, n, block, unroll), reps)
+        rt.synchronize()
+        assert torch.equal(ys, xs), f"copy ({style}) produced wrong values"
+        rows.append((f"copy {n} ({style}, {block} units x {unroll} vec)", "f32", f"{t_kd * 1e3:.3f}",
+                     f"{t_th * 1e3:.3f}", f"{t_th / t_kd:.2f}", f"{nbytes / t_kd / 1e9:.0f} GB/s",
+                     f"{nbytes / t_th / 1e9:.0f} GB/s"))
+    return rows, nbytes / t_th
+
+
+def bench_row_sum(torch, rt, dev, quick, reps, copy_bw):
+    r, cols = (4096, 4096) if quick else (16384, 16384)
+    xm = torch.randn(r, cols, device=dev)
+    out = torch.empty(r, device=dev)
+    xk, ok = kd.from_dlpack(xm), kd.from_dlpack(out)
+    t_kd = time_kd(rt, lambda: row_sum[r, 512](xk, ok, 512), reps)
+    rt.synchronize()
+    err = (out.double() - xm.double().sum(1)).abs().max().item()
+    assert err < 1e-2, f"row_sum error {err}"
+    ref = torch.empty(r, device=dev)
+    t_th = time_torch(torch, lambda: torch.sum(xm, 1, out=ref), reps)
+    nbytes = r * cols * 4
+    return [(f"row sum {r}x{cols}", "f32", f"{t_kd * 1e3:.3f}", f"{t_th * 1e3:.3f}", f"{t_th / t_kd:.2f}",
+             f"{nbytes / t_kd / 1e9:.0f} GB/s ({nbytes / t_kd / copy_bw:.0%} of torch copy)",
+             f"{nbytes / t_th / 1e9:.0f} GB/s")]
+
+
+def bench_gemm(torch, rt, dev, quick, reps):
+    m = 1024 if quick else 4096
+    a_t = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
+    b_t = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
+    c_t = torch.empty(m, m, device=dev, dtype=torch.bfloat16)
+    a, b, c = kd.from_dlpack(a_t), kd.from_dlpack(b_t), kd.from_dlpack(c_t)
+    exact = a_t.double() @ b_t.double()
+    ref_t = torch.empty_like(c_t)
+    t_th = time_torch(torch, lambda: torch.matmul(a_t, b_t, out=ref_t), reps)
+    flops = 2 * m ** 3
+    rows = []
+    for config in CONFIGS:
+        c_t.fill_(float("nan"))  # poisoned: every element must be written
+        t_kd = time_kd(rt, lambda: gemm(a, b, c, config), reps)
+        rt.synchronize()
+        rel = ((c_t.double() - exact).norm() / exact.norm()).item()
+        assert rel < 1e-2, f"gemm {config}: relative error {rel}"
+        rows.append((f"gemm {m}^3 {config}", "bf16", f"{t_kd * 1e3:.3f}", f"{t_th * 1e3:.3f}", f"{t_th / t_kd:.2f}",
+                     f"{flops / t_kd / 1e12:.0f} TFLOP/s (rel err {rel:.1e})", f"{flops / t_th / 1e12:.0f} TFLOP/s"))
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
@@ -194,57 +311,23 @@ def main(argv=None):
     dev = torch.device(f"cuda:{rt.index}")
     print(f"device: {rt.capabilities.device_name} ({rt.capabilities.arch}), torch {torch.__version__}, "
           f"medians of {args.reps} event-timed runs")
+    headers = ["shape", "dtype", "kd ms", "torch ms", "kd/torch speed", "kd rate", "torch rate"]
     rows = []
-
-    # ---- copy
-    n = (1 << 24) if args.quick else (1 << 28)  # 1 GiB of f32 each way
-    xs = torch.randn(n, device=dev)
-    ys = torch.empty_like(xs)
-    x, y = kd.from_dlpack(xs), kd.from_dlpack(ys)
-    block, unroll = 256, 4
-    cubes = -(-n // (block * unroll * VEC))
-    t_kd = time_kd(rt, lambda: copy_vec[cubes, block](x, y, n, block, unroll), args.reps)
-    t_th = time_torch(torch, lambda: ys.copy_(xs), args.reps)
-    assert torch.equal(ys, xs)
-    nbytes = 2 * n * 4
-    copy_bw = nbytes / t_th
-    rows.append((f"copy {n}", "f32", f"{t_kd * 1e3:.3f}", f"{t_th * 1e3:.3f}", f"{t_th / t_kd:.2f}",
-                 f"{nbytes / t_kd / 1e9:.0f} GB/s", f"{nbytes / t_th / 1e9:.0f} GB/s"))
-
-    # ---- row reduction
-    r, cols = (4096, 4096) if args.quick else (16384, 16384)
-    xm = torch.randn(r, cols, device=dev)
-    out = torch.empty(r, device=dev)
-    xk, ok = kd.from_dlpack(xm), kd.from_dlpack(out)
-    t_kd = time_kd(rt, lambda: row_sum[r, 512](xk, ok, 512), args.reps)
-    ref = torch.empty(r, device=dev)
-    t_th = time_torch(torch, lambda: torch.sum(xm, 1, out=ref), args.reps)
-    rt.synchronize()
-    err = (out.double() - xm.double().sum(1)).abs().max().item()
-    assert err < 1e-2, f"row_sum error {err}"
-    nbytes = r * cols * 4
-    rows.append((f"row sum {r}x{cols}", "f32", f"{t_kd * 1e3:.3f}", f"{t_th * 1e3:.3f}", f"{t_th / t_kd:.2f}",
-                 f"{nbytes / t_kd / 1e9:.0f} GB/s ({nbytes / t_kd / copy_bw:.0%} of copy)",
-                 f"{nbytes / t_th / 1e9:.0f} GB/s"))
-
-    # ---- bf16 GEMM on tensor cores
-    m = 1024 if args.quick else 4096
-    a_t = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
-    b_t = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
-    c_t = torch.empty(m, m, device=dev, dtype=torch.bfloat16)
-    a, b, c = kd.from_dlpack(a_t), kd.from_dlpack(b_t), kd.from_dlpack(c_t)
-    t_kd = time_kd(rt, lambda: gemm(a, b, c), args.reps)
-    ref_t = torch.empty_like(c_t)
-    t_th = time_torch(torch, lambda: torch.matmul(a_t, b_t, out=ref_t), args.reps)
-    rt.synchronize()
-    exact = a_t.double() @ b_t.double()
-    rel = ((c_t.double() - exact).norm() / exact.norm()).item()
-    assert rel < 1e-2, f"gemm relative error {rel}"
-    flops = 2 * m ** 3
-    rows.append((f"gemm {m}^3", "bf16", f"{t_kd * 1e3:.3f}", f"{t_th * 1e3:.3f}", f"{t_th / t_kd:.2f}",
-                 f"{flops / t_kd / 1e12:.0f} TFLOP/s (rel err {rel:.1e})", f"{flops / t_th / 1e12:.0f} TFLOP/s"))
-
-    print(table(rows, ["shape", "dtype", "kd ms", "torch ms", "kd/torch speed", "kd rate", "torch rate"]))
+    copy_bw = None
+    for name, fn in (("copy", lambda: bench_copy(torch, rt, dev, args.quick, args.reps)),
+                     ("row sum", lambda: bench_row_sum(torch, rt, dev, args.quick, args.reps, copy_bw)),
+                     ("gemm", lambda: bench_gemm(torch, rt, dev, args.quick, args.reps))):
+        try:
+            got = fn()
+        except Exception as e:  # noqa: BLE001  (report and go on with the next benchmark)
+            print(f"{name}: FAILED: {type(e).__name__}: {e}", flush=True)
+            continue
+        if name == "copy":
+            got, copy_bw = got
+        rows += got
+        print(table(got, headers), flush=True)
+    print()
+    print(table(rows, headers))
 
 
 if __name__ == "__main__":
