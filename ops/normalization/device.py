@@ -46,16 +46,6 @@ def lanes_sum(v, L):
 
 
 @kd.func
-def lanes_max(v, L):
-    """Max of a chunk's lanes, NaN if any lane is NaN."""
-    if L == 1:
-        m = v
-    else:
-        m = kd.vec_max(v)
-    return m
-
-
-@kd.func
 def row_sum(v, BX, RY):
     """Sum of `v` over the BX units of this unit's row."""
     P = kd.PLANE_DIM

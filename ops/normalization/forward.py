@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import exp_nonpos, lanes_max, lanes_sum, load_f32, row_index, row_max, row_sum, store
+from .device import exp_nonpos, lanes_sum, load_f32, row_index, row_max, row_sum, store
 
 
 @kd.func
@@ -31,6 +31,18 @@ def max_ignoring_nan(m, v):
     and so the whole row, NaN anyway (two instructions on a CPU instead of six)."""
     r = kd.select(v > m, v, m)
     return r
+
+
+@kd.func
+def lanes_max_ignoring_nan(v, L):
+    """The largest lane of a chunk, NaNs skipped (see max_ignoring_nan)."""
+    if L == 1:
+        m = v
+    else:
+        m = v[0]
+        for k in kd.unroll(1, L):
+            m = max_ignoring_nan(m, v[k])
+    return m
 
 
 @kd.func
@@ -109,7 +121,7 @@ def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     for c in kd.unroll(CH):
         col = (c * BX + t) * L
         vals = vals + (load_f32(x, xb + col, live and col < width, -kd.inf, L),)
-        m = max_ignoring_nan(m, lanes_max(vals[c], L))
+        m = max_ignoring_nan(m, lanes_max_ignoring_nan(vals[c], L))
     m = row_max(m, BX, RY)
     exps = ()
     s = kd.f32(0)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import exp_nonpos, lanes_max, lanes_sum, load_f32, row_index, row_max, row_sum, store
-from .forward import masked_exp, masked_sq_dev, max_ignoring_nan, norm_out
+from .device import exp_nonpos, lanes_sum, load_f32, row_index, row_max, row_sum, store
+from .forward import lanes_max_ignoring_nan, masked_exp, masked_sq_dev, max_ignoring_nan, norm_out
 
 
 @kd.func
@@ -93,7 +93,7 @@ def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
 
 @kd.func
 def max_step(m, x, off, ok, L):
-    a = max_ignoring_nan(m, lanes_max(load_f32(x, off, ok, -kd.inf, L), L))
+    a = max_ignoring_nan(m, lanes_max_ignoring_nan(load_f32(x, off, ok, -kd.inf, L), L))
     return a
 
 
