@@ -306,3 +306,16 @@ def test_errors_mixed_runtimes(runtime):
     other = kd.runtime(others[0])
     with pytest.raises(AttentionSetupError, match=f"key is on runtime {other.name!r}"):
         attention(runtime.zeros((1, 1, 2, 4)), other.zeros((1, 1, 2, 4)), runtime.zeros((1, 1, 2, 4)))
+
+
+def test_example_runs(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, KERNELDSL_RUNTIME="cpu")
+    out = subprocess.run([sys.executable, str(root / "examples" / "attention.py")], capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")

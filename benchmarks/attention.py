@@ -1,0 +1,213 @@
+"""rudnn.attention next to PyTorch's scaled_dot_product_attention, on the runtimes this machine has.
+
+    python -m benchmarks.attention [--small] [--reps N] [--runtimes cpu,cuda] [--tilings]
+
+cuda (when a device and torch with CUDA exist): bf16, B·S = 16k tokens, H·D = 2048,
+D in {64, 128}, S in {1024, 4096}, causal and not. FlashBlackboxAccelerated (its default
+tiling; `--tilings` adds a sweep of BlackboxAcceleratedStrategy tilings) next to torch's
+sdpa with the cuDNN and FLASH backends. Inputs are made by torch on the device and shared
+through DLPack; times are medians of event-timed repetitions.
+
+cpu: f32, B 1, H 16, S 2048, D 64, causal and not. FlashUnit and Fallback next to torch's
+CPU sdpa and a numpy batched-matmul reference (BLAS on every core); times are best of N
+wall-clock runs (the machine may be shared: best-of-N is the least noisy figure).
+
+FLOPs are 4·B·H·Sq·Skv·D (two matrix products), halved for causal. "peak" is this
+machine's measured dense matmul rate (torch bf16 GEMM on the GPU, numpy f32 GEMM on the
+CPU), so "% peak" says how far attention is from what the hardware does on plain GEMMs.
+Every row also checks the result against the baseline (max abs difference).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import numpy as np
+
+import kerneldsl as kd
+from rudnn.attention import AttentionModuleOptions, AttentionStrategy, BlackboxAcceleratedStrategy, attention
+
+from .common import best_time, machine, table
+
+S = AttentionStrategy
+TILINGS = [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(4, 1, 2),
+           BlackboxAcceleratedStrategy(4, 2, 1), BlackboxAcceleratedStrategy(8, 1, 1),
+           BlackboxAcceleratedStrategy(2, 2, 2)]
+
+
+def flops(B, H, Sq, Skv, D, causal):
+    f = 4.0 * B * H * Sq * Skv * D
+    return f / 2 if causal else f
+
+
+def torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+# ------------------------------------------------------------------ cpu
+def numpy_attention(q, k, v, causal):
+    """Batched-matmul reference in f32 (BLAS does the products)."""
+    s = np.matmul(q, k.transpose(0, 1, 3, 2)) * np.float32(1 / math.sqrt(q.shape[-1]))
+    if causal:
+        sq, skv = s.shape[-2:]
+        s[..., np.arange(skv)[None, :] > np.arange(sq)[:, None] + (skv - sq)] = -np.inf
+    s -= s.max(-1, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(-1, keepdims=True)
+    return np.matmul(s, v)
+
+
+def cpu_peak(reps):
+    n = 2048
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    return 2 * n ** 3 / best_time(lambda: a @ a, reps)
+
+
+def bench_cpu(rt, small, reps):
+    torch = torch_or_none()
+    B, H, Sq, D = (1, 4, 512, 64) if small else (1, 16, 2048, 64)
+    rng = np.random.default_rng(0)
+    qn, kn, vn = (rng.standard_normal((B, H, Sq, D)).astype(np.float32) for _ in range(3))
+    q, k, v = rt.tensor(qn), rt.tensor(kn), rt.tensor(vn)
+    peak = cpu_peak(reps)
+    rows = []
+    for causal in (False, True):
+        opts = AttentionModuleOptions(is_causal=causal)
+        f = flops(B, H, Sq, Sq, D, causal)
+        t_np = best_time(lambda: numpy_attention(qn, kn, vn, causal), reps)
+        want = numpy_attention(qn, kn, vn, causal)
+        t_th = None
+        if torch is not None:
+            tq, tk, tv = (torch.from_numpy(x) for x in (qn, kn, vn))
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            t_th = best_time(lambda: sdpa(tq, tk, tv, is_causal=causal), reps)
+        for strategy in (S.FlashUnit, S.Fallback):
+            t = best_time(lambda: attention(q, k, v, options=opts, strategy=strategy), reps)
+            err = float(np.abs(attention(q, k, v, options=opts, strategy=strategy).numpy() - want).max())
+            rows.append((f"[{B},{H},{Sq},{D}]", "f32", "causal" if causal else "full", strategy.name,
+                         f"{t * 1e3:.1f}", f"{t_th * 1e3:.1f}" if t_th else "-", f"{t_np * 1e3:.1f}",
+                         f"{t_th / t:.2f}" if t_th else "-", f"{t_np / t:.2f}", f"{f / t / 1e9:.1f}",
+                         f"{f / t / peak:.0%}", f"{err:.1e}"))
+    print(f"\ncpu runtime: {rt.capabilities.device_name}; {machine()}; torch threads: "
+          f"{torch.get_num_threads() if torch else '-'}; measured f32 GEMM peak {peak / 1e9:.0f} GFLOP/s; "
+          f"best of {reps}")
+    print(table(rows, ["shape [B,H,S,D]", "dtype", "mask", "ours", "ours ms", "torch sdpa ms", "numpy ms",
+                       "x torch", "x numpy", "GFLOP/s", "% peak", "max err"]))
+
+
+# ------------------------------------------------------------------ cuda
+def time_events(rt, fn, reps):
+    fn()
+    rt.synchronize()
+    if not hasattr(rt, "record_event"):
+        return best_time(lambda: (fn(), rt.synchronize()), reps)
+    times = []
+    for _ in range(reps):
+        start = rt.record_event()
+        fn()
+        end = rt.record_event()
+        times.append(rt.elapsed_ms(start, end) / 1e3)
+    return statistics.median(times)
+
+
+def time_torch(torch, fn, reps):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def gpu_peak(torch, reps):
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    return 2 * n ** 3 / time_torch(torch, lambda: a @ a, reps)
+
+
+def bench_cuda(rt, small, reps, sweep):
+    torch = torch_or_none()
+    if torch is None or not torch.cuda.is_available():
+        print("\ncuda runtime present but torch has no CUDA: skipping the GPU table")
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    peak = gpu_peak(torch, reps)
+    tokens = 4096 if small else 16384
+    configs = [(d, s) for d in ((128,) if small else (64, 128)) for s in ((1024,) if small else (1024, 4096))]
+    rows = []
+    for D, Sq in configs:
+        H, B = 2048 // D, tokens // Sq
+        tq, tk, tv = (torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = kd.from_dlpack(tq), kd.from_dlpack(tk), kd.from_dlpack(tv)
+        for causal in (False, True):
+            f = flops(B, H, Sq, Sq, D, causal)
+            base = {}
+            for name, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("FLASH", SDPBackend.FLASH_ATTENTION)):
+                try:
+                    with sdpa_kernel([backend]):
+                        base[name] = time_torch(torch, lambda: sdpa(tq, tk, tv, is_causal=causal), reps)
+                        want = sdpa(tq, tk, tv, is_causal=causal)
+                except RuntimeError as e:  # backend not built or not supported for this shape
+                    print(f"  torch {name} unavailable for D={D}, S={Sq}: {str(e).splitlines()[0]}")
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]):
+                want = sdpa(tq, tk, tv, is_causal=causal).float()
+            opts = AttentionModuleOptions(is_causal=causal)
+            ours = [("FlashBlackboxAccelerated", S.FlashBlackboxAccelerated)]
+            if sweep:
+                ours += [(f"  tiling {t.num_planes},{t.seq_q},{t.seq_kv}", t) for t in TILINGS]
+            for label, strategy in ours:
+                try:
+                    t = time_events(rt, lambda: attention(q, k, v, options=opts, strategy=strategy), reps)
+                except Exception as e:  # noqa: BLE001  (a tiling too large for this device: say so, go on)
+                    print(f"  {label} D={D} S={Sq}: {type(e).__name__}: {str(e).splitlines()[0]}")
+                    continue
+                got = torch.from_dlpack(attention(q, k, v, options=opts, strategy=strategy)).float()
+                rt.synchronize()
+                err = (got - want).abs().max().item()
+                cu, fl = base.get("cuDNN"), base.get("FLASH")
+                rows.append((f"[{B},{H},{Sq},{D}]", "bf16", "causal" if causal else "full", label,
+                             f"{t * 1e3:.3f}", f"{cu * 1e3:.3f}" if cu else "-", f"{fl * 1e3:.3f}" if fl else "-",
+                             f"{cu / t:.2f}" if cu else "-", f"{fl / t:.2f}" if fl else "-",
+                             f"{f / t / 1e12:.0f}", f"{f / t / peak:.0%}", f"{err:.1e}"))
+    print(f"\ncuda runtime: {rt.capabilities.device_name}; torch {torch.__version__}; measured bf16 GEMM peak "
+          f"{peak / 1e12:.0f} TFLOP/s; medians of {reps}")
+    print(table(rows, ["shape [B,H,S,D]", "dtype", "mask", "ours", "ours ms", "cuDNN ms", "FLASH ms",
+                       "x cuDNN", "x FLASH", "TFLOP/s", "% peak", "max err"]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true", help="small shapes: a quick check that everything runs")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
+    ap.add_argument("--tilings", action="store_true", help="also sweep BlackboxAcceleratedStrategy tilings (cuda)")
+    args = ap.parse_args(argv)
+    avail = kd.available_runtimes()
+    names = [n.strip() for n in args.runtimes.split(",")] if args.runtimes else avail
+    t0 = time.perf_counter()
+    for name in names:
+        if name.split(":")[0] not in avail:
+            print(f"{name}: not available here ({avail})")
+        elif name.startswith("cuda"):
+            bench_cuda(kd.runtime(name), args.small, args.reps, args.tilings)
+        elif name.startswith("cpu"):
+            bench_cpu(kd.runtime(name), args.small, args.reps)
+        else:
+            print(f"\n{name}: no attention table for this runtime (the cpu and cuda tables cover the targets)")
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
