@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import numpy as np
 
 import kerneldsl as kd
 

@@ -10,10 +10,11 @@ The helpers live in templates/prelude.cuh, so the source needs no CUDA headers.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from kerneldsl import ir
-from kerneldsl.dtypes import bf16, boolean, f16, f32, f64, i32, i64, u32
+from kerneldsl.dtypes import bf16, boolean, f32, f64, i32, i64, u32
 from kerneldsl.errors import UnsupportedFeatureError
 
 from ..clike import CLikeRenderer, Rendered
@@ -23,6 +24,13 @@ _ATOMIC_FN = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax", "excha
               "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor", "cas": "atomicCAS"}
 _BITS = {f32: ("__float_as_int", "__int_as_float"), f64: ("__double_as_longlong", "__longlong_as_double")}
 _REDUCE_NATIVE = {"sum": "__reduce_add_sync", "min": "__reduce_min_sync", "max": "__reduce_max_sync"}
+
+
+@dataclass
+class CudaRendered(Rendered):
+    """A rendered kernel plus what the CUDA runtime needs at load and launch."""
+    dynamic_shared: int = 0  # bytes of dynamic shared memory to ask for (0: all static)
+    filename: str = "kernel.cu"  # the source's name in NVRTC messages outside #line regions
 
 
 class CudaRenderer(CLikeRenderer):
@@ -300,17 +308,14 @@ class CudaRenderer(CLikeRenderer):
                 "}"]
 
     # ------------------------------------------------------------------ result
-    def render(self) -> Rendered:
+    def render(self) -> CudaRendered:
         out = super().render()
-        out.dynamic_shared = self.dynamic_shared_bytes()
-        out.filename = f"{self.k.name}.cu"
-        return out
+        return CudaRendered(**vars(out), dynamic_shared=self.dynamic_shared_bytes(), filename=f"{self.k.name}.cu")
 
 
-def render(k: ir.KernelIR, caps) -> Rendered:
-    """Render one kernel: a clike.Rendered with `dynamic_shared` (bytes to ask for at launch)
-    and `filename` (what NVRTC calls the source) added."""
+def render(k: ir.KernelIR, caps) -> CudaRendered:
+    """Render one kernel for NVRTC."""
     return CudaRenderer(k, caps).render()
 
 
-__all__ = ["CudaRenderer", "render"]
+__all__ = ["CudaRenderer", "CudaRendered", "render"]

@@ -9,7 +9,6 @@ or device gets `RuntimeUnavailable` when the runtime is asked for.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import threading
 
@@ -88,6 +87,19 @@ class CudaBinary:
         self.param_index = {p.name: i for i, p in enumerate(kir.params)}
 
 
+class CudaEvent:
+    """A recorded CUDA event; the driver's event is destroyed when this is collected."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __del__(self):
+        try:
+            _driver().cuEventDestroy(self.handle)
+        except Exception:  # noqa: BLE001  (interpreter shutdown)
+            pass
+
+
 def _scalar_bits(dtype, value) -> int:
     if dtype is f32:
         return int(np.array(value, np.float32).view(np.uint32))
@@ -135,11 +147,10 @@ class CudaRuntime(Runtime):
         self.context = _check(driver.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         self._local = threading.local()
         self._enter()
-        self.stream = _check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        self.stream = _check(driver.cuStreamCreate(int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
         self.stream_handle = int(self.stream)
         super().__init__("cuda" if index == 0 else f"cuda:{index}", caps)
         self._errbuf = None
-        self._launch_lock = threading.Lock()
 
     @property
     def device_key(self):
@@ -201,19 +212,19 @@ class CudaRuntime(Runtime):
         _check(_driver().cuStreamSynchronize(self.stream), f"synchronizing {self.name}", LaunchError)
 
     # -------------------------------------------------------------- events (timing)
-    def record_event(self):
+    def record_event(self) -> "CudaEvent":
         """A CUDA event recorded on this runtime's stream now (for timing)."""
         self._enter()
         driver = _driver()
-        ev = _check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
-        _check(driver.cuEventRecord(ev, self.stream), "cuEventRecord")
+        ev = CudaEvent(_check(driver.cuEventCreate(int(driver.CUevent_flags.CU_EVENT_DEFAULT)), "cuEventCreate"))
+        _check(driver.cuEventRecord(ev.handle, self.stream), "cuEventRecord")
         return ev
 
-    def elapsed_ms(self, start, end) -> float:
+    def elapsed_ms(self, start: "CudaEvent", end: "CudaEvent") -> float:
         """Milliseconds between two recorded events (waits for `end`)."""
         driver = _driver()
-        _check(driver.cuEventSynchronize(end), "cuEventSynchronize", LaunchError)
-        return float(_check(driver.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+        _check(driver.cuEventSynchronize(end.handle), "cuEventSynchronize", LaunchError)
+        return float(_check(driver.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime"))
 
     # -------------------------------------------------------------- dlpack
     def dlpack_device(self, t):
@@ -230,7 +241,7 @@ class CudaRuntime(Runtime):
             self.synchronize()  # the consumer did not name a stream: make the data ready for any
         elif stream != -1:
             driver = _driver()
-            ev = _check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+            ev = _check(driver.cuEventCreate(int(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
             _check(driver.cuEventRecord(ev, self.stream), "cuEventRecord")
             _check(driver.cuStreamWaitEvent(int(stream), ev, 0), "cuStreamWaitEvent")
             driver.cuEventDestroy(ev)  # released once the wait has been satisfied
