@@ -76,18 +76,18 @@ def grouped_gemm(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd
     """y[r, n] = sum_k x[r, k] * w[e(r), n, k] for the rows r of each expert e."""
     t = kd.unit_pos_x()
     e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), TM)
-    if r0 < rend:
-        N = w.shape[1]
-        K = x.shape[1]
-        n0 = kd.cube_pos_y() * TN_DOWN
-        m = tile_rows(r0, rend)
-        c01 = (n0, kd.min(n0 + 1, N - 1))
-        c23 = (kd.min(n0 + 2, N - 1), kd.min(n0 + 3, N - 1))
-        a00 = kd.f32(0); a01 = kd.f32(0); a02 = kd.f32(0); a03 = kd.f32(0)  # noqa: E702
-        a10 = kd.f32(0); a11 = kd.f32(0); a12 = kd.f32(0); a13 = kd.f32(0)  # noqa: E702
-        a20 = kd.f32(0); a21 = kd.f32(0); a22 = kd.f32(0); a23 = kd.f32(0)  # noqa: E702
-        a30 = kd.f32(0); a31 = kd.f32(0); a32 = kd.f32(0); a33 = kd.f32(0)  # noqa: E702
-        full = K - K % BLOCK
+    N = w.shape[1]
+    K = x.shape[1]
+    n0 = kd.cube_pos_y() * TN_DOWN
+    m = tile_rows(r0, rend)
+    c01 = (n0, kd.min(n0 + 1, N - 1))
+    c23 = (kd.min(n0 + 2, N - 1), kd.min(n0 + 3, N - 1))
+    a00 = kd.f32(0); a01 = kd.f32(0); a02 = kd.f32(0); a03 = kd.f32(0)  # noqa: E702
+    a10 = kd.f32(0); a11 = kd.f32(0); a12 = kd.f32(0); a13 = kd.f32(0)  # noqa: E702
+    a20 = kd.f32(0); a21 = kd.f32(0); a22 = kd.f32(0); a23 = kd.f32(0)  # noqa: E702
+    a30 = kd.f32(0); a31 = kd.f32(0); a32 = kd.f32(0); a33 = kd.f32(0)  # noqa: E702
+    full = K - K % BLOCK
+    if r0 < rend:                       # no barrier inside: empty tiles skip only the loop
         for k0 in range(0, full + BLOCK, BLOCK):
             if k0 < full:                   # uniform: the region loop of each branch stays branch-free
                 k = k0 + t
@@ -107,21 +107,21 @@ def grouped_gemm(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd
                 a10, a11, a12, a13 = fma4(a10, a11, a12, a13, x1, w0, w1, w2, w3)
                 a20, a21, a22, a23 = fma4(a20, a21, a22, a23, x2, w0, w1, w2, w3)
                 a30, a31, a32, a33 = fma4(a30, a31, a32, a33, x3, w0, w1, w2, w3)
-        part = kd.shared(kd.f32, 16 * kd.plane_count())
-        plane_partial(a00, part, 0); plane_partial(a01, part, 1)    # noqa: E702
-        plane_partial(a02, part, 2); plane_partial(a03, part, 3)    # noqa: E702
-        plane_partial(a10, part, 4); plane_partial(a11, part, 5)    # noqa: E702
-        plane_partial(a12, part, 6); plane_partial(a13, part, 7)    # noqa: E702
-        plane_partial(a20, part, 8); plane_partial(a21, part, 9)    # noqa: E702
-        plane_partial(a22, part, 10); plane_partial(a23, part, 11)  # noqa: E702
-        plane_partial(a30, part, 12); plane_partial(a31, part, 13)  # noqa: E702
-        plane_partial(a32, part, 14); plane_partial(a33, part, 15)  # noqa: E702
-        kd.sync_cube()
-        if t < 16:
-            r = r0 + t // 4
-            n = n0 + t % 4
-            if r < rend and n < N:
-                y[r, n] = cube_total(part, t)
+    part = kd.shared(kd.f32, 16 * kd.plane_count())
+    plane_partial(a00, part, 0); plane_partial(a01, part, 1)    # noqa: E702
+    plane_partial(a02, part, 2); plane_partial(a03, part, 3)    # noqa: E702
+    plane_partial(a10, part, 4); plane_partial(a11, part, 5)    # noqa: E702
+    plane_partial(a12, part, 6); plane_partial(a13, part, 7)    # noqa: E702
+    plane_partial(a20, part, 8); plane_partial(a21, part, 9)    # noqa: E702
+    plane_partial(a22, part, 10); plane_partial(a23, part, 11)  # noqa: E702
+    plane_partial(a30, part, 12); plane_partial(a31, part, 13)  # noqa: E702
+    plane_partial(a32, part, 14); plane_partial(a33, part, 15)  # noqa: E702
+    kd.sync_cube()
+    if t < 16:
+        r = r0 + t // 4
+        n = n0 + t % 4
+        if r < rend and n < N:
+            y[r, n] = cube_total(part, t)
 
 
 @kd.kernel
@@ -131,17 +131,17 @@ def grouped_gemm_swiglu(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tens
     """h[r, n] = silu(x[r]·gate[e, n]) * (x[r]·up[e, n]): both projections and the gating in one pass."""
     t = kd.unit_pos_x()
     e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), TM)
-    if r0 < rend:
-        N = gate.shape[1]
-        K = x.shape[1]
-        n0 = kd.cube_pos_y() * TN_FUSED
-        m = tile_rows(r0, rend)
-        c = (n0, kd.min(n0 + 1, N - 1))
-        g00 = kd.f32(0); g01 = kd.f32(0); u00 = kd.f32(0); u01 = kd.f32(0)  # noqa: E702
-        g10 = kd.f32(0); g11 = kd.f32(0); u10 = kd.f32(0); u11 = kd.f32(0)  # noqa: E702
-        g20 = kd.f32(0); g21 = kd.f32(0); u20 = kd.f32(0); u21 = kd.f32(0)  # noqa: E702
-        g30 = kd.f32(0); g31 = kd.f32(0); u30 = kd.f32(0); u31 = kd.f32(0)  # noqa: E702
-        full = K - K % BLOCK
+    N = gate.shape[1]
+    K = x.shape[1]
+    n0 = kd.cube_pos_y() * TN_FUSED
+    m = tile_rows(r0, rend)
+    c = (n0, kd.min(n0 + 1, N - 1))
+    g00 = kd.f32(0); g01 = kd.f32(0); u00 = kd.f32(0); u01 = kd.f32(0)  # noqa: E702
+    g10 = kd.f32(0); g11 = kd.f32(0); u10 = kd.f32(0); u11 = kd.f32(0)  # noqa: E702
+    g20 = kd.f32(0); g21 = kd.f32(0); u20 = kd.f32(0); u21 = kd.f32(0)  # noqa: E702
+    g30 = kd.f32(0); g31 = kd.f32(0); u30 = kd.f32(0); u31 = kd.f32(0)  # noqa: E702
+    full = K - K % BLOCK
+    if r0 < rend:                       # no barrier inside: empty tiles skip only the loop
         for k0 in range(0, full + BLOCK, BLOCK):
             if k0 < full:
                 k = k0 + t
@@ -161,20 +161,20 @@ def grouped_gemm_swiglu(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tens
                 g10, g11, u10, u11 = fma4(g10, g11, u10, u11, x1, wg0, wg1, wu0, wu1)
                 g20, g21, u20, u21 = fma4(g20, g21, u20, u21, x2, wg0, wg1, wu0, wu1)
                 g30, g31, u30, u31 = fma4(g30, g31, u30, u31, x3, wg0, wg1, wu0, wu1)
-        part = kd.shared(kd.f32, 16 * kd.plane_count())
-        plane_partial(g00, part, 0); plane_partial(g01, part, 1)    # noqa: E702
-        plane_partial(g10, part, 2); plane_partial(g11, part, 3)    # noqa: E702
-        plane_partial(g20, part, 4); plane_partial(g21, part, 5)    # noqa: E702
-        plane_partial(g30, part, 6); plane_partial(g31, part, 7)    # noqa: E702
-        plane_partial(u00, part, 8); plane_partial(u01, part, 9)    # noqa: E702
-        plane_partial(u10, part, 10); plane_partial(u11, part, 11)  # noqa: E702
-        plane_partial(u20, part, 12); plane_partial(u21, part, 13)  # noqa: E702
-        plane_partial(u30, part, 14); plane_partial(u31, part, 15)  # noqa: E702
-        kd.sync_cube()
-        if t < 8:
-            r = r0 + t // 2
-            n = n0 + t % 2
-            if r < rend and n < N:
-                g = cube_total(part, t)
-                u = cube_total(part, t + 8)
-                h[r, n] = silu(g) * u
+    part = kd.shared(kd.f32, 16 * kd.plane_count())
+    plane_partial(g00, part, 0); plane_partial(g01, part, 1)    # noqa: E702
+    plane_partial(g10, part, 2); plane_partial(g11, part, 3)    # noqa: E702
+    plane_partial(g20, part, 4); plane_partial(g21, part, 5)    # noqa: E702
+    plane_partial(g30, part, 6); plane_partial(g31, part, 7)    # noqa: E702
+    plane_partial(u00, part, 8); plane_partial(u01, part, 9)    # noqa: E702
+    plane_partial(u10, part, 10); plane_partial(u11, part, 11)  # noqa: E702
+    plane_partial(u20, part, 12); plane_partial(u21, part, 13)  # noqa: E702
+    plane_partial(u30, part, 14); plane_partial(u31, part, 15)  # noqa: E702
+    kd.sync_cube()
+    if t < 8:
+        r = r0 + t // 2
+        n = n0 + t % 2
+        if r < rend and n < N:
+            g = cube_total(part, t)
+            u = cube_total(part, t + 8)
+            h[r, n] = silu(g) * u

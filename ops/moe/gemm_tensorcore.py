@@ -98,80 +98,80 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
     pm = p // 4 * 64
     pn = p % 4 * 32
     e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), BM)
-    if r0 < rend:
-        N = w.shape[1]
-        K = x.shape[1]
-        n0 = kd.cube_pos_y() * BN_DOWN
-        sa = kd.shared(DT, 2 * BM * SK)
-        sb = kd.shared(DT, 2 * BN_DOWN * SK)
-        stage = kd.shared(kd.f32, PLANES * 256)
-        acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
-               kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
-               kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16))
-        fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16),
-              kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
-        fb = (kd.fragment_b(DT, 16, 16, 16, layout="col"), kd.fragment_b(DT, 16, 16, 16, layout="col"))
-        for f in kd.unroll(8):
-            kd.fill_fragment(acc[f], 0.0)
-        ar0, ac = chunk_pos(t, 0)
-        ar1, _ = chunk_pos(t, 1)
-        if FAST:                                   # stage 0 <- k tile 0
-            va0 = load_chunk(x, e, r0 + ar0, rend, ac, K, False)
-            va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
-            vb0 = load_chunk(w, e, n0 + ar0, N, ac, K, True)
-            vb1 = load_chunk(w, e, n0 + ar1, N, ac, K, True)
-            put_chunk(sa, ar0 * SK + ac, va0, ac < K)
-            put_chunk(sa, ar1 * SK + ac, va1, ac < K)
-            put_chunk(sb, ar0 * SK + ac, vb0, ac < K)
-            put_chunk(sb, ar1 * SK + ac, vb1, ac < K)
+    N = w.shape[1]
+    K = x.shape[1]
+    n0 = kd.cube_pos_y() * BN_DOWN
+    sa = kd.shared(DT, 2 * BM * SK)
+    sb = kd.shared(DT, 2 * BN_DOWN * SK)
+    stage = kd.shared(kd.f32, PLANES * 256)
+    acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+           kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+           kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16))
+    fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16),
+          kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
+    fb = (kd.fragment_b(DT, 16, 16, 16, layout="col"), kd.fragment_b(DT, 16, 16, 16, layout="col"))
+    for f in kd.unroll(8):
+        kd.fill_fragment(acc[f], 0.0)
+    ar0, ac = chunk_pos(t, 0)
+    ar1, _ = chunk_pos(t, 1)
+    if FAST:                                   # stage 0 <- k tile 0
+        va0 = load_chunk(x, e, r0 + ar0, rend, ac, K, False)
+        va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
+        vb0 = load_chunk(w, e, n0 + ar0, N, ac, K, True)
+        vb1 = load_chunk(w, e, n0 + ar1, N, ac, K, True)
+        put_chunk(sa, ar0 * SK + ac, va0, ac < K)
+        put_chunk(sa, ar1 * SK + ac, va1, ac < K)
+        put_chunk(sb, ar0 * SK + ac, vb0, ac < K)
+        put_chunk(sb, ar1 * SK + ac, vb1, ac < K)
+        kd.sync_cube()
+    kend = kd.select(r0 < rend, K, 0)          # empty tiles skip the products (barriers stay
+    for k0 in range(0, kend, BK):              # out of conditionals); their stores are masked
+        cur = 0
+        if FAST:
+            cur = (k0 // BK) % 2
+            if k0 + BK < K:                    # next k tile -> registers, while this one multiplies
+                va0 = load_chunk(x, e, r0 + ar0, rend, k0 + BK + ac, K, False)
+                va1 = load_chunk(x, e, r0 + ar1, rend, k0 + BK + ac, K, False)
+                vb0 = load_chunk(w, e, n0 + ar0, N, k0 + BK + ac, K, True)
+                vb1 = load_chunk(w, e, n0 + ar1, N, k0 + BK + ac, K, True)
+        else:
+            stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False)
+            stage_tile(sb, 0, w, e, n0, N, k0, K, BN_DOWN, VEC, True)
             kd.sync_cube()
-        for k0 in range(0, K, BK):
-            cur = 0
-            if FAST:
-                cur = (k0 // BK) % 2
-                if k0 + BK < K:                    # next k tile -> registers, while this one multiplies
-                    va0 = load_chunk(x, e, r0 + ar0, rend, k0 + BK + ac, K, False)
-                    va1 = load_chunk(x, e, r0 + ar1, rend, k0 + BK + ac, K, False)
-                    vb0 = load_chunk(w, e, n0 + ar0, N, k0 + BK + ac, K, True)
-                    vb1 = load_chunk(w, e, n0 + ar1, N, k0 + BK + ac, K, True)
-            else:
-                stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False)
-                stage_tile(sb, 0, w, e, n0, N, k0, K, BN_DOWN, VEC, True)
-                kd.sync_cube()
-            abase = cur * (BM * SK)
-            bbase = cur * (BN_DOWN * SK)
-            for kk in kd.unroll(0, BK, 16):
-                for i in kd.unroll(4):
-                    kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
-                for j in kd.unroll(2):
-                    kd.load_fragment(fb[j], sb, bbase + (pn + j * 16) * SK + kk, SK)
-                for i in kd.unroll(4):
-                    for j in kd.unroll(2):
-                        kd.mma(acc[i * 2 + j], fa[i], fb[j])
-            if FAST:
-                if k0 + BK < K:
-                    nxt = (1 - cur) * (BM * SK)
-                    kn = k0 + BK + ac
-                    put_chunk(sa, nxt + ar0 * SK + ac, va0, kn < K)
-                    put_chunk(sa, nxt + ar1 * SK + ac, va1, kn < K)
-                    put_chunk(sb, nxt + ar0 * SK + ac, vb0, kn < K)
-                    put_chunk(sb, nxt + ar1 * SK + ac, vb1, kn < K)
-            kd.sync_cube()
-        if r0 + BM <= rend and n0 + BN_DOWN <= N:   # whole tile inside: fragments straight out
+        abase = cur * (BM * SK)
+        bbase = cur * (BN_DOWN * SK)
+        for kk in kd.unroll(0, BK, 16):
+            for i in kd.unroll(4):
+                kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
+            for j in kd.unroll(2):
+                kd.load_fragment(fb[j], sb, bbase + (pn + j * 16) * SK + kk, SK)
             for i in kd.unroll(4):
                 for j in kd.unroll(2):
-                    kd.store_fragment(y, kd.i64(r0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * 2 + j], N)
-        else:
-            for f in kd.unroll(8):
-                kd.store_fragment(stage, p * 256, acc[f], 16)
-                kd.sync_cube()
-                for q0 in range(0, 256, kd.PLANE_DIM):
-                    q = q0 + lane
-                    r = r0 + pm + f // 2 * 16 + q // 16
-                    n = n0 + pn + f % 2 * 16 + q % 16
-                    if r < rend and n < N:
-                        y[r, n] = stage[p * 256 + q]
-                kd.sync_cube()
+                    kd.mma(acc[i * 2 + j], fa[i], fb[j])
+        if FAST:
+            if k0 + BK < K:
+                nxt = (1 - cur) * (BM * SK)
+                kn = k0 + BK + ac
+                put_chunk(sa, nxt + ar0 * SK + ac, va0, kn < K)
+                put_chunk(sa, nxt + ar1 * SK + ac, va1, kn < K)
+                put_chunk(sb, nxt + ar0 * SK + ac, vb0, kn < K)
+                put_chunk(sb, nxt + ar1 * SK + ac, vb1, kn < K)
+        kd.sync_cube()
+    if r0 + BM <= rend and n0 + BN_DOWN <= N:   # whole tile inside: fragments straight out
+        for i in kd.unroll(4):
+            for j in kd.unroll(2):
+                kd.store_fragment(y, kd.i64(r0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * 2 + j], N)
+    else:
+        for f in kd.unroll(8):
+            kd.store_fragment(stage, p * 256, acc[f], 16)
+            kd.sync_cube()
+            for q0 in range(0, 256, kd.PLANE_DIM):
+                q = q0 + lane
+                r = r0 + pm + f // 2 * 16 + q // 16
+                n = n0 + pn + f % 2 * 16 + q % 16
+                if r < rend and n < N:
+                    y[r, n] = stage[p * 256 + q]
+            kd.sync_cube()
 
 
 @kd.kernel
@@ -187,78 +187,78 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
     pm = p // 4 * 64
     pn = p % 4 * 16
     e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), BM)
-    if r0 < rend:
-        N = gate.shape[1]
-        K = x.shape[1]
-        n0 = kd.cube_pos_y() * BN_FUSED
-        sa = kd.shared(DT, 2 * BM * SK)
-        sg = kd.shared(DT, 2 * BN_FUSED * SK)
-        su = kd.shared(DT, 2 * BN_FUSED * SK)
-        stage_g = kd.shared(kd.f32, PLANES * 256)
-        stage_u = kd.shared(kd.f32, PLANES * 256)
-        ga = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
-              kd.fragment_acc(16, 16, 16))
-        ua = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
-              kd.fragment_acc(16, 16, 16))
-        fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16),
-              kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
-        fg = kd.fragment_b(DT, 16, 16, 16, layout="col")
-        fu = kd.fragment_b(DT, 16, 16, 16, layout="col")
-        for f in kd.unroll(4):
-            kd.fill_fragment(ga[f], 0.0)
-            kd.fill_fragment(ua[f], 0.0)
-        ar0, ac = chunk_pos(t, 0)
-        ar1, _ = chunk_pos(t, 1)
+    N = gate.shape[1]
+    K = x.shape[1]
+    n0 = kd.cube_pos_y() * BN_FUSED
+    sa = kd.shared(DT, 2 * BM * SK)
+    sg = kd.shared(DT, 2 * BN_FUSED * SK)
+    su = kd.shared(DT, 2 * BN_FUSED * SK)
+    stage_g = kd.shared(kd.f32, PLANES * 256)
+    stage_u = kd.shared(kd.f32, PLANES * 256)
+    ga = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+          kd.fragment_acc(16, 16, 16))
+    ua = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+          kd.fragment_acc(16, 16, 16))
+    fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16),
+          kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
+    fg = kd.fragment_b(DT, 16, 16, 16, layout="col")
+    fu = kd.fragment_b(DT, 16, 16, 16, layout="col")
+    for f in kd.unroll(4):
+        kd.fill_fragment(ga[f], 0.0)
+        kd.fill_fragment(ua[f], 0.0)
+    ar0, ac = chunk_pos(t, 0)
+    ar1, _ = chunk_pos(t, 1)
+    if FAST:
+        va0 = load_chunk(x, e, r0 + ar0, rend, ac, K, False)
+        va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
+        vg = load_chunk(gate, e, n0 + ar0, N, ac, K, True)
+        vu = load_chunk(up, e, n0 + ar0, N, ac, K, True)
+        put_chunk(sa, ar0 * SK + ac, va0, ac < K)
+        put_chunk(sa, ar1 * SK + ac, va1, ac < K)
+        put_chunk(sg, ar0 * SK + ac, vg, ac < K)
+        put_chunk(su, ar0 * SK + ac, vu, ac < K)
+        kd.sync_cube()
+    kend = kd.select(r0 < rend, K, 0)          # empty tiles skip the products (barriers stay
+    for k0 in range(0, kend, BK):              # out of conditionals); their stores are masked
+        cur = 0
         if FAST:
-            va0 = load_chunk(x, e, r0 + ar0, rend, ac, K, False)
-            va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
-            vg = load_chunk(gate, e, n0 + ar0, N, ac, K, True)
-            vu = load_chunk(up, e, n0 + ar0, N, ac, K, True)
-            put_chunk(sa, ar0 * SK + ac, va0, ac < K)
-            put_chunk(sa, ar1 * SK + ac, va1, ac < K)
-            put_chunk(sg, ar0 * SK + ac, vg, ac < K)
-            put_chunk(su, ar0 * SK + ac, vu, ac < K)
+            cur = (k0 // BK) % 2
+            if k0 + BK < K:
+                va0 = load_chunk(x, e, r0 + ar0, rend, k0 + BK + ac, K, False)
+                va1 = load_chunk(x, e, r0 + ar1, rend, k0 + BK + ac, K, False)
+                vg = load_chunk(gate, e, n0 + ar0, N, k0 + BK + ac, K, True)
+                vu = load_chunk(up, e, n0 + ar0, N, k0 + BK + ac, K, True)
+        else:
+            stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False)
+            stage_tile(sg, 0, gate, e, n0, N, k0, K, BN_FUSED, VEC, True)
+            stage_tile(su, 0, up, e, n0, N, k0, K, BN_FUSED, VEC, True)
             kd.sync_cube()
-        for k0 in range(0, K, BK):
-            cur = 0
-            if FAST:
-                cur = (k0 // BK) % 2
-                if k0 + BK < K:
-                    va0 = load_chunk(x, e, r0 + ar0, rend, k0 + BK + ac, K, False)
-                    va1 = load_chunk(x, e, r0 + ar1, rend, k0 + BK + ac, K, False)
-                    vg = load_chunk(gate, e, n0 + ar0, N, k0 + BK + ac, K, True)
-                    vu = load_chunk(up, e, n0 + ar0, N, k0 + BK + ac, K, True)
-            else:
-                stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False)
-                stage_tile(sg, 0, gate, e, n0, N, k0, K, BN_FUSED, VEC, True)
-                stage_tile(su, 0, up, e, n0, N, k0, K, BN_FUSED, VEC, True)
-                kd.sync_cube()
-            abase = cur * (BM * SK)
-            bbase = cur * (BN_FUSED * SK)
-            for kk in kd.unroll(0, BK, 16):
-                for i in kd.unroll(4):
-                    kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
-                kd.load_fragment(fg, sg, bbase + pn * SK + kk, SK)
-                kd.load_fragment(fu, su, bbase + pn * SK + kk, SK)
-                for i in kd.unroll(4):
-                    kd.mma(ga[i], fa[i], fg)
-                    kd.mma(ua[i], fa[i], fu)
-            if FAST:
-                if k0 + BK < K:
-                    kn = k0 + BK + ac
-                    put_chunk(sa, (1 - cur) * (BM * SK) + ar0 * SK + ac, va0, kn < K)
-                    put_chunk(sa, (1 - cur) * (BM * SK) + ar1 * SK + ac, va1, kn < K)
-                    put_chunk(sg, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vg, kn < K)
-                    put_chunk(su, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vu, kn < K)
-            kd.sync_cube()
-        for i in kd.unroll(4):
-            kd.store_fragment(stage_g, p * 256, ga[i], 16)
-            kd.store_fragment(stage_u, p * 256, ua[i], 16)
-            kd.sync_cube()
-            for q0 in range(0, 256, kd.PLANE_DIM):
-                q = q0 + lane
-                r = r0 + pm + i * 16 + q // 16
-                n = n0 + pn + q % 16
-                if r < rend and n < N:
-                    h[r, n] = silu(stage_g[p * 256 + q]) * stage_u[p * 256 + q]
-            kd.sync_cube()
+        abase = cur * (BM * SK)
+        bbase = cur * (BN_FUSED * SK)
+        for kk in kd.unroll(0, BK, 16):
+            for i in kd.unroll(4):
+                kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
+            kd.load_fragment(fg, sg, bbase + pn * SK + kk, SK)
+            kd.load_fragment(fu, su, bbase + pn * SK + kk, SK)
+            for i in kd.unroll(4):
+                kd.mma(ga[i], fa[i], fg)
+                kd.mma(ua[i], fa[i], fu)
+        if FAST:
+            if k0 + BK < K:
+                kn = k0 + BK + ac
+                put_chunk(sa, (1 - cur) * (BM * SK) + ar0 * SK + ac, va0, kn < K)
+                put_chunk(sa, (1 - cur) * (BM * SK) + ar1 * SK + ac, va1, kn < K)
+                put_chunk(sg, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vg, kn < K)
+                put_chunk(su, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vu, kn < K)
+        kd.sync_cube()
+    for i in kd.unroll(4):
+        kd.store_fragment(stage_g, p * 256, ga[i], 16)
+        kd.store_fragment(stage_u, p * 256, ua[i], 16)
+        kd.sync_cube()
+        for q0 in range(0, 256, kd.PLANE_DIM):
+            q = q0 + lane
+            r = r0 + pm + i * 16 + q // 16
+            n = n0 + pn + q % 16
+            if r < rend and n < N:
+                h[r, n] = silu(stage_g[p * 256 + q]) * stage_u[p * 256 + q]
+        kd.sync_cube()
