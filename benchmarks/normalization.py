@@ -20,7 +20,7 @@ import numpy as np
 import kerneldsl as kd
 import rudnn.normalization as norm
 
-from .common import best_time, machine, table
+from .common import best_time, machine, table, threaded
 
 OPS = ("layer_norm", "rms_norm", "softmax")
 WIDTHS = (1024, 4096, 8192, 32768)
@@ -99,6 +99,61 @@ def torch_baselines(torch, op, host, gamma, beta, dtype, device):
     return out
 
 
+def shape_txt(s) -> str:
+    form = f"{s.chunks} chunks held" if s.cached else f"looped, {s.chunks} chunks a step"
+    return f"[{s.bx} units x {s.ry} rows, {form}, {s.lanes} lanes]"
+
+
+def copy_rate(torch, device, host, reps) -> tuple:
+    """(name, GB/s) of a plain copy of the same bytes: the machine's practical peak for a
+    read-once, write-once kernel (torch clone on a GPU; numpy copies on every core here)."""
+    if device == "cuda":
+        x = torch.from_numpy(host.view(np.uint8)).to("cuda")
+
+        def run():
+            x.clone()
+            torch.cuda.synchronize()
+        return "torch clone", 2 * host.nbytes / best_time(run, reps=reps)
+    import os
+    src, dst = host.reshape(-1), np.empty(host.size, host.dtype)
+    best = ("numpy copy, 1 thread", 2 * host.nbytes / best_time(lambda: np.copyto(dst, src), reps=reps))
+    parts = os.cpu_count() or 1
+    if parts > 1:
+        cuts = [src.size * i // parts for i in range(parts + 1)]
+        t = best_time(lambda: threaded(lambda i: np.copyto(dst[cuts[i]:cuts[i + 1]], src[cuts[i]:cuts[i + 1]]),
+                                       parts), reps=reps)
+        best = max(best, (f"numpy copy, {parts} threads", 2 * host.nbytes / t), key=lambda r: r[1])
+    return best
+
+
+def sweep(rt, op, x, g, b, reps, moved) -> list:
+    """Our op under each cube-shape knob setting of layout.choose_shape: [(knobs, shape, GB/s)]."""
+    import functools
+
+    from rudnn.normalization import layout
+    seen, out = set(), []
+    width, lanes = x.shape[-1], None
+    try:
+        for per_unit in (1, 2, 4, 8):
+            for cube_units in (128, 256, 512):
+                pick = functools.partial(layout.choose_shape, per_unit=per_unit, cube_units=cube_units)
+                lanes = layout.vector_lanes(x.dtype.itemsize, width)
+                shape = pick(rt.capabilities, width, lanes)
+                if shape in seen:
+                    continue
+                seen.add(shape)
+                norm.choose_shape = pick
+                fn = ours(rt, op, x, g, b)
+
+                def run(fn=fn):
+                    fn()
+                    rt.synchronize()
+                out.append((f"per_unit={per_unit} cube_units={cube_units}", shape, moved / best_time(run, reps=reps)))
+    finally:
+        norm.choose_shape = layout.choose_shape
+    return out
+
+
 # ------------------------------------------------------------------------------ main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,6 +166,8 @@ def main(argv=None):
     p.add_argument("--small", action="store_true", help="16 MiB inputs, W in {1024, 4096}: a quick check")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     p.add_argument("--no-baselines", action="store_true")
+    p.add_argument("--sweep", action="store_true",
+                   help="also time every cube-shape knob setting of layout.choose_shape (for tuning a GPU)")
     args = p.parse_args(argv)
     torch = _torch()
     runtimes = args.runtimes.split(",") if args.runtimes else default_runtimes(torch)
@@ -122,6 +179,7 @@ def main(argv=None):
         rt = kd.runtime(rt_name)
         device = "cuda" if rt.capabilities.backend == "cuda" else "cpu"
         print(f"runtime {rt.name}: {rt.capabilities.device_name}; {mib:g} MiB inputs, best of {args.reps}")
+        peak = None
         for dtype in args.dtypes.split(","):
             item = kd.as_dtype(dtype).itemsize
             for width in widths:
@@ -132,6 +190,10 @@ def main(argv=None):
                 beta = rng.standard_normal(width).astype(np.float32)
                 x, g, b = rt.tensor(host), rt.tensor(gamma), rt.tensor(beta)
                 moved = 2 * host.nbytes  # read the input once, write the output once
+                if peak is None:
+                    peak = copy_rate(torch, device, host, args.reps)
+                    print(f"  copy of {host.nbytes / 2**20:.0f} MiB ({peak[0]}): {peak[1] / 1e9:.1f} GB/s "
+                          f"(the 'of copy' column)")
                 for op in args.ops.split(","):
                     fn = ours(rt, op, x, g, b)
 
@@ -149,7 +211,8 @@ def main(argv=None):
                                     continue
                                 base.append((name, bfn))
                     shape = f"{rows}x{width}"
-                    line = [op, shape, dtype, f"{t * 1e3:.2f}", f"{moved / t / 1e9:.1f}"]
+                    line = [op, shape, dtype, f"{t * 1e3:.2f}", f"{moved / t / 1e9:.1f}",
+                            f"{moved / t / peak[1]:.0%}"]
                     added = [line + ["-", "-", "-", "-"]] if not base else []
                     for name, bfn in base:
                         tb = best_time(bfn, reps=args.reps)
@@ -157,13 +220,16 @@ def main(argv=None):
                     for r in added:
                         print("  ".join(map(str, r)), flush=True)
                     rows_out += added
+                    if args.sweep:
+                        for knobs, shape, rate in sweep(rt, op, x, g, b, args.reps, moved):
+                            print(f"    sweep {op} {shape_txt(shape)} ({knobs}): {rate / 1e9:.1f} GB/s", flush=True)
                 del x, host
     print()
     print(table(rows_out, HEADERS))
     return 0
 
 
-HEADERS = ["op", "shape", "dtype", "ours ms", "ours GB/s", "baseline", "base ms", "base GB/s", "speed-up"]
+HEADERS = ["op", "shape", "dtype", "ours ms", "ours GB/s", "of copy", "baseline", "base ms", "base GB/s", "speed-up"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -66,16 +66,18 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def choose_shape(caps, width: int, lanes: int) -> RowShape:
+def choose_shape(caps, width: int, lanes: int, per_unit: int = 4, cube_units: int = 128) -> RowShape:
     """The cube shape for rows of `width` elements.
 
     cpu runtime: one scalar per unit per step (its unit loop is the vector loop, so
     unit-strided scalars become contiguous SIMD loads), 8, 64 or 256 units per row and
     256-unit cubes, and the looped kernels (the re-read rows sit in its caches, which
     beats holding them in per-unit arrays).
-    Other runtimes: L-lane chunks (128-bit accesses), about four chunks per unit
-    held in registers, one plane or a few per row; rows longer than the registers
-    hold use the looped kernels with 4 chunks in flight per unit."""
+    Other runtimes: L-lane chunks (128-bit accesses), about `per_unit` chunks per unit
+    held in registers, one plane or a few per row, rows sharing a cube up to about
+    `cube_units` units; rows longer than the registers hold use the looped kernels
+    with `per_unit` chunks in flight per unit. (benchmarks/normalization.py --sweep
+    times other values of the two knobs.)"""
     plane = caps.plane_dim
     max_units = min(caps.max_cube_units, 1024)
     if caps.backend == "cpu":
@@ -83,12 +85,11 @@ def choose_shape(caps, width: int, lanes: int) -> RowShape:
         return RowShape(bx, _rows_per_cube(bx, plane, max_units, CPU_ROW_UNITS[-1]), 1, 1, False)
     chunks = -(-width // lanes)
     if chunks <= max_units * MAX_CACHED_CHUNKS:
-        bx = min(_pow2_at_least(-(-chunks // 4)), max_units)
+        bx = min(_pow2_at_least(-(-chunks // per_unit)), max_units)
         if plane & (plane - 1) and bx < plane:
             bx = min(plane, max_units)  # sub-plane rows need power-of-two planes
-        return RowShape(bx, _rows_per_cube(bx, plane, max_units, 128), -(-chunks // bx), lanes, True)
-    bx = max_units
-    return RowShape(bx, 1, 4, lanes, False)
+        return RowShape(bx, _rows_per_cube(bx, plane, max_units, cube_units), -(-chunks // bx), lanes, True)
+    return RowShape(max_units, 1, per_unit, lanes, False)
 
 
 def _rows_per_cube(bx: int, plane: int, max_units: int, target: int) -> int:
