@@ -533,3 +533,13 @@ def test_mixed_runtimes_are_rejected(runtime):
     plan = moe.route(lg, RoutingOptions(1, True))
     with pytest.raises(MoeError, match="runtime"):
         plan.dispatch(other.zeros((2, 3), "f32"))
+
+
+def test_example_runs():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "examples" / "moe_layer.py"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")

@@ -107,5 +107,5 @@ def route_sigmoid_grouped(logits: kd.Tensor, bias: kd.Tensor | None, options: Gr
     bias_arg = bias if bias is not None else rt.empty((1,), kd.f32)
     rk.sigmoid_grouped_topk[T, routing_units(E)](logits, bias_arg, ids, weights, options.groups,
                                                  options.selected_groups, float(options.scale), bias is not None,
-                                                 options.group_top_two, options.renormalize)
+                                                 options.group_top_two, options.renormalize, _pow2_at_least(E, 32))
     return RoutingPlan(ids, weights, E)

@@ -157,8 +157,8 @@ def softmax_topk(logits: kd.Tensor, ids: kd.Tensor[kd.u32, 2], weights: kd.Tenso
 @kd.kernel
 def sigmoid_grouped_topk(logits: kd.Tensor, bias: kd.Tensor[kd.f32, 1], ids: kd.Tensor[kd.u32, 2],
                          weights: kd.Tensor, G: kd.i32, SG: kd.i32, scale: kd.f32, HAS_BIAS: kd.Const[bool],
-                         TOP_TWO: kd.Const[bool], RENORMALIZE: kd.Const[bool]):
-    """DeepSeek-V3 routing of logits[row, :] (E <= 1024, G <= 128, top_k <= 64): p = sigmoid,
+                         TOP_TWO: kd.Const[bool], RENORMALIZE: kd.Const[bool], EMAX: kd.Const[int]):
+    """DeepSeek-V3 routing of logits[row, :] (E <= EMAX <= 1024, G <= 128, top_k <= 64): p = sigmoid,
     c = p + bias chooses, p weighs. G groups, the SG best kept, then ids.shape[1] experts.
     Unit t handles experts t, t + U, ... and groups t, t + U, ..."""
     row = kd.cube_pos_x()
@@ -167,9 +167,9 @@ def sigmoid_grouped_topk(logits: kd.Tensor, bias: kd.Tensor[kd.f32, 1], ids: kd.
     E = logits.shape[1]
     k = ids.shape[1]
     S = E // G
-    p_all = kd.shared(kd.f32, 1024)
-    c_all = kd.shared(kd.f32, 1024)
-    keys = kd.shared(kd.i64, 1024)
+    p_all = kd.shared(kd.f32, EMAX)       # EMAX >= E (a power of two): small rows keep occupancy high
+    c_all = kd.shared(kd.f32, EMAX)
+    keys = kd.shared(kd.i64, EMAX)
     score = kd.shared(kd.f32, 128)
     picked = kd.shared(kd.i32, 128)
     sel_p = kd.shared(kd.f32, 64)
