@@ -192,50 +192,71 @@ def routing_rows(rt, args, run):
     return rows
 
 
+def to_torch(torch, t):
+    """A torch view of a kd CUDA tensor (DLPack), or a copy through the host."""
+    try:
+        return torch.from_dlpack(t)
+    except Exception:  # noqa: BLE001  (an older torch or DLPack version: copy instead)
+        a = t.numpy()
+        dev = torch.device(f"cuda:{t.runtime.index}")
+        if t.dtype is kd.bf16:
+            return torch.from_numpy(a.view(np.int16)).to(dev).view(torch.bfloat16)
+        return torch.from_numpy(a).to(dev)
+
+
 def expert_rows(rt, args, run):
     cuda = rt.capabilities.backend == "cuda"
     if cuda:
         E, per, H, I = (8, 256, 1024, 512) if args.small else (32, 512, 7168, 2048)
-        dt = kd.bf16
     else:
         E, per, H, I = (4, 64, 512, 256) if args.small else (8, 256, 2048, 1024)
-        dt = kd.f32
     K = 8
-    rng = np.random.default_rng(1)
-    npd = dt.np
-    gate = (rng.standard_normal((E, I, H)) / np.sqrt(H)).astype(npd)
-    up = (rng.standard_normal((E, I, H)) / np.sqrt(H)).astype(npd)
-    down = (rng.standard_normal((E, H, I)) / np.sqrt(I)).astype(npd)
-    plan, T = balanced_plan(rt, E, per, K)
-    x = rng.standard_normal((T, H)).astype(npd)
-    experts = moe.SwiGluExperts(rt.tensor(gate), rt.tensor(up), rt.tensor(down))
-    dispatched = plan.dispatch(rt.tensor(x))
     R = E * per
     flops = 2 * R * H * I * 3
     counts = [per] * E
-    xs = dispatched.values().numpy()
+    plan, T = balanced_plan(rt, E, per, K)
     shape = f"E {E}, {per} rows/expert, H {H}, I {I}"
     rows = []
-    strategies = [moe.GroupedStrategy.TensorCore, moe.GroupedStrategy.Auto] if cuda else [moe.GroupedStrategy.Scalar]
-    if cuda:
+    if cuda:                       # weights made on the device by torch and shared, not uploaded
         import torch
         dev = torch.device(f"cuda:{rt.index}")
-        tx = torch.from_numpy(xs.view(np.int16)).to(dev).view(torch.bfloat16)
-        tg, tu, td = (torch.from_numpy(a.view(np.int16)).to(dev).view(torch.bfloat16) for a in (gate, up, down))
-        fn, base = torch_experts_fn(torch, tx, counts, tg, tu, td)
+        gen = torch.Generator(device=dev).manual_seed(1)
+        tg, tu = (torch.randn(E, I, H, device=dev, generator=gen, dtype=torch.bfloat16) / H ** 0.5 for _ in "gu")
+        td = torch.randn(E, H, I, device=dev, generator=gen, dtype=torch.bfloat16) / I ** 0.5
+        tx = torch.randn(T, H, device=dev, generator=gen, dtype=torch.bfloat16)
+        experts = moe.SwiGluExperts(*(kd.from_dlpack(a) for a in (tg, tu, td)))
+        dispatched = plan.dispatch(kd.from_dlpack(tx))
+        fn, base = torch_experts_fn(torch, to_torch(torch, dispatched.values()), counts, tg, tu, td)
         b = torch_timer(torch, args.reps)(fn)
-        check = fn().float().cpu().numpy()
+        check = fn().float()
+        strategies, dt = [moe.GroupedStrategy.TensorCore, moe.GroupedStrategy.Auto], "bf16"
+
+        def rel_diff(y):
+            got = to_torch(torch, y).float()
+            return float((got - check).norm() / check.norm())
     else:
+        rng = np.random.default_rng(1)
+        gate = (rng.standard_normal((E, I, H)) / np.sqrt(H)).astype(np.float32)
+        up = (rng.standard_normal((E, I, H)) / np.sqrt(H)).astype(np.float32)
+        down = (rng.standard_normal((E, H, I)) / np.sqrt(I)).astype(np.float32)
+        x = rng.standard_normal((T, H)).astype(np.float32)
+        experts = moe.SwiGluExperts(rt.tensor(gate), rt.tensor(up), rt.tensor(down))
+        dispatched = plan.dispatch(rt.tensor(x))
+        xs = dispatched.values().numpy()
         b = best_time(lambda: numpy_experts(xs, counts, gate, up, down), reps=args.reps)
         base = "numpy per-expert matmuls (OpenBLAS)"
         check = numpy_experts(xs, counts, gate, up, down)
         mm = best_time(lambda: [xs[i * per:(i + 1) * per] @ gate[i].T for i in range(E)], reps=args.reps)
         print(f"numpy matmul alone: {2 * R * H * I / mm / 1e9:.1f} GFLOP/s (one projection, {E} experts)")
+        strategies, dt = [moe.GroupedStrategy.Scalar], "f32"
+
+        def rel_diff(y):
+            got = y.numpy()
+            return float(np.linalg.norm(got - check) / np.linalg.norm(check))
     for strategy in strategies:
         t = run(lambda: experts.forward_dispatched_with_strategy(dispatched, strategy))
-        got = experts.forward_dispatched_with_strategy(dispatched, strategy).numpy().astype(np.float32)
-        rel = float(np.linalg.norm(got - check) / np.linalg.norm(check))
-        rows.append([f"SwiGLU experts, {strategy.name} (rel. diff {rel:.1e})", shape, dt.name, rt.name,
+        rel = rel_diff(experts.forward_dispatched_with_strategy(dispatched, strategy))
+        rows.append([f"SwiGLU experts, {strategy.name} (rel. diff {rel:.1e})", shape, dt, rt.name,
                      f"{t * 1e3:.2f}", f"{b * 1e3:.2f}", base, f"{b / t:.2f}", f"{flops / t / 1e12:.3f} TFLOP/s",
                      f"{flops / b / 1e12:.3f} TFLOP/s"])
     return rows
