@@ -131,3 +131,69 @@ def test_kernel_print_reaches_stdout(rt, capfd):
     rt.synchronize()
     out = capfd.readouterr().out
     assert "unit 0 of 8589934592 sees 1.5 (100%)" in out and "unit 1 of 8589934592 sees -2 (100%)" in out
+
+
+@kd.kernel
+def f16_roundtrip(h: kd.Tensor[kd.f16], f: kd.Tensor[kd.f32], wide: kd.Tensor[kd.f32], back: kd.Tensor[kd.f16],
+                  n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        v = h[i]                       # f16 in a register: the bit-arithmetic conversions
+        f[i] = kd.f32(v)
+        w = kd.cast(wide[i], kd.f16)
+        back[i] = w
+
+
+def test_f16_conversions_in_registers_are_exact(rt):
+    """Every f16 bit pattern to f32, and f32 values around every f16 rounding boundary
+    (ties, subnormals, overflow, NaN, -0) back to f16, against numpy."""
+    bits = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    h = bits.view(np.float16)
+    with np.errstate(all="ignore"):
+        edges = h.astype(np.float32)
+        nxt = np.nextafter(edges, np.float32(np.inf))
+        mids = ((edges.astype(np.float64) + np.roll(edges, -1).astype(np.float64)) / 2).astype(np.float32)
+    wide = np.concatenate([edges, nxt, mids, np.float32([65504, 65519.99, 65520, 1e-8, -3e-8, 6e-8, 1e38, -0.0])])
+    n = len(wide)
+    hh = np.resize(h, n)
+    f, back = rt.zeros(n, "f32"), rt.zeros(n, "f16")
+    f16_roundtrip[(n + 255) // 256, 256](rt.tensor(hh), f, rt.tensor(wide), back, n)
+    with np.errstate(all="ignore"):
+        want_f = hh.astype(np.float32)
+        want_back = wide.astype(np.float16)
+    got_f = f.numpy()
+    np.testing.assert_array_equal(np.isnan(got_f), np.isnan(want_f))
+    ok = ~np.isnan(want_f)
+    np.testing.assert_array_equal(got_f[ok].view(np.uint32), want_f[ok].view(np.uint32))
+    got_b = back.numpy()
+    np.testing.assert_array_equal(np.isnan(got_b), np.isnan(want_back))
+    ok = ~np.isnan(want_back)
+    np.testing.assert_array_equal(got_b[ok].view(np.uint16), want_back[ok].view(np.uint16))
+
+
+@kd.kernel
+def f16_staging(x: kd.Tensor[kd.f32], out: kd.Tensor[kd.f32], rounds: kd.i32, B: kd.Const[int]):
+    t = kd.unit_pos_x()
+    sh = kd.shared(kd.f16, B)
+    reg = kd.shared(kd.f16, B)
+    acc = kd.f32(0)
+    for r in range(rounds):
+        sh[t] = x[r * B + t] * 2.0                 # f32 -> f16 into shared memory, in a loop with barriers
+        h = kd.cast(x[r * B + t] * 3.0, kd.f16)    # the same through an f16 register
+        reg[t] = h
+        kd.sync_cube()
+        acc += kd.f32(sh[(t + 1) % B]) + kd.f32(reg[(t + 2) % B])
+        kd.sync_cube()
+    out[t] = acc
+
+
+def test_f16_staging_through_shared_memory_in_a_loop(rt, rng):
+    """The pattern PoCL once miscompiled (f16 conversions through a private temporary)."""
+    B, R = 64, 5
+    x = rng.integers(-50, 50, R * B).astype(np.float32)
+    out = rt.zeros(B, "f32")
+    f16_staging[1, B](rt.tensor(x), out, R, B)
+    a = (x.reshape(R, B) * 2).astype(np.float16).astype(np.float32)
+    b = (x.reshape(R, B) * 3).astype(np.float16).astype(np.float32)
+    ref = (np.roll(a, -1, axis=1) + np.roll(b, -2, axis=1)).sum(0)
+    np.testing.assert_array_equal(out.numpy(), ref)

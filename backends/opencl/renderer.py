@@ -65,6 +65,43 @@ class OpenCLRenderer(CLikeRenderer):
             return f"fma({', '.join(args)})"
         return super().math_call(fn, args, t)
 
+    # ------------------------------------------------------------------ f16 in memory
+    def _half_mem(self, e):
+        """(pointer, address space) of an unchecked f16 tensor or shared load, else None."""
+        if isinstance(e, ir.Load) and e.dtype is f16 and not e.checked:
+            return self.tensor(e.tensor), "__global"
+        if isinstance(e, ir.SharedLoad) and e.dtype is f16 and not e.checked:
+            return self.shared(e.array), "__local"
+        return None
+
+    def e_Cast(self, e):
+        mem = self._half_mem(e.a)
+        if mem is not None and e.dtype.is_float:  # f16 load -> float: vload_half converts from memory
+            ptr, space = mem
+            v = f"vload_half({self.x(e.a.offset)}, (const {space} half*){ptr})"
+            return self.cast(v, f32, e.dtype)
+        return super().e_Cast(e)
+
+    def _half_store(self, ptr, space, offset, value) -> bool:
+        """f32 -> f16 stores through vstore_half_rte (one rounding, straight into memory)."""
+        if not (isinstance(value, ir.Cast) and value.dtype is f16 and value.a.dtype in (f32, f64)):
+            return False
+        v = self.cast(self.x(value.a), value.a.dtype, f32)
+        self.emit(f"vstore_half_rte({v}, {self.x(offset)}, ({space} half*){ptr});")
+        return True
+
+    def s_Store(self, s):
+        p = self.tensors[s.tensor]
+        if p.dtype is f16 and not s.checked and self._half_store(self.tensor(s.tensor), "__global", s.offset, s.value):
+            return
+        super().s_Store(s)
+
+    def s_SharedStore(self, s):
+        d = self.k.shared[s.array]
+        if d.dtype is f16 and not s.checked and self._half_store(self.shared(s.array), "__local", s.offset, s.value):
+            return
+        super().s_SharedStore(s)
+
     # ------------------------------------------------------------------ atomics
     def atomic(self, op: str, space: str, ptr: str, value: str, compare, t) -> str:
         q = "__global" if space == "global" else "__local"
@@ -102,11 +139,26 @@ class OpenCLRenderer(CLikeRenderer):
     # ------------------------------------------------------------------ helpers
     def helper_code(self, name: str) -> str:
         hp = self.helper_prefix
+        # f16 bits <-> f32 in registers by integer arithmetic (round to nearest even): the
+        # vload_half/vstore_half-through-a-private-temporary form was miscompiled by PoCL in
+        # loops with barriers; tensor and shared loads and stores use vload_half/vstore_half
+        # directly (see e_Cast, s_Store, s_SharedStore)
         if name == "kd_h2f":
-            return f"{hp} float kd_h2f(ushort b) {{ return vload_half(0, (const __private half*)&b); }}"
+            return (f"{hp} float kd_h2f(ushort h) {{\n"
+                    f"    uint s = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+                    f"    if (e == 0x1fu) return as_float(s | 0x7f800000u | (m << 13));\n"
+                    f"    if (e != 0u) return as_float(s | ((e + 112u) << 23) | (m << 13));\n"
+                    f"    return as_float(s | as_uint((float)m * 5.9604644775390625e-8f));\n}}")
         if name == "kd_f2h":
-            return (f"{hp} ushort kd_f2h(float f) {{ ushort b; vstore_half_rte(f, 0, (__private half*)&b); "
-                    f"return b; }}")
+            return (f"{hp} ushort kd_f2h(float f) {{\n"
+                    f"    uint x = as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;\n"
+                    f"    if (ax > 0x7f800000u) return (ushort)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));\n"
+                    f"    if (ax >= 0x477ff000u) return (ushort)(sign | 0x7c00u);\n"
+                    f"    if (ax >= 0x38800000u) {{\n"
+                    f"        uint r = ax - 0x38000000u;\n"
+                    f"        return (ushort)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));\n"
+                    f"    }}\n"
+                    f"    return (ushort)(sign | (uint)rint(as_float(ax) * 16777216.0f));\n}}")
         if name.startswith("kd_atomic_add_f32_"):
             q = "__global" if name.endswith("global") else "__local"
             return (f"{hp} float {name}({q} volatile float* p, float v) {{\n"
