@@ -128,7 +128,7 @@ def test_broadcast_mask_and_bias(runtime, rng, strategy, mshape, bshape):
     q, k, v = inputs(rng, dtype=dtype_for(strategy))
     mask = rng.random(mshape) < 0.25
     bias = rng.standard_normal(bshape).astype(np.float32)
-    check(run(runtime, q, k, v, mask, bias, strategy), q, k, v, mask, bias)
+    check(run(runtime, q, k, v, mask, bias, strategy, softcap=5.0), q, k, v, mask, bias, softcap=5.0)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
@@ -139,7 +139,7 @@ def test_gqa(runtime, rng, strategy, hq, hkv):
 
 
 def test_strategies_agree(runtime, rng):
-    q, k, v = inputs(rng, B=2, Hq=4, Hkv=2, Sq=33, Skv=90, D=32, Dv=16, dtype="bf16")
+    q, k, v = inputs(rng, B=2, Hq=4, Hkv=2, Sq=33, Skv=90, dtype="bf16")
     mask = rng.random((2, 1, 33, 90)) < 0.2
     bias = rng.standard_normal((1, 4, 33, 90)).astype(np.float32)
     opts = dict(scale=0.2, softcap=4.0, is_causal=True)
@@ -165,11 +165,12 @@ def test_accelerated_tilings(runtime, rng, tiling):
     check(run(runtime, q, k, v, mask, None, tiling, is_causal=True), q, k, v, mask, is_causal=True)
 
 
-@pytest.mark.parametrize("hold", [True, False], ids=["fragments", "shared"])
-def test_accelerated_variants(runtime, rng, hold):
+@pytest.mark.parametrize("hold,vec", [(True, True), (True, False), (False, False)],
+                         ids=["fragments-vector", "fragments-scalar", "shared-scalar"])
+def test_accelerated_variants(runtime, rng, hold, vec):
     """Both homes of Q and the accumulators (fragments: tensor-core devices; shared memory:
-    emulated primitive) run everywhere. Keys rise steadily so the lazy running max has to
-    move many times (the rescale path)."""
+    emulated primitive) and both ways of staging tiles (16-byte vectors or elements) run
+    everywhere. Keys rise steadily so the lazy running max has to move many times."""
     opencl_f16_staging_bug(runtime, "f16")
     B, H, Sq, Skv, D = 1, 2, 37, 300, 16
     q = np.ones((B, H, Sq, D), np.float16)
@@ -179,7 +180,7 @@ def test_accelerated_variants(runtime, rng, hold):
                          AttentionModuleOptions(scale=0.25))
     out = runtime.empty(p.out_shape, p.dtype)
     flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)),
-                  BlackboxAcceleratedStrategy(), hold=hold)
+                  BlackboxAcceleratedStrategy(), hold=hold, vec=vec)
     check(out.numpy(), q, k, v, scale=0.25)
 
 
@@ -189,7 +190,7 @@ def test_strided_views_and_inputs_unchanged(runtime, rng, strategy):
     dt = kd.as_dtype(dtype_for(strategy)).np
     qh = rng.standard_normal((2, 13, 4, 16)).astype(dt)        # [B, S, H, D] layout
     kh = rng.standard_normal((2, 2, 40, 16)).astype(dt)
-    vh = rng.standard_normal((2, 2, 24, 29)).astype(dt)        # stored [B, H, Dv, S]
+    vh = rng.standard_normal((2, 2, 24, 29)).astype(dt)        # stored [B, H, Dv, S], Dv = 24
     q = runtime.tensor(qh).permute(0, 2, 1, 3)
     k = runtime.tensor(kh)[:, :, 3:32]
     v = runtime.tensor(vh).permute(0, 1, 3, 2)
@@ -220,8 +221,8 @@ def test_empty_sizes(runtime, strategy):
 def test_matches_torch_sdpa(runtime, rng, strategy):
     torch = pytest.importorskip("torch", reason="PyTorch (the `oracle` extra) is not installed")
     F = torch.nn.functional
-    B, Hq, Hkv, Sq, Skv, D = 2, 6, 2, 17, 45, 32
-    q, k, v = inputs(rng, B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Skv=Skv, D=D, Dv=D)
+    B, Hq, Hkv, Sq, Skv = 2, 6, 2, 17, 45
+    q, k, v = inputs(rng, B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Skv=Skv)
     mask = rng.random((B, 1, Sq, Skv)) < 0.2
     bias = rng.standard_normal((1, Hq, Sq, Skv)).astype(np.float32)
     hidden = mask | (np.arange(Skv)[None, :] > np.arange(Sq)[:, None] + (Skv - Sq))  # causal, bottom-right

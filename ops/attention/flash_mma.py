@@ -37,15 +37,55 @@ def _round16(n: int) -> int:
     return (n + 15) // 16 * 16
 
 
+@kd.func
+def keep(x):
+    """x materialised in a fresh local (a value that must not change when a name is reused)."""
+    return x
+
+
+@kd.func
+def stage_kv(dst, DS, src, b, hk, j0, skv, NR, DIM, DIMP, VEC):
+    """dst[r * DS + d] = src[b, hk, j0 + r, d] for the NR rows of a key tile and DIMP columns,
+    zero past the last key and past DIM. VEC: rows are copied as 8-element (16-byte) vectors
+    (DIM % 8 == 0, unit inner stride, 8-aligned row starts); else element by element."""
+    U = kd.cube_units()
+    base = kd.i64(b) * src.stride(0) + kd.i64(hk) * src.stride(1)
+    if VEC:
+        NV = DIMP // 8
+        for e0 in range(0, NR * NV, U):
+            e = e0 + kd.unit_pos_x()
+            r = e // NV
+            c = (e % NV) * 8
+            if e < NR * NV:
+                if (j0 + r < skv) & (c < DIM):
+                    x = kd.load_vec(src, base + kd.i64(j0 + r) * src.stride(2) + c, 8)
+                    for n in kd.unroll(8):
+                        dst[r * DS + c + n] = x[n]
+                else:
+                    for n in kd.unroll(8):
+                        dst[r * DS + c + n] = 0.0
+    else:
+        for e0 in range(0, NR * DIMP, U):
+            e = e0 + kd.unit_pos_x()
+            r = e // DIMP
+            d = e % DIMP
+            x = kd.f32(src[base + kd.i64(kd.min(j0 + r, skv - 1)) * src.stride(2)
+                           + kd.i64(kd.min(d, DIM - 1)) * src.stride(3)])
+            if e < NR * DIMP:
+                dst[r * DS + d] = kd.select((j0 + r < skv) & (d < DIM), x, kd.f32(0))
+
+
 @kd.kernel
 def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, mask: kd.Tensor, bias: kd.Tensor,
                      scale: kd.f32, softcap: kd.f32, causal: kd.i32, D: kd.Const[int], DV: kd.Const[int],
                      SQT: kd.Const[int], SKT: kd.Const[int], HAS_MASK: kd.Const[bool], HAS_BIAS: kd.Const[bool],
-                     SOFTCAP: kd.Const[bool], HOLD: kd.Const[bool]):
+                     SOFTCAP: kd.Const[bool], HOLD: kd.Const[bool], VEC: kd.Const[bool]):
     DT = q.dtype
     U = kd.cube_units()
     NP = kd.plane_count()
     t = kd.unit_pos_x()
+    P = kd.PLANE_DIM
+    lane = kd.lane_pos()
     BQ = 16 * SQT * NP
     BK = 16 * NP * SKT
     DP = (D + 15) // 16 * 16
@@ -58,6 +98,7 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
     NDC = DP // 16
     NDV = DVP // 16
     NKT = BK // 16
+    NCH = (BK + P - 1) // P  # key chunks of a row per lane
 
     Hq = q.shape[1]
     Hkv = k.shape[1]
@@ -109,11 +150,16 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
     kd.sync_cube()
     qf = ()
     of = ()
+    sf = ()
+    pfs = ()
     if HOLD:
         for n in kd.unroll(SQT * NDC):
             qf = qf + (kd.fragment_a(DT, 16, 16, 16),)
         for n in kd.unroll(SQT * NDV):
             of = of + (kd.fragment_acc(16, 16, 16),)
+        for n in kd.unroll(SQT):
+            sf = sf + (kd.fragment_acc(16, 16, 16),)
+            pfs = pfs + (kd.fragment_a(DT, 16, 16, 16),)
         for qt in kd.unroll(SQT):
             for dc in kd.unroll(NDC):
                 kd.load_fragment(qf[qt * NDC + dc], q_sh, (prow + qt * 16) * KS + dc * 16, KS)
@@ -135,78 +181,80 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
 
     for j0 in range(0, kv_end, BK):
         # ---- stage K and V tiles (zero past the end)
-        for e0 in range(0, BK * DP, U):
-            e = e0 + t
-            r = e // DP
-            d = e % DP
-            x = kd.f32(k[b, hk, kd.min(j0 + r, Skv - 1), kd.min(d, D - 1)])
-            if e < BK * DP:
-                kq_sh[r * KS + d] = kd.select((j0 + r < Skv) & (d < D), x, kd.f32(0))
-        for e0 in range(0, BK * DVP, U):
-            e = e0 + t
-            r = e // DVP
-            d = e % DVP
-            x = kd.f32(v[b, hk, kd.min(j0 + r, Skv - 1), kd.min(d, DV - 1)])
-            if e < BK * DVP:
-                v_sh[r * VS + d] = kd.select((j0 + r < Skv) & (d < DV), x, kd.f32(0))
+        stage_kv(kq_sh, KS, k, b, hk, j0, Skv, BK, D, DP, VEC)
+        stage_kv(v_sh, VS, v, b, hk, j0, Skv, BK, DV, DVP, VEC)
         kd.sync_cube()
 
         # ---- S = Q·Kᵀ for this plane's rows (run-time loops over key tiles: compile time
         # stays flat in the tile size)
-        for qt in kd.unroll(SQT):
+        if HOLD:  # each K fragment serves all of the plane's query tiles
             for kt in range(NKT):
-                kd.fill_fragment(sacc, 0.0)
-                if HOLD:
-                    for dc in kd.unroll(NDC):
-                        kd.load_fragment(kf, kq_sh, kt * 16 * KS + dc * 16, KS)
-                        kd.mma(sacc, qf[qt * NDC + dc], kf)
-                else:
+                for qt in kd.unroll(SQT):
+                    kd.fill_fragment(sf[qt], 0.0)
+                for dc in kd.unroll(NDC):
+                    kd.load_fragment(kf, kq_sh, kt * 16 * KS + dc * 16, KS)
+                    for qt in kd.unroll(SQT):
+                        kd.mma(sf[qt], qf[qt * NDC + dc], kf)
+                for qt in kd.unroll(SQT):
+                    kd.store_fragment(f_sh, (prow + qt * 16) * FS + kt * 16, sf[qt], FS)
+        else:
+            for qt in kd.unroll(SQT):
+                for kt in range(NKT):
+                    kd.fill_fragment(sacc, 0.0)
                     for dc in range(NDC):
                         kd.load_fragment(qa, q_sh, (prow + qt * 16) * KS + dc * 16, KS)
                         kd.load_fragment(kf, kq_sh, kt * 16 * KS + dc * 16, KS)
                         kd.mma(sacc, qa, kf)
-                kd.store_fragment(f_sh, (prow + qt * 16) * FS + kt * 16, sacc, FS)
+                    kd.store_fragment(f_sh, (prow + qt * 16) * FS + kt * 16, sacc, FS)
         kd.sync_cube()
 
-        # ---- logits, lazy running max, P (one unit per row)
-        for r1 in range(0, BQ, U):
-            r = r1 + t
-            if r < BQ:
-                rg = kd.min(r0 + r, rows - 1)
-                h = hk * G + rg // Sq
-                i = rg % Sq
-                lim = Skv
-                if causal != 0:
-                    lim = i + off
-                ctx = (mask, bias, b, h, i, lim, Skv, softcap, LOG2E)
-                mx = -kd.inf
-                for c in range(BK):
-                    x = logit2(f_sh[r * FS + c] * scale, j0 + c, ctx, HAS_MASK, HAS_BIAS, SOFTCAP)
-                    f_sh[r * FS + c] = x
-                    mx = kd.max(mx, x)
-                m_old = m_sh[r]
-                m_new = kd.max(m_old, mx)
-                m = m_old
-                alpha = kd.f32(1)
-                if m_old == -kd.inf:
-                    m = m_new  # nothing accumulated yet: no rescale needed
-                elif m_new > m_old + TAU:
-                    m = m_new
-                    alpha = kd.exp2(m_old - m_new)
-                    if HOLD:
-                        flag_sh[0] = 1
-                    else:
-                        for e in range(DVP):
-                            o_sh[r * OS + e] = o_sh[r * OS + e] * alpha
-                mu = kd.select(m == -kd.inf, kd.f32(0), m)
-                total = kd.f32(0)
-                for c in range(BK):
-                    pv = kd.exp2(f_sh[r * FS + c] - mu)
-                    p_sh[r * PS + c] = pv
+        # ---- logits, lazy running max, P: each plane walks its own rows, lanes across keys
+        for rr in range(16 * SQT):
+            r = prow + rr
+            rg = kd.min(r0 + r, rows - 1)
+            h = hk * G + rg // Sq
+            i = rg % Sq
+            lim = Skv
+            if causal != 0:
+                lim = i + off
+            ctx = (mask, bias, b, h, i, lim, Skv, softcap, LOG2E)
+            xs = ()  # this lane's logits of the row, kept in registers between the two passes
+            mx = -kd.inf
+            for n in kd.unroll(NCH):
+                xs = xs + (keep(logit2(f_sh[r * FS + kd.min(n * P + lane, BK - 1)] * scale,
+                                       j0 + kd.min(n * P + lane, BK - 1), ctx, HAS_MASK, HAS_BIAS, SOFTCAP)),)
+                mx = kd.max(mx, xs[n])
+            mx = kd.plane_max(mx)
+            m_old = m_sh[r]
+            m_new = kd.max(m_old, mx)
+            m = m_old
+            alpha = kd.f32(1)
+            if m_old == -kd.inf:
+                m = m_new  # nothing accumulated yet: no rescale needed
+            elif m_new > m_old + TAU:
+                m = m_new
+                alpha = kd.exp2(m_old - m_new)
+            mu = kd.select(m == -kd.inf, kd.f32(0), m)
+            total = kd.f32(0)
+            for n in kd.unroll(NCH):
+                if n * P + lane < BK:
+                    pv = kd.exp2(xs[n] - mu)
+                    p_sh[r * PS + n * P + lane] = pv
                     total += pv
+            total = kd.plane_sum(total)
+            if lane == 0:
                 l_sh[r] = l_sh[r] * alpha + total
                 m_sh[r] = m
                 a_sh[r] = alpha
+                if alpha != 1.0:
+                    if HOLD:
+                        flag_sh[0] = 1
+            if not HOLD:
+                if alpha != 1.0:
+                    for e0 in range(0, DVP, P):
+                        e = e0 + lane
+                        if e < DVP:
+                            o_sh[r * OS + e] = o_sh[r * OS + e] * alpha
         kd.sync_cube()
 
         if HOLD:
@@ -227,13 +275,14 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
                 for qt in kd.unroll(SQT):
                     for dv in kd.unroll(NDV):
                         kd.load_fragment(of[qt * NDV + dv], f_sh, (prow + qt * 16) * FS + dv * 16, FS)
-            # ---- O += P·V
-            for qt in kd.unroll(SQT):
-                for kt in range(NKT):
-                    kd.load_fragment(pf, p_sh, (prow + qt * 16) * PS + kt * 16, PS)
-                    for dv in kd.unroll(NDV):
-                        kd.load_fragment(vf, v_sh, kt * 16 * VS + dv * 16, VS)
-                        kd.mma(of[qt * NDV + dv], pf, vf)
+            # ---- O += P·V (each V fragment serves all of the plane's query tiles)
+            for kt in range(NKT):
+                for qt in kd.unroll(SQT):
+                    kd.load_fragment(pfs[qt], p_sh, (prow + qt * 16) * PS + kt * 16, PS)
+                for dv in kd.unroll(NDV):
+                    kd.load_fragment(vf, v_sh, kt * 16 * VS + dv * 16, VS)
+                    for qt in kd.unroll(SQT):
+                        kd.mma(of[qt * NDV + dv], pfs[qt], vf)
         else:
             # ---- O += P·V, the accumulator tile loaded from and stored back to shared memory
             for qt in kd.unroll(SQT):
@@ -318,9 +367,19 @@ def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
     return BlackboxAcceleratedStrategy(1, 1, 1)
 
 
-def run(p: Problem, out, dummy_mask, dummy_bias, tiling: BlackboxAcceleratedStrategy, hold: bool | None = None) -> None:
+def _vector_rows(t, dim: int) -> bool:
+    """Rows of t can be copied as aligned 16-byte vectors of 8 elements."""
+    if dim % 8 or (t.strides[3] != 1 and t.shape[3] > 1) or any(st % 8 for st in t.strides[:3]):
+        return False
+    raw = t.buffer.raw
+    addr = raw if isinstance(raw, int) else getattr(getattr(raw, "ctypes", None), "data", None)
+    return addr is None or (addr + t.offset * t.dtype.itemsize) % 16 == 0
+
+
+def run(p: Problem, out, dummy_mask, dummy_bias, tiling: BlackboxAcceleratedStrategy, hold: bool | None = None,
+        vec: bool | None = None) -> None:
     """Launch the fused matrix-primitive kernel for a validated problem (check() first).
-    `hold` overrides where Q lives (tests run both variants everywhere)."""
+    `hold` and `vec` override where Q lives and how tiles are copied (tests run every variant)."""
     plane = p.runtime.capabilities.plane_dim
     units = tiling.num_planes * plane
     bq = 16 * tiling.seq_q * tiling.num_planes
@@ -330,4 +389,5 @@ def run(p: Problem, out, dummy_mask, dummy_bias, tiling: BlackboxAcceleratedStra
         p.q, p.k, p.v, out, p.mask if p.mask is not None else dummy_mask,
         p.bias if p.bias is not None else dummy_bias, p.scale, p.softcap or 1.0, int(p.causal), p.D, p.Dv,
         tiling.seq_q, tiling.seq_kv, p.mask is not None, p.bias is not None, p.softcap is not None,
-        hold_q(p) if hold is None else bool(hold))
+        hold_q(p) if hold is None else bool(hold),
+        (_vector_rows(p.k, p.D) and _vector_rows(p.v, p.Dv)) if vec is None else bool(vec))

@@ -95,10 +95,14 @@ def flash_unit_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
             for dd in kd.unroll(DC):
                 e = (dc + dd) * vd3
                 a = acc[(dc + dd) * U + t] * alpha
-                a += p0 * kd.f32(v[w0 + e]) + p1 * kd.f32(v[w1 + e])
-                a += p2 * kd.f32(v[w2 + e]) + p3 * kd.f32(v[w3 + e])
-                a += p4 * kd.f32(v[w4 + e]) + p5 * kd.f32(v[w5 + e])
-                a += p6 * kd.f32(v[w6 + e]) + p7 * kd.f32(v[w7 + e])
+                a = kd.fma(p0, kd.f32(v[w0 + e]), a)
+                a = kd.fma(p1, kd.f32(v[w1 + e]), a)
+                a = kd.fma(p2, kd.f32(v[w2 + e]), a)
+                a = kd.fma(p3, kd.f32(v[w3 + e]), a)
+                a = kd.fma(p4, kd.f32(v[w4 + e]), a)
+                a = kd.fma(p5, kd.f32(v[w5 + e]), a)
+                a = kd.fma(p6, kd.f32(v[w6 + e]), a)
+                a = kd.fma(p7, kd.f32(v[w7 + e]), a)
                 acc[(dc + dd) * U + t] = a
         for dd in kd.unroll(DV % DC):
             e = (DVT + dd) * vd3

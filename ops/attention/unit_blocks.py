@@ -40,25 +40,25 @@ def dot8(qs, k, rows, kd3, D):
         for dd in kd.unroll(DC):
             qd = qs[(dc + dd) * U + kd.unit_pos_x()]
             e = (dc + dd) * kd3
-            s0 += kd.f32(k[k0 + e]) * qd
-            s1 += kd.f32(k[k1 + e]) * qd
-            s2 += kd.f32(k[k2 + e]) * qd
-            s3 += kd.f32(k[k3 + e]) * qd
-            s4 += kd.f32(k[k4 + e]) * qd
-            s5 += kd.f32(k[k5 + e]) * qd
-            s6 += kd.f32(k[k6 + e]) * qd
-            s7 += kd.f32(k[k7 + e]) * qd
+            s0 = kd.fma(kd.f32(k[k0 + e]), qd, s0)
+            s1 = kd.fma(kd.f32(k[k1 + e]), qd, s1)
+            s2 = kd.fma(kd.f32(k[k2 + e]), qd, s2)
+            s3 = kd.fma(kd.f32(k[k3 + e]), qd, s3)
+            s4 = kd.fma(kd.f32(k[k4 + e]), qd, s4)
+            s5 = kd.fma(kd.f32(k[k5 + e]), qd, s5)
+            s6 = kd.fma(kd.f32(k[k6 + e]), qd, s6)
+            s7 = kd.fma(kd.f32(k[k7 + e]), qd, s7)
     for dd in kd.unroll(D % DC):
         qd = qs[(DT + dd) * U + kd.unit_pos_x()]
         e = (DT + dd) * kd3
-        s0 += kd.f32(k[k0 + e]) * qd
-        s1 += kd.f32(k[k1 + e]) * qd
-        s2 += kd.f32(k[k2 + e]) * qd
-        s3 += kd.f32(k[k3 + e]) * qd
-        s4 += kd.f32(k[k4 + e]) * qd
-        s5 += kd.f32(k[k5 + e]) * qd
-        s6 += kd.f32(k[k6 + e]) * qd
-        s7 += kd.f32(k[k7 + e]) * qd
+        s0 = kd.fma(kd.f32(k[k0 + e]), qd, s0)
+        s1 = kd.fma(kd.f32(k[k1 + e]), qd, s1)
+        s2 = kd.fma(kd.f32(k[k2 + e]), qd, s2)
+        s3 = kd.fma(kd.f32(k[k3 + e]), qd, s3)
+        s4 = kd.fma(kd.f32(k[k4 + e]), qd, s4)
+        s5 = kd.fma(kd.f32(k[k5 + e]), qd, s5)
+        s6 = kd.fma(kd.f32(k[k6 + e]), qd, s6)
+        s7 = kd.fma(kd.f32(k[k7 + e]), qd, s7)
     return (s0, s1, s2, s3, s4, s5, s6, s7)
 
 
