@@ -4,8 +4,9 @@ statistics and backward passes (SPEC §1), on every runtime.
 Each entry point validates everything, returns empty results for zero rows without
 launching, views the input as [rows, W] (copying only if its layout needs it),
 chooses a cube shape from W and the runtime (layout.py), and launches the kernels
-of forward.py / backward.py. Statistics are F32; outputs are cast once to the input
-dtype; gamma, beta, mean, rstd, dgamma and dbeta are F32.
+of forward.py (rows held in registers), looped.py (longer rows, and the cpu runtime)
+or backward.py. Statistics are F32; outputs are cast once to the input dtype; gamma,
+beta, mean, rstd, dgamma and dbeta are F32.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def softmax_last_axis(input) -> kd.Tensor:
     x2, xs = rows_view(input)
     lanes = vector_lanes(input.dtype.itemsize, width, xs, x2.offset)
     shape = choose_shape(rt.capabilities, width, lanes)
-    on_cpu = rt.capabilities.backend == "cpu"  # cheaper exp; f32 rows scaled in place (forward.py)
+    on_cpu = rt.capabilities.backend == "cpu"  # cheaper exp (device.py); f32 rows scaled in place (looped.py)
     y2 = out.reshape(rows, width)
     if shape.cached:
         _fwd.softmax_cached[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, shape.bx, shape.ry,

@@ -1,5 +1,6 @@
 """Device functions shared by the normalization kernels: masked loads and stores of one
-unit's chunk (a scalar, or an L-lane vector), and reductions over the units of a row.
+unit's chunk (a scalar, or an L-lane vector), reductions over the units of a row, and
+the exp softmax uses.
 
 A row is handled by BX units of a cube (`unit_pos_x`), and a cube holds RY rows
 (`unit_pos_y`). Rows of BX >= PLANE_DIM units reduce with a plane operation and one
