@@ -1,8 +1,9 @@
 """The `Scalar` grouped GEMM: plain f32 arithmetic, every runtime and float dtype.
 
 Rows of the dispatched matrix are grouped by expert. One launch covers every
-expert: grid x walks the row tiles of all experts (each cube finds its expert by
-a binary search of the tile offsets, see `tiles.py`), grid y the output columns.
+expert: a 1-D grid over (row tiles of all experts) x (output column tiles), in
+groups of GM row tiles per column sweep so both operands stay in cache; each cube
+finds its expert by a binary search of the tile offsets (see `tiles.py`).
 A cube computes a 4 x TN output tile with its units spread along the reduction
 axis K, which is contiguous in both operands (unit-strided vector loads on the
 CPU, coalesced loads on GPUs); the per-unit partial sums meet through plane sums
@@ -19,6 +20,7 @@ from .tiles import find_tile
 TM = 4          # rows per cube (both kernels)
 TN_DOWN = 4     # output columns per cube, plain projection
 TN_FUSED = 2    # output columns per cube and per matrix, fused gate/up projection
+GM = 8          # row tiles per group of the cube order (see swizzle)
 
 
 @kd.func
@@ -58,6 +60,17 @@ def cube_total(part, slot):
 
 
 @kd.func
+def swizzle(rows, cols, GM):
+    """(row tile, column tile) of this cube: GM row tiles share each column tile in turn,
+    so a group's rows of x and the current rows of w are both reused from cache."""
+    L = kd.cube_pos_x()
+    first = L // (GM * cols) * GM
+    size = kd.min(rows - first, GM)
+    inner = L % (GM * cols)
+    return first + inner % size, inner // size
+
+
+@kd.func
 def silu(g):
     """g * sigmoid(g), without overflow for large |g|."""
     e = kd.exp(-kd.abs(g))
@@ -72,13 +85,15 @@ def tile_rows(r0, rend):
 
 @kd.kernel
 def grouped_gemm(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd.u32, 1],
-                 tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32, BLOCK: kd.Const[int]):
+                 tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32, ROWS: kd.i32, COLS: kd.i32,
+                 BLOCK: kd.Const[int], GM: kd.Const[int]):
     """y[r, n] = sum_k x[r, k] * w[e(r), n, k] for the rows r of each expert e."""
     t = kd.unit_pos_x()
-    e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), TM)
+    tile, col = swizzle(ROWS, COLS, GM)
+    e, r0, rend = find_tile(offsets, tile_offsets, E, tile, TM)
     N = w.shape[1]
     K = x.shape[1]
-    n0 = kd.cube_pos_y() * TN_DOWN
+    n0 = col * TN_DOWN
     m = tile_rows(r0, rend)
     c01 = (n0, kd.min(n0 + 1, N - 1))
     c23 = (kd.min(n0 + 2, N - 1), kd.min(n0 + 3, N - 1))
@@ -127,13 +142,14 @@ def grouped_gemm(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd
 @kd.kernel
 def grouped_gemm_swiglu(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tensor,
                         offsets: kd.Tensor[kd.u32, 1], tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32,
-                        BLOCK: kd.Const[int]):
+                        ROWS: kd.i32, COLS: kd.i32, BLOCK: kd.Const[int], GM: kd.Const[int]):
     """h[r, n] = silu(x[r]·gate[e, n]) * (x[r]·up[e, n]): both projections and the gating in one pass."""
     t = kd.unit_pos_x()
-    e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), TM)
+    tile, col = swizzle(ROWS, COLS, GM)
+    e, r0, rend = find_tile(offsets, tile_offsets, E, tile, TM)
     N = gate.shape[1]
     K = x.shape[1]
-    n0 = kd.cube_pos_y() * TN_FUSED
+    n0 = col * TN_FUSED
     m = tile_rows(r0, rend)
     c = (n0, kd.min(n0 + 1, N - 1))
     g00 = kd.f32(0); g01 = kd.f32(0); u00 = kd.f32(0); u01 = kd.f32(0)  # noqa: E702

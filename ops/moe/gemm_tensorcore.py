@@ -2,7 +2,9 @@
 (m16n16k16 fragments, f32 accumulation): tensor cores on CUDA, the exact
 emulation elsewhere.
 
-Same grid as the scalar kernels (x: row tiles of all experts, y: column tiles).
+Same cube order as the scalar kernels: a 1-D grid over (row tiles of all experts) x
+(column tiles), GM row tiles sweeping the columns together so their rows of x stay
+in L2 while each weight tile is read about once.
 A cube has 8 planes in a 2 x 4 layout over a 128 x BN output tile; each plane
 owns 4 x 2 accumulator fragments (plain projection, BN = 128) or 4 x 1 for each of
 gate and up (fused projection, BN = 64 per matrix). The A tile (dispatched rows)
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .gemm_scalar import silu
+from .gemm_scalar import silu, swizzle
 from .tiles import find_tile
 
 PLANES = 8           # 2 x 4 planes per cube
@@ -30,6 +32,7 @@ BK = 32              # reduction step staged in shared memory
 SK = BK + 8          # shared row stride in elements: a multiple of 8, skewed against bank conflicts
 BN_DOWN = 128        # output columns per cube, plain projection: 4 planes x 2 fragments x 16
 BN_FUSED = 64        # output columns per cube and per matrix, fused gate/up: 4 planes x 16
+GM = 8               # row tiles per group of the cube order (see gemm_scalar.swizzle)
 
 
 @kd.func
@@ -88,7 +91,8 @@ def chunk_pos(t, half):
 
 @kd.kernel
 def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd.u32, 1],
-                    tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32, DT: kd.Const[object], VEC: kd.Const[bool]):
+                    tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32, ROWS: kd.i32, COLS: kd.i32,
+                    DT: kd.Const[object], VEC: kd.Const[bool], GM: kd.Const[int]):
     """y[r, n] = sum_k x[r, k] * w[e(r), n, k] on 16 x 16 x 16 fragments (y contiguous)."""
     kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 8 planes per cube")
     FAST = VEC and kd.cube_units() == FAST_UNITS
@@ -97,10 +101,11 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
     lane = kd.lane_pos()
     pm = p // 4 * 64
     pn = p % 4 * 32
-    e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), BM)
+    tile, col = swizzle(ROWS, COLS, GM)
+    e, r0, rend = find_tile(offsets, tile_offsets, E, tile, BM)
     N = w.shape[1]
     K = x.shape[1]
-    n0 = kd.cube_pos_y() * BN_DOWN
+    n0 = col * BN_DOWN
     sa = kd.shared(DT, 2 * BM * SK)
     sb = kd.shared(DT, 2 * BN_DOWN * SK)
     stage = kd.shared(kd.f32, PLANES * 256)
@@ -177,7 +182,8 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
 @kd.kernel
 def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tensor,
                            offsets: kd.Tensor[kd.u32, 1], tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32,
-                           DT: kd.Const[object], VEC: kd.Const[bool]):
+                           ROWS: kd.i32, COLS: kd.i32, DT: kd.Const[object], VEC: kd.Const[bool],
+                           GM: kd.Const[int]):
     """h[r, n] = silu(x[r]·gate[e, n]) * (x[r]·up[e, n]) on fragments; gating fused into the store."""
     kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 8 planes per cube")
     FAST = VEC and kd.cube_units() == FAST_UNITS
@@ -186,10 +192,11 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
     lane = kd.lane_pos()
     pm = p // 4 * 64
     pn = p % 4 * 16
-    e, r0, rend = find_tile(offsets, tile_offsets, E, kd.cube_pos_x(), BM)
+    tile, col = swizzle(ROWS, COLS, GM)
+    e, r0, rend = find_tile(offsets, tile_offsets, E, tile, BM)
     N = gate.shape[1]
     K = x.shape[1]
-    n0 = kd.cube_pos_y() * BN_FUSED
+    n0 = col * BN_FUSED
     sa = kd.shared(DT, 2 * BM * SK)
     sg = kd.shared(DT, 2 * BN_FUSED * SK)
     su = kd.shared(DT, 2 * BN_FUSED * SK)
