@@ -12,10 +12,10 @@ import kerneldsl as kd
 
 from . import gemm_scalar as gs
 from . import gemm_tensorcore as gt
-from .dispatch import DispatchedTokens, check_input
-from .options import GroupedStrategy, MoeError, check_strategy, check_tensor
+from .dispatch import DispatchedTokens
+from .options import (GroupedStrategy, MoeError, check_group_options, check_routing_options, check_strategy,
+                      check_tensor)
 from .routing import check_logits, route, route_sigmoid_grouped
-from .options import check_group_options, check_routing_options
 from .tiles import tile_count_bound
 
 MMA_DTYPES = (kd.f16, kd.bf16)
