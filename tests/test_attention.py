@@ -23,15 +23,6 @@ STRATEGIES = [Fallback, FlashUnit, Accelerated]
 TOL = {"f32": (2e-5, 2e-5), "f16": (4e-3, 4e-3), "bf16": (3e-2, 3e-2)}
 
 
-def opencl_f16_staging_bug(runtime, dtype):
-    """The OpenCL back end on PoCL corrupts f32 -> f16 stores to shared memory made inside a
-    run-time loop that holds a barrier (reported with a reproduction); the matrix-primitive
-    strategy stages its f16 tiles exactly that way. Remove once the back end is fixed."""
-    if runtime.name.startswith("opencl") and kd.as_dtype(dtype).name == "f16":
-        pytest.skip("OpenCL back end bug: f16 stores to shared memory inside a loop with a barrier come back "
-                    "corrupted on PoCL")
-
-
 def dtype_for(strategy, dtype="f32"):
     """The matrix-primitive strategy takes F16/BF16 only: use bf16 where a test says f32."""
     return "bf16" if strategy is Accelerated and dtype == "f32" else dtype
@@ -68,8 +59,6 @@ def check(out, q, k, v, mask=None, bias=None, **opts):
                                             (Accelerated, "f16"), (Accelerated, "bf16")],
                          ids=lambda x: getattr(x, "name", x))
 def test_matches_reference(runtime, rng, strategy, dtype):
-    if strategy is Accelerated:
-        opencl_f16_staging_bug(runtime, dtype)
     q, k, v = inputs(rng, dtype=dtype)
     check(run(runtime, q, k, v, strategy=strategy), q, k, v)
 
@@ -159,7 +148,6 @@ def test_odd_sizes(runtime, rng, strategy, d, dv):
 @pytest.mark.parametrize("tiling", [BlackboxAcceleratedStrategy(1, 1, 1), BlackboxAcceleratedStrategy(2, 2, 1),
                                     BlackboxAcceleratedStrategy(1, 1, 3)], ids=str)
 def test_accelerated_tilings(runtime, rng, tiling):
-    opencl_f16_staging_bug(runtime, "f16")
     q, k, v = inputs(rng, B=1, Hq=3, Hkv=1, Sq=45, Skv=77, D=24, Dv=16, dtype="f16")
     mask = rng.random((1, 3, 45, 77)) < 0.2
     check(run(runtime, q, k, v, mask, None, tiling, is_causal=True), q, k, v, mask, is_causal=True)
@@ -171,7 +159,6 @@ def test_accelerated_variants(runtime, rng, hold, vec):
     """Both homes of Q and the accumulators (fragments: tensor-core devices; shared memory:
     emulated primitive) and both ways of staging tiles (16-byte vectors or elements) run
     everywhere. Keys rise steadily so the lazy running max has to move many times."""
-    opencl_f16_staging_bug(runtime, "f16")
     B, H, Sq, Skv, D = 1, 2, 37, 300, 16
     q = np.ones((B, H, Sq, D), np.float16)
     k = (np.linspace(-3, 6, Skv)[None, None, :, None] * np.ones((B, H, Skv, D))).astype(np.float16)
