@@ -171,8 +171,8 @@ class Tuner:
             raise errors[0]
         choice = min(ok, key=ok.get)
         say(f" -> {choice}\n")
-        entry = {"choice": choice, "times_ms": {n: (None if t is None else round(t * 1e3, 4)) for n, t in times.items()},
-                 "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        ms = {n: (None if t is None else round(t * 1e3, 4)) for n, t in times.items()}
+        entry = {"choice": choice, "times_ms": ms, "when": time.strftime("%Y-%m-%dT%H:%M:%S")}
         self._memory[text] = entry
         self.tuned += 1
         if cache.enabled():

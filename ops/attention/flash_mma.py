@@ -5,22 +5,26 @@ exact emulation elsewhere).
 A cube of `num_planes` planes owns BQ = 16·seq_q·num_planes rows of the flattened
 [group heads x Sq] query block of one KV head; each plane owns seq_q tiles of 16 rows.
 Each step stages BK = 16·num_planes·seq_kv keys of K and V in shared memory (zero-padded
-past the end and to whole 16-wide head chunks) and then:
+past the end and to whole 16-wide head chunks; 16-byte vector copies where the layout
+allows) and then:
 
-1. S = Q·Kᵀ per plane on fragments (Q stays in fragments for the whole kernel), stored to
-   shared f32;
-2. one unit per row applies the shared logit rule (scale, softcap, mask, causal, bias),
-   updates the row's running max m and sum l, and writes P = exp2(logit - m) in the input
-   dtype. The max is updated lazily (as in FlashAttention-4): m only moves when the row
-   max exceeds it by more than TAU (log2 units), so P <= 2^TAU and the output
-   accumulators, which live in fragments, are rescaled only on those rare steps — by a
-   round trip through shared memory, decided for the whole cube;
+1. S = Q·Kᵀ per plane on fragments, stored to shared f32;
+2. each plane walks its own rows, lanes across keys: the shared logit rule (scale,
+   softcap, mask, causal, bias), the row max (`plane_max`), P = exp2(logit - m) written in
+   the input dtype, the row sum (`plane_sum`). The running max is updated lazily (as in
+   FlashAttention-4): m only moves when the row max exceeds it by more than TAU (log2
+   units), so P <= 2^TAU and the output accumulators are rescaled only on those rare steps;
 3. O += P·V on fragments.
 
-At the end O goes through shared memory once more and is divided by l (rows with no
-visible key give zeros). Fragment offsets and strides are multiples of 8 elements
-(16-byte rows, `ldmatrix`-friendly), and shared rows are padded by 8 elements so the 16
-rows of a tile fall in different banks.
+Where Q and O live is a compile-time choice (`hold_q`): on tensor-core devices they stay
+in fragments (registers) for the whole kernel, and a rescale is a round trip of O through
+shared memory decided for the whole cube; where the primitive is emulated they stay in
+shared memory and fragments are loaded per product in run-time loops, which keeps the
+emulation's code, and its compile time, small whatever D is.
+
+At the end O is divided by l (rows with no visible key give zeros). Fragment offsets and
+strides are multiples of 8 elements (16-byte rows, `ldmatrix`-friendly), and shared rows
+are padded by 8 elements so the 16 rows of a tile fall in different banks.
 """
 from __future__ import annotations
 

@@ -141,5 +141,5 @@ def run(p: Problem, out, dummy_mask, dummy_bias) -> None:
     grid = ((rows + U - 1) // U, p.B * p.Hkv)
     flash_unit_kernel[grid, U](
         p.q, p.k, p.v, out, p.mask if p.mask is not None else dummy_mask,
-        p.bias if p.bias is not None else dummy_bias, qscale, softcap, 1.0 if folded else LOG2E, int(p.causal), p.D, p.Dv,
-        p.mask is not None, p.bias is not None, p.softcap is not None)
+        p.bias if p.bias is not None else dummy_bias, qscale, softcap, 1.0 if folded else LOG2E, int(p.causal),
+        p.D, p.Dv, p.mask is not None, p.bias is not None, p.softcap is not None)
