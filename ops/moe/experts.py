@@ -154,10 +154,10 @@ class SwiGluExperts:
             vec_down = I % 8 == 0 and all(_packed_aligned(t) for t in (h, self.down))
             cols = -(-I // gt.BN_FUSED)
             gt.grouped_gemm_swiglu_tc[rows * cols, units](x, self.gate, self.up, h, offsets, tiles, E, rows, cols,
-                                                          self.dtype, vec_up, gt.GM)
+                                                          self.dtype, vec_up, H % gt.BK != 0, gt.GM)
             cols = -(-H // gt.BN_DOWN)
             gt.grouped_gemm_tc[rows * cols, units](h, self.down, y, offsets, tiles, E, rows, cols, self.dtype,
-                                                   vec_down, gt.GM)
+                                                   vec_down, I % gt.BK != 0, gt.GM)
         else:
             tiles = dispatched.tile_offsets(gs.TM)
             fused, plain = scalar_blocks(rt)

@@ -48,14 +48,18 @@ def load_chunk(src, e, row, rows_end, k, K, EXPERT):
 
 
 @kd.func
-def put_chunk(dst, at, v, live):
-    """Write the 8 lanes of v to dst[at:at+8] (zeros unless live)."""
+def put_chunk(dst, at, v, live, TAIL):
+    """Write the 8 lanes of v to dst[at:at+8], zeros unless live. Without a K tail (TAIL
+    false, compile-time) the lanes go as they are: one 16-byte store where the target merges."""
     for l in kd.unroll(8):
-        dst[at + l] = kd.select(live, kd.f32(v[l]), 0.0)
+        if TAIL:
+            dst[at + l] = kd.select(live, kd.f32(v[l]), 0.0)
+        else:
+            dst[at + l] = v[l]
 
 
 @kd.func
-def stage_tile(dst, base, src, e, row0, rows_end, k0, K, ROWS, VEC, EXPERT):
+def stage_tile(dst, base, src, e, row0, rows_end, k0, K, ROWS, VEC, EXPERT, TAIL):
     """Every unit of the cube copies part of src[(e,) row0:row0+ROWS, k0:k0+BK] into
     dst[base + i * SK + j] (rows clamped, zeros past K); synchronous, any cube size."""
     U = kd.cube_units()
@@ -67,7 +71,7 @@ def stage_tile(dst, base, src, e, row0, rows_end, k0, K, ROWS, VEC, EXPERT):
                 i = c // (BK // 8)
                 j = c % (BK // 8) * 8
                 v = load_chunk(src, e, row0 + i, rows_end, k0 + j, K, EXPERT)
-                put_chunk(dst, base + i * SK + j, v, k0 + j < K)
+                put_chunk(dst, base + i * SK + j, v, k0 + j < K, TAIL)
     else:
         for c0 in range(0, ROWS * BK, U):
             c = c0 + t
@@ -92,7 +96,7 @@ def chunk_pos(t, half):
 @kd.kernel
 def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd.u32, 1],
                     tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32, ROWS: kd.i32, COLS: kd.i32,
-                    DT: kd.Const[object], VEC: kd.Const[bool], GM: kd.Const[int]):
+                    DT: kd.Const[object], VEC: kd.Const[bool], TAIL: kd.Const[bool], GM: kd.Const[int]):
     """y[r, n] = sum_k x[r, k] * w[e(r), n, k] on 16 x 16 x 16 fragments (y contiguous)."""
     kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 8 planes per cube")
     FAST = VEC and kd.cube_units() == FAST_UNITS
@@ -124,10 +128,10 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
         va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
         vb0 = load_chunk(w, e, n0 + ar0, N, ac, K, True)
         vb1 = load_chunk(w, e, n0 + ar1, N, ac, K, True)
-        put_chunk(sa, ar0 * SK + ac, va0, ac < K)
-        put_chunk(sa, ar1 * SK + ac, va1, ac < K)
-        put_chunk(sb, ar0 * SK + ac, vb0, ac < K)
-        put_chunk(sb, ar1 * SK + ac, vb1, ac < K)
+        put_chunk(sa, ar0 * SK + ac, va0, ac < K, TAIL)
+        put_chunk(sa, ar1 * SK + ac, va1, ac < K, TAIL)
+        put_chunk(sb, ar0 * SK + ac, vb0, ac < K, TAIL)
+        put_chunk(sb, ar1 * SK + ac, vb1, ac < K, TAIL)
         kd.sync_cube()
     kend = kd.select(r0 < rend, K, 0)          # empty tiles skip the products (barriers stay
     for k0 in range(0, kend, BK):              # out of conditionals); their stores are masked
@@ -140,8 +144,8 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
                 vb0 = load_chunk(w, e, n0 + ar0, N, k0 + BK + ac, K, True)
                 vb1 = load_chunk(w, e, n0 + ar1, N, k0 + BK + ac, K, True)
         else:
-            stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False)
-            stage_tile(sb, 0, w, e, n0, N, k0, K, BN_DOWN, VEC, True)
+            stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False, TAIL)
+            stage_tile(sb, 0, w, e, n0, N, k0, K, BN_DOWN, VEC, True, TAIL)
             kd.sync_cube()
         abase = cur * (BM * SK)
         bbase = cur * (BN_DOWN * SK)
@@ -157,10 +161,10 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
             if k0 + BK < K:
                 nxt = (1 - cur) * (BM * SK)
                 kn = k0 + BK + ac
-                put_chunk(sa, nxt + ar0 * SK + ac, va0, kn < K)
-                put_chunk(sa, nxt + ar1 * SK + ac, va1, kn < K)
-                put_chunk(sb, nxt + ar0 * SK + ac, vb0, kn < K)
-                put_chunk(sb, nxt + ar1 * SK + ac, vb1, kn < K)
+                put_chunk(sa, nxt + ar0 * SK + ac, va0, kn < K, TAIL)
+                put_chunk(sa, nxt + ar1 * SK + ac, va1, kn < K, TAIL)
+                put_chunk(sb, nxt + ar0 * SK + ac, vb0, kn < K, TAIL)
+                put_chunk(sb, nxt + ar1 * SK + ac, vb1, kn < K, TAIL)
         kd.sync_cube()
     if r0 + BM <= rend and n0 + BN_DOWN <= N:   # whole tile inside: fragments straight out
         for i in kd.unroll(4):
@@ -183,7 +187,7 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
 def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tensor,
                            offsets: kd.Tensor[kd.u32, 1], tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32,
                            ROWS: kd.i32, COLS: kd.i32, DT: kd.Const[object], VEC: kd.Const[bool],
-                           GM: kd.Const[int]):
+                           TAIL: kd.Const[bool], GM: kd.Const[int]):
     """h[r, n] = silu(x[r]·gate[e, n]) * (x[r]·up[e, n]) on fragments; gating fused into the store."""
     kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 8 planes per cube")
     FAST = VEC and kd.cube_units() == FAST_UNITS
@@ -220,10 +224,10 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
         va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
         vg = load_chunk(gate, e, n0 + ar0, N, ac, K, True)
         vu = load_chunk(up, e, n0 + ar0, N, ac, K, True)
-        put_chunk(sa, ar0 * SK + ac, va0, ac < K)
-        put_chunk(sa, ar1 * SK + ac, va1, ac < K)
-        put_chunk(sg, ar0 * SK + ac, vg, ac < K)
-        put_chunk(su, ar0 * SK + ac, vu, ac < K)
+        put_chunk(sa, ar0 * SK + ac, va0, ac < K, TAIL)
+        put_chunk(sa, ar1 * SK + ac, va1, ac < K, TAIL)
+        put_chunk(sg, ar0 * SK + ac, vg, ac < K, TAIL)
+        put_chunk(su, ar0 * SK + ac, vu, ac < K, TAIL)
         kd.sync_cube()
     kend = kd.select(r0 < rend, K, 0)          # empty tiles skip the products (barriers stay
     for k0 in range(0, kend, BK):              # out of conditionals); their stores are masked
@@ -236,9 +240,9 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
                 vg = load_chunk(gate, e, n0 + ar0, N, k0 + BK + ac, K, True)
                 vu = load_chunk(up, e, n0 + ar0, N, k0 + BK + ac, K, True)
         else:
-            stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False)
-            stage_tile(sg, 0, gate, e, n0, N, k0, K, BN_FUSED, VEC, True)
-            stage_tile(su, 0, up, e, n0, N, k0, K, BN_FUSED, VEC, True)
+            stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False, TAIL)
+            stage_tile(sg, 0, gate, e, n0, N, k0, K, BN_FUSED, VEC, True, TAIL)
+            stage_tile(su, 0, up, e, n0, N, k0, K, BN_FUSED, VEC, True, TAIL)
             kd.sync_cube()
         abase = cur * (BM * SK)
         bbase = cur * (BN_FUSED * SK)
@@ -253,10 +257,10 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
         if FAST:
             if k0 + BK < K:
                 kn = k0 + BK + ac
-                put_chunk(sa, (1 - cur) * (BM * SK) + ar0 * SK + ac, va0, kn < K)
-                put_chunk(sa, (1 - cur) * (BM * SK) + ar1 * SK + ac, va1, kn < K)
-                put_chunk(sg, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vg, kn < K)
-                put_chunk(su, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vu, kn < K)
+                put_chunk(sa, (1 - cur) * (BM * SK) + ar0 * SK + ac, va0, kn < K, TAIL)
+                put_chunk(sa, (1 - cur) * (BM * SK) + ar1 * SK + ac, va1, kn < K, TAIL)
+                put_chunk(sg, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vg, kn < K, TAIL)
+                put_chunk(su, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vu, kn < K, TAIL)
         kd.sync_cube()
     for i in kd.unroll(4):
         kd.store_fragment(stage_g, p * 256, ga[i], 16)
