@@ -1,6 +1,6 @@
 """rudnn.moe next to the plain framework equivalent, on every runtime this machine has.
 
-    python -m benchmarks.moe [--small] [--runtimes cpu,cuda] [--reps 7]
+    python -m benchmarks.moe [--small] [--runtimes cpu,cuda] [--reps 15]
 
 Routing: grouped sigmoid (DeepSeek-V3: T 16384, E 256, 8 groups, 4 kept, top-8, bias) and
 softmax top-8, against the sigmoid/softmax + topk chain in PyTorch on a GPU, in numpy on
@@ -8,8 +8,8 @@ the CPU. Experts (SwiGLU, two grouped GEMMs): on cuda bf16, E 32, 512 rows per e
 H 7168, I 2048, TensorCore against torch._grouped_mm (per-expert matmuls where it is
 missing); on the cpu f32 Scalar against numpy (OpenBLAS) per-expert matmuls, at a smaller
 size (E 8, 256 rows, H 2048, I 1024) because the full one takes minutes there.
-CPU times are best-of-N (the machine may be shared); GPU times are medians of
-event-timed runs. Ratios > 1 mean rudnn is faster.
+CPU times are the best of --reps runs, interleaved with the baseline's (the machine may be
+shared); GPU times are medians of event-timed runs. Ratios > 1 mean rudnn is faster.
 """
 from __future__ import annotations
 
@@ -289,7 +289,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="small problems (a quick smoke run)")
     ap.add_argument("--runtimes", default=",".join(r for r in kd.available_runtimes() if r in ("cpu", "cuda")))
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args(argv)
     print(f"machine: {machine()}")
     rows = []
