@@ -62,10 +62,7 @@ def row_sum(v, BX, RY):
             if kd.lane_pos() == 0:
                 parts[kd.plane_pos()] = s
             kd.sync_cube()
-            base = kd.unit_pos_y() * NPR
-            s = parts[base]
-            for k in kd.unroll(1, NPR):
-                s += parts[base + k]
+            s = kd.plane_sum(row_parts(parts, NPR, False))
     return s
 
 
@@ -85,11 +82,27 @@ def row_max(v, BX, RY):
             if kd.lane_pos() == 0:
                 parts[kd.plane_pos()] = m
             kd.sync_cube()
-            base = kd.unit_pos_y() * NPR
-            m = parts[base]
-            for k in kd.unroll(1, NPR):
-                m = kd.max(m, parts[base + k])
+            m = kd.plane_max(row_parts(parts, NPR, True))
     return m
+
+
+@kd.func
+def row_parts(parts, NPR, MAX):
+    """This lane's share (sum, or max when MAX) of its row's NPR per-plane values, lane k
+    taking values k, k + P, ...: one more plane reduction then finishes the row, instead
+    of every unit reading all NPR values."""
+    P = kd.PLANE_DIM
+    base = kd.unit_pos_y() * NPR
+    lane = kd.lane_pos()
+    acc = kd.f32(-kd.inf if MAX else 0.0)
+    for k in kd.unroll((NPR + P - 1) // P):
+        j = lane + k * P
+        if j < NPR:
+            if MAX:
+                acc = kd.max(acc, parts[base + j])
+            else:
+                acc += parts[base + j]
+    return acc
 
 
 @kd.func

@@ -10,8 +10,11 @@ import kerneldsl as kd
 
 GRID_X = 65535        # cubes along x before the grid wraps into y (the portable limit)
 MAX_CACHED_CHUNKS = 8  # chunks a unit may hold in registers before the looped kernels take over
-CPU_ROW_UNITS = (8, 64, 256)  # units per row on the cpu runtime (its unit loop is the SIMD loop):
-                              # three sizes, so few widths need a kernel of their own
+# the cpu runtime: one plane of 32 units per row, 2 chunks a step (rows of <= 8 elements: 8 units,
+# 4 rows a cube). Per-row costs there grow with the units of a row (every split point is a loop
+# over them), and a 64-element step keeps the SIMD loops long enough; measured in RESULTS.md.
+CPU_ROW_UNITS, CPU_STEP_CHUNKS = 32, 2
+CPU_SMALL_WIDTH = 8
 
 
 @dataclass(frozen=True)
@@ -69,10 +72,10 @@ def _pow2_at_least(n: int) -> int:
 def choose_shape(caps, width: int, lanes: int, per_unit: int = 4, cube_units: int = 128) -> RowShape:
     """The cube shape for rows of `width` elements.
 
-    cpu runtime: one scalar per unit per step (its unit loop is the vector loop, so
-    unit-strided scalars become contiguous SIMD loads), 8, 64 or 256 units per row and
-    256-unit cubes, and the looped kernels (the re-read rows sit in its caches, which
-    beats holding them in per-unit arrays).
+    cpu runtime: the looped kernels with scalar chunks (its unit loop is the vector loop,
+    so unit-strided scalars become contiguous SIMD loads; re-reading rows from its caches
+    beats holding them in per-unit arrays), 32 units per row, one row per cube (a row
+    index that varies inside a cube turns contiguous loads into gathers).
     Other runtimes: L-lane chunks (128-bit accesses), about `per_unit` chunks per unit
     held in registers, one plane or a few per row, rows sharing a cube up to about
     `cube_units` units; rows longer than the registers hold use the looped kernels
@@ -81,8 +84,9 @@ def choose_shape(caps, width: int, lanes: int, per_unit: int = 4, cube_units: in
     plane = caps.plane_dim
     max_units = min(caps.max_cube_units, 1024)
     if caps.backend == "cpu":
-        bx = min(next(b for b in CPU_ROW_UNITS if b >= width or b == CPU_ROW_UNITS[-1]), max_units)
-        return RowShape(bx, _rows_per_cube(bx, plane, max_units, CPU_ROW_UNITS[-1]), 1, 1, False)
+        if width <= CPU_SMALL_WIDTH:
+            return RowShape(8, _rows_per_cube(8, plane, max_units, 32), 1, 1, False)
+        return RowShape(CPU_ROW_UNITS, 1, CPU_STEP_CHUNKS, 1, False)
     chunks = -(-width // lanes)
     if chunks <= max_units * MAX_CACHED_CHUNKS:
         bx = min(_pow2_at_least(-(-chunks // per_unit)), max_units)
