@@ -1,6 +1,6 @@
 """rudnn.attention next to PyTorch's scaled_dot_product_attention, on the runtimes this machine has.
 
-    python -m benchmarks.attention [--small] [--reps N] [--runtimes cpu,cuda] [--tilings]
+    python -m benchmarks.attention [--small] [--reps N] [--runtimes cpu,cuda] [--tilings] [--interleave SECONDS]
 
 cuda (when a device and torch with CUDA exist): bf16, B·S = 16k tokens, H·D = 2048,
 D in {64, 128}, S in {1024, 4096}, causal and not. FlashBlackboxAccelerated (its default
@@ -10,7 +10,8 @@ through DLPack; times are medians of event-timed repetitions.
 
 cpu: f32, B 1, H 16, S 2048, D 64, causal and not. FlashUnit and Fallback next to torch's
 CPU sdpa and a numpy batched-matmul reference (BLAS on every core); times are best of N
-wall-clock runs (the machine may be shared: best-of-N is the least noisy figure).
+wall-clock runs, or with `--interleave S` the best seen while running every contender in
+turn for S seconds (on a shared machine each then gets the quiet moments).
 
 FLOPs are 4·B·H·Sq·Skv·D (two matrix products), halved for causal. "peak" is this
 machine's measured dense matmul rate (torch bf16 GEMM on the GPU, numpy f32 GEMM on the
@@ -74,34 +75,58 @@ def cpu_peak(reps, torch=None):
     return 2 * n ** 3 / best
 
 
-def bench_cpu(rt, small, reps):
+def measure(fns: dict, reps: int, interleave: float) -> dict:
+    """Best time of each function: best of `reps` runs each, or, with `interleave` seconds,
+    the best seen while running them in turn for that long (fairer on a shared machine:
+    every function gets the quiet moments)."""
+    if interleave <= 0:
+        return {key: best_time(fn, reps) for key, fn in fns.items()}
+    for fn in fns.values():
+        fn()
+    best = {key: float("inf") for key in fns}
+    end = time.perf_counter() + interleave
+    while time.perf_counter() < end:
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[key] = min(best[key], time.perf_counter() - t0)
+    return best
+
+
+def bench_cpu(rt, small, reps, interleave=0.0):
     torch = torch_or_none()
     B, H, Sq, D = (1, 4, 512, 64) if small else (1, 16, 2048, 64)
     rng = np.random.default_rng(0)
     qn, kn, vn = (rng.standard_normal((B, H, Sq, D)).astype(np.float32) for _ in range(3))
     q, k, v = rt.tensor(qn), rt.tensor(kn), rt.tensor(vn)
     peak = cpu_peak(reps, torch)
-    rows = []
+    ours = (S.FlashUnit, S.Fallback)
+    fns = {}
     for causal in (False, True):
         opts = AttentionModuleOptions(is_causal=causal)
-        f = flops(B, H, Sq, Sq, D, causal)
-        t_np = best_time(lambda: numpy_attention(qn, kn, vn, causal), reps)
-        want = numpy_attention(qn, kn, vn, causal)
-        t_th = None
+        fns[("numpy", causal)] = lambda c=causal: numpy_attention(qn, kn, vn, c)
         if torch is not None:
             tq, tk, tv = (torch.from_numpy(x) for x in (qn, kn, vn))
             sdpa = torch.nn.functional.scaled_dot_product_attention
-            t_th = best_time(lambda: sdpa(tq, tk, tv, is_causal=causal), reps)
-        for strategy in (S.FlashUnit, S.Fallback):
-            t = best_time(lambda: attention(q, k, v, options=opts, strategy=strategy), reps)
-            err = float(np.abs(attention(q, k, v, options=opts, strategy=strategy).numpy() - want).max())
+            fns[("torch", causal)] = lambda c=causal: sdpa(tq, tk, tv, is_causal=c)
+        for strategy in ours:
+            fns[(strategy, causal)] = lambda o=opts, st=strategy: attention(q, k, v, options=o, strategy=st)
+    times = measure(fns, reps, interleave)
+    rows = []
+    for causal in (False, True):
+        f = flops(B, H, Sq, Sq, D, causal)
+        want = numpy_attention(qn, kn, vn, causal)
+        t_np, t_th = times[("numpy", causal)], times.get(("torch", causal))
+        for strategy in ours:
+            t = times[(strategy, causal)]
+            err = float(np.abs(fns[(strategy, causal)]().numpy() - want).max())
             rows.append((f"[{B},{H},{Sq},{D}]", "f32", "causal" if causal else "full", strategy.name,
                          f"{t * 1e3:.1f}", f"{t_th * 1e3:.1f}" if t_th else "-", f"{t_np * 1e3:.1f}",
                          f"{t_th / t:.2f}" if t_th else "-", f"{t_np / t:.2f}", f"{f / t / 1e9:.1f}",
                          f"{f / t / peak:.0%}", f"{err:.1e}"))
+    how = f"best of {interleave:.0f} s of interleaved runs" if interleave > 0 else f"best of {reps}"
     print(f"\ncpu runtime: {rt.capabilities.device_name}; {machine()}; torch threads: "
-          f"{torch.get_num_threads() if torch else '-'}; measured f32 GEMM peak {peak / 1e9:.0f} GFLOP/s; "
-          f"best of {reps}")
+          f"{torch.get_num_threads() if torch else '-'}; measured f32 GEMM peak {peak / 1e9:.0f} GFLOP/s; {how}")
     print(table(rows, ["shape [B,H,S,D]", "dtype", "mask", "ours", "ours ms", "torch sdpa ms", "numpy ms",
                        "x torch", "x numpy", "GFLOP/s", "% peak", "max err"]))
 
@@ -200,6 +225,9 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     ap.add_argument("--tilings", action="store_true", help="also sweep BlackboxAcceleratedStrategy tilings (cuda)")
+    ap.add_argument("--interleave", type=float, default=0.0, metavar="SECONDS",
+                    help="cpu: run ours and the baselines in turn for this long and keep each one's best "
+                         "(fairer than best-of-N on a shared machine)")
     args = ap.parse_args(argv)
     avail = kd.available_runtimes()
     names = [n.strip() for n in args.runtimes.split(",")] if args.runtimes else avail
@@ -210,7 +238,7 @@ def main(argv=None):
         elif name.startswith("cuda"):
             bench_cuda(kd.runtime(name), args.small, args.reps, args.tilings)
         elif name.startswith("cpu"):
-            bench_cpu(kd.runtime(name), args.small, args.reps)
+            bench_cpu(kd.runtime(name), args.small, args.reps, args.interleave)
         else:
             print(f"\n{name}: no attention table for this runtime (the cpu and cuda tables cover the targets)")
     print(f"\n({time.perf_counter() - t0:.0f} s)")
