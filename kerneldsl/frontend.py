@@ -141,6 +141,31 @@ def multi_assigned_names(fdef) -> set:
     return {k for k, v in counts.items() if v > 1}
 
 
+def assigned_names(fdef) -> set:
+    """Every name a function body assigns (so a parameter of that name needs its own copy)."""
+    out = set()
+    for node in ast.walk(fdef):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)):
+            targets = [node.target]
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name):
+                    out.add(n.id)
+    return out
+
+
+_PURE_NODES = (ir.Const, ir.Var, ir.BinOp, ir.UnOp, ir.Cmp, ir.Select, ir.Cast, ir.Position, ir.TensorDim,
+               ir.VecMake, ir.VecExtract)
+
+
+def _pure(e) -> bool:
+    """No memory reads: cheap to re-evaluate where it is used."""
+    return all(isinstance(n, _PURE_NODES) for n in ir.walk_expr(e))
+
+
 def _is_ct(v) -> bool:
     return not isinstance(v, ir.Expr)
 
@@ -250,10 +275,10 @@ class Frontend:
             if kind == "tensor":
                 dtype, ndim, inner = payload
                 self.scope[pname] = TensorRef(pname, dtype, ndim, inner)
-                params.append(ir.TensorParam(pname, dtype, ndim, i))
+                params.append(ir.TensorParam(pname, dtype, ndim, len(params)))
             elif kind == "scalar":
                 self.scope[pname] = VarRef(pname, payload)
-                params.append(ir.ScalarParam(pname, payload, i))
+                params.append(ir.ScalarParam(pname, payload, len(params)))
             else:
                 self.scope[pname] = payload
         self.param_names = {p.name for p in params}
@@ -874,17 +899,16 @@ class Frontend:
         self.multi_assigned = multi_assigned_names(fdef)
         self.prefix = f"{df.__name__}{next(self._names)}_"
         self.scope = {}
+        rebound = assigned_names(fdef)
         for name, v in bound.items():
-            if isinstance(v, ir.Expr) and not isinstance(v, (ir.Var, ir.Const)):
+            if isinstance(v, ir.Expr) and (name in rebound or not _pure(v)):
+                # a parameter the body rebinds, or an argument with loads: evaluate once
                 irname = self.prefix + name
                 self.var_types[irname] = v.dtype
                 self.emit(ir.Assign(name=irname, value=v, loc=v.loc))
                 v = VarRef(irname, v.dtype)
-            elif isinstance(v, ir.Var):
-                irname = self.prefix + name
-                self.var_types[irname] = v.dtype
-                self.emit(ir.Assign(name=irname, value=v, loc=v.loc))
-                v = VarRef(irname, v.dtype)
+            # otherwise the argument expression itself stands for the parameter (the caller's
+            # variables cannot change during the call), so positions stay visible as such
             self.scope[name] = v
         self.func_stack.append(df)
         result = None

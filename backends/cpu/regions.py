@@ -129,26 +129,36 @@ class Scheduler:
 
 
 # ---------------------------------------------------------------------- storage
-def _first_ref_is_clean_def(stmts, name) -> bool:
-    """True when, in program order, `name` is first touched by a top-level plain
-    assignment whose value does not read it (so no value flows in from outside)."""
-    for s in stmts:
-        reads = set()
-        for e in ir.stmt_exprs(s):
-            reads |= ir.vars_read(e)
-        nested_touch = False
-        for blk in ir.child_blocks(s):
-            for x in ir.walk_stmts(blk):
-                if name in ir.stmt_defs(x) or any(name in ir.vars_read(e) for e in ir.stmt_exprs(x)):
-                    nested_touch = True
-        if isinstance(s, ir.Assign) and s.name == name:
-            return name not in reads
-        if isinstance(s, ir.For) and s.var == name:
-            # the loop writes its counter before anything reads it; the body may read it
-            return name not in reads
-        if name in reads or nested_touch or name in ir.stmt_defs(s):
-            return False
-    return True
+class RegionFacts:
+    """One pass over a region: which variables it defines, and which are *cleanly*
+    defined — first touched, in program order, by a top-level assignment (or a loop
+    header) that does not read them, so no value flows in from an earlier region or
+    an earlier iteration of an enclosing loop."""
+
+    def __init__(self, stmts):
+        self.defs: set = set()
+        self.clean: set = set()
+        touched: set = set()
+        for s in stmts:
+            direct = set()
+            for e in ir.stmt_exprs(s):
+                direct |= ir.vars_read(e)
+            nested = set()
+            for blk in ir.child_blocks(s):
+                for x in ir.walk_stmts(blk):
+                    nested |= ir.stmt_defs(x)
+                    for e in ir.stmt_exprs(x):
+                        nested |= ir.vars_read(e)
+            defs = ir.stmt_defs(s)
+            for blk in ir.child_blocks(s):
+                for x in ir.walk_stmts(blk):
+                    defs = defs | ir.stmt_defs(x)
+            self.defs |= defs
+            if isinstance(s, ir.Assign) and s.name not in touched and s.name not in direct:
+                self.clean.add(s.name)
+            if isinstance(s, ir.For) and s.var not in touched and s.var not in direct:
+                self.clean.add(s.var)  # the loop writes its counter before anything reads it
+            touched |= direct | nested | defs
 
 
 def assign_storage(sched: Schedule, k: ir.KernelIR, uniformity) -> dict:
@@ -195,7 +205,7 @@ def assign_storage(sched: Schedule, k: ir.KernelIR, uniformity) -> dict:
                 visit(it.body)
 
     visit(sched.items)
-    regions = {r.index: r for r in sched.regions}
+    facts = {r.index: RegionFacts(r.stmts) for r in sched.regions}
     storage = {}
     for name in k.var_types:
         where = refs.get(name, set())
@@ -206,10 +216,8 @@ def assign_storage(sched: Schedule, k: ir.KernelIR, uniformity) -> dict:
             storage[name] = "unit" if where else "scalar"
             continue
         region_ids = [w for w in where if w >= 0]
-        clean = all(_first_ref_is_clean_def(regions[w].stmts, name) for w in region_ids
-                    if any(name in ir.stmt_defs(x) for x in ir.walk_stmts(regions[w].stmts)))
-        defined_everywhere = all(any(name in ir.stmt_defs(x) for x in ir.walk_stmts(regions[w].stmts))
-                                 for w in region_ids)
+        clean = all(name in facts[w].clean for w in region_ids if name in facts[w].defs)
+        defined_everywhere = all(name in facts[w].defs for w in region_ids)
         if name in uniformity.uniform and clean:
             storage[name] = "scalar"
         elif len(where) == 1 and region_ids and clean and defined_everywhere:
