@@ -160,3 +160,35 @@ def test_annotated_locals_tuple_assign_ternary(runtime):
     out = runtime.zeros(4, "f32")
     ternary_and_vars[1, 4](runtime.tensor(x), out)
     np.testing.assert_allclose(out.numpy(), np.where(x > 0, x * 2, x + 1))
+
+
+@kd.kernel
+def const_in_the_middle(x: kd.Tensor[kd.f32], N: kd.Const[int], y: kd.Tensor[kd.f32], s: kd.f32):
+    i = kd.unit_pos_x()
+    y[i] = x[i] * N + s
+
+
+def test_const_parameter_between_runtime_parameters(runtime):
+    x = runtime.tensor(np.arange(8, dtype=np.float32))
+    y = runtime.zeros(8, "f32")
+    const_in_the_middle[1, 8](x, 3, y, 0.5)
+    np.testing.assert_array_equal(y.numpy(), np.arange(8) * 3 + 0.5)
+
+
+@kd.func
+def scaled_at(x, pos, scale):
+    return x[pos] * scale
+
+
+@kd.kernel
+def func_with_positions(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32, 2]):
+    t = kd.unit_pos_x()
+    for r in range(x.shape[0]):
+        out[r, t] = scaled_at(x, r * x.shape[1] + t, 2.0)
+
+
+def test_device_function_with_position_arguments_in_a_loop(runtime, rng):
+    a = rng.standard_normal((3, 16)).astype(np.float32)
+    out = runtime.zeros((3, 16), "f32")
+    func_with_positions[1, 16](runtime.tensor(a), out)
+    np.testing.assert_array_equal(out.numpy(), a * 2)
