@@ -7,8 +7,9 @@ softmax over the last axis, GB/s counted as input read + output written.
 
 Baselines: with a CUDA runtime and a CUDA build of PyTorch, F.layer_norm / F.rms_norm /
 torch.softmax eager and under torch.compile on the GPU; otherwise numpy (f32) and PyTorch
-CPU eager. Times are the best of --reps runs after a warm-up (the CPU may be shared, so
-best-of-N is the least noisy figure); "speed-up" is baseline time / our time.
+CPU eager. Ours and the baselines run in turn, --reps rounds after a warm-up, and each
+keeps its best time (the CPU may be shared: best-of-N over the same moments is the least
+noisy comparison); "speed-up" is baseline time / our time.
 """
 from __future__ import annotations
 
@@ -97,6 +98,22 @@ def torch_baselines(torch, op, host, gamma, beta, dtype, device):
             sync()
         out.append((f"torch {device} {name}", run))
     return out
+
+
+def interleaved_best(fns: dict, rounds: int) -> dict:
+    """Best time of each callable over `rounds` rounds that run every one in turn (after one
+    warm-up each), so ours and the baselines see the same moments of a shared machine."""
+    import time
+    best = {}
+    for name, fn in fns.items():
+        fn()
+        best[name] = float("inf")
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def shape_txt(s) -> str:
@@ -200,7 +217,6 @@ def main(argv=None):
                     def run(fn=fn):
                         fn()
                         rt.synchronize()
-                    t = best_time(run, reps=args.reps)
                     base = []
                     if not args.no_baselines:
                         if device == "cpu" and dtype == "f32":
@@ -210,12 +226,14 @@ def main(argv=None):
                                 if name.endswith("compile") and args.no_compile:
                                     continue
                                 base.append((name, bfn))
+                    best = interleaved_best({"ours": run, **dict(base)}, args.reps)
+                    t = best["ours"]
                     shape = f"{rows}x{width}"
-                    line = [op, shape, dtype, f"{t * 1e3:.2f}", f"{moved / t / 1e9:.1f}",
+                    line = [rt.name, op, shape, dtype, f"{t * 1e3:.2f}", f"{moved / t / 1e9:.1f}",
                             f"{moved / t / peak[1]:.0%}"]
                     added = [line + ["-", "-", "-", "-"]] if not base else []
-                    for name, bfn in base:
-                        tb = best_time(bfn, reps=args.reps)
+                    for name, _ in base:
+                        tb = best[name]
                         added.append(line + [name, f"{tb * 1e3:.2f}", f"{moved / tb / 1e9:.1f}", f"{tb / t:.2f}x"])
                     for r in added:
                         print("  ".join(map(str, r)), flush=True)
@@ -229,7 +247,7 @@ def main(argv=None):
     return 0
 
 
-HEADERS = ["op", "shape", "dtype", "ours ms", "ours GB/s", "of copy", "baseline", "base ms", "base GB/s", "speed-up"]
+HEADERS = ["runtime", "op", "shape", "dtype", "ours ms", "ours GB/s", "of copy", "baseline", "base ms", "base GB/s", "speed-up"]
 
 if __name__ == "__main__":
     sys.exit(main())
