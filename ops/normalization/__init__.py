@@ -25,6 +25,7 @@ __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", 
 
 COL_UNITS = 256          # units per cube of the dgamma/dbeta column kernels
 COL_TARGET_CUBES = 1024  # cubes the column-partial pass aims for (sets the rows per block)
+SOFTMAX_SCRATCH = 16384  # f32 row of shared memory the cpu softmax keeps its exps in (looped.py)
 
 
 def layer_norm(input, gamma, beta=None, epsilon=1e-5) -> kd.Tensor:
@@ -66,9 +67,13 @@ def softmax_last_axis(input) -> kd.Tensor:
         _fwd.softmax_cached[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, shape.bx, shape.ry,
                                                            shape.chunks, shape.lanes)
     else:
-        stage = on_cpu and input.dtype is kd.f32
-        _loop.softmax_looped[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, stage, shape.bx,
-                                                           shape.ry, shape.chunks, shape.lanes)
+        stage = 0
+        if on_cpu and input.dtype is kd.f32:
+            stage = 1
+        elif on_cpu and shape.ry == 1 and shape.lanes == 1 and width <= SOFTMAX_SCRATCH:
+            stage = 2
+        _loop.softmax_looped[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, stage, SOFTMAX_SCRATCH,
+                                                           shape.bx, shape.ry, shape.chunks, shape.lanes)
     return out
 
 

@@ -98,31 +98,39 @@ def max_step(m, x, off, ok, L):
 
 
 @kd.func
-def exp_step(s, x, y, xoff, yoff, m, ok, FAST, STAGE, L):
-    """s + Σ exp(x - m) over one chunk; with STAGE the exps are also written to y."""
+def exp_step(s, x, y, scratch, xoff, yoff, col, m, ok, FAST, STAGE, L):
+    """s + Σ exp(x - m) over one chunk; the exps are also kept in y (STAGE 1) or in the
+    cube's scratch row (STAGE 2, scalar chunks)."""
     e = masked_exp(load_f32(x, xoff, ok, -kd.inf, L), m, ok, FAST, L)
-    if STAGE:
+    if STAGE == 1:
         if ok:
             store(y, yoff, e, L)
+    elif STAGE == 2:
+        if ok:
+            scratch[col] = e
     a = s + lanes_sum(e, L)
     return a
 
 
 @kd.func
-def softmax_write_step(x, y, xoff, yoff, m, inv, ok, FAST, STAGE, L):
+def softmax_write_step(x, y, scratch, xoff, yoff, col, m, inv, ok, FAST, STAGE, L):
     if ok:
-        if STAGE:
+        if STAGE == 1:
             store(y, yoff, load_f32(y, yoff, True, 0.0, L) * inv, L)
+        elif STAGE == 2:
+            store(y, yoff, scratch[col] * inv, L)
         else:
             store(y, yoff, exp_nonpos(load_f32(x, xoff, True, 0.0, L) - m, FAST, L) * inv, L)
 
 
 @kd.kernel
 def softmax_looped(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_stride: kd.i64,
-                   FAST: kd.Const[bool], STAGE: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int],
-                   U: kd.Const[int], L: kd.Const[int]):
-    """STAGE (f32 outputs): the exps are written to y and scaled in place, one exp per
-    element instead of two; the row is still in cache when it is scaled."""
+                   FAST: kd.Const[bool], STAGE: kd.Const[int], SCRATCH: kd.Const[int], BX: kd.Const[int],
+                   RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
+    """One exp per element instead of two where the exps can wait for the row's sum:
+    STAGE 1 (f32 outputs) writes them to y and scales y in place; STAGE 2 (one row per
+    cube, scalar chunks, width <= SCRATCH) keeps them in an f32 shared-memory row, so
+    f16/bf16 outputs are still rounded once. STAGE 0 computes each exp twice."""
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
@@ -130,6 +138,10 @@ def softmax_looped(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     yb = kd.i64(row) * width
     STEP = BX * L * U
     full = width - width % STEP
+    if STAGE == 2:
+        scratch = kd.shared(kd.f32, SCRATCH)
+    else:
+        scratch = y  # not used
     m = -kd.inf
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
@@ -143,17 +155,18 @@ def softmax_looped(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
             c = i + (u * BX + t) * L
-            s = exp_step(s, x, y, xb + c, yb + c, m, live, FAST, STAGE, L)
+            s = exp_step(s, x, y, scratch, xb + c, yb + c, c, m, live, FAST, STAGE, L)
     if full < width:
         for u in kd.unroll(U):
             col = full + (u * BX + t) * L
-            s = exp_step(s, x, y, xb + col, yb + col, m, live and col < width, FAST, STAGE, L)
+            s = exp_step(s, x, y, scratch, xb + col, yb + col, col, m, live and col < width, FAST, STAGE, L)
     inv = 1.0 / row_sum(s, BX, RY)
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
             c = i + (u * BX + t) * L
-            softmax_write_step(x, y, xb + c, yb + c, m, inv, live, FAST, STAGE, L)
+            softmax_write_step(x, y, scratch, xb + c, yb + c, c, m, inv, live, FAST, STAGE, L)
     if full < width:
         for u in kd.unroll(U):
             col = full + (u * BX + t) * L
-            softmax_write_step(x, y, xb + col, yb + col, m, inv, live and col < width, FAST, STAGE, L)
+            softmax_write_step(x, y, scratch, xb + col, yb + col, col, m, inv, live and col < width, FAST, STAGE,
+                               L)
