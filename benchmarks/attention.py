@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import time
 
 import numpy as np
@@ -30,7 +29,7 @@ import numpy as np
 import kerneldsl as kd
 from rudnn.attention import AttentionModuleOptions, AttentionStrategy, BlackboxAcceleratedStrategy, attention
 
-from .common import best_time, machine, table
+from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
 S = AttentionStrategy
 TILINGS = [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(4, 1, 2),
@@ -132,32 +131,9 @@ def bench_cpu(rt, small, reps, interleave=0.0):
 
 
 # ------------------------------------------------------------------ cuda
-def time_events(rt, fn, reps):
-    fn()
-    rt.synchronize()
-    if not hasattr(rt, "record_event"):
-        return best_time(lambda: (fn(), rt.synchronize()), reps)
-    times = []
-    for _ in range(reps):
-        start = rt.record_event()
-        fn()
-        end = rt.record_event()
-        times.append(rt.elapsed_ms(start, end) / 1e3)
-    return statistics.median(times)
+time_events = median_device_time
+time_torch = median_torch_cuda_time
 
-
-def time_torch(torch, fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
 
 
 def gpu_peak(torch, reps):

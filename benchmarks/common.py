@@ -41,3 +41,36 @@ def table(rows, headers):
     for r in rows:
         out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
     return "\n".join(out)
+
+
+def median_device_time(rt, fn, reps: int) -> float:
+    """Median seconds of `fn()` on a runtime, timed with its events where it has them
+    (CUDA), else by wall clock with a synchronise; one warm-up run first."""
+    import statistics
+    fn()
+    rt.synchronize()
+    if not hasattr(rt, "record_event"):
+        return best_time(lambda: (fn(), rt.synchronize()), reps)
+    times = []
+    for _ in range(reps):
+        start = rt.record_event()
+        fn()
+        end = rt.record_event()
+        times.append(rt.elapsed_ms(start, end) / 1e3)
+    return statistics.median(times)
+
+
+def median_torch_cuda_time(torch, fn, reps: int) -> float:
+    """Median seconds of `fn()` on torch's current CUDA stream, timed with CUDA events."""
+    import statistics
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)

@@ -11,12 +11,11 @@ bytes read plus written; the reduction counts bytes read and is compared with th
 from __future__ import annotations
 
 import argparse
-import statistics
 
 
 import kerneldsl as kd
 
-from .common import table
+from .common import median_device_time, median_torch_cuda_time, table
 
 VEC = 4  # f32 lanes per wide access (16 bytes)
 
@@ -210,30 +209,8 @@ def gemm(a, b, c, config="128x128x32/w64x32"):
 
 
 # ------------------------------------------------------------------ timing
-def time_kd(rt, fn, reps):
-    fn()
-    rt.synchronize()
-    times = []
-    for _ in range(reps):
-        start = rt.record_event()
-        fn()
-        end = rt.record_event()
-        times.append(rt.elapsed_ms(start, end) / 1e3)
-    return statistics.median(times)
-
-
-def time_torch(torch, fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+time_kd = median_device_time
+time_torch = median_torch_cuda_time
 
 
 COPY_VARIANTS = (("loop", 256, 4), ("loop", 512, 4), ("loop", 1024, 2), ("batched", 512, 4),

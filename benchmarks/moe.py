@@ -22,7 +22,7 @@ import numpy as np
 import kerneldsl as kd
 from rudnn import moe
 
-from .common import best_time, machine, table
+from .common import best_time, machine, median_torch_cuda_time, table
 
 HEADERS = ["what", "shape", "dtype", "runtime", "rudnn ms", "baseline ms", "baseline", "speed ratio", "rudnn rate",
            "baseline rate"]
@@ -67,19 +67,7 @@ def interleaved_best(fns, reps):
 
 
 def torch_timer(torch, reps):
-    def run(fn):
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(times)
-    return run
+    return lambda fn: median_torch_cuda_time(torch, fn, reps)
 
 
 # ---------------------------------------------------------------------- numpy baselines
