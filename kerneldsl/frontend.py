@@ -17,7 +17,7 @@ import textwrap
 from dataclasses import dataclass
 
 from . import ir, lang
-from .dtypes import DType, VecType, f32, f64, i32, u32, i64, boolean, as_dtype
+from .dtypes import DType, VecType, f32, f64, i32, i64, boolean
 from .errors import CompileError, SourceLoc
 from .types import arith_type, coerce, extract, is_weak, literal, make_const, promote
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dtypes import DType, VecType
+from .dtypes import DType
 from .errors import SourceLoc
 
 Type = Any  # DType | VecType

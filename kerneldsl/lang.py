@@ -58,7 +58,7 @@ class _TensorAnnotation:
         return f"kd.Tensor[{self.dtype}, {self.ndim}]"
 
 
-from .tensor import Tensor  # noqa: E402  (kd.Tensor[...] -> _TensorAnnotation via __class_getitem__)
+from .tensor import Tensor  # noqa: E402,F401  (re-exported: kd.Tensor[...] -> _TensorAnnotation)
 
 
 class Const(Generic[T]):
