@@ -41,6 +41,8 @@ Hooks (class attributes):
   local_barrier_stmt  barrier that orders only cube-shared memory (plane / fragment emulation)
   line_directives     emit `#line N "file.py"` before each statement (errors point at Python lines)
   native_planes       plane operations are hardware warp / sub-group instructions (no shared scratch)
+  barrier_if_tails    no code after a barrier runs into a join that a barrier-free path also reaches:
+                      `if`s holding barriers are split at their last barrier (see _split_if; PoCL)
 Hooks (methods; see each docstring):
   template_context()                        extra names for the dialect's template
   kernel_args() / arg_decl(arg) / tensor_ptr_type(param)   the kernel's parameter list
@@ -59,6 +61,7 @@ Hooks (methods; see each docstring):
   frag_decls() / frag_op(stmt)              matrix fragments (default: exact emulation in shared memory)
   helper_code(name)                         source of a named helper a hook asked for via need()
   plane_setup()                             prologue lines defining kd_plane, kd_lane, kd_nlanes
+  holds_barrier(s) / plane_ops_barrier()    whether a statement / a plane operation renders with a barrier
 Helpers for dialects: x(e) / lanes(e) render expressions, emit(line), need(helper), temp(ctype),
 literal(v, dt), cast(x, src, dst), qualified(*words), parens(text); Rendered.loc_of_source_line
 maps a line of the generated source back to the Python statement (compilers that ignore #line).
@@ -111,6 +114,23 @@ class KernelArg:
     cname: str
     param: object = None
     axis: int = 0
+
+
+@dataclass(eq=False)
+class _SetCond(ir.Stmt):
+    """Renderer-internal: `name = cond;` (the saved condition of a split `if`)."""
+    name: str = ""
+    cond: object = None
+
+
+@dataclass(eq=False)
+class _CondIf(ir.Stmt):
+    """Renderer-internal: `if (name) {then} else {orelse}` on a saved condition; in a head,
+    both branches end at a barrier."""
+    name: str = ""
+    then: list = field(default_factory=list)
+    orelse: list = field(default_factory=list)
+    head: bool = False
 
 
 @dataclass
@@ -181,6 +201,7 @@ class CLikeRenderer:
     local_barrier_stmt = ""
     line_directives = True
     native_planes = False  # plane operations as hardware warp / sub-group instructions (no shared scratch)
+    barrier_if_tails = False  # see s_If / _split_if
     template_dirs: tuple = ()
     template_name = "clike/kernel.j2"
 
@@ -204,6 +225,7 @@ class CLikeRenderer:
         self.atomic_targets = {s.target for s in ir.walk_stmts(k.body) if isinstance(s, ir.Atomic)
                                and s.space == "global"}
         self.uses_planes = ir.contains(k.body, ir.PlaneOp)
+        self._loops: list = []  # per enclosing loop: whether it holds a barrier (barrier_if_tails)
 
     # ================================================================== entry
     def render(self) -> Rendered:
@@ -578,12 +600,97 @@ class CLikeRenderer:
         self.guarded_stmt(stmt, s.checked, off, 1, self.literal(d.size, i64), -1, s.loc)
 
     def s_If(self, s):
+        if self.barrier_if_tails and self.holds_barrier(s):
+            head, tail = self._split_if(s)
+            self.block(head + tail)
+            return
         self.emit(f"if {parens(self.x(s.cond))} {{")
         self.nested(s.then)
         if s.orelse:
             self.emit("} else {")
             self.nested(s.orelse)
         self.emit("}")
+
+    # ------------------------------------------------------------------ barriers in an if
+    # PoCL (3.0, CPU devices) runs a work-group as loops over its work-items between barriers.
+    # Where code after a barrier flows, without another barrier, into a point that a path
+    # without that barrier also reaches (the join of an `if` with a barrier in one branch,
+    # the latch of a loop with a barrier), values set before the barrier were wrong in the
+    # code after it: another work-group's in a few percent of launches, or every launch
+    # when the other branch did work. With barrier_if_tails the renderer never emits that
+    # shape: an `if` holding a barrier saves its condition, runs each branch up to its last
+    # barrier with both branches (an empty one too) ending at a barrier, and runs the rest in
+    # a second `if` on the saved condition; a loop body holding a barrier ends at one; break,
+    # continue and return out of such code pass a barrier first. The checker guarantees the
+    # condition is uniform and that no unit returns or leaves such a loop on its own, so every
+    # unit reaches each added barrier.
+    def holds_barrier(self, s) -> bool:
+        """Whether statement `s` (nested blocks included) renders to code with a barrier."""
+        if isinstance(s, _CondIf):
+            return any(self.holds_barrier(t) for t in s.then + s.orelse)
+        for t in ir.walk_stmts([s]):
+            if isinstance(t, (ir.Barrier, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMma)):
+                return True
+            if isinstance(t, ir.PlaneOp) and t.op != "elect" and self.plane_ops_barrier():
+                return True
+        return False
+
+    def plane_ops_barrier(self) -> bool:
+        """Whether plane operations render with barriers (the shared-memory emulation does)."""
+        return not self.native_planes
+
+    def _split_if(self, s: ir.If):
+        """(head, tail) statements for an `if` holding a barrier: the head saves the condition
+        and runs each branch up to and including its last barrier (then a barrier); the tail
+        runs the rest of each branch on the saved condition."""
+        c = self.temp(self.type_names[boolean])
+        then_head, then_tail = self._split_block(s.then)
+        else_head, else_tail = self._split_block(s.orelse)
+        head = [_SetCond(c, s.cond, loc=s.loc), _CondIf(c, then_head, else_head, True, loc=s.loc)]
+        tail = [_CondIf(c, then_tail, else_tail, loc=s.loc)] if then_tail or else_tail else []
+        return head, tail
+
+    def _split_block(self, stmts):
+        """(head, tail) of a branch: the head ends with the last statement that holds a barrier
+        (an `if` among them split the same way, its tail joining ours), the tail is the rest."""
+        last = max((i for i, t in enumerate(stmts) if self.holds_barrier(t)), default=None)
+        if last is None:
+            return [], list(stmts)
+        s = stmts[last]
+        if isinstance(s, ir.If):
+            head, tail = self._split_if(s)
+            return list(stmts[:last]) + head, tail + list(stmts[last + 1:])
+        return list(stmts[:last + 1]), list(stmts[last + 1:])
+
+    def s__SetCond(self, s):
+        self.emit(f"{s.name} = {self.x(s.cond)};")
+
+    def s__CondIf(self, s):
+        if s.head:  # both branches, even an empty one, end at a barrier
+            self.emit(f"if ({s.name}) {{")
+            self._branch(s.then, True)
+            self.emit("} else {")
+            self._branch(s.orelse, True)
+            self.emit("}")
+            return
+        if not s.then and not s.orelse:
+            return
+        self.emit(f"if ({s.name}) {{" if s.then else f"if (!{s.name}) {{")
+        self._branch(s.then, False)
+        if s.then and s.orelse:
+            self.emit("} else {")
+            self._branch(s.orelse, False)
+        self.emit("}")
+
+    def _branch(self, stmts, end_at_barrier: bool):
+        self.depth += 1
+        mark = len(self.lines)
+        self.block(stmts)
+        if end_at_barrier:
+            last = self.lines[-1].strip() if len(self.lines) > mark else ""
+            if last not in (self.barrier_stmt.strip(), self.local_barrier_stmt.strip()):
+                self.emit(self.local_barrier_stmt)
+        self.depth -= 1
 
     def _once(self, e) -> str:
         """An expression evaluated once before a loop (a temp unless it cannot change)."""
@@ -606,7 +713,7 @@ class CLikeRenderer:
         else:
             cond = f"({step} > 0 ? {v} < {stop} : {v} > {stop})"
         self.emit(f"for ({v} = {start}; {cond}; {v} += {step}) {{")
-        self.nested(s.body)
+        self._loop_body(s)
         self.emit("}")
 
     def s_While(self, s):
@@ -620,17 +727,32 @@ class CLikeRenderer:
             self.emit("for (;;) {")
             self.lines += ["    " + h for h in hoisted]
             self.emit(f"    if (!({cond})) break;")
-        self.nested(s.body)
+        self._loop_body(s)
         self.emit("}")
 
+    def _loop_body(self, s):
+        """A loop's body; with barrier_if_tails, one holding a barrier ends at a barrier."""
+        fence = self.barrier_if_tails and self.holds_barrier(s)
+        self._loops.append(fence)
+        if fence:
+            self._branch(s.body, True)
+        else:
+            self.nested(s.body)
+        self._loops.pop()
+
+    def _jump(self, stmt: str, fence: bool):
+        if fence:  # leave a barrier-holding region through a barrier (see _split_if)
+            self.emit(self.local_barrier_stmt)
+        self.emit(stmt)
+
     def s_Break(self, s):
-        self.emit("break;")
+        self._jump("break;", bool(self._loops and self._loops[-1]))
 
     def s_Continue(self, s):
-        self.emit("continue;")
+        self._jump("continue;", bool(self._loops and self._loops[-1]))
 
     def s_Return(self, s):
-        self.emit("return;")
+        self._jump("return;", self.barrier_if_tails and any(self.holds_barrier(t) for t in self.k.body))
 
     def s_Barrier(self, s):
         self.emit(self.barrier_stmt)
