@@ -25,7 +25,7 @@ __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", 
 
 COL_UNITS = 256          # units per cube of the dgamma/dbeta column kernels
 COL_TARGET_CUBES = 1024  # cubes the column-partial pass aims for (sets the rows per block)
-SOFTMAX_SCRATCH = 16384  # f32 row of shared memory the cpu softmax keeps its exps in (looped.py)
+SOFTMAX_SCRATCH = 32768  # f32 row of shared memory (128 KiB) the cpu softmax keeps its exps in (looped.py)
 
 
 def layer_norm(input, gamma, beta=None, epsilon=1e-5) -> kd.Tensor:
