@@ -41,8 +41,8 @@ Hooks (class attributes):
   local_barrier_stmt  barrier that orders only cube-shared memory (plane / fragment emulation)
   line_directives     emit `#line N "file.py"` before each statement (errors point at Python lines)
   native_planes       plane operations are hardware warp / sub-group instructions (no shared scratch)
-  barrier_if_tails    no code after a barrier runs into a join that a barrier-free path also reaches:
-                      `if`s holding barriers are split at their last barrier (see _split_if; PoCL)
+  flat_barriers       no barrier inside an `if`: a uniform `if` holding barriers is flattened (its
+                      condition saved, its code guarded between unconditional barriers; PoCL)
 Hooks (methods; see each docstring):
   template_context()                        extra names for the dialect's template
   kernel_args() / arg_decl(arg) / tensor_ptr_type(param)   the kernel's parameter list
@@ -116,23 +116,6 @@ class KernelArg:
     axis: int = 0
 
 
-@dataclass(eq=False)
-class _SetCond(ir.Stmt):
-    """Renderer-internal: `name = cond;` (the saved condition of a split `if`)."""
-    name: str = ""
-    cond: object = None
-
-
-@dataclass(eq=False)
-class _CondIf(ir.Stmt):
-    """Renderer-internal: `if (name) {then} else {orelse}` on a saved condition; in a head,
-    both branches end at a barrier."""
-    name: str = ""
-    then: list = field(default_factory=list)
-    orelse: list = field(default_factory=list)
-    head: bool = False
-
-
 @dataclass
 class Rendered:
     """A rendered kernel: C symbol, source text, arguments, static shared bytes, and the
@@ -201,7 +184,7 @@ class CLikeRenderer:
     local_barrier_stmt = ""
     line_directives = True
     native_planes = False  # plane operations as hardware warp / sub-group instructions (no shared scratch)
-    barrier_if_tails = False  # see s_If / _split_if
+    flat_barriers = False  # see s_If / _flat
     template_dirs: tuple = ()
     template_name = "clike/kernel.j2"
 
@@ -225,7 +208,6 @@ class CLikeRenderer:
         self.atomic_targets = {s.target for s in ir.walk_stmts(k.body) if isinstance(s, ir.Atomic)
                                and s.space == "global"}
         self.uses_planes = ir.contains(k.body, ir.PlaneOp)
-        self._loops: list = []  # per enclosing loop: whether it holds a barrier (barrier_if_tails)
 
     # ================================================================== entry
     def render(self) -> Rendered:
@@ -600,9 +582,8 @@ class CLikeRenderer:
         self.guarded_stmt(stmt, s.checked, off, 1, self.literal(d.size, i64), -1, s.loc)
 
     def s_If(self, s):
-        if self.barrier_if_tails and self.holds_barrier(s):
-            head, tail = self._split_if(s)
-            self.block(head + tail)
+        if self.flat_barriers and self.holds_barrier(s):
+            self._flat([s], None)
             return
         self.emit(f"if {parens(self.x(s.cond))} {{")
         self.nested(s.then)
@@ -611,23 +592,19 @@ class CLikeRenderer:
             self.nested(s.orelse)
         self.emit("}")
 
-    # ------------------------------------------------------------------ barriers in an if
-    # PoCL (3.0, CPU devices) runs a work-group as loops over its work-items between barriers.
-    # Where code after a barrier flows, without another barrier, into a point that a path
-    # without that barrier also reaches (the join of an `if` with a barrier in one branch,
-    # the latch of a loop with a barrier), values set before the barrier were wrong in the
-    # code after it: another work-group's in a few percent of launches, or every launch
-    # when the other branch did work. With barrier_if_tails the renderer never emits that
-    # shape: an `if` holding a barrier saves its condition, runs each branch up to its last
-    # barrier with both branches (an empty one too) ending at a barrier, and runs the rest in
-    # a second `if` on the saved condition; a loop body holding a barrier ends at one; break,
-    # continue and return out of such code pass a barrier first. The checker guarantees the
-    # condition is uniform and that no unit returns or leaves such a loop on its own, so every
-    # unit reaches each added barrier.
+    # ------------------------------------------------------------------ barriers without ifs
+    # PoCL (3.0, CPU devices) runs a work-group as loops over its work-items between barriers,
+    # and mishandled barriers inside an `if`: values set before the `if` or before its first
+    # barrier were wrong after its barriers (another work-group's in a few percent of launches,
+    # or every launch when the other branch did work), and a kernel whose barrier-free branch
+    # returned early wrote out of bounds (heap corruption). With flat_barriers no barrier is
+    # emitted inside an `if`: a uniform `if` holding barriers saves its condition and runs as
+    # guarded pieces between unconditional barriers (`if (c) {..} barrier; if (c) {..}`), a
+    # loop in it runs zero times when the guard is off, and a loop body holding a barrier ends
+    # at one. The checker guarantees the condition is uniform, so every unit reaching the
+    # `if` reaches each barrier: only the guarded work differs from the nested form.
     def holds_barrier(self, s) -> bool:
         """Whether statement `s` (nested blocks included) renders to code with a barrier."""
-        if isinstance(s, _CondIf):
-            return any(self.holds_barrier(t) for t in s.then + s.orelse)
         for t in ir.walk_stmts([s]):
             if isinstance(t, (ir.Barrier, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMma)):
                 return True
@@ -639,57 +616,130 @@ class CLikeRenderer:
         """Whether plane operations render with barriers (the shared-memory emulation does)."""
         return not self.native_planes
 
-    def _split_if(self, s: ir.If):
-        """(head, tail) statements for an `if` holding a barrier: the head saves the condition
-        and runs each branch up to and including its last barrier (then a barrier); the tail
-        runs the rest of each branch on the saved condition."""
+    def _flat(self, stmts, guard):
+        """Statements under `guard` (a C bool temp, or None for none) with every barrier outside
+        any `if`: runs of barrier-free statements go in `if (guard)`, barrier-holding ones are
+        taken apart."""
+        run = []
+
+        def flush():
+            if not run:
+                return
+            if guard is None:
+                self.block(run)
+            else:
+                self.emit(f"if ({guard}) {{")
+                self.nested(run)
+                self.emit("}")
+            run.clear()
+
+        for s in stmts:
+            if not self.holds_barrier(s):
+                run.append(s)
+                continue
+            flush()
+            self._memo = {}
+            self.line(s.loc)
+            if isinstance(s, ir.If):
+                c = self._guarded_cond(s.cond, guard)
+                self._flat(s.then, c)
+                if s.orelse:
+                    e = self.temp(self.type_names[boolean])
+                    self.emit(f"{e} = {guard} && !{c};" if guard is not None else f"{e} = !{c};")
+                    self._flat(s.orelse, e)
+            elif isinstance(s, (ir.For, ir.While)):
+                self._guarded_loop(s, guard)
+            elif guard is None:
+                getattr(self, "s_" + type(s).__name__)(s)
+            else:
+                self._guarded_lines(s, guard)
+        flush()
+
+    def _guarded_cond(self, cond, guard) -> str:
+        """A bool temp: guard && cond, with cond (and any loads it hoists) evaluated only
+        where the guard (a C bool, or None) holds."""
         c = self.temp(self.type_names[boolean])
-        then_head, then_tail = self._split_block(s.then)
-        else_head, else_tail = self._split_block(s.orelse)
-        head = [_SetCond(c, s.cond, loc=s.loc), _CondIf(c, then_head, else_head, True, loc=s.loc)]
-        tail = [_CondIf(c, then_tail, else_tail, loc=s.loc)] if then_tail or else_tail else []
-        return head, tail
+        if guard is None:
+            self.emit(f"{c} = {self.x(cond)};")
+            return c
+        self.emit(f"{c} = false;")
+        self.emit(f"if ({guard}) {{")
+        self.depth += 1
+        self.emit(f"{c} = {self.x(cond)};")
+        self.depth -= 1
+        self.emit("}")
+        return c
 
-    def _split_block(self, stmts):
-        """(head, tail) of a branch: the head ends with the last statement that holds a barrier
-        (an `if` among them split the same way, its tail joining ours), the tail is the rest."""
-        last = max((i for i, t in enumerate(stmts) if self.holds_barrier(t)), default=None)
-        if last is None:
-            return [], list(stmts)
-        s = stmts[last]
-        if isinstance(s, ir.If):
-            head, tail = self._split_if(s)
-            return list(stmts[:last]) + head, tail + list(stmts[last + 1:])
-        return list(stmts[:last + 1]), list(stmts[last + 1:])
+    def _guarded_lines(self, s, guard: str):
+        """A barrier-holding plane or fragment operation under a guard: its barrier lines run
+        unconditionally, the code between them only where the guard holds."""
+        mark, depth = len(self.lines), self.depth
+        self.depth = 0
+        getattr(self, "s_" + type(s).__name__)(s)
+        self.depth = depth
+        lines = self.lines[mark:]
+        del self.lines[mark:]
+        fences = (self.barrier_stmt.strip(), self.local_barrier_stmt.strip())
+        piece = []
 
-    def s__SetCond(self, s):
-        self.emit(f"{s.name} = {self.x(s.cond)};")
+        def out():
+            if piece:
+                self.emit(f"if ({guard}) {{")
+                self.lines += ["    " * (depth + 1) + ln for ln in piece]
+                self.emit("}")
+                piece.clear()
 
-    def s__CondIf(self, s):
-        if s.head:  # both branches, even an empty one, end at a barrier
-            self.emit(f"if ({s.name}) {{")
-            self._branch(s.then, True)
-            self.emit("} else {")
-            self._branch(s.orelse, True)
+        for ln in lines:
+            if ln.strip() in fences:
+                out()
+                self.emit(ln.strip())
+            else:
+                piece.append(ln)
+        out()
+
+    def _guarded_loop(self, s, guard):
+        """A barrier-holding loop under a guard: it runs zero times where the guard is off
+        (its bounds are evaluated only where it holds)."""
+        if guard is None:
+            getattr(self, "s_" + type(s).__name__)(s)
+            return
+        if isinstance(s, ir.For):
+            v = self.var(s.var)
+            t = self.type_names[s.start.dtype]
+            stop, step = self.temp(t), self.temp(t)
+            self.emit(f"if ({guard}) {{")
+            self.depth += 1
+            self.emit(f"{v} = {self.x(s.start)};")
+            self.emit(f"{stop} = {self.x(s.stop)};")
+            self.emit(f"{step} = {self.x(s.step)};")
+            self.depth -= 1
             self.emit("}")
-            return
-        if not s.then and not s.orelse:
-            return
-        self.emit(f"if ({s.name}) {{" if s.then else f"if (!{s.name}) {{")
-        self._branch(s.then, False)
-        if s.then and s.orelse:
-            self.emit("} else {")
-            self._branch(s.orelse, False)
+            if isinstance(s.step, ir.Const):
+                cond = f"{v} < {stop}" if s.step.value > 0 else f"{v} > {stop}"
+            else:
+                cond = f"({step} > 0 ? {v} < {stop} : {v} > {stop})"
+            self.emit(f"for (; {guard} && {parens(cond)}; {v} += {step}) {{")
+        else:
+            self.emit("for (;;) {")
+            self.depth += 1
+            self.emit(f"if (!{guard}) break;")
+            cond = self.x(s.cond)
+            self.emit(f"if (!({cond})) break;")
+            self.depth -= 1
+        self._loop_body(s)
         self.emit("}")
 
-    def _branch(self, stmts, end_at_barrier: bool):
+    def _loop_body(self, s):
+        """A loop's body; with flat_barriers, one holding a barrier ends at a barrier."""
         self.depth += 1
         mark = len(self.lines)
-        self.block(stmts)
-        if end_at_barrier:
+        if self.flat_barriers and self.holds_barrier(s):
+            self._flat(s.body, None)
             last = self.lines[-1].strip() if len(self.lines) > mark else ""
             if last not in (self.barrier_stmt.strip(), self.local_barrier_stmt.strip()):
                 self.emit(self.local_barrier_stmt)
+        else:
+            self.block(s.body)
         self.depth -= 1
 
     def _once(self, e) -> str:
@@ -730,29 +780,14 @@ class CLikeRenderer:
         self._loop_body(s)
         self.emit("}")
 
-    def _loop_body(self, s):
-        """A loop's body; with barrier_if_tails, one holding a barrier ends at a barrier."""
-        fence = self.barrier_if_tails and self.holds_barrier(s)
-        self._loops.append(fence)
-        if fence:
-            self._branch(s.body, True)
-        else:
-            self.nested(s.body)
-        self._loops.pop()
-
-    def _jump(self, stmt: str, fence: bool):
-        if fence:  # leave a barrier-holding region through a barrier (see _split_if)
-            self.emit(self.local_barrier_stmt)
-        self.emit(stmt)
-
     def s_Break(self, s):
-        self._jump("break;", bool(self._loops and self._loops[-1]))
+        self.emit("break;")
 
     def s_Continue(self, s):
-        self._jump("continue;", bool(self._loops and self._loops[-1]))
+        self.emit("continue;")
 
     def s_Return(self, s):
-        self._jump("return;", self.barrier_if_tails and any(self.holds_barrier(t) for t in self.k.body))
+        self.emit("return;")
 
     def s_Barrier(self, s):
         self.emit(self.barrier_stmt)

@@ -1,11 +1,12 @@
 """Barriers and plane operations inside a uniform `if` on OpenCL (a PoCL regression).
 
-PoCL (3.x, CPU) gave wrong results in a few percent of launches when a branch of an `if`
-held barriers and code after the branch's last barrier read values assigned before its
-first one: those values were sometimes another work-group's. The renderer now ends each
-such branch at a barrier and runs the rest in a second `if` on the saved condition
-(backends/clike.py, `_split_if`). The launch loops below failed within a few hundred
-launches before the fix; the source check fails deterministically on the old shape.
+PoCL (3.0, CPU) mishandled barriers inside an `if`: values set before them were wrong after
+them (another work-group's in a few percent of launches, or in every launch when the other
+branch did work), and a routing kernel whose barrier-free branch wrote its answer corrupted
+the heap. The OpenCL renderer now emits no barrier inside an `if` (backends/clike.py,
+`_flat`). Before the fix the launch loops below failed (the first one intermittently, the
+others in every launch) and the routing-shaped kernel aborted in free(); the source check
+fails deterministically on the old shape.
 """
 import re
 
@@ -112,6 +113,60 @@ def test_every_launch_is_right(mode):
 
 
 @kd.kernel
+def flagged_or_ranked(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.i32, 2]):
+    """Per row: if any value is negative, out[row, :k] = -1 (no barrier); else the ids of the
+    k largest values by repeated cube maxima (barriers in a loop in the else branch)."""
+    row = kd.cube_pos_x()
+    t = kd.unit_pos_x()
+    n = x.shape[1]
+    k = out.shape[1]
+    v = kd.select(t < n, x[row, kd.min(t, n - 1)], -1.0e30)
+    part = kd.shared(kd.f32, kd.plane_count())
+    m = kd.plane_min(kd.select(t < n, v, 1.0))
+    if kd.lane_pos() == 0:
+        part[kd.plane_pos()] = m
+    kd.sync_cube()
+    lowest = part[0]
+    for p in range(1, kd.plane_count()):
+        lowest = kd.min(lowest, part[p])
+    kd.sync_cube()
+    if lowest < 0.0:
+        if t < k:
+            out[row, t] = -1
+    else:
+        taken = False
+        for j in range(k):
+            best = kd.plane_max(kd.select(taken, -2.0e30, v))
+            if kd.lane_pos() == 0:
+                part[kd.plane_pos()] = best
+            kd.sync_cube()
+            top = part[0]
+            for p in range(1, kd.plane_count()):
+                top = kd.max(top, part[p])
+            kd.sync_cube()
+            if not taken and v == top:
+                taken = True
+                out[row, j] = t
+
+
+def test_barrier_free_branch_next_to_barriers():
+    """The routing shape: the cube answers at once in one branch, loops over cube-wide maxima
+    in the other (distinct values, so the k largest are unique)."""
+    rt = kd.runtime("opencl")
+    rng = np.random.default_rng(3)
+    rows, n, k = 40, 100, 5
+    x = rng.permutation(rows * n).reshape(rows, n).astype(np.float32) + 1
+    neg = rng.random(rows) < 0.4
+    x[neg, 7] = -3.0
+    want = np.argsort(-x, axis=1, kind="stable")[:, :k].astype(np.int32)
+    want[neg] = -1
+    for _ in range(30):
+        out = rt.zeros((rows, k), "i32")
+        flagged_or_ranked[rows, 128](rt.tensor(x), out)
+        np.testing.assert_array_equal(out.numpy(), want)
+
+
+@kd.kernel
 def early_exit_tail(x: kd.Tensor[kd.f32, 1], y: kd.Tensor[kd.f32, 1], n: kd.i32):
     """A split branch whose tail returns, and one whose tail breaks out of a uniform loop."""
     t = kd.unit_pos_x()
@@ -144,38 +199,37 @@ def test_tails_with_return_and_break():
         np.testing.assert_array_equal(y.numpy(), want)
 
 
-def _unfenced_blocks(source: str):
-    """(line, last statement) of each `if`/`else`/loop block of generated OpenCL C that holds
-    a barrier but ends neither at one nor at a jump right after one."""
-    stack, bad = [], []  # per open block: [kind, holds a barrier, its last two statements]
+def _misplaced_barriers(source: str):
+    """(line, text) of each barrier of generated OpenCL C inside an `if`/`else` block, and of
+    the last statement of each loop body that holds a barrier but does not end at one."""
+    stack, bad = [], []  # per open block: [kind, holds a barrier, its last statement]
     for no, raw in enumerate(source.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("}"):
             kind, holds, last = stack.pop()
-            fenced = last[-1:] and (last[-1].startswith("barrier(") or
-                                    (last[-1] in ("break;", "continue;", "return;") and last[-2:-1]
-                                     and last[-2].startswith("barrier(")))
-            if kind != "other" and holds and not fenced:
-                bad.append((no, last[-1:]))
+            if kind == "loop" and holds and not last.startswith("barrier("):
+                bad.append((no, last))
             if stack:
-                stack[-1][2] = stack[-1][2][-1:] + ["}"]
+                stack[-1][2] = "}"
         if line.startswith("barrier("):
+            if any(blk[0] == "if" for blk in stack):
+                bad.append((no, line))
             for blk in stack:
                 blk[1] = True
         if line.endswith("{"):
             kind = "if" if re.match(r"(\} else|if \()", line) else "loop" if re.match(r"(for|while) ?\(", line) else "other"
-            stack.append([kind, False, []])
+            stack.append([kind, False, ""])
         elif stack and not line.startswith("}"):
-            stack[-1][2] = stack[-1][2][-1:] + [line]
+            stack[-1][2] = line
     return bad
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2])
 def test_generated_branches_end_at_a_barrier(monkeypatch, mode):
-    """Deterministic: in the generated OpenCL C, no branch or loop body holding a barrier runs
-    into its join or latch from statements after its last barrier (the shape PoCL mishandled)."""
+    """Deterministic: the generated OpenCL C has no barrier inside an `if` (the shape PoCL
+    mishandled), and loop bodies holding a barrier end at one."""
     rt = opencl_runtime.OpenCLRuntime(0)  # private: renders afresh
     sources = {}
     monkeypatch.setattr(opencl_runtime.cache, "dump", lambda name, src, ext: sources.setdefault(name, src))
@@ -183,7 +237,175 @@ def test_generated_branches_end_at_a_barrier(monkeypatch, mode):
     tail_reads_head[(GX, GY), UNITS](rt.tensor(live), rt.tensor(x), rt.zeros((GX, 4 * GY), "f32"), mode,
                                      runtime=rt)
     early_exit_tail[2, 32](rt.tensor(np.ones(32, np.float32)), rt.zeros(4, "f32"), 1, runtime=rt)
-    assert set(sources) == {"tail_reads_head", "early_exit_tail"}
+    flagged_or_ranked[2, 128](rt.tensor(np.ones((2, 100), np.float32)), rt.zeros((2, 5), "i32"), runtime=rt)
+    assert set(sources) == {"tail_reads_head", "early_exit_tail", "flagged_or_ranked"}
     for name, src in sources.items():
         assert src.count("barrier(") >= 2
-        assert _unfenced_blocks(src) == [], (name, src)
+        assert _misplaced_barriers(src) == [], (name, src)
+
+
+# the grouped sigmoid top-k of rudnn.moe as of commit bcf219d, kept as it was
+ID_SPAN = 2147483648          # 2**31: low bits of a key hold (ID_SPAN - 1 - id)
+NO_KEY = -1                   # below every real key
+TOP_KEY = 9223372036854775807  # above every real key
+
+
+@kd.func
+def order_key(v, idx):
+    """An i64 that orders by v (f32, not NaN), then by lower idx."""
+    b = kd.bitcast(v + 0.0, kd.u32)                       # + 0.0 folds -0 into +0
+    ordered = kd.select(b >= 0x80000000, ~b, b | 0x80000000)
+    return kd.i64(ordered) * ID_SPAN + (ID_SPAN - 1 - kd.i64(idx))
+
+
+@kd.func
+def key_id(key):
+    return kd.i32(ID_SPAN - 1 - key % ID_SPAN)
+
+
+@kd.func
+def key_value(key):
+    """The f32 a key was made from."""
+    ordered = kd.u32(key // ID_SPAN)
+    b = kd.select(ordered >= 0x80000000, ordered & 0x7FFFFFFF, ~ordered)
+    return kd.bitcast(b, kd.f32)
+
+
+@kd.func
+def cube_max(v, part, slot):
+    """Maximum of v over the cube (every unit gets it); part holds 2 x plane_count values
+    of v's type and `slot` alternates between 0 and plane_count() on successive calls."""
+    m = kd.plane_max(v)
+    if kd.lane_pos() == 0:
+        part[slot + kd.plane_pos()] = m
+    kd.sync_cube()
+    best = part[slot]
+    for p in range(1, kd.plane_count()):
+        best = kd.max(best, part[slot + p])
+    return best
+
+
+@kd.func
+def sigmoid_stable(x):
+    e = kd.exp(-kd.abs(x))
+    return kd.select(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@kd.kernel
+def grouped_pick(logits: kd.Tensor, bias: kd.Tensor[kd.f32, 1], ids: kd.Tensor[kd.u32, 2],
+                         weights: kd.Tensor, G: kd.i32, SG: kd.i32, scale: kd.f32, HAS_BIAS: kd.Const[bool],
+                         TOP_TWO: kd.Const[bool], RENORMALIZE: kd.Const[bool], KMAX: kd.Const[int]):
+    """The routing kernel that corrupted the heap (rudnn.moe's grouped sigmoid top-k as of
+    bcf219d): a row holding a NaN answers in a barrier-free branch, the other branch ranks
+    groups and picks experts through barriers and cube maxima."""
+    row = kd.cube_pos_x()
+    t = kd.unit_pos_x()
+    E = logits.shape[1]
+    k = ids.shape[1]
+    S = E // G
+    c_all = kd.shared(kd.f32, kd.cube_units())
+    score = kd.shared(kd.f32, 128)
+    picked = kd.shared(kd.i32, 128)
+    sel_p = kd.shared(kd.f32, KMAX)
+    ipart = kd.shared(kd.i32, 2 * kd.plane_count())
+    kpart = kd.shared(kd.i64, 2 * kd.plane_count())
+    live = t < E
+    tc = kd.min(t, E - 1)
+    p = sigmoid_stable(kd.f32(logits[row, tc]))
+    c = p
+    if HAS_BIAS:
+        c = p + bias[tc]
+    nan = 0
+    if live and kd.isnan(c):
+        nan = 1
+    c_all[t] = c
+    any_nan = cube_max(nan, ipart, 0)      # its barrier also publishes c_all
+    if any_nan > 0:
+        if t < k:
+            ids[row, t] = t
+            weights[row, t] = kd.nan
+    else:
+        if t < G:                          # group scores
+            b1 = -kd.inf
+            b2 = -kd.inf
+            for i in range(S):
+                v = c_all[t * S + i]
+                if v > b1:
+                    b2 = b1
+                    b1 = v
+                elif v > b2:
+                    b2 = v
+            sc = b1
+            if TOP_TWO:
+                sc = b1 + b2
+            if kd.isnan(sc):
+                sc = -kd.inf
+            score[t] = sc
+        kd.sync_cube()
+        if t < G:                          # a group is kept when fewer than SG groups beat it
+            mine = score[t]
+            rank = 0
+            for g in range(G):
+                other = score[g]
+                if other > mine or (other == mine and g < t):
+                    rank += 1
+            picked[t] = kd.select(rank < SG, 1, 0)
+        kd.sync_cube()
+        key = kd.i64(NO_KEY)
+        if live and picked[t // S] != 0:
+            key = order_key(c, t)
+        prev = kd.i64(TOP_KEY)
+        for j in range(k):
+            cand = kd.select(key < prev, key, kd.i64(NO_KEY))
+            prev = cube_max(cand, kpart, j % 2 * kd.plane_count())
+            if t == key_id(prev):
+                sel_p[j] = p
+                ids[row, j] = t
+        kd.sync_cube()
+        if t < k:
+            total = kd.f32(0)
+            if RENORMALIZE:
+                for j in range(k):
+                    total += sel_p[j]
+            w = sel_p[t] * scale
+            if RENORMALIZE:
+                w = sel_p[t] / total * scale
+            weights[row, t] = w
+
+
+def run_grouped_pick(name: str, launches: int):
+    """(ids, weights) of `launches` launches of grouped_pick on random rows, every third
+    launch with a NaN row (the same inputs on every runtime)."""
+    rt = kd.runtime(name)
+    rng = np.random.default_rng(11)
+    T, E, K = 64, 128, 8
+    out = []
+    for i in range(launches):  # fresh inputs and outputs each time: heap traffic shows corruption
+        logits = rng.standard_normal((T, E)).astype(np.float32)
+        logits[i % T, 3] = np.nan if i % 3 == 0 else logits[i % T, 3]
+        bias = (rng.standard_normal(E) * 0.1).astype(np.float32)
+        ids, w = rt.empty((T, K), "u32"), rt.empty((T, K), "f32")
+        grouped_pick[T, 128](rt.tensor(logits), rt.tensor(bias), ids, w, 8, 4, 2.5, True, True, True, 64)
+        out.append((ids.numpy(), w.numpy()))
+    return out
+
+
+def test_grouped_pick_runs_clean():
+    """In a subprocess (heap corruption aborts the interpreter): many launches, then the
+    results must match the cpu runtime's."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ("import sys, numpy as np; sys.path.insert(0, %r); import test_opencl_barrier_if as m; "
+            "r = m.run_grouped_pick('opencl', 100); "
+            "np.save(sys.argv[1], np.stack([np.concatenate([i.view(np.float32), w], 1) for i, w in r]))" % here)
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "out.npy")
+        proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+        got = np.load(path)
+    for n, (ids, w) in enumerate(run_grouped_pick("cpu", 100)):
+        np.testing.assert_array_equal(got[n, :, :8].view(np.uint32), ids, err_msg=f"launch {n}")
+        np.testing.assert_allclose(got[n, :, 8:], w, rtol=1e-6, err_msg=f"launch {n}")

@@ -40,7 +40,7 @@ class OpenCLRenderer(CLikeRenderer):
     local_barrier_stmt = "barrier(CLK_LOCAL_MEM_FENCE);"
     template_dirs = (str(Path(__file__).resolve().parent / "templates"),)
     template_name = "kernel.cl.j2"
-    barrier_if_tails = True  # PoCL lost values across a barrier-holding if's tail (clike.py, s_If)
+    flat_barriers = True  # PoCL mishandled barriers inside an if (clike.py, s_If)
 
     def template_context(self) -> dict:
         return {"fp64": self.caps.supports_dtype(f64), "extensions": self.extensions()}
@@ -259,9 +259,6 @@ class NativePlaneRenderer(OpenCLRenderer):
                 return f"#define {name}(v, s, m) {body}"
             return f"{hp} {T} {name}({T} v, int s, uint m) {{ return {body}; }}"
         return super().helper_code(name)
-
-    def plane_ops_barrier(self) -> bool:
-        return self.primitives == "local"  # the local-memory stand-in's primitives hold barriers
 
     def plane_op(self, s: ir.PlaneOp) -> list:
         dst, op, t, P = self.var(s.dst), s.op, s.dtype, self.P
