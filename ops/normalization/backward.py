@@ -1,7 +1,7 @@
 """Backward kernels of LayerNorm and RMSNorm (`RMS` picks the form).
 
-dx, one row at a time, with the same cached / looped forms and chunk layout as the
-forward kernels (forward.py):
+dx, one row at a time, with the cached / looped forms and chunk layout of the forward
+kernels (forward.py, looped.py):
     x̂ = (x - mean)·rstd   (RMSNorm: x·rstd),   gγ = grad·gamma
     dx = rstd·(gγ - mean_W(gγ) - x̂·mean_W(gγ·x̂))   (RMSNorm: no mean_W(gγ) term)
 
@@ -13,16 +13,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import lanes_sum, load_f32, row_index, row_sum, store
-
-
-@kd.func
-def row_stat(src, row, live):
-    """src[row] for a live row, else 0."""
-    v = kd.f32(0)
-    if live:
-        v = src[row]
-    return v
+from .device import chunk_in, lanes_sum, load_chunks, read_row, row_index, row_sum, store
 
 
 @kd.func
@@ -36,13 +27,6 @@ def normalized(v, mean, rstd, RMS):
 
 
 @kd.func
-def times_gamma(g, gamma, col, ok, L):
-    """grad·gamma of one chunk (0 outside the row)."""
-    gg = g * load_f32(gamma, col, ok, 0.0, L)
-    return gg
-
-
-@kd.func
 def dx_chunk(gg, h, a, b, rstd, RMS):
     """rstd·(gγ - a - x̂·b), a = mean_W(gγ) (dropped for RMS), b = mean_W(gγ·x̂)."""
     if RMS:
@@ -50,6 +34,39 @@ def dx_chunk(gg, h, a, b, rstd, RMS):
     else:
         d = rstd * (gg - a - h * b)
     return d
+
+
+@kd.func
+def chunk_terms(x, grad, gamma, xb, gb, first, t, width, mu, rs, MASK, RMS, BX, N, L):
+    """(x̂, gγ) of N chunks, every load issued first; both are 0 outside the row."""
+    xs = load_chunks(x, xb, first, t, width, 0.0, MASK, BX, N, L)
+    gs = load_chunks(grad, gb, first, t, width, 0.0, MASK, BX, N, L)
+    ws = load_chunks(gamma, 0, first, t, width, 0.0, MASK, BX, N, L)
+    hs = ()
+    ggs = ()
+    for k in kd.unroll(N):
+        hs = hs + (kd.select(chunk_in(first, k, t, width, MASK, BX, L), normalized(xs[k], mu, rs, RMS), 0.0),)
+        ggs = ggs + (gs[k] * ws[k],)
+    return hs, ggs
+
+
+@kd.func
+def add_dots(ab, hs, ggs, N, L):
+    """(a, b) + (Σ gγ, Σ gγ·x̂) over N chunks."""
+    a = ab[0]
+    b = ab[1]
+    for k in kd.unroll(N):
+        a += lanes_sum(ggs[k], L)
+        b += lanes_sum(ggs[k] * hs[k], L)
+    return a, b
+
+
+@kd.func
+def write_dx(dx, db, hs, ggs, a, b, rs, first, t, width, live, MASK, RMS, BX, N, L):
+    for k in kd.unroll(N):
+        d = dx_chunk(ggs[k], hs[k], a, b, rs, RMS)
+        if live and chunk_in(first, k, t, width, MASK, BX, L):
+            store(dx, db + first + (k * BX + t) * L, d, L)
 
 
 @kd.kernel
@@ -60,50 +77,19 @@ def norm_bwd_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
-    xb = kd.i64(row) * x_stride
-    gb = kd.i64(row) * g_stride
+    src = read_row(row, rows)
+    xb = kd.i64(src) * x_stride
+    gb = kd.i64(src) * g_stride
     db = kd.i64(row) * width
-    mu = kd.f32(0)
-    if not RMS:
-        mu = row_stat(mean, row, live)
-    rs = row_stat(rstd, row, live)
-    hs = ()
-    ggs = ()
-    a = kd.f32(0)
-    b = kd.f32(0)
-    for c in kd.unroll(CH):
-        col = (c * BX + t) * L
-        ok = live and col < width
-        hs = hs + (normalized(load_f32(x, xb + col, ok, 0.0, L), mu, rs, RMS),)
-        ggs = ggs + (times_gamma(load_f32(grad, gb + col, ok, 0.0, L), gamma, col, ok, L),)
-        b += lanes_sum(ggs[c] * hs[c], L)
-        if not RMS:
-            a += lanes_sum(ggs[c], L)
+    mu = kd.f32(0) if RMS else mean[src]
+    rs = rstd[src]
+    hs, ggs = chunk_terms(x, grad, gamma, xb, gb, 0, t, width, mu, rs, True, RMS, BX, CH, L)
+    a, b = add_dots((kd.f32(0), kd.f32(0)), hs, ggs, CH, L)
     inv_w = 1.0 / kd.f32(width)
     b = row_sum(b, BX, RY) * inv_w
     if not RMS:
         a = row_sum(a, BX, RY) * inv_w
-    for c in kd.unroll(CH):
-        col = (c * BX + t) * L
-        if live and col < width:
-            store(dx, db + col, dx_chunk(ggs[c], hs[c], a, b, rs, RMS), L)
-
-
-@kd.func
-def dot_step(ab, x, grad, gamma, xoff, goff, col, mu, rs, ok, RMS, L):
-    """(a, b) + (Σ gγ, Σ gγ·x̂) over one chunk."""
-    h = normalized(load_f32(x, xoff, ok, 0.0, L), mu, rs, RMS)
-    gg = times_gamma(load_f32(grad, goff, ok, 0.0, L), gamma, col, ok, L)
-    r = (ab[0] + lanes_sum(gg, L), ab[1] + lanes_sum(gg * h, L))
-    return r
-
-
-@kd.func
-def dx_step(x, grad, gamma, dx, xoff, goff, doff, col, mu, rs, a, b, ok, RMS, L):
-    if ok:
-        h = normalized(load_f32(x, xoff, True, 0.0, L), mu, rs, RMS)
-        gg = times_gamma(load_f32(grad, goff, True, 0.0, L), gamma, col, True, L)
-        store(dx, doff, dx_chunk(gg, h, a, b, rs, RMS), L)
+    write_dx(dx, db, hs, ggs, a, b, rs, 0, t, width, live, True, RMS, BX, CH, L)
 
 
 @kd.kernel
@@ -111,50 +97,49 @@ def norm_bwd_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
                     mean: kd.Tensor[kd.f32, 1], rstd: kd.Tensor[kd.f32, 1], dx: kd.Tensor,
                     rows: kd.i32, width: kd.i32, x_stride: kd.i64, g_stride: kd.i64, RMS: kd.Const[bool],
                     BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
-    """Two passes (the sums, then dx), each a main loop and a masked tail as in looped.py."""
+    """Two passes (the sums, then dx), main loops chunk by chunk and a masked tail, as in looped.py."""
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
-    xb = kd.i64(row) * x_stride
-    gb = kd.i64(row) * g_stride
+    src = read_row(row, rows)
+    xb = kd.i64(src) * x_stride
+    gb = kd.i64(src) * g_stride
     db = kd.i64(row) * width
-    mu = kd.f32(0)
-    if not RMS:
-        mu = row_stat(mean, row, live)
-    rs = row_stat(rstd, row, live)
+    mu = kd.f32(0) if RMS else mean[src]
+    rs = rstd[src]
     STEP = BX * L * U
     full = width - width % STEP
     a = kd.f32(0)
     b = kd.f32(0)
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            c = i + (u * BX + t) * L
-            a, b = dot_step((a, b), x, grad, gamma, xb + c, gb + c, c, mu, rs, live, RMS, L)
+            hs, ggs = chunk_terms(x, grad, gamma, xb, gb, i + u * BX * L, t, width, mu, rs, False, RMS, BX, 1, L)
+            a, b = add_dots((a, b), hs, ggs, 1, L)
     if full < width:
-        for u in kd.unroll(U):
-            col = full + (u * BX + t) * L
-            a, b = dot_step((a, b), x, grad, gamma, xb + col, gb + col, col, mu, rs, live and col < width, RMS, L)
+        hs, ggs = chunk_terms(x, grad, gamma, xb, gb, full, t, width, mu, rs, True, RMS, BX, U, L)
+        a, b = add_dots((a, b), hs, ggs, U, L)
     inv_w = 1.0 / kd.f32(width)
     b = row_sum(b, BX, RY) * inv_w
     if not RMS:
         a = row_sum(a, BX, RY) * inv_w
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            c = i + (u * BX + t) * L
-            dx_step(x, grad, gamma, dx, xb + c, gb + c, db + c, c, mu, rs, a, b, live, RMS, L)
+            f = i + u * BX * L
+            hs, ggs = chunk_terms(x, grad, gamma, xb, gb, f, t, width, mu, rs, False, RMS, BX, 1, L)
+            write_dx(dx, db, hs, ggs, a, b, rs, f, t, width, live, False, RMS, BX, 1, L)
     if full < width:
-        for u in kd.unroll(U):
-            col = full + (u * BX + t) * L
-            dx_step(x, grad, gamma, dx, xb + col, gb + col, db + col, col, mu, rs, a, b, live and col < width, RMS,
-                    L)
+        hs, ggs = chunk_terms(x, grad, gamma, xb, gb, full, t, width, mu, rs, True, RMS, BX, U, L)
+        write_dx(dx, db, hs, ggs, a, b, rs, full, t, width, live, True, RMS, BX, U, L)
 
 
 @kd.kernel
 def col_partials(x: kd.Tensor, grad: kd.Tensor, mean: kd.Tensor[kd.f32, 1], rstd: kd.Tensor[kd.f32, 1],
                  part: kd.Tensor[kd.f32, 1], rows: kd.i32, width: kd.i32, x_stride: kd.i64, g_stride: kd.i64,
                  rows_per_block: kd.i32, RMS: kd.Const[bool], BETA: kd.Const[bool], BX: kd.Const[int]):
-    """part[0, blk, col] = Σ grad·x̂ and part[1, blk, col] = Σ grad over the block's rows."""
+    """part[0, blk, col] = Σ grad·x̂ and part[1, blk, col] = Σ grad over the block's rows.
+    Units past the last column read the last column and store nothing."""
     col = kd.cube_pos_x() * BX + kd.unit_pos_x()
+    c = kd.min(col, width - 1)
     blk = kd.cube_pos_y()
     blocks = kd.cube_count_y()
     r0 = blk * rows_per_block
@@ -162,11 +147,10 @@ def col_partials(x: kd.Tensor, grad: kd.Tensor, mean: kd.Tensor[kd.f32, 1], rstd
     sg = kd.f32(0)
     sb = kd.f32(0)
     for r in range(r0, r1):
-        if col < width:
-            g = kd.f32(grad[kd.i64(r) * g_stride + col])
-            h = normalized(kd.f32(x[kd.i64(r) * x_stride + col]), mean[r] if not RMS else 0.0, rstd[r], RMS)
-            sg += g * h
-            sb += g
+        g = kd.f32(grad[kd.i64(r) * g_stride + c])
+        h = normalized(kd.f32(x[kd.i64(r) * x_stride + c]), mean[r] if not RMS else 0.0, rstd[r], RMS)
+        sg += g * h
+        sb += g
     if col < width:
         part[kd.i64(blk) * width + col] = sg
         if BETA:
@@ -178,13 +162,13 @@ def col_finish(part: kd.Tensor[kd.f32, 1], dgamma: kd.Tensor[kd.f32, 1], dbeta: 
                blocks: kd.i32, width: kd.i32, BETA: kd.Const[bool], BX: kd.Const[int]):
     """dgamma[col] (and dbeta[col]) = the blocks' partial sums, added in block order."""
     col = kd.cube_pos_x() * BX + kd.unit_pos_x()
+    c = kd.min(col, width - 1)
     sg = kd.f32(0)
     sb = kd.f32(0)
     for k in range(blocks):
-        if col < width:
-            sg += part[kd.i64(k) * width + col]
-            if BETA:
-                sb += part[(kd.i64(blocks) + k) * width + col]
+        sg += part[kd.i64(k) * width + c]
+        if BETA:
+            sb += part[(kd.i64(blocks) + k) * width + c]
     if col < width:
         dgamma[col] = sg
         if BETA:

@@ -28,6 +28,27 @@ def load_f32(src, off, ok, fill, L):
 
 
 @kd.func
+def chunk_in(first, k, t, width, MASK, BX, L):
+    """Whether chunk k of this unit, from column first + (k*BX + t)*L, lies inside the row:
+    True when not MASK (only a row's last step needs the test)."""
+    return first + (k * BX + t) * L < width if MASK else True  # one expression: True stays a constant
+
+
+@kd.func
+def load_chunks(src, base, first, t, width, fill, MASK, BX, N, L, cond=True):
+    """N chunks of this unit as f32 (`fill` outside the row, see chunk_in, or where not
+    `cond`), every load issued before any value is used: a GPU then has all N in flight
+    at once instead of waiting for each in turn. Rows past the last are read as the last
+    row (kernels clamp the row they read and store nothing for it), so loads of inputs
+    need no test on the row."""
+    vals = ()
+    for k in kd.unroll(N):
+        ok = cond and chunk_in(first, k, t, width, MASK, BX, L)
+        vals = vals + (load_f32(src, base + first + (k * BX + t) * L, ok, fill, L),)
+    return vals
+
+
+@kd.func
 def store(dst, off, value, L):
     """Store a chunk (scalar or L-lane vector), cast once to dst's dtype."""
     if L == 1:
@@ -109,6 +130,14 @@ def row_parts(parts, NPR, MAX):
 def row_index(RY):
     """This unit's row: cubes are numbered over a 2-D grid, RY rows per cube."""
     r = (kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()) * RY + kd.unit_pos_y()
+    return r
+
+
+@kd.func
+def read_row(row, rows):
+    """The row a unit reads: its own, or the last one for units past the end (which
+    store nothing), so loads need no test on the row."""
+    r = kd.min(row, rows - 1)
     return r
 
 

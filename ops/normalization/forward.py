@@ -3,8 +3,9 @@
 for rows too long for registers, and for the cpu runtime.)
 
 Each unit loads CH chunks of L elements (chunk c of unit t starts at column
-(c*BX + t)*L, so consecutive units read consecutive memory), reduces, and writes
-from the values it holds: the input is read from memory once.
+(c*BX + t)*L, so consecutive units read consecutive memory), all loads issued
+before any is used, reduces, and writes from the values it holds: the input is read
+from memory once.
 
 Every kernel works on a [rows, width] view with unit stride along the row and
 `x_stride` elements between rows; outputs are packed. Statistics are f32; the norm
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import exp_nonpos, lanes_sum, load_f32, row_index, row_max, row_sum, store
+from .device import chunk_in, exp_nonpos, lanes_sum, load_chunks, read_row, row_index, row_max, row_sum, store
 
 
 @kd.func
@@ -53,16 +54,29 @@ def masked_exp(v, m, ok, FAST, L):
 
 
 @kd.func
-def norm_out(v, mean, rstd, gamma, beta, col, RMS, HAS_BETA, L):
-    """One chunk of the normalised output: (v - mean)*rstd*gamma (+ beta); x*rstd*gamma for RMS."""
-    g = load_f32(gamma, col, True, 0.0, L)
+def affine(v, mean, rstd, g, b, RMS, HAS_BETA):
+    """One chunk of the normalised output: (v - mean)*rstd*g (+ b); v*rstd*g for RMS."""
     if RMS:
         o = v * rstd * g
     else:
         o = (v - mean) * rstd * g
     if HAS_BETA:
-        o = o + load_f32(beta, col, True, 0.0, L)
+        o = o + b
     return o
+
+
+@kd.func
+def write_normalized(y, yb, vals, gamma, beta, mean, rstd, first, t, width, live, MASK, RMS, HAS_BETA, BX, N, L):
+    """Store N chunks of output (live rows only). gamma and beta are loaded chunk by chunk:
+    every row reads them, so they come from the nearest cache, and holding them all would
+    cost a GPU as many registers again as the row itself."""
+    for k in kd.unroll(N):
+        f = first + k * BX * L
+        g = load_chunks(gamma, 0, f, t, width, 0.0, MASK, BX, 1, L)[0]
+        b = load_chunks(beta, 0, f, t, width, 0.0, MASK, BX, 1, L)[0] if HAS_BETA else g
+        o = affine(vals[k], mean, rstd, g, b, RMS, HAS_BETA)
+        if live and chunk_in(f, 0, t, width, MASK, BX, L):
+            store(y, yb + f + t * L, o, L)
 
 
 @kd.kernel
@@ -74,13 +88,11 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
-    xb = kd.i64(row) * x_stride
+    xb = kd.i64(read_row(row, rows)) * x_stride
     yb = kd.i64(row) * width
-    vals = ()
+    vals = load_chunks(x, xb, 0, t, width, 0.0, True, BX, CH, L)
     acc = kd.f32(0)
     for c in kd.unroll(CH):
-        col = (c * BX + t) * L
-        vals = vals + (load_f32(x, xb + col, live and col < width, 0.0, L),)
         if RMS:
             acc += lanes_sum(vals[c] * vals[c], L)
         else:
@@ -93,14 +105,10 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
         mean = row_sum(acc, BX, RY) * inv_w
         q = kd.f32(0)
         for c in kd.unroll(CH):
-            col = (c * BX + t) * L
-            q += lanes_sum(masked_sq_dev(vals[c], mean, live and col < width), L)
+            q += lanes_sum(masked_sq_dev(vals[c], mean, chunk_in(0, c, t, width, True, BX, L)), L)
         ms = row_sum(q, BX, RY) * inv_w
     rstd = kd.rsqrt(ms + eps)
-    for c in kd.unroll(CH):
-        col = (c * BX + t) * L
-        if live and col < width:
-            store(y, yb + col, norm_out(vals[c], mean, rstd, gamma, beta, col, RMS, HAS_BETA, L), L)
+    write_normalized(y, yb, vals, gamma, beta, mean, rstd, 0, t, width, live, True, RMS, HAS_BETA, BX, CH, L)
     if live and t == 0:
         if not RMS:
             mean_out[row] = mean
@@ -114,23 +122,19 @@ def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
-    xb = kd.i64(row) * x_stride
+    xb = kd.i64(read_row(row, rows)) * x_stride
     yb = kd.i64(row) * width
-    vals = ()
+    vals = load_chunks(x, xb, 0, t, width, -kd.inf, True, BX, CH, L)
     m = -kd.inf
     for c in kd.unroll(CH):
-        col = (c * BX + t) * L
-        vals = vals + (load_f32(x, xb + col, live and col < width, -kd.inf, L),)
         m = max_ignoring_nan(m, lanes_max_ignoring_nan(vals[c], L))
     m = row_max(m, BX, RY)
     exps = ()
     s = kd.f32(0)
     for c in kd.unroll(CH):
-        col = (c * BX + t) * L
-        exps = exps + (masked_exp(vals[c], m, live and col < width, FAST, L),)
+        exps = exps + (masked_exp(vals[c], m, chunk_in(0, c, t, width, True, BX, L), FAST, L),)
         s += lanes_sum(exps[c], L)
     inv = 1.0 / row_sum(s, BX, RY)
     for c in kd.unroll(CH):
-        col = (c * BX + t) * L
-        if live and col < width:
-            store(y, yb + col, exps[c] * inv, L)
+        if live and chunk_in(0, c, t, width, True, BX, L):
+            store(y, yb + (c * BX + t) * L, exps[c] * inv, L)

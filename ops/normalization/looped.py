@@ -2,41 +2,41 @@
 units stride over the row U chunks of L elements per step, once per statistic and
 once to write; the re-reads hit the cache the previous pass just filled.
 
-Each pass is a main loop over whole steps, where only the row's own `live` flag
-guards the accesses, and one masked tail step: on the cpu runtime the main loops
-then run as plain SIMD loops. The per-chunk work of a pass is a device function
-(`*_step`) called from both. Same [rows, width] view and outputs as forward.py.
+Each pass is a main loop over whole steps, with no test on any load (units past the
+last row read the last row and store nothing), and one masked tail step: on the cpu
+runtime the main loops then run as plain SIMD loops. The main loops handle a step
+chunk by chunk (LLVM vectorises that order best; with no branch between the loads a
+GPU compiler still issues them together); the tail step loads all its chunks first.
+The per-chunk work is a device function shared with forward.py's kernels.
+Same [rows, width] view and outputs as forward.py.
 """
 from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import exp_nonpos, lanes_sum, load_f32, row_index, row_max, row_sum, store
-from .forward import lanes_max_ignoring_nan, masked_exp, masked_sq_dev, max_ignoring_nan, norm_out
+from .device import chunk_in, exp_nonpos, lanes_sum, load_chunks, read_row, row_index, row_max, row_sum, store
+from .forward import lanes_max_ignoring_nan, masked_exp, masked_sq_dev, max_ignoring_nan, write_normalized
 
 
 @kd.func
-def moment_step(acc, x, off, ok, RMS, L):
-    """acc + Σ x (LayerNorm) or Σ x² (RMSNorm) over one chunk."""
-    v = load_f32(x, off, ok, 0.0, L)
-    if RMS:
-        a = acc + lanes_sum(v * v, L)
-    else:
-        a = acc + lanes_sum(v, L)
+def add_moments(acc, vals, RMS, N, L):
+    """acc + Σ x (LayerNorm) or Σ x² (RMSNorm) over N chunks (outside the row they are 0)."""
+    a = acc
+    for k in kd.unroll(N):
+        if RMS:
+            a += lanes_sum(vals[k] * vals[k], L)
+        else:
+            a += lanes_sum(vals[k], L)
     return a
 
 
 @kd.func
-def sq_dev_step(q, x, off, mean, ok, L):
-    """q + Σ (x - mean)² over one chunk."""
-    a = q + lanes_sum(masked_sq_dev(load_f32(x, off, ok, 0.0, L), mean, ok), L)
+def add_sq_devs(q, vals, mean, first, t, width, MASK, BX, N, L):
+    """q + Σ (x - mean)² over N chunks."""
+    a = q
+    for k in kd.unroll(N):
+        a += lanes_sum(masked_sq_dev(vals[k], mean, chunk_in(first, k, t, width, MASK, BX, L)), L)
     return a
-
-
-@kd.func
-def norm_write_step(x, gamma, beta, y, xoff, yoff, col, mean, rstd, ok, RMS, HAS_BETA, L):
-    if ok:
-        store(y, yoff, norm_out(load_f32(x, xoff, True, 0.0, L), mean, rstd, gamma, beta, col, RMS, HAS_BETA, L), L)
 
 
 @kd.kernel
@@ -48,18 +48,17 @@ def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
-    xb = kd.i64(row) * x_stride
+    xb = kd.i64(read_row(row, rows)) * x_stride
     yb = kd.i64(row) * width
     STEP = BX * L * U
     full = width - width % STEP
     acc = kd.f32(0)
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            acc = moment_step(acc, x, xb + i + (u * BX + t) * L, live, RMS, L)
+            f = i + u * BX * L
+            acc = add_moments(acc, load_chunks(x, xb, f, t, width, 0.0, False, BX, 1, L), RMS, 1, L)
     if full < width:
-        for u in kd.unroll(U):
-            col = full + (u * BX + t) * L
-            acc = moment_step(acc, x, xb + col, live and col < width, RMS, L)
+        acc = add_moments(acc, load_chunks(x, xb, full, t, width, 0.0, True, BX, U, L), RMS, U, L)
     inv_w = 1.0 / kd.f32(width)
     mean = kd.f32(0)
     if RMS:
@@ -69,22 +68,22 @@ def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
         q = kd.f32(0)
         for i in range(0, full, STEP):
             for u in kd.unroll(U):
-                q = sq_dev_step(q, x, xb + i + (u * BX + t) * L, mean, live, L)
+                f = i + u * BX * L
+                q = add_sq_devs(q, load_chunks(x, xb, f, t, width, 0.0, False, BX, 1, L), mean, f, t, width, False, BX,
+                                1, L)
         if full < width:
-            for u in kd.unroll(U):
-                col = full + (u * BX + t) * L
-                q = sq_dev_step(q, x, xb + col, mean, live and col < width, L)
+            q = add_sq_devs(q, load_chunks(x, xb, full, t, width, 0.0, True, BX, U, L), mean, full, t, width, True, BX,
+                            U, L)
         ms = row_sum(q, BX, RY) * inv_w
     rstd = kd.rsqrt(ms + eps)
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            c = i + (u * BX + t) * L
-            norm_write_step(x, gamma, beta, y, xb + c, yb + c, c, mean, rstd, live, RMS, HAS_BETA, L)
+            f = i + u * BX * L
+            write_normalized(y, yb, load_chunks(x, xb, f, t, width, 0.0, False, BX, 1, L), gamma, beta, mean, rstd, f,
+                             t, width, live, False, RMS, HAS_BETA, BX, 1, L)
     if full < width:
-        for u in kd.unroll(U):
-            col = full + (u * BX + t) * L
-            norm_write_step(x, gamma, beta, y, xb + col, yb + col, col, mean, rstd, live and col < width, RMS,
-                            HAS_BETA, L)
+        write_normalized(y, yb, load_chunks(x, xb, full, t, width, 0.0, True, BX, U, L), gamma, beta, mean, rstd,
+                         full, t, width, live, True, RMS, HAS_BETA, BX, U, L)
     if live and t == 0:
         if not RMS:
             mean_out[row] = mean
@@ -92,35 +91,50 @@ def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
 
 
 @kd.func
-def max_step(m, x, off, ok, L):
-    a = max_ignoring_nan(m, lanes_max_ignoring_nan(load_f32(x, off, ok, -kd.inf, L), L))
+def max_of(m, vals, N, L):
+    """The running max with N more chunks (NaNs skipped: see forward.max_ignoring_nan)."""
+    a = m
+    for k in kd.unroll(N):
+        a = max_ignoring_nan(a, lanes_max_ignoring_nan(vals[k], L))
     return a
 
 
 @kd.func
-def exp_step(s, x, y, scratch, xoff, yoff, col, m, ok, FAST, STAGE, L):
-    """s + Σ exp(x - m) over one chunk; the exps are also kept in y (STAGE 1) or in the
+def add_exps(s, vals, y, scratch, yb, m, first, t, width, live, MASK, FAST, STAGE, BX, N, L):
+    """s + Σ exp(x - m) over N chunks; the exps are also kept in y (STAGE 1) or in the
     cube's scratch row (STAGE 2, scalar chunks)."""
-    e = masked_exp(load_f32(x, xoff, ok, -kd.inf, L), m, ok, FAST, L)
-    if STAGE == 1:
-        if ok:
-            store(y, yoff, e, L)
-    elif STAGE == 2:
-        if ok:
-            scratch[col] = e
-    a = s + lanes_sum(e, L)
+    a = s
+    for k in kd.unroll(N):
+        col = first + (k * BX + t) * L
+        inside = chunk_in(first, k, t, width, MASK, BX, L)
+        e = masked_exp(vals[k], m, inside, FAST, L)
+        if STAGE == 1:
+            if live and inside:
+                store(y, yb + col, e, L)
+        elif STAGE == 2:
+            if inside:
+                scratch[col] = e
+        a += lanes_sum(e, L)
     return a
 
 
 @kd.func
-def softmax_write_step(x, y, scratch, xoff, yoff, col, m, inv, ok, FAST, STAGE, L):
-    if ok:
-        if STAGE == 1:
-            store(y, yoff, load_f32(y, yoff, True, 0.0, L) * inv, L)
-        elif STAGE == 2:
-            store(y, yoff, scratch[col] * inv, L)
-        else:
-            store(y, yoff, exp_nonpos(load_f32(x, xoff, True, 0.0, L) - m, FAST, L) * inv, L)
+def write_softmax(x, y, scratch, xb, yb, m, inv, first, t, width, live, MASK, FAST, STAGE, BX, N, L):
+    """Store N chunks of exp(x - m) * inv: from the staged exps (STAGE 1: y, 2: scratch)
+    or computed again from x (STAGE 0)."""
+    if STAGE == 1:
+        vals = load_chunks(y, yb, first, t, width, 0.0, MASK, BX, N, L, cond=live)  # y exists for live rows only
+    elif STAGE == 0:
+        vals = load_chunks(x, xb, first, t, width, 0.0, MASK, BX, N, L)
+    for k in kd.unroll(N):
+        col = first + (k * BX + t) * L
+        if live and chunk_in(first, k, t, width, MASK, BX, L):
+            if STAGE == 1:
+                store(y, yb + col, vals[k] * inv, L)
+            elif STAGE == 2:
+                store(y, yb + col, scratch[col] * inv, L)
+            else:
+                store(y, yb + col, exp_nonpos(vals[k] - m, FAST, L) * inv, L)
 
 
 @kd.kernel
@@ -134,7 +148,7 @@ def softmax_looped(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
-    xb = kd.i64(row) * x_stride
+    xb = kd.i64(read_row(row, rows)) * x_stride
     yb = kd.i64(row) * width
     STEP = BX * L * U
     full = width - width % STEP
@@ -145,28 +159,22 @@ def softmax_looped(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     m = -kd.inf
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            m = max_step(m, x, xb + i + (u * BX + t) * L, live, L)
+            m = max_of(m, load_chunks(x, xb, i + u * BX * L, t, width, -kd.inf, False, BX, 1, L), 1, L)
     if full < width:
-        for u in kd.unroll(U):
-            col = full + (u * BX + t) * L
-            m = max_step(m, x, xb + col, live and col < width, L)
+        m = max_of(m, load_chunks(x, xb, full, t, width, -kd.inf, True, BX, U, L), U, L)
     m = row_max(m, BX, RY)
     s = kd.f32(0)
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            c = i + (u * BX + t) * L
-            s = exp_step(s, x, y, scratch, xb + c, yb + c, c, m, live, FAST, STAGE, L)
+            f = i + u * BX * L
+            s = add_exps(s, load_chunks(x, xb, f, t, width, -kd.inf, False, BX, 1, L), y, scratch, yb, m, f, t, width,
+                         live, False, FAST, STAGE, BX, 1, L)
     if full < width:
-        for u in kd.unroll(U):
-            col = full + (u * BX + t) * L
-            s = exp_step(s, x, y, scratch, xb + col, yb + col, col, m, live and col < width, FAST, STAGE, L)
+        s = add_exps(s, load_chunks(x, xb, full, t, width, -kd.inf, True, BX, U, L), y, scratch, yb, m, full, t,
+                     width, live, True, FAST, STAGE, BX, U, L)
     inv = 1.0 / row_sum(s, BX, RY)
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
-            c = i + (u * BX + t) * L
-            softmax_write_step(x, y, scratch, xb + c, yb + c, c, m, inv, live, FAST, STAGE, L)
+            write_softmax(x, y, scratch, xb, yb, m, inv, i + u * BX * L, t, width, live, False, FAST, STAGE, BX, 1, L)
     if full < width:
-        for u in kd.unroll(U):
-            col = full + (u * BX + t) * L
-            softmax_write_step(x, y, scratch, xb + col, yb + col, col, m, inv, live and col < width, FAST, STAGE,
-                               L)
+        write_softmax(x, y, scratch, xb, yb, m, inv, full, t, width, live, True, FAST, STAGE, BX, U, L)
