@@ -64,8 +64,8 @@ def softmax_last_axis(input) -> kd.Tensor:
     on_cpu = rt.capabilities.backend == "cpu"  # cheaper exp (device.py); f32 rows scaled in place (looped.py)
     y2 = out.reshape(rows, width)
     if shape.cached:
-        _fwd.softmax_cached[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, shape.bx, shape.ry,
-                                                           shape.chunks, shape.lanes)
+        _fwd.softmax_cached[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, shape.ragged(width),
+                                                           shape.bx, shape.ry, shape.chunks, shape.lanes)
     else:
         stage = 0
         if on_cpu and input.dtype is kd.f32:
@@ -110,9 +110,12 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
     shape = choose_shape(rt.capabilities, width, lanes)
     r_out = rstd.reshape(rows)
     m_out = mean.reshape(rows) if mean is not None else r_out  # RMSNorm never stores a mean
-    kern = _fwd.norm_cached if shape.cached else _loop.norm_looped
-    kern[shape.grid(rows), shape.block](x2, g, b, out.reshape(rows, width), m_out, r_out, rows, width, xs, eps,
-                                        rms, beta is not None, shape.bx, shape.ry, shape.chunks, shape.lanes)
+    args = (x2, g, b, out.reshape(rows, width), m_out, r_out, rows, width, xs, eps, rms, beta is not None)
+    if shape.cached:
+        _fwd.norm_cached[shape.grid(rows), shape.block](*args, shape.ragged(width), shape.bx, shape.ry, shape.chunks,
+                                                        shape.lanes)
+    else:
+        _loop.norm_looped[shape.grid(rows), shape.block](*args, shape.bx, shape.ry, shape.chunks, shape.lanes)
     return out, mean, rstd
 
 
@@ -139,9 +142,12 @@ def _norm_backward(fn, input, gamma, grad, mean, rstd, rms: bool) -> tuple:
     lanes = vector_lanes(min(input.dtype.itemsize, grad.dtype.itemsize), width, xs, gs, x2.offset, g2.offset,
                          gam.offset)
     shape = choose_shape(rt.capabilities, width, lanes)
-    kern = _bwd.norm_bwd_cached if shape.cached else _bwd.norm_bwd_looped
-    kern[shape.grid(rows), shape.block](x2, gam, g2, mu, rs, dx.reshape(rows, width), rows, width, xs, gs, rms,
-                                        shape.bx, shape.ry, shape.chunks, shape.lanes)
+    args = (x2, gam, g2, mu, rs, dx.reshape(rows, width), rows, width, xs, gs, rms)
+    if shape.cached:
+        _bwd.norm_bwd_cached[shape.grid(rows), shape.block](*args, shape.ragged(width), shape.bx, shape.ry,
+                                                            shape.chunks, shape.lanes)
+    else:
+        _bwd.norm_bwd_looped[shape.grid(rows), shape.block](*args, shape.bx, shape.ry, shape.chunks, shape.lanes)
     dgamma, dbeta = _column_sums(rt, x2, g2, mu, rs, rows, width, xs, gs, rms)
     return dx, dgamma, dbeta
 

@@ -73,7 +73,8 @@ def write_dx(dx, db, hs, ggs, a, b, rs, first, t, width, live, MASK, RMS, BX, N,
 def norm_bwd_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
                     mean: kd.Tensor[kd.f32, 1], rstd: kd.Tensor[kd.f32, 1], dx: kd.Tensor,
                     rows: kd.i32, width: kd.i32, x_stride: kd.i64, g_stride: kd.i64, RMS: kd.Const[bool],
-                    BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int], L: kd.Const[int]):
+                    MASK: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int],
+                    L: kd.Const[int]):
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
@@ -83,13 +84,13 @@ def norm_bwd_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
     db = kd.i64(row) * width
     mu = kd.f32(0) if RMS else mean[src]
     rs = rstd[src]
-    hs, ggs = chunk_terms(x, grad, gamma, xb, gb, 0, t, width, mu, rs, True, RMS, BX, CH, L)
+    hs, ggs = chunk_terms(x, grad, gamma, xb, gb, 0, t, width, mu, rs, MASK, RMS, BX, CH, L)
     a, b = add_dots((kd.f32(0), kd.f32(0)), hs, ggs, CH, L)
     inv_w = 1.0 / kd.f32(width)
     b = row_sum(b, BX, RY) * inv_w
     if not RMS:
         a = row_sum(a, BX, RY) * inv_w
-    write_dx(dx, db, hs, ggs, a, b, rs, 0, t, width, live, True, RMS, BX, CH, L)
+    write_dx(dx, db, hs, ggs, a, b, rs, 0, t, width, live, MASK, RMS, BX, CH, L)
 
 
 @kd.kernel

@@ -5,7 +5,8 @@ for rows too long for registers, and for the cpu runtime.)
 Each unit loads CH chunks of L elements (chunk c of unit t starts at column
 (c*BX + t)*L, so consecutive units read consecutive memory), all loads issued
 before any is used, reduces, and writes from the values it holds: the input is read
-from memory once.
+from memory once. MASK is False when the chunks tile the row exactly (the usual
+power-of-two widths): no load or store then needs a test.
 
 Every kernel works on a [rows, width] view with unit stride along the row and
 `x_stride` elements between rows; outputs are packed. Statistics are f32; the norm
@@ -83,14 +84,14 @@ def write_normalized(y, yb, vals, gamma, beta, mean, rstd, first, t, width, live
 def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f32, 1], y: kd.Tensor,
                 mean_out: kd.Tensor[kd.f32, 1], rstd_out: kd.Tensor[kd.f32, 1],
                 rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
-                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool],
+                RMS: kd.Const[bool], HAS_BETA: kd.Const[bool], MASK: kd.Const[bool],
                 BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int], L: kd.Const[int]):
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
     xb = kd.i64(read_row(row, rows)) * x_stride
     yb = kd.i64(row) * width
-    vals = load_chunks(x, xb, 0, t, width, 0.0, True, BX, CH, L)
+    vals = load_chunks(x, xb, 0, t, width, 0.0, MASK, BX, CH, L)
     acc = kd.f32(0)
     for c in kd.unroll(CH):
         if RMS:
@@ -105,10 +106,10 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
         mean = row_sum(acc, BX, RY) * inv_w
         q = kd.f32(0)
         for c in kd.unroll(CH):
-            q += lanes_sum(masked_sq_dev(vals[c], mean, chunk_in(0, c, t, width, True, BX, L)), L)
+            q += lanes_sum(masked_sq_dev(vals[c], mean, chunk_in(0, c, t, width, MASK, BX, L)), L)
         ms = row_sum(q, BX, RY) * inv_w
     rstd = kd.rsqrt(ms + eps)
-    write_normalized(y, yb, vals, gamma, beta, mean, rstd, 0, t, width, live, True, RMS, HAS_BETA, BX, CH, L)
+    write_normalized(y, yb, vals, gamma, beta, mean, rstd, 0, t, width, live, MASK, RMS, HAS_BETA, BX, CH, L)
     if live and t == 0:
         if not RMS:
             mean_out[row] = mean
@@ -117,14 +118,14 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
 
 @kd.kernel
 def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_stride: kd.i64,
-                   FAST: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int],
-                   L: kd.Const[int]):
+                   FAST: kd.Const[bool], MASK: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int],
+                   CH: kd.Const[int], L: kd.Const[int]):
     row = row_index(RY)
     t = kd.unit_pos_x()
     live = row < rows
     xb = kd.i64(read_row(row, rows)) * x_stride
     yb = kd.i64(row) * width
-    vals = load_chunks(x, xb, 0, t, width, -kd.inf, True, BX, CH, L)
+    vals = load_chunks(x, xb, 0, t, width, -kd.inf, MASK, BX, CH, L)
     m = -kd.inf
     for c in kd.unroll(CH):
         m = max_ignoring_nan(m, lanes_max_ignoring_nan(vals[c], L))
@@ -132,9 +133,9 @@ def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     exps = ()
     s = kd.f32(0)
     for c in kd.unroll(CH):
-        exps = exps + (masked_exp(vals[c], m, chunk_in(0, c, t, width, True, BX, L), FAST, L),)
+        exps = exps + (masked_exp(vals[c], m, chunk_in(0, c, t, width, MASK, BX, L), FAST, L),)
         s += lanes_sum(exps[c], L)
     inv = 1.0 / row_sum(s, BX, RY)
     for c in kd.unroll(CH):
-        if live and chunk_in(0, c, t, width, True, BX, L):
+        if live and chunk_in(0, c, t, width, MASK, BX, L):
             store(y, yb + (c * BX + t) * L, exps[c] * inv, L)

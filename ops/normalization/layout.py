@@ -31,6 +31,10 @@ class RowShape:
     def block(self) -> tuple:
         return (self.bx, self.ry)
 
+    def ragged(self, width: int) -> bool:
+        """Whether a cached row's chunks overhang `width` (their accesses then need a test)."""
+        return self.bx * self.chunks * self.lanes != width
+
     def grid(self, rows: int) -> tuple:
         cubes = max(1, -(-rows // self.ry))
         gy = -(-cubes // GRID_X)
