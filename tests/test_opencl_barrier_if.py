@@ -240,7 +240,8 @@ def test_generated_branches_end_at_a_barrier(monkeypatch, mode):
     flagged_or_ranked[2, 128](rt.tensor(np.ones((2, 100), np.float32)), rt.zeros((2, 5), "i32"), runtime=rt)
     assert set(sources) == {"tail_reads_head", "early_exit_tail", "flagged_or_ranked"}
     for name, src in sources.items():
-        assert src.count("barrier(") >= 2
+        # plane ops emulated through local memory add barriers; native ones (NVIDIA) do not
+        assert src.count("barrier(") >= (1 if rt.capabilities.native_plane_ops else 2)
         assert _misplaced_barriers(src) == [], (name, src)
 
 
