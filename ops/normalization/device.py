@@ -3,10 +3,11 @@ unit's chunk (a scalar, or an L-lane vector), reductions over the units of a row
 the exp softmax uses.
 
 A row is handled by BX units of a cube (`unit_pos_x`), and a cube holds RY rows
-(`unit_pos_y`). Rows of BX >= PLANE_DIM units reduce with a plane operation and one
-value per plane through shared memory; rows narrower than a plane sit in aligned
-segments of one plane and reduce with a shuffle-xor butterfly inside the segment.
-Every reduction gives all units of the row the same value, in a fixed order.
+(`unit_pos_y`). Rows of BX >= PLANE_DIM units reduce with a plane operation, one
+value per plane through shared memory, and one more plane operation over those;
+rows narrower than a plane sit in aligned segments of one plane and reduce with a
+shuffle-xor butterfly inside the segment. Every reduction gives all units of the row
+the same value, in a fixed order.
 """
 from __future__ import annotations
 
