@@ -175,7 +175,7 @@ class Runtime:
         elif a.dtype == np.int64 and not isinstance(array, np.ndarray):
             a = a.astype(np.int32)
         dt = as_dtype(a.dtype)
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a, order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
         t = self.empty(a.shape, dt)
         if a.size:
             self._upload(t.buffer, 0, a.reshape(-1).view(np.uint8))

@@ -74,7 +74,8 @@ def test_memory_is_pooled(runtime):
 def test_zero_size_and_scalars(runtime):
     t = runtime.tensor(np.zeros((0, 3), np.float32))
     assert t.shape == (0, 3) and t.numpy().shape == (0, 3)
-    assert runtime.tensor(np.float32(2.5)).numpy() == 2.5
+    s = runtime.tensor(np.float32(2.5))
+    assert s.shape == () and s.numpy() == 2.5
 
 
 def test_default_runtime(monkeypatch):
