@@ -142,6 +142,19 @@ class Runtime:
     def launch(self, binary, grid, block, args):
         raise NotImplementedError
 
+    @staticmethod
+    def _raise_bounds(kir, args, record):
+        """Raise the OutOfBoundsError a bounds-checked launch recorded: `record` holds
+        (flag, parameter index or -1 for shared memory, element offset, source line)."""
+        from .errors import OutOfBoundsError
+        idx, off, line = int(record[1]), int(record[2]), int(record[3])
+        where = f" at {kir.loc.filename}:{line}" if kir.loc is not None else ""
+        if idx >= 0:
+            p = kir.params[idx]
+            raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for tensor '{p.name}' "
+                                   f"(shape {args[idx].shape}, {args[idx].extent()} elements reachable){where}")
+        raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for a shared array{where}")
+
     # ---------------------------------------------------------------- tensors
     def allocate(self, nbytes: int) -> Buffer:
         raw, size = self.pool.allocate(max(nbytes, 1))

@@ -20,7 +20,6 @@ import numpy as np
 
 from kerneldsl import cache, ir
 from kerneldsl.dtypes import f16, f32, f64
-from kerneldsl.errors import OutOfBoundsError
 from kerneldsl.dtypes import as_dtype
 from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
@@ -203,17 +202,6 @@ class CpuRuntime(Runtime):
         work()
         for f in futures:
             f.result()
-
-    @staticmethod
-    def _raise_bounds(kir, args, errbuf):
-        idx, off, line = int(errbuf[1]), int(errbuf[2]), int(errbuf[3])
-        where = f" at {kir.loc.filename}:{line}" if kir.loc is not None else ""
-        if idx >= 0:
-            p = kir.params[idx]
-            raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for tensor '{p.name}' "
-                                   f"(shape {args[idx].shape}, {args[idx].extent()} elements reachable){where}")
-        raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for a shared array{where}")
-
 
 def available() -> bool:
     return True

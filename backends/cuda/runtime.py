@@ -16,7 +16,7 @@ import numpy as np
 
 from kerneldsl import cache, ir
 from kerneldsl.dtypes import bf16, boolean, f16, f32, f64
-from kerneldsl.errors import LaunchError, OutOfBoundsError
+from kerneldsl.errors import LaunchError
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
 from kerneldsl.tensor import Tensor
 
@@ -335,17 +335,6 @@ class CudaRuntime(Runtime):
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
             if rec[0]:
                 self._raise_bounds(kir, args, rec)
-
-    @staticmethod
-    def _raise_bounds(kir, args, rec):
-        idx, off, line = int(rec[1]), int(rec[2]), int(rec[3])
-        where = f" at {kir.loc.filename}:{line}" if kir.loc is not None else ""
-        if idx >= 0:
-            p = kir.params[idx]
-            raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for tensor '{p.name}' "
-                                   f"(shape {args[idx].shape}, {args[idx].extent()} elements reachable){where}")
-        raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for a shared array{where}")
-
 
 def available() -> bool:
     try:

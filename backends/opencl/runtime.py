@@ -15,7 +15,7 @@ import numpy as np
 
 from kerneldsl import cache, ir
 from kerneldsl.dtypes import bf16, boolean, f16
-from kerneldsl.errors import LaunchError, OutOfBoundsError
+from kerneldsl.errors import LaunchError
 from kerneldsl.runtime import Runtime, RuntimeUnavailable
 
 from . import compiler, renderer
@@ -249,17 +249,6 @@ class OpenCLRuntime(Runtime):
             rec = errbuf.numpy()
             if rec[0]:
                 self._raise_bounds(kir, args, rec)
-
-    @staticmethod
-    def _raise_bounds(kir, args, rec):
-        idx, off, line = int(rec[1]), int(rec[2]), int(rec[3])
-        where = f" at {kir.loc.filename}:{line}" if kir.loc is not None else ""
-        if idx >= 0:
-            p = kir.params[idx]
-            raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for tensor '{p.name}' "
-                                   f"(shape {args[idx].shape}, {args[idx].extent()} elements reachable){where}")
-        raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for a shared array{where}")
-
 
 def available() -> bool:
     try:
