@@ -8,7 +8,7 @@ import math as pymath
 from . import ir
 from .dtypes import DType, VecType, f16, bf16, f32, f64, i32, u32, i64, boolean, as_dtype
 from .frontend import FragRef, Frontend, SharedRef, TensorRef, _is_ct
-from .types import arith_type, coerce, extract, is_weak, make_const, promote
+from .types import arith_type, coerce, extract, is_weak, literal, make_const, promote
 
 
 def builtin(fn):
@@ -119,6 +119,65 @@ def store_vec(self, node, tensor, offset, value):
     v = coerce(v, VecType(tensor.dtype, v.dtype.lanes))
     off = coerce(self.to_expr(offset, node), i64)
     self.emit(ir.Store(tensor=tensor.name, offset=off, value=v, checked=self.spec.bounds_check, loc=self.loc(node)))
+
+
+@builtin
+def async_copy(self, node, dst, dst_offset, src, src_offset, lanes, pred=True):
+    """Native (ir.AsyncCopy) where the device has hardware async copies; elsewhere the
+    plain copy it means: load the elements (when pred holds) and store them, or zeros."""
+    lanes = self.ct(lanes, node, "kd.async_copy lanes")
+    if not isinstance(dst, SharedRef):
+        raise self.error(node, f"kd.async_copy copies into a shared array, got {self._describe(dst)} as dst")
+    if not isinstance(src, TensorRef):
+        raise self.error(node, f"kd.async_copy copies from a tensor, got {self._describe(src)} as src")
+    if src.dtype != dst.dtype:
+        raise self.error(node, f"kd.async_copy: src is {src.dtype} but dst is {dst.dtype}")
+    if lanes not in (1, 2, 4, 8) or lanes * src.dtype.itemsize not in (4, 8, 16):
+        raise self.error(node, f"kd.async_copy moves 4, 8 or 16 bytes: {lanes} lanes of {src.dtype} is "
+                               f"{lanes * src.dtype.itemsize}")
+    loc = self.loc(node)
+    doff = self.temp(coerce(self.to_expr(dst_offset, node), i64), "ad")
+    soff = self.temp(coerce(self.to_expr(src_offset, node), i64), "as")
+    cond = None if pred is True else self.temp(coerce(self.to_expr(pred, node), boolean), "ap")
+    if self.spec.caps.async_copy:
+        self.emit(ir.AsyncCopy(dst=dst.name, dst_offset=doff, src=src.name, src_offset=soff, lanes=lanes,
+                               pred=cond, dtype=src.dtype, checked=self.spec.bounds_check, loc=loc))
+        return
+    checked = self.spec.bounds_check
+    vt = src.dtype if lanes == 1 else VecType(src.dtype, lanes)
+    val = ir.Load(vt, tensor=src.name, offset=soff, checked=checked, loc=loc)
+
+    def stores(lane_value):
+        return [ir.SharedStore(array=dst.name, offset=doff if i == 0 else ir.BinOp(i64, op="+", a=doff,
+                                                                                    b=make_const(i, i64, loc), loc=loc),
+                               value=lane_value(i), checked=checked, loc=loc) for i in range(lanes)]
+
+    name = self.fresh("av")
+    self.var_types[name] = vt
+    v = ir.Var(vt, name=name, loc=loc)
+    copy = [ir.Assign(name=name, value=val, loc=loc)]
+    copy += stores(lambda i: v if lanes == 1 else ir.VecExtract(src.dtype, a=v, lane=i, loc=loc))
+    if cond is None:
+        for st in copy:
+            self.emit(st)
+        return
+    zero = stores(lambda i: self.store_value(literal(0), src.dtype, node))
+    self.emit(ir.If(cond=cond, then=copy, orelse=zero, loc=loc))
+
+
+@builtin
+def async_commit(self, node):
+    if self.spec.caps.async_copy:
+        self.emit(ir.AsyncCommit(loc=self.loc(node)))
+
+
+@builtin
+def async_wait(self, node, pending=0):
+    pending = self.ct(pending, node, "kd.async_wait pending groups")
+    if not isinstance(pending, int) or not 0 <= pending <= 7:
+        raise self.error(node, f"kd.async_wait: pending must be a compile-time int in 0..7, got {pending!r}")
+    if self.spec.caps.async_copy:
+        self.emit(ir.AsyncWait(pending=pending, loc=self.loc(node)))
 
 
 @builtin

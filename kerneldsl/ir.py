@@ -339,6 +339,33 @@ class FragMma(Stmt):
     b: str = ""
 
 
+@dataclass(eq=False)
+class AsyncCopy(Stmt):
+    """Start copying `lanes` consecutive elements from tensor `src` at src_offset to the
+    shared array `dst` at dst_offset (4, 8 or 16 bytes, both addresses aligned to that);
+    when `pred` is false nothing is read and the destination is zero-filled. Only emitted
+    for devices with `Capabilities.async_copy`; elsewhere the front end emits a plain copy."""
+    dst: str = ""
+    dst_offset: Expr = None
+    src: str = ""
+    src_offset: Expr = None
+    lanes: int = 8
+    pred: Expr | None = None
+    dtype: DType = None
+    checked: bool = False
+
+
+@dataclass(eq=False)
+class AsyncCommit(Stmt):
+    """Close the group of this unit's async copies issued since the last commit."""
+
+
+@dataclass(eq=False)
+class AsyncWait(Stmt):
+    """Wait until at most `pending` of this unit's committed copy groups are unfinished."""
+    pending: int = 0
+
+
 SPLIT_STMTS = (Barrier, PlaneOp, FragFill, FragLoad, FragStore, FragMma)
 
 
@@ -423,6 +450,8 @@ def stmt_exprs(s: Stmt):
         return [s.value]
     if isinstance(s, (FragLoad, FragStore)):
         return [s.offset, s.stride]
+    if isinstance(s, AsyncCopy):
+        return [e for e in (s.dst_offset, s.src_offset, s.pred) if e is not None]
     return []
 
 

@@ -113,6 +113,16 @@ def load_vec(tensor, offset, lanes): """Load `lanes` (2/4/8) consecutive element
 @_builtin
 def store_vec(tensor, offset, value): """Store a vector to consecutive elements."""
 @_builtin
+def async_copy(dst, dst_offset, src, src_offset, lanes, pred=True):
+    """Start copying `lanes` consecutive elements (4, 8 or 16 bytes, both ends aligned to
+    that size) from tensor `src` to shared array `dst`; zero-fills instead when `pred` is
+    false. The data is there for this unit after `async_wait`; a barrier then shows it to
+    the cube. Hardware copies on CUDA (cp.async); a plain copy elsewhere."""
+@_builtin
+def async_commit(): """Close the group of this unit's async copies issued since the last commit."""
+@_builtin
+def async_wait(pending=0): """Wait until at most `pending` (compile-time) committed copy groups are unfinished."""
+@_builtin
 def splat(value, lanes): """A vector with every lane equal to value."""
 @_builtin
 def make_vec(*values): """A vector from 2, 4 or 8 scalars."""

@@ -53,6 +53,7 @@ def for_arch(arch, device_name: str | None = None, max_shared_bytes: int | None 
         mma_dtypes=(f16, bf16),
         mma_shapes=((16, 16, 16),),
         mma_native=True,
+        async_copy=True,  # cp.async: sm_80 and newer, which MIN_SM already requires
     )
 
 

@@ -217,6 +217,35 @@ class CudaRenderer(CLikeRenderer):
                 return 0
         return n
 
+    # ------------------------------------------------------------------ async copies
+    def s_AsyncCopy(self, s):
+        """cp.async global -> shared (L2 only for 16 bytes: `.cg`); a false predicate copies
+        0 source bytes, which zero-fills, and points at the tensor's base so no address
+        past its end is ever formed."""
+        nbytes = s.lanes * s.dtype.itemsize
+        src, dst = self.tensor(s.src), self.shared(s.dst)
+        soff, doff = self.x(s.src_offset), self.x(s.dst_offset)
+        pred = "true" if s.pred is None else self.x(s.pred)
+        cache = "cg" if nbytes == 16 else "ca"
+        lines = [f"const bool kd_p = {pred};",
+                 f"const unsigned kd_sa = (unsigned)__cvta_generic_to_shared({dst} + {doff});",
+                 f"const void* kd_g = kd_p ? (const void*)({src} + {soff}) : (const void*){src};",
+                 f'asm volatile("cp.async.{cache}.shared.global [%0], [%1], {nbytes}, %2;\\n" :: "r"(kd_sa), '
+                 f'"l"(kd_g), "r"(kd_p ? {nbytes} : 0) : "memory");']
+        if s.checked:
+            src_ok = self._check(soff, s.lanes, f"{src}_n", self.param_index(s.src), s.loc)
+            dst_ok = self._check(doff, s.lanes, self.literal(self.k.shared[s.dst].size, i64), -1, s.loc)
+            lines = [f"if ((!({pred}) || {src_ok}) && {dst_ok}) {{"] + ["    " + x for x in lines] + ["}"]
+            self.emit("{ " + " ".join(lines) + " }")
+            return
+        self.emit("{ " + " ".join(lines) + " }")
+
+    def s_AsyncCommit(self, s):
+        self.emit('asm volatile("cp.async.commit_group;\\n" ::: "memory");')
+
+    def s_AsyncWait(self, s):
+        self.emit(f'asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");')
+
     # ------------------------------------------------------------------ plane operations
     def plane_op(self, s: ir.PlaneOp) -> list:
         dst, op, t = self.var(s.dst), s.op, s.dtype
