@@ -66,16 +66,22 @@ def copy_vec(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], n: kd.i64, BLOCK: kd.Co
 
 
 @kd.kernel
-def row_sum(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], BLOCK: kd.Const[int]):
-    """out[r] = sum of row r: 16-byte loads, per-unit partials, plane_sum, shared memory."""
+def row_sum(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], BLOCK: kd.Const[int], UNROLL: kd.Const[int]):
+    """out[r] = sum of row r: 16-byte loads (UNROLL of them issued before any is added),
+    per-unit partials, plane_sum, shared memory."""
     row = kd.cube_pos_x()
     t = kd.unit_pos_x()
     n = x.shape[1]
-    full = n - n % (BLOCK * VEC)
+    step = BLOCK * VEC * UNROLL
+    full = n - n % step
     acc = kd.f32(0)
-    for i in range(0, full, BLOCK * VEC):
-        v = kd.load_vec(x, kd.i64(row) * n + i + t * VEC, VEC)
-        acc += kd.vec_sum(v)
+    base = kd.i64(row) * n + t * VEC
+    for i in range(0, full, step):
+        vs = ()
+        for j in kd.unroll(UNROLL):
+            vs = vs + (kd.load_vec(x, base + i + j * (BLOCK * VEC), VEC),)
+        for j in kd.unroll(UNROLL):
+            acc += kd.vec_sum(vs[j])
     for i in range(full + t, n, BLOCK):
         acc += x[row, i]
     acc = kd.plane_sum(acc)
@@ -198,14 +204,127 @@ def gemm_tiled(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
             kd.store_fragment(c, kd.i64(m0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * FN + j], N)
 
 
-def gemm(a, b, c, config="128x128x32/w64x32"):
-    BM, BN, BK, WM, WN = CONFIGS[config]
+@kd.func
+def issue_tiles(sa, sb, a, b, slot, tile, ga, gb, sa0, sb0, K, N, BM, BN, BK, LDA, LDB, CA, CB, RA, RB, KT):
+    """Start the async copies of k tile `tile` (zero-filled past the last) into ring slot `slot`."""
+    ok = tile < KT
+    k0 = kd.i64(tile) * BK
+    for i in kd.unroll(CA):
+        kd.async_copy(sa, slot * (BM * LDA) + sa0 + i * RA * LDA, a, ga + kd.i64(i * RA) * K + k0, 8, ok)
+    for j in kd.unroll(CB):
+        kd.async_copy(sb, slot * (BK * LDB) + sb0 + j * RB * LDB, b, gb + (k0 + j * RB) * N, 8, ok)
+    kd.async_commit()
+
+
+@kd.kernel
+def gemm_pipelined(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BM: kd.Const[int],
+                   BN: kd.Const[int], BK: kd.Const[int], WM: kd.Const[int], WN: kd.Const[int], S: kd.Const[int],
+                   GROUP: kd.Const[int]):
+    """c = a @ b for M % BM == N % BN == K % BK == 0, with an S-stage ring of shared tiles filled
+    by async copies (S - 1 tiles in flight while the tensor cores work on one) and a grouped
+    cube order (GROUP row tiles share their column tiles while those sit in L2)."""
+    LDA = BK + 8  # padded rows: ldmatrix reads 8 rows without bank conflicts
+    LDB = BN + 8
+    U = (BM // WM) * (BN // WN) * 32
+    CA = BM * BK // (8 * U)  # 16-byte chunks of the A tile per unit
+    CB = BK * BN // (8 * U)
+    RA = U // (BK // 8)      # rows between a unit's successive A chunks
+    RB = U // (BN // 8)
+    FM = WM // 16
+    FN = WN // 16
+    M = a.shape[0]
+    K = a.shape[1]
+    N = b.shape[1]
+    KT = K // BK
+    sa = kd.shared(kd.bf16, S * BM * LDA)
+    sb = kd.shared(kd.bf16, S * BK * LDB)
+    t = kd.unit_pos_x()
+    plane = kd.plane_pos()
+    pm = (plane // (BN // WN)) * WM
+    pn = (plane % (BN // WN)) * WN
+    # grouped order: consecutive cubes walk GROUP row tiles down one column tile, then the next
+    pid = kd.cube_pos_x()
+    tiles_m = M // BM
+    width = GROUP * (N // BN)
+    first = (pid // width) * GROUP
+    rows_here = kd.min(tiles_m - first, GROUP)
+    m0 = (first + (pid % width) % rows_here) * BM
+    n0 = ((pid % width) // rows_here) * BN
+    ar = t // (BK // 8)
+    ac = (t % (BK // 8)) * 8
+    br = t // (BN // 8)
+    bc = (t % (BN // 8)) * 8
+    ga = kd.i64(m0 + ar) * K + ac
+    gb = kd.i64(br) * N + n0 + bc
+    sa0 = ar * LDA + ac
+    sb0 = br * LDB + bc
+    acc = ()
+    for f in kd.unroll(FM * FN):
+        acc = acc + (kd.fragment_acc(16, 16, 16),)
+        kd.fill_fragment(acc[f], 0.0)
+    fa = ()
+    for i in kd.unroll(FM):
+        fa = fa + (kd.fragment_a(kd.bf16, 16, 16, 16),)
+    fb = ()
+    for j in kd.unroll(FN):
+        fb = fb + (kd.fragment_b(kd.bf16, 16, 16, 16),)
+    for s in kd.unroll(S - 1):
+        issue_tiles(sa, sb, a, b, s, s, ga, gb, sa0, sb0, K, N, BM, BN, BK, LDA, LDB, CA, CB, RA, RB, KT)
+    for kt in range(KT):
+        kd.async_wait(S - 2)  # this unit's copies of tile kt have landed ...
+        kd.sync_cube()        # ... everyone's have, and everyone is done with tile kt - 1
+        nxt = kt + S - 1
+        issue_tiles(sa, sb, a, b, nxt % S, nxt, ga, gb, sa0, sb0, K, N, BM, BN, BK, LDA, LDB, CA, CB, RA, RB, KT)
+        abase = (kt % S) * (BM * LDA)
+        bbase = (kt % S) * (BK * LDB)
+        for kk in kd.unroll(BK // 16):
+            for i in kd.unroll(FM):
+                kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * LDA + kk * 16, LDA)
+            for j in kd.unroll(FN):
+                kd.load_fragment(fb[j], sb, bbase + (kk * 16) * LDB + pn + j * 16, LDB)
+            for i in kd.unroll(FM):
+                for j in kd.unroll(FN):
+                    kd.mma(acc[i * FN + j], fa[i], fb[j])
+    kd.async_wait(0)
+    for i in kd.unroll(FM):
+        for j in kd.unroll(FN):
+            kd.store_fragment(c, kd.i64(m0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * FN + j], N)
+
+
+# Pipelined configurations "BMxBNxBK/wWMxWN/sS/gG" -> (BM, BN, BK, WM, WN, stages S, group G)
+_PIPELINED_NAMES = (
+    "128x128x64/w64x32/s3/g8", "128x128x64/w64x32/s3/g4", "128x128x64/w64x32/s3/g16", "128x128x64/w64x32/s2/g8",
+    "128x128x64/w64x64/s3/g8", "128x128x64/w64x64/s4/g8", "128x128x32/w64x32/s4/g8", "128x128x32/w64x32/s6/g8",
+    "128x256x64/w64x64/s3/g8", "256x128x64/w64x64/s3/g8", "64x128x64/w32x64/s4/g8", "128x64x64/w64x32/s4/g8",
+)
+
+
+def _parse_config(name: str) -> tuple:
+    tile, warp, stages, group = name.split("/")
+    BM, BN, BK = (int(v) for v in tile.split("x"))
+    WM, WN = (int(v) for v in warp[1:].split("x"))
+    return BM, BN, BK, WM, WN, int(stages[1:]), int(group[1:])
+
+
+PIPELINED = {name: _parse_config(name) for name in _PIPELINED_NAMES}
+
+
+def gemm(a, b, c, config="128x128x64/w64x32/s3/g8"):
+    """Launch one GEMM configuration (a PIPELINED name, or a CONFIGS name for the
+    register-staged two-buffer kernel)."""
     M, K = a.shape
     N = b.shape[1]
+    if config in PIPELINED:
+        BM, BN, BK, WM, WN, S, G = PIPELINED[config]
+    else:
+        BM, BN, BK, WM, WN = CONFIGS[config]
     if M % BM or N % BN or K % BK:
-        raise ValueError(f"gemm_tiled {config} needs M % {BM}, N % {BN}, K % {BK} == 0, got {M}x{K} @ {K}x{N}")
+        raise ValueError(f"gemm {config} needs M % {BM}, N % {BN}, K % {BK} == 0, got {M}x{K} @ {K}x{N}")
     units = (BM // WM) * (BN // WN) * 32
-    gemm_tiled[(N // BN, M // BM), units](a, b, c, BM, BN, BK, WM, WN)
+    if config in PIPELINED:
+        gemm_pipelined[(N // BN) * (M // BM), units](a, b, c, BM, BN, BK, WM, WN, S, G)
+    else:
+        gemm_tiled[(N // BN, M // BM), units](a, b, c, BM, BN, BK, WM, WN)
 
 
 # ------------------------------------------------------------------ timing
@@ -213,8 +332,9 @@ time_kd = median_device_time
 time_torch = median_torch_cuda_time
 
 
-COPY_VARIANTS = (("loop", 256, 4), ("loop", 512, 4), ("loop", 1024, 2), ("batched", 512, 4),
-                 ("batched", 1024, 4))  # (kernel, units per cube, vectors per unit)
+COPY_VARIANTS = (("loop", 256, 4), ("loop", 256, 8), ("loop", 128, 8), ("loop", 512, 4), ("batched", 256, 8),
+                 ("batched", 128, 8), ("batched", 512, 4))  # (kernel, units per cube, vectors per unit)
+ROW_SUM_VARIANTS = ((512, 1), (512, 4), (512, 8), (256, 8), (1024, 4))  # (units per row, vectors in flight)
 
 
 def bench_copy(torch, rt, dev, quick, reps):
@@ -243,19 +363,25 @@ def bench_row_sum(torch, rt, dev, quick, reps, copy_bw):
     xm = torch.randn(r, cols, device=dev)
     out = torch.empty(r, device=dev)
     xk, ok = kd.from_dlpack(xm), kd.from_dlpack(out)
-    t_kd = time_kd(rt, lambda: row_sum[r, 512](xk, ok, 512), reps)
-    rt.synchronize()
-    err = (out.double() - xm.double().sum(1)).abs().max().item()
-    assert err < 1e-2, f"row_sum error {err}"
     ref = torch.empty(r, device=dev)
     t_th = time_torch(torch, lambda: torch.sum(xm, 1, out=ref), reps)
+    exact = xm.double().sum(1)
     nbytes = r * cols * 4
-    return [(f"row sum {r}x{cols}", "f32", f"{t_kd * 1e3:.3f}", f"{t_th * 1e3:.3f}", f"{t_th / t_kd:.2f}",
-             f"{nbytes / t_kd / 1e9:.0f} GB/s ({nbytes / t_kd / copy_bw:.0%} of torch copy)",
-             f"{nbytes / t_th / 1e9:.0f} GB/s")]
+    rows = []
+    for block, unroll in ROW_SUM_VARIANTS:
+        out.fill_(float("nan"))
+        t_kd = time_kd(rt, lambda: row_sum[r, block](xk, ok, block, unroll), reps)
+        rt.synchronize()
+        err = (out.double() - exact).abs().max().item()
+        assert err < 1e-2, f"row_sum ({block} units, {unroll} in flight) error {err}"
+        rows.append((f"row sum {r}x{cols} ({block} units, {unroll} vec in flight)", "f32", f"{t_kd * 1e3:.3f}",
+                     f"{t_th * 1e3:.3f}", f"{t_th / t_kd:.2f}",
+                     f"{nbytes / t_kd / 1e9:.0f} GB/s ({nbytes / t_kd / copy_bw:.0%} of torch copy)",
+                     f"{nbytes / t_th / 1e9:.0f} GB/s"))
+    return rows
 
 
-def bench_gemm(torch, rt, dev, quick, reps):
+def bench_gemm(torch, rt, dev, quick, reps, configs):
     m = 1024 if quick else 4096
     a_t = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
     b_t = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
@@ -266,7 +392,7 @@ def bench_gemm(torch, rt, dev, quick, reps):
     t_th = time_torch(torch, lambda: torch.matmul(a_t, b_t, out=ref_t), reps)
     flops = 2 * m ** 3
     rows = []
-    for config in CONFIGS:
+    for config in configs:
         c_t.fill_(float("nan"))  # poisoned: every element must be written
         t_kd = time_kd(rt, lambda: gemm(a, b, c, config), reps)
         rt.synchronize()
@@ -281,7 +407,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--gemm", default="128x128x32/w64x32," + ",".join(PIPELINED),
+                    help="comma-separated GEMM configurations (%(default)s)")
+    ap.add_argument("--only", default="copy,row sum,gemm", help="which benchmarks to run (%(default)s)")
     args = ap.parse_args(argv)
+    configs = [c for c in args.gemm.split(",") if c]
+    unknown = [c for c in configs if c not in PIPELINED and c not in CONFIGS]
+    if unknown:
+        ap.error(f"unknown GEMM configurations {unknown}; known: {sorted(PIPELINED) + sorted(CONFIGS)}")
     import torch
     rt = kd.runtime("cuda")
     dev = torch.device(f"cuda:{rt.index}")
@@ -292,7 +425,9 @@ def main(argv=None):
     copy_bw = None
     for name, fn in (("copy", lambda: bench_copy(torch, rt, dev, args.quick, args.reps)),
                      ("row sum", lambda: bench_row_sum(torch, rt, dev, args.quick, args.reps, copy_bw)),
-                     ("gemm", lambda: bench_gemm(torch, rt, dev, args.quick, args.reps))):
+                     ("gemm", lambda: bench_gemm(torch, rt, dev, args.quick, args.reps, configs))):
+        if name not in args.only.split(","):
+            continue
         try:
             got = fn()
         except Exception as e:  # noqa: BLE001  (report and go on with the next benchmark)

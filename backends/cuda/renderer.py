@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kerneldsl import ir
-from kerneldsl.dtypes import bf16, boolean, f32, f64, i32, i64, u32
+from kerneldsl.dtypes import bf16, boolean, f16, f32, f64, i32, i64, u32
 from kerneldsl.errors import UnsupportedFeatureError
 
 from ..clike import CLikeRenderer, Rendered
@@ -332,9 +332,27 @@ class CudaRenderer(CLikeRenderer):
         mem, dt = self._frag_mem(s.space, s.dst)
         off, ld = self.x(s.offset), self.x(s.stride)
         v = self.to_mem(self.cast(f"{self.frag(s.frag)}[kd_i]", f32, dt), dt)
-        return ["for (int kd_i = 0; kd_i < 8; ++kd_i) {",
+        loop = ["for (int kd_i = 0; kd_i < 8; ++kd_i) {",
                 f"    int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c); {mem}[{off} + kd_r * {ld} + kd_c] = {v};",
                 "}"]
+        if dt not in (f16, bf16, f32):
+            return loop
+        # elements 2i and 2i+1 of a lane are adjacent columns: one 4-byte (16-bit types) or
+        # 8-byte (f32) store per pair where the address and the row stride allow
+        f = self.frag(s.frag)
+        if dt is f32:
+            pair, width = f"make_float2({f}[kd_i], {f}[kd_i + 1])", 8
+            ptr_t = "float2"
+        else:
+            lo = self.cast(f"{f}[kd_i]", f32, dt)
+            hi = self.cast(f"{f}[kd_i + 1]", f32, dt)
+            pair, width = f"((unsigned)({lo}) | ((unsigned)({hi}) << 16))", 4
+            ptr_t = "unsigned"
+        return [f"if ((((unsigned long long)({mem} + {off})) & {width - 1}) == 0 && (({ld}) & 1) == 0) {{",
+                "    for (int kd_i = 0; kd_i < 8; kd_i += 2) {",
+                f"        int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c);",
+                f"        *({ptr_t}*)({mem} + {off} + kd_r * {ld} + kd_c) = {pair};",
+                "    }", "} else {"] + ["    " + x for x in loop] + ["}"]
 
     # ------------------------------------------------------------------ result
     def render(self) -> CudaRendered:
