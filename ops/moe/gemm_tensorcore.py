@@ -9,10 +9,10 @@ A cube has 8 planes in a 2 x 4 layout over a 128 x BN output tile; each plane
 owns 4 x 2 accumulator fragments (plain projection, BN = 128) or 4 x 1 for each of
 gate and up (fused projection, BN = 64 per matrix). The A tile (dispatched rows)
 and the B tile (weight rows, K contiguous) pass through shared memory BK = 32
-columns at a time. With 256 units and 16-byte loads (the GPU case) the next
-tiles are fetched into registers while the fragments multiply the current ones
-(two shared stages, one barrier per step); otherwise each step stages
-synchronously. Rows past the expert's end and columns past N are clamped while
+columns at a time. With 256 units and 16-byte rows (the GPU case) they go through a ring
+of STAGES shared slots filled by `kd.async_copy` (cp.async on CUDA: STAGES - 1 k tiles in
+flight while the fragments multiply one, one barrier per step); otherwise each step
+stages synchronously. Rows past the expert's end and columns past N are clamped while
 loading (their results are never stored); columns past K are zero-filled.
 Results leave through fragments stored straight to global memory when the whole
 tile is inside, else through a per-plane f32 staging tile with masked stores;
@@ -26,13 +26,14 @@ from .gemm_scalar import silu, swizzle
 from .tiles import find_tile
 
 PLANES = 8           # 2 x 4 planes per cube
-FAST_UNITS = 256     # cube size of the register-prefetch path (8 planes of 32)
+FAST_UNITS = 256     # cube size of the async-copy ring path (8 planes of 32)
 BM = 128             # rows per cube: 2 planes x 4 fragments x 16
 BK = 32              # reduction step staged in shared memory
 SK = BK + 8          # shared row stride in elements: a multiple of 8, skewed against bank conflicts
 BN_DOWN = 128        # output columns per cube, plain projection: 4 planes x 2 fragments x 16
 BN_FUSED = 64        # output columns per cube and per matrix, fused gate/up: 4 planes x 16
 GM = 8               # row tiles per group of the cube order (see gemm_scalar.swizzle)
+STAGES = 4           # ring of shared tiles on the 256-unit path, filled by async copies
 
 
 @kd.func
@@ -45,6 +46,19 @@ def load_chunk(src, e, row, rows_end, k, K, EXPERT):
     if EXPERT:
         off = (kd.i64(e) * src.shape[1] + r) * K + kk
     return kd.load_vec(src, off, 8)
+
+
+@kd.func
+def fetch_chunk(dst, at, src, e, row, rows_end, k, K, EXPERT, live):
+    """Start the async copy of src[(e,) row, k:k+8] into dst[at:at+8]; zeros instead
+    unless `live` and k < K. Rows are clamped into [0, rows_end) so no address leaves the
+    tensor even for an empty tile (whose copies are never live)."""
+    r = kd.i64(kd.max(kd.min(row, rows_end - 1), 0))
+    kk = kd.select(k < K, k, 0)
+    off = r * K + kk
+    if EXPERT:
+        off = (kd.i64(e) * src.shape[1] + r) * K + kk
+    kd.async_copy(dst, at, src, off, 8, live & (k < K))
 
 
 @kd.func
@@ -93,6 +107,57 @@ def chunk_pos(t, half):
     return t // (BK // 8) + 64 * half, t % (BK // 8) * 8
 
 
+@kd.func
+def fetch_tc(sa, sb, x, w, e, slot, kt, KT, r0, rend, n0, N, K, ar0, ar1, ac):
+    """Async copies of k tile kt of the row tile (x) and the weight tile (w) into ring slot
+    `slot`, one group; nothing live when kt >= KT."""
+    live = kt < KT
+    k = kt * BK + ac
+    fetch_chunk(sa, slot * (BM * SK) + ar0 * SK + ac, x, e, r0 + ar0, rend, k, K, False, live)
+    fetch_chunk(sa, slot * (BM * SK) + ar1 * SK + ac, x, e, r0 + ar1, rend, k, K, False, live)
+    fetch_chunk(sb, slot * (BN_DOWN * SK) + ar0 * SK + ac, w, e, n0 + ar0, N, k, K, True, live)
+    fetch_chunk(sb, slot * (BN_DOWN * SK) + ar1 * SK + ac, w, e, n0 + ar1, N, k, K, True, live)
+    kd.async_commit()
+
+
+@kd.func
+def tc_products(acc, fa, fb, sa, sb, abase, bbase, pm, pn):
+    """acc (4 x 2 fragments) += the plane's 64 x 32 block of A·Bᵀ over one BK step."""
+    for kk in kd.unroll(0, BK, 16):
+        for i in kd.unroll(4):
+            kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
+        for j in kd.unroll(2):
+            kd.load_fragment(fb[j], sb, bbase + (pn + j * 16) * SK + kk, SK)
+        for i in kd.unroll(4):
+            for j in kd.unroll(2):
+                kd.mma(acc[i * 2 + j], fa[i], fb[j])
+
+
+@kd.func
+def fetch_swiglu(sa, sg, su, x, gate, up, e, slot, kt, KT, r0, rend, n0, N, K, ar0, ar1, ac):
+    """Like fetch_tc for the fused projection: the row tile and both weight tiles."""
+    live = kt < KT
+    k = kt * BK + ac
+    fetch_chunk(sa, slot * (BM * SK) + ar0 * SK + ac, x, e, r0 + ar0, rend, k, K, False, live)
+    fetch_chunk(sa, slot * (BM * SK) + ar1 * SK + ac, x, e, r0 + ar1, rend, k, K, False, live)
+    fetch_chunk(sg, slot * (BN_FUSED * SK) + ar0 * SK + ac, gate, e, n0 + ar0, N, k, K, True, live)
+    fetch_chunk(su, slot * (BN_FUSED * SK) + ar0 * SK + ac, up, e, n0 + ar0, N, k, K, True, live)
+    kd.async_commit()
+
+
+@kd.func
+def swiglu_products(ga, ua, fa, fg, fu, sa, sg, su, abase, bbase, pm, pn):
+    """ga, ua (4 fragments each) += the plane's 64 x 16 blocks of A·Gᵀ and A·Uᵀ over one BK step."""
+    for kk in kd.unroll(0, BK, 16):
+        for i in kd.unroll(4):
+            kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
+        kd.load_fragment(fg, sg, bbase + pn * SK + kk, SK)
+        kd.load_fragment(fu, su, bbase + pn * SK + kk, SK)
+        for i in kd.unroll(4):
+            kd.mma(ga[i], fa[i], fg)
+            kd.mma(ua[i], fa[i], fu)
+
+
 @kd.kernel
 def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd.u32, 1],
                     tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32, ROWS: kd.i32, COLS: kd.i32,
@@ -110,8 +175,9 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
     N = w.shape[1]
     K = x.shape[1]
     n0 = col * BN_DOWN
-    sa = kd.shared(DT, 2 * BM * SK)
-    sb = kd.shared(DT, 2 * BN_DOWN * SK)
+    NS = STAGES if FAST else 1
+    sa = kd.shared(DT, NS * BM * SK)
+    sb = kd.shared(DT, NS * BN_DOWN * SK)
     stage = kd.shared(kd.f32, PLANES * 256)
     acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
            kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
@@ -123,49 +189,25 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
         kd.fill_fragment(acc[f], 0.0)
     ar0, ac = chunk_pos(t, 0)
     ar1, _ = chunk_pos(t, 1)
-    if FAST:                                   # stage 0 <- k tile 0
-        va0 = load_chunk(x, e, r0 + ar0, rend, ac, K, False)
-        va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
-        vb0 = load_chunk(w, e, n0 + ar0, N, ac, K, True)
-        vb1 = load_chunk(w, e, n0 + ar1, N, ac, K, True)
-        put_chunk(sa, ar0 * SK + ac, va0, ac < K, TAIL)
-        put_chunk(sa, ar1 * SK + ac, va1, ac < K, TAIL)
-        put_chunk(sb, ar0 * SK + ac, vb0, ac < K, TAIL)
-        put_chunk(sb, ar1 * SK + ac, vb1, ac < K, TAIL)
-        kd.sync_cube()
     kend = kd.select(r0 < rend, K, 0)          # empty tiles skip the products (barriers stay
-    for k0 in range(0, kend, BK):              # out of conditionals); their stores are masked
-        cur = 0
-        if FAST:
-            cur = (k0 // BK) % 2
-            if k0 + BK < K:                    # next k tile -> registers, while this one multiplies
-                va0 = load_chunk(x, e, r0 + ar0, rend, k0 + BK + ac, K, False)
-                va1 = load_chunk(x, e, r0 + ar1, rend, k0 + BK + ac, K, False)
-                vb0 = load_chunk(w, e, n0 + ar0, N, k0 + BK + ac, K, True)
-                vb1 = load_chunk(w, e, n0 + ar1, N, k0 + BK + ac, K, True)
-        else:
+    if FAST:                                   # out of conditionals); their stores are masked
+        KT = (kend + BK - 1) // BK
+        for s in kd.unroll(STAGES - 1):
+            fetch_tc(sa, sb, x, w, e, s, s, KT, r0, rend, n0, N, K, ar0, ar1, ac)
+        for kt in range(KT):
+            kd.async_wait(STAGES - 2)          # this unit's part of tile kt is in ...
+            kd.sync_cube()                     # ... everyone's is, and tile kt - 1 is done with
+            nxt = kt + STAGES - 1
+            fetch_tc(sa, sb, x, w, e, nxt % STAGES, nxt, KT, r0, rend, n0, N, K, ar0, ar1, ac)
+            tc_products(acc, fa, fb, sa, sb, (kt % STAGES) * (BM * SK), (kt % STAGES) * (BN_DOWN * SK), pm, pn)
+        kd.async_wait(0)
+    else:
+        for k0 in range(0, kend, BK):
             stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False, TAIL)
             stage_tile(sb, 0, w, e, n0, N, k0, K, BN_DOWN, VEC, True, TAIL)
             kd.sync_cube()
-        abase = cur * (BM * SK)
-        bbase = cur * (BN_DOWN * SK)
-        for kk in kd.unroll(0, BK, 16):
-            for i in kd.unroll(4):
-                kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
-            for j in kd.unroll(2):
-                kd.load_fragment(fb[j], sb, bbase + (pn + j * 16) * SK + kk, SK)
-            for i in kd.unroll(4):
-                for j in kd.unroll(2):
-                    kd.mma(acc[i * 2 + j], fa[i], fb[j])
-        if FAST:
-            if k0 + BK < K:
-                nxt = (1 - cur) * (BM * SK)
-                kn = k0 + BK + ac
-                put_chunk(sa, nxt + ar0 * SK + ac, va0, kn < K, TAIL)
-                put_chunk(sa, nxt + ar1 * SK + ac, va1, kn < K, TAIL)
-                put_chunk(sb, nxt + ar0 * SK + ac, vb0, kn < K, TAIL)
-                put_chunk(sb, nxt + ar1 * SK + ac, vb1, kn < K, TAIL)
-        kd.sync_cube()
+            tc_products(acc, fa, fb, sa, sb, 0, 0, pm, pn)
+            kd.sync_cube()
     if r0 + BM <= rend and n0 + BN_DOWN <= N:   # whole tile inside: fragments straight out
         for i in kd.unroll(4):
             for j in kd.unroll(2):
@@ -201,9 +243,10 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
     N = gate.shape[1]
     K = x.shape[1]
     n0 = col * BN_FUSED
-    sa = kd.shared(DT, 2 * BM * SK)
-    sg = kd.shared(DT, 2 * BN_FUSED * SK)
-    su = kd.shared(DT, 2 * BN_FUSED * SK)
+    NS = STAGES if FAST else 1
+    sa = kd.shared(DT, NS * BM * SK)
+    sg = kd.shared(DT, NS * BN_FUSED * SK)
+    su = kd.shared(DT, NS * BN_FUSED * SK)
     stage_g = kd.shared(kd.f32, PLANES * 256)
     stage_u = kd.shared(kd.f32, PLANES * 256)
     ga = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
@@ -219,49 +262,27 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
         kd.fill_fragment(ua[f], 0.0)
     ar0, ac = chunk_pos(t, 0)
     ar1, _ = chunk_pos(t, 1)
-    if FAST:
-        va0 = load_chunk(x, e, r0 + ar0, rend, ac, K, False)
-        va1 = load_chunk(x, e, r0 + ar1, rend, ac, K, False)
-        vg = load_chunk(gate, e, n0 + ar0, N, ac, K, True)
-        vu = load_chunk(up, e, n0 + ar0, N, ac, K, True)
-        put_chunk(sa, ar0 * SK + ac, va0, ac < K, TAIL)
-        put_chunk(sa, ar1 * SK + ac, va1, ac < K, TAIL)
-        put_chunk(sg, ar0 * SK + ac, vg, ac < K, TAIL)
-        put_chunk(su, ar0 * SK + ac, vu, ac < K, TAIL)
-        kd.sync_cube()
     kend = kd.select(r0 < rend, K, 0)          # empty tiles skip the products (barriers stay
-    for k0 in range(0, kend, BK):              # out of conditionals); their stores are masked
-        cur = 0
-        if FAST:
-            cur = (k0 // BK) % 2
-            if k0 + BK < K:
-                va0 = load_chunk(x, e, r0 + ar0, rend, k0 + BK + ac, K, False)
-                va1 = load_chunk(x, e, r0 + ar1, rend, k0 + BK + ac, K, False)
-                vg = load_chunk(gate, e, n0 + ar0, N, k0 + BK + ac, K, True)
-                vu = load_chunk(up, e, n0 + ar0, N, k0 + BK + ac, K, True)
-        else:
+    if FAST:                                   # out of conditionals); their stores are masked
+        KT = (kend + BK - 1) // BK
+        for s in kd.unroll(STAGES - 1):
+            fetch_swiglu(sa, sg, su, x, gate, up, e, s, s, KT, r0, rend, n0, N, K, ar0, ar1, ac)
+        for kt in range(KT):
+            kd.async_wait(STAGES - 2)
+            kd.sync_cube()
+            nxt = kt + STAGES - 1
+            fetch_swiglu(sa, sg, su, x, gate, up, e, nxt % STAGES, nxt, KT, r0, rend, n0, N, K, ar0, ar1, ac)
+            swiglu_products(ga, ua, fa, fg, fu, sa, sg, su, (kt % STAGES) * (BM * SK),
+                            (kt % STAGES) * (BN_FUSED * SK), pm, pn)
+        kd.async_wait(0)
+    else:
+        for k0 in range(0, kend, BK):
             stage_tile(sa, 0, x, e, r0, rend, k0, K, BM, VEC, False, TAIL)
             stage_tile(sg, 0, gate, e, n0, N, k0, K, BN_FUSED, VEC, True, TAIL)
             stage_tile(su, 0, up, e, n0, N, k0, K, BN_FUSED, VEC, True, TAIL)
             kd.sync_cube()
-        abase = cur * (BM * SK)
-        bbase = cur * (BN_FUSED * SK)
-        for kk in kd.unroll(0, BK, 16):
-            for i in kd.unroll(4):
-                kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * SK + kk, SK)
-            kd.load_fragment(fg, sg, bbase + pn * SK + kk, SK)
-            kd.load_fragment(fu, su, bbase + pn * SK + kk, SK)
-            for i in kd.unroll(4):
-                kd.mma(ga[i], fa[i], fg)
-                kd.mma(ua[i], fa[i], fu)
-        if FAST:
-            if k0 + BK < K:
-                kn = k0 + BK + ac
-                put_chunk(sa, (1 - cur) * (BM * SK) + ar0 * SK + ac, va0, kn < K, TAIL)
-                put_chunk(sa, (1 - cur) * (BM * SK) + ar1 * SK + ac, va1, kn < K, TAIL)
-                put_chunk(sg, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vg, kn < K, TAIL)
-                put_chunk(su, (1 - cur) * (BN_FUSED * SK) + ar0 * SK + ac, vu, kn < K, TAIL)
-        kd.sync_cube()
+            swiglu_products(ga, ua, fa, fg, fu, sa, sg, su, 0, 0, pm, pn)
+            kd.sync_cube()
     for i in kd.unroll(4):
         kd.store_fragment(stage_g, p * 256, ga[i], 16)
         kd.store_fragment(stage_u, p * 256, ua[i], 16)
