@@ -44,6 +44,15 @@ def no_launch(monkeypatch):
     monkeypatch.setattr(kd.Kernel, "launch", refuse)
 
 
+@pytest.fixture(params=["cube", "plane"])
+def kernel_path(request, monkeypatch):
+    """Runs a routing test through the one-cube-per-token kernels and, where the row fits
+    a plane, the one-plane-per-token kernels, on every runtime (each back end has a default)."""
+    from rudnn.moe import routing
+    monkeypatch.setattr(routing, "PLANE_KERNELS", "never" if request.param == "cube" else "always")
+    return request.param
+
+
 # ---------------------------------------------------------------------- softmax routing
 SOFTMAX_CASES = [("f32", 7, 5, 2, True), ("f32", 13, 64, 6, False), ("f32", 3, 300, 4, True), ("f32", 2, 1, 1, False),
                  ("f32", 5, 7, 7, True), ("f32", 3, 2100, 3, False),   # E > 2048: keys recomputed per round
@@ -51,7 +60,7 @@ SOFTMAX_CASES = [("f32", 7, 5, 2, True), ("f32", 13, 64, 6, False), ("f32", 3, 3
 
 
 @pytest.mark.parametrize("dt,T,E,k,renorm", SOFTMAX_CASES)
-def test_route_softmax(runtime, rng, dt, T, E, k, renorm):
+def test_route_softmax(runtime, rng, kernel_path, dt, T, E, k, renorm):
     logits = host(dt, rng.standard_normal((T, E)) * 3)
     plan = moe.route(runtime.tensor(logits), RoutingOptions(k, renorm))
     ids, w = ref.softmax_route(logits, k, renorm)
@@ -61,7 +70,7 @@ def test_route_softmax(runtime, rng, dt, T, E, k, renorm):
     np.testing.assert_allclose(f64(plan.weights()), w, rtol=tol(dt)[0] * 2, atol=tol(dt)[1] * 2)
 
 
-def test_route_softmax_ties_take_lower_id(runtime):
+def test_route_softmax_ties_take_lower_id(runtime, kernel_path):
     logits = np.array([[1, 1, 1, 1, 1, 1],
                        [0, 3, 2, 3, 2, 0],
                        [-5, 4, -5, 4, 4, -5]], np.float32)
@@ -71,7 +80,7 @@ def test_route_softmax_ties_take_lower_id(runtime):
 
 
 @pytest.mark.parametrize("E", [6, 290])
-def test_route_softmax_nan_and_inf_rows(runtime, E):
+def test_route_softmax_nan_and_inf_rows(runtime, kernel_path, E):
     inf, nan = np.inf, np.nan
     logits = np.zeros((6, E), np.float32)
     logits[0, 3] = nan
@@ -109,7 +118,7 @@ def test_route_softmax_against_torch(runtime, rng):
     np.testing.assert_allclose(plan.weights().numpy(), w.numpy(), rtol=1e-5, atol=1e-7)
 
 
-def test_route_strided_logits(runtime, rng):
+def test_route_strided_logits(runtime, rng, kernel_path):
     full = rng.standard_normal((9, 20)).astype(np.float32)
     view = runtime.tensor(full)[::2, 3:17]              # strided rows, offset columns
     plan = moe.route(view, RoutingOptions(3, False))
@@ -119,7 +128,7 @@ def test_route_strided_logits(runtime, rng):
 
 
 # ---------------------------------------------------------------------- grouped sigmoid routing
-def test_route_sigmoid_grouped_worked_example(runtime):
+def test_route_sigmoid_grouped_worked_example(runtime, kernel_path):
     """Bias 10 on expert 0 wins it its group and its place, but its weight is its plain sigmoid."""
     logits = np.arange(8, dtype=np.float32)[None]
     bias = np.zeros(8, np.float32)
@@ -135,11 +144,13 @@ def test_route_sigmoid_grouped_worked_example(runtime):
 
 GROUPED_CASES = [("f32", 16, 4, 2, 3, True, True), ("f32", 40, 8, 3, 5, False, False), ("f32", 7, 1, 1, 7, True, False),
                  ("f32", 256, 8, 4, 8, True, True), ("f32", 9, 9, 4, 2, False, True), ("f16", 40, 8, 3, 5, False, True),
-                 ("bf16", 256, 8, 4, 8, True, False), ("bf16", 16, 4, 2, 3, True, True)]
+                 ("bf16", 256, 8, 4, 8, True, False), ("bf16", 16, 4, 2, 3, True, True),
+                 # groups of 8, 16 and 64 experts: one plane per token also at PLANE_DIM 8
+                 ("f32", 32, 4, 3, 5, True, False), ("f16", 64, 4, 2, 6, False, True), ("f32", 64, 1, 1, 8, True, True)]
 
 
 @pytest.mark.parametrize("dt,E,G,SG,k,two,renorm", GROUPED_CASES)
-def test_route_sigmoid_grouped(runtime, rng, dt, E, G, SG, k, two, renorm):
+def test_route_sigmoid_grouped(runtime, rng, kernel_path, dt, E, G, SG, k, two, renorm):
     T = 11
     logits = host(dt, rng.standard_normal((T, E)) * 2)
     bias = (rng.standard_normal(E) * 0.5).astype(np.float32)
@@ -151,7 +162,7 @@ def test_route_sigmoid_grouped(runtime, rng, dt, E, G, SG, k, two, renorm):
     np.testing.assert_allclose(f64(plan.weights()), w, rtol=tol(dt)[0] * 2, atol=tol(dt)[1] * 2)
 
 
-def test_route_sigmoid_grouped_ties_and_nan(runtime):
+def test_route_sigmoid_grouped_ties_and_nan(runtime, kernel_path):
     logits = np.zeros((3, 8), np.float32)           # row 0: every score ties -> group 0, experts 0, 1
     logits[1] = [0, 2, 2, 0, 2, 2, 0, 0]            # row 1: groups 0 and 1 tie -> group 0, experts 1, 2
     logits[2, 5] = np.nan                           # row 2: NaN -> ids 0..k-1, NaN weights
@@ -165,6 +176,27 @@ def test_route_sigmoid_grouped_ties_and_nan(runtime):
     bias[6] = np.nan                                # a NaN bias poisons every row
     plan = moe.route_sigmoid_grouped(runtime.tensor(logits[:1]), runtime.tensor(bias), opts)
     assert np.isnan(plan.weights().numpy()).all()
+
+
+@pytest.mark.parametrize("bias_kind", ["none", "inf"])
+def test_route_sigmoid_grouped_ties_and_special_bias_in_a_plane(runtime, rng, kernel_path, bias_kind):
+    """Groups of 8 (one lane each): tied groups and experts, -inf/+inf bias, a NaN row."""
+    T, E, G = 7, 32, 4
+    logits = rng.standard_normal((T, E)).astype(np.float32)
+    logits[0] = 0.0                                 # all tie: group 0, experts 0, 1, 2
+    logits[1] = np.tile([0, 1, 2, 2, 0, 0, 0, 0], 4)  # every group ties: group 0, experts 2, 3, 1
+    logits[2, 17] = np.nan
+    bias = None
+    if bias_kind == "inf":
+        bias = np.zeros(E, np.float32)
+        bias[[5, 9, 30]] = [-np.inf, np.inf, -np.inf]
+    opts = GroupRoutingOptions(3, G, 1, True, True, 1.0)
+    plan = moe.route_sigmoid_grouped(runtime.tensor(logits), None if bias is None else runtime.tensor(bias), opts)
+    ids, w = ref.sigmoid_grouped_route(logits, bias, 3, G, 1, True, True, 1.0)
+    np.testing.assert_array_equal(plan.expert_indices().numpy(), ids)
+    np.testing.assert_allclose(plan.weights().numpy(), w, rtol=1e-6, atol=1e-7)
+    if bias is None:
+        np.testing.assert_array_equal(ids[:3], [[0, 1, 2], [2, 3, 1], [0, 1, 2]])
 
 
 def test_route_sigmoid_grouped_against_torch(runtime, rng):
