@@ -1145,6 +1145,22 @@ class CLikeRenderer:
         return ([self.local_barrier_stmt, f"for (int kd_e = kd_lane; kd_e < {ft.rows * ft.cols}; kd_e += kd_nlanes) {{"]
                 + ["    " + b for b in body] + ["}", self.local_barrier_stmt])
 
+    def _elem(self, name, i) -> str:
+        """This lane's element i of an emulated fragment: tile element lane + i * PLANE_DIM."""
+        return f"{self._tile(name)}[kd_lane + {i * self.k.plane_dim}]"
+
+    def e_FragGet(self, e):
+        return self._elem(e.frag, e.elem)
+
+    def s_FragSet(self, s):
+        self.emit(f"{self._elem(s.frag, s.elem)} = {self.x(s.value)};")
+
+    def s_FragConvert(self, s):
+        dt = self.k.frags[s.dst].dtype
+        for i in range(256 // self.k.plane_dim):
+            v = self.cast(self.cast(self._elem(s.src, i), f32, dt), dt, f32)
+            self.emit(f"{self._elem(s.dst, i)} = {v};")
+
     def _tile(self, name) -> str:
         ft = self.k.frags[name]
         return f"({self.frag(name)} + kd_plane * {ft.rows * ft.cols})"

@@ -35,6 +35,8 @@ class Uniformity:
                 return False
             if isinstance(n, ir.Position) and n.kind not in _UNIFORM_POS:
                 return False
+            if isinstance(n, ir.FragGet):  # a lane's own share of a fragment
+                return False
         return True
 
     def _kill(self, name):

@@ -511,6 +511,125 @@ def mma(self, node, acc, a, b):
     self.emit(ir.FragMma(acc=acc.name, a=a.name, b=b.name, loc=self.loc(node)))
 
 
+# ------------------------------------------------------------------ fragment elements
+# A lane's share of an acc fragment, element by element (FlashAttention-style softmax on
+# the accumulators). The layout is the back end's: the tensor-core one where the primitive
+# is native (lane = 4 g + t holds rows g and g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9),
+# element lane + i * PLANE_DIM of the row-major tile where it is emulated. Kernels read it
+# through fragment_row/col, fragment_row_slot and fragment_row_lanes, never assume it.
+def _element_frag(self, node, frag, what, roles=("acc",)):
+    f = _need_frag(self, node, frag, roles, what)
+    ft = f.ftype
+    if ft.rows * ft.cols != 256:
+        raise self.error(node, f"{what} takes 16 x 16 fragments, got {ft.rows} x {ft.cols}")
+    if not self.spec.caps.mma_native:
+        P = self.spec.plane_dim
+        if 256 % P or self.spec.cube_dim[0] * self.spec.cube_dim[1] * self.spec.cube_dim[2] % P:
+            raise self.error(node, f"{what} needs whole planes of a size dividing 256 (PLANE_DIM {P}, "
+                                   f"{self.bi_cube_units(node)} units per cube)")
+    return f
+
+
+def _fragment_len(self) -> int:
+    return 8 if self.spec.caps.mma_native else 256 // self.spec.plane_dim
+
+
+def _element_index(self, node, i, what) -> int:
+    i = self.ct(i, node, f"{what} element")
+    n = _fragment_len(self)
+    if not isinstance(i, int) or not 0 <= i < n:
+        raise self.error(node, f"{what}: element must be a compile-time int in 0..{n - 1}, got {i!r}")
+    return i
+
+
+@builtin
+def fragment_len(self, node, frag):
+    _element_frag(self, node, frag, "kd.fragment_len", ("acc", "a"))
+    return _fragment_len(self)
+
+
+def _row_col(self, node, frag, i, what):
+    f = _element_frag(self, node, frag, what)
+    i = _element_index(self, node, i, what)
+    lane = self.bi_lane_pos(node)
+    c = lambda v: make_const(v, i32, self.loc(node))  # noqa: E731
+    if self.spec.caps.mma_native:
+        g = ir.BinOp(i32, op="/", a=lane, b=c(4))
+        t = ir.BinOp(i32, op="%", a=lane, b=c(4))
+        row = ir.BinOp(i32, op="+", a=g, b=c(8 * ((i & 3) >> 1)))
+        col = ir.BinOp(i32, op="+", a=ir.BinOp(i32, op="*", a=t, b=c(2)), b=c((i & 1) + 8 * (i >> 2)))
+        return row, col
+    e = ir.BinOp(i32, op="+", a=lane, b=c(i * self.spec.plane_dim))
+    cols = f.ftype.cols
+    return ir.BinOp(i32, op="/", a=e, b=c(cols)), ir.BinOp(i32, op="%", a=e, b=c(cols))
+
+
+@builtin
+def fragment_row(self, node, frag, i):
+    return _row_col(self, node, frag, i, "kd.fragment_row")[0]
+
+
+@builtin
+def fragment_col(self, node, frag, i):
+    return _row_col(self, node, frag, i, "kd.fragment_col")[1]
+
+
+@builtin
+def fragment_row_slot(self, node, frag, i):
+    """Compile-time: elements of a lane with the same slot lie in the same tile row."""
+    f = _element_frag(self, node, frag, "kd.fragment_row_slot")
+    i = _element_index(self, node, i, "kd.fragment_row_slot")
+    if self.spec.caps.mma_native:
+        return (i >> 1) & 1
+    P, cols = self.spec.plane_dim, f.ftype.cols
+    return i if P >= cols else i // (cols // P)
+
+
+@builtin
+def fragment_row_slots(self, node, frag):
+    """Compile-time: how many row slots a lane's elements fall in."""
+    f = _element_frag(self, node, frag, "kd.fragment_row_slots")
+    if self.spec.caps.mma_native:
+        return 2
+    P, cols = self.spec.plane_dim, f.ftype.cols
+    n = _fragment_len(self)
+    return n if P >= cols else n // (cols // P)
+
+
+@builtin
+def fragment_row_lanes(self, node, frag):
+    """Compile-time tuple of xor masks: the lanes holding a row are lane ^ (any mix of them)."""
+    f = _element_frag(self, node, frag, "kd.fragment_row_lanes")
+    if self.spec.caps.mma_native:
+        return (1, 2)
+    n = self.spec.plane_dim if self.spec.plane_dim < f.ftype.cols else f.ftype.cols
+    return tuple(1 << b for b in range(n.bit_length() - 1))
+
+
+@builtin
+def fragment_get(self, node, frag, i):
+    f = _element_frag(self, node, frag, "kd.fragment_get")
+    i = _element_index(self, node, i, "kd.fragment_get")
+    return ir.FragGet(f32, frag=f.name, elem=i, loc=self.loc(node))
+
+
+@builtin
+def fragment_set(self, node, frag, i, value):
+    f = _element_frag(self, node, frag, "kd.fragment_set")
+    i = _element_index(self, node, i, "kd.fragment_set")
+    v = coerce(self.to_expr(value, node), f32)
+    self.emit(ir.FragSet(frag=f.name, elem=i, value=v, loc=self.loc(node)))
+
+
+@builtin
+def fragment_convert(self, node, dst, src):
+    d = _element_frag(self, node, dst, "kd.fragment_convert (dst)", ("a",))
+    s_ = _element_frag(self, node, src, "kd.fragment_convert (src)", ("acc",))
+    if d.ftype.layout != "row" or (d.ftype.m, d.ftype.k) != (s_.ftype.m, s_.ftype.n):
+        raise self.error(node, "kd.fragment_convert needs a row-layout a fragment of the acc fragment's m x n shape")
+    self.emit(ir.FragConvert(dst=d.name, src=s_.name, loc=self.loc(node)))
+
+
 # ------------------------------------------------------------------ printing
 @builtin
 def print(self, node, fmt="", *args):  # noqa: A001

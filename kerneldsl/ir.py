@@ -340,6 +340,33 @@ class FragMma(Stmt):
 
 
 @dataclass(eq=False)
+class FragGet(Expr):
+    """Element `elem` (compile-time, 0 <= elem < elements per lane) of this lane's share of
+    an acc fragment, f32. Which tile position it holds is the front end's layout rule
+    (`kd.fragment_row`/`fragment_col`): the tensor-core layout where the primitive is
+    native, element lane + elem * PLANE_DIM of the row-major tile where it is emulated."""
+    frag: str = ""
+    elem: int = 0
+
+
+@dataclass(eq=False)
+class FragSet(Stmt):
+    """Set element `elem` of this lane's share of an acc fragment (same layout as FragGet)."""
+    frag: str = ""
+    elem: int = 0
+    value: Expr = None
+
+
+@dataclass(eq=False)
+class FragConvert(Stmt):
+    """dst (an a fragment of f16/bf16) = src (an acc fragment of the same m x k shape),
+    element by element in this lane's share, rounded to dst's dtype. The two layouts put
+    element i of a lane at the same tile position on every back end."""
+    dst: str = ""
+    src: str = ""
+
+
+@dataclass(eq=False)
 class AsyncCopy(Stmt):
     """Start copying `lanes` consecutive elements from tensor `src` at src_offset to the
     shared array `dst` at dst_offset (4, 8 or 16 bytes, both addresses aligned to that);
@@ -452,6 +479,8 @@ def stmt_exprs(s: Stmt):
         return [s.offset, s.stride]
     if isinstance(s, AsyncCopy):
         return [e for e in (s.dst_offset, s.src_offset, s.pred) if e is not None]
+    if isinstance(s, FragSet):
+        return [s.value]
     return []
 
 

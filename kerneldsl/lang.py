@@ -256,6 +256,24 @@ def load_fragment(frag, src, offset, stride): """Load a tile from a tensor or sh
 def store_fragment(dst, offset, frag, stride): """Store an accumulator tile row-major."""
 @_builtin
 def mma(acc, a, b): """acc += a · b (f32 accumulate)."""
+@_builtin
+def fragment_len(frag): """Elements of an acc (or a) fragment each lane holds (compile-time)."""
+@_builtin
+def fragment_get(frag, i): """Element i (compile-time) of this lane's share of an acc fragment, f32."""
+@_builtin
+def fragment_set(frag, i, value): """Set element i of this lane's share of an acc fragment."""
+@_builtin
+def fragment_row(frag, i): """Tile row of this lane's element i (i32)."""
+@_builtin
+def fragment_col(frag, i): """Tile column of this lane's element i (i32)."""
+@_builtin
+def fragment_row_slot(frag, i): """Compile-time: a lane's elements with equal slots share a tile row."""
+@_builtin
+def fragment_row_slots(frag): """Compile-time: the number of row slots (see fragment_row_slot)."""
+@_builtin
+def fragment_row_lanes(frag): """Compile-time xor masks linking the lanes that hold one tile row."""
+@_builtin
+def fragment_convert(dst, src): """dst (a fragment, f16/bf16) = src (acc fragment), element by element, rounded."""
 
 
 # ------------------------------------------------------------------ debugging

@@ -923,6 +923,28 @@ class CpuRenderer:
         idx = self.b.add(self.b.mul(plane, L.Constant(I64, ft.rows * ft.cols)), elem)
         return self.b.gep(arr, [L.Constant(I64, 0), idx])
 
+    def frag_elem_ptr(self, name, elem):
+        """This unit's element `elem` of a fragment: tile element lane + elem * PLANE_DIM."""
+        ft, arr = self.frag_mem[name]
+        b = self.b
+        u = self.unit_index()
+        P = L.Constant(I64, self.P)
+        idx = b.add(b.mul(b.udiv(u, P), L.Constant(I64, ft.rows * ft.cols)),
+                    b.add(b.urem(u, P), L.Constant(I64, elem * self.P)))
+        return b.gep(arr, [L.Constant(I64, 0), idx])
+
+    def e_FragGet(self, e):
+        return self.b.load(self.frag_elem_ptr(e.frag, e.elem))
+
+    def s_FragSet(self, s):
+        self.b.store(self.expr(s.value), self.frag_elem_ptr(s.frag, s.elem))
+
+    def s_FragConvert(self, s):
+        dt = self.k.frags[s.dst].dtype
+        for i in range(256 // self.P):
+            v = self.b.load(self.frag_elem_ptr(s.src, i))
+            self.b.store(self.cast(self.cast(v, f32, dt), dt, f32), self.frag_elem_ptr(s.dst, i))
+
     def frag_fill(self, s, base):
         v = self.cast(self.at_unit(s.value, base), f32, f32)
         ft, _ = self.frag_mem[s.frag]

@@ -308,6 +308,22 @@ class CudaRenderer(CLikeRenderer):
             return self._frag_load(s)
         return self._frag_store(s)
 
+    def e_FragGet(self, e):
+        return f"{self.frag(e.frag)}[{e.elem}]"
+
+    def s_FragSet(self, s):
+        self.emit(f"{self.frag(s.frag)}[{s.elem}] = {self.x(s.value)};")
+
+    def s_FragConvert(self, s):
+        """Element i of an acc and of an a fragment sit at the same tile position (the
+        m16n8k16 layouts), so the a registers are the acc values rounded, two per register."""
+        dt = self.k.frags[s.dst].dtype
+        src, dst = self.frag(s.src), self.frag(s.dst)
+        for r in range(4):
+            lo = self.float_to_half(f"{src}[{2 * r}]", dt)
+            hi = self.float_to_half(f"{src}[{2 * r + 1}]", dt)
+            self.emit(f"{dst}[{r}] = (unsigned){lo} | ((unsigned){hi} << 16);")
+
     def _frag_load(self, s: ir.FragLoad) -> list:
         ft = self.k.frags[s.frag]
         mem, dt = self._frag_mem(s.space, s.src)
