@@ -20,6 +20,7 @@ pytestmark = pytest.mark.feature("normalization")
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = ["f32", "f16", "bf16"]
 WIDTHS = [1, 3, 1023, 4097]
+TILED = 2048  # a width of whole 16-byte chunks: GPU runtimes hold bf16 rows as packed pairs (packed.py)
 RTOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}
 
 
@@ -55,7 +56,7 @@ def lead_for(width):
 
 
 # ---------------------------------------------------------------------------- forward
-@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("width", WIDTHS + [TILED])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_forward_matches_reference(runtime, rng, dtype, width):
     x, gamma, beta = problem(rng, lead_for(width), width, dtype)
@@ -125,14 +126,12 @@ def test_column_sums_are_deterministic(runtime, rng):
 # ---------------------------------------------------------------------------- kernel forms
 # sub-plane rows (butterfly), several rows a cube with shared-memory partials, vector
 # chunks of 4 and 8, register-cached rows, and a row too long for registers (looped)
-GPU_CASES = [(64, "f32"), (64, "bf16"), (1000, "f32"), (1000, "bf16"), (33000, "f32")]
+GPU_CASES = [(64, "f32"), (64, "bf16"), (1000, "f32"), (1000, "bf16"), (2048, "bf16"), (33000, "f32")]
 
 
-@pytest.mark.feature("normalization: GPU shapes")
-@pytest.mark.parametrize("width, dtype", GPU_CASES)
-def test_gpu_shapes_run_here(runtime, rng, monkeypatch, dtype, width):
-    """The cube shapes, vector chunks and register-cached kernels a GPU runtime picks
-    (plane size of this runtime, 1024 units per cube), run on this runtime."""
+def use_gpu_shapes(runtime, monkeypatch) -> list:
+    """Make rudnn.normalization pick the shapes a GPU runtime would (plane size of this
+    runtime, 1024 units per cube) on this cpu runtime; returns the list of shapes picked."""
     if runtime.capabilities.backend != "cpu":
         pytest.skip(f"{runtime.name} picks these shapes itself in every other test")
     gpu_caps = dataclasses.replace(runtime.capabilities, backend="cuda", max_cube_units=1024)
@@ -143,6 +142,15 @@ def test_gpu_shapes_run_here(runtime, rng, monkeypatch, dtype, width):
         return picked[-1]
 
     monkeypatch.setattr(N, "choose_shape", gpu_shape)
+    return picked
+
+
+@pytest.mark.feature("normalization: GPU shapes")
+@pytest.mark.parametrize("width, dtype", GPU_CASES)
+def test_gpu_shapes_run_here(runtime, rng, monkeypatch, dtype, width):
+    """The cube shapes, vector chunks and register-cached kernels a GPU runtime picks
+    (plane size of this runtime, 1024 units per cube), run on this runtime."""
+    picked = use_gpu_shapes(runtime, monkeypatch)
     x, gamma, beta = problem(rng, (3,) if width > 1000 else (7,), width, dtype)
     grad = host(rng.standard_normal(x.shape), dtype)
     tx, tg, tb, tgrad = (runtime.tensor(a) for a in (x, gamma, beta, grad))
@@ -164,7 +172,7 @@ def test_gpu_shapes_run_here(runtime, rng, monkeypatch, dtype, width):
     assert picked and all(s.bx * s.ry <= 1024 for s in picked)
     if width == 33000:
         assert all(not s.cached and s.lanes == 4 for s in picked)
-    if width in (64, 1000):
+    if width in (64, 1000, 2048):
         assert all(s.lanes > 1 and s.cached for s in picked)
 
 
@@ -189,6 +197,20 @@ def test_very_long_rows(runtime, rng, width):
 @pytest.mark.parametrize("width", [4, 1023])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_special_values(runtime, rng, dtype, width):
+    check_special_values(runtime, rng, dtype, width)
+
+
+@pytest.mark.feature("normalization: special values")
+@pytest.mark.parametrize("width", [64, TILED])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_special_values_gpu_shapes(runtime, rng, monkeypatch, dtype, width):
+    """The same rules in the kernels a GPU picks: vector chunks, rows held in registers
+    (bf16 as packed pairs), sub-plane and multi-plane rows."""
+    use_gpu_shapes(runtime, monkeypatch)
+    check_special_values(runtime, rng, dtype, width)
+
+
+def check_special_values(runtime, rng, dtype, width):
     x = rng.standard_normal((7, width)).astype(np.float32)
     x[1, 2] = np.nan
     x[2, 1] = np.inf

@@ -17,8 +17,9 @@ import kerneldsl as kd
 from . import backward as _bwd
 from . import forward as _fwd
 from . import looped as _loop
+from . import packed as _packed
 from .checks import NormalizationError, check_epsilon, check_f32, check_input, check_like, check_runtimes
-from .layout import choose_shape, rows_view, vector_lanes
+from .layout import choose_shape, rows_view, vector_lanes, words_view
 
 __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", "layer_norm_with_stats",
            "layer_norm_backward", "rms_norm_with_stats", "rms_norm_backward"]
@@ -111,7 +112,12 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
     r_out = rstd.reshape(rows)
     m_out = mean.reshape(rows) if mean is not None else r_out  # RMSNorm never stores a mean
     args = (x2, g, b, out.reshape(rows, width), m_out, r_out, rows, width, xs, eps, rms, beta is not None)
-    if shape.cached:
+    if shape.cached and input.dtype is kd.bf16 and shape.lanes == 8 and not shape.ragged(width):
+        words, ws = words_view(x2, xs)
+        keys = (_packed.SHIFT, _packed.HIGH) * 3
+        _packed.norm_packed[shape.grid(rows), shape.block](words, *args[1:8], ws, eps, *keys, rms, beta is not None,
+                                                           shape.bx, shape.ry, shape.chunks)
+    elif shape.cached:
         _fwd.norm_cached[shape.grid(rows), shape.block](*args, shape.ragged(width), shape.bx, shape.ry, shape.chunks,
                                                         shape.lanes)
     else:

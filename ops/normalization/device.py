@@ -142,6 +142,71 @@ def read_row(row, rows):
     return r
 
 
+@kd.func
+def vec_of(t, L):
+    """A vector of the L scalars in tuple t (t[0] itself when L == 1)."""
+    if L == 1:
+        v = t[0]
+    elif L == 2:
+        v = kd.make_vec(t[0], t[1])
+    elif L == 4:
+        v = kd.make_vec(t[0], t[1], t[2], t[3])
+    else:
+        v = kd.make_vec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7])
+    return v
+
+
+@kd.func
+def lanes_of(v, L):
+    """The L lanes of a chunk as a tuple of scalars (the value itself when L == 1)."""
+    if L == 1:
+        t = (v,)
+    else:
+        t = ()
+        for k in kd.unroll(L):
+            t = t + (v[k],)
+    return t
+
+
+@kd.func
+def sum_sq(v, L):
+    """Σ v² over a chunk's lanes, as a chain of fmas (one rounding and one instruction a lane)."""
+    t = lanes_of(v, L)
+    s = t[0] * t[0]
+    for k in kd.unroll(1, L):
+        s = kd.fma(t[k], t[k], s)
+    return s
+
+
+@kd.func
+def sum_sq_dev(v, mean, L):
+    """Σ (v - mean)² over a chunk's lanes, with fmas."""
+    t = lanes_of(v, L)
+    d = t[0] - mean
+    s = d * d
+    for k in kd.unroll(1, L):
+        d = t[k] - mean
+        s = kd.fma(d, d, s)
+    return s
+
+
+LOG2E = 1.4426950408889634
+
+
+@kd.func
+def exp_minus(v, m, FAST, L):
+    """exp(v - m) for softmax (m the row max, so v - m <= 0, or NaN). FAST: exp_nonpos
+    (the cpu runtime). Elsewhere exp2((v - m)*log2(e)): a GPU's exp2 is one special-function
+    instruction where kd.exp costs about ten more, and the product adds a relative error
+    of at most |v - m|*2**-24 to a result of exp(v - m) (only large for results far below
+    the row's sum). exp(-inf) is still 0 and NaN stays NaN."""
+    if FAST:
+        e = exp_nonpos(v - m, FAST, L)
+    else:
+        e = kd.exp2((v - m) * LOG2E)
+    return e
+
+
 # exp(r) on [-ln2/2, ln2/2]: degree-6 least-squares fit of the relative error (~1 ulp in f32)
 _EXP_POLY = (1.0, 1.0, 0.49999991059303284, 0.1666642129421234, 0.0416683591902256,
              0.008374771103262901, 0.0013829420786350965)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import chunk_in, exp_nonpos, lanes_sum, load_chunks, read_row, row_index, row_max, row_sum, store
+from .device import (chunk_in, exp_minus, lanes_of, lanes_sum, load_chunks, read_row, row_index, row_max, row_sum,
+                     store, sum_sq, sum_sq_dev, vec_of)
 
 
 @kd.func
@@ -50,19 +51,29 @@ def lanes_max_ignoring_nan(v, L):
 @kd.func
 def masked_exp(v, m, ok, FAST, L):
     """exp(v - m), or 0 for a chunk outside the row."""
-    e = kd.select(ok, exp_nonpos(v - m, FAST, L), 0.0)
+    e = kd.select(ok, exp_minus(v, m, FAST, L), 0.0)
     return e
 
 
 @kd.func
-def affine(v, mean, rstd, g, b, RMS, HAS_BETA):
-    """One chunk of the normalised output: (v - mean)*rstd*g (+ b); v*rstd*g for RMS."""
+def affine(v, mean, rstd, g, b, RMS, HAS_BETA, L):
+    """One chunk of the normalised output: (v - mean)*rstd*g (+ b); v*rstd*g for RMS.
+    Vector chunks (GPU runtimes; the cpu runtime's chunks are scalars) add beta with one
+    fma a lane, (v - mean)*(rstd*g) + b: one instruction fewer per element."""
     if RMS:
         o = v * rstd * g
+        if HAS_BETA:
+            o = o + b
+    elif HAS_BETA and L > 1:
+        tv, tg, tb = lanes_of(v, L), lanes_of(g, L), lanes_of(b, L)
+        a = ()
+        for k in kd.unroll(L):
+            a = a + (kd.fma(tv[k] - mean, rstd * tg[k], tb[k]),)
+        o = vec_of(a, L)
     else:
         o = (v - mean) * rstd * g
-    if HAS_BETA:
-        o = o + b
+        if HAS_BETA:
+            o = o + b
     return o
 
 
@@ -75,7 +86,7 @@ def write_normalized(y, yb, vals, gamma, beta, mean, rstd, first, t, width, live
         f = first + k * BX * L
         g = load_chunks(gamma, 0, f, t, width, 0.0, MASK, BX, 1, L)[0]
         b = load_chunks(beta, 0, f, t, width, 0.0, MASK, BX, 1, L)[0] if HAS_BETA else g
-        o = affine(vals[k], mean, rstd, g, b, RMS, HAS_BETA)
+        o = affine(vals[k], mean, rstd, g, b, RMS, HAS_BETA, L)
         if live and chunk_in(f, 0, t, width, MASK, BX, L):
             store(y, yb + f + t * L, o, L)
 
@@ -95,7 +106,7 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
     acc = kd.f32(0)
     for c in kd.unroll(CH):
         if RMS:
-            acc += lanes_sum(vals[c] * vals[c], L)
+            acc += sum_sq(vals[c], L)
         else:
             acc += lanes_sum(vals[c], L)
     inv_w = 1.0 / kd.f32(width)
@@ -106,7 +117,10 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
         mean = row_sum(acc, BX, RY) * inv_w
         q = kd.f32(0)
         for c in kd.unroll(CH):
-            q += lanes_sum(masked_sq_dev(vals[c], mean, chunk_in(0, c, t, width, MASK, BX, L)), L)
+            if MASK:
+                q += lanes_sum(masked_sq_dev(vals[c], mean, chunk_in(0, c, t, width, MASK, BX, L)), L)
+            else:
+                q += sum_sq_dev(vals[c], mean, L)
         ms = row_sum(q, BX, RY) * inv_w
     rstd = kd.rsqrt(ms + eps)
     write_normalized(y, yb, vals, gamma, beta, mean, rstd, 0, t, width, live, MASK, RMS, HAS_BETA, BX, CH, L)

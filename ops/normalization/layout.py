@@ -60,6 +60,14 @@ def rows_view(t: kd.Tensor) -> tuple:
     return packed.reshape(rows, width), width
 
 
+def words_view(view: kd.Tensor, row_stride: int) -> tuple:
+    """(words, row_stride in words): a [rows, W] bf16 view (W, row_stride and offset even)
+    as a [rows, W/2] u32 view of the same memory, two elements a word."""
+    rows, width = view.shape
+    words = kd.Tensor(view.runtime, view.buffer, (rows, width // 2), kd.u32, (row_stride // 2, 1), view.offset // 2)
+    return words, row_stride // 2
+
+
 def vector_lanes(itemsize: int, *counts: int) -> int:
     """The widest chunk (<= 16 bytes, a power of two) that divides every count: the
     width, row strides and tensor offsets, so every vector access is aligned."""

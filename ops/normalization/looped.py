@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import chunk_in, exp_nonpos, lanes_sum, load_chunks, read_row, row_index, row_max, row_sum, store
+from .device import chunk_in, exp_minus, lanes_sum, load_chunks, read_row, row_index, row_max, row_sum, store
 from .forward import lanes_max_ignoring_nan, masked_exp, masked_sq_dev, max_ignoring_nan, write_normalized
 
 
@@ -134,7 +134,7 @@ def write_softmax(x, y, scratch, xb, yb, m, inv, first, t, width, live, MASK, FA
             elif STAGE == 2:
                 store(y, yb + col, scratch[col] * inv, L)
             else:
-                store(y, yb + col, exp_nonpos(vals[k] - m, FAST, L) * inv, L)
+                store(y, yb + col, exp_minus(vals[k], m, FAST, L) * inv, L)
 
 
 @kd.kernel
