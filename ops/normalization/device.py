@@ -109,6 +109,54 @@ def row_max(v, BX, RY):
 
 
 @kd.func
+def merge_m2(ma, qa, na, mb, qb, nb):
+    """(mean, M2, count) of two groups given as (mean, M2 = Σ(x - mean)², count): Chan et
+    al.'s pairwise update, as stable as a two-pass variance."""
+    n = na + nb
+    d = mb - ma
+    f = nb / n
+    return (ma + d * f, qa + qb + d * d * (na * f), n)
+
+
+@kd.func
+def butterfly_m2(m, q, n, G):
+    """Merge (mean, M2, count) over aligned groups of G lanes (a power of two) of a plane,
+    every lane of a group ending with the group's values."""
+    r = (m, q, n)
+    for k in kd.unroll(G.bit_length() - 1):
+        off = G >> (k + 1)
+        r = merge_m2(r[0], r[1], r[2], kd.plane_shuffle_xor(r[0], off), kd.plane_shuffle_xor(r[1], off), r[2] * 1.0)
+    return r
+
+
+@kd.func
+def row_mean_m2(m, q, n, BX, RY):
+    """(mean, M2) over the BX units of this unit's row, each holding the mean and M2 of n
+    values: one reduction of two values instead of a sum, a barrier and a second sum (the
+    units' counts are equal, so every pairwise merge is of equal halves). Same layout as
+    row_sum: planes merge by butterfly, then one value pair per plane through shared
+    memory, merged again."""
+    P = kd.PLANE_DIM
+    r = butterfly_m2(m, q, kd.f32(n), BX if BX < P else P)
+    if BX > P:
+        NPR = BX // P
+        pm = kd.shared(kd.f32, RY * NPR)
+        pq = kd.shared(kd.f32, RY * NPR)
+        if kd.lane_pos() == 0:
+            pm[kd.plane_pos()] = r[0]
+            pq[kd.plane_pos()] = r[1]
+        kd.sync_cube()
+        base = kd.unit_pos_y() * NPR
+        j = kd.lane_pos() % NPR if NPR < P else kd.lane_pos()
+        per_plane = r[2]
+        a = (pm[base + j], pq[base + j], per_plane)
+        for k in kd.unroll(1, NPR // P if NPR > P else 1):
+            a = merge_m2(a[0], a[1], a[2], pm[base + j + k * P], pq[base + j + k * P], per_plane)
+        r = butterfly_m2(a[0], a[1], a[2], NPR if NPR < P else P)
+    return (r[0], r[1])
+
+
+@kd.func
 def row_parts(parts, NPR, MAX):
     """This lane's share (sum, or max when MAX) of its row's NPR per-plane values, lane k
     taking values k, k + P, ...: one more plane reduction then finishes the row, instead

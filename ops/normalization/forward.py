@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import (chunk_in, exp_minus, lanes_of, lanes_sum, load_chunks, read_row, row_index, row_max, row_sum,
-                     store, sum_sq, sum_sq_dev, vec_of)
+from .device import (chunk_in, exp_minus, lanes_of, lanes_sum, load_chunks, read_row, row_index, row_max,
+                     row_mean_m2, row_sum, store, sum_sq, sum_sq_dev, vec_of)
 
 
 @kd.func
@@ -53,6 +53,17 @@ def masked_exp(v, m, ok, FAST, L):
     """exp(v - m), or 0 for a chunk outside the row."""
     e = kd.select(ok, exp_minus(v, m, FAST, L), 0.0)
     return e
+
+
+@kd.func
+def unit_moments(vals, acc, BX, RY, CH, L):
+    """(mean, M2) of a row whose chunks tile it exactly: each unit's own mean (acc / its
+    CH*L values) and M2 from the values it holds, merged over the row (row_mean_m2)."""
+    mu = acc * (1.0 / (CH * L))
+    q = kd.f32(0)
+    for c in kd.unroll(CH):
+        q += sum_sq_dev(vals[c], mu, L)
+    return row_mean_m2(mu, q, CH * L, BX, RY)
 
 
 @kd.func
@@ -113,15 +124,15 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
     mean = kd.f32(0)
     if RMS:
         ms = row_sum(acc, BX, RY) * inv_w
-    else:
+    elif MASK:
         mean = row_sum(acc, BX, RY) * inv_w
         q = kd.f32(0)
         for c in kd.unroll(CH):
-            if MASK:
-                q += lanes_sum(masked_sq_dev(vals[c], mean, chunk_in(0, c, t, width, MASK, BX, L)), L)
-            else:
-                q += sum_sq_dev(vals[c], mean, L)
+            q += lanes_sum(masked_sq_dev(vals[c], mean, chunk_in(0, c, t, width, MASK, BX, L)), L)
         ms = row_sum(q, BX, RY) * inv_w
+    else:
+        mean, ms = unit_moments(vals, acc, BX, RY, CH, L)
+        ms = ms * inv_w
     rstd = kd.rsqrt(ms + eps)
     write_normalized(y, yb, vals, gamma, beta, mean, rstd, 0, t, width, live, MASK, RMS, HAS_BETA, BX, CH, L)
     if live and t == 0:

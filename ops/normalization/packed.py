@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import lanes_sum, read_row, row_index, row_sum, store, sum_sq, sum_sq_dev, vec_of
+from .device import lanes_sum, read_row, row_index, row_mean_m2, row_sum, store, sum_sq, sum_sq_dev, vec_of
 from .forward import affine
 
 SHIFT, HIGH = 16, 0xFFFF0000  # the widening arguments every launch passes
@@ -74,11 +74,12 @@ def norm_packed(x: kd.Tensor[kd.u32, 2], gamma: kd.Tensor[kd.f32, 1], beta: kd.T
     if RMS:
         ms = row_sum(acc, BX, RY) * inv_w
     else:
-        mean = row_sum(acc, BX, RY) * inv_w
+        mu = acc * (1.0 / (CH * 8))
         q = kd.f32(0)
         for c in kd.unroll(CH):
-            q += sum_sq_dev(widen(words[c], sh2, hi2), mean, 8)
-        ms = row_sum(q, BX, RY) * inv_w
+            q += sum_sq_dev(widen(words[c], sh2, hi2), mu, 8)
+        mean, ms = row_mean_m2(mu, q, CH * 8, BX, RY)
+        ms = ms * inv_w
     rstd = kd.rsqrt(ms + eps)
     for c in kd.unroll(CH):
         col = (c * BX + t) * 8
