@@ -55,6 +55,13 @@ class VarRef:
     dtype: object
 
 
+class VarTuple(tuple):
+    """A tuple of run-time values bound to a name assigned more than once: its elements
+    live in variables (ir.Var), so a later assignment of a tuple of the same length
+    updates them in place. This is what carries a tuple through a run-time loop or out of
+    a run-time branch (`m = (...)` before a loop, `m = m2` inside it)."""
+
+
 class DeviceFunction:
     """A function marked `@kd.func`: inlined into the kernels that call it."""
 
@@ -216,6 +223,15 @@ class Frontend:
             raise self.error(node, f"variable type conflict for {name}: {old} vs {dtype}")
         self.var_types[name] = dtype
 
+    def copy_to_temp(self, value: ir.Expr) -> ir.Expr:
+        """`value` in a fresh variable (even when it is one already): a snapshot."""
+        if isinstance(value, ir.Const):
+            return value
+        name = self.fresh("tv")
+        self.var_types[name] = value.dtype
+        self.emit(ir.Assign(name=name, value=value, loc=value.loc))
+        return ir.Var(value.dtype, name=name, loc=value.loc)
+
     def temp(self, value: ir.Expr, base="t") -> ir.Var:
         """Materialise an expression into a fresh variable (operands of split ops)."""
         if isinstance(value, (ir.Var, ir.Const)):
@@ -365,6 +381,11 @@ class Frontend:
                 raise self.error(target, f"cannot assign to kernel parameter {name}")
             self.assign_var(cur.name, cur.dtype, self.to_expr(value, node), node)
             return
+        if (isinstance(value, tuple) and value and name in self.multi_assigned
+                and all(isinstance(v, ir.Expr) or (isinstance(v, (bool, int, float))
+                                                   and not isinstance(v, lang._PlaneDim)) for v in value)):
+            self.assign_tuple(name, tuple(self.to_expr(v, node) for v in value), node)
+            return
         numeric = isinstance(value, (bool, int, float)) and not isinstance(value, lang._PlaneDim)
         if _is_ct(value) and (not numeric or name not in self.multi_assigned):
             # compile-time binding: shared arrays, fragments, dtypes, tuples, and
@@ -376,6 +397,27 @@ class Frontend:
         self.declare(irname, e.dtype, node)
         self.scope[name] = VarRef(irname, e.dtype)
         self.emit(ir.Assign(name=irname, value=e, loc=self.loc(node)))
+
+    def assign_tuple(self, name, value, node):
+        """Bind `name` to a VarTuple: into its existing variables when the length matches
+        (values read first, so `m = (m[1], m[0])` swaps), else into fresh ones."""
+        cur = self.scope.get(name)
+        if isinstance(cur, VarTuple) and len(cur) == len(value):
+            mine = {v.name for v in cur}
+            if any(ir.vars_read(v) & mine for v in value):
+                value = tuple(self.copy_to_temp(v) for v in value)
+            for var, v in zip(cur, value):
+                self.assign_var(var.name, var.dtype, v, node)
+            return
+        out = []
+        for v in value:
+            if is_weak(v):
+                v = coerce(v, v.dtype)
+            irname = self.fresh(name)
+            self.declare(irname, v.dtype, node)
+            self.emit(ir.Assign(name=irname, value=v, loc=self.loc(node)))
+            out.append(ir.Var(v.dtype, name=irname, loc=self.loc(node)))
+        self.scope[name] = VarTuple(out)
 
     def assign_var(self, irname, dtype, e, node):
         if e.dtype != dtype:

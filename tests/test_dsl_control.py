@@ -192,3 +192,36 @@ def test_device_function_with_position_arguments_in_a_loop(runtime, rng):
     out = runtime.zeros((3, 16), "f32")
     func_with_positions[1, 16](runtime.tensor(a), out)
     np.testing.assert_array_equal(out.numpy(), a * 2)
+
+
+@kd.kernel
+def tuple_state(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], n: kd.i32, flip: kd.i32):
+    """Tuples of run-time values carried through a run-time loop (rebuilt element by element
+    and rotated) and out of a run-time branch."""
+    m = ()
+    for s in kd.unroll(3):
+        m = m + (kd.f32(0),)
+    r = (1.0, 2.0, 3.0)  # compile-time numbers: still carried as run-time values
+    for j in range(n):
+        m2 = ()
+        for s in kd.unroll(3):
+            m2 = m2 + (kd.max(m[s], x[j * 3 + s]),)
+        m = m2
+        r = (r[1], r[2], r[0])
+    if flip > 0:
+        r = (r[0] * 10.0, r[1], r[2])
+    for s in kd.unroll(3):
+        y[s] = m[s]
+        y[3 + s] = r[s]
+
+
+@pytest.mark.parametrize("n,flip", [(0, 0), (4, 0), (5, 1)])
+def test_tuples_carried_through_loops_and_branches(runtime, rng, n, flip):
+    x = rng.standard_normal(max(3 * n, 3)).astype(np.float32)
+    y = runtime.zeros(6, "f32")
+    tuple_state[1, 1](runtime.tensor(x), y, n, flip)
+    want_m = x[:3 * n].reshape(n, 3).max(0).clip(0) if n else np.zeros(3)
+    r = np.roll(np.array([1.0, 2.0, 3.0]), -(n % 3))
+    if flip:
+        r[0] *= 10
+    np.testing.assert_allclose(y.numpy(), np.concatenate([want_m, r]), rtol=1e-6)
