@@ -153,12 +153,15 @@ def test_accelerated_tilings(runtime, rng, tiling):
     check(run(runtime, q, k, v, mask, None, tiling, is_causal=True), q, k, v, mask, is_causal=True)
 
 
-@pytest.mark.parametrize("hold,vec", [(True, True), (True, False), (False, False)],
-                         ids=["fragments-vector", "fragments-scalar", "shared-scalar"])
-def test_accelerated_variants(runtime, rng, hold, vec):
-    """Both homes of Q and the accumulators (fragments: tensor-core devices; shared memory:
-    emulated primitive) and both ways of staging tiles (16-byte vectors or elements) run
-    everywhere. Keys rise steadily so the lazy running max has to move many times."""
+@pytest.mark.parametrize("registers,hold,vec", [(True, None, True), (True, None, False), (False, True, True),
+                                                (False, True, False), (False, False, False)],
+                         ids=["registers-vector", "registers-scalar", "fragments-vector", "fragments-scalar",
+                              "shared-scalar"])
+def test_accelerated_variants(runtime, rng, registers, hold, vec):
+    """Both kernels (softmax on the accumulators: tensor-core devices; softmax in shared
+    memory, Q and O in fragments or in shared memory: elsewhere) and both ways of staging
+    tiles (16-byte async copies or elements) run everywhere. Keys rise steadily so the
+    running max has to move many times."""
     B, H, Sq, Skv, D = 1, 2, 37, 300, 16
     q = np.ones((B, H, Sq, D), np.float16)
     k = (np.linspace(-3, 6, Skv)[None, None, :, None] * np.ones((B, H, Skv, D))).astype(np.float16)
@@ -167,8 +170,25 @@ def test_accelerated_variants(runtime, rng, hold, vec):
                          AttentionModuleOptions(scale=0.25))
     out = runtime.empty(p.out_shape, p.dtype)
     flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)),
-                  BlackboxAcceleratedStrategy(), hold=hold, vec=vec)
+                  BlackboxAcceleratedStrategy(2, 1, 1), hold=hold, vec=vec, registers=registers)
     check(out.numpy(), q, k, v, scale=0.25)
+
+
+@pytest.mark.parametrize("tiling", [BlackboxAcceleratedStrategy(1, 2, 1), BlackboxAcceleratedStrategy(2, 1, 2)],
+                         ids=str)
+def test_register_kernel_every_option(runtime, rng, tiling):
+    """The register-softmax kernel (the CUDA path) with GQA, a broadcast mask, a bias,
+    softcap, an explicit scale and causal with Sq < Skv, on every runtime."""
+    q, k, v = inputs(rng, B=2, Hq=4, Hkv=2, Sq=19, Skv=41, D=16, Dv=8, dtype="bf16")
+    mask = rng.random((2, 1, 19, 41)) < 0.2
+    bias = rng.standard_normal((1, 4, 19, 41)).astype(np.float32)
+    t = runtime.tensor
+    opts = dict(scale=0.3, softcap=5.0, is_causal=True)
+    p = problem.validate(t(q), t(k), t(v), t(mask), t(bias), AttentionModuleOptions(**opts))
+    out = runtime.empty(p.out_shape, p.dtype)
+    flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)), tiling,
+                  registers=True)
+    check(out.numpy(), q, k, v, mask, bias, **opts)
 
 
 # ------------------------------------------------------------------ views, inputs, empty sizes

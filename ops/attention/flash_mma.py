@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from . import flash_regs
 from .options import AttentionSetupError, BlackboxAcceleratedStrategy
 from .problem import Problem
 from .scores import LOG2E, logit2
@@ -323,6 +324,25 @@ def hold_q(p: Problem) -> bool:
     return bool(p.runtime.capabilities.mma_native)
 
 
+REGISTER_MAX_DIM = 128  # head dims up to this run the register-softmax kernel on tensor cores
+
+
+def use_registers(p: Problem) -> bool:
+    """Run the register-softmax kernel (flash_regs: S, P and O stay in fragments, tiles come
+    by async copies) rather than this module's shared-memory one? Where the primitive is
+    native and the head dims fit the registers (Q, O and S fragments of one plane grow with
+    D and Dv: past 128 they would spill). Elsewhere this module's kernel with Q and O in
+    shared memory keeps the emulation's code, and its compile time, small."""
+    return bool(p.runtime.capabilities.mma_native) and max(p.D, p.Dv) <= REGISTER_MAX_DIM
+
+
+def needed_shared_bytes(p: Problem, tiling: BlackboxAcceleratedStrategy) -> int:
+    """Shared memory of the kernel `run` launches for p with this tiling."""
+    if use_registers(p):
+        return flash_regs.shared_bytes(p, tiling)
+    return shared_bytes(p, tiling, hold_q(p))
+
+
 def shared_bytes(p: Problem, tiling: BlackboxAcceleratedStrategy, hold: bool) -> int:
     """Shared memory the kernel declares for this problem and tiling."""
     isz = p.dtype.itemsize
@@ -353,7 +373,7 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
     if units > caps.max_cube_units:
         raise AttentionSetupError(f"BlackboxAcceleratedStrategy.num_planes={tiling.num_planes} needs {units} units "
                                   f"per cube; {caps.device_name} allows {caps.max_cube_units}")
-    need = shared_bytes(p, tiling, hold_q(p))
+    need = needed_shared_bytes(p, tiling)
     if need > caps.max_shared_bytes:
         raise AttentionSetupError(f"BlackboxAcceleratedStrategy{(tiling.num_planes, tiling.seq_q, tiling.seq_kv)} "
                                   f"with D={p.D}, Dv={p.Dv} needs {need} bytes of shared memory; "
@@ -366,7 +386,7 @@ def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
     caps = p.runtime.capabilities
     for tiling in (BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(2, 1, 1),
                    BlackboxAcceleratedStrategy(1, 1, 1)):
-        if shared_bytes(p, tiling, hold_q(p)) <= caps.max_shared_bytes:
+        if needed_shared_bytes(p, tiling) <= caps.max_shared_bytes:
             return tiling
     return BlackboxAcceleratedStrategy(1, 1, 1)
 
@@ -381,9 +401,15 @@ def _vector_rows(t, dim: int) -> bool:
 
 
 def run(p: Problem, out, dummy_mask, dummy_bias, tiling: BlackboxAcceleratedStrategy, hold: bool | None = None,
-        vec: bool | None = None) -> None:
+        vec: bool | None = None, registers: bool | None = None) -> None:
     """Launch the fused matrix-primitive kernel for a validated problem (check() first).
-    `hold` and `vec` override where Q lives and how tiles are copied (tests run every variant)."""
+    `registers`, `hold` and `vec` override which kernel runs, where Q lives (shared-memory
+    kernel) and how tiles are copied (tests run every variant on every runtime)."""
+    if vec is None:
+        vec = _vector_rows(p.k, p.D) and _vector_rows(p.v, p.Dv)
+    if registers if registers is not None else use_registers(p):
+        flash_regs.run(p, out, dummy_mask, dummy_bias, tiling, bool(vec and _vector_rows(p.q, p.D)))
+        return
     plane = p.runtime.capabilities.plane_dim
     units = tiling.num_planes * plane
     bq = 16 * tiling.seq_q * tiling.num_planes
@@ -393,5 +419,4 @@ def run(p: Problem, out, dummy_mask, dummy_bias, tiling: BlackboxAcceleratedStra
         p.q, p.k, p.v, out, p.mask if p.mask is not None else dummy_mask,
         p.bias if p.bias is not None else dummy_bias, p.scale, p.softcap or 1.0, int(p.causal), p.D, p.Dv,
         tiling.seq_q, tiling.seq_kv, p.mask is not None, p.bias is not None, p.softcap is not None,
-        hold_q(p) if hold is None else bool(hold),
-        (_vector_rows(p.k, p.D) and _vector_rows(p.v, p.Dv)) if vec is None else bool(vec))
+        hold_q(p) if hold is None else bool(hold), bool(vec))

@@ -1,0 +1,304 @@
+"""`FlashBlackboxAccelerated` with the softmax on the accumulators (FlashAttention-2 style).
+
+A cube of NP planes owns BQ = 16·seq_q·NP rows of the flattened [group heads x Sq] query
+block of one KV head; each plane owns seq_q tiles of 16 rows and keeps, for the whole
+kernel, its Q tiles in a fragments and its output in acc fragments. Each step takes
+BK = 16·NP·seq_kv keys; K and V tiles go through a two-slot ring in shared memory filled
+by `kd.async_copy` (cp.async on CUDA: the next tile lands while this one is used):
+
+1. S = Q·Kᵀ into acc fragments (BK/16 per query tile);
+2. on those fragments, element by element: the shared logit rule (scale, softcap, mask,
+   causal, bias) in log2 units, the row max (a lane's elements of one row slot, then
+   `plane_shuffle_xor` over the lanes holding the row), P = exp2(logit - m) in place,
+   the lane's part of the row sum, and the rescale of O by exp2(m_old - m_new);
+3. P converted to a fragments (`kd.fragment_convert`, rounded to the input dtype) and
+   O += P·V.
+
+Row statistics live in registers per row slot; the lanes of a row finish the row sum at
+the end (O / l, zeros for a row with no visible key). Where a row lands in the tile and
+which lanes share it come from the fragment layout queries, so the same kernel runs on
+tensor cores and on the emulation. The query rows' (head, position, causal limit) are
+worked out once per kernel, not per element.
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .scores import LOG2E, logit2
+
+
+@kd.func
+def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
+    """dst[at + r * DS + c] = src[b, h, r0 + r, c] for NR rows and DIMP columns, zero past
+    nvalid rows and past DIM. VEC: 16-byte async copies (8-aligned rows, unit inner stride);
+    else element by element (a plain copy, done when this returns)."""
+    U = kd.cube_units()
+    base = kd.i64(b) * src.stride(0) + kd.i64(h) * src.stride(1)
+    if VEC:
+        NV = DIMP // 8
+        for e0 in range(0, NR * NV, U):
+            e = e0 + kd.unit_pos_x()
+            r = e // NV
+            c = (e % NV) * 8
+            if e < NR * NV:
+                row = kd.min(r0 + r, nvalid - 1)
+                kd.async_copy(dst, at + r * DS + c, src, base + kd.i64(row) * src.stride(2) + kd.min(c, DIM - 8), 8,
+                              (r0 + r < nvalid) & (c < DIM))
+    else:
+        for e0 in range(0, NR * DIMP, U):
+            e = e0 + kd.unit_pos_x()
+            r = e // DIMP
+            d = e % DIMP
+            x = kd.f32(src[base + kd.i64(kd.min(r0 + r, nvalid - 1)) * src.stride(2)
+                           + kd.i64(kd.min(d, DIM - 1)) * src.stride(3)])
+            if e < NR * DIMP:
+                dst[at + r * DS + d] = kd.select((r0 + r < nvalid) & (d < DIM), x, kd.f32(0))
+
+
+@kd.func
+def fetch_q(dst, at, DS, q, b, hk, r0, rows, G, Sq, NR, DIM, DIMP, VEC):
+    """The query block: dst row r = q[b, hk*G + (r0+r) // Sq, (r0+r) % Sq, :], zero past
+    `rows` and past DIM (async copies when VEC, like fetch_rows)."""
+    U = kd.cube_units()
+    if VEC:
+        NV = DIMP // 8
+        for e0 in range(0, NR * NV, U):
+            e = e0 + kd.unit_pos_x()
+            r = e // NV
+            c = (e % NV) * 8
+            if e < NR * NV:
+                rg = kd.min(r0 + r, rows - 1)
+                off = (kd.i64(b) * q.stride(0) + kd.i64(hk * G + rg // Sq) * q.stride(1)
+                       + kd.i64(rg % Sq) * q.stride(2) + kd.min(c, DIM - 8))
+                kd.async_copy(dst, at + r * DS + c, q, off, 8, (r0 + r < rows) & (c < DIM))
+    else:
+        for e0 in range(0, NR * DIMP, U):
+            e = e0 + kd.unit_pos_x()
+            r = e // DIMP
+            d = e % DIMP
+            rg = kd.min(r0 + r, rows - 1)
+            x = kd.f32(q[b, hk * G + rg // Sq, rg % Sq, kd.min(d, DIM - 1)])
+            if e < NR * DIMP:
+                dst[at + r * DS + d] = kd.select((r0 + r < rows) & (d < DIM), x, kd.f32(0))
+
+
+@kd.func
+def slot_row(f, s):
+    """Tile row of this lane's row slot s of fragment f."""
+    r = 0
+    for i in kd.unroll(kd.fragment_len(f)):
+        if kd.fragment_row_slot(f, i) == s:
+            r = kd.fragment_row(f, i)
+    return r
+
+
+@kd.func
+def row_combine_max(x, f):
+    """Max of x over the lanes that hold one row of fragment f."""
+    masks = kd.fragment_row_lanes(f)
+    for j in kd.unroll(len(masks)):
+        x = kd.max(x, kd.plane_shuffle_xor(x, masks[j]))
+    return x
+
+
+@kd.func
+def row_combine_sum(x, f):
+    """Sum of x over the lanes that hold one row of fragment f."""
+    masks = kd.fragment_row_lanes(f)
+    for j in kd.unroll(len(masks)):
+        x = x + kd.plane_shuffle_xor(x, masks[j])
+    return x
+
+
+@kd.kernel
+def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, mask: kd.Tensor, bias: kd.Tensor,
+                      scale: kd.f32, softcap: kd.f32, causal: kd.i32, D: kd.Const[int], DV: kd.Const[int],
+                      SQT: kd.Const[int], SKT: kd.Const[int], HAS_MASK: kd.Const[bool], HAS_BIAS: kd.Const[bool],
+                      SOFTCAP: kd.Const[bool], VEC: kd.Const[bool]):
+    DT = q.dtype
+    NP = kd.plane_count()
+    BQ = 16 * SQT * NP
+    BK = 16 * NP * SKT
+    DP = (D + 15) // 16 * 16
+    DVP = (DV + 15) // 16 * 16
+    KS = DP + 8    # shared row strides, padded by 8 elements (16 bytes) against bank conflicts
+    VS = DVP + 8
+    NDC = DP // 16
+    NDV = DVP // 16
+    NKT = BK // 16
+
+    Hq = q.shape[1]
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    Sq = q.shape[2]
+    Skv = k.shape[2]
+    b = kd.cube_pos_y() // Hkv
+    hk = kd.cube_pos_y() % Hkv
+    rows = G * Sq
+    r0 = kd.cube_pos_x() * BQ
+    prow = kd.plane_pos() * (16 * SQT)
+    off = Skv - Sq
+
+    k_sh = kd.shared(DT, max(2 * BK, BK + BQ) * KS)  # two K slots; the Q block first sits at slot 1
+    v_sh = kd.shared(DT, 2 * BK * VS)
+
+    # ---- Q block -> shared (one copy group), K/V tile 0 -> slot 0 (the next group)
+    r_last = kd.min(r0 + BQ, rows) - 1
+    i_max = kd.select(r0 // Sq == r_last // Sq, r_last % Sq, Sq - 1)
+    kv_end = Skv
+    if causal != 0:
+        kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
+    fetch_q(k_sh, BK * KS, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC)
+    kd.async_commit()
+    fetch_rows(k_sh, 0, KS, k, b, hk, 0, kd.min(kv_end, Skv), BK, D, DP, VEC)
+    fetch_rows(v_sh, 0, VS, v, b, hk, 0, kd.min(kv_end, Skv), BK, DV, DVP, VEC)
+    kd.async_commit()
+    kd.async_wait(1)
+    kd.sync_cube()
+
+    qf = ()
+    of = ()
+    for qt in kd.unroll(SQT):
+        for dc in kd.unroll(NDC):
+            f = kd.fragment_a(DT, 16, 16, 16)
+            kd.load_fragment(f, k_sh, BK * KS + (prow + qt * 16) * KS + dc * 16, KS)
+            qf = qf + (f,)
+        for dv in kd.unroll(NDV):
+            o = kd.fragment_acc(16, 16, 16)
+            kd.fill_fragment(o, 0.0)
+            of = of + (o,)
+    sf = ()
+    pf = ()
+    for kt in kd.unroll(NKT):
+        sf = sf + (kd.fragment_acc(16, 16, 16),)
+        pf = pf + (kd.fragment_a(DT, 16, 16, 16),)
+    kf = kd.fragment_b(DT, 16, 16, 16, layout="col")
+    vf = kd.fragment_b(DT, 16, 16, 16)
+    NS = kd.fragment_row_slots(sf[0])
+    NE = kd.fragment_len(sf[0])
+
+    # per (query tile, row slot): the row's head, position and causal limit; m and l
+    hs = ()
+    iqs = ()
+    lims = ()
+    m = ()
+    l = ()
+    for qt in kd.unroll(SQT):
+        for s in kd.unroll(NS):
+            rg = kd.min(r0 + prow + qt * 16 + slot_row(sf[0], s), rows - 1)
+            iq = rg % Sq
+            hs = hs + (hk * G + rg // Sq,)
+            iqs = iqs + (iq,)
+            lims = lims + (kd.select(causal != 0, iq + off, Skv),)
+            m = m + (-kd.inf,)
+            l = l + (kd.f32(0),)
+
+    for j0 in range(0, kv_end, BK):
+        cur = (j0 // BK) % 2
+        kd.async_wait(0)   # this unit's part of tile j0 is in ...
+        kd.sync_cube()     # ... everyone's is, and everyone is done with the other slot
+        nslot = 1 - cur
+        fetch_rows(k_sh, nslot * (BK * KS), KS, k, b, hk, j0 + BK, kd.min(kv_end, Skv), BK, D, DP, VEC)
+        fetch_rows(v_sh, nslot * (BK * VS), VS, v, b, hk, j0 + BK, kd.min(kv_end, Skv), BK, DV, DVP, VEC)
+        kd.async_commit()
+        kbase = cur * (BK * KS)
+        vbase = cur * (BK * VS)
+        for qt in kd.unroll(SQT):
+            # ---- S = Q·Kᵀ for this query tile
+            for kt in kd.unroll(NKT):
+                kd.fill_fragment(sf[kt], 0.0)
+                for dc in kd.unroll(NDC):
+                    kd.load_fragment(kf, k_sh, kbase + kt * 16 * KS + dc * 16, KS)
+                    kd.mma(sf[kt], qf[qt * NDC + dc], kf)
+            # ---- logits (log2 units), in place
+            for kt in kd.unroll(NKT):
+                for i in kd.unroll(NE):
+                    sk = kd.fragment_row_slot(sf[kt], i)
+                    ctx = (mask, bias, b, hs[qt * NS + sk], iqs[qt * NS + sk], lims[qt * NS + sk], Skv, softcap,
+                           LOG2E)
+                    j = j0 + kt * 16 + kd.fragment_col(sf[kt], i)
+                    kd.fragment_set(sf[kt], i, logit2(kd.fragment_get(sf[kt], i) * scale, j, ctx, HAS_MASK,
+                                                      HAS_BIAS, SOFTCAP))
+            # ---- per row slot: the new max, P = exp2(logit - m) in place, the lane's row sum
+            m2 = ()
+            l2 = ()
+            alpha = ()
+            for s in kd.unroll(NS):
+                mt = -kd.inf
+                for kt in kd.unroll(NKT):
+                    for i in kd.unroll(NE):
+                        if kd.fragment_row_slot(sf[kt], i) == s:
+                            mt = kd.max(mt, kd.fragment_get(sf[kt], i))
+                m_old = m[qt * NS + s]
+                mn = kd.max(m_old, row_combine_max(mt, sf[0]))
+                mu = kd.select(mn == -kd.inf, kd.f32(0), mn)  # a row with nothing visible yet
+                rs = kd.f32(0)
+                for kt in kd.unroll(NKT):
+                    for i in kd.unroll(NE):
+                        if kd.fragment_row_slot(sf[kt], i) == s:
+                            p = kd.exp2(kd.fragment_get(sf[kt], i) - mu)
+                            kd.fragment_set(sf[kt], i, p)
+                            rs = rs + p
+                a = kd.exp2(m_old - mu)
+                alpha = alpha + (a,)
+                m2 = m2 + (mn,)
+                l2 = l2 + (l[qt * NS + s] * a + rs,)
+            for kt in kd.unroll(NKT):
+                kd.fragment_convert(pf[kt], sf[kt])
+            m_new = ()
+            l_new = ()
+            for n in kd.unroll(SQT * NS):
+                if n // NS == qt:
+                    m_new = m_new + (m2[n % NS],)
+                    l_new = l_new + (l2[n % NS],)
+                else:
+                    m_new = m_new + (m[n],)
+                    l_new = l_new + (l[n],)
+            m = m_new
+            l = l_new
+            # ---- O = O·alpha + P·V
+            for dv in kd.unroll(NDV):
+                o = of[qt * NDV + dv]
+                for i in kd.unroll(NE):
+                    kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
+            for kt in kd.unroll(NKT):
+                for dv in kd.unroll(NDV):
+                    kd.load_fragment(vf, v_sh, vbase + kt * 16 * VS + dv * 16, VS)
+                    kd.mma(of[qt * NDV + dv], pf[kt], vf)
+    kd.async_wait(0)
+
+    # ---- out = O / l (rows with no visible key: zeros)
+    for qt in kd.unroll(SQT):
+        inv = ()
+        for s in kd.unroll(NS):
+            lr = row_combine_sum(l[qt * NS + s], sf[0])
+            inv = inv + (kd.select(lr > 0.0, 1.0 / lr, kd.f32(0)),)
+        for dv in kd.unroll(NDV):
+            o = of[qt * NDV + dv]
+            for i in kd.unroll(NE):
+                so = kd.fragment_row_slot(o, i)
+                rg = r0 + prow + qt * 16 + kd.fragment_row(o, i)
+                c = dv * 16 + kd.fragment_col(o, i)
+                if (rg < rows) & (c < DV):
+                    out[b, hs[qt * NS + so], iqs[qt * NS + so], c] = kd.fragment_get(o, i) * inv[so]
+
+
+def shared_bytes(p, tiling) -> int:
+    """Shared memory the kernel declares for problem p and this tiling."""
+    bq = 16 * tiling.seq_q * tiling.num_planes
+    bk = 16 * tiling.num_planes * tiling.seq_kv
+    dp, dvp = (p.D + 15) // 16 * 16, (p.Dv + 15) // 16 * 16
+    return p.dtype.itemsize * (max(2 * bk, bk + bq) * (dp + 8) + 2 * bk * (dvp + 8))
+
+
+def run(p, out, dummy_mask, dummy_bias, tiling, vec: bool) -> None:
+    """Launch for a validated problem (flash_mma.check first)."""
+    plane = p.runtime.capabilities.plane_dim
+    units = tiling.num_planes * plane
+    bq = 16 * tiling.seq_q * tiling.num_planes
+    rows = p.group * p.Sq
+    grid = ((rows + bq - 1) // bq, p.B * p.Hkv)
+    flash_regs_kernel[grid, units](
+        p.q, p.k, p.v, out, p.mask if p.mask is not None else dummy_mask,
+        p.bias if p.bias is not None else dummy_bias, p.scale, p.softcap or 1.0, int(p.causal), p.D, p.Dv,
+        tiling.seq_q, tiling.seq_kv, p.mask is not None, p.bias is not None, p.softcap is not None, vec)
