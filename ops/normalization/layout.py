@@ -15,6 +15,10 @@ MAX_CACHED_CHUNKS = 8  # chunks a unit may hold in registers before the looped k
 # over them), and a 64-element step keeps the SIMD loops long enough; measured in RESULTS.md.
 CPU_ROW_UNITS, CPU_STEP_CHUNKS = 32, 2
 CPU_SMALL_WIDTH = 8
+# LayerNorm rows held as packed bf16 pairs (packed.py): 8 chunks a unit. Packed words take
+# half the registers of f32 values, so a unit can hold twice the bytes; on the H200 this
+# beat 4 chunks at every W measured (RESULTS.md, session 9: +2-28%).
+PACKED_LN_CHUNKS = 8
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,19 @@ def choose_shape(caps, width: int, lanes: int, per_unit: int = 4, cube_units: in
             bx = min(plane, max_units)  # sub-plane rows need power-of-two planes
         return RowShape(bx, _rows_per_cube(bx, plane, max_units, cube_units), -(-chunks // bx), lanes, True)
     return RowShape(max_units, 1, per_unit, lanes, False)
+
+
+def deepen(caps, shape: RowShape, width: int, chunks: int) -> RowShape:
+    """`shape` with `chunks` chunks a unit (and proportionally fewer units a row) when it is
+    register-cached, tiles the row exactly and still does with a power-of-two unit count;
+    else `shape` itself. Rows share cubes as choose_shape would arrange them."""
+    total = shape.bx * shape.chunks
+    if not shape.cached or shape.ragged(width) or shape.chunks >= chunks or total % chunks:
+        return shape
+    bx, plane = total // chunks, caps.plane_dim
+    if bx & (bx - 1) or (plane & (plane - 1) and bx < plane):
+        return shape
+    return RowShape(bx, _rows_per_cube(bx, plane, min(caps.max_cube_units, 1024), 128), chunks, shape.lanes, True)
 
 
 def _rows_per_cube(bx: int, plane: int, max_units: int, target: int) -> int:
