@@ -10,7 +10,10 @@ by `kd.async_copy` (cp.async on CUDA: the next tile lands while this one is used
 2. on those fragments, element by element: the shared logit rule (scale, softcap, mask,
    causal, bias) in log2 units, the row max (a lane's elements of one row slot, then
    `plane_shuffle_xor` over the lanes holding the row), P = exp2(logit - m) in place,
-   the lane's part of the row sum, and the rescale of O by exp2(m_old - m_new);
+   the lane's part of the row sum. The running max moves only when some row of the plane
+   grows by more than TAU (a plane vote; then O and l are rescaled by exp2(m_old - m_new)),
+   so P <= 2^TAU and most steps skip the rescale. Tiles every row of the cube sees in full
+   (no mask, bias or softcap, all keys present and visible) skip the logit rule;
 3. P converted to a fragments (`kd.fragment_convert`, rounded to the input dtype) and
    O += P·V.
 
@@ -25,6 +28,8 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .scores import LOG2E, logit2
+
+TAU = 8.0  # lazy rescale threshold in log2 units: P <= 256, safe in f16 and bf16
 
 
 @kd.func
@@ -140,15 +145,19 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     off = Skv - Sq
 
     k_sh = kd.shared(DT, max(2 * BK, BK + BQ) * KS)  # two K slots; the Q block first sits at slot 1
+    QOFF = BK * KS
     v_sh = kd.shared(DT, 2 * BK * VS)
 
     # ---- Q block -> shared (one copy group), K/V tile 0 -> slot 0 (the next group)
     r_last = kd.min(r0 + BQ, rows) - 1
-    i_max = kd.select(r0 // Sq == r_last // Sq, r_last % Sq, Sq - 1)
+    one_head = r0 // Sq == r_last // Sq
+    i_max = kd.select(one_head, r_last % Sq, Sq - 1)
+    i_min = kd.select(one_head, r0 % Sq, 0)  # the cube's rows see at least keys 0 .. i_min + off
+    scale2 = scale * LOG2E
     kv_end = Skv
     if causal != 0:
         kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
-    fetch_q(k_sh, BK * KS, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC)
+    fetch_q(k_sh, QOFF, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC)
     kd.async_commit()
     fetch_rows(k_sh, 0, KS, k, b, hk, 0, kd.min(kv_end, Skv), BK, D, DP, VEC)
     fetch_rows(v_sh, 0, VS, v, b, hk, 0, kd.min(kv_end, Skv), BK, DV, DVP, VEC)
@@ -161,7 +170,7 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     for qt in kd.unroll(SQT):
         for dc in kd.unroll(NDC):
             f = kd.fragment_a(DT, 16, 16, 16)
-            kd.load_fragment(f, k_sh, BK * KS + (prow + qt * 16) * KS + dc * 16, KS)
+            kd.load_fragment(f, k_sh, QOFF + (prow + qt * 16) * KS + dc * 16, KS)
             qf = qf + (f,)
         for dv in kd.unroll(NDV):
             o = kd.fragment_acc(16, 16, 16)
@@ -203,35 +212,75 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
         kd.async_commit()
         kbase = cur * (BK * KS)
         vbase = cur * (BK * VS)
+        interior = False
+        if not (HAS_MASK or HAS_BIAS or SOFTCAP):
+            interior = (j0 + BK <= Skv) & ((causal == 0) | (j0 + BK - 1 <= i_min + off))
         for qt in kd.unroll(SQT):
             # ---- S = Q·Kᵀ for this query tile
             for kt in kd.unroll(NKT):
                 kd.fill_fragment(sf[kt], 0.0)
-                for dc in kd.unroll(NDC):
+            for dc in kd.unroll(NDC):
+                for kt in kd.unroll(NKT):
                     kd.load_fragment(kf, k_sh, kbase + kt * 16 * KS + dc * 16, KS)
                     kd.mma(sf[kt], qf[qt * NDC + dc], kf)
-            # ---- logits (log2 units), in place
-            for kt in kd.unroll(NKT):
-                for i in kd.unroll(NE):
-                    sk = kd.fragment_row_slot(sf[kt], i)
-                    ctx = (mask, bias, b, hs[qt * NS + sk], iqs[qt * NS + sk], lims[qt * NS + sk], Skv, softcap,
-                           LOG2E)
-                    j = j0 + kt * 16 + kd.fragment_col(sf[kt], i)
-                    kd.fragment_set(sf[kt], i, logit2(kd.fragment_get(sf[kt], i) * scale, j, ctx, HAS_MASK,
-                                                      HAS_BIAS, SOFTCAP))
-            # ---- per row slot: the new max, P = exp2(logit - m) in place, the lane's row sum
-            m2 = ()
-            l2 = ()
-            alpha = ()
+            # ---- logits (log2 units), in place: interior tiles with no mask, bias or softcap
+            # (every key exists and is visible to every row of the cube) need only the scale
+            if interior:
+                for kt in kd.unroll(NKT):
+                    for i in kd.unroll(NE):
+                        kd.fragment_set(sf[kt], i, kd.fragment_get(sf[kt], i) * scale2)
+            else:
+                for kt in kd.unroll(NKT):
+                    for i in kd.unroll(NE):
+                        sk = kd.fragment_row_slot(sf[kt], i)
+                        ctx = (mask, bias, b, hs[qt * NS + sk], iqs[qt * NS + sk], lims[qt * NS + sk], Skv, softcap,
+                               LOG2E)
+                        j = j0 + kt * 16 + kd.fragment_col(sf[kt], i)
+                        kd.fragment_set(sf[kt], i, logit2(kd.fragment_get(sf[kt], i) * scale, j, ctx, HAS_MASK,
+                                                          HAS_BIAS, SOFTCAP))
+            # ---- row maxima; the running max moves only when a row's grows by more than TAU
+            # (lazily, as in FlashAttention-4: P <= 2^TAU), decided for the whole plane
+            mts = ()
             for s in kd.unroll(NS):
                 mt = -kd.inf
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
                         if kd.fragment_row_slot(sf[kt], i) == s:
                             mt = kd.max(mt, kd.fragment_get(sf[kt], i))
-                m_old = m[qt * NS + s]
-                mn = kd.max(m_old, row_combine_max(mt, sf[0]))
-                mu = kd.select(mn == -kd.inf, kd.f32(0), mn)  # a row with nothing visible yet
+                mts = mts + (row_combine_max(mt, sf[0]),)
+            grow = mts[0] > m[qt * NS] + TAU
+            for s in kd.unroll(1, NS):
+                grow = grow | (mts[s] > m[qt * NS + s] + TAU)
+            if kd.plane_any(grow):
+                m2 = ()
+                l2 = ()
+                alpha = ()
+                for s in kd.unroll(NS):
+                    m_old = m[qt * NS + s]
+                    mn = kd.max(m_old, mts[s])
+                    a = kd.exp2(m_old - kd.select(mn == -kd.inf, kd.f32(0), mn))
+                    alpha = alpha + (a,)
+                    m2 = m2 + (mn,)
+                    l2 = l2 + (l[qt * NS + s] * a,)
+                for dv in kd.unroll(NDV):
+                    o = of[qt * NDV + dv]
+                    for i in kd.unroll(NE):
+                        kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
+                m_new = ()
+                l_new = ()
+                for n in kd.unroll(SQT * NS):
+                    if n // NS == qt:
+                        m_new = m_new + (m2[n % NS],)
+                        l_new = l_new + (l2[n % NS],)
+                    else:
+                        m_new = m_new + (m[n],)
+                        l_new = l_new + (l[n],)
+                m = m_new
+                l = l_new
+            # ---- P = exp2(logit - m) in place, the lane's part of each row sum
+            l2 = ()
+            for s in kd.unroll(NS):
+                mu = kd.select(m[qt * NS + s] == -kd.inf, kd.f32(0), m[qt * NS + s])  # nothing visible yet
                 rs = kd.f32(0)
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
@@ -239,28 +288,17 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                             p = kd.exp2(kd.fragment_get(sf[kt], i) - mu)
                             kd.fragment_set(sf[kt], i, p)
                             rs = rs + p
-                a = kd.exp2(m_old - mu)
-                alpha = alpha + (a,)
-                m2 = m2 + (mn,)
-                l2 = l2 + (l[qt * NS + s] * a + rs,)
+                l2 = l2 + (l[qt * NS + s] + rs,)
             for kt in kd.unroll(NKT):
                 kd.fragment_convert(pf[kt], sf[kt])
-            m_new = ()
             l_new = ()
             for n in kd.unroll(SQT * NS):
                 if n // NS == qt:
-                    m_new = m_new + (m2[n % NS],)
                     l_new = l_new + (l2[n % NS],)
                 else:
-                    m_new = m_new + (m[n],)
                     l_new = l_new + (l[n],)
-            m = m_new
             l = l_new
-            # ---- O = O·alpha + P·V
-            for dv in kd.unroll(NDV):
-                o = of[qt * NDV + dv]
-                for i in kd.unroll(NE):
-                    kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
+            # ---- O += P·V
             for kt in kd.unroll(NKT):
                 for dv in kd.unroll(NDV):
                     kd.load_fragment(vf, v_sh, vbase + kt * 16 * VS + dv * 16, VS)
