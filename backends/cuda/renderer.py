@@ -156,6 +156,10 @@ class CudaRenderer(CLikeRenderer):
     def helper_code(self, name: str) -> str:
         if name in ("kd_h2f", "kd_f2h", "kd_bf2f", "kd_f2bf"):
             return f"// {name}: in the prelude"
+        if name in ("kd_max_f32", "kd_min_f32"):  # one instruction that keeps NaN (sm_80+)
+            op = name[3:6]
+            return (f"static __device__ __forceinline__ float {name}(float a, float b) {{ float r; "
+                    f'asm("{op}.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }}')
         return super().helper_code(name)
 
     # ------------------------------------------------------------------ wide shared stores
@@ -319,10 +323,10 @@ class CudaRenderer(CLikeRenderer):
         m16n8k16 layouts), so the a registers are the acc values rounded, two per register."""
         dt = self.k.frags[s.dst].dtype
         src, dst = self.frag(s.src), self.frag(s.dst)
-        for r in range(4):
-            lo = self.float_to_half(f"{src}[{2 * r}]", dt)
-            hi = self.float_to_half(f"{src}[{2 * r + 1}]", dt)
-            self.emit(f"{dst}[{r}] = (unsigned){lo} | ((unsigned){hi} << 16);")
+        kind = "bf16x2" if dt is bf16 else "f16x2"
+        for r in range(4):  # one cvt rounds two elements into a register (high operand first)
+            self.emit(f'asm("cvt.rn.{kind}.f32 %0, %1, %2;" : "=r"({dst}[{r}]) : "f"({src}[{2 * r + 1}]), '
+                      f'"f"({src}[{2 * r}]));')
 
     def _frag_load(self, s: ir.FragLoad) -> list:
         ft = self.k.frags[s.frag]

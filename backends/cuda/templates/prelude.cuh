@@ -14,10 +14,11 @@ static __device__ __forceinline__ float kd_bf2f(unsigned short h) {
     return __uint_as_float(((unsigned)h) << 16);
 }
 static __device__ __forceinline__ unsigned short kd_f2bf(float f) {
-    // round to nearest even; NaN stays a quiet NaN of the same sign, as on the cpu runtime
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    // round to nearest even (one cvt); NaN stays a quiet NaN of the same sign and payload
+    // top bits, as on the cpu runtime (cvt would give the canonical NaN)
+    unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    const unsigned u = __float_as_uint(f);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u) : h;
 }
 
 // short vectors: lanes in an array, moved as one 16/8/4/2-byte access when aligned
