@@ -309,7 +309,7 @@ def _parse_config(name: str) -> tuple:
 PIPELINED = {name: _parse_config(name) for name in _PIPELINED_NAMES}
 
 
-def gemm(a, b, c, config="128x128x64/w64x32/s3/g8"):
+def gemm(a, b, c, config="128x128x64/w64x64/s3/g8"):
     """Launch one GEMM configuration (a PIPELINED name, or a CONFIGS name for the
     register-staged two-buffer kernel)."""
     M, K = a.shape
