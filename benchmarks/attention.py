@@ -32,8 +32,8 @@ from rudnn.attention import AttentionModuleOptions, AttentionStrategy, BlackboxA
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
 S = AttentionStrategy
-TILINGS = [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(4, 1, 2),
-           BlackboxAcceleratedStrategy(4, 2, 1), BlackboxAcceleratedStrategy(8, 1, 1),
+TILINGS = [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(8, 1, 1),
+           BlackboxAcceleratedStrategy(4, 2, 1), BlackboxAcceleratedStrategy(2, 2, 1),
            BlackboxAcceleratedStrategy(2, 2, 2)]
 
 

@@ -1,8 +1,10 @@
 """`FlashBlackboxAccelerated` with the softmax on the accumulators (FlashAttention-2 style).
 
 A cube of NP planes owns BQ = 16·seq_q·NP rows of the flattened [group heads x Sq] query
-block of one KV head; each plane owns seq_q tiles of 16 rows and keeps, for the whole
-kernel, its Q tiles in a fragments and its output in acc fragments. Each step takes
+block of one KV head; each plane owns seq_q tiles of 16 rows and keeps its output in acc
+fragments for the whole kernel, and its Q tiles in a fragments too when it owns one
+(several: Q is read from shared memory each step, their accumulators need the registers);
+each K and V fragment loaded serves all of the plane's query tiles. Each step takes
 BK = 16·NP·seq_kv keys; K and V tiles go through a two-slot ring in shared memory filled
 by `kd.async_copy` (cp.async on CUDA: the next tile lands while this one is used):
 
@@ -119,7 +121,7 @@ def row_combine_sum(x, f):
 def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, mask: kd.Tensor, bias: kd.Tensor,
                       scale: kd.f32, softcap: kd.f32, causal: kd.i32, D: kd.Const[int], DV: kd.Const[int],
                       SQT: kd.Const[int], SKT: kd.Const[int], HAS_MASK: kd.Const[bool], HAS_BIAS: kd.Const[bool],
-                      SOFTCAP: kd.Const[bool], VEC: kd.Const[bool]):
+                      SOFTCAP: kd.Const[bool], VEC: kd.Const[bool], QSH: kd.Const[bool]):
     DT = q.dtype
     NP = kd.plane_count()
     BQ = 16 * SQT * NP
@@ -144,8 +146,12 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     prow = kd.plane_pos() * (16 * SQT)
     off = Skv - Sq
 
-    k_sh = kd.shared(DT, max(2 * BK, BK + BQ) * KS)  # two K slots; the Q block first sits at slot 1
-    QOFF = BK * KS
+    if QSH:  # Q stays in shared memory, read once per step and query tile (frees its registers)
+        k_sh = kd.shared(DT, (2 * BK + BQ) * KS)     # two K slots, then the Q block
+        QOFF = 2 * BK * KS
+    else:    # Q in fragments for the whole kernel; the Q block first sits at slot 1
+        k_sh = kd.shared(DT, max(2 * BK, BK + BQ) * KS)
+        QOFF = BK * KS
     v_sh = kd.shared(DT, 2 * BK * VS)
 
     # ---- Q block -> shared (one copy group), K/V tile 0 -> slot 0 (the next group)
@@ -167,18 +173,22 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
 
     qf = ()
     of = ()
+    qa = ()
     for qt in kd.unroll(SQT):
-        for dc in kd.unroll(NDC):
-            f = kd.fragment_a(DT, 16, 16, 16)
-            kd.load_fragment(f, k_sh, QOFF + (prow + qt * 16) * KS + dc * 16, KS)
-            qf = qf + (f,)
+        if QSH:
+            qa = qa + (kd.fragment_a(DT, 16, 16, 16),)
+        else:
+            for dc in kd.unroll(NDC):
+                f = kd.fragment_a(DT, 16, 16, 16)
+                kd.load_fragment(f, k_sh, QOFF + (prow + qt * 16) * KS + dc * 16, KS)
+                qf = qf + (f,)
         for dv in kd.unroll(NDV):
             o = kd.fragment_acc(16, 16, 16)
             kd.fill_fragment(o, 0.0)
             of = of + (o,)
-    sf = ()
-    pf = ()
-    for kt in kd.unroll(NKT):
+    sf = ()  # S, then P in place, of each (query tile, key tile)
+    pf = ()  # P as a fragments
+    for n in kd.unroll(SQT * NKT):
         sf = sf + (kd.fragment_acc(16, 16, 16),)
         pf = pf + (kd.fragment_a(DT, 16, 16, 16),)
     kf = kd.fragment_b(DT, 16, 16, 16, layout="col")
@@ -215,29 +225,38 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
         interior = False
         if not (HAS_MASK or HAS_BIAS or SOFTCAP):
             interior = (j0 + BK <= Skv) & ((causal == 0) | (j0 + BK - 1 <= i_min + off))
-        for qt in kd.unroll(SQT):
-            # ---- S = Q·Kᵀ for this query tile
+        # ---- S = Q·Kᵀ: each K fragment serves all of the plane's query tiles
+        for n in kd.unroll(SQT * NKT):
+            kd.fill_fragment(sf[n], 0.0)
+        for dc in kd.unroll(NDC):
+            if QSH:
+                for qt in kd.unroll(SQT):
+                    kd.load_fragment(qa[qt], k_sh, QOFF + (prow + qt * 16) * KS + dc * 16, KS)
             for kt in kd.unroll(NKT):
-                kd.fill_fragment(sf[kt], 0.0)
-            for dc in kd.unroll(NDC):
-                for kt in kd.unroll(NKT):
-                    kd.load_fragment(kf, k_sh, kbase + kt * 16 * KS + dc * 16, KS)
-                    kd.mma(sf[kt], qf[qt * NDC + dc], kf)
+                kd.load_fragment(kf, k_sh, kbase + kt * 16 * KS + dc * 16, KS)
+                for qt in kd.unroll(SQT):
+                    if QSH:
+                        kd.mma(sf[qt * NKT + kt], qa[qt], kf)
+                    else:
+                        kd.mma(sf[qt * NKT + kt], qf[qt * NDC + dc], kf)
+        for qt in kd.unroll(SQT):
             # ---- logits (log2 units), in place: interior tiles with no mask, bias or softcap
             # (every key exists and is visible to every row of the cube) need only the scale
             if interior:
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
-                        kd.fragment_set(sf[kt], i, kd.fragment_get(sf[kt], i) * scale2)
+                        f = sf[qt * NKT + kt]
+                        kd.fragment_set(f, i, kd.fragment_get(f, i) * scale2)
             else:
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
-                        sk = kd.fragment_row_slot(sf[kt], i)
+                        f = sf[qt * NKT + kt]
+                        sk = kd.fragment_row_slot(f, i)
                         ctx = (mask, bias, b, hs[qt * NS + sk], iqs[qt * NS + sk], lims[qt * NS + sk], Skv, softcap,
                                LOG2E)
-                        j = j0 + kt * 16 + kd.fragment_col(sf[kt], i)
-                        kd.fragment_set(sf[kt], i, logit2(kd.fragment_get(sf[kt], i) * scale, j, ctx, HAS_MASK,
-                                                          HAS_BIAS, SOFTCAP))
+                        j = j0 + kt * 16 + kd.fragment_col(f, i)
+                        kd.fragment_set(f, i, logit2(kd.fragment_get(f, i) * scale, j, ctx, HAS_MASK, HAS_BIAS,
+                                                     SOFTCAP))
             # ---- row maxima; the running max moves only when a row's grows by more than TAU
             # (lazily, as in FlashAttention-4: P <= 2^TAU), decided for the whole plane
             mts = ()
@@ -245,8 +264,8 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                 mt = -kd.inf
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
-                        if kd.fragment_row_slot(sf[kt], i) == s:
-                            mt = kd.max(mt, kd.fragment_get(sf[kt], i))
+                        if kd.fragment_row_slot(sf[qt * NKT + kt], i) == s:
+                            mt = kd.max(mt, kd.fragment_get(sf[qt * NKT + kt], i))
                 mts = mts + (row_combine_max(mt, sf[0]),)
             grow = mts[0] > m[qt * NS] + TAU
             for s in kd.unroll(1, NS):
@@ -284,13 +303,13 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                 rs = kd.f32(0)
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
-                        if kd.fragment_row_slot(sf[kt], i) == s:
-                            p = kd.exp2(kd.fragment_get(sf[kt], i) - mu)
-                            kd.fragment_set(sf[kt], i, p)
+                        if kd.fragment_row_slot(sf[qt * NKT + kt], i) == s:
+                            p = kd.exp2(kd.fragment_get(sf[qt * NKT + kt], i) - mu)
+                            kd.fragment_set(sf[qt * NKT + kt], i, p)
                             rs = rs + p
                 l2 = l2 + (l[qt * NS + s] + rs,)
             for kt in kd.unroll(NKT):
-                kd.fragment_convert(pf[kt], sf[kt])
+                kd.fragment_convert(pf[qt * NKT + kt], sf[qt * NKT + kt])
             l_new = ()
             for n in kd.unroll(SQT * NS):
                 if n // NS == qt:
@@ -298,11 +317,12 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                 else:
                     l_new = l_new + (l[n],)
             l = l_new
-            # ---- O += P·V
-            for kt in kd.unroll(NKT):
-                for dv in kd.unroll(NDV):
-                    kd.load_fragment(vf, v_sh, vbase + kt * 16 * VS + dv * 16, VS)
-                    kd.mma(of[qt * NDV + dv], pf[kt], vf)
+        # ---- O += P·V: each V fragment serves all of the plane's query tiles
+        for kt in kd.unroll(NKT):
+            for dv in kd.unroll(NDV):
+                kd.load_fragment(vf, v_sh, vbase + kt * 16 * VS + dv * 16, VS)
+                for qt in kd.unroll(SQT):
+                    kd.mma(of[qt * NDV + dv], pf[qt * NKT + kt], vf)
     kd.async_wait(0)
 
     # ---- out = O / l (rows with no visible key: zeros)
@@ -321,12 +341,19 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                     out[b, hs[qt * NS + so], iqs[qt * NS + so], c] = kd.fragment_get(o, i) * inv[so]
 
 
+def q_in_shared(tiling) -> bool:
+    """Read Q from shared memory each step (rather than hold it in fragments) when a plane
+    owns several query tiles: their accumulators need the registers."""
+    return tiling.seq_q > 1
+
+
 def shared_bytes(p, tiling) -> int:
     """Shared memory the kernel declares for problem p and this tiling."""
     bq = 16 * tiling.seq_q * tiling.num_planes
     bk = 16 * tiling.num_planes * tiling.seq_kv
     dp, dvp = (p.D + 15) // 16 * 16, (p.Dv + 15) // 16 * 16
-    return p.dtype.itemsize * (max(2 * bk, bk + bq) * (dp + 8) + 2 * bk * (dvp + 8))
+    k_rows = 2 * bk + bq if q_in_shared(tiling) else max(2 * bk, bk + bq)
+    return p.dtype.itemsize * (k_rows * (dp + 8) + 2 * bk * (dvp + 8))
 
 
 def run(p, out, dummy_mask, dummy_bias, tiling, vec: bool) -> None:
@@ -339,4 +366,5 @@ def run(p, out, dummy_mask, dummy_bias, tiling, vec: bool) -> None:
     flash_regs_kernel[grid, units](
         p.q, p.k, p.v, out, p.mask if p.mask is not None else dummy_mask,
         p.bias if p.bias is not None else dummy_bias, p.scale, p.softcap or 1.0, int(p.causal), p.D, p.Dv,
-        tiling.seq_q, tiling.seq_kv, p.mask is not None, p.bias is not None, p.softcap is not None, vec)
+        tiling.seq_q, tiling.seq_kv, p.mask is not None, p.bias is not None, p.softcap is not None, vec,
+        q_in_shared(tiling))
