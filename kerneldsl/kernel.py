@@ -15,6 +15,7 @@ anything compiles; compiled kernels are cached in memory and on disk.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import threading
@@ -30,7 +31,23 @@ from .runtime import Runtime, get_runtime
 from .tensor import Tensor
 
 
+_DIMS_CACHE: dict = {}
+
+
 def _dims(v, what) -> tuple:
+    """(x, y, z) of a grid or block given as an int or a tuple of 1-3 ints (memoised: the
+    same launch shapes come back on every call)."""
+    try:
+        return _DIMS_CACHE[v]
+    except (KeyError, TypeError):
+        pass
+    out = _parse_dims(v, what)
+    if isinstance(v, (int, tuple)) and len(_DIMS_CACHE) < 4096:
+        _DIMS_CACHE[v] = out
+    return out
+
+
+def _parse_dims(v, what) -> tuple:
     if isinstance(v, (int, np.integer)):
         v = (int(v),)
     try:
@@ -42,6 +59,12 @@ def _dims(v, what) -> tuple:
     if any(x < 0 for x in v):
         raise ValueError(f"{what} must not be negative, got {v}")
     return v + (1,) * (3 - len(v))
+
+
+@functools.lru_cache(maxsize=None)
+def _int_range(dtype: DType) -> tuple:
+    info = np.iinfo(dtype.np)
+    return int(info.min), int(info.max)
 
 
 def bounds_check_enabled() -> bool:
@@ -127,7 +150,7 @@ class Kernel:
                 if info.ndim is not None and a.ndim != info.ndim:
                     raise ValueError(f"{self.__name__}: argument {name} must have {info.ndim} dims, got {a.ndim} "
                                      f"(shape {a.shape})")
-                if not rt.capabilities.supports_dtype(a.dtype):
+                if a.dtype not in rt.capabilities.dtypes:
                     raise TypeError(f"{self.__name__}: argument {name} is {a.dtype.name}, which {rt.name} does not "
                                     f"support")
                 inner = a.ndim == 0 or a.strides[-1] == 1 or a.shape[-1] == 1
@@ -159,8 +182,8 @@ class Kernel:
         if dtype.is_int:
             if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
                 raise TypeError(f"{self.__name__}: argument {name} must be an integer ({dtype.name}), got {a!r}")
-            info = np.iinfo(dtype.np)
-            if not info.min <= int(a) <= info.max:
+            lo, hi = _int_range(dtype)
+            if not lo <= int(a) <= hi:
                 raise ValueError(f"{self.__name__}: argument {name}={a} does not fit in {dtype.name}")
             return
         if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, (bool, np.bool_)):

@@ -8,6 +8,7 @@ created lazily by name, so importing kerneldsl never touches a GPU driver.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import threading
 from collections import defaultdict
@@ -165,7 +166,7 @@ class Runtime:
         if any(s < 0 for s in shape):
             raise ValueError(f"shape must be non-negative, got {shape}")
         dtype = as_dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        n = math.prod(shape)
         return Tensor(self, self.allocate(n * dtype.itemsize), shape, dtype)
 
     def zeros(self, shape, dtype="f32") -> Tensor:

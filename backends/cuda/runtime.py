@@ -85,6 +85,13 @@ class CudaBinary:
         self.dynamic_shared = rendered.dynamic_shared
         self.kind = kind  # 'cubin' or 'ptx'
         self.param_index = {p.name: i for i, p in enumerate(kir.params)}
+        # the parameter block, made once: one 8-byte slot per kernel parameter, and the
+        # array of their addresses that cuLaunchKernel reads (refilled under the lock)
+        n = len(self.args)
+        self.slots = np.zeros(max(n, 1), np.uint64)
+        self.params = self.slots.ctypes.data + 8 * np.arange(max(n, 1), dtype=np.uint64)
+        self.params_ptr = self.params.ctypes.data if n else 0
+        self.lock = threading.Lock()
 
 
 class CudaEvent:
@@ -303,34 +310,33 @@ class CudaRuntime(Runtime):
         self._enter()
         driver = _driver()
         values = {p.name: a for p, a in zip(kir.params, args)}
-        n = len(binary.args)
-        slots = np.zeros(max(n, 1), np.uint64)  # one 8-byte slot per kernel parameter
-        for i, a in enumerate(binary.args):
-            kind = a.kind
-            if kind == "errbuf":
-                err = self._error_buffer()
-                slots[i] = err.raw
-                _check(driver.cuMemsetD8Async(err.raw, 0, 32, self.stream), "cuMemsetD8Async")
-                continue
-            v = values[a.param.name]
-            if kind == "data":
-                slots[i] = v.buffer.raw + v.offset * v.dtype.itemsize
-            elif kind == "extent":
-                slots[i] = v.extent()
-            elif kind == "shape":
-                slots[i] = v.shape[a.axis]
-            elif kind == "stride":
-                slots[i] = v.strides[a.axis]
-            elif kind == "scalar":
-                slots[i] = _scalar_bits(a.param.dtype, v)
-            else:
-                raise LaunchError(f"{kir.name}: the cuda runtime cannot pass a kernel argument of kind {kind!r}")
-        # cuLaunchKernel reads parameter i from the address in params[i] (little-endian: the
-        # low bytes of a slot hold a 4-, 2- or 1-byte value)
-        params = slots.ctypes.data + 8 * np.arange(n, dtype=np.uint64)
-        _check(driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                     binary.dynamic_shared, self.stream, params.ctypes.data if n else 0, 0),
-               f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
+        with binary.lock:
+            slots = binary.slots
+            for i, a in enumerate(binary.args):
+                kind = a.kind
+                if kind == "errbuf":
+                    err = self._error_buffer()
+                    slots[i] = err.raw
+                    _check(driver.cuMemsetD8Async(err.raw, 0, 32, self.stream), "cuMemsetD8Async")
+                    continue
+                v = values[a.param.name]
+                if kind == "data":
+                    slots[i] = v.buffer.raw + v.offset * v.dtype.itemsize
+                elif kind == "extent":
+                    slots[i] = v.extent()
+                elif kind == "shape":
+                    slots[i] = v.shape[a.axis]
+                elif kind == "stride":
+                    slots[i] = v.strides[a.axis]
+                elif kind == "scalar":
+                    slots[i] = _scalar_bits(a.param.dtype, v)
+                else:
+                    raise LaunchError(f"{kir.name}: the cuda runtime cannot pass a kernel argument of kind {kind!r}")
+            # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
+            # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
+            _check(driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                         binary.dynamic_shared, self.stream, binary.params_ptr, 0),
+                   f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
         if kir.bounds_check:
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
             if rec[0]:
