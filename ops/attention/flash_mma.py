@@ -31,6 +31,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from . import flash_regs
+from .blocks import cube_block, fetch_rows
 from .options import AttentionSetupError, BlackboxAcceleratedStrategy
 from .problem import Problem
 from .scores import LOG2E, logit2
@@ -46,38 +47,6 @@ def _round16(n: int) -> int:
 def keep(x):
     """x materialised in a fresh local (a value that must not change when a name is reused)."""
     return x
-
-
-@kd.func
-def stage_kv(dst, DS, src, b, hk, j0, skv, NR, DIM, DIMP, VEC):
-    """dst[r * DS + d] = src[b, hk, j0 + r, d] for the NR rows of a key tile and DIMP columns,
-    zero past the last key and past DIM. VEC: rows are copied as 8-element (16-byte) vectors
-    (DIM % 8 == 0, unit inner stride, 8-aligned row starts); else element by element."""
-    U = kd.cube_units()
-    base = kd.i64(b) * src.stride(0) + kd.i64(hk) * src.stride(1)
-    if VEC:
-        NV = DIMP // 8
-        for e0 in range(0, NR * NV, U):
-            e = e0 + kd.unit_pos_x()
-            r = e // NV
-            c = (e % NV) * 8
-            if e < NR * NV:
-                if (j0 + r < skv) & (c < DIM):
-                    x = kd.load_vec(src, base + kd.i64(j0 + r) * src.stride(2) + c, 8)
-                    for n in kd.unroll(8):
-                        dst[r * DS + c + n] = x[n]
-                else:
-                    for n in kd.unroll(8):
-                        dst[r * DS + c + n] = 0.0
-    else:
-        for e0 in range(0, NR * DIMP, U):
-            e = e0 + kd.unit_pos_x()
-            r = e // DIMP
-            d = e % DIMP
-            x = kd.f32(src[base + kd.i64(kd.min(j0 + r, skv - 1)) * src.stride(2)
-                           + kd.i64(kd.min(d, DIM - 1)) * src.stride(3)])
-            if e < NR * DIMP:
-                dst[r * DS + d] = kd.select((j0 + r < skv) & (d < DIM), x, kd.f32(0))
 
 
 @kd.kernel
@@ -105,15 +74,7 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
     NKT = BK // 16
     NCH = (BK + P - 1) // P  # key chunks of a row per lane
 
-    Hq = q.shape[1]
-    Hkv = k.shape[1]
-    G = Hq // Hkv
-    Sq = q.shape[2]
-    Skv = k.shape[2]
-    b = kd.cube_pos_y() // Hkv
-    hk = kd.cube_pos_y() % Hkv
-    rows = G * Sq
-    r0 = kd.cube_pos_x() * BQ
+    b, hk, G, Sq, Skv, rows, r0 = cube_block(q, k, BQ)
     prow = kd.plane_pos() * (16 * SQT)  # first row of this plane's tiles
     off = Skv - Sq
 
@@ -135,14 +96,7 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
     flag_sh = kd.shared(kd.i32, 1)
 
     # ---- the Q block (zero rows past the end, zero columns past D), row statistics
-    for e0 in range(0, BQ * DP, U):
-        e = e0 + t
-        r = e // DP
-        d = e % DP
-        rg = kd.min(r0 + r, rows - 1)
-        x = kd.f32(q[b, hk * G + rg // Sq, rg % Sq, kd.min(d, D - 1)])
-        if e < BQ * DP:
-            q_sh[r * KS + d] = kd.select((r0 + r < rows) & (d < D), x, kd.f32(0))
+    fetch_rows(q_sh, 0, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, False, True)
     for r1 in range(0, BQ, U):
         if r1 + t < BQ:
             m_sh[r1 + t] = -kd.inf
@@ -186,8 +140,10 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
 
     for j0 in range(0, kv_end, BK):
         # ---- stage K and V tiles (zero past the end)
-        stage_kv(kq_sh, KS, k, b, hk, j0, Skv, BK, D, DP, VEC)
-        stage_kv(v_sh, VS, v, b, hk, j0, Skv, BK, DV, DVP, VEC)
+        fetch_rows(kq_sh, 0, KS, k, b, hk, j0, Skv, 1, 1, BK, D, DP, VEC, False)
+        fetch_rows(v_sh, 0, VS, v, b, hk, j0, Skv, 1, 1, BK, DV, DVP, VEC, False)
+        kd.async_commit()
+        kd.async_wait(0)
         kd.sync_cube()
 
         # ---- S = Q·Kᵀ for this plane's rows (run-time loops over key tiles: compile time

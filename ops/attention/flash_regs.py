@@ -29,64 +29,10 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .blocks import cube_block, fetch_rows
 from .scores import LOG2E, logit2
 
 TAU = 8.0  # lazy rescale threshold in log2 units: P <= 256, safe in f16 and bf16
-
-
-@kd.func
-def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
-    """dst[at + r * DS + c] = src[b, h, r0 + r, c] for NR rows and DIMP columns, zero past
-    nvalid rows and past DIM. VEC: 16-byte async copies (8-aligned rows, unit inner stride);
-    else element by element (a plain copy, done when this returns)."""
-    U = kd.cube_units()
-    base = kd.i64(b) * src.stride(0) + kd.i64(h) * src.stride(1)
-    if VEC:
-        NV = DIMP // 8
-        for e0 in range(0, NR * NV, U):
-            e = e0 + kd.unit_pos_x()
-            r = e // NV
-            c = (e % NV) * 8
-            if e < NR * NV:
-                row = kd.min(r0 + r, nvalid - 1)
-                kd.async_copy(dst, at + r * DS + c, src, base + kd.i64(row) * src.stride(2) + kd.min(c, DIM - 8), 8,
-                              (r0 + r < nvalid) & (c < DIM))
-    else:
-        for e0 in range(0, NR * DIMP, U):
-            e = e0 + kd.unit_pos_x()
-            r = e // DIMP
-            d = e % DIMP
-            x = kd.f32(src[base + kd.i64(kd.min(r0 + r, nvalid - 1)) * src.stride(2)
-                           + kd.i64(kd.min(d, DIM - 1)) * src.stride(3)])
-            if e < NR * DIMP:
-                dst[at + r * DS + d] = kd.select((r0 + r < nvalid) & (d < DIM), x, kd.f32(0))
-
-
-@kd.func
-def fetch_q(dst, at, DS, q, b, hk, r0, rows, G, Sq, NR, DIM, DIMP, VEC):
-    """The query block: dst row r = q[b, hk*G + (r0+r) // Sq, (r0+r) % Sq, :], zero past
-    `rows` and past DIM (async copies when VEC, like fetch_rows)."""
-    U = kd.cube_units()
-    if VEC:
-        NV = DIMP // 8
-        for e0 in range(0, NR * NV, U):
-            e = e0 + kd.unit_pos_x()
-            r = e // NV
-            c = (e % NV) * 8
-            if e < NR * NV:
-                rg = kd.min(r0 + r, rows - 1)
-                off = (kd.i64(b) * q.stride(0) + kd.i64(hk * G + rg // Sq) * q.stride(1)
-                       + kd.i64(rg % Sq) * q.stride(2) + kd.min(c, DIM - 8))
-                kd.async_copy(dst, at + r * DS + c, q, off, 8, (r0 + r < rows) & (c < DIM))
-    else:
-        for e0 in range(0, NR * DIMP, U):
-            e = e0 + kd.unit_pos_x()
-            r = e // DIMP
-            d = e % DIMP
-            rg = kd.min(r0 + r, rows - 1)
-            x = kd.f32(q[b, hk * G + rg // Sq, rg % Sq, kd.min(d, DIM - 1)])
-            if e < NR * DIMP:
-                dst[at + r * DS + d] = kd.select((r0 + r < rows) & (d < DIM), x, kd.f32(0))
 
 
 @kd.func
@@ -134,15 +80,7 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     NDV = DVP // 16
     NKT = BK // 16
 
-    Hq = q.shape[1]
-    Hkv = k.shape[1]
-    G = Hq // Hkv
-    Sq = q.shape[2]
-    Skv = k.shape[2]
-    b = kd.cube_pos_y() // Hkv
-    hk = kd.cube_pos_y() % Hkv
-    rows = G * Sq
-    r0 = kd.cube_pos_x() * BQ
+    b, hk, G, Sq, Skv, rows, r0 = cube_block(q, k, BQ)
     prow = kd.plane_pos() * (16 * SQT)
     off = Skv - Sq
 
@@ -163,10 +101,10 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     kv_end = Skv
     if causal != 0:
         kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
-    fetch_q(k_sh, QOFF, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC)
+    fetch_rows(k_sh, QOFF, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True)
     kd.async_commit()
-    fetch_rows(k_sh, 0, KS, k, b, hk, 0, kd.min(kv_end, Skv), BK, D, DP, VEC)
-    fetch_rows(v_sh, 0, VS, v, b, hk, 0, kd.min(kv_end, Skv), BK, DV, DVP, VEC)
+    fetch_rows(k_sh, 0, KS, k, b, hk, 0, kv_end, 1, 1, BK, D, DP, VEC, False)
+    fetch_rows(v_sh, 0, VS, v, b, hk, 0, kv_end, 1, 1, BK, DV, DVP, VEC, False)
     kd.async_commit()
     kd.async_wait(1)
     kd.sync_cube()
@@ -217,8 +155,8 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
         kd.async_wait(0)   # this unit's part of tile j0 is in ...
         kd.sync_cube()     # ... everyone's is, and everyone is done with the other slot
         nslot = 1 - cur
-        fetch_rows(k_sh, nslot * (BK * KS), KS, k, b, hk, j0 + BK, kd.min(kv_end, Skv), BK, D, DP, VEC)
-        fetch_rows(v_sh, nslot * (BK * VS), VS, v, b, hk, j0 + BK, kd.min(kv_end, Skv), BK, DV, DVP, VEC)
+        fetch_rows(k_sh, nslot * (BK * KS), KS, k, b, hk, j0 + BK, kv_end, 1, 1, BK, D, DP, VEC, False)
+        fetch_rows(v_sh, nslot * (BK * VS), VS, v, b, hk, j0 + BK, kv_end, 1, 1, BK, DV, DVP, VEC, False)
         kd.async_commit()
         kbase = cur * (BK * KS)
         vbase = cur * (BK * VS)

@@ -343,6 +343,20 @@ def lowest_lane_is_me(mask):
     return low == (kd.u32(1) << kd.u32(kd.lane_pos()))
 
 
+@kd.func
+def take_best(keys, first):
+    """One top-k round over the plane: the largest key anywhere (ties: the lowest lane, whose
+    experts have the lowest ids, then the lowest slot) is taken out of `keys`. Returns the
+    keys left, its expert id and its key (both plane-uniform)."""
+    best = kd.max(kd.max(kd.max(keys[0], keys[1]), kd.max(keys[2], keys[3])),
+                  kd.max(kd.max(keys[4], keys[5]), kd.max(keys[6], keys[7])))
+    top = kd.plane_max(best)
+    win = lowest_lane_is_me(kd.plane_ballot(best == top))
+    slot = best_slot(keys, best)
+    pick = kd.plane_max(kd.select(win, kd.u32(first + slot), kd.u32(0)))
+    return clear_slot(keys, slot, win), pick, top
+
+
 @kd.kernel
 def softmax_topk_plane(logits: kd.Tensor, ids: kd.Tensor[kd.u32, 2], weights: kd.Tensor,
                        RENORMALIZE: kd.Const[bool]):
@@ -378,15 +392,9 @@ def softmax_topk_plane(logits: kd.Tensor, ids: kd.Tensor[kd.u32, 2], weights: kd
     mine_id = kd.u32(0)
     mine_key = kd.u32(0)
     for j in range(k):
-        best = kd.max(kd.max(kd.max(keys[0], keys[1]), kd.max(keys[2], keys[3])),
-                      kd.max(kd.max(keys[4], keys[5]), kd.max(keys[6], keys[7])))
-        top = kd.plane_max(best)
-        win = lowest_lane_is_me(kd.plane_ballot(best == top))
-        slot = best_slot(keys, best)
-        pick = kd.plane_max(kd.select(win, kd.u32(first + slot), kd.u32(0)))
+        keys, pick, top = take_best(keys, first)
         mine_id = kd.select(lane == j, pick, mine_id)
         mine_key = kd.select(lane == j, top, mine_key)
-        keys = clear_slot(keys, slot, win)
     p = ordered_value(mine_key)
     total = kd.plane_sum(kd.select(lane < k, p, 0.0))
     if token < T and lane < k:
@@ -452,14 +460,8 @@ def sigmoid_grouped_plane(logits: kd.Tensor, bias: kd.Tensor[kd.f32, 1], ids: kd
                        key_or_none(c[4], ok), key_or_none(c[5], ok), key_or_none(c[6], ok), key_or_none(c[7], ok))
     mine_id = kd.u32(0)
     for j in range(k):
-        best = kd.max(kd.max(kd.max(keys[0], keys[1]), kd.max(keys[2], keys[3])),
-                      kd.max(kd.max(keys[4], keys[5]), kd.max(keys[6], keys[7])))
-        top = kd.plane_max(best)
-        win = lowest_lane_is_me(kd.plane_ballot(best == top))
-        slot = best_slot(keys, best)
-        pick = kd.plane_max(kd.select(win, kd.u32(first + slot), kd.u32(0)))
+        keys, pick, top = take_best(keys, first)
         mine_id = kd.select(lane == j, pick, mine_id)
-        keys = clear_slot(keys, slot, win)
     w = sigmoid_stable(kd.f32(logits[base + kd.min(kd.i32(mine_id), E - 1)]))
     total = kd.plane_sum(kd.select(lane < k, w, 0.0))
     if token < T and lane < k:

@@ -1,0 +1,54 @@
+"""Device functions shared by the fused matrix-primitive kernels (flash_mma, flash_regs):
+which KV head and query rows a cube owns, and copying tiles of rows into shared memory."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+
+@kd.func
+def cube_block(q, k, BQ):
+    """(b, hk, G, Sq, Skv, rows, r0) of this cube: batch b and KV head hk from the y
+    position; G query heads per KV head; the cube's first row r0 of the flattened
+    [G heads x Sq] query rows (rows of them in all)."""
+    Hkv = k.shape[1]
+    G = q.shape[1] // Hkv
+    Sq = q.shape[2]
+    return (kd.cube_pos_y() // Hkv, kd.cube_pos_y() % Hkv, G, Sq, k.shape[2], G * Sq, kd.cube_pos_x() * BQ)
+
+
+@kd.func
+def row_base(src, b, h, rg, G, Sq, QROWS):
+    """Element offset of row rg of the block: src[b, h, rg] (K/V rows), or for query rows
+    (QROWS) src[b, h*G + rg // Sq, rg % Sq], rg counting the flattened [G x Sq] rows."""
+    off = kd.i64(b) * src.stride(0) + kd.i64(h) * src.stride(1) + kd.i64(rg) * src.stride(2)
+    if QROWS:
+        off = (kd.i64(b) * src.stride(0) + kd.i64(h * G + rg // Sq) * src.stride(1)
+               + kd.i64(rg % Sq) * src.stride(2))
+    return off
+
+
+@kd.func
+def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QROWS):
+    """dst[at + r * DS + c] = row r0 + r of the block (see row_base), columns 0..DIMP, zero
+    past nvalid rows and past DIM (rows are clamped into [0, nvalid) for the addresses, so
+    nothing outside the tensor is read even when nvalid is 0). VEC: 16-byte `kd.async_copy`s (rows 8-aligned, unit inner
+    stride; the caller commits and waits); else element by element, done on return."""
+    U = kd.cube_units()
+    if VEC:
+        NV = DIMP // 8
+        for e0 in range(0, NR * NV, U):
+            e = e0 + kd.unit_pos_x()
+            r = e // NV
+            c = (e % NV) * 8
+            if e < NR * NV:
+                base = row_base(src, b, h, kd.max(kd.min(r0 + r, nvalid - 1), 0), G, Sq, QROWS)
+                kd.async_copy(dst, at + r * DS + c, src, base + kd.min(c, DIM - 8), 8, (r0 + r < nvalid) & (c < DIM))
+    else:
+        for e0 in range(0, NR * DIMP, U):
+            e = e0 + kd.unit_pos_x()
+            r = e // DIMP
+            d = e % DIMP
+            base = row_base(src, b, h, kd.max(kd.min(r0 + r, nvalid - 1), 0), G, Sq, QROWS)
+            x = kd.f32(src[base + kd.i64(kd.min(d, DIM - 1)) * src.stride(3)])
+            if e < NR * DIMP:
+                dst[at + r * DS + d] = kd.select((r0 + r < nvalid) & (d < DIM), x, kd.f32(0))
