@@ -97,113 +97,10 @@ def row_sum(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], BLOCK: kd.Const[int
 
 
 # GEMM tiling: a cube computes a BM x BN tile of C with (BM/WM) x (BN/WN) planes, each owning
-# a WM x WN block of 16x16 accumulator fragments; k advances BK at a time through two
-# shared-memory stages: while the tensor cores work on tile k, each unit holds tile k+1's
-# 16-byte chunks in registers, then stores them to the other stage (one barrier per step).
-CONFIGS = {  # name: (BM, BN, BK, WM, WN)
-    "128x128x32/w64x32": (128, 128, 32, 64, 32),
-    "128x128x32/w64x64": (128, 128, 32, 64, 64),
-    "128x256x32/w64x64": (128, 256, 32, 64, 64),
-    "256x128x32/w64x64": (256, 128, 32, 64, 64),
-    "128x128x64/w64x32": (128, 128, 64, 64, 32),
-    "256x128x32/w64x32": (256, 128, 32, 64, 32),
-    "128x256x32/w64x32": (128, 256, 32, 64, 32),
-}
-
-
-@kd.func
-def store_chunk(s, off, v):
-    """8 lanes of a vector to consecutive shared elements: one 16-byte shared store on CUDA."""
-    for e in kd.unroll(8):
-        s[off + e] = v[e]
-
-
-@kd.kernel
-def gemm_tiled(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BM: kd.Const[int],
-               BN: kd.Const[int], BK: kd.Const[int], WM: kd.Const[int], WN: kd.Const[int]):
-    """c = a @ b for M % BM == N % BN == K % BK == 0 (row-major a: MxK, b: KxN, c: MxN)."""
-    LDA = BK + 8  # padded rows: ldmatrix reads 8 rows without bank conflicts
-    LDB = BN + 8
-    U = (BM // WM) * (BN // WN) * 32
-    CA = BM * BK // (8 * U)  # 16-byte chunks of the A tile per unit (1, 2 or 4)
-    CB = BK * BN // (8 * U)
-    RA = U // (BK // 8)      # rows between a unit's successive A chunks
-    RB = U // (BN // 8)
-    FM = WM // 16
-    FN = WN // 16
-    K = a.shape[1]
-    N = b.shape[1]
-    sa = kd.shared(kd.bf16, 2 * BM * LDA)
-    sb = kd.shared(kd.bf16, 2 * BK * LDB)
-    t = kd.unit_pos_x()
-    plane = kd.plane_pos()
-    pm = (plane // (BN // WN)) * WM
-    pn = (plane % (BN // WN)) * WN
-    m0 = kd.cube_pos_y() * BM
-    n0 = kd.cube_pos_x() * BN
-    ar = t // (BK // 8)
-    ac = (t % (BK // 8)) * 8
-    br = t // (BN // 8)
-    bc = (t % (BN // 8)) * 8
-    ga = kd.i64(m0 + ar) * K + ac
-    gb = kd.i64(br) * N + n0 + bc
-    acc = ()
-    for f in kd.unroll(FM * FN):
-        acc = acc + (kd.fragment_acc(16, 16, 16),)
-        kd.fill_fragment(acc[f], 0.0)
-    fa = ()
-    for i in kd.unroll(FM):
-        fa = fa + (kd.fragment_a(kd.bf16, 16, 16, 16),)
-    fb = ()
-    for j in kd.unroll(FN):
-        fb = fb + (kd.fragment_b(kd.bf16, 16, 16, 16),)
-    for k0 in range(0, K + BK, BK):  # step s fetches tile s and computes tile s - 1
-        kt = k0 // BK
-        if k0 < K:
-            va0 = kd.load_vec(a, ga + k0, 8)
-            vb0 = kd.load_vec(b, gb + kd.i64(k0) * N, 8)
-            if CA > 1:
-                va1 = kd.load_vec(a, ga + kd.i64(RA) * K + k0, 8)
-            if CB > 1:
-                vb1 = kd.load_vec(b, gb + kd.i64(k0 + RB) * N, 8)
-            if CA > 2:
-                va2 = kd.load_vec(a, ga + kd.i64(2 * RA) * K + k0, 8)
-                va3 = kd.load_vec(a, ga + kd.i64(3 * RA) * K + k0, 8)
-            if CB > 2:
-                vb2 = kd.load_vec(b, gb + kd.i64(k0 + 2 * RB) * N, 8)
-                vb3 = kd.load_vec(b, gb + kd.i64(k0 + 3 * RB) * N, 8)
-        if k0 > 0:
-            abase = ((kt + 1) % 2) * (BM * LDA)
-            bbase = ((kt + 1) % 2) * (BK * LDB)
-            for kk in kd.unroll(BK // 16):
-                for i in kd.unroll(FM):
-                    kd.load_fragment(fa[i], sa, abase + (pm + i * 16) * LDA + kk * 16, LDA)
-                for j in kd.unroll(FN):
-                    kd.load_fragment(fb[j], sb, bbase + (kk * 16) * LDB + pn + j * 16, LDB)
-                for i in kd.unroll(FM):
-                    for j in kd.unroll(FN):
-                        kd.mma(acc[i * FN + j], fa[i], fb[j])
-        if k0 < K:
-            sa0 = (kt % 2) * (BM * LDA) + ar * LDA + ac
-            sb0 = (kt % 2) * (BK * LDB) + br * LDB + bc
-            store_chunk(sa, sa0, va0)
-            store_chunk(sb, sb0, vb0)
-            if CA > 1:
-                store_chunk(sa, sa0 + RA * LDA, va1)
-            if CB > 1:
-                store_chunk(sb, sb0 + RB * LDB, vb1)
-            if CA > 2:
-                store_chunk(sa, sa0 + 2 * RA * LDA, va2)
-                store_chunk(sa, sa0 + 3 * RA * LDA, va3)
-            if CB > 2:
-                store_chunk(sb, sb0 + 2 * RB * LDB, vb2)
-                store_chunk(sb, sb0 + 3 * RB * LDB, vb3)
-        kd.sync_cube()
-    for i in kd.unroll(FM):
-        for j in kd.unroll(FN):
-            kd.store_fragment(c, kd.i64(m0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * FN + j], N)
-
-
+# a WM x WN block of 16x16 accumulator fragments; k advances BK at a time through a ring of
+# S shared-memory stages filled by kd.async_copy (S - 1 tiles in flight while the tensor
+# cores work on one; one barrier per step). Until session 9 the next tile went through
+# registers into one of two stages instead: 146-167 TFLOP/s (benchmarks/RESULTS.md).
 @kd.func
 def issue_tiles(sa, sb, a, b, slot, tile, ga, gb, sa0, sb0, K, N, BM, BN, BK, LDA, LDB, CA, CB, RA, RB, KT):
     """Start the async copies of k tile `tile` (zero-filled past the last) into ring slot `slot`."""
@@ -225,7 +122,9 @@ def gemm_pipelined(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Ten
     cube order (GROUP row tiles share their column tiles while those sit in L2)."""
     LDA = BK + 8  # padded rows: ldmatrix reads 8 rows without bank conflicts
     LDB = BN + 8
-    U = (BM // WM) * (BN // WN) * 32
+    U = kd.cube_units()
+    kd.static_assert(U == (BM // WM) * (BN // WN) * kd.PLANE_DIM, "launch one plane per WM x WN block")
+    kd.static_assert(BM * BK % (8 * U) == 0 and BK * BN % (8 * U) == 0, "tiles must split into 16-byte chunks evenly")
     CA = BM * BK // (8 * U)  # 16-byte chunks of the A tile per unit
     CB = BK * BN // (8 * U)
     RA = U // (BK // 8)      # rows between a unit's successive A chunks
@@ -310,21 +209,14 @@ PIPELINED = {name: _parse_config(name) for name in _PIPELINED_NAMES}
 
 
 def gemm(a, b, c, config="128x128x64/w64x64/s3/g8"):
-    """Launch one GEMM configuration (a PIPELINED name, or a CONFIGS name for the
-    register-staged two-buffer kernel)."""
+    """Launch one GEMM configuration (a PIPELINED name)."""
     M, K = a.shape
     N = b.shape[1]
-    if config in PIPELINED:
-        BM, BN, BK, WM, WN, S, G = PIPELINED[config]
-    else:
-        BM, BN, BK, WM, WN = CONFIGS[config]
+    BM, BN, BK, WM, WN, S, G = PIPELINED[config]
     if M % BM or N % BN or K % BK:
         raise ValueError(f"gemm {config} needs M % {BM}, N % {BN}, K % {BK} == 0, got {M}x{K} @ {K}x{N}")
-    units = (BM // WM) * (BN // WN) * 32
-    if config in PIPELINED:
-        gemm_pipelined[(N // BN) * (M // BM), units](a, b, c, BM, BN, BK, WM, WN, S, G)
-    else:
-        gemm_tiled[(N // BN, M // BM), units](a, b, c, BM, BN, BK, WM, WN)
+    units = (BM // WM) * (BN // WN) * a.runtime.plane_dim
+    gemm_pipelined[(N // BN) * (M // BM), units](a, b, c, BM, BN, BK, WM, WN, S, G)
 
 
 # ------------------------------------------------------------------ timing
@@ -407,14 +299,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--gemm", default="128x128x32/w64x32," + ",".join(PIPELINED),
+    ap.add_argument("--gemm", default=",".join(PIPELINED),
                     help="comma-separated GEMM configurations (%(default)s)")
     ap.add_argument("--only", default="copy,row sum,gemm", help="which benchmarks to run (%(default)s)")
     args = ap.parse_args(argv)
     configs = [c for c in args.gemm.split(",") if c]
-    unknown = [c for c in configs if c not in PIPELINED and c not in CONFIGS]
+    unknown = [c for c in configs if c not in PIPELINED]
     if unknown:
-        ap.error(f"unknown GEMM configurations {unknown}; known: {sorted(PIPELINED) + sorted(CONFIGS)}")
+        ap.error(f"unknown GEMM configurations {unknown}; known: {sorted(PIPELINED)}")
     import torch
     rt = kd.runtime("cuda")
     dev = torch.device(f"cuda:{rt.index}")
