@@ -113,3 +113,41 @@ def test_plane_size_is_a_runtime_setting():
         out = rt.zeros(16, "i32")
         lanes[1, 16](out)
         np.testing.assert_array_equal(out.numpy(), p * 100 + p)
+
+
+@kd.kernel
+def big_frame(x: kd.Tensor[kd.f32], out: kd.Tensor[kd.f32]):
+    """A cube whose shared array (1 MB) makes a stack frame larger than the runtime lets
+    the calling thread run."""
+    N = 262_144  # the cpu runtime's whole 1 MiB of shared memory per cube
+    buf = kd.shared(kd.f32, N)
+    t = kd.unit_pos_x()
+    for i in range(t, N, kd.cube_units()):
+        buf[i] = x[kd.cube_pos_x() * N + i]
+    kd.sync_cube()
+    s = kd.f32(0)
+    for i in range(t, N, kd.cube_units()):
+        s += buf[N - 1 - i]
+    out[kd.cube_pos_x() * kd.cube_units() + t] = s
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_frames_run_on_threads_with_room(rng, threads):
+    """Shared arrays, emulated fragments and per-unit variables live in the kernel's stack
+    frame: one past CALLER_FRAME_LIMIT runs on threads started with a stack to fit (a frame
+    of several MB on an ordinary thread's stack corrupted memory)."""
+    rt = kd.runtime("cpu")
+    saved = rt.threads
+    rt.threads = threads
+    try:
+        cubes, units = 3, 64
+        x = rng.standard_normal(cubes * 262_144).astype(np.float32)
+        out = rt.zeros(cubes * units, "f32")
+        big_frame[cubes, units](rt.tensor(x), out)
+        binary = next(iter(big_frame._binaries.values()))
+        assert binary.frame_bytes > rt.CALLER_FRAME_LIMIT
+        want = np.stack([x[c * 262_144:(c + 1) * 262_144][::-1][t::units].astype(np.float64).sum()
+                         for c in range(cubes) for t in range(units)])
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
+    finally:
+        rt.threads = saved

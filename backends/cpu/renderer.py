@@ -98,6 +98,8 @@ class CpuRenderer:
         self._allocate()
         self._cube_loop()
         self.alloca_builder.branch(start)
+        self.frame_bytes = sum(_type_bytes(i.allocated_type) for i in entry.instructions
+                               if isinstance(i, L.AllocaInstr))
         return str(self.module)
 
     def _slot(self, index, ty=I64):
@@ -1009,5 +1011,23 @@ class CpuRenderer:
         self.counted_loop(m, row, "mma.i")
 
 
+def _type_bytes(ty) -> int:
+    """Bytes an alloca of LLVM type `ty` takes (arrays, vectors, scalars; padding ignored)."""
+    if isinstance(ty, (L.ArrayType, L.VectorType)):
+        n = ty.count
+        return n * _type_bytes(ty.element)
+    if isinstance(ty, L.IntType):
+        return max(1, ty.width // 8)
+    return {"half": 2, "float": 4, "double": 8}.get(str(ty), 8)
+
+
 def render(k: ir.KernelIR, uniformity, caps) -> str:
     return CpuRenderer(k, uniformity, caps).render()
+
+
+def render_with_frame(k: ir.KernelIR, uniformity, caps) -> tuple:
+    """(LLVM IR, bytes of the kernel's stack frame: shared arrays, emulated fragments and
+    per-unit variables all live there, once per thread running cubes)."""
+    r = CpuRenderer(k, uniformity, caps)
+    source = r.render()
+    return source, r.frame_bytes

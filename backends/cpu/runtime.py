@@ -21,6 +21,7 @@ import numpy as np
 from kerneldsl import cache, ir
 from kerneldsl.dtypes import f16, f32, f64
 from kerneldsl.dtypes import as_dtype
+from kerneldsl.errors import LaunchError
 from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
 
@@ -42,8 +43,9 @@ def _load_libs():
 class CpuBinary:
     """A loaded kernel: the JIT engine (kept alive) and its entry point."""
 
-    def __init__(self, kir: ir.KernelIR, obj: bytes):
+    def __init__(self, kir: ir.KernelIR, obj: bytes, frame_bytes: int = 0):
         _load_libs()
+        self.frame_bytes = frame_bytes
         tm = compiler.new_target_machine()
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -133,7 +135,7 @@ class CpuRuntime(Runtime):
         return renderer.render(kir, uniformity, self.capabilities)
 
     def load(self, kir, uniformity):
-        source = self.render(kir, uniformity)
+        source, frame = renderer.render_with_frame(kir, uniformity, self.capabilities)
         cache.dump(kir.name, source, "ll")
         key = cache.key("cpu", compiler.arch(), source)
         obj = cache.load("cpu", key)
@@ -141,7 +143,7 @@ class CpuRuntime(Runtime):
             obj = compiler.compile_source(source)
             cache.count("compiled")
             cache.store("cpu", key, obj)
-        return CpuBinary(kir, obj)
+        return CpuBinary(kir, obj, frame)
 
     def _executor(self):
         with self._pool_lock:
@@ -171,11 +173,19 @@ class CpuRuntime(Runtime):
                 slots[pos] = _scalar_bits(p.dtype, a)
                 pos += 1
         ncubes = grid[0] * grid[1] * grid[2]
-        self._run_cubes(binary.fn, slots.ctypes.data, ncubes, kir.cube_units)
+        if binary.frame_bytes > self.CALLER_FRAME_LIMIT:
+            self._run_cubes_big_stack(binary.fn, slots.ctypes.data, ncubes, binary.frame_bytes)
+        else:
+            self._run_cubes(binary.fn, slots.ctypes.data, ncubes, kir.cube_units)
         if errbuf[0]:
             self._raise_bounds(kir, args, errbuf)
 
     SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a worker costs more than it saves
+    # A kernel's shared arrays, emulated fragments and per-unit variables live in its stack
+    # frame. The calling thread (whose stack the OS sized) and the pool's threads run frames
+    # up to this size; larger ones run on threads started with a stack to fit.
+    CALLER_FRAME_LIMIT = 1 << 20
+    MAX_FRAME = 1 << 30
 
     def _run_cubes(self, fn, argp, ncubes, cube_units):
         """Spread cube ids over `threads` threads (the caller is one of them); chunks are
@@ -202,6 +212,41 @@ class CpuRuntime(Runtime):
         work()
         for f in futures:
             f.result()
+
+    _stack_lock = threading.Lock()
+
+    def _run_cubes_big_stack(self, fn, argp, ncubes, frame):
+        """Cubes of a kernel whose frame could overflow an ordinary thread's stack: on
+        threads made for this launch with room for the frame (and the JIT code's own calls)."""
+        if frame > self.MAX_FRAME:
+            raise LaunchError(f"a cube of this kernel needs {frame >> 20} MiB of thread stack (shared arrays, "
+                              f"fragments and per-unit variables); the cpu runtime allows {self.MAX_FRAME >> 20} MiB: "
+                              f"use fewer units per cube, smaller shared arrays or fewer fragments")
+        workers = max(1, min(self.threads, ncubes))
+        bounds = [ncubes * i // workers for i in range(workers + 1)]
+        errors = []
+
+        def work(lo, hi):
+            try:
+                fn(argp, lo, hi)
+            except BaseException as e:  # noqa: BLE001  (re-raised in the caller)
+                errors.append(e)
+
+        size = -(-(frame + (8 << 20)) // (1 << 20)) << 20
+        with self._stack_lock:
+            old = threading.stack_size(size)
+            try:
+                threads = [threading.Thread(target=work, args=(bounds[i], bounds[i + 1]), name="kd-cpu-big")
+                           for i in range(workers)]
+                for th in threads:
+                    th.start()
+            finally:
+                threading.stack_size(old)
+        for th in threads:
+            th.join()
+        if errors:
+            raise errors[0]
+
 
 def available() -> bool:
     return True
