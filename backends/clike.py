@@ -1124,7 +1124,10 @@ class CLikeRenderer:
             if ft.layout == "col" and ft.role != "acc":
                 r, c = c, r
             off, stride = self.x(s.offset), self.x(s.stride)
-            v = self.cast(self.from_mem(f"{mem}[{off} + {r} * {stride} + {c}]", dt), dt, f32)
+            at = f"{off} + {r} * {stride} + {c}"
+            v = self.cast(self.from_mem(f"{mem}[{at}]", dt), dt, f32)
+            if s.checked:
+                v = f"({self._frag_check(s.space, s.src, at, s.loc)} ? {v} : 0.0f)"
             body.append(f"{self._tile(s.frag)}[kd_e] = {v};")
         elif isinstance(s, ir.FragStore):
             ft = self.k.frags[s.frag]
@@ -1132,7 +1135,9 @@ class CLikeRenderer:
             r, c = f"(kd_e / {ft.cols})", f"(kd_e % {ft.cols})"
             off, stride = self.x(s.offset), self.x(s.stride)
             v = self.to_mem(self.cast(f"{self._tile(s.frag)}[kd_e]", f32, dt), dt)
-            body.append(f"{mem}[{off} + {r} * {stride} + {c}] = {v};")
+            at = f"{off} + {r} * {stride} + {c}"
+            guard = f"if ({self._frag_check(s.space, s.dst, at, s.loc)}) " if s.checked else ""
+            body.append(f"{guard}{mem}[{at}] = {v};")
         else:
             ft = self.k.frags[s.acc]
             m, n, k = ft.m, ft.n, ft.k
@@ -1144,6 +1149,12 @@ class CLikeRenderer:
                      f"{acc}[kd_e] = kd_s;"]
         return ([self.local_barrier_stmt, f"for (int kd_e = kd_lane; kd_e < {ft.rows * ft.cols}; kd_e += kd_nlanes) {{"]
                 + ["    " + b for b in body] + ["}", self.local_barrier_stmt])
+
+    def _frag_check(self, space, name, at, loc) -> str:
+        """The bounds-check call for element offset `at` of a fragment's tensor/shared array."""
+        if space == "global":
+            return self._check(f"({at})", 1, f"{self.tensor(name)}_n", self.param_index(name), loc)
+        return self._check(f"({at})", 1, self.literal(self.k.shared[name].size, i64), -1, loc)
 
     def _elem(self, name, i) -> str:
         """This lane's element i of an emulated fragment: tile element lane + i * PLANE_DIM."""

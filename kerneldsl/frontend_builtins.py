@@ -484,7 +484,8 @@ def load_fragment(self, node, frag, src, offset, stride):
         raise self.error(node, f"kd.load_fragment: a {want} fragment cannot load from {dtype} memory")
     off = self.temp(coerce(self.to_expr(offset, node), i64), "fo")
     st = self.temp(coerce(self.to_expr(stride, node), i64), "fs")
-    self.emit(ir.FragLoad(frag=f.name, space=space, src=name, offset=off, stride=st, loc=self.loc(node)))
+    self.emit(ir.FragLoad(frag=f.name, space=space, src=name, offset=off, stride=st, checked=self.spec.bounds_check,
+                          loc=self.loc(node)))
 
 
 @builtin
@@ -495,7 +496,8 @@ def store_fragment(self, node, dst, offset, frag, stride):
         raise self.error(node, f"kd.store_fragment needs float memory, got {dtype}")
     off = self.temp(coerce(self.to_expr(offset, node), i64), "fo")
     st = self.temp(coerce(self.to_expr(stride, node), i64), "fs")
-    self.emit(ir.FragStore(frag=f.name, space=space, dst=name, offset=off, stride=st, loc=self.loc(node)))
+    self.emit(ir.FragStore(frag=f.name, space=space, dst=name, offset=off, stride=st, checked=self.spec.bounds_check,
+                           loc=self.loc(node)))
 
 
 @builtin

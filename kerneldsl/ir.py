@@ -318,6 +318,7 @@ class FragLoad(Stmt):
     src: str = ""
     offset: Expr = None
     stride: Expr = None
+    checked: bool = False
 
 
 @dataclass(eq=False)
@@ -329,6 +330,7 @@ class FragStore(Stmt):
     dst: str = ""
     offset: Expr = None
     stride: Expr = None
+    checked: bool = False
 
 
 @dataclass(eq=False)

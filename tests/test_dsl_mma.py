@@ -68,3 +68,38 @@ def test_mma_col_major_and_accumulate(runtime, rng):
     mma_col_layout[1, runtime.plane_dim](runtime.tensor(a.T.copy()), runtime.tensor(b.T.copy()), c, kd.f16)
     ref = c0.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+@kd.kernel
+def tile_at(a: kd.Tensor[kd.f16], b: kd.Tensor[kd.f16], c: kd.Tensor[kd.f32], a_off: kd.i64, c_off: kd.i64,
+            ACC_IN: kd.Const[bool]):
+    fa = kd.fragment_a(kd.f16, 16, 16, 16)
+    fb = kd.fragment_b(kd.f16, 16, 16, 16, layout="col")
+    acc = kd.fragment_acc(16, 16, 16)
+    if ACC_IN:
+        kd.load_fragment(acc, c, c_off, 16)
+    else:
+        kd.fill_fragment(acc, 0.0)
+    kd.load_fragment(fa, a, a_off, 16)
+    kd.load_fragment(fb, b, 0, 16)
+    kd.mma(acc, fa, fb)
+    kd.store_fragment(c, c_off, acc, 16)
+
+
+@pytest.mark.parametrize("what", ["a load", "acc load", "store"])
+def test_fragment_bounds_checks(runtime, rng, monkeypatch, what):
+    """Under KERNELDSL_BOUNDS_CHECK a fragment that reaches past its tensor raises and names
+    the tensor (the tile is 256 elements; the tensors hold 256)."""
+    monkeypatch.setenv("KERNELDSL_BOUNDS_CHECK", "1")
+    a = runtime.tensor(rng.standard_normal(256).astype(np.float16))
+    b = runtime.tensor(rng.standard_normal(256).astype(np.float16))
+    c = runtime.zeros(256, "f32")
+    P = runtime.plane_dim
+    tile_at[1, P](a, b, c, 0, 0, what == "acc load")
+    runtime.synchronize()
+    ref = a.numpy().reshape(16, 16).astype(np.float64) @ b.numpy().reshape(16, 16).T.astype(np.float64)
+    np.testing.assert_allclose(c.numpy().reshape(16, 16), ref, rtol=1e-3, atol=1e-3)  # in bounds: runs
+    name, args = {"a load": ("a", (8, 0)), "acc load": ("c", (0, 8)), "store": ("c", (0, 8))}[what]
+    with pytest.raises(kd.errors.OutOfBoundsError, match=f"'{name}'"):
+        tile_at[1, P](a, b, c, *args, what == "acc load")
+        runtime.synchronize()

@@ -959,12 +959,19 @@ class CpuRenderer:
         d, arr = self.shared[name]
         return self.b.gep(arr, [L.Constant(I64, 0), L.Constant(I64, 0)]), d.dtype
 
+    def _mem_limit(self, space, name):
+        """(elements reachable, parameter index or -1 for shared) for a bounds check."""
+        if space == "global":
+            return self.tensors[name][2], self._tensor_index(name)
+        return L.Constant(I64, self.shared[name][0].size), -1
+
     def frag_load(self, s, base_unit):
         b = self.b
         ft, _ = self.frag_mem[s.frag]
         off = self.at_unit(s.offset, base_unit)
         stride = self.at_unit(s.stride, base_unit)
         mem, dt = self._mem_base(s.space, s.src)
+        limit, index = self._mem_limit(s.space, s.src)
         cols = L.Constant(I64, ft.cols)
 
         def body(e):
@@ -973,8 +980,12 @@ class CpuRenderer:
                 o = b.add(off, b.add(b.mul(r, stride), c))
             else:
                 o = b.add(off, b.add(b.mul(c, stride), r))
-            v = self.cast(self.from_mem(b.load(b.gep(mem, [o])), dt), dt, f32)
-            b.store(v, self.frag_ptr(s.frag, base_unit, e))
+            result = {}
+
+            def do(at):
+                result["v"] = self.cast(self.from_mem(b.load(b.gep(mem, [at])), dt), dt, f32)
+            self.guarded(o, limit, 1, do, s.checked, index, s.loc, result=result)
+            b.store(result["v"], self.frag_ptr(s.frag, base_unit, e))
         self.counted_loop(ft.rows * ft.cols, body, "fload")
 
     def frag_store(self, s, base_unit):
@@ -983,13 +994,14 @@ class CpuRenderer:
         off = self.at_unit(s.offset, base_unit)
         stride = self.at_unit(s.stride, base_unit)
         mem, dt = self._mem_base(s.space, s.dst)
+        limit, index = self._mem_limit(s.space, s.dst)
         cols = L.Constant(I64, ft.cols)
 
         def body(e):
             r, c = b.udiv(e, cols), b.urem(e, cols)
             o = b.add(off, b.add(b.mul(r, stride), c))
             v = self.cast(b.load(self.frag_ptr(s.frag, base_unit, e)), f32, dt)
-            b.store(v, b.gep(mem, [o]))
+            self.guarded(o, limit, 1, lambda at: b.store(v, b.gep(mem, [at])), s.checked, index, s.loc)
         self.counted_loop(ft.rows * ft.cols, body, "fstore")
 
     def frag_mma(self, s, base_unit):

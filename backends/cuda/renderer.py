@@ -333,6 +333,8 @@ class CudaRenderer(CLikeRenderer):
         mem, dt = self._frag_mem(s.space, s.src)
         off, ld = self.x(s.offset), self.x(s.stride)
         f = self.frag(s.frag)
+        if s.checked:
+            return self._checked_frag_load(s, ft, mem, dt, off, ld, f)
         if ft.role == "acc":
             v = self.cast(self.from_mem(f"{mem}[{off} + kd_r * {ld} + kd_c]", dt), dt, f32)
             return ["for (int kd_i = 0; kd_i < 8; ++kd_i) {",
@@ -348,14 +350,31 @@ class CudaRenderer(CLikeRenderer):
                 f"    kd_frag_ldsm({f}, {mem}, {off}, {ld}, {b}, {'true' if trans else 'false'}, kd_lane);",
                 "else", f"    {gather}"]
 
+    def _checked_frag_load(self, s, ft, mem, dt, off, ld, f) -> list:
+        """Element by element, each offset bounds-checked (KERNELDSL_BOUNDS_CHECK)."""
+        role = {"a": 0, "b": 1, "acc": 2}[ft.role]
+        col = ft.layout == "col" and ft.role != "acc"
+        at = f"{off} + kd_c * {ld} + kd_r" if col else f"{off} + kd_r * {ld} + kd_c"
+        ok = self._frag_check(s.space, s.src, at, s.loc)
+        if ft.role == "acc":
+            v = self.cast(self.from_mem(f"{mem}[{at}]", dt), dt, f32)
+            put = f"{f}[kd_i] = {ok} ? {v} : 0.0f;"
+        else:
+            put = (f"unsigned kd_h = {ok} ? (unsigned){mem}[{at}] : 0u; "
+                   f"{f}[kd_i >> 1] = (kd_i & 1) ? ({f}[kd_i >> 1] | (kd_h << 16)) : kd_h;")
+        return ["for (int kd_i = 0; kd_i < 8; ++kd_i) {",
+                f"    int kd_r, kd_c; kd_frag_rc({role}, kd_i, kd_lane, kd_r, kd_c); {put}", "}"]
+
     def _frag_store(self, s: ir.FragStore) -> list:
         mem, dt = self._frag_mem(s.space, s.dst)
         off, ld = self.x(s.offset), self.x(s.stride)
         v = self.to_mem(self.cast(f"{self.frag(s.frag)}[kd_i]", f32, dt), dt)
+        at = f"{off} + kd_r * {ld} + kd_c"
+        guard = f"if ({self._frag_check(s.space, s.dst, at, s.loc)}) " if s.checked else ""
         loop = ["for (int kd_i = 0; kd_i < 8; ++kd_i) {",
-                f"    int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c); {mem}[{off} + kd_r * {ld} + kd_c] = {v};",
+                f"    int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c); {guard}{mem}[{at}] = {v};",
                 "}"]
-        if dt not in (f16, bf16, f32):
+        if s.checked or dt not in (f16, bf16, f32):
             return loop
         # elements 2i and 2i+1 of a lane are adjacent columns: one 4-byte (16-bit types) or
         # 8-byte (f32) store per pair where the address and the row stride allow
