@@ -10,8 +10,9 @@ by `kd.async_copy` (cp.async on CUDA: the next tile lands while this one is used
 
 1. S = Q·Kᵀ into acc fragments (BK/16 per query tile);
 2. on those fragments, element by element: the shared logit rule (scale, softcap, mask,
-   causal, bias) in log2 units, the row max (a lane's elements of one row slot, then
-   `plane_shuffle_xor` over the lanes holding the row), P = exp2(logit - m) in place,
+   causal, bias) in log2 units, the row max (a lane's elements of one row slot, reduced
+   pairwise so the dependency chain is short, then `plane_shuffle_xor` over the lanes
+   holding the row), P = exp2(logit - m) in place,
    the lane's part of the row sum. The running max moves only when some row of the plane
    grows by more than TAU (a plane vote; then O and l are rescaled by exp2(m_old - m_new)),
    so P <= 2^TAU and most steps skip the rescale. Tiles every row of the cube sees in full
@@ -43,6 +44,34 @@ def slot_row(f, s):
         if kd.fragment_row_slot(f, i) == s:
             r = kd.fragment_row(f, i)
     return r
+
+
+@kd.func
+def tree_max(v):
+    """Max of a tuple of values pairwise: a dependency chain of log2(len) steps, not len."""
+    for level in kd.unroll(7):
+        if len(v) > 1:
+            w = ()
+            for i in kd.unroll(0, len(v) - 1, 2):
+                w = w + (kd.max(v[i], v[i + 1]),)
+            if len(v) % 2 == 1:
+                w = w + (v[len(v) - 1],)
+            v = w
+    return v[0]
+
+
+@kd.func
+def tree_sum(v):
+    """Sum of a tuple of values pairwise (as tree_max)."""
+    for level in kd.unroll(7):
+        if len(v) > 1:
+            w = ()
+            for i in kd.unroll(0, len(v) - 1, 2):
+                w = w + (v[i] + v[i + 1],)
+            if len(v) % 2 == 1:
+                w = w + (v[len(v) - 1],)
+            v = w
+    return v[0]
 
 
 @kd.func
@@ -199,12 +228,12 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
             # (lazily, as in FlashAttention-4: P <= 2^TAU), decided for the whole plane
             mts = ()
             for s in kd.unroll(NS):
-                mt = -kd.inf
+                xs = ()
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
                         if kd.fragment_row_slot(sf[qt * NKT + kt], i) == s:
-                            mt = kd.max(mt, kd.fragment_get(sf[qt * NKT + kt], i))
-                mts = mts + (row_combine_max(mt, sf[0]),)
+                            xs = xs + (kd.fragment_get(sf[qt * NKT + kt], i),)
+                mts = mts + (row_combine_max(tree_max(xs), sf[0]),)
             grow = mts[0] > m[qt * NS] + TAU
             for s in kd.unroll(1, NS):
                 grow = grow | (mts[s] > m[qt * NS + s] + TAU)
@@ -238,14 +267,14 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
             l2 = ()
             for s in kd.unroll(NS):
                 mu = kd.select(m[qt * NS + s] == -kd.inf, kd.f32(0), m[qt * NS + s])  # nothing visible yet
-                rs = kd.f32(0)
+                ps = ()
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
                         if kd.fragment_row_slot(sf[qt * NKT + kt], i) == s:
                             p = kd.exp2(kd.fragment_get(sf[qt * NKT + kt], i) - mu)
                             kd.fragment_set(sf[qt * NKT + kt], i, p)
-                            rs = rs + p
-                l2 = l2 + (l[qt * NS + s] + rs,)
+                            ps = ps + (p,)
+                l2 = l2 + (l[qt * NS + s] + tree_sum(ps),)
             for kt in kd.unroll(NKT):
                 kd.fragment_convert(pf[qt * NKT + kt], sf[qt * NKT + kt])
             l_new = ()
