@@ -8,15 +8,17 @@ in L2 while each weight tile is read about once.
 A cube has 8 planes in a 2 x 4 layout over a 128 x BN output tile; each plane
 owns 4 x 2 accumulator fragments (plain projection, BN = 128) or 4 x 1 for each of
 gate and up (fused projection, BN = 64 per matrix). The A tile (dispatched rows)
-and the B tile (weight rows, K contiguous) pass through shared memory BK = 32
+and the B tile (weight rows, K contiguous) pass through shared memory BK = 64
 columns at a time. With 256 units and 16-byte rows (the GPU case) they go through a ring
 of STAGES shared slots filled by `kd.async_copy` (cp.async on CUDA: STAGES - 1 k tiles in
-flight while the fragments multiply one, one barrier per step); otherwise each step
-stages synchronously. Rows past the expert's end and columns past N are clamped while
-loading (their results are never stored); columns past K are zero-filled.
-Results leave through fragments stored straight to global memory when the whole
-tile is inside, else through a per-plane f32 staging tile with masked stores;
-the SwiGLU gating is applied on the way out.
+flight while the fragments multiply one, one barrier per step; 3 stages are 110 KiB, so
+two cubes share an H200 SM); otherwise each step stages synchronously. Rows past the
+expert's end and columns past N are clamped while loading (their results are never
+stored); columns past K are zero-filled. Results leave through fragments stored straight
+to global memory when the whole tile is inside, else element by element from the
+accumulators (`kd.fragment_get` and the tile positions of `kd.fragment_row/col`) with rows
+and columns masked; the SwiGLU gating is applied on the accumulators the same way, so no
+shared staging tile is needed.
 """
 from __future__ import annotations
 
@@ -28,12 +30,12 @@ from .tiles import find_tile
 PLANES = 8           # 2 x 4 planes per cube
 FAST_UNITS = 256     # cube size of the async-copy ring path (8 planes of 32)
 BM = 128             # rows per cube: 2 planes x 4 fragments x 16
-BK = 32              # reduction step staged in shared memory
+BK = 64              # reduction step staged in shared memory
 SK = BK + 8          # shared row stride in elements: a multiple of 8, skewed against bank conflicts
 BN_DOWN = 128        # output columns per cube, plain projection: 4 planes x 2 fragments x 16
 BN_FUSED = 64        # output columns per cube and per matrix, fused gate/up: 4 planes x 16
 GM = 8               # row tiles per group of the cube order (see gemm_scalar.swizzle)
-STAGES = 4           # ring of shared tiles on the 256-unit path, filled by async copies
+STAGES = 3           # ring of shared tiles on the 256-unit path, filled by async copies (2 cubes an SM)
 
 
 @kd.func
@@ -102,21 +104,25 @@ def stage_tile(dst, base, src, e, row0, rows_end, k0, K, ROWS, VEC, EXPERT, TAIL
 
 
 @kd.func
-def chunk_pos(t, half):
-    """(row, column) of the chunk a unit of a 256-unit cube moves for rows [64*half, 64*half+64)."""
-    return t // (BK // 8) + 64 * half, t % (BK // 8) * 8
+def fetch_tile(dst, at, src, e, row0, rows_end, k0, K, NR, EXPERT, live):
+    """Async copies of src[(e,) row0:row0+NR, k0:k0+BK] into dst[at + r * SK + c], 16 bytes a
+    copy, every unit of the (256-unit) cube taking NR * BK / 8 / 256 of them."""
+    U = kd.cube_units()
+    CPR = BK // 8
+    for j in kd.unroll(NR * CPR // U):
+        c = kd.unit_pos_x() + j * U
+        r = c // CPR
+        col = c % CPR * 8
+        fetch_chunk(dst, at + r * SK + col, src, e, row0 + r, rows_end, k0 + col, K, EXPERT, live)
 
 
 @kd.func
-def fetch_tc(sa, sb, x, w, e, slot, kt, KT, r0, rend, n0, N, K, ar0, ar1, ac):
+def fetch_tc(sa, sb, x, w, e, slot, kt, KT, r0, rend, n0, N, K):
     """Async copies of k tile kt of the row tile (x) and the weight tile (w) into ring slot
     `slot`, one group; nothing live when kt >= KT."""
     live = kt < KT
-    k = kt * BK + ac
-    fetch_chunk(sa, slot * (BM * SK) + ar0 * SK + ac, x, e, r0 + ar0, rend, k, K, False, live)
-    fetch_chunk(sa, slot * (BM * SK) + ar1 * SK + ac, x, e, r0 + ar1, rend, k, K, False, live)
-    fetch_chunk(sb, slot * (BN_DOWN * SK) + ar0 * SK + ac, w, e, n0 + ar0, N, k, K, True, live)
-    fetch_chunk(sb, slot * (BN_DOWN * SK) + ar1 * SK + ac, w, e, n0 + ar1, N, k, K, True, live)
+    fetch_tile(sa, slot * (BM * SK), x, e, r0, rend, kt * BK, K, BM, False, live)
+    fetch_tile(sb, slot * (BN_DOWN * SK), w, e, n0, N, kt * BK, K, BN_DOWN, True, live)
     kd.async_commit()
 
 
@@ -134,14 +140,12 @@ def tc_products(acc, fa, fb, sa, sb, abase, bbase, pm, pn):
 
 
 @kd.func
-def fetch_swiglu(sa, sg, su, x, gate, up, e, slot, kt, KT, r0, rend, n0, N, K, ar0, ar1, ac):
+def fetch_swiglu(sa, sg, su, x, gate, up, e, slot, kt, KT, r0, rend, n0, N, K):
     """Like fetch_tc for the fused projection: the row tile and both weight tiles."""
     live = kt < KT
-    k = kt * BK + ac
-    fetch_chunk(sa, slot * (BM * SK) + ar0 * SK + ac, x, e, r0 + ar0, rend, k, K, False, live)
-    fetch_chunk(sa, slot * (BM * SK) + ar1 * SK + ac, x, e, r0 + ar1, rend, k, K, False, live)
-    fetch_chunk(sg, slot * (BN_FUSED * SK) + ar0 * SK + ac, gate, e, n0 + ar0, N, k, K, True, live)
-    fetch_chunk(su, slot * (BN_FUSED * SK) + ar0 * SK + ac, up, e, n0 + ar0, N, k, K, True, live)
+    fetch_tile(sa, slot * (BM * SK), x, e, r0, rend, kt * BK, K, BM, False, live)
+    fetch_tile(sg, slot * (BN_FUSED * SK), gate, e, n0, N, kt * BK, K, BN_FUSED, True, live)
+    fetch_tile(su, slot * (BN_FUSED * SK), up, e, n0, N, kt * BK, K, BN_FUSED, True, live)
     kd.async_commit()
 
 
@@ -165,9 +169,7 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
     """y[r, n] = sum_k x[r, k] * w[e(r), n, k] on 16 x 16 x 16 fragments (y contiguous)."""
     kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 8 planes per cube")
     FAST = VEC and kd.cube_units() == FAST_UNITS
-    t = kd.unit_pos_x()
     p = kd.plane_pos()
-    lane = kd.lane_pos()
     pm = p // 4 * 64
     pn = p % 4 * 32
     tile, col = swizzle(ROWS, COLS, GM)
@@ -178,7 +180,6 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
     NS = STAGES if FAST else 1
     sa = kd.shared(DT, NS * BM * SK)
     sb = kd.shared(DT, NS * BN_DOWN * SK)
-    stage = kd.shared(kd.f32, PLANES * 256)
     acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
            kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
            kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16))
@@ -187,18 +188,16 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
     fb = (kd.fragment_b(DT, 16, 16, 16, layout="col"), kd.fragment_b(DT, 16, 16, 16, layout="col"))
     for f in kd.unroll(8):
         kd.fill_fragment(acc[f], 0.0)
-    ar0, ac = chunk_pos(t, 0)
-    ar1, _ = chunk_pos(t, 1)
     kend = kd.select(r0 < rend, K, 0)          # empty tiles skip the products (barriers stay
     if FAST:                                   # out of conditionals); their stores are masked
         KT = (kend + BK - 1) // BK
         for s in kd.unroll(STAGES - 1):
-            fetch_tc(sa, sb, x, w, e, s, s, KT, r0, rend, n0, N, K, ar0, ar1, ac)
+            fetch_tc(sa, sb, x, w, e, s, s, KT, r0, rend, n0, N, K)
         for kt in range(KT):
             kd.async_wait(STAGES - 2)          # this unit's part of tile kt is in ...
             kd.sync_cube()                     # ... everyone's is, and tile kt - 1 is done with
             nxt = kt + STAGES - 1
-            fetch_tc(sa, sb, x, w, e, nxt % STAGES, nxt, KT, r0, rend, n0, N, K, ar0, ar1, ac)
+            fetch_tc(sa, sb, x, w, e, nxt % STAGES, nxt, KT, r0, rend, n0, N, K)
             tc_products(acc, fa, fb, sa, sb, (kt % STAGES) * (BM * SK), (kt % STAGES) * (BN_DOWN * SK), pm, pn)
         kd.async_wait(0)
     else:
@@ -212,17 +211,13 @@ def grouped_gemm_tc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor
         for i in kd.unroll(4):
             for j in kd.unroll(2):
                 kd.store_fragment(y, kd.i64(r0 + pm + i * 16) * N + n0 + pn + j * 16, acc[i * 2 + j], N)
-    else:
+    else:                                       # element by element, rows and columns masked
         for f in kd.unroll(8):
-            kd.store_fragment(stage, p * 256, acc[f], 16)
-            kd.sync_cube()
-            for q0 in range(0, 256, kd.PLANE_DIM):
-                q = q0 + lane
-                r = r0 + pm + f // 2 * 16 + q // 16
-                n = n0 + pn + f % 2 * 16 + q % 16
+            for i in kd.unroll(kd.fragment_len(acc[f])):
+                r = r0 + pm + f // 2 * 16 + kd.fragment_row(acc[f], i)
+                n = n0 + pn + f % 2 * 16 + kd.fragment_col(acc[f], i)
                 if r < rend and n < N:
-                    y[r, n] = stage[p * 256 + q]
-            kd.sync_cube()
+                    y[r, n] = kd.fragment_get(acc[f], i)
 
 
 @kd.kernel
@@ -233,9 +228,7 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
     """h[r, n] = silu(x[r]·gate[e, n]) * (x[r]·up[e, n]) on fragments; gating fused into the store."""
     kd.static_assert(kd.cube_units() == PLANES * kd.PLANE_DIM, "launch with 8 planes per cube")
     FAST = VEC and kd.cube_units() == FAST_UNITS
-    t = kd.unit_pos_x()
     p = kd.plane_pos()
-    lane = kd.lane_pos()
     pm = p // 4 * 64
     pn = p % 4 * 16
     tile, col = swizzle(ROWS, COLS, GM)
@@ -247,8 +240,6 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
     sa = kd.shared(DT, NS * BM * SK)
     sg = kd.shared(DT, NS * BN_FUSED * SK)
     su = kd.shared(DT, NS * BN_FUSED * SK)
-    stage_g = kd.shared(kd.f32, PLANES * 256)
-    stage_u = kd.shared(kd.f32, PLANES * 256)
     ga = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
           kd.fragment_acc(16, 16, 16))
     ua = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
@@ -260,18 +251,16 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
     for f in kd.unroll(4):
         kd.fill_fragment(ga[f], 0.0)
         kd.fill_fragment(ua[f], 0.0)
-    ar0, ac = chunk_pos(t, 0)
-    ar1, _ = chunk_pos(t, 1)
     kend = kd.select(r0 < rend, K, 0)          # empty tiles skip the products (barriers stay
     if FAST:                                   # out of conditionals); their stores are masked
         KT = (kend + BK - 1) // BK
         for s in kd.unroll(STAGES - 1):
-            fetch_swiglu(sa, sg, su, x, gate, up, e, s, s, KT, r0, rend, n0, N, K, ar0, ar1, ac)
+            fetch_swiglu(sa, sg, su, x, gate, up, e, s, s, KT, r0, rend, n0, N, K)
         for kt in range(KT):
             kd.async_wait(STAGES - 2)
             kd.sync_cube()
             nxt = kt + STAGES - 1
-            fetch_swiglu(sa, sg, su, x, gate, up, e, nxt % STAGES, nxt, KT, r0, rend, n0, N, K, ar0, ar1, ac)
+            fetch_swiglu(sa, sg, su, x, gate, up, e, nxt % STAGES, nxt, KT, r0, rend, n0, N, K)
             swiglu_products(ga, ua, fa, fg, fu, sa, sg, su, (kt % STAGES) * (BM * SK),
                             (kt % STAGES) * (BN_FUSED * SK), pm, pn)
         kd.async_wait(0)
@@ -283,14 +272,9 @@ def grouped_gemm_swiglu_tc(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.T
             kd.sync_cube()
             swiglu_products(ga, ua, fa, fg, fu, sa, sg, su, 0, 0, pm, pn)
             kd.sync_cube()
-    for i in kd.unroll(4):
-        kd.store_fragment(stage_g, p * 256, ga[i], 16)
-        kd.store_fragment(stage_u, p * 256, ua[i], 16)
-        kd.sync_cube()
-        for q0 in range(0, 256, kd.PLANE_DIM):
-            q = q0 + lane
-            r = r0 + pm + i * 16 + q // 16
-            n = n0 + pn + q % 16
+    for i in kd.unroll(4):                     # gating on the accumulators, rows and columns masked
+        for q in kd.unroll(kd.fragment_len(ga[i])):
+            r = r0 + pm + i * 16 + kd.fragment_row(ga[i], q)
+            n = n0 + pn + kd.fragment_col(ga[i], q)
             if r < rend and n < N:
-                h[r, n] = silu(stage_g[p * 256 + q]) * stage_u[p * 256 + q]
-        kd.sync_cube()
+                h[r, n] = silu(kd.fragment_get(ga[i], q)) * kd.fragment_get(ua[i], q)
