@@ -30,7 +30,7 @@ def copy_kernel(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], n: kd.i64, BLOCK: kd
 
 @kd.kernel
 def row_sumsq(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], BLOCK: kd.Const[int]):
-    """out[r] = sum_j x[r, j]^2: unit-strided partial sums, plane_sum, shared memory."""
+    """out[r] = sum_j x[r, j]^2: unit-strided partial sums, then kd.cube_sum."""
     row = kd.cube_pos_x()
     t = kd.unit_pos_x()
     n = x.shape[1]
@@ -42,15 +42,8 @@ def row_sumsq(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], BLOCK: kd.Const[i
     if full + t < n:
         v = x[row, full + t]
         acc += v * v
-    acc = kd.plane_sum(acc)
-    part = kd.shared(kd.f32, kd.plane_count())
-    if kd.plane_elect():
-        part[kd.plane_pos()] = acc
-    kd.sync_cube()
+    s = kd.cube_sum(acc)
     if t == 0:
-        s = kd.f32(0)
-        for j in kd.unroll(kd.plane_count()):
-            s += part[j]
         out[row] = s
 
 

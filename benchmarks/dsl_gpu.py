@@ -68,7 +68,7 @@ def copy_vec(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], n: kd.i64, BLOCK: kd.Co
 @kd.kernel
 def row_sum(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], BLOCK: kd.Const[int], UNROLL: kd.Const[int]):
     """out[r] = sum of row r: 16-byte loads (UNROLL of them issued before any is added),
-    per-unit partials, plane_sum, shared memory."""
+    per-unit partials, then kd.cube_sum."""
     row = kd.cube_pos_x()
     t = kd.unit_pos_x()
     n = x.shape[1]
@@ -84,15 +84,8 @@ def row_sum(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], BLOCK: kd.Const[int
             acc += kd.vec_sum(vs[j])
     for i in range(full + t, n, BLOCK):
         acc += x[row, i]
-    acc = kd.plane_sum(acc)
-    part = kd.shared(kd.f32, kd.plane_count())
-    if kd.plane_elect():
-        part[kd.plane_pos()] = acc
-    kd.sync_cube()
+    s = kd.cube_sum(acc)
     if t == 0:
-        s = kd.f32(0)
-        for j in kd.unroll(kd.plane_count()):
-            s += part[j]
         out[row] = s
 
 

@@ -22,6 +22,7 @@ from .frontend import func
 from .kernel import Kernel, kernel
 from .lang import *  # noqa: F401,F403  (the in-kernel builtins: cube_pos_x, plane_sum, exp, ...)
 from .lang import Const, PLANE_DIM, Tensor, inf, nan
+from .reductions import cube_max, cube_sum
 from .runtime import Runtime, RuntimeUnavailable, available_runtimes, empty, get_runtime, runtime, tensor, zeros
 
 bool_ = boolean

@@ -73,15 +73,8 @@ def ring_sum(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32], S: kd.Const[int]):
         for e in kd.unroll(4):
             acc += ring[slot + ((t + 1) % U) * 4 + e]  # a neighbour's chunk: needs the barrier
     kd.async_wait(0)
-    acc = kd.plane_sum(acc)
-    part = kd.shared(kd.f32, kd.plane_count())
-    if kd.plane_elect():
-        part[kd.plane_pos()] = acc
-    kd.sync_cube()
+    s = kd.cube_sum(acc)
     if t == 0:
-        s = kd.f32(0)
-        for p in range(kd.plane_count()):
-            s += part[p]
         out[row] = s
 
 
