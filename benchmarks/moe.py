@@ -14,7 +14,6 @@ shared); GPU times are medians of event-timed runs. Ratios > 1 mean rudnn is fas
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 import kerneldsl as kd
 from rudnn import moe
 
-from .common import best_time, machine, median_torch_cuda_time, table
+from .common import machine, median_device_time, median_torch_cuda_time, table
 
 HEADERS = ["what", "shape", "dtype", "runtime", "rudnn ms", "baseline ms", "baseline", "speed ratio", "rudnn rate",
            "baseline rate"]
@@ -31,25 +30,7 @@ HEADERS = ["what", "shape", "dtype", "runtime", "rudnn ms", "baseline ms", "base
 # ---------------------------------------------------------------------- timing
 def timer(rt, reps):
     """fn -> seconds: CUDA events (median) on a GPU runtime, best wall time elsewhere."""
-    if rt.capabilities.backend == "cuda":
-        def run(fn):
-            fn()
-            rt.synchronize()
-            times = []
-            for _ in range(reps):
-                start = rt.record_event()
-                fn()
-                end = rt.record_event()
-                times.append(rt.elapsed_ms(start, end) / 1e3)
-            return statistics.median(times)
-        return run
-
-    def run(fn):
-        def once():
-            fn()
-            rt.synchronize()
-        return best_time(once, reps=reps)
-    return run
+    return lambda fn: median_device_time(rt, fn, reps)
 
 
 def interleaved_best(fns, reps):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
+from rudnn.moe.routing_kernels import NO_KEY, TOP_KEY, cube_max, key_id, order_key, sigmoid_stable
 
 opencl_runtime = pytest.importorskip("kerneldsl.backends.opencl.runtime",
                                      reason="pyopencl is not installed (the test extra installs it)")
@@ -245,51 +246,8 @@ def test_generated_branches_end_at_a_barrier(monkeypatch, mode):
         assert _misplaced_barriers(src) == [], (name, src)
 
 
-# the grouped sigmoid top-k of rudnn.moe as of commit bcf219d, kept as it was
-ID_SPAN = 2147483648          # 2**31: low bits of a key hold (ID_SPAN - 1 - id)
-NO_KEY = -1                   # below every real key
-TOP_KEY = 9223372036854775807  # above every real key
-
-
-@kd.func
-def order_key(v, idx):
-    """An i64 that orders by v (f32, not NaN), then by lower idx."""
-    b = kd.bitcast(v + 0.0, kd.u32)                       # + 0.0 folds -0 into +0
-    ordered = kd.select(b >= 0x80000000, ~b, b | 0x80000000)
-    return kd.i64(ordered) * ID_SPAN + (ID_SPAN - 1 - kd.i64(idx))
-
-
-@kd.func
-def key_id(key):
-    return kd.i32(ID_SPAN - 1 - key % ID_SPAN)
-
-
-@kd.func
-def key_value(key):
-    """The f32 a key was made from."""
-    ordered = kd.u32(key // ID_SPAN)
-    b = kd.select(ordered >= 0x80000000, ordered & 0x7FFFFFFF, ~ordered)
-    return kd.bitcast(b, kd.f32)
-
-
-@kd.func
-def cube_max(v, part, slot):
-    """Maximum of v over the cube (every unit gets it); part holds 2 x plane_count values
-    of v's type and `slot` alternates between 0 and plane_count() on successive calls."""
-    m = kd.plane_max(v)
-    if kd.lane_pos() == 0:
-        part[slot + kd.plane_pos()] = m
-    kd.sync_cube()
-    best = part[slot]
-    for p in range(1, kd.plane_count()):
-        best = kd.max(best, part[slot + p])
-    return best
-
-
-@kd.func
-def sigmoid_stable(x):
-    e = kd.exp(-kd.abs(x))
-    return kd.select(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+# the grouped sigmoid top-k of rudnn.moe as of commit bcf219d, kept as it was (its key and
+# reduction helpers are the library's own, unchanged since)
 
 
 @kd.kernel
