@@ -17,9 +17,20 @@ import kerneldsl as kd
 
 from .problem import Problem
 from .scores import LOG2E, logit2
-from .unit_blocks import dot8, key_rows, load_query
+from .unit_blocks import dot8, fma8, key_rows, load_query
 
 S_BUDGET_BYTES = 256 << 20  # f32 score scratch per chunk of heads
+
+
+@kd.func
+def chunk_rows(o, kv, bh0):
+    """(b, h, Sq, G, first query i0, this unit's query i clamped) of a cube of the chunk
+    row c = cube_pos_y: (b, h) = divmod(bh0 + c, Hq) with o [B, Hq, Sq, ...] and kv's heads."""
+    Hq = o.shape[1]
+    Sq = o.shape[2]
+    c = kd.cube_pos_y()
+    i0 = kd.cube_pos_x() * kd.cube_units()
+    return (bh0 + c) // Hq, (bh0 + c) % Hq, Sq, Hq // kv.shape[1], i0, kd.min(i0 + kd.unit_pos_x(), Sq - 1)
 
 
 @kd.kernel
@@ -27,37 +38,19 @@ def scores_kernel(q: kd.Tensor, k: kd.Tensor, s: kd.Tensor[kd.f32, 3], bh0: kd.i
     """s[c, j, i] = q[b, h, i] · k[b, h // group, j] for the chunk row c = (b, h) - bh0."""
     U = kd.cube_units()
     t = kd.unit_pos_x()
-    Hq = q.shape[1]
-    G = Hq // k.shape[1]
-    Sq = q.shape[2]
+    b, h, Sq, G, i0, i = chunk_rows(q, k, bh0)
     Skv = k.shape[2]
     c = kd.cube_pos_y()
-    b = (bh0 + c) // Hq
-    h = (bh0 + c) % Hq
-    i0 = kd.cube_pos_x() * U
-    i = kd.min(i0 + t, Sq - 1)
     qs = kd.shared(kd.f32, D * U)
     load_query(qs, q, kd.i64(b) * q.stride(0) + kd.i64(h) * q.stride(1) + kd.i64(i) * q.stride(2),
                kd.i64(q.stride(3)), 1.0, D)
     kb = kd.i64(b) * k.stride(0) + kd.i64(h // G) * k.stride(1)
     kst = kd.i64(k.stride(2))
     for j0 in range(0, Skv, 8):
-        s0, s1, s2, s3, s4, s5, s6, s7 = dot8(qs, k, key_rows(kb, j0, Skv - 1, kst), kd.i64(k.stride(3)), D)
-        s[c, j0, i0 + t] = s0
-        if j0 + 1 < Skv:
-            s[c, j0 + 1, i0 + t] = s1
-        if j0 + 2 < Skv:
-            s[c, j0 + 2, i0 + t] = s2
-        if j0 + 3 < Skv:
-            s[c, j0 + 3, i0 + t] = s3
-        if j0 + 4 < Skv:
-            s[c, j0 + 4, i0 + t] = s4
-        if j0 + 5 < Skv:
-            s[c, j0 + 5, i0 + t] = s5
-        if j0 + 6 < Skv:
-            s[c, j0 + 6, i0 + t] = s6
-        if j0 + 7 < Skv:
-            s[c, j0 + 7, i0 + t] = s7
+        sv = dot8(qs, k, key_rows(kb, j0, Skv - 1, kst), kd.i64(k.stride(3)), D)
+        for n in kd.unroll(8):
+            if j0 + n < Skv:
+                s[c, j0 + n, i0 + t] = sv[n]
 
 
 @kd.kernel
@@ -94,59 +87,24 @@ def softmax_kernel(s: kd.Tensor[kd.f32, 3], mask: kd.Tensor, bias: kd.Tensor, bh
 @kd.kernel
 def pv_kernel(s: kd.Tensor[kd.f32, 3], v: kd.Tensor, out: kd.Tensor, bh0: kd.i32, DV: kd.Const[int]):
     """out[b, h, i, e] = sum_j P[c, j, i] · v[b, h // group, j, e], 8 output columns at a time."""
-    U = kd.cube_units()
     t = kd.unit_pos_x()
-    Hq = out.shape[1]
-    G = Hq // v.shape[1]
+    b, h, Sq, G, i0, i = chunk_rows(out, v, bh0)
     Skv = s.shape[1]
-    Sq = out.shape[2]
     c = kd.cube_pos_y()
-    b = (bh0 + c) // Hq
-    h = (bh0 + c) % Hq
-    i0 = kd.cube_pos_x() * U
-    i = kd.min(i0 + t, Sq - 1)
     vb = kd.i64(b) * v.stride(0) + kd.i64(h // G) * v.stride(1)
     vst = kd.i64(v.stride(2))
     vd3 = kd.i64(v.stride(3))
     for e0 in range(0, DV, 8):
-        a0 = kd.f32(0)
-        a1 = kd.f32(0)
-        a2 = kd.f32(0)
-        a3 = kd.f32(0)
-        a4 = kd.f32(0)
-        a5 = kd.f32(0)
-        a6 = kd.f32(0)
-        a7 = kd.f32(0)
-        cols = (vd3 * kd.min(e0, DV - 1), vd3 * kd.min(e0 + 1, DV - 1), vd3 * kd.min(e0 + 2, DV - 1),
-                vd3 * kd.min(e0 + 3, DV - 1), vd3 * kd.min(e0 + 4, DV - 1), vd3 * kd.min(e0 + 5, DV - 1),
-                vd3 * kd.min(e0 + 6, DV - 1), vd3 * kd.min(e0 + 7, DV - 1))
+        cols = ()
+        for n in kd.unroll(8):
+            cols = cols + (vd3 * kd.min(e0 + n, DV - 1),)
+        acc = (kd.f32(0),) * 8
         for j in range(Skv):
-            p = s[c, j, i0 + t]
-            row = vb + kd.i64(j) * vst
-            a0 += p * kd.f32(v[row + cols[0]])
-            a1 += p * kd.f32(v[row + cols[1]])
-            a2 += p * kd.f32(v[row + cols[2]])
-            a3 += p * kd.f32(v[row + cols[3]])
-            a4 += p * kd.f32(v[row + cols[4]])
-            a5 += p * kd.f32(v[row + cols[5]])
-            a6 += p * kd.f32(v[row + cols[6]])
-            a7 += p * kd.f32(v[row + cols[7]])
+            acc = fma8(acc, v, cols, vb + kd.i64(j) * vst, s[c, j, i0 + t])
         if i0 + t < Sq:
-            out[b, h, i, e0] = a0
-            if e0 + 1 < DV:
-                out[b, h, i, e0 + 1] = a1
-            if e0 + 2 < DV:
-                out[b, h, i, e0 + 2] = a2
-            if e0 + 3 < DV:
-                out[b, h, i, e0 + 3] = a3
-            if e0 + 4 < DV:
-                out[b, h, i, e0 + 4] = a4
-            if e0 + 5 < DV:
-                out[b, h, i, e0 + 5] = a5
-            if e0 + 6 < DV:
-                out[b, h, i, e0 + 6] = a6
-            if e0 + 7 < DV:
-                out[b, h, i, e0 + 7] = a7
+            for n in kd.unroll(8):
+                if e0 + n < DV:
+                    out[b, h, i, e0 + n] = acc[n]
 
 
 def _units(n: int) -> int:

@@ -22,44 +22,28 @@ def key_rows(base, j0, last, stride):
 
 
 @kd.func
+def fma8(acc, k, rows, e, qd):
+    """(acc[n] + k[rows[n] + e] · qd for the 8 key rows), k widened to f32."""
+    out = ()
+    for n in kd.unroll(8):
+        out = out + (kd.fma(kd.f32(k[rows[n] + e]), qd, acc[n]),)
+    return out
+
+
+@kd.func
 def dot8(qs, k, rows, kd3, D):
     """The 8 dot products q·k[row] for this unit's query, held in shared memory as
-    qs[d * U + t] (f32); k elements are read at rows[n] + d * kd3 and widened to f32."""
+    qs[d * U + t] (f32); k elements are read at rows[n] + d * kd3 and widened to f32.
+    D is walked in unrolled chunks of DC, then the remainder."""
     U = kd.cube_units()
-    k0, k1, k2, k3, k4, k5, k6, k7 = rows
-    s0 = kd.f32(0)
-    s1 = kd.f32(0)
-    s2 = kd.f32(0)
-    s3 = kd.f32(0)
-    s4 = kd.f32(0)
-    s5 = kd.f32(0)
-    s6 = kd.f32(0)
-    s7 = kd.f32(0)
+    acc = (kd.f32(0),) * 8
     DT = D - D % DC
     for dc in range(0, DT, DC):
         for dd in kd.unroll(DC):
-            qd = qs[(dc + dd) * U + kd.unit_pos_x()]
-            e = (dc + dd) * kd3
-            s0 = kd.fma(kd.f32(k[k0 + e]), qd, s0)
-            s1 = kd.fma(kd.f32(k[k1 + e]), qd, s1)
-            s2 = kd.fma(kd.f32(k[k2 + e]), qd, s2)
-            s3 = kd.fma(kd.f32(k[k3 + e]), qd, s3)
-            s4 = kd.fma(kd.f32(k[k4 + e]), qd, s4)
-            s5 = kd.fma(kd.f32(k[k5 + e]), qd, s5)
-            s6 = kd.fma(kd.f32(k[k6 + e]), qd, s6)
-            s7 = kd.fma(kd.f32(k[k7 + e]), qd, s7)
+            acc = fma8(acc, k, rows, (dc + dd) * kd3, qs[(dc + dd) * U + kd.unit_pos_x()])
     for dd in kd.unroll(D % DC):
-        qd = qs[(DT + dd) * U + kd.unit_pos_x()]
-        e = (DT + dd) * kd3
-        s0 = kd.fma(kd.f32(k[k0 + e]), qd, s0)
-        s1 = kd.fma(kd.f32(k[k1 + e]), qd, s1)
-        s2 = kd.fma(kd.f32(k[k2 + e]), qd, s2)
-        s3 = kd.fma(kd.f32(k[k3 + e]), qd, s3)
-        s4 = kd.fma(kd.f32(k[k4 + e]), qd, s4)
-        s5 = kd.fma(kd.f32(k[k5 + e]), qd, s5)
-        s6 = kd.fma(kd.f32(k[k6 + e]), qd, s6)
-        s7 = kd.fma(kd.f32(k[k7 + e]), qd, s7)
-    return (s0, s1, s2, s3, s4, s5, s6, s7)
+        acc = fma8(acc, k, rows, (DT + dd) * kd3, qs[(DT + dd) * U + kd.unit_pos_x()])
+    return acc
 
 
 @kd.func
