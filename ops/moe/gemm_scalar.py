@@ -43,6 +43,45 @@ def load_w2(w, e, c, k):
 
 
 @kd.func
+def mac_step(acc, x, m, k, live, e, wa, ca, wb, cb):
+    """One k of a 4 x 4 tile: acc (16 sums, row-major) += x[m[i], k] times the weights
+    wa[e, ca[0..1], k] and wb[e, cb[0..1], k] (the tile's four columns)."""
+    xs = load_x4(x, m, k, live)
+    w0, w1 = load_w2(wa, e, ca, k)
+    w2, w3 = load_w2(wb, e, cb, k)
+    out = ()
+    for i in kd.unroll(4):
+        out = out + fma4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3], xs[i], w0, w1, w2, w3)
+    return out
+
+
+@kd.func
+def tile_sums(x, m, r0, rend, K, e, wa, ca, wb, cb, BLOCK):
+    """The 4 x 4 tile's per-unit partial sums over K: units spread along K, full blocks
+    then one guarded tail block; empty tiles (r0 == rend) skip the loop (no barrier in it)."""
+    t = kd.unit_pos_x()
+    acc = (kd.f32(0),) * 16
+    full = K - K % BLOCK
+    if r0 < rend:
+        for k0 in range(0, full + BLOCK, BLOCK):
+            if k0 < full:                   # uniform: the region loop of each branch stays branch-free
+                acc = mac_step(acc, x, m, k0 + t, True, e, wa, ca, wb, cb)
+            elif full < K:
+                acc = mac_step(acc, x, m, kd.min(k0 + t, K - 1), k0 + t < K, e, wa, ca, wb, cb)
+    return acc
+
+
+@kd.func
+def tile_partials(acc):
+    """Every unit's 16 sums to plane totals in shared memory (slot j of part), then a barrier."""
+    part = kd.shared(kd.f32, 16 * kd.plane_count())
+    for j in kd.unroll(16):
+        plane_partial(acc[j], part, j)
+    kd.sync_cube()
+    return part
+
+
+@kd.func
 def plane_partial(v, part, slot):
     """Sum v over the plane and leave the plane's total in part[slot, plane]."""
     s = kd.plane_sum(v)
@@ -92,46 +131,11 @@ def grouped_gemm(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd
     tile, col = swizzle(ROWS, COLS, GM)
     e, r0, rend = find_tile(offsets, tile_offsets, E, tile, TM)
     N = w.shape[1]
-    K = x.shape[1]
     n0 = col * TN_DOWN
-    m = tile_rows(r0, rend)
     c01 = (n0, kd.min(n0 + 1, N - 1))
     c23 = (kd.min(n0 + 2, N - 1), kd.min(n0 + 3, N - 1))
-    a00 = kd.f32(0); a01 = kd.f32(0); a02 = kd.f32(0); a03 = kd.f32(0)  # noqa: E702
-    a10 = kd.f32(0); a11 = kd.f32(0); a12 = kd.f32(0); a13 = kd.f32(0)  # noqa: E702
-    a20 = kd.f32(0); a21 = kd.f32(0); a22 = kd.f32(0); a23 = kd.f32(0)  # noqa: E702
-    a30 = kd.f32(0); a31 = kd.f32(0); a32 = kd.f32(0); a33 = kd.f32(0)  # noqa: E702
-    full = K - K % BLOCK
-    if r0 < rend:                       # no barrier inside: empty tiles skip only the loop
-        for k0 in range(0, full + BLOCK, BLOCK):
-            if k0 < full:                   # uniform: the region loop of each branch stays branch-free
-                k = k0 + t
-                x0, x1, x2, x3 = load_x4(x, m, k, True)
-                w0, w1 = load_w2(w, e, c01, k)
-                w2, w3 = load_w2(w, e, c23, k)
-                a00, a01, a02, a03 = fma4(a00, a01, a02, a03, x0, w0, w1, w2, w3)
-                a10, a11, a12, a13 = fma4(a10, a11, a12, a13, x1, w0, w1, w2, w3)
-                a20, a21, a22, a23 = fma4(a20, a21, a22, a23, x2, w0, w1, w2, w3)
-                a30, a31, a32, a33 = fma4(a30, a31, a32, a33, x3, w0, w1, w2, w3)
-            elif full < K:
-                k = kd.min(k0 + t, K - 1)
-                x0, x1, x2, x3 = load_x4(x, m, k, k0 + t < K)
-                w0, w1 = load_w2(w, e, c01, k)
-                w2, w3 = load_w2(w, e, c23, k)
-                a00, a01, a02, a03 = fma4(a00, a01, a02, a03, x0, w0, w1, w2, w3)
-                a10, a11, a12, a13 = fma4(a10, a11, a12, a13, x1, w0, w1, w2, w3)
-                a20, a21, a22, a23 = fma4(a20, a21, a22, a23, x2, w0, w1, w2, w3)
-                a30, a31, a32, a33 = fma4(a30, a31, a32, a33, x3, w0, w1, w2, w3)
-    part = kd.shared(kd.f32, 16 * kd.plane_count())
-    plane_partial(a00, part, 0); plane_partial(a01, part, 1)    # noqa: E702
-    plane_partial(a02, part, 2); plane_partial(a03, part, 3)    # noqa: E702
-    plane_partial(a10, part, 4); plane_partial(a11, part, 5)    # noqa: E702
-    plane_partial(a12, part, 6); plane_partial(a13, part, 7)    # noqa: E702
-    plane_partial(a20, part, 8); plane_partial(a21, part, 9)    # noqa: E702
-    plane_partial(a22, part, 10); plane_partial(a23, part, 11)  # noqa: E702
-    plane_partial(a30, part, 12); plane_partial(a31, part, 13)  # noqa: E702
-    plane_partial(a32, part, 14); plane_partial(a33, part, 15)  # noqa: E702
-    kd.sync_cube()
+    acc = tile_sums(x, tile_rows(r0, rend), r0, rend, x.shape[1], e, w, c01, w, c23, BLOCK)
+    part = tile_partials(acc)
     if t < 16:
         r = r0 + t // 4
         n = n0 + t % 4
@@ -148,49 +152,14 @@ def grouped_gemm_swiglu(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tens
     tile, col = swizzle(ROWS, COLS, GM)
     e, r0, rend = find_tile(offsets, tile_offsets, E, tile, TM)
     N = gate.shape[1]
-    K = x.shape[1]
     n0 = col * TN_FUSED
-    m = tile_rows(r0, rend)
     c = (n0, kd.min(n0 + 1, N - 1))
-    g00 = kd.f32(0); g01 = kd.f32(0); u00 = kd.f32(0); u01 = kd.f32(0)  # noqa: E702
-    g10 = kd.f32(0); g11 = kd.f32(0); u10 = kd.f32(0); u11 = kd.f32(0)  # noqa: E702
-    g20 = kd.f32(0); g21 = kd.f32(0); u20 = kd.f32(0); u21 = kd.f32(0)  # noqa: E702
-    g30 = kd.f32(0); g31 = kd.f32(0); u30 = kd.f32(0); u31 = kd.f32(0)  # noqa: E702
-    full = K - K % BLOCK
-    if r0 < rend:                       # no barrier inside: empty tiles skip only the loop
-        for k0 in range(0, full + BLOCK, BLOCK):
-            if k0 < full:
-                k = k0 + t
-                x0, x1, x2, x3 = load_x4(x, m, k, True)
-                wg0, wg1 = load_w2(gate, e, c, k)
-                wu0, wu1 = load_w2(up, e, c, k)
-                g00, g01, u00, u01 = fma4(g00, g01, u00, u01, x0, wg0, wg1, wu0, wu1)
-                g10, g11, u10, u11 = fma4(g10, g11, u10, u11, x1, wg0, wg1, wu0, wu1)
-                g20, g21, u20, u21 = fma4(g20, g21, u20, u21, x2, wg0, wg1, wu0, wu1)
-                g30, g31, u30, u31 = fma4(g30, g31, u30, u31, x3, wg0, wg1, wu0, wu1)
-            elif full < K:
-                k = kd.min(k0 + t, K - 1)
-                x0, x1, x2, x3 = load_x4(x, m, k, k0 + t < K)
-                wg0, wg1 = load_w2(gate, e, c, k)
-                wu0, wu1 = load_w2(up, e, c, k)
-                g00, g01, u00, u01 = fma4(g00, g01, u00, u01, x0, wg0, wg1, wu0, wu1)
-                g10, g11, u10, u11 = fma4(g10, g11, u10, u11, x1, wg0, wg1, wu0, wu1)
-                g20, g21, u20, u21 = fma4(g20, g21, u20, u21, x2, wg0, wg1, wu0, wu1)
-                g30, g31, u30, u31 = fma4(g30, g31, u30, u31, x3, wg0, wg1, wu0, wu1)
-    part = kd.shared(kd.f32, 16 * kd.plane_count())
-    plane_partial(g00, part, 0); plane_partial(g01, part, 1)    # noqa: E702
-    plane_partial(g10, part, 2); plane_partial(g11, part, 3)    # noqa: E702
-    plane_partial(g20, part, 4); plane_partial(g21, part, 5)    # noqa: E702
-    plane_partial(g30, part, 6); plane_partial(g31, part, 7)    # noqa: E702
-    plane_partial(u00, part, 8); plane_partial(u01, part, 9)    # noqa: E702
-    plane_partial(u10, part, 10); plane_partial(u11, part, 11)  # noqa: E702
-    plane_partial(u20, part, 12); plane_partial(u21, part, 13)  # noqa: E702
-    plane_partial(u30, part, 14); plane_partial(u31, part, 15)  # noqa: E702
-    kd.sync_cube()
+    # tile columns: gate n0, n0 + 1, then up n0, n0 + 1
+    acc = tile_sums(x, tile_rows(r0, rend), r0, rend, x.shape[1], e, gate, c, up, c, BLOCK)
+    part = tile_partials(acc)
     if t < 8:
         r = r0 + t // 2
         n = n0 + t % 2
         if r < rend and n < N:
-            g = cube_total(part, t)
-            u = cube_total(part, t + 8)
-            h[r, n] = silu(g) * u
+            slot = t // 2 * 4 + t % 2
+            h[r, n] = silu(cube_total(part, slot)) * cube_total(part, slot + 2)
