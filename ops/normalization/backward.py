@@ -69,27 +69,37 @@ def write_dx(dx, db, hs, ggs, a, b, rs, first, t, width, live, MASK, RMS, BX, N,
             store(dx, db + first + (k * BX + t) * L, d, L)
 
 
+@kd.func
+def row_setup(mean, rstd, rows, width, x_stride, g_stride, RMS, RY):
+    """(live, x/grad row offsets, dx row offset, mean, rstd) of this unit's row (rows past
+    the end read the last one and store nothing)."""
+    row = row_index(RY)
+    src = read_row(row, rows)
+    mu = kd.f32(0) if RMS else mean[src]
+    return row < rows, kd.i64(src) * x_stride, kd.i64(src) * g_stride, kd.i64(row) * width, mu, rstd[src]
+
+
+@kd.func
+def row_means(a, b, width, RMS, BX, RY):
+    """The row means of the per-unit dot sums a (unused for RMSNorm) and b."""
+    inv_w = 1.0 / kd.f32(width)
+    b = row_sum(b, BX, RY) * inv_w
+    if not RMS:
+        a = row_sum(a, BX, RY) * inv_w
+    return a, b
+
+
 @kd.kernel
 def norm_bwd_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
                     mean: kd.Tensor[kd.f32, 1], rstd: kd.Tensor[kd.f32, 1], dx: kd.Tensor,
                     rows: kd.i32, width: kd.i32, x_stride: kd.i64, g_stride: kd.i64, RMS: kd.Const[bool],
                     MASK: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int],
                     L: kd.Const[int]):
-    row = row_index(RY)
     t = kd.unit_pos_x()
-    live = row < rows
-    src = read_row(row, rows)
-    xb = kd.i64(src) * x_stride
-    gb = kd.i64(src) * g_stride
-    db = kd.i64(row) * width
-    mu = kd.f32(0) if RMS else mean[src]
-    rs = rstd[src]
+    live, xb, gb, db, mu, rs = row_setup(mean, rstd, rows, width, x_stride, g_stride, RMS, RY)
     hs, ggs = chunk_terms(x, grad, gamma, xb, gb, 0, t, width, mu, rs, MASK, RMS, BX, CH, L)
     a, b = add_dots((kd.f32(0), kd.f32(0)), hs, ggs, CH, L)
-    inv_w = 1.0 / kd.f32(width)
-    b = row_sum(b, BX, RY) * inv_w
-    if not RMS:
-        a = row_sum(a, BX, RY) * inv_w
+    a, b = row_means(a, b, width, RMS, BX, RY)
     write_dx(dx, db, hs, ggs, a, b, rs, 0, t, width, live, MASK, RMS, BX, CH, L)
 
 
@@ -99,15 +109,8 @@ def norm_bwd_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
                     rows: kd.i32, width: kd.i32, x_stride: kd.i64, g_stride: kd.i64, RMS: kd.Const[bool],
                     BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
     """Two passes (the sums, then dx), main loops chunk by chunk and a masked tail, as in looped.py."""
-    row = row_index(RY)
     t = kd.unit_pos_x()
-    live = row < rows
-    src = read_row(row, rows)
-    xb = kd.i64(src) * x_stride
-    gb = kd.i64(src) * g_stride
-    db = kd.i64(row) * width
-    mu = kd.f32(0) if RMS else mean[src]
-    rs = rstd[src]
+    live, xb, gb, db, mu, rs = row_setup(mean, rstd, rows, width, x_stride, g_stride, RMS, RY)
     STEP = BX * L * U
     full = width - width % STEP
     a = kd.f32(0)
@@ -119,10 +122,7 @@ def norm_bwd_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
     if full < width:
         hs, ggs = chunk_terms(x, grad, gamma, xb, gb, full, t, width, mu, rs, True, RMS, BX, U, L)
         a, b = add_dots((a, b), hs, ggs, U, L)
-    inv_w = 1.0 / kd.f32(width)
-    b = row_sum(b, BX, RY) * inv_w
-    if not RMS:
-        a = row_sum(a, BX, RY) * inv_w
+    a, b = row_means(a, b, width, RMS, BX, RY)
     for i in range(0, full, STEP):
         for u in kd.unroll(U):
             f = i + u * BX * L

@@ -69,43 +69,47 @@ def lanes_sum(v, L):
 
 
 @kd.func
-def row_sum(v, BX, RY):
-    """Sum of `v` over the BX units of this unit's row."""
+def row_reduce(v, BX, RY, MAX):
+    """Sum (or, MAX, max: NaN if any is NaN) of `v` over the BX units of this unit's row:
+    a butterfly inside a plane for short rows; else plane reductions, then one value per
+    plane through shared memory and one more plane reduction."""
     P = kd.PLANE_DIM
     if BX < P:
         s = v
         for k in kd.unroll(BX.bit_length() - 1):
-            s += kd.plane_shuffle_xor(s, BX >> (k + 1))
+            o = kd.plane_shuffle_xor(s, BX >> (k + 1))
+            if MAX:
+                s = kd.max(s, o)
+            else:
+                s = s + o
     else:
-        s = kd.plane_sum(v)
+        if MAX:
+            s = kd.plane_max(v)
+        else:
+            s = kd.plane_sum(v)
         NPR = (BX + P - 1) // P
         if NPR > 1:
             parts = kd.shared(kd.f32, RY * NPR)
             if kd.lane_pos() == 0:
                 parts[kd.plane_pos()] = s
             kd.sync_cube()
-            s = kd.plane_sum(row_parts(parts, NPR, False))
+            if MAX:
+                s = kd.plane_max(row_parts(parts, NPR, True))
+            else:
+                s = kd.plane_sum(row_parts(parts, NPR, False))
     return s
+
+
+@kd.func
+def row_sum(v, BX, RY):
+    """Sum of `v` over the BX units of this unit's row."""
+    return row_reduce(v, BX, RY, False)
 
 
 @kd.func
 def row_max(v, BX, RY):
     """Max of `v` over the BX units of this unit's row (NaN if any is NaN)."""
-    P = kd.PLANE_DIM
-    if BX < P:
-        m = v
-        for k in kd.unroll(BX.bit_length() - 1):
-            m = kd.max(m, kd.plane_shuffle_xor(m, BX >> (k + 1)))
-    else:
-        m = kd.plane_max(v)
-        NPR = (BX + P - 1) // P
-        if NPR > 1:
-            parts = kd.shared(kd.f32, RY * NPR)
-            if kd.lane_pos() == 0:
-                parts[kd.plane_pos()] = m
-            kd.sync_cube()
-            m = kd.plane_max(row_parts(parts, NPR, True))
-    return m
+    return row_reduce(v, BX, RY, True)
 
 
 @kd.func
@@ -188,6 +192,14 @@ def read_row(row, rows):
     store nothing), so loads need no test on the row."""
     r = kd.min(row, rows - 1)
     return r
+
+
+@kd.func
+def row_offsets(rows, width, x_stride, RY):
+    """(row, live, x row offset, y row offset) of this unit's row: rows past the end read
+    the last row and store nothing (y is packed, `width` elements a row)."""
+    row = row_index(RY)
+    return row, row < rows, kd.i64(read_row(row, rows)) * x_stride, kd.i64(row) * width
 
 
 @kd.func

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import (chunk_in, exp_minus, lanes_of, lanes_sum, load_chunks, read_row, row_index, row_max,
-                     row_mean_m2, row_sum, store, sum_sq, sum_sq_dev, vec_of)
+from .device import (chunk_in, exp_minus, lanes_of, lanes_sum, load_chunks, row_max, row_mean_m2, row_offsets,
+                     row_sum, store, sum_sq, sum_sq_dev, vec_of)
 
 
 @kd.func
@@ -108,11 +108,8 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
                 rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
                 RMS: kd.Const[bool], HAS_BETA: kd.Const[bool], MASK: kd.Const[bool],
                 BX: kd.Const[int], RY: kd.Const[int], CH: kd.Const[int], L: kd.Const[int]):
-    row = row_index(RY)
     t = kd.unit_pos_x()
-    live = row < rows
-    xb = kd.i64(read_row(row, rows)) * x_stride
-    yb = kd.i64(row) * width
+    row, live, xb, yb = row_offsets(rows, width, x_stride, RY)
     vals = load_chunks(x, xb, 0, t, width, 0.0, MASK, BX, CH, L)
     acc = kd.f32(0)
     for c in kd.unroll(CH):
@@ -145,11 +142,8 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
 def softmax_cached(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_stride: kd.i64,
                    FAST: kd.Const[bool], MASK: kd.Const[bool], BX: kd.Const[int], RY: kd.Const[int],
                    CH: kd.Const[int], L: kd.Const[int]):
-    row = row_index(RY)
     t = kd.unit_pos_x()
-    live = row < rows
-    xb = kd.i64(read_row(row, rows)) * x_stride
-    yb = kd.i64(row) * width
+    row, live, xb, yb = row_offsets(rows, width, x_stride, RY)
     vals = load_chunks(x, xb, 0, t, width, -kd.inf, MASK, BX, CH, L)
     m = -kd.inf
     for c in kd.unroll(CH):

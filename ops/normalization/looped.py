@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import chunk_in, exp_minus, lanes_sum, load_chunks, read_row, row_index, row_max, row_sum, store
+from .device import chunk_in, exp_minus, lanes_sum, load_chunks, row_max, row_offsets, row_sum, store
 from .forward import lanes_max_ignoring_nan, masked_exp, masked_sq_dev, max_ignoring_nan, write_normalized
 
 
@@ -45,11 +45,8 @@ def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
                 rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
                 RMS: kd.Const[bool], HAS_BETA: kd.Const[bool],
                 BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
-    row = row_index(RY)
     t = kd.unit_pos_x()
-    live = row < rows
-    xb = kd.i64(read_row(row, rows)) * x_stride
-    yb = kd.i64(row) * width
+    row, live, xb, yb = row_offsets(rows, width, x_stride, RY)
     STEP = BX * L * U
     full = width - width % STEP
     acc = kd.f32(0)
@@ -145,11 +142,8 @@ def softmax_looped(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, width: kd.i32, x_st
     STAGE 1 (f32 outputs) writes them to y and scales y in place; STAGE 2 (one row per
     cube, scalar chunks, width <= SCRATCH) keeps them in an f32 shared-memory row, so
     f16/bf16 outputs are still rounded once. STAGE 0 computes each exp twice."""
-    row = row_index(RY)
     t = kd.unit_pos_x()
-    live = row < rows
-    xb = kd.i64(read_row(row, rows)) * x_stride
-    yb = kd.i64(row) * width
+    row, live, xb, yb = row_offsets(rows, width, x_stride, RY)
     STEP = BX * L * U
     full = width - width % STEP
     if STAGE == 2:

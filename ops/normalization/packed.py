@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import lanes_sum, read_row, row_index, row_mean_m2, row_sum, store, sum_sq, sum_sq_dev, vec_of
+from .device import lanes_sum, row_mean_m2, row_offsets, row_sum, store, sum_sq, sum_sq_dev, vec_of
 from .forward import affine
 
 SHIFT, HIGH = 16, 0xFFFF0000  # the widening arguments every launch passes
@@ -55,11 +55,8 @@ def norm_packed(x: kd.Tensor[kd.u32, 2], gamma: kd.Tensor[kd.f32, 1], beta: kd.T
                 CH: kd.Const[int]):
     """x: the input's words ([rows, width/2], `x_stride` words between rows); chunk c of
     unit t is words (c*BX + t)*4 .. +4, elements (c*BX + t)*8 .. +8."""
-    row = row_index(RY)
     t = kd.unit_pos_x()
-    live = row < rows
-    xb = kd.i64(read_row(row, rows)) * x_stride
-    yb = kd.i64(row) * width
+    row, live, xb, yb = row_offsets(rows, width, x_stride, RY)
     words = ()
     for c in kd.unroll(CH):
         words = words + (kd.load_vec(x, xb + (c * BX + t) * 4, 4),)
