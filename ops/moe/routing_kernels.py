@@ -344,6 +344,18 @@ def lowest_lane_is_me(mask):
 
 
 @kd.func
+def write_choice(ids, weights, row, lane, bad, expert, w):
+    """Lane j's pick (the j-th choice of the token): its expert id and weight, or for a
+    row with a NaN logit ids 0..k-1 and NaN weights."""
+    if bad:
+        ids[row, lane] = lane
+        weights[row, lane] = kd.nan
+    else:
+        ids[row, lane] = expert
+        weights[row, lane] = w
+
+
+@kd.func
 def take_best(keys, first):
     """One top-k round over the plane: the largest key anywhere (ties: the lowest lane, whose
     experts have the lowest ids, then the lowest slot) is taken out of `keys`. Returns the
@@ -401,12 +413,7 @@ def softmax_topk_plane(logits: kd.Tensor, ids: kd.Tensor[kd.u32, 2], weights: kd
         w = p
         if RENORMALIZE:
             w = p / total
-        if bad:
-            ids[row, lane] = lane
-            weights[row, lane] = kd.nan
-        else:
-            ids[row, lane] = mine_id
-            weights[row, lane] = w
+        write_choice(ids, weights, row, lane, bad, mine_id, w)
 
 
 @kd.kernel
@@ -467,9 +474,4 @@ def sigmoid_grouped_plane(logits: kd.Tensor, bias: kd.Tensor[kd.f32, 1], ids: kd
     if token < T and lane < k:
         if RENORMALIZE:
             w = w / total
-        if bad:
-            ids[row, lane] = lane
-            weights[row, lane] = kd.nan
-        else:
-            ids[row, lane] = mine_id
-            weights[row, lane] = w * scale
+        write_choice(ids, weights, row, lane, bad, mine_id, w * scale)
