@@ -5,6 +5,7 @@ softmax over the last axis, GB/s counted as input read + output written.
     python -m benchmarks.normalization --small               # a quick run (16 MiB, two widths)
     python -m benchmarks.normalization --runtimes cpu --widths 4096 --dtypes f32 --reps 9
     python -m benchmarks.normalization --runtimes cuda --sweep   # also time other cube shapes
+    python -m benchmarks.normalization --runtimes cuda --widths 16384,32768 --compare-persistent
 
 CPU runtimes: numpy (f32) and PyTorch CPU eager baselines on host data; ours and the
 baselines run in turn, --reps rounds after a warm-up, each keeping its best wall time (the
@@ -297,6 +298,10 @@ def cuda_rows(torch, rt, args, widths, mib) -> list:
                         line += ["-", "-"]
                 print("  " + "  ".join(line), flush=True)
                 out.append(line)
+                if args.compare_persistent and op != "softmax" and picks_persistent(rt, x):
+                    rate, perr = without_persistent(torch, rt, op, x, g, b, want, moved, args)
+                    print(f"    {op} {dtype} W={width} without the persistent kernel: {rate / 1e9:.0f} GB/s "
+                          f"(err {perr:.1e})", flush=True)
                 del want
                 torch.cuda.synchronize()
                 if args.sweep and op in (args.sweep_ops or args.ops).split(","):
@@ -306,6 +311,27 @@ def cuda_rows(torch, rt, args, widths, mib) -> list:
             del x, g, b, xt, gt, bt
             torch.cuda.empty_cache()
     return out
+
+
+def picks_persistent(rt, x) -> bool:
+    """Whether the library runs x's LayerNorm/RMSNorm with the persistent kernel."""
+    from rudnn.normalization import layout
+    width, item = x.shape[-1], x.dtype.itemsize
+    lanes = layout.vector_lanes(item, width)
+    return layout.persistent(rt.capabilities, layout.choose_shape(rt.capabilities, width, lanes), width, item)
+
+
+def without_persistent(torch, rt, op, x, g, b, want, moved, args) -> tuple:
+    """(GB/s, rel err) of our op with the persistent kernel turned off (the form it replaces)."""
+    keep = norm.persistent
+    try:
+        norm.persistent = lambda *a: False
+        fn = ours(rt, op, x, g, b)
+        err = rel_err(torch, torch.from_dlpack(fn()), want)
+        t = device_time(kd_events(rt), fn, args.batch, args.reps)
+    finally:
+        norm.persistent = keep
+    return moved / t, err
 
 
 CUDA_HEADERS = ["op", "shape", "dtype", "ours ms", "ours GB/s", "1-call ms", "rel err",
@@ -385,6 +411,8 @@ def main(argv=None):
     p.add_argument("--no-baselines", action="store_true")
     p.add_argument("--sweep", action="store_true",
                    help="also time other cube shapes (cuda: gpu_shapes; cpu: choose_shape's knobs)")
+    p.add_argument("--compare-persistent", action="store_true",
+                   help="cuda: also time LayerNorm/RMSNorm without the persistent kernel where it is picked")
     p.add_argument("--sweep-ops", default=None, help="ops the sweep covers (default: all of --ops)")
     p.add_argument("--compile-only", action="store_true",
                    help="cuda: only run each torch.compile baseline once (fills the compile caches, so a "

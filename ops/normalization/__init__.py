@@ -4,8 +4,10 @@ statistics and backward passes (SPEC §1), on every runtime.
 Each entry point validates everything, returns empty results for zero rows without
 launching, views the input as [rows, W] (copying only if its layout needs it),
 chooses a cube shape from W and the runtime (layout.py), and launches the kernels
-of forward.py (rows held in registers), packed.py (bf16 rows held in registers as
-packed pairs, when their 16-byte chunks tile the row), looped.py (longer rows, and
+of forward.py (rows held in registers), persistent.py (rows of 64 KiB or more held in
+registers, on GPUs with hardware async copies: persistent cubes that prefetch their next
+row into shared memory), packed.py (bf16 rows held in registers as packed pairs, when
+their 16-byte chunks tile the row), looped.py (longer rows, and
 the cpu runtime) or backward.py. Statistics are F32; outputs are cast once to the input dtype; gamma,
 beta, mean, rstd, dgamma and dbeta are F32.
 """
@@ -19,8 +21,10 @@ from . import backward as _bwd
 from . import forward as _fwd
 from . import looped as _loop
 from . import packed as _packed
+from . import persistent as _persist
 from .checks import NormalizationError, check_epsilon, check_f32, check_input, check_like, check_runtimes
-from .layout import PACKED_LN_CHUNKS, choose_shape, deepen, rows_view, vector_lanes, words_view
+from .layout import (PACKED_LN_CHUNKS, choose_shape, deepen, persistent, persistent_grid, rows_view, vector_lanes,
+                     words_view)
 
 __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", "layer_norm_with_stats",
            "layer_norm_backward", "rms_norm_with_stats", "rms_norm_backward"]
@@ -113,7 +117,9 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
     r_out = rstd.reshape(rows)
     m_out = mean.reshape(rows) if mean is not None else r_out  # RMSNorm never stores a mean
     args = (x2, g, b, out.reshape(rows, width), m_out, r_out, rows, width, xs, eps, rms, beta is not None)
-    if shape.cached and input.dtype is kd.bf16 and shape.lanes == 8 and not shape.ragged(width):
+    if persistent(rt.capabilities, shape, width, input.dtype.itemsize):
+        _persist.norm_persistent[persistent_grid(rt, rows), shape.bx](*args, shape.bx, shape.chunks, shape.lanes)
+    elif shape.cached and input.dtype is kd.bf16 and shape.lanes == 8 and not shape.ragged(width):
         if not rms:
             shape = deepen(rt.capabilities, shape, width, PACKED_LN_CHUNKS)
         words, ws = words_view(x2, xs)

@@ -19,6 +19,12 @@ CPU_SMALL_WIDTH = 8
 # half the registers of f32 values, so a unit can hold twice the bytes; on the H200 this
 # beat 4 chunks at every W measured (RESULTS.md, session 9: +2-28%).
 PACKED_LN_CHUNKS = 8
+# register-cached LayerNorm/RMSNorm rows of at least this many bytes run as persistent cubes
+# that prefetch their next row into shared memory (persistent.py) where copies are
+# hardware-asynchronous: such a row fills half a core's registers or more, so one cube runs
+# per core and, alone, would leave no loads in flight while it reduces and writes.
+PERSIST_MIN_BYTES = 64 * 1024
+PERSIST_SHARED_SLACK = 1024  # shared bytes the reductions' partials need beside the row
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,23 @@ def choose_shape(caps, width: int, lanes: int, per_unit: int = 4, cube_units: in
             bx = min(plane, max_units)  # sub-plane rows need power-of-two planes
         return RowShape(bx, _rows_per_cube(bx, plane, max_units, cube_units), -(-chunks // bx), lanes, True)
     return RowShape(max_units, 1, per_unit, lanes, False)
+
+
+def persistent(caps, shape: RowShape, width: int, itemsize: int) -> bool:
+    """Whether rows of `width` elements of `itemsize` bytes, given the cached `shape`, go to
+    persistent.norm_persistent: hardware async copies, one row a cube whose 16-byte chunks
+    tile it exactly, and a row of PERSIST_MIN_BYTES or more that fits in shared memory."""
+    row_bytes = width * itemsize
+    return (caps.async_copy and shape.cached and shape.ry == 1 and not shape.ragged(width)
+            and shape.lanes * itemsize == 16
+            and PERSIST_MIN_BYTES <= row_bytes <= caps.max_shared_bytes - PERSIST_SHARED_SLACK)
+
+
+def persistent_grid(rt, rows: int) -> int:
+    """Cubes for persistent.norm_persistent: one per core (its row and 1024 units fill one),
+    never more than the rows; a runtime that does not report its cores gets a cube a row."""
+    cores = getattr(rt, "attributes", {}).get("multiprocessors", 0)
+    return max(1, min(rows, cores or GRID_X))
 
 
 def deepen(caps, shape: RowShape, width: int, chunks: int) -> RowShape:
