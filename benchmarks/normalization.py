@@ -5,7 +5,7 @@ softmax over the last axis, GB/s counted as input read + output written.
     python -m benchmarks.normalization --small               # a quick run (16 MiB, two widths)
     python -m benchmarks.normalization --runtimes cpu --widths 4096 --dtypes f32 --reps 9
     python -m benchmarks.normalization --runtimes cuda --sweep   # also time other cube shapes
-    python -m benchmarks.normalization --runtimes cuda --widths 16384,32768 --compare-persistent
+    python -m benchmarks.normalization --runtimes cuda --widths 16384,32768 --long-rows
 
 CPU runtimes: numpy (f32) and PyTorch CPU eager baselines on host data; ours and the
 baselines run in turn, --reps rounds after a warm-up, each keeping its best wall time (the
@@ -298,10 +298,11 @@ def cuda_rows(torch, rt, args, widths, mib) -> list:
                         line += ["-", "-"]
                 print("  " + "  ".join(line), flush=True)
                 out.append(line)
-                if args.compare_persistent and op != "softmax" and picks_persistent(rt, x):
-                    rate, perr = without_persistent(torch, rt, op, x, g, b, want, moved, args)
-                    print(f"    {op} {dtype} W={width} without the persistent kernel: {rate / 1e9:.0f} GB/s "
-                          f"(err {perr:.1e})", flush=True)
+                if args.long_rows and op != "softmax":
+                    for label, plan in long_row_variants(rt, x):
+                        rate, perr = time_plan(torch, rt, op, x, g, b, want, moved, args, plan)
+                        print(f"    {op} {dtype} W={width} {label}: {rate / 1e9:.0f} GB/s (err {perr:.1e}"
+                              f"{'' if perr <= MAX_REL_ERR[dtype] else ' FAIL'})", flush=True)
                 del want
                 torch.cuda.synchronize()
                 if args.sweep and op in (args.sweep_ops or args.ops).split(","):
@@ -313,24 +314,33 @@ def cuda_rows(torch, rt, args, widths, mib) -> list:
     return out
 
 
-def picks_persistent(rt, x) -> bool:
-    """Whether the library runs x's LayerNorm/RMSNorm with the persistent kernel."""
+def long_row_variants(rt, x) -> list:
+    """[(label, plan)] of the long-row plans worth timing for x's LayerNorm/RMSNorm (layout.long_row_plan
+    overridden): the plain kernels, persistent cubes and several rows a cube; [] for short rows."""
     from rudnn.normalization import layout
     width, item = x.shape[-1], x.dtype.itemsize
-    lanes = layout.vector_lanes(item, width)
-    return layout.persistent(rt.capabilities, layout.choose_shape(rt.capabilities, width, lanes), width, item)
+    shape = layout.choose_shape(rt.capabilities, width, layout.vector_lanes(item, width))
+    if layout.long_row_plan(rt.capabilities, shape, width, item, True) is None and \
+            layout.long_row_plan(rt.capabilities, shape, width, item, False) is None:
+        return []
+    shared, row = rt.capabilities.max_shared_bytes - layout.SHARED_SLACK, width * item
+    out = [("plain", None), ("persistent", layout.LongRowPlan("persistent"))]
+    for nr, reg in ((2, 1),) + (((2, 0), (3, 0)) if item == 2 else ()):
+        if (nr - reg) * row <= shared:
+            out.append((f"{nr} rows a cube, {reg} in registers", layout.LongRowPlan("paired", nr, reg)))
+    return out
 
 
-def without_persistent(torch, rt, op, x, g, b, want, moved, args) -> tuple:
-    """(GB/s, rel err) of our op with the persistent kernel turned off (the form it replaces)."""
-    keep = norm.persistent
+def time_plan(torch, rt, op, x, g, b, want, moved, args, plan) -> tuple:
+    """(GB/s, rel err) of our op with layout.long_row_plan forced to `plan`."""
+    keep = norm.long_row_plan
     try:
-        norm.persistent = lambda *a: False
+        norm.long_row_plan = lambda *a: plan
         fn = ours(rt, op, x, g, b)
         err = rel_err(torch, torch.from_dlpack(fn()), want)
         t = device_time(kd_events(rt), fn, args.batch, args.reps)
     finally:
-        norm.persistent = keep
+        norm.long_row_plan = keep
     return moved / t, err
 
 
@@ -411,8 +421,9 @@ def main(argv=None):
     p.add_argument("--no-baselines", action="store_true")
     p.add_argument("--sweep", action="store_true",
                    help="also time other cube shapes (cuda: gpu_shapes; cpu: choose_shape's knobs)")
-    p.add_argument("--compare-persistent", action="store_true",
-                   help="cuda: also time LayerNorm/RMSNorm without the persistent kernel where it is picked")
+    p.add_argument("--long-rows", action="store_true",
+                   help="cuda: also time LayerNorm/RMSNorm under each long-row plan (layout.long_row_plan) "
+                        "where the rows are long enough for one")
     p.add_argument("--sweep-ops", default=None, help="ops the sweep covers (default: all of --ops)")
     p.add_argument("--compile-only", action="store_true",
                    help="cuda: only run each torch.compile baseline once (fills the compile caches, so a "

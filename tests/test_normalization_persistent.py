@@ -1,7 +1,8 @@
-"""rudnn.normalization's persistent kernel (persistent.py: cubes that loop over rows and
-prefetch the next one into shared memory) on every runtime: forced onto small rows and
-fewer cubes than rows, so each cube handles several rows and the prefetch ring turns over;
-and the policy that picks it (long rows, hardware async copies only)."""
+"""rudnn.normalization's long-row kernels on every runtime, forced onto small rows:
+persistent.py (cubes that loop over rows and prefetch the next one into shared memory;
+fewer cubes than rows, so the prefetch turns over) and paired.py (several rows a cube,
+one in registers or none, the rest in shared memory; row counts that leave the last cube
+short); and layout.long_row_plan, the policy that picks them (long rows, GPUs only)."""
 import dataclasses
 
 import numpy as np
@@ -10,14 +11,18 @@ import pytest
 import kerneldsl as kd
 import rudnn.normalization as N
 from reference import normalization as ref
+from kerneldsl.backends.cuda.capabilities import for_arch
 from rudnn.normalization import layout
 
 pytestmark = pytest.mark.feature("normalization: persistent")
 RTOL = {"f32": 1e-5, "bf16": 1.6e-2}
 
 
-def force_persistent(runtime, monkeypatch, cubes) -> list:
-    """Make the library run the persistent kernel with `cubes` cubes wherever a GPU's
+PLANS = [layout.LongRowPlan("persistent"), layout.LongRowPlan("paired", 2, 1), layout.LongRowPlan("paired", 3, 0)]
+
+
+def force_plan(runtime, monkeypatch, plan, cubes=3) -> list:
+    """Make the library run `plan` (persistent: with `cubes` cubes) wherever a GPU's
     register-cached shape (at this runtime's plane size) tiles the row; returns the shapes used."""
     caps = dataclasses.replace(runtime.capabilities, backend="cuda",
                                max_cube_units=min(1024, runtime.capabilities.max_cube_units))
@@ -26,22 +31,23 @@ def force_persistent(runtime, monkeypatch, cubes) -> list:
     def pick(_caps, w, lanes):
         return layout.choose_shape(caps, w, lanes)
 
-    def persistent(_caps, shape, w, itemsize):
+    def plan_for(_caps, shape, w, itemsize, rms):
         ok = shape.cached and shape.ry == 1 and not shape.ragged(w) and shape.lanes * itemsize == 16
         if ok:
             used.append(shape)
-        return ok
+        return plan if ok else None
 
     monkeypatch.setattr(N, "choose_shape", pick)
-    monkeypatch.setattr(N, "persistent", persistent)
+    monkeypatch.setattr(N, "long_row_plan", plan_for)
     monkeypatch.setattr(N, "persistent_grid", lambda rt, rows: min(rows, cubes))
     return used
 
 
-@pytest.mark.parametrize("dtype, width", [("f32", 2048), ("bf16", 4096), ("f32", 4096)])
-@pytest.mark.parametrize("rows, cubes", [(7, 3), (2, 5)])
-def test_persistent_matches_reference(runtime, rng, monkeypatch, dtype, width, rows, cubes):
-    used = force_persistent(runtime, monkeypatch, cubes)
+@pytest.mark.parametrize("dtype, width", [("f32", 2048), ("bf16", 4096)])
+@pytest.mark.parametrize("rows, cubes", [(7, 3), (2, 5)])  # 7 rows: the last paired cube is short
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: f"{p.kernel}{p.nr}{p.reg}")
+def test_long_row_kernels_match_reference(runtime, rng, monkeypatch, plan, dtype, width, rows, cubes):
+    used = force_plan(runtime, monkeypatch, plan, cubes)
     np_dt = kd.as_dtype(dtype).np
     x = (rng.standard_normal((rows, width)) * 2 + 0.5).astype(np.float32).astype(np_dt)
     gamma = rng.standard_normal(width).astype(np.float32)
@@ -61,9 +67,10 @@ def test_persistent_matches_reference(runtime, rng, monkeypatch, dtype, width, r
     assert len(used) == 2 and all(s.bx * s.chunks * s.lanes == width for s in used)
 
 
-def test_persistent_strided_rows(runtime, rng, monkeypatch):
-    """Rows `width + 8` elements apart (a column slice): the prefetch follows the row stride."""
-    used = force_persistent(runtime, monkeypatch, 2)
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: f"{p.kernel}{p.nr}{p.reg}")
+def test_long_row_kernels_strided_rows(runtime, rng, monkeypatch, plan):
+    """Rows `width + 8` elements apart (a column slice): the copies follow the row stride."""
+    used = force_plan(runtime, monkeypatch, plan, 2)
     width = 2048
     big = rng.standard_normal((5, width + 8)).astype(np.float32)
     gamma = rng.standard_normal(width).astype(np.float32)
@@ -74,16 +81,20 @@ def test_persistent_strided_rows(runtime, rng, monkeypatch):
     assert used
 
 
-def test_picked_for_long_rows_on_gpus_only(runtime):
-    """The policy: CUDA (hardware async copies) and rows of 64 KiB or more that fit in shared
-    memory; never the cpu runtime or rows of the widths that already reach bandwidth."""
-    from kerneldsl.backends.cuda.capabilities import for_arch
+def test_plan_for_long_rows_on_gpus_only(runtime):
+    """The policy on an H200-like device: the plain kernels up to W = 8192 and wherever a
+    row and its parameters stay in L1; persistent cubes or several rows a cube beyond;
+    never on a runtime without hardware async copies."""
     gpu = for_arch("sm_90", max_shared_bytes=227 * 1024)
-    for width, itemsize, want in [(32768, 4, True), (16384, 4, True), (32768, 2, True), (8192, 4, False),
-                                  (16384, 2, False), (4096, 4, False), (65536, 4, False)]:
-        lanes = 16 // itemsize
-        got = layout.persistent(gpu, layout.choose_shape(gpu, width, lanes), width, itemsize)
-        assert got is want, (width, itemsize)
+    P, R = layout.LongRowPlan, None
+    want = {(8192, 4, False): R, (16384, 4, True): R, (16384, 4, False): P("persistent"),
+            (16384, 2, False): R, (32768, 4, True): P("paired", 2, 1), (32768, 4, False): P("paired", 2, 1),
+            (32768, 2, True): P("persistent"), (32768, 2, False): P("paired", 3, 0), (65536, 2, False): R,
+            (65536, 4, True): R}
+    for (width, itemsize, rms), plan in want.items():
+        shape = layout.choose_shape(gpu, width, 16 // itemsize)
+        assert layout.long_row_plan(gpu, shape, width, itemsize, rms) == plan, (width, itemsize, rms)
     caps = runtime.capabilities
     shape = layout.choose_shape(caps, 32768, 4)
-    assert layout.persistent(caps, shape, 32768, 4) is (caps.async_copy and shape.cached)
+    got = layout.long_row_plan(caps, shape, 32768, 4, False)
+    assert (got is not None) == (caps.async_copy and shape.cached and shape.bx * shape.chunks * 4 == 32768)

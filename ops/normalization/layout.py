@@ -19,12 +19,21 @@ CPU_SMALL_WIDTH = 8
 # half the registers of f32 values, so a unit can hold twice the bytes; on the H200 this
 # beat 4 chunks at every W measured (RESULTS.md, session 9: +2-28%).
 PACKED_LN_CHUNKS = 8
-# register-cached LayerNorm/RMSNorm rows of at least this many bytes run as persistent cubes
-# that prefetch their next row into shared memory (persistent.py) where copies are
-# hardware-asynchronous: such a row fills half a core's registers or more, so one cube runs
-# per core and, alone, would leave no loads in flight while it reduces and writes.
-PERSIST_MIN_BYTES = 64 * 1024
-PERSIST_SHARED_SLACK = 1024  # shared bytes the reductions' partials need beside the row
+# Long register-cached LayerNorm/RMSNorm rows on GPUs with hardware async copies (measured on
+# the H200, RESULTS.md session 10). Such a row (>= LONG_ROW_BYTES) fills a core's registers
+# (one cube a core), and every row's output also reads all of gamma (and beta), W f32 each.
+# The plan depends on the core's L1 + shared memory (~256 KiB on Hopper) against what a row
+# streams through it, `row + params` bytes:
+#  - up to FITS_L1_BYTES: the plain cached kernels (gamma and beta stay in L1);
+#  - up to PERSIST_MAX_BYTES: persistent cubes prefetching the next row into shared memory
+#    (persistent.py; the async copies bypass L1, which then keeps gamma and beta);
+#  - beyond: NR rows a cube (paired.py), gamma and beta read once for NR rows, as many rows
+#    in shared memory as PAIRED_SHARED_BYTES holds, plus one in registers for f32 rows.
+LONG_ROW_BYTES = 64 * 1024
+FITS_L1_BYTES = 160 * 1024
+PERSIST_MAX_BYTES = 192 * 1024
+PAIRED_SHARED_BYTES = 192 * 1024
+SHARED_SLACK = 1024  # shared bytes the reductions' partials need beside the rows
 
 
 @dataclass(frozen=True)
@@ -118,14 +127,33 @@ def choose_shape(caps, width: int, lanes: int, per_unit: int = 4, cube_units: in
     return RowShape(max_units, 1, per_unit, lanes, False)
 
 
-def persistent(caps, shape: RowShape, width: int, itemsize: int) -> bool:
-    """Whether rows of `width` elements of `itemsize` bytes, given the cached `shape`, go to
-    persistent.norm_persistent: hardware async copies, one row a cube whose 16-byte chunks
-    tile it exactly, and a row of PERSIST_MIN_BYTES or more that fits in shared memory."""
-    row_bytes = width * itemsize
-    return (caps.async_copy and shape.cached and shape.ry == 1 and not shape.ragged(width)
-            and shape.lanes * itemsize == 16
-            and PERSIST_MIN_BYTES <= row_bytes <= caps.max_shared_bytes - PERSIST_SHARED_SLACK)
+@dataclass(frozen=True)
+class LongRowPlan:
+    """How a long row runs: kernel 'persistent' or 'paired' (NR rows a cube, REG of them,
+    0 or 1, held in registers)."""
+    kernel: str
+    nr: int = 1
+    reg: int = 0
+
+
+def long_row_plan(caps, shape: RowShape, width: int, itemsize: int, rms: bool):
+    """The LongRowPlan for LayerNorm/RMSNorm rows of `width` elements of `itemsize` bytes given
+    the cached `shape` (see LONG_ROW_BYTES above), or None for the plain kernels: needs
+    hardware async copies and one row a cube whose 16-byte chunks tile it exactly."""
+    row = width * itemsize
+    if not (caps.async_copy and shape.cached and shape.ry == 1 and not shape.ragged(width)
+            and shape.lanes * itemsize == 16 and row >= LONG_ROW_BYTES):
+        return None
+    streamed = row + width * 4 * (1 if rms else 2)
+    shared = caps.max_shared_bytes - SHARED_SLACK
+    if streamed <= FITS_L1_BYTES:
+        return None
+    if streamed <= PERSIST_MAX_BYTES and row <= shared:
+        return LongRowPlan("persistent")
+    reg = 1 if itemsize == 4 else 0  # bf16/f16 rows widened to f32 in registers would spill at 1024 units
+    in_shared = min(PAIRED_SHARED_BYTES, shared) // row
+    nr = in_shared + reg
+    return LongRowPlan("paired", nr, reg) if in_shared >= 1 and nr >= 2 else None
 
 
 def persistent_grid(rt, rows: int) -> int:
