@@ -32,9 +32,9 @@ from rudnn.attention import AttentionModuleOptions, AttentionStrategy, BlackboxA
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
 S = AttentionStrategy
-TILINGS = [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(8, 1, 1),
-           BlackboxAcceleratedStrategy(4, 2, 1), BlackboxAcceleratedStrategy(2, 2, 1),
-           BlackboxAcceleratedStrategy(2, 2, 2)]
+TILINGS = [BlackboxAcceleratedStrategy(8, 1, 1), BlackboxAcceleratedStrategy(4, 1, 1),
+           BlackboxAcceleratedStrategy(4, 2, 1), BlackboxAcceleratedStrategy(4, 2, 2),
+           BlackboxAcceleratedStrategy(8, 2, 1), BlackboxAcceleratedStrategy(2, 2, 1)]
 
 
 def flops(B, H, Sq, Skv, D, causal):

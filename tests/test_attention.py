@@ -191,6 +191,22 @@ def test_register_kernel_every_option(runtime, rng, tiling):
     check(out.numpy(), q, k, v, mask, bias, **opts)
 
 
+@pytest.mark.parametrize("scale", [0.5, -0.5])
+@pytest.mark.parametrize("tiling", [BlackboxAcceleratedStrategy(2, 2, 1), BlackboxAcceleratedStrategy(4, 1, 1)],
+                         ids=str)
+def test_register_kernel_scale_sign(runtime, rng, scale, tiling):
+    """Unmasked tiles keep raw scores and fold the scale into the exponent only when it is
+    positive (a negative scale turns the largest score into the smallest); two query tiles
+    per plane take shorter key steps."""
+    q, k, v = inputs(rng, B=1, Hq=2, Hkv=1, Sq=40, Skv=150, D=16, Dv=16, dtype="bf16")
+    t = runtime.tensor
+    p = problem.validate(t(q), t(k), t(v), None, None, AttentionModuleOptions(scale=scale))
+    out = runtime.empty(p.out_shape, p.dtype)
+    flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)), tiling,
+                  registers=True)
+    check(out.numpy(), q, k, v, scale=scale)
+
+
 # ------------------------------------------------------------------ views, inputs, empty sizes
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.name)
 def test_strided_views_and_inputs_unchanged(runtime, rng, strategy):

@@ -124,6 +124,8 @@ class CudaRenderer(CLikeRenderer):
     def math_call(self, fn: str, args: list, t) -> str:
         if fn == "rsqrt" and t.is_float:
             return f"rsqrt({args[0]})"
+        if fn == "exp2_fast":  # one MUFU.EX2: no scaling around it for subnormal results
+            return f"{self.need('kd_exp2_fast_' + t.name)}({args[0]})"
         return super().math_call(fn, args, t)
 
     # ------------------------------------------------------------------ atomics
@@ -156,6 +158,11 @@ class CudaRenderer(CLikeRenderer):
     def helper_code(self, name: str) -> str:
         if name in ("kd_h2f", "kd_f2h", "kd_bf2f", "kd_f2bf"):
             return f"// {name}: in the prelude"
+        if name == "kd_exp2_fast_f32":
+            return ("static __device__ __forceinline__ float kd_exp2_fast_f32(float x) { float r; "
+                    'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }')
+        if name == "kd_exp2_fast_f64":
+            return "static __device__ __forceinline__ double kd_exp2_fast_f64(double x) { return exp2(x); }"
         if name in ("kd_max_f32", "kd_min_f32"):  # one instruction that keeps NaN (sm_80+)
             op = name[3:6]
             return (f"static __device__ __forceinline__ float {name}(float a, float b) {{ float r; "

@@ -64,6 +64,8 @@ class OpenCLRenderer(CLikeRenderer):
     def math_call(self, fn: str, args: list, t) -> str:
         if fn == "fma" and t.is_float:
             return f"fma({', '.join(args)})"
+        if fn == "exp2_fast":  # native_exp2 has no accuracy promise: keep exp2
+            return f"exp2({args[0]})"
         return super().math_call(fn, args, t)
 
     # ------------------------------------------------------------------ f16 in memory

@@ -194,12 +194,12 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
                 m = m_new  # nothing accumulated yet: no rescale needed
             elif m_new > m_old + TAU:
                 m = m_new
-                alpha = kd.exp2(m_old - m_new)
+                alpha = kd.exp2_fast(m_old - m_new)
             mu = kd.select(m == -kd.inf, kd.f32(0), m)
             total = kd.f32(0)
             for n in kd.unroll(NCH):
                 if n * P + lane < BK:
-                    pv = kd.exp2(xs[n] - mu)
+                    pv = kd.exp2_fast(xs[n] - mu)
                     p_sh[r * PS + n * P + lane] = pv
                     total += pv
             total = kd.plane_sum(total)

@@ -5,14 +5,18 @@ block of one KV head; each plane owns seq_q tiles of 16 rows and keeps its outpu
 fragments for the whole kernel, and its Q tiles in a fragments too when it owns one
 (several: Q is read from shared memory each step, their accumulators need the registers);
 each K and V fragment loaded serves all of the plane's query tiles. Each step takes
-BK = 16·NP·seq_kv keys; K and V tiles go through a two-slot ring in shared memory filled
+BK = 16·KT keys, KT = ceil(NP·seq_kv / seq_q) (`key_tiles`): a plane's S tiles then number
+NP·seq_kv whatever seq_q is, so a plane owning two query tiles (32 rows, FlashAttention-2's
+shape: each K/V fragment read from shared memory serves twice the work) takes half as many
+keys per step and fits in the registers; K and V tiles go through a two-slot ring in shared memory filled
 by `kd.async_copy` (cp.async on CUDA: the next tile lands while this one is used):
 
 1. S = Q·Kᵀ into acc fragments (BK/16 per query tile);
 2. on those fragments, element by element: the shared logit rule (scale, softcap, mask,
-   causal, bias) in log2 units, the row max (a lane's elements of one row slot, reduced
+   causal, bias) in log2 units (interior tiles with a positive scale keep raw scores: the
+   scale is applied to each row's max and inside the exponent), the row max (a lane's elements of one row slot, reduced
    pairwise so the dependency chain is short, then `plane_shuffle_xor` over the lanes
-   holding the row), P = exp2(logit - m) in place,
+   holding the row), P = exp2(logit - m) in place (`kd.exp2_fast` of one fma),
    the lane's part of the row sum. The running max moves only when some row of the plane
    grows by more than TAU (a plane vote; then O and l are rescaled by exp2(m_old - m_new)),
    so P <= 2^TAU and most steps skip the rescale. Tiles every row of the cube sees in full
@@ -24,7 +28,8 @@ Row statistics live in registers per row slot; the lanes of a row finish the row
 the end (O / l, zeros for a row with no visible key). Where a row lands in the tile and
 which lanes share it come from the fragment layout queries, so the same kernel runs on
 tensor cores and on the emulation. The query rows' (head, position, causal limit) are
-worked out once per kernel, not per element.
+worked out per row slot on the tiles that need them (edges, masks, bias, softcap), not
+held in registers through the key loop.
 """
 from __future__ import annotations
 
@@ -44,6 +49,15 @@ def slot_row(f, s):
         if kd.fragment_row_slot(f, i) == s:
             r = kd.fragment_row(f, i)
     return r
+
+
+@kd.func
+def query_row(rg, rows, Sq, hk, G, causal, off, Skv):
+    """(head, position, last visible key + 1) of flattened query row rg (clamped into the
+    block): worked out where needed, not held in registers through the key loop."""
+    rc = kd.min(rg, rows - 1)
+    iq = rc % Sq
+    return (hk * G + rc // Sq, iq, kd.select(causal != 0, iq + off, Skv))
 
 
 @kd.func
@@ -95,12 +109,12 @@ def row_combine_sum(x, f):
 @kd.kernel
 def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, mask: kd.Tensor, bias: kd.Tensor,
                       scale: kd.f32, softcap: kd.f32, causal: kd.i32, D: kd.Const[int], DV: kd.Const[int],
-                      SQT: kd.Const[int], SKT: kd.Const[int], HAS_MASK: kd.Const[bool], HAS_BIAS: kd.Const[bool],
+                      SQT: kd.Const[int], KT: kd.Const[int], HAS_MASK: kd.Const[bool], HAS_BIAS: kd.Const[bool],
                       SOFTCAP: kd.Const[bool], VEC: kd.Const[bool], QSH: kd.Const[bool]):
     DT = q.dtype
     NP = kd.plane_count()
     BQ = 16 * SQT * NP
-    BK = 16 * NP * SKT
+    BK = 16 * KT
     DP = (D + 15) // 16 * 16
     DVP = (DV + 15) // 16 * 16
     KS = DP + 8    # shared row strides, padded by 8 elements (16 bytes) against bank conflicts
@@ -163,21 +177,12 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     NS = kd.fragment_row_slots(sf[0])
     NE = kd.fragment_len(sf[0])
 
-    # per (query tile, row slot): the row's head, position and causal limit; m and l
-    hs = ()
-    iqs = ()
-    lims = ()
+    # per (query tile, row slot): the running max m and sum l
     m = ()
     l = ()
-    for qt in kd.unroll(SQT):
-        for s in kd.unroll(NS):
-            rg = kd.min(r0 + prow + qt * 16 + slot_row(sf[0], s), rows - 1)
-            iq = rg % Sq
-            hs = hs + (hk * G + rg // Sq,)
-            iqs = iqs + (iq,)
-            lims = lims + (kd.select(causal != 0, iq + off, Skv),)
-            m = m + (-kd.inf,)
-            l = l + (kd.f32(0),)
+    for n in kd.unroll(SQT * NS):
+        m = m + (-kd.inf,)
+        l = l + (kd.f32(0),)
 
     for j0 in range(0, kv_end, BK):
         cur = (j0 // BK) % 2
@@ -192,6 +197,10 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
         interior = False
         if not (HAS_MASK or HAS_BIAS or SOFTCAP):
             interior = (j0 + BK <= Skv) & ((causal == 0) | (j0 + BK - 1 <= i_min + off))
+        # interior tiles with a positive scale keep raw scores in S: the max is taken on them
+        # and scaled once per row, and the scale joins the exponent (one fma per element)
+        fold = interior & (scale2 > 0.0)
+        sc = kd.select(fold, scale2, kd.f32(1))
         # ---- S = Q·Kᵀ: each K fragment serves all of the plane's query tiles
         for n in kd.unroll(SQT * NKT):
             kd.fill_fragment(sf[n], 0.0)
@@ -210,17 +219,21 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
             # ---- logits (log2 units), in place: interior tiles with no mask, bias or softcap
             # (every key exists and is visible to every row of the cube) need only the scale
             if interior:
-                for kt in kd.unroll(NKT):
-                    for i in kd.unroll(NE):
-                        f = sf[qt * NKT + kt]
-                        kd.fragment_set(f, i, kd.fragment_get(f, i) * scale2)
+                if not fold:  # a scale <= 0: scale first (the max of raw logits is not theirs)
+                    for kt in kd.unroll(NKT):
+                        for i in kd.unroll(NE):
+                            f = sf[qt * NKT + kt]
+                            kd.fragment_set(f, i, kd.fragment_get(f, i) * scale2)
             else:
+                qrows = ()
+                for s in kd.unroll(NS):
+                    qrows = qrows + (query_row(r0 + prow + qt * 16 + slot_row(sf[0], s), rows, Sq, hk, G, causal,
+                                               off, Skv),)
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
                         f = sf[qt * NKT + kt]
-                        sk = kd.fragment_row_slot(f, i)
-                        ctx = (mask, bias, b, hs[qt * NS + sk], iqs[qt * NS + sk], lims[qt * NS + sk], Skv, softcap,
-                               LOG2E)
+                        h, iq, lim = qrows[kd.fragment_row_slot(f, i)]
+                        ctx = (mask, bias, b, h, iq, lim, Skv, softcap, LOG2E)
                         j = j0 + kt * 16 + kd.fragment_col(f, i)
                         kd.fragment_set(f, i, logit2(kd.fragment_get(f, i) * scale, j, ctx, HAS_MASK, HAS_BIAS,
                                                      SOFTCAP))
@@ -233,7 +246,7 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                     for i in kd.unroll(NE):
                         if kd.fragment_row_slot(sf[qt * NKT + kt], i) == s:
                             xs = xs + (kd.fragment_get(sf[qt * NKT + kt], i),)
-                mts = mts + (row_combine_max(tree_max(xs), sf[0]),)
+                mts = mts + (row_combine_max(tree_max(xs), sf[0]) * sc,)
             grow = mts[0] > m[qt * NS] + TAU
             for s in kd.unroll(1, NS):
                 grow = grow | (mts[s] > m[qt * NS + s] + TAU)
@@ -244,7 +257,7 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                 for s in kd.unroll(NS):
                     m_old = m[qt * NS + s]
                     mn = kd.max(m_old, mts[s])
-                    a = kd.exp2(m_old - kd.select(mn == -kd.inf, kd.f32(0), mn))
+                    a = kd.exp2_fast(m_old - kd.select(mn == -kd.inf, kd.f32(0), mn))
                     alpha = alpha + (a,)
                     m2 = m2 + (mn,)
                     l2 = l2 + (l[qt * NS + s] * a,)
@@ -271,7 +284,7 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                 for kt in kd.unroll(NKT):
                     for i in kd.unroll(NE):
                         if kd.fragment_row_slot(sf[qt * NKT + kt], i) == s:
-                            p = kd.exp2(kd.fragment_get(sf[qt * NKT + kt], i) - mu)
+                            p = kd.exp2_fast(kd.fma(kd.fragment_get(sf[qt * NKT + kt], i), sc, -mu))
                             kd.fragment_set(sf[qt * NKT + kt], i, p)
                             ps = ps + (p,)
                 l2 = l2 + (l[qt * NS + s] + tree_sum(ps),)
@@ -303,9 +316,15 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
             for i in kd.unroll(NE):
                 so = kd.fragment_row_slot(o, i)
                 rg = r0 + prow + qt * 16 + kd.fragment_row(o, i)
+                h, iq, lim = query_row(rg, rows, Sq, hk, G, causal, off, Skv)
                 c = dv * 16 + kd.fragment_col(o, i)
                 if (rg < rows) & (c < DV):
-                    out[b, hs[qt * NS + so], iqs[qt * NS + so], c] = kd.fragment_get(o, i) * inv[so]
+                    out[b, h, iq, c] = kd.fragment_get(o, i) * inv[so]
+
+
+def key_tiles(tiling) -> int:
+    """16-key tiles per step: num_planes·seq_kv spread over the plane's seq_q query tiles."""
+    return max(1, -(-tiling.num_planes * tiling.seq_kv // tiling.seq_q))
 
 
 def q_in_shared(tiling) -> bool:
@@ -317,7 +336,7 @@ def q_in_shared(tiling) -> bool:
 def shared_bytes(p, tiling) -> int:
     """Shared memory the kernel declares for problem p and this tiling."""
     bq = 16 * tiling.seq_q * tiling.num_planes
-    bk = 16 * tiling.num_planes * tiling.seq_kv
+    bk = 16 * key_tiles(tiling)
     dp, dvp = (p.D + 15) // 16 * 16, (p.Dv + 15) // 16 * 16
     k_rows = 2 * bk + bq if q_in_shared(tiling) else max(2 * bk, bk + bq)
     return p.dtype.itemsize * (k_rows * (dp + 8) + 2 * bk * (dvp + 8))
@@ -333,5 +352,5 @@ def run(p, out, dummy_mask, dummy_bias, tiling, vec: bool) -> None:
     flash_regs_kernel[grid, units](
         p.q, p.k, p.v, out, p.mask if p.mask is not None else dummy_mask,
         p.bias if p.bias is not None else dummy_bias, p.scale, p.softcap or 1.0, int(p.causal), p.D, p.Dv,
-        tiling.seq_q, tiling.seq_kv, p.mask is not None, p.bias is not None, p.softcap is not None, vec,
+        tiling.seq_q, key_tiles(tiling), p.mask is not None, p.bias is not None, p.softcap is not None, vec,
         q_in_shared(tiling))
