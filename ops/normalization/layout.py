@@ -27,8 +27,10 @@ PACKED_LN_CHUNKS = 8
 #  - up to FITS_L1_BYTES: the plain cached kernels (gamma and beta stay in L1);
 #  - up to PERSIST_MAX_BYTES: persistent cubes prefetching the next row into shared memory
 #    (persistent.py; the async copies bypass L1, which then keeps gamma and beta);
-#  - beyond: NR rows a cube (paired.py), gamma and beta read once for NR rows, as many rows
-#    in shared memory as PAIRED_SHARED_BYTES holds, plus one in registers for f32 rows.
+#  - beyond, for f32 rows: NR rows a cube (paired.py), one in registers and as many more in
+#    shared memory as PAIRED_SHARED_BYTES holds, gamma and beta read once for NR rows. A bf16
+#    LayerNorm row there keeps the packed kernel: NR = 2 or 3 rows a cube measured no faster
+#    (3011-3205 against 3225 GB/s at W = 32768; it is bound by instructions, not by L2).
 LONG_ROW_BYTES = 64 * 1024
 FITS_L1_BYTES = 160 * 1024
 PERSIST_MAX_BYTES = 192 * 1024
@@ -150,10 +152,10 @@ def long_row_plan(caps, shape: RowShape, width: int, itemsize: int, rms: bool):
         return None
     if streamed <= PERSIST_MAX_BYTES and row <= shared:
         return LongRowPlan("persistent")
-    reg = 1 if itemsize == 4 else 0  # bf16/f16 rows widened to f32 in registers would spill at 1024 units
+    if itemsize != 4:
+        return None
     in_shared = min(PAIRED_SHARED_BYTES, shared) // row
-    nr = in_shared + reg
-    return LongRowPlan("paired", nr, reg) if in_shared >= 1 and nr >= 2 else None
+    return LongRowPlan("paired", in_shared + 1, 1) if in_shared >= 1 else None
 
 
 def persistent_grid(rt, rows: int) -> int:

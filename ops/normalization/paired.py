@@ -1,11 +1,14 @@
-"""LayerNorm / RMSNorm forward for long rows, NR rows a cube: the first row held in
-registers, the others in shared memory (each unit's own slots, filled by async copies),
-so every gamma and beta chunk is read once for NR rows.
+"""LayerNorm / RMSNorm forward for long rows, NR rows a cube: REG (0 or 1) of them held
+in registers, the others in shared memory (each unit's own slots, filled by async
+copies), so every gamma and beta chunk is read once for NR rows.
 
 Why: the output of each row needs all of gamma (and beta for LayerNorm), f32, W elements.
 At W = 32768 that is 128-256 KiB a row, more than a core's L1 keeps beside the streaming
-rows, so it comes from L2 for every row: for a bf16 LayerNorm, 4 bytes of L2 reads for
-every byte of input. NR rows a cube divide that traffic by NR.
+row, so it comes from L2 again for every row. NR rows a cube divide that traffic by NR.
+The library picks NR = 2, REG = 1 for f32 rows of 32768 (layout.long_row_plan: +6% for
+LayerNorm, +3% for RMSNorm on the H200); REG = 0 (bf16 rows, which as f32 registers would
+spill at 1024 units) measured no faster than the packed kernel and is kept for
+benchmarks/normalization.py --long-rows.
 Rows in shared memory are reduced chunk by chunk (LayerNorm: per-chunk mean and M2
 merged as they come, so each chunk is read once per pass) and read again to be written.
 A unit only reads the shared slots it copied itself: the copies need no barrier.
