@@ -9,11 +9,13 @@ import kerneldsl as kd
 def cube_block(q, k, BQ):
     """(b, hk, G, Sq, Skv, rows, r0) of this cube: batch b and KV head hk from the y
     position; G query heads per KV head; the cube's first row r0 of the flattened
-    [G heads x Sq] query rows (rows of them in all)."""
+    [G heads x Sq] query rows (rows of them in all). Cubes take the query blocks last to
+    first, so under a causal mask the longest ones start first and the last wave is short."""
     Hkv = k.shape[1]
     G = q.shape[1] // Hkv
     Sq = q.shape[2]
-    return (kd.cube_pos_y() // Hkv, kd.cube_pos_y() % Hkv, G, Sq, k.shape[2], G * Sq, kd.cube_pos_x() * BQ)
+    return (kd.cube_pos_y() // Hkv, kd.cube_pos_y() % Hkv, G, Sq, k.shape[2], G * Sq,
+            (kd.cube_count_x() - 1 - kd.cube_pos_x()) * BQ)
 
 
 @kd.func
@@ -52,3 +54,26 @@ def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QR
             x = kd.f32(src[base + kd.i64(kd.min(d, DIM - 1)) * src.stride(3)])
             if e < NR * DIMP:
                 dst[at + r * DS + d] = kd.select((r0 + r < nvalid) & (d < DIM), x, kd.f32(0))
+
+
+@kd.func
+def fetch_kv(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
+    """fetch_rows for K/V rows r0 .. r0+NR of head (b, h). When the cube's units split the
+    tile evenly (VEC, NV = DIMP/8 chunks a row dividing the unit count, which divides the
+    chunk count), each unit copies one column chunk of every (units/NV)-th row: one address
+    and a fixed row stride, no per-chunk division, clamping or unit test (rows past nvalid
+    copy nothing, which zero-fills). Otherwise fetch_rows."""
+    U = kd.cube_units()
+    NV = DIMP // 8
+    if VEC and U % NV == 0 and (NR * NV) % U == 0:
+        RS = U // NV
+        r = kd.unit_pos_x() // NV
+        c = (kd.unit_pos_x() % NV) * 8
+        st = kd.i64(src.stride(2))
+        p = row_base(src, b, h, r0 + r, 1, 1, False) + kd.i64(kd.min(c, DIM - 8))
+        for i in kd.unroll(NR // RS):
+            kd.async_copy(dst, at + (r + i * RS) * DS + c, src, p + kd.i64(i * RS) * st, 8,
+                          (r0 + r + i * RS < nvalid) & (c < DIM))
+    else:
+        fetch_rows(dst, at, DS, src, b, h, r0, nvalid, 1, 1, NR, DIM, DIMP, VEC, False)
+

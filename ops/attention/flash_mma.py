@@ -31,7 +31,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from . import flash_regs
-from .blocks import cube_block, fetch_rows
+from .blocks import cube_block, fetch_kv, fetch_rows
 from .options import AttentionSetupError, BlackboxAcceleratedStrategy
 from .problem import Problem
 from .scores import LOG2E, logit2
@@ -140,8 +140,8 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
 
     for j0 in range(0, kv_end, BK):
         # ---- stage K and V tiles (zero past the end)
-        fetch_rows(kq_sh, 0, KS, k, b, hk, j0, Skv, 1, 1, BK, D, DP, VEC, False)
-        fetch_rows(v_sh, 0, VS, v, b, hk, j0, Skv, 1, 1, BK, DV, DVP, VEC, False)
+        fetch_kv(kq_sh, 0, KS, k, b, hk, j0, Skv, BK, D, DP, VEC)
+        fetch_kv(v_sh, 0, VS, v, b, hk, j0, Skv, BK, DV, DVP, VEC)
         kd.async_commit()
         kd.async_wait(0)
         kd.sync_cube()
@@ -337,12 +337,13 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
 
 
 def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
-    """The tiling used for the plain enum member: 4 planes and 64-key steps; 8 planes and
-    128-key steps for the register kernel at head dims above 64 (measured on the H200:
-    0.28x cuDNN against 0.25x at D = 128; at D = 64 4 planes win, 0.40x against 0.37x);
-    smaller when the tiles do not fit the device's shared memory."""
+    """The tiling used for the plain enum member: 4 planes and 64-key steps; for the
+    register kernel 4 planes of two query tiles (32 rows each, FlashAttention-2's shape) and
+    64-key steps, (4, 2, 2) (measured on the H200 at S = 4096: 0.51x cuDNN at D = 128, 0.57x
+    at D = 64, the best of the (8,1,1) (4,1,1) (4,2,1) (8,2,1) (2,2,1) sweep at both S and
+    both D); smaller when the tiles do not fit the device's shared memory."""
     caps = p.runtime.capabilities
-    first = [BlackboxAcceleratedStrategy(8, 1, 1)] if use_registers(p) and max(p.D, p.Dv) > 64 else []
+    first = [BlackboxAcceleratedStrategy(4, 2, 2)] if use_registers(p) else []
     for tiling in first + [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(2, 1, 1),
                            BlackboxAcceleratedStrategy(1, 1, 1)]:
         if needed_shared_bytes(p, tiling) <= caps.max_shared_bytes:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .blocks import cube_block, fetch_rows
+from .blocks import cube_block, fetch_kv, fetch_rows
 from .scores import LOG2E, logit2
 
 TAU = 8.0  # lazy rescale threshold in log2 units: P <= 256, safe in f16 and bf16
@@ -146,8 +146,8 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
         kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
     fetch_rows(k_sh, QOFF, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True)
     kd.async_commit()
-    fetch_rows(k_sh, 0, KS, k, b, hk, 0, kv_end, 1, 1, BK, D, DP, VEC, False)
-    fetch_rows(v_sh, 0, VS, v, b, hk, 0, kv_end, 1, 1, BK, DV, DVP, VEC, False)
+    fetch_kv(k_sh, 0, KS, k, b, hk, 0, kv_end, BK, D, DP, VEC)
+    fetch_kv(v_sh, 0, VS, v, b, hk, 0, kv_end, BK, DV, DVP, VEC)
     kd.async_commit()
     kd.async_wait(1)
     kd.sync_cube()
@@ -189,8 +189,8 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
         kd.async_wait(0)   # this unit's part of tile j0 is in ...
         kd.sync_cube()     # ... everyone's is, and everyone is done with the other slot
         nslot = 1 - cur
-        fetch_rows(k_sh, nslot * (BK * KS), KS, k, b, hk, j0 + BK, kv_end, 1, 1, BK, D, DP, VEC, False)
-        fetch_rows(v_sh, nslot * (BK * VS), VS, v, b, hk, j0 + BK, kv_end, 1, 1, BK, DV, DVP, VEC, False)
+        fetch_kv(k_sh, nslot * (BK * KS), KS, k, b, hk, j0 + BK, kv_end, BK, D, DP, VEC)
+        fetch_kv(v_sh, nslot * (BK * VS), VS, v, b, hk, j0 + BK, kv_end, BK, DV, DVP, VEC)
         kd.async_commit()
         kbase = cur * (BK * KS)
         vbase = cur * (BK * VS)
