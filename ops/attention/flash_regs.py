@@ -5,22 +5,24 @@ block of one KV head; each plane owns seq_q tiles of 16 rows and keeps its outpu
 fragments for the whole kernel, and its Q tiles in a fragments too when it owns one
 (several: Q is read from shared memory each step, their accumulators need the registers);
 each K and V fragment loaded serves all of the plane's query tiles. Each step takes
-BK = 16·KT keys, KT = ceil(NP·seq_kv / seq_q) (`key_tiles`): a plane's S tiles then number
+BK = 16·KT keys, KT = ceil(NP·seq_kv / seq_q) (`key_tiles`): a plane's S tiles number
 NP·seq_kv whatever seq_q is, so a plane owning two query tiles (32 rows, FlashAttention-2's
-shape: each K/V fragment read from shared memory serves twice the work) takes half as many
-keys per step and fits in the registers; K and V tiles go through a two-slot ring in shared memory filled
-by `kd.async_copy` (cp.async on CUDA: the next tile lands while this one is used):
+shape: each K/V fragment read from shared memory serves twice the work) takes fewer keys a
+step and stays within the registers. K and V tiles go through a two-slot ring in shared
+memory filled by `kd.async_copy` (cp.async on CUDA: the next tile lands while this one is
+used; `blocks.fetch_kv`: one address and a fixed row stride per unit):
 
 1. S = Q·Kᵀ into acc fragments (BK/16 per query tile);
 2. on those fragments, element by element: the shared logit rule (scale, softcap, mask,
-   causal, bias) in log2 units (interior tiles with a positive scale keep raw scores: the
-   scale is applied to each row's max and inside the exponent), the row max (a lane's elements of one row slot, reduced
-   pairwise so the dependency chain is short, then `plane_shuffle_xor` over the lanes
-   holding the row), P = exp2(logit - m) in place (`kd.exp2_fast` of one fma),
-   the lane's part of the row sum. The running max moves only when some row of the plane
-   grows by more than TAU (a plane vote; then O and l are rescaled by exp2(m_old - m_new)),
-   so P <= 2^TAU and most steps skip the rescale. Tiles every row of the cube sees in full
-   (no mask, bias or softcap, all keys present and visible) skip the logit rule;
+   causal, bias) in log2 units; tiles every row of the cube sees in full (no mask, bias or
+   softcap, all keys present and visible) skip it, and with a positive scale keep raw
+   scores (the scale is applied to each row's max and inside the exponent). Then the row
+   max (a lane's elements of one row slot, reduced pairwise so the dependency chain is
+   short, then `plane_shuffle_xor` over the lanes holding the row), P = exp2(logit - m) in
+   place (`kd.exp2_fast` of one `kd.fma`), and the lane's part of the row sum. The running
+   max moves only when some row of the plane grows by more than TAU (a plane vote; then O
+   and l are rescaled by exp2(m_old - m_new)), so P <= 2^TAU and most steps skip the
+   rescale;
 3. P converted to a fragments (`kd.fragment_convert`, rounded to the input dtype) and
    O += P·V.
 
