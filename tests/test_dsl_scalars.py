@@ -137,6 +137,22 @@ def test_casts(runtime, rng, src, dst):
         np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("dst", ["f16", "bf16"])
+def test_half_casts_of_special_values(runtime, dst):
+    """NaN stays NaN (its payload and sign may not: CUDA gives the canonical NaN), infinities
+    and signed zeros keep their sign, and ties round to even."""
+    x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e-30,
+                  1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8], np.float32)
+    out = runtime.zeros(len(x), dst)
+    cast_kernel[1, 64](runtime.tensor(x), out, len(x))
+    got = out.numpy().astype(np.float32)
+    assert np.isnan(got[:2]).all()
+    with np.errstate(over="ignore"):  # 1e30 -> f16 is inf, as wanted
+        want = x[2:].astype(kd.as_dtype(dst).np).astype(np.float32)
+    np.testing.assert_array_equal(got[2:], want)
+    np.testing.assert_array_equal(np.signbit(got[2:]), np.signbit(want))
+
+
 @kd.kernel
 def literals(out: kd.Tensor[kd.f32], k: kd.i32, s: kd.f32):
     i = kd.unit_pos_x()

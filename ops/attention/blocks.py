@@ -69,11 +69,12 @@ def fetch_kv(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
         RS = U // NV
         r = kd.unit_pos_x() // NV
         c = (kd.unit_pos_x() % NV) * 8
-        st = kd.i64(src.stride(2))
+        step = kd.i64(RS) * src.stride(2)
         p = row_base(src, b, h, r0 + r, 1, 1, False) + kd.i64(kd.min(c, DIM - 8))
+        left = nvalid - (r0 + r)  # rows of this unit's column left to copy, from its first
         for i in kd.unroll(NR // RS):
-            kd.async_copy(dst, at + (r + i * RS) * DS + c, src, p + kd.i64(i * RS) * st, 8,
-                          (r0 + r + i * RS < nvalid) & (c < DIM))
+            kd.async_copy(dst, at + (r + i * RS) * DS + c, src, p, 8, (i * RS < left) & (c < DIM))
+            p = p + step
     else:
         fetch_rows(dst, at, DS, src, b, h, r0, nvalid, 1, 1, NR, DIM, DIMP, VEC, False)
 
