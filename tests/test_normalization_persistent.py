@@ -83,13 +83,14 @@ def test_long_row_kernels_strided_rows(runtime, rng, monkeypatch, plan):
 
 def test_plan_for_long_rows_on_gpus_only(runtime):
     """The policy on an H200-like device: the plain kernels up to W = 8192 and wherever a
-    row and its parameters stay in L1; persistent cubes or (f32) several rows a cube beyond;
+    row and its parameters stay in L1; beyond, up to 3 16-bit rows a cube in shared memory,
+    persistent cubes, or (f32) several rows a cube, one in registers;
     never on a runtime without hardware async copies."""
     gpu = for_arch("sm_90", max_shared_bytes=227 * 1024)
     P, R = layout.LongRowPlan, None
     want = {(8192, 4, False): R, (16384, 4, True): R, (16384, 4, False): P("persistent"),
             (16384, 2, False): R, (32768, 4, True): P("paired", 2, 1), (32768, 4, False): P("paired", 2, 1),
-            (32768, 2, True): P("persistent"), (32768, 2, False): R, (65536, 2, False): R,
+            (32768, 2, True): P("paired", 3, 0), (32768, 2, False): P("paired", 3, 0), (65536, 2, False): R,
             (65536, 4, True): R}
     for (width, itemsize, rms), plan in want.items():
         shape = layout.choose_shape(gpu, width, 16 // itemsize)

@@ -25,12 +25,14 @@ PACKED_LN_CHUNKS = 8
 # The plan depends on the core's L1 + shared memory (~256 KiB on Hopper) against what a row
 # streams through it, `row + params` bytes:
 #  - up to FITS_L1_BYTES: the plain cached kernels (gamma and beta stay in L1);
+#  - 16-bit rows beyond: up to 3 rows a cube, all in shared memory (paired.py; widened to
+#    f32 in registers they would spill), gamma and beta read once for the 3 rows: bf16 at
+#    W = 32768 3968 GB/s RMSNorm (persistent 3769) and 3530 LayerNorm (the packed kernel
+#    3138-3179), measured once CUDA's bf16 rounding became one instruction;
 #  - up to PERSIST_MAX_BYTES: persistent cubes prefetching the next row into shared memory
 #    (persistent.py; the async copies bypass L1, which then keeps gamma and beta);
 #  - beyond, for f32 rows: NR rows a cube (paired.py), one in registers and as many more in
-#    shared memory as PAIRED_SHARED_BYTES holds, gamma and beta read once for NR rows. A bf16
-#    LayerNorm row there keeps the packed kernel: NR = 2 or 3 rows a cube measured no faster
-#    (3011-3205 against 3225 GB/s at W = 32768; it is bound by instructions, not by L2).
+#    shared memory as PAIRED_SHARED_BYTES holds, gamma and beta read once for NR rows.
 LONG_ROW_BYTES = 64 * 1024
 FITS_L1_BYTES = 160 * 1024
 PERSIST_MAX_BYTES = 192 * 1024
@@ -150,6 +152,8 @@ def long_row_plan(caps, shape: RowShape, width: int, itemsize: int, rms: bool):
     shared = caps.max_shared_bytes - SHARED_SLACK
     if streamed <= FITS_L1_BYTES:
         return None
+    if itemsize != 4 and min(3, shared // row) >= 2:
+        return LongRowPlan("paired", min(3, shared // row), 0)
     if streamed <= PERSIST_MAX_BYTES and row <= shared:
         return LongRowPlan("persistent")
     if itemsize != 4:
