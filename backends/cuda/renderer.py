@@ -396,7 +396,7 @@ class CudaRenderer(CLikeRenderer):
             ptr_t = "unsigned"
         return [f"if ((((unsigned long long)({mem} + {off})) & {width - 1}) == 0 && (({ld}) & 1) == 0) {{",
                 "    for (int kd_i = 0; kd_i < 8; kd_i += 2) {",
-                f"        int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c);",
+                "        int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c);",
                 f"        *({ptr_t}*)({mem} + {off} + kd_r * {ld} + kd_c) = {pair};",
                 "    }", "} else {"] + ["    " + x for x in loop] + ["}"]
 

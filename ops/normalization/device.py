@@ -239,6 +239,18 @@ def sum_sq(v, L):
 
 
 @kd.func
+def chunks_total(vals, RMS, CH, L):
+    """What a unit adds to its row's reduction: Σ x² (RMS) or Σ x over its CH chunks."""
+    acc = kd.f32(0)
+    for c in kd.unroll(CH):
+        if RMS:
+            acc += sum_sq(vals[c], L)
+        else:
+            acc += lanes_sum(vals[c], L)
+    return acc
+
+
+@kd.func
 def sum_sq_dev(v, mean, L):
     """Σ (v - mean)² over a chunk's lanes, with fmas."""
     t = lanes_of(v, L)

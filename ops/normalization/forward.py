@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import (chunk_in, exp_minus, lanes_of, lanes_sum, load_chunks, row_max, row_mean_m2, row_offsets,
-                     row_sum, store, sum_sq, sum_sq_dev, vec_of)
+from .device import (chunk_in, chunks_total, exp_minus, lanes_of, lanes_sum, load_chunks, row_max, row_mean_m2,
+                     row_offsets, row_sum, store, sum_sq_dev, vec_of)
 
 
 @kd.func
@@ -111,12 +111,7 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
     t = kd.unit_pos_x()
     row, live, xb, yb = row_offsets(rows, width, x_stride, RY)
     vals = load_chunks(x, xb, 0, t, width, 0.0, MASK, BX, CH, L)
-    acc = kd.f32(0)
-    for c in kd.unroll(CH):
-        if RMS:
-            acc += sum_sq(vals[c], L)
-        else:
-            acc += lanes_sum(vals[c], L)
+    acc = chunks_total(vals, RMS, CH, L)
     inv_w = 1.0 / kd.f32(width)
     mean = kd.f32(0)
     if RMS:

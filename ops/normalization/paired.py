@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import lanes_sum, merge_m2, row_mean_m2, row_sum, sum_sq, sum_sq_dev, vec_of
+from .device import chunks_total, lanes_sum, merge_m2, row_mean_m2, row_sum, sum_sq, sum_sq_dev, vec_of
 from .forward import affine, unit_moments
 
 
@@ -82,12 +82,7 @@ def norm_paired(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
         xa = kd.i64(kd.min(first, rows - 1)) * x_stride  # past the end only in a wrapped grid's last cubes
         for c in kd.unroll(CH):
             va = va + (kd.cast(kd.load_vec(x, xa + (c * BX + t) * L, L), kd.f32),)
-        acc = kd.f32(0)
-        for c in kd.unroll(CH):
-            if RMS:
-                acc += sum_sq(va[c], L)
-            else:
-                acc += lanes_sum(va[c], L)
+        acc = chunks_total(va, RMS, CH, L)
         m0 = kd.f32(0)
         if RMS:
             ms = row_sum(acc, BX, 1) * inv_w

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import lanes_sum, row_sum, sum_sq, vec_of
+from .device import chunks_total, row_sum, vec_of
 from .forward import unit_moments, write_normalized
 
 
@@ -59,12 +59,7 @@ def norm_persistent(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[k
             for k in kd.unroll(L):
                 lanes = lanes + (kd.f32(buf[col + k]),)
             vals = vals + (vec_of(lanes, L),)
-        acc = kd.f32(0)
-        for c in kd.unroll(CH):
-            if RMS:
-                acc += sum_sq(vals[c], L)
-            else:
-                acc += lanes_sum(vals[c], L)
+        acc = chunks_total(vals, RMS, CH, L)
         # every unit has taken its chunks and read the previous row's reduction partials:
         # refill the slots (prefetching here rather than after the reduction keeps a f32
         # LayerNorm at 64 registers with no spills, ptxas sm_90) and rewrite the partials
