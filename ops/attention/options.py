@@ -24,7 +24,10 @@ class AttentionModuleOptions:
 @dataclass(frozen=True)
 class BlackboxAcceleratedStrategy:
     """Tiling of `FlashBlackboxAccelerated`: a cube runs `num_planes` planes; each plane owns
-    `seq_q` tiles of 16 query rows, and each step consumes 16·num_planes·seq_kv keys."""
+    `seq_q` tiles of 16 query rows, and each step consumes 16·num_planes·seq_kv keys (on
+    tensor-core devices, whose kernel keeps the scores in registers, 16·ceil(num_planes·
+    seq_kv / seq_q) keys: a plane's score tiles stay num_planes·seq_kv however many query
+    tiles it owns). The default on tensor-core devices is (4, 2, 2); elsewhere (4, 1, 1)."""
 
     num_planes: int = 4
     seq_q: int = 1
