@@ -27,7 +27,8 @@ class BlackboxAcceleratedStrategy:
     `seq_q` tiles of 16 query rows, and each step consumes 16·num_planes·seq_kv keys (on
     tensor-core devices, whose kernel keeps the scores in registers, 16·ceil(num_planes·
     seq_kv / seq_q) keys: a plane's score tiles stay num_planes·seq_kv however many query
-    tiles it owns). The default on tensor-core devices is (4, 2, 2); elsewhere (4, 1, 1)."""
+    tiles it owns). The default is (4, 2, 2) where that kernel runs (tensor cores, head dims
+    up to 128), else (4, 1, 1); smaller tilings where shared memory is short."""
 
     num_planes: int = 4
     seq_q: int = 1
