@@ -339,9 +339,9 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
 def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
     """The tiling used for the plain enum member: 4 planes and 64-key steps; for the
     register kernel 4 planes of two query tiles (32 rows each, FlashAttention-2's shape) and
-    64-key steps, (4, 2, 2) (measured on the H200 at S = 4096: 0.51x cuDNN at D = 128, 0.57x
-    at D = 64, the best of the (8,1,1) (4,1,1) (4,2,1) (8,2,1) (2,2,1) sweep at both S and
-    both D); smaller when the tiles do not fit the device's shared memory."""
+    64-key steps, (4, 2, 2) (measured on the H200 at S = 4096: 0.47-0.51x cuDNN at D = 128,
+    0.53-0.57x at D = 64; the best of the (8,1,1) (4,1,1) (4,2,1) (8,2,1) (2,2,1) sweep for
+    every benchmark shape); smaller when the tiles do not fit the device's shared memory."""
     caps = p.runtime.capabilities
     first = [BlackboxAcceleratedStrategy(4, 2, 2)] if use_registers(p) else []
     for tiling in first + [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(2, 1, 1),
