@@ -6,9 +6,9 @@ Why: the output of each row needs all of gamma (and beta for LayerNorm), f32, W 
 At W = 32768 that is 128-256 KiB a row, more than a core's L1 keeps beside the streaming
 row, so it comes from L2 again for every row. NR rows a cube divide that traffic by NR.
 The library picks NR = 2, REG = 1 for f32 rows of 32768 (layout.long_row_plan: +6% for
-LayerNorm, +3% for RMSNorm on the H200); REG = 0 (bf16 rows, which as f32 registers would
-spill at 1024 units) measured no faster than the packed kernel and is kept for
-benchmarks/normalization.py --long-rows.
+LayerNorm, +3% for RMSNorm on the H200) and NR = 3, REG = 0 for 16-bit rows past L1 (as
+f32 registers they would spill at 1024 units): bf16 at W = 32768 3530 GB/s LayerNorm
+(packed kernel 3144) and 3964 RMSNorm (persistent cubes 3766).
 Rows in shared memory are reduced chunk by chunk (LayerNorm: per-chunk mean and M2
 merged as they come, so each chunk is read once per pass) and read again to be written.
 A unit only reads the shared slots it copied itself: the copies need no barrier.
