@@ -67,6 +67,19 @@ def unit_moments(vals, acc, BX, RY, CH, L):
 
 
 @kd.func
+def exact_stats(vals, acc, inv_w, eps, RMS, BX, RY, CH, L):
+    """(mean, rstd) of a row whose chunks tile it exactly, from each unit's chunks and its
+    chunks_total acc (mean 0 for RMS)."""
+    mean = kd.f32(0)
+    if RMS:
+        ms = row_sum(acc, BX, RY) * inv_w
+    else:
+        mean, ms = unit_moments(vals, acc, BX, RY, CH, L)
+        ms = ms * inv_w
+    return (mean, kd.rsqrt(ms + eps))
+
+
+@kd.func
 def affine(v, mean, rstd, g, b, RMS, HAS_BETA, L):
     """One chunk of the normalised output: (v - mean)*rstd*g (+ b); v*rstd*g for RMS.
     Vector chunks (GPU runtimes; the cpu runtime's chunks are scalars) add beta with one
@@ -113,19 +126,14 @@ def norm_cached(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
     vals = load_chunks(x, xb, 0, t, width, 0.0, MASK, BX, CH, L)
     acc = chunks_total(vals, RMS, CH, L)
     inv_w = 1.0 / kd.f32(width)
-    mean = kd.f32(0)
-    if RMS:
-        ms = row_sum(acc, BX, RY) * inv_w
-    elif MASK:
+    if MASK and not RMS:  # a ragged row: the mean first, then squares of the live lanes
         mean = row_sum(acc, BX, RY) * inv_w
         q = kd.f32(0)
         for c in kd.unroll(CH):
             q += lanes_sum(masked_sq_dev(vals[c], mean, chunk_in(0, c, t, width, MASK, BX, L)), L)
-        ms = row_sum(q, BX, RY) * inv_w
+        rstd = kd.rsqrt(row_sum(q, BX, RY) * inv_w + eps)
     else:
-        mean, ms = unit_moments(vals, acc, BX, RY, CH, L)
-        ms = ms * inv_w
-    rstd = kd.rsqrt(ms + eps)
+        mean, rstd = exact_stats(vals, acc, inv_w, eps, RMS, BX, RY, CH, L)
     write_normalized(y, yb, vals, gamma, beta, mean, rstd, 0, t, width, live, MASK, RMS, HAS_BETA, BX, CH, L)
     if live and t == 0:
         if not RMS:

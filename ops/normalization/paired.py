@@ -20,7 +20,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .device import chunks_total, lanes_sum, merge_m2, row_mean_m2, row_sum, sum_sq, sum_sq_dev, vec_of
-from .forward import affine, unit_moments
+from .forward import affine, exact_stats
 
 
 @kd.func
@@ -82,15 +82,9 @@ def norm_paired(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
         xa = kd.i64(kd.min(first, rows - 1)) * x_stride  # past the end only in a wrapped grid's last cubes
         for c in kd.unroll(CH):
             va = va + (kd.cast(kd.load_vec(x, xa + (c * BX + t) * L, L), kd.f32),)
-        acc = chunks_total(va, RMS, CH, L)
-        m0 = kd.f32(0)
-        if RMS:
-            ms = row_sum(acc, BX, 1) * inv_w
-        else:
-            m0, ms = unit_moments(va, acc, BX, 1, CH, L)
-            ms = ms * inv_w
+        m0, rs0 = exact_stats(va, chunks_total(va, RMS, CH, L), inv_w, eps, RMS, BX, 1, CH, L)
         means = (m0,)
-        rstds = (kd.rsqrt(ms + eps),)
+        rstds = (rs0,)
     kd.async_wait(0)
     for k in kd.unroll(REG, NR):
         if k > 0:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import chunks_total, row_sum, vec_of
-from .forward import unit_moments, write_normalized
+from .device import chunks_total, vec_of
+from .forward import exact_stats, write_normalized
 
 
 @kd.func
@@ -65,13 +65,7 @@ def norm_persistent(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[k
         # LayerNorm at 64 registers with no spills, ptxas sm_90) and rewrite the partials
         kd.sync_cube()
         prefetch(buf, x, row + step, rows, x_stride, t, BX, CH, L)
-        mean = kd.f32(0)
-        if RMS:
-            ms = row_sum(acc, BX, 1) * inv_w
-        else:
-            mean, ms = unit_moments(vals, acc, BX, 1, CH, L)
-            ms = ms * inv_w
-        rstd = kd.rsqrt(ms + eps)
+        mean, rstd = exact_stats(vals, acc, inv_w, eps, RMS, BX, 1, CH, L)
         write_normalized(y, kd.i64(row) * width, vals, gamma, beta, mean, rstd, 0, t, width, True, False, RMS,
                          HAS_BETA, BX, CH, L)
         if t == 0:
