@@ -63,13 +63,24 @@ def query_row(rg, rows, Sq, hk, G, causal, off, Skv):
 
 
 @kd.func
-def tree_max(v):
-    """Max of a tuple of values pairwise: a dependency chain of log2(len) steps, not len."""
+def pair(a, b, MAX):
+    """max(a, b) when MAX, else a + b."""
+    if MAX:
+        r = kd.max(a, b)
+    else:
+        r = a + b
+    return r
+
+
+@kd.func
+def tree_fold(v, MAX):
+    """Max (MAX) or sum of a tuple of up to 128 values pairwise: a dependency chain of
+    log2(len) steps, not len."""
     for level in kd.unroll(7):
         if len(v) > 1:
             w = ()
             for i in kd.unroll(0, len(v) - 1, 2):
-                w = w + (kd.max(v[i], v[i + 1]),)
+                w = w + (pair(v[i], v[i + 1], MAX),)
             if len(v) % 2 == 1:
                 w = w + (v[len(v) - 1],)
             v = w
@@ -77,34 +88,11 @@ def tree_max(v):
 
 
 @kd.func
-def tree_sum(v):
-    """Sum of a tuple of values pairwise (as tree_max)."""
-    for level in kd.unroll(7):
-        if len(v) > 1:
-            w = ()
-            for i in kd.unroll(0, len(v) - 1, 2):
-                w = w + (v[i] + v[i + 1],)
-            if len(v) % 2 == 1:
-                w = w + (v[len(v) - 1],)
-            v = w
-    return v[0]
-
-
-@kd.func
-def row_combine_max(x, f):
-    """Max of x over the lanes that hold one row of fragment f."""
+def row_combine(x, f, MAX):
+    """Max (MAX) or sum of x over the lanes that hold one row of fragment f."""
     masks = kd.fragment_row_lanes(f)
     for j in kd.unroll(len(masks)):
-        x = kd.max(x, kd.plane_shuffle_xor(x, masks[j]))
-    return x
-
-
-@kd.func
-def row_combine_sum(x, f):
-    """Sum of x over the lanes that hold one row of fragment f."""
-    masks = kd.fragment_row_lanes(f)
-    for j in kd.unroll(len(masks)):
-        x = x + kd.plane_shuffle_xor(x, masks[j])
+        x = pair(x, kd.plane_shuffle_xor(x, masks[j]), MAX)
     return x
 
 
@@ -248,7 +236,7 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                     for i in kd.unroll(NE):
                         if kd.fragment_row_slot(sf[qt * NKT + kt], i) == s:
                             xs = xs + (kd.fragment_get(sf[qt * NKT + kt], i),)
-                mts = mts + (row_combine_max(tree_max(xs), sf[0]) * sc,)
+                mts = mts + (row_combine(tree_fold(xs, True), sf[0], True) * sc,)
             grow = mts[0] > m[qt * NS] + TAU
             for s in kd.unroll(1, NS):
                 grow = grow | (mts[s] > m[qt * NS + s] + TAU)
@@ -289,7 +277,7 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
                             p = kd.exp2_fast(kd.fma(kd.fragment_get(sf[qt * NKT + kt], i), sc, -mu))
                             kd.fragment_set(sf[qt * NKT + kt], i, p)
                             ps = ps + (p,)
-                l2 = l2 + (l[qt * NS + s] + tree_sum(ps),)
+                l2 = l2 + (l[qt * NS + s] + tree_fold(ps, False),)
             for kt in kd.unroll(NKT):
                 kd.fragment_convert(pf[qt * NKT + kt], sf[qt * NKT + kt])
             l_new = ()
@@ -311,7 +299,7 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     for qt in kd.unroll(SQT):
         inv = ()
         for s in kd.unroll(NS):
-            lr = row_combine_sum(l[qt * NS + s], sf[0])
+            lr = row_combine(l[qt * NS + s], sf[0], False)
             inv = inv + (kd.select(lr > 0.0, 1.0 / lr, kd.f32(0)),)
         for dv in kd.unroll(NDV):
             o = of[qt * NDV + dv]
