@@ -122,8 +122,8 @@ _PY_FOLD = {
 _PY_CMPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _PY_CMP_FOLD = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
                 "==": operator.eq, "!=": operator.ne}
-_FLOAT_MATH = ("exp", "exp2", "exp2_fast", "log", "log2", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf",
-               "sin", "cos", "floor", "ceil", "round")
+_FLOAT_MATH = ("exp", "exp2", "exp2_fast", "log", "log2", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid",
+               "erf", "sin", "cos", "floor", "ceil", "round")
 
 
 def multi_assigned_names(fdef) -> set:
@@ -999,7 +999,8 @@ class Frontend:
             import math as pymath
             table = {"exp": pymath.exp, "log": pymath.log, "sqrt": pymath.sqrt, "floor": pymath.floor,
                      "ceil": pymath.ceil, "sin": pymath.sin, "cos": pymath.cos, "tanh": pymath.tanh,
-                     "exp2": lambda v: 2.0 ** v, "exp2_fast": lambda v: 2.0 ** v, "log2": pymath.log2, "erf": pymath.erf, "log1p": pymath.log1p,
+                     "exp2": lambda v: 2.0 ** v, "exp2_fast": lambda v: 2.0 ** v, "log2": pymath.log2,
+                     "erf": pymath.erf, "log1p": pymath.log1p,
                      "rsqrt": lambda v: 1 / pymath.sqrt(v), "sigmoid": lambda v: 1 / (1 + pymath.exp(-v)),
                      "round": lambda v: float(pymath.floor(abs(v) + 0.5)) * (1 if v >= 0 else -1)}
             if fn in table:

@@ -100,8 +100,8 @@ class Bitcast(Expr):
 
 @dataclass(eq=False)
 class Math(Expr):
-    """Elementwise math: exp exp2 exp2_fast log log2 log1p sqrt rsqrt tanh sigmoid erf sin cos
-    pow abs floor ceil round fma isnan isinf. `round` rounds half away from zero.
+    """Elementwise math: exp exp2 exp2_fast log log2 log1p sqrt rsqrt tanh sigmoid erf sin
+    cos pow abs floor ceil round fma isnan isinf. `round` rounds half away from zero.
     isnan/isinf have dtype bool; the rest have the operands' (f32/f64, ints for abs)."""
     fn: str = "exp"
     args: list = field(default_factory=list)

@@ -198,7 +198,7 @@ def exp(x): """e**x"""
 @_builtin
 def exp2(x): """2**x"""
 @_builtin
-def exp2_fast(x): """2**x in one hardware instruction where there is one (a few ulp); results below 2**-126 may be 0"""
+def exp2_fast(x): """2**x, one instruction where the device has one; below 2**-126 may be 0"""
 @_builtin
 def log(x): """natural log"""
 @_builtin
