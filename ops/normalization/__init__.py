@@ -124,8 +124,10 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
     if plan is not None and plan.kernel == "persistent":
         _persist.norm_persistent[persistent_grid(rt, rows), shape.bx](*args, shape.bx, shape.chunks, shape.lanes)
     elif plan is not None:
+        words = input.dtype is kd.bf16  # bf16 rows copied and widened as packed pairs (paired.py)
+        xw, ws = words_view(x2, xs) if words else (x2, xs)
         _paired.norm_paired[dataclasses.replace(shape, ry=plan.nr).grid(rows), shape.bx](
-            *args, shape.bx, shape.chunks, shape.lanes, plan.nr, plan.reg)
+            xw, *args[1:8], ws, *args[9:], shape.bx, shape.chunks, shape.lanes, plan.nr, plan.reg, words)
     elif shape.cached and input.dtype is kd.bf16 and shape.lanes == 8 and not shape.ragged(width):
         if not rms:
             shape = deepen(rt.capabilities, shape, width, PACKED_LN_CHUNKS)

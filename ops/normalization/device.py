@@ -161,6 +161,72 @@ def row_mean_m2(m, q, n, BX, RY):
 
 
 @kd.func
+def rows_sums(vs, BX, NS):
+    """Sums over the BX units of a cube's one row of units of each of the NS values in `vs`,
+    one barrier for all (row_sum's layout; the NS reductions' steps interleave)."""
+    P = kd.PLANE_DIM
+    out = ()
+    if BX < P:
+        for k in kd.unroll(NS):
+            out = out + (row_sum(vs[k], BX, 1),)
+    else:
+        s = ()
+        for k in kd.unroll(NS):
+            s = s + (kd.plane_sum(vs[k]),)
+        NPR = (BX + P - 1) // P
+        if NPR > 1:
+            parts = kd.shared(kd.f32, NS * NPR)
+            if kd.lane_pos() == 0:
+                for k in kd.unroll(NS):
+                    parts[k * NPR + kd.plane_pos()] = s[k]
+            kd.sync_cube()
+            for k in kd.unroll(NS):
+                acc = kd.f32(0)
+                for i in kd.unroll((NPR + P - 1) // P):
+                    j = kd.lane_pos() + i * P
+                    if j < NPR:
+                        acc += parts[k * NPR + j]
+                out = out + (kd.plane_sum(acc),)
+        else:
+            out = s
+    return out
+
+
+@kd.func
+def rows_mean_m2(ms, qs, n, BX, NS):
+    """(mean, M2) over the BX units of a cube's one row of units for each of NS rows, every
+    unit holding the mean ms[k] and M2 qs[k] of n values of row k: row_mean_m2's layout with
+    one barrier for all NS rows (their butterflies interleave)."""
+    P = kd.PLANE_DIM
+    rs = ()
+    for k in kd.unroll(NS):
+        rs = rs + (butterfly_m2(ms[k], qs[k], kd.f32(n), BX if BX < P else P),)
+    out = ()
+    if BX > P:
+        NPR = BX // P
+        pm = kd.shared(kd.f32, NS * NPR)
+        pq = kd.shared(kd.f32, NS * NPR)
+        if kd.lane_pos() == 0:
+            for k in kd.unroll(NS):
+                pm[k * NPR + kd.plane_pos()] = rs[k][0]
+                pq[k * NPR + kd.plane_pos()] = rs[k][1]
+        kd.sync_cube()
+        j = kd.lane_pos() % NPR if NPR < P else kd.lane_pos()
+        for k in kd.unroll(NS):
+            b = k * NPR + j
+            per_plane = rs[k][2]
+            a = (pm[b], pq[b], per_plane)
+            for i in kd.unroll(1, NPR // P if NPR > P else 1):
+                a = merge_m2(a[0], a[1], a[2], pm[b + i * P], pq[b + i * P], per_plane)
+            r = butterfly_m2(a[0], a[1], a[2], NPR if NPR < P else P)
+            out = out + ((r[0], r[1]),)
+    else:
+        for k in kd.unroll(NS):
+            out = out + ((rs[k][0], rs[k][1]),)
+    return out
+
+
+@kd.func
 def row_parts(parts, NPR, MAX):
     """This lane's share (sum, or max when MAX) of its row's NPR per-plane values, lane k
     taking values k, k + P, ...: one more plane reduction then finishes the row, instead

@@ -19,42 +19,85 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .device import chunks_total, lanes_sum, merge_m2, row_mean_m2, row_sum, sum_sq, sum_sq_dev, vec_of
-from .forward import affine, exact_stats
+from .device import chunks_total, lanes_sum, merge_m2, rows_mean_m2, rows_sums, sum_sq, sum_sq_dev, vec_of
+from .forward import affine
 
 
 @kd.func
-def slot(buf, k, c, t, BX, CH, L):
-    """Chunk c of this unit's share of shared row k, as f32 lanes."""
-    col = k * (BX * CH * L) + (c * BX + t) * L
+def widen_words(w, LW):
+    """The 2*LW bf16 values of LW words (each a pair, the low half first in memory) as an
+    f32 vector: a bf16 value is the high half of its f32, so one shift or one mask each."""
+    t = ()
+    for e in kd.unroll(LW):
+        t = t + (kd.bitcast(w[e] << 16, kd.f32), kd.bitcast(w[e] & 0xFFFF0000, kd.f32))
+    return vec_of(t, 2 * LW)
+
+
+@kd.func
+def slot(buf, k, c, t, BX, CH, LW, WORDS):
+    """Chunk c of this unit's share of shared row k, as f32 lanes (LW elements of buf a
+    chunk: bf16 pairs when WORDS)."""
+    col = k * (BX * CH * LW) + (c * BX + t) * LW
     lanes = ()
-    for e in kd.unroll(L):
-        lanes = lanes + (kd.f32(buf[col + e]),)
-    return vec_of(lanes, L)
+    for e in kd.unroll(LW):
+        if WORDS:
+            lanes = lanes + (buf[col + e],)
+        else:
+            lanes = lanes + (kd.f32(buf[col + e]),)
+    if WORDS:
+        v = widen_words(lanes, LW)
+    else:
+        v = vec_of(lanes, LW)
+    return v
 
 
 @kd.func
-def shared_row_stats(buf, k, t, inv_w, RMS, BX, CH, L):
-    """(mean, mean square or variance) of shared row k: one read of each chunk."""
-    mean = kd.f32(0)
+def shared_row_part(buf, k, t, RMS, BX, CH, LW, WORDS, L):
+    """This unit's share of shared row k's statistics, one read of each chunk: Σ x² (RMS),
+    else (mean, M2) of its CH*L values, per-chunk means and M2 merged as they come."""
     if RMS:
         acc = kd.f32(0)
         for c in kd.unroll(CH):
-            acc += sum_sq(slot(buf, k, c, t, BX, CH, L), L)
-        ms = row_sum(acc, BX, 1) * inv_w
+            acc += sum_sq(slot(buf, k, c, t, BX, CH, LW, WORDS), L)
+        part = (acc, acc)
     else:
         r = (kd.f32(0), kd.f32(0), kd.f32(0))
         for c in kd.unroll(CH):
-            v = slot(buf, k, c, t, BX, CH, L)
+            v = slot(buf, k, c, t, BX, CH, LW, WORDS)
             cm = lanes_sum(v, L) * (1.0 / L)
             cq = sum_sq_dev(v, cm, L)
             if c == 0:
                 r = (cm, cq, kd.f32(L))
             else:
                 r = merge_m2(r[0], r[1], r[2], cm, cq, kd.f32(L))
-        mean, ms = row_mean_m2(r[0], r[1], CH * L, BX, 1)
-        ms = ms * inv_w
-    return mean, ms
+        part = (r[0], r[1])
+    return part
+
+
+@kd.func
+def reg_row_part(vals, RMS, CH, L):
+    """This unit's share of the register row's statistics (as shared_row_part): two passes
+    over the values it holds."""
+    acc = chunks_total(vals, RMS, CH, L)
+    if RMS:
+        part = (acc, acc)
+    else:
+        mu = acc * (1.0 / (CH * L))
+        q = kd.f32(0)
+        for c in kd.unroll(CH):
+            q += sum_sq_dev(vals[c], mu, L)
+        part = (mu, q)
+    return part
+
+
+@kd.func
+def as_f32(raw, LW, WORDS):
+    """A chunk of the row held in registers (as loaded: LW words when WORDS), as f32 lanes."""
+    if WORDS:
+        v = widen_words(raw, LW)
+    else:
+        v = kd.cast(raw, kd.f32)
+    return v
 
 
 @kd.kernel
@@ -62,44 +105,70 @@ def norm_paired(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
                 mean_out: kd.Tensor[kd.f32, 1], rstd_out: kd.Tensor[kd.f32, 1],
                 rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
                 RMS: kd.Const[bool], HAS_BETA: kd.Const[bool],
-                BX: kd.Const[int], CH: kd.Const[int], L: kd.Const[int], NR: kd.Const[int], REG: kd.Const[int]):
-    """Rows first .. first + NR - 1 of this cube; the first REG (0 or 1) of them in registers."""
+                BX: kd.Const[int], CH: kd.Const[int], L: kd.Const[int], NR: kd.Const[int], REG: kd.Const[int],
+                WORDS: kd.Const[bool]):
+    """Rows first .. first + NR - 1 of this cube; the first REG (0 or 1) of them in registers.
+    WORDS: x is a bf16 row's u32 view (two elements a word, `x_stride` in words), so a
+    chunk of L elements is L/2 words, widened with a shift or a mask (see widen_words)."""
     t = kd.unit_pos_x()
-    SPAN = BX * CH * L
+    LW = L // 2 if WORDS else L  # elements of x a chunk
+    SPAN = BX * CH * LW
     buf = kd.shared(x.dtype, (NR - REG) * SPAN)
     first = (kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()) * NR
-    for k in kd.unroll(REG, NR):
+    for k in kd.unroll(REG, NR):  # one copy group a row: row k's reduction waits for its own group only
         base = kd.i64(kd.min(first + k, rows - 1)) * x_stride  # rows past the end: read the last, store nothing
         for c in kd.unroll(CH):
-            col = (c * BX + t) * L
-            kd.async_copy(buf, (k - REG) * SPAN + col, x, base + col, L)
-    kd.async_commit()
+            col = (c * BX + t) * LW
+            kd.async_copy(buf, (k - REG) * SPAN + col, x, base + col, LW)
+        kd.async_commit()
     inv_w = 1.0 / kd.f32(width)
+    parts = ()
+    va = ()
+    xa = kd.i64(kd.min(first, rows - 1)) * x_stride  # past the end only in a wrapped grid's last cubes
+    if REG == 1:
+        for c in kd.unroll(CH):
+            va = va + (kd.load_vec(x, xa + (c * BX + t) * LW, LW),)
+        vf = ()
+        for c in kd.unroll(CH):
+            vf = vf + (as_f32(va[c], LW, WORDS),)
+        parts = (reg_row_part(vf, RMS, CH, L),)
+    for k in kd.unroll(REG, NR):
+        kd.async_wait(NR - 1 - k)  # row k's copies are in; later rows' may still be in flight
+        parts = parts + (shared_row_part(buf, k - REG, t, RMS, BX, CH, LW, WORDS, L),)
     means = ()
     rstds = ()
-    va = ()
-    if REG == 1:
-        xa = kd.i64(kd.min(first, rows - 1)) * x_stride  # past the end only in a wrapped grid's last cubes
-        for c in kd.unroll(CH):
-            va = va + (kd.cast(kd.load_vec(x, xa + (c * BX + t) * L, L), kd.f32),)
-        m0, rs0 = exact_stats(va, chunks_total(va, RMS, CH, L), inv_w, eps, RMS, BX, 1, CH, L)
-        means = (m0,)
-        rstds = (rs0,)
-    kd.async_wait(0)
-    for k in kd.unroll(REG, NR):
-        if k > 0:
-            kd.sync_cube()  # the previous reduction's shared partials are read: they may be rewritten
-        mk, msk = shared_row_stats(buf, k - REG, t, inv_w, RMS, BX, CH, L)
-        means = means + (mk,)
-        rstds = rstds + (kd.rsqrt(msk + eps),)
+    if RMS:  # the NR rows' reductions together: one barrier, their steps interleaved
+        sums = ()
+        for k in kd.unroll(NR):
+            sums = sums + (parts[k][0],)
+        sums = rows_sums(sums, BX, NR)
+        for k in kd.unroll(NR):
+            means = means + (kd.f32(0),)
+            rstds = rstds + (kd.rsqrt(sums[k] * inv_w + eps),)
+    else:
+        ms = ()
+        qs = ()
+        for k in kd.unroll(NR):
+            ms = ms + (parts[k][0],)
+            qs = qs + (parts[k][1],)
+        mq = rows_mean_m2(ms, qs, CH * L, BX, NR)
+        for k in kd.unroll(NR):
+            means = means + (mq[k][0],)
+            rstds = rstds + (kd.rsqrt(mq[k][1] * inv_w + eps),)
+    yrows = ()
+    for k in kd.unroll(NR):
+        yrows = yrows + (kd.i64(first + k) * width + t * L,)
     for c in kd.unroll(CH):
-        col = (c * BX + t) * L
+        col = c * BX * L + t * L
         g = kd.load_vec(gamma, col, L)
         b = kd.load_vec(beta, col, L) if HAS_BETA else g
         for k in kd.unroll(NR):
-            v = va[c] if k < REG else slot(buf, k - REG, c, t, BX, CH, L)
+            if k < REG:
+                v = as_f32(va[c], LW, WORDS)
+            else:
+                v = slot(buf, k - REG, c, t, BX, CH, LW, WORDS)
             if first + k < rows:
-                kd.store_vec(y, kd.i64(first + k) * width + col, affine(v, means[k], rstds[k], g, b, RMS, HAS_BETA, L))
+                kd.store_vec(y, yrows[k] + c * BX * L, affine(v, means[k], rstds[k], g, b, RMS, HAS_BETA, L))
     if t == 0:
         for k in kd.unroll(NR):
             if first + k < rows:
