@@ -606,7 +606,7 @@ class CLikeRenderer:
     def holds_barrier(self, s) -> bool:
         """Whether statement `s` (nested blocks included) renders to code with a barrier."""
         for t in ir.walk_stmts([s]):
-            if isinstance(t, (ir.Barrier, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMma)):
+            if isinstance(t, (ir.Barrier, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMma, ir.GroupMma)):
                 return True
             if isinstance(t, ir.PlaneOp) and t.op != "elect" and self.plane_ops_barrier():
                 return True
@@ -807,6 +807,14 @@ class CLikeRenderer:
             self.emit(line)
 
     s_FragLoad = s_FragStore = s_FragMma = s_FragFill
+
+    def s_GroupMma(self, s):
+        for line in self.group_mma(s):
+            self.emit(line)
+
+    def s_GroupWait(self, s):
+        for line in self.group_wait(s):
+            self.emit(line)
 
     def s_Atomic(self, s):
         t = s.dtype
@@ -1150,6 +1158,35 @@ class CLikeRenderer:
         return ([self.local_barrier_stmt, f"for (int kd_e = kd_lane; kd_e < {ft.rows * ft.cols}; kd_e += kd_nlanes) {{"]
                 + ["    " + b for b in body] + ["}", self.local_barrier_stmt])
 
+    def group_mma(self, s) -> list:
+        """Exact emulation, plane by plane: each plane owns 16 rows of the group's tile (the
+        g-th plane of a group rows 16g ..), its lanes share those rows' elements."""
+        ft = self.k.frags[s.acc]
+        n, k, rows = ft.n, s.k, ft.rows
+        acc = self._tile(s.acc)
+        if s.a_tile is None:
+            a = f"{self._tile(s.a)}[kd_i * {k} + kd_k]"
+        else:
+            a = self._tile_elem(s.a_tile, f"(kd_plane % {ir.GROUP_PLANES}) * {rows} + kd_i", "kd_k")
+        b = self._tile_elem(s.b_tile, "kd_k", "kd_j")
+        body = [f"int kd_i = kd_e / {n}, kd_j = kd_e % {n};",
+                f"float kd_s = {acc}[kd_e];",
+                f"for (int kd_k = 0; kd_k < {k}; ++kd_k) kd_s = kd_s + {a} * {b};",
+                f"{acc}[kd_e] = kd_s;"]
+        return ([self.local_barrier_stmt, f"for (int kd_e = kd_lane; kd_e < {rows * n}; kd_e += kd_nlanes) {{"]
+                + ["    " + x for x in body] + ["}", self.local_barrier_stmt])
+
+    def group_wait(self, s) -> list:
+        return []  # the emulated product is complete when group_mma returns
+
+    def _tile_elem(self, t: ir.SharedTile, r: str, c: str) -> str:
+        """Element (r, c) of a shared tile as f32 (the core-matrix layout of kd.tile_offset)."""
+        sr, sc = (c, r) if t.transposed else (r, c)
+        at = (f"{self.x(t.offset)} + ((({sc}) / 8) * {t.stored_rows // 8} + ({sr}) / 8) * 64 "
+              f"+ (({sr}) % 8) * 8 + ({sc}) % 8")
+        dt = self.k.shared[t.src].dtype
+        return self.cast(self.from_mem(f"{self.shared(t.src)}[{at}]", dt), dt, f32)
+
     def _frag_check(self, space, name, at, loc) -> str:
         """The bounds-check call for element offset `at` of a fragment's tensor/shared array."""
         if space == "global":
@@ -1167,8 +1204,9 @@ class CLikeRenderer:
         self.emit(f"{self._elem(s.frag, s.elem)} = {self.x(s.value)};")
 
     def s_FragConvert(self, s):
-        dt = self.k.frags[s.dst].dtype
-        for i in range(256 // self.k.plane_dim):
+        ft = self.k.frags[s.dst]
+        dt = ft.dtype
+        for i in range(ft.rows * ft.cols // self.k.plane_dim):
             v = self.cast(self.cast(self._elem(s.src, i), f32, dt), dt, f32)
             self.emit(f"{self._elem(s.dst, i)} = {v};")
 

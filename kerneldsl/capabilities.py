@@ -36,6 +36,7 @@ class Capabilities:
     mma_dtypes: tuple = (dt.f16, dt.bf16)
     mma_shapes: tuple = ((16, 16, 16),)
     mma_native: bool = False  # tensor cores (vs an exact emulation)
+    group_mma_native: bool = False  # kd.group_mma reads shared memory itself (wgmma), vs plane by plane
     async_copy: bool = False  # hardware global->shared copies (cp.async) for kd.async_copy, vs a plain copy
 
     def supports_dtype(self, d) -> bool:

@@ -50,6 +50,13 @@ class FragRef:
 
 
 @dataclass
+class TileRef:
+    """kd.shared_tile(...): a group_mma operand in a shared array (compile-time handle)."""
+    tile: ir.SharedTile
+    dtype: DType
+
+
+@dataclass
 class VarRef:
     name: str  # IR name
     dtype: object
@@ -261,6 +268,8 @@ class Frontend:
             return f"shared array {v.name}"
         if isinstance(v, FragRef):
             return f"fragment {v.name}"
+        if isinstance(v, TileRef):
+            return f"shared tile of {v.tile.src}"
         return repr(v)
 
     def ct(self, v, node, what="value"):

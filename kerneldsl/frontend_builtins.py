@@ -7,7 +7,7 @@ import math as pymath
 
 from . import ir
 from .dtypes import DType, VecType, f16, bf16, f32, f64, i32, u32, i64, boolean, as_dtype
-from .frontend import FragRef, Frontend, SharedRef, TensorRef, _is_ct
+from .frontend import FragRef, Frontend, SharedRef, TensorRef, TileRef, _is_ct
 from .types import arith_type, coerce, extract, is_weak, literal, make_const, promote
 
 
@@ -454,9 +454,14 @@ Frontend.bi_fragment_b = _fragment("b")
 Frontend.bi_fragment_acc = _fragment("acc")
 
 
-def _need_frag(self, node, f, roles, what):
+def _need_frag(self, node, f, roles, what, scopes=("plane", "group")):
     if not isinstance(f, FragRef) or f.ftype.role not in roles:
         raise self.error(node, f"{what} needs a {' or '.join(roles)} fragment, got {self._describe(f)}")
+    if f.ftype.scope not in scopes:
+        hint = ("group fragments are filled, converted, used element by element and multiplied by kd.group_mma"
+                if f.ftype.group else "plane fragments are multiplied by kd.mma")
+        raise self.error(node, f"{what} takes {' or '.join(scopes)} fragments, got a {f.ftype.scope} fragment "
+                               f"({hint})")
     return f
 
 
@@ -477,7 +482,7 @@ def fill_fragment(self, node, frag, value):
 
 @builtin
 def load_fragment(self, node, frag, src, offset, stride):
-    f = _need_frag(self, node, frag, ("a", "b", "acc"), "kd.load_fragment")
+    f = _need_frag(self, node, frag, ("a", "b", "acc"), "kd.load_fragment", ("plane",))
     space, name, dtype = _mem_target(self, node, src, "kd.load_fragment")
     want = f.ftype.dtype
     if dtype != want:
@@ -490,7 +495,7 @@ def load_fragment(self, node, frag, src, offset, stride):
 
 @builtin
 def store_fragment(self, node, dst, offset, frag, stride):
-    f = _need_frag(self, node, frag, ("acc",), "kd.store_fragment")
+    f = _need_frag(self, node, frag, ("acc",), "kd.store_fragment", ("plane",))
     space, name, dtype = _mem_target(self, node, dst, "kd.store_fragment")
     if not dtype.is_float:
         raise self.error(node, f"kd.store_fragment needs float memory, got {dtype}")
@@ -502,15 +507,124 @@ def store_fragment(self, node, dst, offset, frag, stride):
 
 @builtin
 def mma(self, node, acc, a, b):
-    acc = _need_frag(self, node, acc, ("acc",), "kd.mma (first argument)")
-    a = _need_frag(self, node, a, ("a",), "kd.mma (second argument)")
-    b = _need_frag(self, node, b, ("b",), "kd.mma (third argument)")
+    acc = _need_frag(self, node, acc, ("acc",), "kd.mma (first argument)", ("plane",))
+    a = _need_frag(self, node, a, ("a",), "kd.mma (second argument)", ("plane",))
+    b = _need_frag(self, node, b, ("b",), "kd.mma (third argument)", ("plane",))
     if a.ftype.dtype != b.ftype.dtype:
         raise self.error(node, f"kd.mma: a is {a.ftype.dtype} but b is {b.ftype.dtype}")
     shapes = {(x.ftype.m, x.ftype.n, x.ftype.k) for x in (acc, a, b)}
     if len(shapes) != 1:
         raise self.error(node, f"kd.mma: fragment shapes differ: {sorted(shapes)}")
     self.emit(ir.FragMma(acc=acc.name, a=a.name, b=b.name, loc=self.loc(node)))
+
+
+# ------------------------------------------------------------------ group matrix primitive
+# A group is GROUP_PLANES consecutive planes (a warpgroup on CUDA) sharing a 64-row tile;
+# kd.group_mma reads its B operand (and A, unless A is a group a fragment) from shared
+# memory in the core-matrix layout of kd.tile_offset: wgmma on sm_90, mma.sync plane by plane
+# on other CUDA devices, an exact emulation elsewhere.
+GROUP_M = 64
+
+
+def _group_shape(self, node, what, m, n, step):
+    m, n = (self.ct(v, node, f"{what} shape") for v in (m, n))
+    if m != GROUP_M:
+        raise self.error(node, f"{what}: group fragments have {GROUP_M} rows, got {m!r}")
+    if not isinstance(n, int) or n <= 0 or n % step or n > 256:
+        raise self.error(node, f"{what}: the second size must be a multiple of {step} in {step}..256, got {n!r}")
+    P = self.spec.plane_dim
+    units = self.bi_cube_units(node)
+    if units % (ir.GROUP_PLANES * P):
+        raise self.error(node, f"{what}: group fragments need whole groups of {ir.GROUP_PLANES} planes "
+                               f"({ir.GROUP_PLANES * P} units), got {units} units per cube")
+    return m, n
+
+
+@builtin
+def group_fragment_acc(self, node, m, n):
+    """A 64 x n f32 accumulator shared by a group of planes (n a multiple of 8, at most 256)."""
+    m, n = _group_shape(self, node, "kd.group_fragment_acc", m, n, 8)
+    name = self.fresh("gf")
+    ft = ir.FragType("acc", f32, m, n, 16, "row", "group")
+    self.frags[name] = ft
+    return FragRef(name, ft)
+
+
+@builtin
+def group_fragment_a(self, node, dtype, m, k):
+    """A 64 x k f16/bf16 A operand held in the group's registers (k a multiple of 16)."""
+    dtype = as_dtype(self.ct(dtype, node, "fragment dtype"))
+    caps = self.spec.caps
+    if dtype not in caps.mma_dtypes:
+        raise self.error(node, f"matrix fragments of {dtype} are unavailable on {caps.device_name} "
+                               f"(supported: {', '.join(d.name for d in caps.mma_dtypes)})")
+    m, k = _group_shape(self, node, "kd.group_fragment_a", m, k, 16)
+    name = self.fresh("gf")
+    ft = ir.FragType("a", dtype, m, 16, k, "row", "group")
+    self.frags[name] = ft
+    return FragRef(name, ft)
+
+
+@builtin
+def shared_tile(self, node, smem, offset, rows, cols, transposed=False):
+    """A rows x cols operand of kd.group_mma in `smem` from element `offset`, stored in the
+    core-matrix layout as a rows x cols matrix, or as its transpose (`transposed=True`)."""
+    if not isinstance(smem, SharedRef) or smem.dtype not in (f16, bf16):
+        raise self.error(node, f"kd.shared_tile needs an f16 or bf16 shared array, got {self._describe(smem)}")
+    rows, cols = (self.ct(v, node, "kd.shared_tile shape") for v in (rows, cols))
+    transposed = bool(self.ct(transposed, node, "kd.shared_tile transposed"))
+    for what, v in (("rows", rows), ("cols", cols)):
+        if not isinstance(v, int) or v <= 0 or v % 8:
+            raise self.error(node, f"kd.shared_tile: {what} must be a positive multiple of 8, got {v!r}")
+    off = self.temp(coerce(self.to_expr(offset, node), i32), "to")
+    return TileRef(ir.SharedTile(smem.name, off, rows, cols, transposed), smem.dtype)
+
+
+@builtin
+def tile_offset(self, node, row, col, rows):
+    """Element offset of (row, col) in a matrix of `rows` rows (compile-time, a multiple of 8)
+    stored in the core-matrix layout: 8 x 8 blocks of 64 consecutive elements (8 rows of 8),
+    the blocks of a column of blocks consecutive, columns of blocks one after another."""
+    rows = self.ct(rows, node, "kd.tile_offset rows")
+    if not isinstance(rows, int) or rows <= 0 or rows % 8:
+        raise self.error(node, f"kd.tile_offset: rows must be a positive multiple of 8, got {rows!r}")
+    r = coerce(self.to_expr(row, node), i32)
+    c = coerce(self.to_expr(col, node), i32)
+    k = lambda v: make_const(v, i32, self.loc(node))  # noqa: E731
+    op = lambda o, a, b: ir.BinOp(i32, op=o, a=a, b=b)  # noqa: E731
+    block = op("+", op("*", op("/", c, k(8)), k(rows // 8)), op("/", r, k(8)))
+    inner = op("+", op("*", op("%", r, k(8)), k(8)), op("%", c, k(8)))
+    return op("+", op("*", block, k(64)), inner)
+
+
+@builtin
+def group_mma(self, node, acc, a, b):
+    """acc += a · b for a group: acc 64 x n (group acc fragment), a 64 x k (group a fragment
+    or shared tile), b k x n (shared tile). Asynchronous: read acc after kd.group_wait."""
+    acc = _need_frag(self, node, acc, ("acc",), "kd.group_mma (first argument)", ("group",))
+    if not isinstance(b, TileRef):
+        raise self.error(node, f"kd.group_mma: b must be a kd.shared_tile, got {self._describe(b)}")
+    if isinstance(a, TileRef):
+        a_name, a_tile, a_rows, k, a_dt = "", a.tile, a.tile.rows, a.tile.cols, a.dtype
+    else:
+        f = _need_frag(self, node, a, ("a",), "kd.group_mma (second argument)", ("group",))
+        a_name, a_tile, a_rows, k, a_dt = f.name, None, f.ftype.m, f.ftype.k, f.ftype.dtype
+    if a_dt != b.dtype:
+        raise self.error(node, f"kd.group_mma: a is {a_dt} but b is {b.dtype}")
+    n = acc.ftype.n
+    if a_rows != GROUP_M or k % 16 or (b.tile.rows, b.tile.cols) != (k, n):
+        raise self.error(node, f"kd.group_mma: shapes do not chain: acc 64 x {n}, a {a_rows} x {k}, "
+                               f"b {b.tile.rows} x {b.tile.cols} (need a 64 x k with k a multiple of 16, b k x {n})")
+    self.emit(ir.GroupMma(acc=acc.name, a=a_name, a_tile=a_tile, b_tile=b.tile, k=k, loc=self.loc(node)))
+
+
+@builtin
+def group_wait(self, node, pending=0):
+    """Wait until at most `pending` (compile-time) of this group's kd.group_mma are unfinished."""
+    pending = self.ct(pending, node, "kd.group_wait pending")
+    if not isinstance(pending, int) or not 0 <= pending <= 7:
+        raise self.error(node, f"kd.group_wait: pending must be a compile-time int in 0..7, got {pending!r}")
+    self.emit(ir.GroupWait(pending=pending, loc=self.loc(node)))
 
 
 # ------------------------------------------------------------------ fragment elements
@@ -522,23 +636,30 @@ def mma(self, node, acc, a, b):
 def _element_frag(self, node, frag, what, roles=("acc",)):
     f = _need_frag(self, node, frag, roles, what)
     ft = f.ftype
-    if ft.rows * ft.cols != 256:
-        raise self.error(node, f"{what} takes 16 x 16 fragments, got {ft.rows} x {ft.cols}")
-    if not self.spec.caps.mma_native:
+    if not ft.group and ft.rows * ft.cols != 256:
+        raise self.error(node, f"{what} takes 16 x 16 plane fragments or group fragments, got {ft.rows} x {ft.cols}")
+    if not _native(self, ft):
         P = self.spec.plane_dim
-        if 256 % P or self.spec.cube_dim[0] * self.spec.cube_dim[1] * self.spec.cube_dim[2] % P:
-            raise self.error(node, f"{what} needs whole planes of a size dividing 256 (PLANE_DIM {P}, "
+        if (ft.rows * ft.cols) % P or self.spec.cube_dim[0] * self.spec.cube_dim[1] * self.spec.cube_dim[2] % P:
+            raise self.error(node, f"{what} needs whole planes of a size dividing {ft.rows * ft.cols} (PLANE_DIM {P}, "
                                    f"{self.bi_cube_units(node)} units per cube)")
     return f
 
 
-def _fragment_len(self) -> int:
-    return 8 if self.spec.caps.mma_native else 256 // self.spec.plane_dim
+def _native(self, ft) -> bool:
+    """Whether the fragment lives in the tensor-core register layout (else the emulated one)."""
+    return self.spec.caps.mma_native  # group fragments too: wgmma and mma.sync share the m16n8 layout
 
 
-def _element_index(self, node, i, what) -> int:
+def _fragment_len(self, ft) -> int:
+    """Elements of the tile each lane holds: the plane's rows x cols over its lanes."""
+    lanes = 32 if _native(self, ft) else self.spec.plane_dim
+    return ft.rows * ft.cols // lanes
+
+
+def _element_index(self, node, f, i, what) -> int:
     i = self.ct(i, node, f"{what} element")
-    n = _fragment_len(self)
+    n = _fragment_len(self, f.ftype)
     if not isinstance(i, int) or not 0 <= i < n:
         raise self.error(node, f"{what}: element must be a compile-time int in 0..{n - 1}, got {i!r}")
     return i
@@ -546,24 +667,28 @@ def _element_index(self, node, i, what) -> int:
 
 @builtin
 def fragment_len(self, node, frag):
-    _element_frag(self, node, frag, "kd.fragment_len", ("acc", "a"))
-    return _fragment_len(self)
+    f = _element_frag(self, node, frag, "kd.fragment_len", ("acc", "a"))
+    return _fragment_len(self, f.ftype)
 
 
 def _row_col(self, node, frag, i, what):
     f = _element_frag(self, node, frag, what)
-    i = _element_index(self, node, i, what)
+    i = _element_index(self, node, f, i, what)
     lane = self.bi_lane_pos(node)
     c = lambda v: make_const(v, i32, self.loc(node))  # noqa: E731
-    if self.spec.caps.mma_native:
+    if _native(self, f.ftype):  # m16n8 blocks side by side: element i in block i // 4
         g = ir.BinOp(i32, op="/", a=lane, b=c(4))
         t = ir.BinOp(i32, op="%", a=lane, b=c(4))
         row = ir.BinOp(i32, op="+", a=g, b=c(8 * ((i & 3) >> 1)))
         col = ir.BinOp(i32, op="+", a=ir.BinOp(i32, op="*", a=t, b=c(2)), b=c((i & 1) + 8 * (i >> 2)))
-        return row, col
-    e = ir.BinOp(i32, op="+", a=lane, b=c(i * self.spec.plane_dim))
-    cols = f.ftype.cols
-    return ir.BinOp(i32, op="/", a=e, b=c(cols)), ir.BinOp(i32, op="%", a=e, b=c(cols))
+    else:
+        e = ir.BinOp(i32, op="+", a=lane, b=c(i * self.spec.plane_dim))
+        cols = f.ftype.cols
+        row, col = ir.BinOp(i32, op="/", a=e, b=c(cols)), ir.BinOp(i32, op="%", a=e, b=c(cols))
+    if f.ftype.group:  # the g-th plane of a group holds rows 16g .. 16g + 15
+        g = ir.BinOp(i32, op="%", a=self.bi_plane_pos(node), b=c(ir.GROUP_PLANES))
+        row = ir.BinOp(i32, op="+", a=row, b=ir.BinOp(i32, op="*", a=g, b=c(f.ftype.rows)))
+    return row, col
 
 
 @builtin
@@ -576,12 +701,23 @@ def fragment_col(self, node, frag, i):
     return _row_col(self, node, frag, i, "kd.fragment_col")[1]
 
 
+def _slot_frag(self, node, frag, what):
+    """An acc fragment whose emulated layout groups rows by lanes: the tile's columns must
+    divide PLANE_DIM or be a multiple of it (any columns where the layout is native)."""
+    f = _element_frag(self, node, frag, what)
+    cols, P = f.ftype.cols, self.spec.plane_dim
+    if not _native(self, f.ftype) and P % cols and cols % P:
+        raise self.error(node, f"{what}: where the matrix primitive is emulated, row slots need the tile's "
+                               f"columns ({cols}) to divide PLANE_DIM ({P}) or be a multiple of it")
+    return f
+
+
 @builtin
 def fragment_row_slot(self, node, frag, i):
     """Compile-time: elements of a lane with the same slot lie in the same tile row."""
-    f = _element_frag(self, node, frag, "kd.fragment_row_slot")
-    i = _element_index(self, node, i, "kd.fragment_row_slot")
-    if self.spec.caps.mma_native:
+    f = _slot_frag(self, node, frag, "kd.fragment_row_slot")
+    i = _element_index(self, node, f, i, "kd.fragment_row_slot")
+    if _native(self, f.ftype):
         return (i >> 1) & 1
     P, cols = self.spec.plane_dim, f.ftype.cols
     return i if P >= cols else i // (cols // P)
@@ -590,19 +726,19 @@ def fragment_row_slot(self, node, frag, i):
 @builtin
 def fragment_row_slots(self, node, frag):
     """Compile-time: how many row slots a lane's elements fall in."""
-    f = _element_frag(self, node, frag, "kd.fragment_row_slots")
-    if self.spec.caps.mma_native:
+    f = _slot_frag(self, node, frag, "kd.fragment_row_slots")
+    if _native(self, f.ftype):
         return 2
     P, cols = self.spec.plane_dim, f.ftype.cols
-    n = _fragment_len(self)
+    n = _fragment_len(self, f.ftype)
     return n if P >= cols else n // (cols // P)
 
 
 @builtin
 def fragment_row_lanes(self, node, frag):
     """Compile-time tuple of xor masks: the lanes holding a row are lane ^ (any mix of them)."""
-    f = _element_frag(self, node, frag, "kd.fragment_row_lanes")
-    if self.spec.caps.mma_native:
+    f = _slot_frag(self, node, frag, "kd.fragment_row_lanes")
+    if _native(self, f.ftype):
         return (1, 2)
     n = self.spec.plane_dim if self.spec.plane_dim < f.ftype.cols else f.ftype.cols
     return tuple(1 << b for b in range(n.bit_length() - 1))
@@ -611,14 +747,14 @@ def fragment_row_lanes(self, node, frag):
 @builtin
 def fragment_get(self, node, frag, i):
     f = _element_frag(self, node, frag, "kd.fragment_get")
-    i = _element_index(self, node, i, "kd.fragment_get")
+    i = _element_index(self, node, f, i, "kd.fragment_get")
     return ir.FragGet(f32, frag=f.name, elem=i, loc=self.loc(node))
 
 
 @builtin
 def fragment_set(self, node, frag, i, value):
     f = _element_frag(self, node, frag, "kd.fragment_set")
-    i = _element_index(self, node, i, "kd.fragment_set")
+    i = _element_index(self, node, f, i, "kd.fragment_set")
     v = coerce(self.to_expr(value, node), f32)
     self.emit(ir.FragSet(frag=f.name, elem=i, value=v, loc=self.loc(node)))
 
@@ -627,8 +763,9 @@ def fragment_set(self, node, frag, i, value):
 def fragment_convert(self, node, dst, src):
     d = _element_frag(self, node, dst, "kd.fragment_convert (dst)", ("a",))
     s_ = _element_frag(self, node, src, "kd.fragment_convert (src)", ("acc",))
-    if d.ftype.layout != "row" or (d.ftype.m, d.ftype.k) != (s_.ftype.m, s_.ftype.n):
-        raise self.error(node, "kd.fragment_convert needs a row-layout a fragment of the acc fragment's m x n shape")
+    if d.ftype.layout != "row" or (d.ftype.m, d.ftype.k, d.ftype.scope) != (s_.ftype.m, s_.ftype.n, s_.ftype.scope):
+        raise self.error(node, "kd.fragment_convert needs a row-layout a fragment of the acc fragment's m x n shape "
+                               "and scope")
     self.emit(ir.FragConvert(dst=d.name, src=s_.name, loc=self.loc(node)))
 
 

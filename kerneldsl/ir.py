@@ -278,18 +278,31 @@ class Print(Stmt):
     parts: list = field(default_factory=list)
 
 
+GROUP_PLANES = 4  # planes that share a group fragment (a warpgroup on CUDA)
+
+
 @dataclass(frozen=True)
 class FragType:
-    """A plane-owned matrix tile. role 'a' (m×k), 'b' (k×n) or 'acc' (m×n, f32)."""
+    """A matrix tile. role 'a' (m×k), 'b' (k×n) or 'acc' (m×n, f32). A 'plane' fragment is
+    owned by one plane; a 'group' fragment (m = 64) by GROUP_PLANES consecutive planes, the
+    g-th of which holds tile rows 16g .. 16g + 15."""
     role: str
     dtype: DType
     m: int
     n: int
     k: int
     layout: str = "row"  # a/b in memory: 'row' or 'col'
+    scope: str = "plane"  # 'plane' | 'group'
+
+    @property
+    def group(self) -> bool:
+        return self.scope == "group"
 
     @property
     def rows(self) -> int:
+        """Rows one plane holds (the whole tile for a plane fragment, 16 for a group one)."""
+        if self.group:
+            return self.m // GROUP_PLANES
         return {"a": self.m, "b": self.k, "acc": self.m}[self.role]
 
     @property
@@ -368,6 +381,40 @@ class FragConvert(Stmt):
     src: str = ""
 
 
+@dataclass
+class SharedTile:
+    """A rows x cols operand of kd.group_mma read from a 16-bit shared array in the core-matrix
+    layout (`kd.tile_offset`): stored as given, or (transposed) stored as its cols x rows
+    transpose. `offset` (elements) is the same on every unit of the group."""
+    src: str
+    offset: Expr
+    rows: int
+    cols: int
+    transposed: bool = False
+
+    @property
+    def stored_rows(self) -> int:
+        return self.cols if self.transposed else self.rows
+
+
+@dataclass(eq=False)
+class GroupMma(Stmt):
+    """acc (a 64 x n group fragment) += A · B, f32 accumulate, issued asynchronously: the acc
+    may be read only after a GroupWait that covers it. A is the group a fragment `a` or the
+    tile `a_tile` (64 x k); B is the tile `b_tile` (k x n)."""
+    acc: str = ""
+    a: str = ""
+    a_tile: SharedTile | None = None
+    b_tile: SharedTile = None
+    k: int = 16
+
+
+@dataclass(eq=False)
+class GroupWait(Stmt):
+    """Wait until at most `pending` of this group's issued GroupMma are unfinished."""
+    pending: int = 0
+
+
 @dataclass(eq=False)
 class AsyncCopy(Stmt):
     """Start copying `lanes` consecutive elements from tensor `src` at src_offset to the
@@ -395,7 +442,7 @@ class AsyncWait(Stmt):
     pending: int = 0
 
 
-SPLIT_STMTS = (Barrier, PlaneOp, FragFill, FragLoad, FragStore, FragMma)
+SPLIT_STMTS = (Barrier, PlaneOp, FragFill, FragLoad, FragStore, FragMma, GroupMma, GroupWait)
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -483,6 +530,8 @@ def stmt_exprs(s: Stmt):
         return [e for e in (s.dst_offset, s.src_offset, s.pred) if e is not None]
     if isinstance(s, FragSet):
         return [s.value]
+    if isinstance(s, GroupMma):
+        return [t.offset for t in (s.a_tile, s.b_tile) if t is not None]
     return []
 
 

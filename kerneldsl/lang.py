@@ -278,6 +278,21 @@ def fragment_row_lanes(frag): """Compile-time xor masks linking the lanes that h
 def fragment_convert(dst, src): """dst (a fragment, f16/bf16) = src (acc fragment), element by element, rounded."""
 
 
+# ------------------------------------------------------------------ group matrix primitive
+@_builtin
+def group_fragment_acc(m, n): """A 64×n f32 accumulator shared by a group of 4 planes (plane g: rows 16g..16g+15)."""
+@_builtin
+def group_fragment_a(dtype, m, k): """A 64×k f16/bf16 A operand in the group's registers."""
+@_builtin
+def shared_tile(smem, offset, rows, cols, transposed=False): """A group_mma operand in shared memory (tile_offset layout)."""
+@_builtin
+def tile_offset(row, col, rows): """Element offset of (row, col) in the core-matrix layout of a matrix of `rows` rows."""
+@_builtin
+def group_mma(acc, a, b): """acc += a · b over the group (async: read acc after group_wait)."""
+@_builtin
+def group_wait(pending=0): """Wait until at most `pending` of this group's group_mma are unfinished."""
+
+
 # ------------------------------------------------------------------ debugging
 @_builtin
 def print(fmt, *args): """Print from the kernel: '{}' in fmt is replaced by each arg."""  # noqa: A001

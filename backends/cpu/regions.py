@@ -287,6 +287,10 @@ def rematerialize(k: ir.KernelIR) -> dict:
                     setattr(s, attr, _substitute(v, env))
             if isinstance(s, ir.Print):
                 s.parts = [_substitute(p, env) if isinstance(p, ir.Expr) else p for p in s.parts]
+            if isinstance(s, ir.GroupMma):
+                for t in (s.a_tile, s.b_tile):
+                    if t is not None:
+                        t.offset = _substitute(t.offset, env)
             if isinstance(s, ir.If):
                 s.then = rewrite(s.then)
                 s.orelse = rewrite(s.orelse)

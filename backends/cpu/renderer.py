@@ -832,6 +832,9 @@ class CpuRenderer:
             self.per_plane(lambda base, n: self.frag_store(s, base))
         elif isinstance(s, ir.FragMma):
             self.per_plane(lambda base, n: self.frag_mma(s, base))
+        elif isinstance(s, ir.GroupMma):
+            self.per_plane(lambda base, n: self.group_mma(s, base))
+        # ir.GroupWait: group_mma completes at once here; the split point is all it needs
 
     def per_plane(self, fn):
         """fn(base_unit i64 value, lanes int) for each plane; full planes in a loop, a
@@ -942,8 +945,9 @@ class CpuRenderer:
         self.b.store(self.expr(s.value), self.frag_elem_ptr(s.frag, s.elem))
 
     def s_FragConvert(self, s):
-        dt = self.k.frags[s.dst].dtype
-        for i in range(256 // self.P):
+        ft = self.k.frags[s.dst]
+        dt = ft.dtype
+        for i in range(ft.rows * ft.cols // self.P):
             v = self.b.load(self.frag_elem_ptr(s.src, i))
             self.b.store(self.cast(self.cast(v, f32, dt), dt, f32), self.frag_elem_ptr(s.dst, i))
 
@@ -1021,6 +1025,42 @@ class CpuRenderer:
                 b.store(acc, cptr)
             self.counted_loop(n, col, "mma.j")
         self.counted_loop(m, row, "mma.i")
+
+    def tile_load(self, t: ir.SharedTile, off, r, c):
+        """Element (r, c) (i64 values) of a shared tile, as f32: the core-matrix layout of the
+        matrix as stored (t's transpose when t.transposed)."""
+        b = self.b
+        sr, sc = (c, r) if t.transposed else (r, c)
+        k = lambda v: L.Constant(I64, v)  # noqa: E731
+        block = b.add(b.mul(b.udiv(sc, k(8)), k(t.stored_rows // 8)), b.udiv(sr, k(8)))
+        at = b.add(off, b.add(b.mul(block, k(64)), b.add(b.mul(b.urem(sr, k(8)), k(8)), b.urem(sc, k(8)))))
+        mem, dt = self._mem_base("shared", t.src)
+        return self.cast(self.from_mem(b.load(b.gep(mem, [at])), dt), dt, f32)
+
+    def group_mma(self, s: ir.GroupMma, base_unit):
+        """One plane's 16 rows of a group product: acc[i, j] += sum_k A[16 g + i, k] B[k, j]."""
+        b = self.b
+        ft = self.frag_mem[s.acc][0]
+        n, k = ft.n, s.k
+        g = b.urem(b.udiv(base_unit, L.Constant(I64, self.P)), L.Constant(I64, ir.GROUP_PLANES))
+        row0 = b.mul(g, L.Constant(I64, ft.rows))
+        a_off = b.sext(self.at_unit(s.a_tile.offset, base_unit), I64) if s.a_tile else None
+        b_off = b.sext(self.at_unit(s.b_tile.offset, base_unit), I64)
+
+        def row(i):
+            def col(j):
+                cptr = self.frag_ptr(s.acc, base_unit, b.add(b.mul(i, L.Constant(I64, n)), j))
+
+                def step(kk):
+                    if s.a_tile is None:
+                        x = b.load(self.frag_ptr(s.a, base_unit, b.add(b.mul(i, L.Constant(I64, k)), kk)))
+                    else:
+                        x = self.tile_load(s.a_tile, a_off, b.add(row0, i), kk)
+                    y = self.tile_load(s.b_tile, b_off, kk, j)
+                    b.store(b.fadd(b.load(cptr), b.fmul(x, y)), cptr)
+                self.counted_loop(k, step, "gmma.k")
+            self.counted_loop(n, col, "gmma.j")
+        self.counted_loop(ft.rows, row, "gmma.i")
 
 
 def _type_bytes(ty) -> int:

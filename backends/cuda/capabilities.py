@@ -5,6 +5,7 @@ from __future__ import annotations
 from kerneldsl.capabilities import Capabilities, default_atomics
 from kerneldsl.dtypes import bf16, f16
 
+WGMMA_SM = 90  # wgmma exists on sm_90a only (not on later archs), so elsewhere kd.group_mma runs on mma.sync
 MIN_SM = 80  # mma.sync m16n8k16 with bf16 and cvt.rn.bf16.f32 need Ampere or newer
 WARP = 32
 STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel's shared memory must be dynamic (opt-in)
@@ -53,6 +54,7 @@ def for_arch(arch, device_name: str | None = None, max_shared_bytes: int | None 
         mma_dtypes=(f16, bf16),
         mma_shapes=((16, 16, 16),),
         mma_native=True,
+        group_mma_native=sm == WGMMA_SM,
         async_copy=True,  # cp.async: sm_80 and newer, which MIN_SM already requires
     )
 

@@ -15,6 +15,8 @@ import re
 from kerneldsl import cache
 from kerneldsl.errors import CompileError, SourceLoc
 
+from .capabilities import WGMMA_SM
+
 OPTIONS = (
     "-std=c++17",
     "-default-device",
@@ -104,7 +106,9 @@ def compile_source(source: str, kernel_name: str, sm: int, filename: str = "kern
     'cubin' or 'ptx' (`ptx=True` asks for PTX text, for reading). Raises CompileError with
     the user's location on NVRTC errors."""
     kind, arch = ("ptx", sm) if ptx else target_for(sm)
-    flag = f"--gpu-architecture={'sm' if kind == 'cubin' else 'compute'}_{arch}"
+    # sm_90's cubins target sm_90a, whose arch-specific instructions (wgmma) kd.group_mma uses
+    suffix = "a" if arch == WGMMA_SM else ""
+    flag = f"--gpu-architecture={'sm' if kind == 'cubin' else 'compute'}_{arch}{suffix}"
     options = OPTIONS + (flag,)
     key = cache.key("cuda", kind, arch, "nvrtc-%d.%d" % version(), " ".join(options), source)
     if use_cache:

@@ -59,6 +59,10 @@ class CudaRenderer(CLikeRenderer):
                 f"{k.name}: matrix fragments run on tensor cores, which need whole planes: use a multiple of "
                 f"{WARP} units per cube on {caps.device_name}, got {self.U}", k.loc)
         self.dynamic = sum(d.dtype.itemsize * d.size for d in k.shared.values()) > STATIC_SHARED_LIMIT
+        if caps.group_mma_native and ir.contains(k.body, ir.GroupMma):
+            # wgmma reads shared memory through the async proxy: order the cube's earlier
+            # writes (stores, cp.async) before it at every barrier
+            self.barrier_stmt = 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); __syncthreads();'
 
     # ------------------------------------------------------------------ skeleton
     def kernel_attributes(self) -> str:
@@ -298,10 +302,17 @@ class CudaRenderer(CLikeRenderer):
     def frag_bytes(self) -> int:
         return 0  # fragments live in registers
 
+    @staticmethod
+    def frag_regs(ft) -> int:
+        """Registers a lane holds: f32 elements of an acc, 16-bit pairs of an a/b fragment."""
+        per_lane = ft.rows * ft.cols // WARP
+        return per_lane if ft.role == "acc" else per_lane // 2
+
     def frag_decls(self) -> list:
         out = []
         for n, ft in self.k.frags.items():
-            out.append(f"float {self.frag(n)}[8];" if ft.role == "acc" else f"unsigned {self.frag(n)}[4];")
+            kind = "float" if ft.role == "acc" else "unsigned"
+            out.append(f"{kind} {self.frag(n)}[{self.frag_regs(ft)}];")
         return out
 
     def frag_op(self, s) -> list:
@@ -312,8 +323,12 @@ class CudaRenderer(CLikeRenderer):
         if isinstance(s, ir.FragFill):
             ft = self.k.frags[s.frag]
             v = self.x(s.value)
+            n = self.frag_regs(ft)
             if ft.role == "acc":
-                return [f"for (int kd_i = 0; kd_i < 8; ++kd_i) {self.frag(s.frag)}[kd_i] = {v};"]
+                return [f"for (int kd_i = 0; kd_i < {n}; ++kd_i) {self.frag(s.frag)}[kd_i] = {v};"]
+            if ft.group:
+                return [f"{{ const unsigned kd_h = {self.float_to_half(v, ft.dtype)}; "
+                        f"for (int kd_i = 0; kd_i < {n}; ++kd_i) {self.frag(s.frag)}[kd_i] = kd_h | (kd_h << 16); }}"]
             return [f"kd_frag_fill16({self.frag(s.frag)}, {self.float_to_half(v, ft.dtype)});"]
         if isinstance(s, ir.FragLoad):
             return self._frag_load(s)
@@ -328,10 +343,11 @@ class CudaRenderer(CLikeRenderer):
     def s_FragConvert(self, s):
         """Element i of an acc and of an a fragment sit at the same tile position (the
         m16n8k16 layouts), so the a registers are the acc values rounded, two per register."""
-        dt = self.k.frags[s.dst].dtype
+        ft = self.k.frags[s.dst]
+        dt = ft.dtype
         src, dst = self.frag(s.src), self.frag(s.dst)
         kind = "bf16x2" if dt is bf16 else "f16x2"
-        for r in range(4):  # one cvt rounds two elements into a register (high operand first)
+        for r in range(self.frag_regs(ft)):  # one cvt rounds two elements into a register (high operand first)
             self.emit(f'asm("cvt.rn.{kind}.f32 %0, %1, %2;" : "=r"({dst}[{r}]) : "f"({src}[{2 * r + 1}]), '
                       f'"f"({src}[{2 * r}]));')
 
@@ -399,6 +415,77 @@ class CudaRenderer(CLikeRenderer):
                 "        int kd_r, kd_c; kd_frag_rc(2, kd_i, kd_lane, kd_r, kd_c);",
                 f"        *({ptr_t}*)({mem} + {off} + kd_r * {ld} + kd_c) = {pair};",
                 "    }", "} else {"] + ["    " + x for x in loop] + ["}"]
+
+    # ------------------------------------------------------------------ group products
+    def group_mma(self, s: ir.GroupMma) -> list:
+        ft = self.k.frags[s.acc]
+        dt = self.k.shared[s.b_tile.src].dtype
+        if self.caps.group_mma_native:
+            return self._wgmma(s, ft, dt)
+        a = self.frag(s.a) if s.a_tile is None else "nullptr"
+        at = "nullptr" if s.a_tile is None else self._tile_ptr(s.a_tile)
+        ar, atr = (0, "false") if s.a_tile is None else (s.a_tile.stored_rows, self._bool(s.a_tile.transposed))
+        b = s.b_tile
+        return [f"kd_group_mma_sync<{ft.n}, {s.k}, {self._bool(dt is bf16)}>({self.frag(s.acc)}, {a}, {at}, {ar}, "
+                f"{atr}, {self._tile_ptr(b)}, {b.stored_rows}, {self._bool(b.transposed)}, kd_plane & 3, kd_lane);"]
+
+    @staticmethod
+    def _bool(v) -> str:
+        return "true" if v else "false"
+
+    def _tile_ptr(self, t: ir.SharedTile) -> str:
+        return f"((const unsigned short*){self.shared(t.src)} + ({self.x(t.offset)}))"
+
+    @staticmethod
+    def _wg_operand(t: ir.SharedTile, k_major: bool) -> tuple:
+        """(lbo, sbo, descriptor step per k16 in 16-byte units, transpose flag) of a tile whose
+        K runs along its stored columns (k_major) or its stored rows."""
+        R = t.stored_rows
+        if k_major:  # next 8 K: the next column of blocks, R/8 blocks of 128 bytes further
+            return 16 * R, 128, 2 * R, 0
+        return 128, 16 * R, 16, 1
+
+    def _wgmma(self, s: ir.GroupMma, ft, dt) -> list:
+        """One wgmma m64nNk16 per 16 of K, descriptors stepped along K, then a commit."""
+        n, acc = ft.n, self.frag(s.acc)
+        b = self._wg_operand(s.b_tile, s.b_tile.transposed)
+        lines = ["{", f"    const unsigned long long kd_db = kd_wg_desc({self._tile_ptr(s.b_tile)}, {b[0]}, {b[1]});"]
+        if s.a_tile is not None:
+            a = self._wg_operand(s.a_tile, not s.a_tile.transposed)
+            lines.append(f"    const unsigned long long kd_da = kd_wg_desc({self._tile_ptr(s.a_tile)}, {a[0]}, {a[1]});")
+        lines.append('    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
+        ty = "bf16" if dt is bf16 else "f16"
+        outs = ", ".join(f'"+f"({acc}[{i}])' for i in range(n // 2))
+        dregs = ",".join(f"%{i}" for i in range(n // 2))
+        for step in range(s.k // 16):
+            o = n // 2
+            if s.a_tile is None:
+                a_ops = f"{{%{o},%{o + 1},%{o + 2},%{o + 3}}}"
+                ins = [f'"r"({self.frag(s.a)}[{4 * step + r}])' for r in range(4)]
+                o += 4
+                flags = f"1, 1, {b[3]}"
+            else:
+                a_ops = f"%{o}"
+                ins = [f'"l"(kd_da + {a[2] * step}ull)']
+                o += 1
+                flags = f"1, 1, {a[3]}, {b[3]}"
+            ins.append(f'"l"(kd_db + {b[2] * step}ull)')
+            lines.append(f'    asm volatile("{{ .reg .pred p; setp.ne.b32 p, {o + 1}, 0; '
+                         f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{dregs}}}, {a_ops}, %{o}, p, {flags}; }}"')
+            lines.append(f"                 : {outs}")
+            lines.append(f"                 : {', '.join(ins)});")
+        lines += ['    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");', "}"]
+        return lines
+
+    def group_wait(self, s: ir.GroupWait) -> list:
+        if not self.caps.group_mma_native:
+            return []  # mma.sync products are complete when issued
+        lines = [f'asm volatile("wgmma.wait_group.sync.aligned {s.pending};" ::: "memory");']
+        for name, ft in self.k.frags.items():  # the accumulators are the products' outputs: fence them
+            if ft.group and ft.role == "acc":
+                lines.append(f'for (int kd_i = 0; kd_i < {self.frag_regs(ft)}; ++kd_i) '
+                             f'asm volatile("" : "+f"({self.frag(name)}[kd_i]) :: "memory");')
+        return lines
 
     # ------------------------------------------------------------------ result
     def render(self) -> CudaRendered:

@@ -155,5 +155,65 @@ static __device__ __forceinline__ void kd_mma_bf16(float* c, const unsigned* a, 
     KD_MMA_M16N8K16("bf16", c, a, b[0], b[1]);
     KD_MMA_M16N8K16("bf16", c + 4, a, b[2], b[3]);
 }
+// group fragments (kd.group_mma): a 64-row tile over 4 warps, warp g holding rows 16g ..
+// 16g + 15 in mma.sync's m16n8k16 layouts, n8 block after n8 block (wgmma's layout too).
+// Shared operands are in the core-matrix layout of kd.tile_offset: 8x8 blocks of 64
+// consecutive elements, the blocks of a column of blocks consecutive.
+static __device__ __forceinline__ const unsigned short* kd_tile_row(const unsigned short* t, int r, int c, int rows) {
+    return t + (((c >> 3) * (rows >> 3) + (r >> 3)) << 6) + ((r & 7) << 3) + (c & 7);
+}
+// a wgmma shared-memory descriptor, no swizzle: lbo = bytes between core matrices along K,
+// sbo = along M/N (both multiples of 16)
+static __device__ __forceinline__ unsigned long long kd_wg_desc(const void* p, unsigned lbo, unsigned sbo) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
+           | ((unsigned long long)(sbo >> 4) << 32);
+}
+static __device__ __forceinline__ void kd_ldsm_x4(unsigned* f, const unsigned short* p, bool trans) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]) : "r"(a));
+}
+// kd.group_mma without wgmma: warp `w` of the group multiplies its 16 rows with mma.sync.
+// A from registers (at == nullptr) or a tile of `ar` stored rows (atr: stored transposed);
+// B a tile of `br` stored rows (btr: stored as N x K).
+template <int N, int K, bool BF16>
+static __device__ __forceinline__ void kd_group_mma_sync(float* acc, const unsigned* areg, const unsigned short* at,
+                                                         int ar, bool atr, const unsigned short* bt, int br,
+                                                         bool btr, int w, int lane) {
+    const int m = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int s = 0; s < K / 16; ++s) {
+        unsigned a[4];
+        if (at == nullptr) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = areg[4 * s + i];
+        } else if (atr) {  // stored K x 64: rows k
+            kd_ldsm_x4(a, kd_tile_row(at, 16 * s + 8 * (m >> 1) + r, 16 * w + 8 * (m & 1), ar), true);
+        } else {
+            kd_ldsm_x4(a, kd_tile_row(at, 16 * w + 8 * (m & 1) + r, 16 * s + 8 * (m >> 1), ar), false);
+        }
+#pragma unroll
+        for (int j = 0; j < N / 8; j += 2) {
+            const int jb = j + 1 < N / 8 ? j + (m >> 1) : j;  // lanes 16..31 load block j + 1
+            unsigned b[4];
+            if (btr)  // stored N x K: rows n
+                kd_ldsm_x4(b, kd_tile_row(bt, 8 * jb + r, 16 * s + 8 * (m & 1), br), false);
+            else
+                kd_ldsm_x4(b, kd_tile_row(bt, 16 * s + 8 * (m & 1) + r, 8 * jb, br), true);
+            if (BF16) {
+                KD_MMA_M16N8K16("bf16", acc + 4 * j, a, b[0], b[1]);
+                if (j + 1 < N / 8) KD_MMA_M16N8K16("bf16", acc + 4 * j + 4, a, b[2], b[3]);
+            } else {
+                KD_MMA_M16N8K16("f16", acc + 4 * j, a, b[0], b[1]);
+                if (j + 1 < N / 8) KD_MMA_M16N8K16("f16", acc + 4 * j + 4, a, b[2], b[3]);
+            }
+        }
+    }
+}
 // ---- end of prelude ----
 {% endraw %}
