@@ -325,7 +325,7 @@ def long_row_variants(rt, x) -> list:
         return []
     shared, row = rt.capabilities.max_shared_bytes - layout.SHARED_SLACK, width * item
     out = [("plain", None), ("persistent", layout.LongRowPlan("persistent"))]
-    for nr, reg in ((2, 1),) + (((2, 0), (3, 0)) if item == 2 else ()):
+    for nr, reg in ((2, 1),) + (((2, 0), (3, 0), (4, 1)) if item == 2 else ()):
         if (nr - reg) * row <= shared:
             out.append((f"{nr} rows a cube, {reg} in registers", layout.LongRowPlan("paired", nr, reg)))
     return out

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.feature("normalization: persistent")
 RTOL = {"f32": 1e-5, "bf16": 1.6e-2}
 
 
-PLANS = [layout.LongRowPlan("persistent"), layout.LongRowPlan("paired", 2, 1), layout.LongRowPlan("paired", 3, 0)]
+PLANS = [layout.LongRowPlan("persistent"), layout.LongRowPlan("paired", 2, 1), layout.LongRowPlan("paired", 3, 0),
+         layout.LongRowPlan("paired", 4, 1)]
 
 
 def force_plan(runtime, monkeypatch, plan, cubes=3) -> list:
@@ -67,30 +68,38 @@ def test_long_row_kernels_match_reference(runtime, rng, monkeypatch, plan, dtype
     assert len(used) == 2 and all(s.bx * s.chunks * s.lanes == width for s in used)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("plan", PLANS, ids=lambda p: f"{p.kernel}{p.nr}{p.reg}")
-def test_long_row_kernels_strided_rows(runtime, rng, monkeypatch, plan):
-    """Rows `width + 8` elements apart (a column slice): the copies follow the row stride."""
+def test_long_row_kernels_strided_rows(runtime, rng, monkeypatch, plan, dtype):
+    """Rows `width + 2*pad` elements apart, starting `pad` in (a column slice; 16 bytes):
+    the copies follow the row stride (bf16 rows are copied as u32 pairs: stride and offset
+    in words)."""
     used = force_plan(runtime, monkeypatch, plan, 2)
-    width = 2048
-    big = rng.standard_normal((5, width + 8)).astype(np.float32)
+    width, pad = (2048, 4) if dtype == "f32" else (4096, 8)  # one row a cube (RowShape.ry == 1)
+    big = rng.standard_normal((5, width + 2 * pad)).astype(np.float32).astype(kd.as_dtype(dtype).np)
     gamma = rng.standard_normal(width).astype(np.float32)
-    tx = runtime.tensor(big)[:, 4:4 + width]
+    beta = rng.standard_normal(width).astype(np.float32)
+    tx = runtime.tensor(big)[:, pad:pad + width]
+    part = big[:, pad:pad + width]
+    r = RTOL[dtype]
     y = N.rms_norm(tx, runtime.tensor(gamma))
-    np.testing.assert_allclose(y.numpy().astype(np.float64), ref.rms_norm(big[:, 4:4 + width], gamma)[0],
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y.numpy().astype(np.float64), ref.rms_norm(part, gamma)[0], rtol=r, atol=r)
+    y = N.layer_norm(tx, runtime.tensor(gamma), runtime.tensor(beta))
+    np.testing.assert_allclose(y.numpy().astype(np.float64), ref.layer_norm(part, gamma, beta, 1e-5)[0], rtol=r, atol=r)
     assert used
 
 
 def test_plan_for_long_rows_on_gpus_only(runtime):
     """The policy on an H200-like device: the plain kernels up to W = 8192 and wherever a
-    row and its parameters stay in L1; beyond, up to 3 16-bit rows a cube in shared memory,
-    persistent cubes, or (f32) several rows a cube, one in registers;
+    row and its parameters stay in L1; beyond, up to 3 16-bit rows a cube in shared memory
+    (LayerNorm: and one more in registers), persistent cubes, or (f32) several rows a cube,
+    one in registers;
     never on a runtime without hardware async copies."""
     gpu = for_arch("sm_90", max_shared_bytes=227 * 1024)
     P, R = layout.LongRowPlan, None
     want = {(8192, 4, False): R, (16384, 4, True): R, (16384, 4, False): P("persistent"),
             (16384, 2, False): R, (32768, 4, True): P("paired", 2, 1), (32768, 4, False): P("paired", 2, 1),
-            (32768, 2, True): P("paired", 3, 0), (32768, 2, False): P("paired", 3, 0), (65536, 2, False): R,
+            (32768, 2, True): P("paired", 3, 0), (32768, 2, False): P("paired", 4, 1), (65536, 2, False): R,
             (65536, 4, True): R}
     for (width, itemsize, rms), plan in want.items():
         shape = layout.choose_shape(gpu, width, 16 // itemsize)

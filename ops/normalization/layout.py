@@ -153,7 +153,10 @@ def long_row_plan(caps, shape: RowShape, width: int, itemsize: int, rms: bool):
     if streamed <= FITS_L1_BYTES:
         return None
     if itemsize != 4 and min(3, shared // row) >= 2:
-        return LongRowPlan("paired", min(3, shared // row), 0)
+        in_shared = min(3, shared // row)
+        if not rms and in_shared == 3:
+            return LongRowPlan("paired", 4, 1)  # LayerNorm: gamma and beta read once for 4 rows
+        return LongRowPlan("paired", in_shared, 0)
     if streamed <= PERSIST_MAX_BYTES and row <= shared:
         return LongRowPlan("persistent")
     if itemsize != 4:
