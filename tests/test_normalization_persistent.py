@@ -108,3 +108,30 @@ def test_plan_for_long_rows_on_gpus_only(runtime):
     shape = layout.choose_shape(caps, 32768, 4)
     got = layout.long_row_plan(caps, shape, 32768, 4, False)
     assert (got is not None) == (caps.async_copy and shape.cached and shape.bx * shape.chunks * 4 == 32768)
+
+
+def test_short_bf16_layer_norm_rows_run_two_a_cube(runtime, rng):
+    """bf16 LayerNorm rows of 8-16 KiB with a cube of their own: 2 rows a cube on an
+    H200-like device (one in registers, one in shared memory); not for RMSNorm, f16, f32,
+    rows that share a cube or rows past SHORT_PAIRED_BYTES, nor without async copies. The
+    runtime's own choice gives the reference's result for 7 rows (a short last cube)."""
+    gpu = for_arch("sm_90", max_shared_bytes=227 * 1024)
+    P, R = layout.LongRowPlan, None
+    want = {(4096, kd.bf16, False): P("paired", 2, 1), (8192, kd.bf16, False): P("paired", 2, 1),
+            (8192, kd.bf16, True): R, (8192, kd.f16, False): R, (4096, kd.f32, False): R,
+            (2048, kd.bf16, False): R, (16384, kd.bf16, False): R}
+    for (width, dtype, rms), plan in want.items():
+        shape = layout.choose_shape(gpu, width, 16 // dtype.itemsize)
+        assert layout.short_row_plan(gpu, shape, width, dtype, rms) == plan, (width, dtype, rms)
+    caps = runtime.capabilities
+    shape = layout.choose_shape(caps, 4096, 8)
+    if not caps.async_copy:
+        assert layout.short_row_plan(caps, shape, 4096, kd.bf16, False) is None
+    x = (rng.standard_normal((7, 4096)) * 2 + 0.5).astype(np.float32).astype(kd.bf16.np)
+    gamma = rng.standard_normal(4096).astype(np.float32)
+    beta = rng.standard_normal(4096).astype(np.float32)
+    y, mean, rstd = N.layer_norm_with_stats(runtime.tensor(x), runtime.tensor(gamma), runtime.tensor(beta), 1e-5)
+    ry, rmean, rrstd = ref.layer_norm(x, gamma, beta, 1e-5)
+    np.testing.assert_allclose(y.numpy().astype(np.float64), ry, rtol=RTOL["bf16"], atol=RTOL["bf16"])
+    np.testing.assert_allclose(mean.numpy(), rmean, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(rstd.numpy(), rrstd, rtol=2e-5)

@@ -4,13 +4,13 @@ statistics and backward passes (SPEC §1), on every runtime.
 Each entry point validates everything, returns empty results for zero rows without
 launching, views the input as [rows, W] (copying only if its layout needs it),
 chooses a cube shape from W and the runtime (layout.py), and launches the kernels
-of forward.py (rows held in registers), persistent.py and paired.py (LayerNorm/RMSNorm
-rows of 64 KiB or more on GPUs with hardware async copies: persistent cubes that prefetch
-their next row into shared memory, or several rows a cube sharing gamma and beta; see
-layout.long_row_plan), packed.py (bf16 rows held in registers as packed pairs, when
-their 16-byte chunks tile the row), looped.py (longer rows, and
-the cpu runtime) or backward.py. Statistics are F32; outputs are cast once to the input dtype; gamma,
-beta, mean, rstd, dgamma and dbeta are F32.
+of forward.py (rows held in registers), persistent.py and paired.py (on GPUs with hardware
+async copies, LayerNorm/RMSNorm rows of 64 KiB or more and bf16 LayerNorm rows of 8-16 KiB:
+persistent cubes that prefetch their next row into shared memory, or several rows a cube
+sharing gamma and beta; see layout.long_row_plan and layout.short_row_plan), packed.py
+(bf16 rows held in registers as packed pairs, when their 16-byte chunks tile the row),
+looped.py (longer rows, and the cpu runtime) or backward.py. Statistics are F32; outputs
+are cast once to the input dtype; gamma, beta, mean, rstd, dgamma and dbeta are F32.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from . import packed as _packed
 from . import paired as _paired
 from . import persistent as _persist
 from .checks import NormalizationError, check_epsilon, check_f32, check_input, check_like, check_runtimes
-from .layout import (PACKED_LN_CHUNKS, choose_shape, deepen, long_row_plan, persistent_grid, rows_view, vector_lanes,
-                     words_view)
+from .layout import (PACKED_LN_CHUNKS, choose_shape, deepen, long_row_plan, persistent_grid, rows_view,
+                     short_row_plan, vector_lanes, words_view)
 
 __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", "layer_norm_with_stats",
            "layer_norm_backward", "rms_norm_with_stats", "rms_norm_backward"]
@@ -121,6 +121,8 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
     m_out = mean.reshape(rows) if mean is not None else r_out  # RMSNorm never stores a mean
     args = (x2, g, b, out.reshape(rows, width), m_out, r_out, rows, width, xs, eps, rms, beta is not None)
     plan = long_row_plan(rt.capabilities, shape, width, input.dtype.itemsize, rms)
+    if plan is None:
+        plan = short_row_plan(rt.capabilities, shape, width, input.dtype, rms)
     if plan is not None and plan.kernel == "persistent":
         _persist.norm_persistent[persistent_grid(rt, rows), shape.bx](*args, shape.bx, shape.chunks, shape.lanes)
     elif plan is not None:

@@ -25,10 +25,10 @@ PACKED_LN_CHUNKS = 8
 # The plan depends on the core's L1 + shared memory (~256 KiB on Hopper) against what a row
 # streams through it, `row + params` bytes:
 #  - up to FITS_L1_BYTES: the plain cached kernels (gamma and beta stay in L1);
-#  - 16-bit rows beyond: up to 3 rows a cube, all in shared memory (paired.py; widened to
-#    f32 in registers they would spill), gamma and beta read once for the 3 rows: bf16 at
-#    W = 32768 3968 GB/s RMSNorm (persistent 3769) and 3530 LayerNorm (the packed kernel
-#    3138-3179), measured once CUDA's bf16 rounding became one instruction;
+#  - 16-bit rows beyond: up to 3 rows a cube in shared memory (paired.py), gamma and beta
+#    read once for all of them, and for LayerNorm a 4th row held in registers (as packed
+#    pairs for bf16: 16 registers at 1024 units); bf16 at W = 32768, session 11: RMSNorm
+#    4043 GB/s (persistent 3769), LayerNorm 3834 (3 rows 3756, the packed kernel 3144);
 #  - up to PERSIST_MAX_BYTES: persistent cubes prefetching the next row into shared memory
 #    (persistent.py; the async copies bypass L1, which then keeps gamma and beta);
 #  - beyond, for f32 rows: NR rows a cube (paired.py), one in registers and as many more in
@@ -38,6 +38,12 @@ FITS_L1_BYTES = 160 * 1024
 PERSIST_MAX_BYTES = 192 * 1024
 PAIRED_SHARED_BYTES = 192 * 1024
 SHARED_SLACK = 1024  # shared bytes the reductions' partials need beside the rows
+# bf16 LayerNorm rows shorter than LONG_ROW_BYTES with a cube of their own (the cached
+# shape's RY == 1): 2 rows a cube (paired.py), one held in registers as packed pairs, one
+# copied into shared memory, gamma and beta read once for both, instead of the packed
+# kernel: W = 4096 3713 -> 4084, W = 8192 3730 -> 4094 GB/s on the H200 (RESULTS.md,
+# session 11); rows up to SHORT_PAIRED_BYTES were measured, so the rule stops there.
+SHORT_PAIRED_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,18 @@ def long_row_plan(caps, shape: RowShape, width: int, itemsize: int, rms: bool):
         return None
     in_shared = min(PAIRED_SHARED_BYTES, shared) // row
     return LongRowPlan("paired", in_shared + 1, 1) if in_shared >= 1 else None
+
+
+def short_row_plan(caps, shape: RowShape, width: int, dtype, rms: bool):
+    """LongRowPlan("paired", 2, 1) for bf16 LayerNorm rows of SHORT_PAIRED_BYTES or less that
+    the cached `shape` gives a cube of their own (one row held in registers as packed pairs,
+    one copied into shared memory, gamma and beta read once for both), else None. Needs
+    hardware async copies and 16-byte chunks that tile the row exactly."""
+    row = width * dtype.itemsize
+    if not (caps.async_copy and dtype is kd.bf16 and not rms and shape.cached and shape.ry == 1
+            and not shape.ragged(width) and shape.lanes * dtype.itemsize == 16 and row <= SHORT_PAIRED_BYTES):
+        return None
+    return LongRowPlan("paired", 2, 1)
 
 
 def persistent_grid(rt, rows: int) -> int:

@@ -1,19 +1,27 @@
-"""LayerNorm / RMSNorm forward for long rows, NR rows a cube: REG (0 or 1) of them held
-in registers, the others in shared memory (each unit's own slots, filled by async
-copies), so every gamma and beta chunk is read once for NR rows.
+"""LayerNorm / RMSNorm forward, NR rows a cube: REG (0 or 1) of them held in registers,
+the others in shared memory (each unit's own slots, filled by async copies), so every
+gamma and beta chunk is read once for NR rows.
 
-Why: the output of each row needs all of gamma (and beta for LayerNorm), f32, W elements.
-At W = 32768 that is 128-256 KiB a row, more than a core's L1 keeps beside the streaming
-row, so it comes from L2 again for every row. NR rows a cube divide that traffic by NR.
-The library picks NR = 2, REG = 1 for f32 rows of 32768 (layout.long_row_plan: +6% for
-LayerNorm, +3% for RMSNorm on the H200) and NR = 3, REG = 0 for 16-bit rows past L1 (as
-f32 registers they would spill at 1024 units): bf16 at W = 32768 3530 GB/s LayerNorm
-(packed kernel 3144) and 3964 RMSNorm (persistent cubes 3766).
-Rows in shared memory are reduced chunk by chunk (LayerNorm: per-chunk mean and M2
-merged as they come, so each chunk is read once per pass) and read again to be written.
-A unit only reads the shared slots it copied itself: the copies need no barrier.
-The chunks must tile the row exactly (BX*CH*L == width), L*itemsize == 16 bytes.
-Same [rows, width] view, outputs and statistics as forward.norm_cached.
+Why: the output of each row needs all of gamma (and beta for LayerNorm), f32, W elements,
+read again for every row (from L2 once a long row crowds them out of L1); NR rows a cube
+divide those reads, and the instructions that issue them, by NR. What the library picks
+(layout.long_row_plan, layout.short_row_plan; H200 figures in RESULTS.md, sessions 10-11):
+  - f32 rows of 32768: NR = 2, REG = 1 (+6% LayerNorm, +3% RMSNorm over one row a cube);
+  - 16-bit rows past L1: 3 rows in shared memory, and for LayerNorm a 4th in registers
+    (bf16 W = 32768: RMSNorm 4043 GB/s; LayerNorm 3834, 3 rows 3756, the packed kernel 3144);
+  - bf16 LayerNorm rows of 8-16 KiB with a cube of their own: NR = 2, REG = 1 (W = 4096
+    and 8192: 4084 and 4094 GB/s, the packed kernel 3713 and 3730).
+bf16 rows are copied and held as u32 words, two elements a word (WORDS): a bf16 value is
+the high half of its f32, so widening costs one shift or one mask, where reading 16-bit
+elements from shared memory cost a byte permute and a shift; a register row takes 16
+registers at 1024 units. Each shared row is its own copy group, so a row's statistics
+start while later rows are still arriving; the NR rows' statistics are reduced together
+(one barrier, their butterflies interleaved). Rows in shared memory are reduced chunk by
+chunk (LayerNorm: per-chunk mean and M2 merged as they come, so each chunk is read once
+per pass) and read again to be written; the register row takes two passes (mean, then
+squared deviations). A unit only reads the shared slots it copied itself: the copies
+need no barrier. The chunks must tile the row exactly (BX*CH*L == width), L*itemsize ==
+16 bytes. Same [rows, width] view, outputs and statistics as forward.norm_cached.
 """
 from __future__ import annotations
 
