@@ -111,15 +111,16 @@ def test_plan_for_long_rows_on_gpus_only(runtime):
 
 
 def test_short_bf16_layer_norm_rows_run_two_a_cube(runtime, rng):
-    """bf16 LayerNorm rows of 8-16 KiB with a cube of their own: 2 rows a cube on an
-    H200-like device (one in registers, one in shared memory); not for RMSNorm, f16, f32,
-    rows that share a cube or rows past SHORT_PAIRED_BYTES, nor without async copies. The
+    """bf16 LayerNorm rows of 8-32 KiB with a cube of their own: 2 rows a cube on an
+    H200-like device (one in registers, one in shared memory), 3 past 16 KiB; not for
+    RMSNorm, f16, f32, rows that share a cube or long rows (long_row_plan's), nor without
+    async copies. The
     runtime's own choice gives the reference's result for 7 rows (a short last cube)."""
     gpu = for_arch("sm_90", max_shared_bytes=227 * 1024)
     P, R = layout.LongRowPlan, None
     want = {(4096, kd.bf16, False): P("paired", 2, 1), (8192, kd.bf16, False): P("paired", 2, 1),
             (8192, kd.bf16, True): R, (8192, kd.f16, False): R, (4096, kd.f32, False): R,
-            (2048, kd.bf16, False): R, (16384, kd.bf16, False): R}
+            (16384, kd.bf16, False): P("paired", 3, 1), (2048, kd.bf16, False): R, (32768, kd.bf16, False): R}
     for (width, dtype, rms), plan in want.items():
         shape = layout.choose_shape(gpu, width, 16 // dtype.itemsize)
         assert layout.short_row_plan(gpu, shape, width, dtype, rms) == plan, (width, dtype, rms)

@@ -5,7 +5,7 @@ Each entry point validates everything, returns empty results for zero rows witho
 launching, views the input as [rows, W] (copying only if its layout needs it),
 chooses a cube shape from W and the runtime (layout.py), and launches the kernels
 of forward.py (rows held in registers), persistent.py and paired.py (on GPUs with hardware
-async copies, LayerNorm/RMSNorm rows of 64 KiB or more and bf16 LayerNorm rows of 8-16 KiB:
+async copies, LayerNorm/RMSNorm rows of 64 KiB or more and bf16 LayerNorm rows of 8-32 KiB:
 persistent cubes that prefetch their next row into shared memory, or several rows a cube
 sharing gamma and beta; see layout.long_row_plan and layout.short_row_plan), packed.py
 (bf16 rows held in registers as packed pairs, when their 16-byte chunks tile the row),

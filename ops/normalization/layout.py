@@ -39,11 +39,13 @@ PERSIST_MAX_BYTES = 192 * 1024
 PAIRED_SHARED_BYTES = 192 * 1024
 SHARED_SLACK = 1024  # shared bytes the reductions' partials need beside the rows
 # bf16 LayerNorm rows shorter than LONG_ROW_BYTES with a cube of their own (the cached
-# shape's RY == 1): 2 rows a cube (paired.py), one held in registers as packed pairs, one
-# copied into shared memory, gamma and beta read once for both, instead of the packed
-# kernel: W = 4096 3713 -> 4084, W = 8192 3730 -> 4094 GB/s on the H200 (RESULTS.md,
-# session 11); rows up to SHORT_PAIRED_BYTES were measured, so the rule stops there.
-SHORT_PAIRED_BYTES = 16 * 1024
+# shape's RY == 1): several rows a cube (paired.py), one held in registers as packed pairs,
+# the others copied into shared memory, gamma and beta read once for all, instead of the
+# packed kernel (H200, RESULTS.md session 11): rows up to PAIRED_TWO_BYTES 2 rows a cube
+# (W = 4096 3713 -> 4084, W = 8192 3730 -> 4094 GB/s), longer ones up to SHORT_PAIRED_BYTES
+# 3 (W = 16384 3513 -> 4038; 2 rows 3925). Longer rows were not measured: the rule stops.
+PAIRED_TWO_BYTES = 16 * 1024
+SHORT_PAIRED_BYTES = 32 * 1024
 
 
 @dataclass(frozen=True)
@@ -172,15 +174,16 @@ def long_row_plan(caps, shape: RowShape, width: int, itemsize: int, rms: bool):
 
 
 def short_row_plan(caps, shape: RowShape, width: int, dtype, rms: bool):
-    """LongRowPlan("paired", 2, 1) for bf16 LayerNorm rows of SHORT_PAIRED_BYTES or less that
-    the cached `shape` gives a cube of their own (one row held in registers as packed pairs,
-    one copied into shared memory, gamma and beta read once for both), else None. Needs
-    hardware async copies and 16-byte chunks that tile the row exactly."""
+    """The LongRowPlan for bf16 LayerNorm rows of SHORT_PAIRED_BYTES or less that the cached
+    `shape` gives a cube of their own: 2 rows a cube (3 past PAIRED_TWO_BYTES), one held in
+    registers as packed pairs, the others copied into shared memory, gamma and beta read
+    once for all; else None. Needs hardware async copies and 16-byte chunks that tile the
+    row exactly."""
     row = width * dtype.itemsize
     if not (caps.async_copy and dtype is kd.bf16 and not rms and shape.cached and shape.ry == 1
             and not shape.ragged(width) and shape.lanes * dtype.itemsize == 16 and row <= SHORT_PAIRED_BYTES):
         return None
-    return LongRowPlan("paired", 2, 1)
+    return LongRowPlan("paired", 2 if row <= PAIRED_TWO_BYTES else 3, 1)
 
 
 def persistent_grid(rt, rows: int) -> int:

@@ -9,8 +9,9 @@ divide those reads, and the instructions that issue them, by NR. What the librar
   - f32 rows of 32768: NR = 2, REG = 1 (+6% LayerNorm, +3% RMSNorm over one row a cube);
   - 16-bit rows past L1: 3 rows in shared memory, and for LayerNorm a 4th in registers
     (bf16 W = 32768: RMSNorm 4043 GB/s; LayerNorm 3834, 3 rows 3756, the packed kernel 3144);
-  - bf16 LayerNorm rows of 8-16 KiB with a cube of their own: NR = 2, REG = 1 (W = 4096
-    and 8192: 4084 and 4094 GB/s, the packed kernel 3713 and 3730).
+  - bf16 LayerNorm rows of 8-32 KiB with a cube of their own: NR = 2 (3 past 16 KiB),
+    REG = 1 (W = 4096 / 8192 / 16384: 4084 / 4094 / 4038 GB/s, the packed kernel 3713 /
+    3730 / 3513).
 bf16 rows are copied and held as u32 words, two elements a word (WORDS): a bf16 value is
 the high half of its f32, so widening costs one shift or one mask, where reading 16-bit
 elements from shared memory cost a byte permute and a shift; a register row takes 16
