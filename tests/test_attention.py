@@ -10,7 +10,7 @@ import kerneldsl as kd
 import rudnn
 from rudnn.attention import (AttentionModuleOptions, AttentionSetupError, AttentionStrategy,
                              BlackboxAcceleratedStrategy, attention)
-from rudnn.attention import flash_mma, problem
+from rudnn.attention import flash_group, flash_mma, problem
 
 from reference.attention import attention as reference
 
@@ -153,11 +153,12 @@ def test_accelerated_tilings(runtime, rng, tiling):
     check(run(runtime, q, k, v, mask, None, tiling, is_causal=True), q, k, v, mask, is_causal=True)
 
 
-@pytest.mark.parametrize("registers,hold,vec", [(True, None, True), (True, None, False), (False, True, True),
-                                                (False, True, False), (False, False, False)],
+@pytest.mark.parametrize("kernel,hold,vec", [("registers", None, True), ("registers", None, False),
+                                             ("shared", True, True), ("shared", True, False),
+                                             ("shared", False, False)],
                          ids=["registers-vector", "registers-scalar", "fragments-vector", "fragments-scalar",
                               "shared-scalar"])
-def test_accelerated_variants(runtime, rng, registers, hold, vec):
+def test_accelerated_variants(runtime, rng, kernel, hold, vec):
     """Both kernels (softmax on the accumulators: tensor-core devices; softmax in shared
     memory, Q and O in fragments or in shared memory: elsewhere) and both ways of staging
     tiles (16-byte async copies or elements) run everywhere. Keys rise steadily so the
@@ -170,7 +171,7 @@ def test_accelerated_variants(runtime, rng, registers, hold, vec):
                          AttentionModuleOptions(scale=0.25))
     out = runtime.empty(p.out_shape, p.dtype)
     flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)),
-                  BlackboxAcceleratedStrategy(2, 1, 1), hold=hold, vec=vec, registers=registers)
+                  BlackboxAcceleratedStrategy(2, 1, 1), hold=hold, vec=vec, kernel=kernel)
     check(out.numpy(), q, k, v, scale=0.25)
 
 
@@ -187,7 +188,7 @@ def test_register_kernel_every_option(runtime, rng, tiling):
     p = problem.validate(t(q), t(k), t(v), t(mask), t(bias), AttentionModuleOptions(**opts))
     out = runtime.empty(p.out_shape, p.dtype)
     flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)), tiling,
-                  registers=True)
+                  kernel="registers")
     check(out.numpy(), q, k, v, mask, bias, **opts)
 
 
@@ -203,7 +204,43 @@ def test_register_kernel_scale_sign(runtime, rng, scale, tiling):
     p = problem.validate(t(q), t(k), t(v), None, None, AttentionModuleOptions(scale=scale))
     out = runtime.empty(p.out_shape, p.dtype)
     flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)), tiling,
-                  registers=True)
+                  kernel="registers")
+    check(out.numpy(), q, k, v, scale=scale)
+
+
+@pytest.mark.parametrize("tiling,vec", [(BlackboxAcceleratedStrategy(4, 1, 1), True),
+                                         (BlackboxAcceleratedStrategy(8, 1, 1), False),
+                                         (BlackboxAcceleratedStrategy(4, 1, 2), True)], ids=str)
+def test_group_kernel_every_option(runtime, rng, tiling, vec):
+    """The group-primitive kernel (the path on wgmma devices), forced on every runtime: GQA,
+    a broadcast mask, a bias, softcap, an explicit scale, causal with Sq < Skv, rows past
+    the end of the block, one and two groups a cube, vector and element copies."""
+    q, k, v = inputs(rng, B=2, Hq=4, Hkv=2, Sq=37, Skv=90, D=16, Dv=32, dtype="bf16")
+    mask = rng.random((2, 1, 37, 90)) < 0.2
+    bias = rng.standard_normal((1, 4, 37, 90)).astype(np.float32)
+    t = runtime.tensor
+    opts = dict(scale=0.3, softcap=5.0, is_causal=True)
+    p = problem.validate(t(q), t(k), t(v), t(mask), t(bias), AttentionModuleOptions(**opts))
+    assert flash_group.fits(p, tiling)
+    out = runtime.empty(p.out_shape, p.dtype)
+    flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)), tiling,
+                  vec=vec, kernel="group")
+    check(out.numpy(), q, k, v, mask, bias, **opts)
+
+
+@pytest.mark.parametrize("scale", [0.5, -0.5])
+def test_group_kernel_plain_and_rescaled(runtime, rng, scale):
+    """No mask: interior tiles keep raw scores (positive scale) or scale first (negative);
+    keys that rise steadily make the running max move on many steps."""
+    B, H, Sq, Skv, D = 1, 2, 70, 300, 16
+    q = np.ones((B, H, Sq, D), np.float16)
+    k = (np.linspace(-3, 6, Skv)[None, None, :, None] * np.ones((B, H, Skv, D))).astype(np.float16)
+    v = rng.standard_normal((B, H, Skv, 16)).astype(np.float16)
+    p = problem.validate(runtime.tensor(q), runtime.tensor(k), runtime.tensor(v), None, None,
+                         AttentionModuleOptions(scale=scale))
+    out = runtime.empty(p.out_shape, p.dtype)
+    flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)),
+                  BlackboxAcceleratedStrategy(4, 1, 1), kernel="group")
     check(out.numpy(), q, k, v, scale=scale)
 
 

@@ -1,5 +1,7 @@
-"""Device functions shared by the fused matrix-primitive kernels (flash_mma, flash_regs):
-which KV head and query rows a cube owns, and copying tiles of rows into shared memory."""
+"""Device functions shared by the fused matrix-primitive kernels (flash_mma, flash_regs,
+flash_group): which KV head and query rows a cube owns, and copying tiles of rows into
+shared memory, row-major with a padded stride or in the core-matrix layout of
+`kd.tile_offset` (the operands of `kd.group_mma`)."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -30,8 +32,20 @@ def row_base(src, b, h, rg, G, Sq, QROWS):
 
 
 @kd.func
+def slot(at, r, c, DS, DIMP):
+    """Shared offset of element (r, c) of a staged tile at `at`: row-major with row stride
+    DS (compile-time, > 0), or (DS = -TR) tiles of TR rows one after another, each TR x DIMP
+    tile in the core-matrix layout (kd.tile_offset)."""
+    if DS > 0:
+        o = at + r * DS + c
+    else:
+        o = at + (r // -DS) * (-DS * DIMP) + kd.tile_offset(r % -DS, c, -DS)
+    return o
+
+
+@kd.func
 def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QROWS):
-    """dst[at + r * DS + c] = row r0 + r of the block (see row_base), columns 0..DIMP, zero
+    """dst[slot(at, r, c, DS, DIMP)] = row r0 + r of the block (see row_base), columns 0..DIMP, zero
     past nvalid rows and past DIM (rows are clamped into [0, nvalid) for the addresses, so
     nothing outside the tensor is read even when nvalid is 0). VEC: 16-byte `kd.async_copy`s (rows 8-aligned, unit inner
     stride; the caller commits and waits); else element by element, done on return."""
@@ -44,7 +58,8 @@ def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QR
             c = (e % NV) * 8
             if e < NR * NV:
                 base = row_base(src, b, h, kd.max(kd.min(r0 + r, nvalid - 1), 0), G, Sq, QROWS)
-                kd.async_copy(dst, at + r * DS + c, src, base + kd.min(c, DIM - 8), 8, (r0 + r < nvalid) & (c < DIM))
+                kd.async_copy(dst, slot(at, r, c, DS, DIMP), src, base + kd.min(c, DIM - 8), 8,
+                              (r0 + r < nvalid) & (c < DIM))
     else:
         for e0 in range(0, NR * DIMP, U):
             e = e0 + kd.unit_pos_x()
@@ -53,7 +68,7 @@ def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QR
             base = row_base(src, b, h, kd.max(kd.min(r0 + r, nvalid - 1), 0), G, Sq, QROWS)
             x = kd.f32(src[base + kd.i64(kd.min(d, DIM - 1)) * src.stride(3)])
             if e < NR * DIMP:
-                dst[at + r * DS + d] = kd.select((r0 + r < nvalid) & (d < DIM), x, kd.f32(0))
+                dst[slot(at, r, d, DS, DIMP)] = kd.select((r0 + r < nvalid) & (d < DIM), x, kd.f32(0))
 
 
 @kd.func
@@ -62,18 +77,21 @@ def fetch_kv(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
     tile evenly (VEC, NV = DIMP/8 chunks a row dividing the unit count, which divides the
     chunk count), each unit copies one column chunk of every (units/NV)-th row: one address
     and a fixed row stride, no per-chunk division, clamping or unit test (rows past nvalid
-    copy nothing, which zero-fills). Otherwise fetch_rows."""
+    copy nothing, which zero-fills; in the core-matrix layout (DS < 0) the unit's rows are
+    8·RS elements apart when RS is a multiple of 8). Otherwise fetch_rows."""
     U = kd.cube_units()
     NV = DIMP // 8
-    if VEC and U % NV == 0 and (NR * NV) % U == 0:
+    if VEC and U % NV == 0 and (NR * NV) % U == 0 and (DS > 0 or (DS == -NR and (U // NV) % 8 == 0)):
         RS = U // NV
         r = kd.unit_pos_x() // NV
         c = (kd.unit_pos_x() % NV) * 8
         step = kd.i64(RS) * src.stride(2)
         p = row_base(src, b, h, r0 + r, 1, 1, False) + kd.i64(kd.min(c, DIM - 8))
+        d = slot(at, r, c, DS, DIMP)
+        ROWSTEP = RS * DS if DS > 0 else RS * 8  # shared elements between this unit's rows
         left = nvalid - (r0 + r)  # rows of this unit's column left to copy, from its first
         for i in kd.unroll(NR // RS):
-            kd.async_copy(dst, at + (r + i * RS) * DS + c, src, p, 8, (i * RS < left) & (c < DIM))
+            kd.async_copy(dst, d + i * ROWSTEP, src, p, 8, (i * RS < left) & (c < DIM))
             p = p + step
     else:
         fetch_rows(dst, at, DS, src, b, h, r0, nvalid, 1, 1, NR, DIM, DIMP, VEC, False)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from . import flash_regs
+from . import flash_group, flash_regs
 from .blocks import cube_block, fetch_kv, fetch_rows
 from .options import AttentionSetupError, BlackboxAcceleratedStrategy
 from .problem import Problem
@@ -292,9 +292,22 @@ def use_registers(p: Problem) -> bool:
     return bool(p.runtime.capabilities.mma_native) and max(p.D, p.Dv) <= REGISTER_MAX_DIM
 
 
-def needed_shared_bytes(p: Problem, tiling: BlackboxAcceleratedStrategy) -> int:
+def kernel_for(p: Problem, tiling: BlackboxAcceleratedStrategy) -> str:
+    """Which kernel `run` launches: 'group' (flash_group: the group primitive reads Q, K and
+    V from shared memory itself) where the device's group products are native (wgmma) and
+    the tiling has whole groups; else 'registers' (flash_regs) where the primitive is native
+    and the head dims fit; else 'shared' (this module's kernel)."""
+    if p.runtime.capabilities.group_mma_native and flash_group.fits(p, tiling):
+        return "group"
+    return "registers" if use_registers(p) else "shared"
+
+
+def needed_shared_bytes(p: Problem, tiling: BlackboxAcceleratedStrategy, kernel: str | None = None) -> int:
     """Shared memory of the kernel `run` launches for p with this tiling."""
-    if use_registers(p):
+    kernel = kernel or kernel_for(p, tiling)
+    if kernel == "group":
+        return flash_group.shared_bytes(p, tiling)
+    if kernel == "registers":
         return flash_regs.shared_bytes(p, tiling)
     return shared_bytes(p, tiling, hold_q(p))
 
@@ -361,13 +374,18 @@ def _vector_rows(t, dim: int) -> bool:
 
 
 def run(p: Problem, out, dummy_mask, dummy_bias, tiling: BlackboxAcceleratedStrategy, hold: bool | None = None,
-        vec: bool | None = None, registers: bool | None = None) -> None:
+        vec: bool | None = None, kernel: str | None = None) -> None:
     """Launch the fused matrix-primitive kernel for a validated problem (check() first).
-    `registers`, `hold` and `vec` override which kernel runs, where Q lives (shared-memory
-    kernel) and how tiles are copied (tests run every variant on every runtime)."""
+    `kernel` ('group', 'registers', 'shared'; see kernel_for), `hold` and `vec` override
+    which kernel runs, where Q lives (shared-memory kernel) and how tiles are copied (tests
+    run every variant on every runtime)."""
     if vec is None:
         vec = _vector_rows(p.k, p.D) and _vector_rows(p.v, p.Dv)
-    if registers if registers is not None else use_registers(p):
+    kernel = kernel or kernel_for(p, tiling)
+    if kernel == "group":
+        flash_group.run(p, out, dummy_mask, dummy_bias, tiling, bool(vec and _vector_rows(p.q, p.D)))
+        return
+    if kernel == "registers":
         flash_regs.run(p, out, dummy_mask, dummy_bias, tiling, bool(vec and _vector_rows(p.q, p.D)))
         return
     plane = p.runtime.capabilities.plane_dim

@@ -1,0 +1,202 @@
+"""`FlashBlackboxAccelerated` on the group matrix primitive (`kd.group_mma`: wgmma on Hopper).
+
+A cube of NP planes (a multiple of 4) is NP/4 groups; group g owns 64 rows, 64g .. 64g + 63,
+of the cube's BQ = 16·NP rows of the flattened [group heads x Sq] query block of one KV head,
+its plane p (of 4) rows 16p .. 16p + 15 of those in the accumulators. Each step takes
+BK = 16·NP·seq_kv keys (`flash_regs.key_tiles` with seq_q = 1). Q, and K and V in a two-slot
+ring filled by `kd.async_copy` (the next tile lands while this one is used), sit in shared
+memory in the core-matrix layout that `kd.group_mma` reads itself, so no plane loads a
+fragment of Q, K or V: on Hopper a product is a few wgmma instructions, where the
+`flash_regs` kernel spends most of its shared-memory bandwidth on ldmatrix. Per step:
+
+1. S = Q·Kᵀ (64 x BK per group), both operands from shared memory;
+2. the softmax on S element by element, as in `flash_regs`: the shared logit rule where a
+   tile needs it (edges, masks, bias, softcap), raw scores with the scale folded into the
+   exponent elsewhere, row maxima over the lanes holding a row, the lazy running max
+   (rescale only when a row's max grows by more than TAU), P = exp2(logit - m);
+3. P rounded into a group a fragment (registers) and O += P·V with V from shared memory.
+
+At the end O is divided by the row sums (rows with no visible key give zeros).
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .blocks import cube_block, fetch_kv, fetch_rows
+from .flash_regs import TAU, key_tiles, query_row, row_combine, slot_row, tree_fold
+from .scores import LOG2E, logit2
+
+GROUP_ROWS = 64  # rows of a group fragment
+MAX_DIM = 128    # head dims this kernel takes (S, P and O of a group stay in registers)
+
+
+@kd.kernel
+def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, mask: kd.Tensor, bias: kd.Tensor,
+                       scale: kd.f32, softcap: kd.f32, causal: kd.i32, D: kd.Const[int], DV: kd.Const[int],
+                       BK: kd.Const[int], HAS_MASK: kd.Const[bool], HAS_BIAS: kd.Const[bool],
+                       SOFTCAP: kd.Const[bool], VEC: kd.Const[bool]):
+    DT = q.dtype
+    NG = kd.plane_count() // 4
+    BQ = GROUP_ROWS * NG
+    DP = (D + 15) // 16 * 16
+    DVP = (DV + 15) // 16 * 16
+
+    b, hk, G, Sq, Skv, rows, r0 = cube_block(q, k, BQ)
+    grp = kd.plane_pos() // 4
+    prow = grp * GROUP_ROWS  # first row of this group's tile
+    off = Skv - Sq
+
+    q_sh = kd.shared(DT, BQ * DP)       # one 64 x DP tile per group
+    k_sh = kd.shared(DT, 2 * BK * DP)   # two slots of BK x DP
+    v_sh = kd.shared(DT, 2 * BK * DVP)  # two slots of BK x DVP
+
+    r_last = kd.min(r0 + BQ, rows) - 1
+    one_head = r0 // Sq == r_last // Sq
+    i_max = kd.select(one_head, r_last % Sq, Sq - 1)
+    i_min = kd.select(one_head, r0 % Sq, 0)  # the cube's rows see at least keys 0 .. i_min + off
+    scale2 = scale * LOG2E
+    kv_end = Skv
+    if causal != 0:
+        kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
+    fetch_rows(q_sh, 0, -GROUP_ROWS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True)
+    fetch_kv(k_sh, 0, -BK, k, b, hk, 0, kv_end, BK, D, DP, VEC)
+    fetch_kv(v_sh, 0, -BK, v, b, hk, 0, kv_end, BK, DV, DVP, VEC)
+    kd.async_commit()
+
+    s = kd.group_fragment_acc(GROUP_ROWS, BK)
+    pa = kd.group_fragment_a(DT, GROUP_ROWS, BK)
+    o = kd.group_fragment_acc(GROUP_ROWS, DVP)
+    kd.fill_fragment(o, 0.0)
+    NS = kd.fragment_row_slots(s)
+    NE = kd.fragment_len(s)
+    NO = kd.fragment_len(o)
+    q_tile = kd.shared_tile(q_sh, grp * (GROUP_ROWS * DP), GROUP_ROWS, DP)
+
+    m = ()  # per row slot: the running max and sum
+    l = ()
+    for n in kd.unroll(NS):
+        m = m + (-kd.inf,)
+        l = l + (kd.f32(0),)
+
+    for j0 in range(0, kv_end, BK):
+        cur = (j0 // BK) % 2
+        kd.async_wait(0)   # this unit's part of tile j0 is in ...
+        kd.sync_cube()     # ... everyone's is, and every group is done with the other slot
+        nslot = 1 - cur
+        fetch_kv(k_sh, nslot * (BK * DP), -BK, k, b, hk, j0 + BK, kv_end, BK, D, DP, VEC)
+        fetch_kv(v_sh, nslot * (BK * DVP), -BK, v, b, hk, j0 + BK, kv_end, BK, DV, DVP, VEC)
+        kd.async_commit()
+        interior = False
+        if not (HAS_MASK or HAS_BIAS or SOFTCAP):
+            interior = (j0 + BK <= Skv) & ((causal == 0) | (j0 + BK - 1 <= i_min + off))
+        fold = interior & (scale2 > 0.0)  # raw scores kept; the scale joins the max and the exponent
+        sc = kd.select(fold, scale2, kd.f32(1))
+
+        # ---- S = Q·Kᵀ
+        kd.fill_fragment(s, 0.0)
+        kd.group_mma(s, q_tile, kd.shared_tile(k_sh, cur * (BK * DP), DP, BK, transposed=True))
+        kd.group_wait(0)
+
+        # ---- logits (log2 units) in place where the tile needs the rule
+        if interior:
+            if not fold:
+                for i in kd.unroll(NE):
+                    kd.fragment_set(s, i, kd.fragment_get(s, i) * scale2)
+        else:
+            qrows = ()
+            for sl in kd.unroll(NS):
+                qrows = qrows + (query_row(r0 + prow + slot_row(s, sl), rows, Sq, hk, G, causal, off, Skv),)
+            for i in kd.unroll(NE):
+                h, iq, lim = qrows[kd.fragment_row_slot(s, i)]
+                ctx = (mask, bias, b, h, iq, lim, Skv, softcap, LOG2E)
+                j = j0 + kd.fragment_col(s, i)
+                kd.fragment_set(s, i, logit2(kd.fragment_get(s, i) * scale, j, ctx, HAS_MASK, HAS_BIAS, SOFTCAP))
+
+        # ---- row maxima; the running max moves only when a row's grows by more than TAU
+        mts = ()
+        for sl in kd.unroll(NS):
+            xs = ()
+            for i in kd.unroll(NE):
+                if kd.fragment_row_slot(s, i) == sl:
+                    xs = xs + (kd.fragment_get(s, i),)
+            mts = mts + (row_combine(tree_fold(xs, True), s, True) * sc,)
+        grow = mts[0] > m[0] + TAU
+        for sl in kd.unroll(1, NS):
+            grow = grow | (mts[sl] > m[sl] + TAU)
+        if kd.plane_any(grow):
+            m2 = ()
+            l2 = ()
+            alpha = ()
+            for sl in kd.unroll(NS):
+                mn = kd.max(m[sl], mts[sl])
+                a = kd.exp2_fast(m[sl] - kd.select(mn == -kd.inf, kd.f32(0), mn))
+                alpha = alpha + (a,)
+                m2 = m2 + (mn,)
+                l2 = l2 + (l[sl] * a,)
+            for i in kd.unroll(NO):
+                kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
+            m = m2
+            l = l2
+
+        # ---- P = exp2(logit - m) in place, the lane's part of each row sum
+        l2 = ()
+        for sl in kd.unroll(NS):
+            mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])  # nothing visible yet
+            ps = ()
+            for i in kd.unroll(NE):
+                if kd.fragment_row_slot(s, i) == sl:
+                    p = kd.exp2_fast(kd.fma(kd.fragment_get(s, i), sc, -mu))
+                    kd.fragment_set(s, i, p)
+                    ps = ps + (p,)
+            l2 = l2 + (l[sl] + tree_fold(ps, False),)
+        l = l2
+
+        # ---- O += P·V
+        kd.fragment_convert(pa, s)
+        kd.group_mma(o, pa, kd.shared_tile(v_sh, cur * (BK * DVP), BK, DVP))
+        kd.group_wait(0)
+    kd.async_wait(0)
+
+    # ---- out = O / l (rows with no visible key: zeros)
+    inv = ()
+    for sl in kd.unroll(NS):
+        lr = row_combine(l[sl], s, False)
+        inv = inv + (kd.select(lr > 0.0, 1.0 / lr, kd.f32(0)),)
+    for i in kd.unroll(NO):
+        rg = r0 + prow + kd.fragment_row(o, i)
+        h, iq, lim = query_row(rg, rows, Sq, hk, G, causal, off, Skv)
+        c = kd.fragment_col(o, i)
+        if (rg < rows) & (c < DV):
+            out[b, h, iq, c] = kd.fragment_get(o, i) * inv[kd.fragment_row_slot(o, i)]
+
+
+def fits(p, tiling) -> bool:
+    """Whether this kernel can run p with `tiling`: whole groups of 4 planes, one 16-row
+    tile a plane (seq_q = 1), head dims within MAX_DIM, and (where the primitive is
+    emulated) keys a step and padded Dv that the row rules can split over a plane's lanes."""
+    caps = p.runtime.capabilities
+    P = caps.plane_dim
+    bk = 16 * key_tiles(tiling)
+    dvp = (p.Dv + 15) // 16 * 16
+    lanes_ok = caps.mma_native or all(n % P == 0 or P % n == 0 for n in (bk, dvp))
+    return tiling.num_planes % 4 == 0 and tiling.seq_q == 1 and max(p.D, p.Dv) <= MAX_DIM and bk <= 256 and lanes_ok
+
+
+def shared_bytes(p, tiling) -> int:
+    """Shared memory the kernel declares for problem p and this tiling."""
+    bq = 16 * tiling.num_planes
+    bk = 16 * key_tiles(tiling)
+    dp, dvp = (p.D + 15) // 16 * 16, (p.Dv + 15) // 16 * 16
+    return p.dtype.itemsize * (bq * dp + 2 * bk * (dp + dvp))
+
+
+def run(p, out, dummy_mask, dummy_bias, tiling, vec: bool) -> None:
+    """Launch for a validated problem (flash_mma.check first, fits(p, tiling) true)."""
+    units = tiling.num_planes * p.runtime.capabilities.plane_dim
+    bq = 16 * tiling.num_planes
+    rows = p.group * p.Sq
+    grid = ((rows + bq - 1) // bq, p.B * p.Hkv)
+    flash_group_kernel[grid, units](
+        p.q, p.k, p.v, out, p.mask if p.mask is not None else dummy_mask,
+        p.bias if p.bias is not None else dummy_bias, p.scale, p.softcap or 1.0, int(p.causal), p.D, p.Dv,
+        16 * key_tiles(tiling), p.mask is not None, p.bias is not None, p.softcap is not None, vec)
