@@ -1170,7 +1170,7 @@ class CLikeRenderer:
             a = self._tile_elem(s.a_tile, f"(kd_plane % {ir.GROUP_PLANES}) * {rows} + kd_i", "kd_k")
         b = self._tile_elem(s.b_tile, "kd_k", "kd_j")
         body = [f"int kd_i = kd_e / {n}, kd_j = kd_e % {n};",
-                f"float kd_s = {acc}[kd_e];",
+                f"float kd_s = {acc + '[kd_e]' if s.accumulate else '0.0f'};",
                 f"for (int kd_k = 0; kd_k < {k}; ++kd_k) kd_s = kd_s + {a} * {b};",
                 f"{acc}[kd_e] = kd_s;"]
         return ([self.local_barrier_stmt, f"for (int kd_e = kd_lane; kd_e < {rows * n}; kd_e += kd_nlanes) {{"]
@@ -1180,10 +1180,10 @@ class CLikeRenderer:
         return []  # the emulated product is complete when group_mma returns
 
     def _tile_elem(self, t: ir.SharedTile, r: str, c: str) -> str:
-        """Element (r, c) of a shared tile as f32 (the core-matrix layout of kd.tile_offset)."""
+        """Element (r, c) of a shared tile as f32 (the layout of kd.tile_offset)."""
         sr, sc = (c, r) if t.transposed else (r, c)
-        at = (f"{self.x(t.offset)} + ((({sc}) / 8) * {t.stored_rows // 8} + ({sr}) / 8) * 64 "
-              f"+ (({sr}) % 8) * 8 + ({sc}) % 8")
+        at = (f"{self.x(t.offset)} + (({sc}) / 16) * {t.stored_rows * 16} + ({sr}) * 16 "
+              f"+ (((({sc}) / 8) & 1) ^ ((({sr}) / 4) & 1)) * 8 + ({sc}) % 8")
         dt = self.k.shared[t.src].dtype
         return self.cast(self.from_mem(f"{self.shared(t.src)}[{at}]", dt), dt, f32)
 

@@ -69,6 +69,15 @@ class VarTuple(tuple):
     a run-time branch (`m = (...)` before a loop, `m = m2` inside it)."""
 
 
+@dataclass
+class BranchTuple:
+    """A name whose tuple got new variables inside a branch of a run-time `if` (a tuple
+    whose length changed there): after the `if` its variables hold values only when that
+    branch ran, so reading it is an error that says how to carry the tuple out."""
+    name: str
+    line: int
+
+
 class DeviceFunction:
     """A function marked `@kd.func`: inlined into the kernels that call it."""
 
@@ -465,9 +474,13 @@ class Frontend:
             self.block(node.body if c else node.orelse)
             return
         cond = self.cond_expr(c, node.test)
+        before = dict(self.scope)
         then = self.sub_block(node.body)
         orelse = self.sub_block(node.orelse)
         self.emit(ir.If(cond=cond, then=then, orelse=orelse, loc=self.loc(node)))
+        for name, v in list(self.scope.items()):
+            if isinstance(v, VarTuple) and before.get(name) is not v:
+                self.scope[name] = BranchTuple(name, self.loc(node).line)
 
     def stmt_While(self, node):
         if node.orelse:
@@ -643,6 +656,11 @@ class Frontend:
             return ir.Var(v.dtype, name=v.name, loc=self.loc(node))
         if isinstance(v, lang._PlaneDim):
             return self.spec.plane_dim
+        if isinstance(v, BranchTuple):
+            raise self.error(node, f"tuple {name!r} got new variables inside the run-time `if` at line {v.line} "
+                                   f"(its length changed there), so after the `if` it holds values only when that "
+                                   f"branch ran: give it its final length before the `if` (e.g. "
+                                   f"`{name} = (x0, x1)`) and assign a tuple of that length in the branches")
         return v
 
     def expr_Name(self, node):

@@ -521,8 +521,8 @@ def mma(self, node, acc, a, b):
 # ------------------------------------------------------------------ group matrix primitive
 # A group is GROUP_PLANES consecutive planes (a warpgroup on CUDA) sharing a 64-row tile;
 # kd.group_mma reads its B operand (and A, unless A is a group a fragment) from shared
-# memory in the core-matrix layout of kd.tile_offset: wgmma on sm_90, mma.sync plane by plane
-# on other CUDA devices, an exact emulation elsewhere.
+# memory in the layout of kd.tile_offset (wgmma's 32-byte swizzle): wgmma on sm_90, mma.sync
+# plane by plane on other CUDA devices, an exact emulation elsewhere.
 GROUP_M = 64
 
 
@@ -567,8 +567,9 @@ def group_fragment_a(self, node, dtype, m, k):
 
 @builtin
 def shared_tile(self, node, smem, offset, rows, cols, transposed=False):
-    """A rows x cols operand of kd.group_mma in `smem` from element `offset`, stored in the
-    core-matrix layout as a rows x cols matrix, or as its transpose (`transposed=True`)."""
+    """A rows x cols operand of kd.group_mma in `smem` from element `offset` (a multiple of
+    128), stored in the layout of kd.tile_offset as a rows x cols matrix, or as its
+    transpose (`transposed=True`); the stored matrix has a multiple of 8 rows and of 16 columns."""
     if not isinstance(smem, SharedRef) or smem.dtype not in (f16, bf16):
         raise self.error(node, f"kd.shared_tile needs an f16 or bf16 shared array, got {self._describe(smem)}")
     rows, cols = (self.ct(v, node, "kd.shared_tile shape") for v in (rows, cols))
@@ -576,6 +577,11 @@ def shared_tile(self, node, smem, offset, rows, cols, transposed=False):
     for what, v in (("rows", rows), ("cols", cols)):
         if not isinstance(v, int) or v <= 0 or v % 8:
             raise self.error(node, f"kd.shared_tile: {what} must be a positive multiple of 8, got {v!r}")
+    stored_cols = rows if transposed else cols
+    if stored_cols % 16:
+        what = "rows of a transposed" if transposed else "cols of a"
+        raise self.error(node, f"kd.shared_tile: the {what} tile are its stored columns and must be a multiple "
+                               f"of 16, got {stored_cols}")
     off = self.temp(coerce(self.to_expr(offset, node), i32), "to")
     return TileRef(ir.SharedTile(smem.name, off, rows, cols, transposed), smem.dtype)
 
@@ -583,8 +589,10 @@ def shared_tile(self, node, smem, offset, rows, cols, transposed=False):
 @builtin
 def tile_offset(self, node, row, col, rows):
     """Element offset of (row, col) in a matrix of `rows` rows (compile-time, a multiple of 8)
-    stored in the core-matrix layout: 8 x 8 blocks of 64 consecutive elements (8 rows of 8),
-    the blocks of a column of blocks consecutive, columns of blocks one after another."""
+    stored in the group primitive's layout: columns in bands of 16 (32 bytes of 16-bit
+    elements), band after band; in a band, row after row, the two 8-element halves of a row
+    swapped in rows 4-7 of every 8 (wgmma's 32-byte swizzle: conflict-free reads, and each
+    row's 32 bytes in one piece, as a copy from a row-major tensor brings them)."""
     rows = self.ct(rows, node, "kd.tile_offset rows")
     if not isinstance(rows, int) or rows <= 0 or rows % 8:
         raise self.error(node, f"kd.tile_offset: rows must be a positive multiple of 8, got {rows!r}")
@@ -592,15 +600,20 @@ def tile_offset(self, node, row, col, rows):
     c = coerce(self.to_expr(col, node), i32)
     k = lambda v: make_const(v, i32, self.loc(node))  # noqa: E731
     op = lambda o, a, b: ir.BinOp(i32, op=o, a=a, b=b)  # noqa: E731
-    block = op("+", op("*", op("/", c, k(8)), k(rows // 8)), op("/", r, k(8)))
-    inner = op("+", op("*", op("%", r, k(8)), k(8)), op("%", c, k(8)))
-    return op("+", op("*", block, k(64)), inner)
+    band = op("*", op("/", c, k(16)), k(rows * 16))
+    half = op("^", op("%", op("/", c, k(8)), k(2)), op("%", op("/", r, k(4)), k(2)))
+    inner = op("+", op("*", half, k(8)), op("%", c, k(8)))
+    return op("+", band, op("+", op("*", r, k(16)), inner))
 
 
 @builtin
-def group_mma(self, node, acc, a, b):
-    """acc += a · b for a group: acc 64 x n (group acc fragment), a 64 x k (group a fragment
-    or shared tile), b k x n (shared tile). Asynchronous: read acc after kd.group_wait."""
+def group_mma(self, node, acc, a, b, accumulate=True):
+    """acc += a · b for a group (acc = a · b with accumulate=False): acc 64 x n (group acc
+    fragment), a 64 x k (group a fragment or shared tile), b k x n (shared tile).
+    Asynchronous: read acc after kd.group_wait."""
+    accumulate = self.ct(accumulate, node, "kd.group_mma accumulate")
+    if not isinstance(accumulate, bool):
+        raise self.error(node, f"kd.group_mma: accumulate must be a compile-time bool, got {accumulate!r}")
     acc = _need_frag(self, node, acc, ("acc",), "kd.group_mma (first argument)", ("group",))
     if not isinstance(b, TileRef):
         raise self.error(node, f"kd.group_mma: b must be a kd.shared_tile, got {self._describe(b)}")
@@ -615,7 +628,8 @@ def group_mma(self, node, acc, a, b):
     if a_rows != GROUP_M or k % 16 or (b.tile.rows, b.tile.cols) != (k, n):
         raise self.error(node, f"kd.group_mma: shapes do not chain: acc 64 x {n}, a {a_rows} x {k}, "
                                f"b {b.tile.rows} x {b.tile.cols} (need a 64 x k with k a multiple of 16, b k x {n})")
-    self.emit(ir.GroupMma(acc=acc.name, a=a_name, a_tile=a_tile, b_tile=b.tile, k=k, loc=self.loc(node)))
+    self.emit(ir.GroupMma(acc=acc.name, a=a_name, a_tile=a_tile, b_tile=b.tile, k=k, accumulate=accumulate,
+                          loc=self.loc(node)))
 
 
 @builtin

@@ -399,7 +399,8 @@ class SharedTile:
 
 @dataclass(eq=False)
 class GroupMma(Stmt):
-    """acc (a 64 x n group fragment) += A · B, f32 accumulate, issued asynchronously: the acc
+    """acc (a 64 x n group fragment) += A · B (or = A · B when not accumulate), f32, issued
+    asynchronously: the acc
     may be read only after a GroupWait that covers it. A is the group a fragment `a` or the
     tile `a_tile` (64 x k); B is the tile `b_tile` (k x n)."""
     acc: str = ""
@@ -407,6 +408,7 @@ class GroupMma(Stmt):
     a_tile: SharedTile | None = None
     b_tile: SharedTile = None
     k: int = 16
+    accumulate: bool = True  # False: acc = A · B (its old value ignored)
 
 
 @dataclass(eq=False)

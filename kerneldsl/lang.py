@@ -288,7 +288,7 @@ def shared_tile(smem, offset, rows, cols, transposed=False): """A group_mma oper
 @_builtin
 def tile_offset(row, col, rows): """Element offset of (row, col) in the core-matrix layout of a matrix of `rows` rows."""
 @_builtin
-def group_mma(acc, a, b): """acc += a · b over the group (async: read acc after group_wait)."""
+def group_mma(acc, a, b, accumulate=True): """acc += a · b over the group (= a · b if not accumulate; async: read acc after group_wait)."""
 @_builtin
 def group_wait(pending=0): """Wait until at most `pending` of this group's group_mma are unfinished."""
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
+from kerneldsl.errors import CompileError
 
 pytestmark = pytest.mark.feature("control flow")
 
@@ -225,3 +226,28 @@ def test_tuples_carried_through_loops_and_branches(runtime, rng, n, flip):
     if flip:
         r[0] *= 10
     np.testing.assert_allclose(y.numpy(), np.concatenate([want_m, r]), rtol=1e-6)
+
+
+@kd.kernel
+def tuple_grown_in_branch(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], flip: kd.i32, READ_AFTER: kd.Const[bool]):
+    """A tuple built element by element inside a run-time branch: fine to use there; read
+    after the branch it would hold values only when the branch ran, which is an error."""
+    a = ()
+    if flip > 0:
+        for s in kd.unroll(2):
+            a = a + (x[s] * 2.0,)
+        y[0] = a[0] + a[1]
+    else:
+        for s in kd.unroll(2):
+            a = a + (x[s],)
+    if READ_AFTER:
+        y[1] = a[1]
+
+
+def test_tuple_grown_in_a_branch_is_usable_there_and_an_error_after(runtime):
+    x = runtime.tensor(np.array([1.0, 2.0], np.float32))
+    y = runtime.zeros(2, "f32")
+    tuple_grown_in_branch[1, 1](x, y, 1, False)
+    np.testing.assert_allclose(y.numpy(), [6.0, 0.0])
+    with pytest.raises(CompileError, match=r"tuple 'a' got new variables inside the run-time `if` at line \d+"):
+        tuple_grown_in_branch[1, 1](x, y, 1, True)

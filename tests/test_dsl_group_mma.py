@@ -41,7 +41,8 @@ def write_acc(out, base, acc, cols: kd.Const[int]):
 def chained(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, s_out: kd.Tensor[kd.f32], o_out: kd.Tensor[kd.f32],
             D: kd.Const[int], N: kd.Const[int], DV: kd.Const[int], A_T: kd.Const[bool]):
     """Per group g (64 rows of q): S = q_g · kᵀ (both operands from shared memory, q stored
-    transposed when A_T), then O = round(S) · v with round(S) in registers."""
+    transposed when A_T; S's old value discarded), then O = 1 + round(S) · v with round(S)
+    in registers (accumulated onto O's old value)."""
     DT = q.dtype
     G = kd.cube_units() // (4 * kd.PLANE_DIM)
     g = kd.plane_pos() // 4
@@ -54,8 +55,9 @@ def chained(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, s_out: kd.Tensor[kd.f32], 
     stage(v_sh, 0, v, 0, N, DV, False)
     kd.sync_cube()
     s = kd.group_fragment_acc(64, N)
-    kd.fill_fragment(s, 0.0)
-    kd.group_mma(s, kd.shared_tile(q_sh, g * 64 * D, 64, D, transposed=A_T), kd.shared_tile(k_sh, 0, D, N, transposed=True))
+    kd.fill_fragment(s, 7.0)  # overwritten: accumulate=False
+    kd.group_mma(s, kd.shared_tile(q_sh, g * 64 * D, 64, D, transposed=A_T), kd.shared_tile(k_sh, 0, D, N, transposed=True),
+                 accumulate=False)
     kd.group_wait(0)
     write_acc(s_out, g * 64 * N, s, N)
     p = kd.group_fragment_a(DT, 64, N)
@@ -77,7 +79,7 @@ def _skip_without(runtime, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("groups,D,N,DV,a_t", [(1, 16, 16, 8, False), (2, 32, 48, 24, False), (1, 48, 32, 40, True)])
+@pytest.mark.parametrize("groups,D,N,DV,a_t", [(1, 16, 16, 16, False), (2, 32, 48, 32, False), (1, 48, 32, 48, True)])
 def test_chained_products(runtime, rng, dtype, groups, D, N, DV, a_t):
     """S = Q·Kᵀ from two shared tiles, then O = 1 + round(S)·V with round(S) converted in
     registers: the shapes of attention's two products, for one and two groups a cube."""
@@ -103,11 +105,11 @@ def row_stats(a: kd.Tensor, b: kd.Tensor, rmax: kd.Tensor[kd.f32], slots: kd.Ten
     a_sh = kd.shared(DT, 64 * 16)
     b_sh = kd.shared(DT, 16 * N)
     stage(a_sh, 0, a, 0, 64, 16, False)
-    stage(b_sh, 0, b, 0, 16, N, False)
+    stage(b_sh, 0, b, 0, 16, N, True)  # stored N x 16: N may be any multiple of 8
     kd.sync_cube()
     acc = kd.group_fragment_acc(64, N)
     kd.fill_fragment(acc, 0.0)
-    kd.group_mma(acc, kd.shared_tile(a_sh, 0, 64, 16), kd.shared_tile(b_sh, 0, 16, N))
+    kd.group_mma(acc, kd.shared_tile(a_sh, 0, 64, 16), kd.shared_tile(b_sh, 0, 16, N, transposed=True))
     kd.group_wait(0)
     masks = kd.fragment_row_lanes(acc)
     for s in kd.unroll(kd.fragment_row_slots(acc)):
@@ -159,11 +161,11 @@ def offsets(out: kd.Tensor[kd.i32], R: kd.Const[int], C: kd.Const[int]):
 
 
 def test_tile_offset_is_the_core_matrix_layout(runtime):
-    R, C = 24, 40
+    R, C = 24, 48
     out = runtime.zeros(R * C, "i32")
     offsets[1, 64](out, R, C)
     r, c = np.divmod(np.arange(R * C), C)
-    ref = ((c // 8) * (R // 8) + r // 8) * 64 + (r % 8) * 8 + c % 8
+    ref = (c // 16) * R * 16 + r * 16 + (((c // 8) % 2) ^ ((r // 4) % 2)) * 8 + c % 8
     np.testing.assert_array_equal(out.numpy(), ref)
     assert sorted(ref) == list(range(R * C))  # a permutation: every element has its own slot
 
@@ -177,7 +179,7 @@ def misuse(a: kd.Tensor, o: kd.Tensor[kd.f32], CASE: kd.Const[int]):
     if CASE == 1:
         kd.group_mma(acc, kd.shared_tile(sh, 0, 64, 16), kd.fragment_b(DT, 16, 16, 16))
     if CASE == 2:
-        kd.group_mma(acc, kd.shared_tile(sh, 0, 64, 16), kd.shared_tile(sh, 0, 16, 8))
+        kd.group_mma(acc, kd.shared_tile(sh, 0, 64, 16), kd.shared_tile(sh, 0, 16, 32))
     if CASE == 3:
         kd.load_fragment(acc, a, 0, 16)
     if CASE == 4:
@@ -185,7 +187,7 @@ def misuse(a: kd.Tensor, o: kd.Tensor[kd.f32], CASE: kd.Const[int]):
     if CASE == 5:
         kd.group_mma(kd.fragment_acc(16, 16, 16), kd.shared_tile(sh, 0, 64, 16), kd.shared_tile(sh, 0, 16, 16))
     if CASE == 6:
-        kd.shared_tile(sh, 0, 64, 12)
+        kd.shared_tile(sh, 0, 64, 24)
     if CASE == 7:
         p = kd.group_fragment_a(DT, 64, 16)
         kd.fragment_convert(p, kd.group_fragment_acc(64, 32))
@@ -195,11 +197,11 @@ def misuse(a: kd.Tensor, o: kd.Tensor[kd.f32], CASE: kd.Const[int]):
 @pytest.mark.parametrize("case,units,match", [
     (0, 128, "group fragments have 64 rows, got 32"),
     (1, 128, "b must be a kd.shared_tile, got fragment"),
-    (2, 128, r"shapes do not chain: acc 64 x 16, a 64 x 16, b 16 x 8"),
+    (2, 128, r"shapes do not chain: acc 64 x 16, a 64 x 16, b 16 x 32"),
     (3, 128, "kd.load_fragment takes plane fragments, got a group fragment"),
     (4, 128, "kd.shared_tile needs an f16 or bf16 shared array"),
     (5, 128, r"kd.group_mma \(first argument\) takes group fragments, got a plane fragment"),
-    (6, 128, "cols must be a positive multiple of 8, got 12"),
+    (6, 128, "the cols of a tile are its stored columns and must be a multiple of 16, got 24"),
     (7, 128, "kd.fragment_convert needs a row-layout a fragment of the acc fragment's m x n shape"),
     (8, 96, "need whole groups of 4 planes"),
 ])

@@ -1027,13 +1027,15 @@ class CpuRenderer:
         self.counted_loop(m, row, "mma.i")
 
     def tile_load(self, t: ir.SharedTile, off, r, c):
-        """Element (r, c) (i64 values) of a shared tile, as f32: the core-matrix layout of the
-        matrix as stored (t's transpose when t.transposed)."""
+        """Element (r, c) (i64 values) of a shared tile, as f32, in kd.tile_offset's layout of
+        the matrix as stored (t's transpose when t.transposed)."""
         b = self.b
         sr, sc = (c, r) if t.transposed else (r, c)
         k = lambda v: L.Constant(I64, v)  # noqa: E731
-        block = b.add(b.mul(b.udiv(sc, k(8)), k(t.stored_rows // 8)), b.udiv(sr, k(8)))
-        at = b.add(off, b.add(b.mul(block, k(64)), b.add(b.mul(b.urem(sr, k(8)), k(8)), b.urem(sc, k(8)))))
+        band = b.mul(b.udiv(sc, k(16)), k(t.stored_rows * 16))
+        half = b.xor(b.and_(b.udiv(sc, k(8)), k(1)), b.and_(b.udiv(sr, k(4)), k(1)))
+        inner = b.add(b.mul(half, k(8)), b.urem(sc, k(8)))
+        at = b.add(off, b.add(band, b.add(b.mul(sr, k(16)), inner)))
         mem, dt = self._mem_base("shared", t.src)
         return self.cast(self.from_mem(b.load(b.gep(mem, [at])), dt), dt, f32)
 
@@ -1050,6 +1052,8 @@ class CpuRenderer:
         def row(i):
             def col(j):
                 cptr = self.frag_ptr(s.acc, base_unit, b.add(b.mul(i, L.Constant(I64, n)), j))
+                if not s.accumulate:
+                    b.store(L.Constant(F32, 0.0), cptr)
 
                 def step(kk):
                     if s.a_tile is None:

@@ -59,7 +59,11 @@ class CudaRenderer(CLikeRenderer):
                 f"{k.name}: matrix fragments run on tensor cores, which need whole planes: use a multiple of "
                 f"{WARP} units per cube on {caps.device_name}, got {self.U}", k.loc)
         self.dynamic = sum(d.dtype.itemsize * d.size for d in k.shared.values()) > STATIC_SHARED_LIMIT
-        if caps.group_mma_native and ir.contains(k.body, ir.GroupMma):
+        self.group_products = ir.contains(k.body, ir.GroupMma)
+        # swizzled tiles (kd.group_mma): the swizzle reads address bits 4-7 of each array
+        self.shared_align = 256 if self.group_products else 16
+        self.local_decl = f"__shared__ __align__({self.shared_align})"
+        if caps.group_mma_native and self.group_products:
             # wgmma reads shared memory through the async proxy: order the cube's earlier
             # writes (stores, cp.async) before it at every barrier
             self.barrier_stmt = 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); __syncthreads();'
@@ -98,13 +102,14 @@ class CudaRenderer(CLikeRenderer):
             n, d = decls[line]
             mt = self.mem_type_names[d.dtype]
             out.append(f"{mt}* const {self.shared(n)} = ({mt}*)(kd_smem + {offset});")
-            offset += -(-d.dtype.itemsize * d.size // 16) * 16
+            offset += -(-d.dtype.itemsize * d.size // self.shared_align) * self.shared_align
         return out
 
     def dynamic_shared_bytes(self) -> int:
         if not self.dynamic:
             return 0
-        return sum(-(-d.dtype.itemsize * d.size // 16) * 16 for d in self.k.shared.values())
+        a = self.shared_align
+        return sum(-(-d.dtype.itemsize * d.size // a) * a for d in self.k.shared.values())
 
     # ------------------------------------------------------------------ values
     def bitcast(self, x: str, src, dst) -> str:
@@ -426,8 +431,11 @@ class CudaRenderer(CLikeRenderer):
         at = "nullptr" if s.a_tile is None else self._tile_ptr(s.a_tile)
         ar, atr = (0, "false") if s.a_tile is None else (s.a_tile.stored_rows, self._bool(s.a_tile.transposed))
         b = s.b_tile
-        return [f"kd_group_mma_sync<{ft.n}, {s.k}, {self._bool(dt is bf16)}>({self.frag(s.acc)}, {a}, {at}, {ar}, "
-                f"{atr}, {self._tile_ptr(b)}, {b.stored_rows}, {self._bool(b.transposed)}, kd_plane & 3, kd_lane);"]
+        zero = [] if s.accumulate else [f"for (int kd_i = 0; kd_i < {self.frag_regs(ft)}; ++kd_i) "
+                                        f"{self.frag(s.acc)}[kd_i] = 0.0f;"]
+        return zero + [f"kd_group_mma_sync<{ft.n}, {s.k}, {self._bool(dt is bf16)}>({self.frag(s.acc)}, {a}, {at}, "
+                       f"{ar}, {atr}, {self._tile_ptr(b)}, {b.stored_rows}, {self._bool(b.transposed)}, kd_plane & 3, "
+                       f"kd_lane);"]
 
     @staticmethod
     def _bool(v) -> str:
@@ -438,12 +446,15 @@ class CudaRenderer(CLikeRenderer):
 
     @staticmethod
     def _wg_operand(t: ir.SharedTile, k_major: bool) -> tuple:
-        """(lbo, sbo, descriptor step per k16 in 16-byte units, transpose flag) of a tile whose
-        K runs along its stored columns (k_major) or its stored rows."""
+        """(lbo, sbo, descriptor step per k16 in 16-byte units, transpose flag) of a tile in
+        kd.tile_offset's layout (32-byte swizzle atoms of 8 rows x 16 columns) whose K runs
+        along its stored columns (k_major: the next 16 K are the next band, R rows of 32
+        bytes on) or its stored rows (the next 16 K are 16 rows, 512 bytes, on; the N bands
+        are R * 32 bytes apart)."""
         R = t.stored_rows
-        if k_major:  # next 8 K: the next column of blocks, R/8 blocks of 128 bytes further
-            return 16 * R, 128, 2 * R, 0
-        return 128, 16 * R, 16, 1
+        if k_major:
+            return 16, 256, 2 * R, 0
+        return 32 * R, 256, 32, 1
 
     def _wgmma(self, s: ir.GroupMma, ft, dt) -> list:
         """One wgmma m64nNk16 per 16 of K, descriptors stepped along K, then a commit."""
@@ -470,7 +481,8 @@ class CudaRenderer(CLikeRenderer):
                 o += 1
                 flags = f"1, 1, {a[3]}, {b[3]}"
             ins.append(f'"l"(kd_db + {b[2] * step}ull)')
-            lines.append(f'    asm volatile("{{ .reg .pred p; setp.ne.b32 p, {o + 1}, 0; '
+            scale_d = 1 if s.accumulate or step else 0  # 0: the first product overwrites acc
+            lines.append(f'    asm volatile("{{ .reg .pred p; setp.ne.b32 p, {scale_d}, 0; '
                          f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{dregs}}}, {a_ops}, %{o}, p, {flags}; }}"')
             lines.append(f"                 : {outs}")
             lines.append(f"                 : {', '.join(ins)});")
@@ -481,10 +493,13 @@ class CudaRenderer(CLikeRenderer):
         if not self.caps.group_mma_native:
             return []  # mma.sync products are complete when issued
         lines = [f'asm volatile("wgmma.wait_group.sync.aligned {s.pending};" ::: "memory");']
-        for name, ft in self.k.frags.items():  # the accumulators are the products' outputs: fence them
-            if ft.group and ft.role == "acc":
+        for name, ft in self.k.frags.items():
+            # the products write the accumulators and read the a fragments after issue: tie
+            # both to the wait so no read of an acc, and no write of an a fragment, moves above it
+            if ft.group:
+                c = '"+f"' if ft.role == "acc" else '"+r"'
                 lines.append(f'for (int kd_i = 0; kd_i < {self.frag_regs(ft)}; ++kd_i) '
-                             f'asm volatile("" : "+f"({self.frag(name)}[kd_i]) :: "memory");')
+                             f'asm volatile("" : {c}({self.frag(name)}[kd_i]) :: "memory");')
         return lines
 
     # ------------------------------------------------------------------ result

@@ -1,7 +1,7 @@
 """Device functions shared by the fused matrix-primitive kernels (flash_mma, flash_regs,
 flash_group): which KV head and query rows a cube owns, and copying tiles of rows into
-shared memory, row-major with a padded stride or in the core-matrix layout of
-`kd.tile_offset` (the operands of `kd.group_mma`)."""
+shared memory, row-major with a padded stride or in the layout of `kd.tile_offset`
+(the operands of `kd.group_mma`)."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -35,7 +35,7 @@ def row_base(src, b, h, rg, G, Sq, QROWS):
 def slot(at, r, c, DS, DIMP):
     """Shared offset of element (r, c) of a staged tile at `at`: row-major with row stride
     DS (compile-time, > 0), or (DS = -TR) tiles of TR rows one after another, each TR x DIMP
-    tile in the core-matrix layout (kd.tile_offset)."""
+    tile in the group primitive's layout (kd.tile_offset)."""
     if DS > 0:
         o = at + r * DS + c
     else:
@@ -77,8 +77,8 @@ def fetch_kv(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
     tile evenly (VEC, NV = DIMP/8 chunks a row dividing the unit count, which divides the
     chunk count), each unit copies one column chunk of every (units/NV)-th row: one address
     and a fixed row stride, no per-chunk division, clamping or unit test (rows past nvalid
-    copy nothing, which zero-fills; in the core-matrix layout (DS < 0) the unit's rows are
-    8·RS elements apart when RS is a multiple of 8). Otherwise fetch_rows."""
+    copy nothing, which zero-fills; in kd.tile_offset's layout (DS < 0) the unit's rows are
+    16·RS elements apart when RS is a multiple of 8). Otherwise fetch_rows."""
     U = kd.cube_units()
     NV = DIMP // 8
     if VEC and U % NV == 0 and (NR * NV) % U == 0 and (DS > 0 or (DS == -NR and (U // NV) % 8 == 0)):
@@ -88,7 +88,7 @@ def fetch_kv(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
         step = kd.i64(RS) * src.stride(2)
         p = row_base(src, b, h, r0 + r, 1, 1, False) + kd.i64(kd.min(c, DIM - 8))
         d = slot(at, r, c, DS, DIMP)
-        ROWSTEP = RS * DS if DS > 0 else RS * 8  # shared elements between this unit's rows
+        ROWSTEP = RS * DS if DS > 0 else RS * 16  # shared elements between this unit's rows
         left = nvalid - (r0 + r)  # rows of this unit's column left to copy, from its first
         for i in kd.unroll(NR // RS):
             kd.async_copy(dst, d + i * ROWSTEP, src, p, 8, (i * RS < left) & (c < DIM))

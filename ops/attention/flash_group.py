@@ -5,18 +5,22 @@ of the cube's BQ = 16·NP rows of the flattened [group heads x Sq] query block o
 its plane p (of 4) rows 16p .. 16p + 15 of those in the accumulators. Each step takes
 BK = 16·NP·seq_kv keys (`flash_regs.key_tiles` with seq_q = 1). Q, and K and V in a two-slot
 ring filled by `kd.async_copy` (the next tile lands while this one is used), sit in shared
-memory in the core-matrix layout that `kd.group_mma` reads itself, so no plane loads a
-fragment of Q, K or V: on Hopper a product is a few wgmma instructions, where the
-`flash_regs` kernel spends most of its shared-memory bandwidth on ldmatrix. Per step:
+memory in the layout that `kd.group_mma` reads itself (`kd.tile_offset`), so no plane
+loads a fragment of Q, K or V: on Hopper a product is a few wgmma instructions, where the
+`flash_regs` kernel spends most of its shared-memory bandwidth on ldmatrix. Tile j:
 
-1. S = Q·Kᵀ (64 x BK per group), both operands from shared memory;
-2. the softmax on S element by element, as in `flash_regs`: the shared logit rule where a
-   tile needs it (edges, masks, bias, softcap), raw scores with the scale folded into the
-   exponent elsewhere, row maxima over the lanes holding a row, the lazy running max
-   (rescale only when a row's max grows by more than TAU), P = exp2(logit - m);
-3. P rounded into a group a fragment (registers) and O += P·V with V from shared memory.
-
-At the end O is divided by the row sums (rows with no visible key give zeros).
+1. the softmax on S_j = Q·K_jᵀ (64 x BK per group, in registers) element by element, as in
+   `flash_regs`: the shared logit rule where a tile needs it (edges, masks, bias, softcap),
+   raw scores with the scale folded into the exponent elsewhere, row maxima over the lanes
+   holding a row, the lazy running max (O is rescaled only when a row's max grows by more
+   than TAU), P = exp2(logit - m). Meanwhile O += P_{j-1}·V_{j-1} is still running
+   (`kd.group_mma` is asynchronous): only the rescale of O and the rounding of P into the a
+   fragment wait for it (`kd.group_wait(0)`);
+2. one barrier: K tile j+1 and V tile j are in, every group is done with the slots of K
+   tile j and V tile j-1;
+3. S_{j+1} = Q·K_{j+1}ᵀ (overwriting S), then O += P_j·V_j; while they run, the free
+   slots take K tile j+2 and V tile j+1 (`kd.async_copy`, landing during the next tile);
+   then wait for S_{j+1} only (`kd.group_wait(1)`: products finish in order).
 """
 from __future__ import annotations
 
@@ -47,8 +51,8 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
     off = Skv - Sq
 
     q_sh = kd.shared(DT, BQ * DP)       # one 64 x DP tile per group
-    k_sh = kd.shared(DT, 2 * BK * DP)   # two slots of BK x DP
-    v_sh = kd.shared(DT, 2 * BK * DVP)  # two slots of BK x DVP
+    k_sh = kd.shared(DT, 2 * BK * DP)   # two slots of BK x DP: K tile j in slot j % 2
+    v_sh = kd.shared(DT, 2 * BK * DVP)  # two slots of BK x DVP: V tile j in slot j % 2
 
     r_last = kd.min(r0 + BQ, rows) - 1
     one_head = r0 // Sq == r_last // Sq
@@ -60,6 +64,8 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
         kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
     fetch_rows(q_sh, 0, -GROUP_ROWS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True)
     fetch_kv(k_sh, 0, -BK, k, b, hk, 0, kv_end, BK, D, DP, VEC)
+    kd.async_commit()
+    fetch_kv(k_sh, BK * DP, -BK, k, b, hk, BK, kv_end, BK, D, DP, VEC)
     fetch_kv(v_sh, 0, -BK, v, b, hk, 0, kv_end, BK, DV, DVP, VEC)
     kd.async_commit()
 
@@ -78,24 +84,20 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
         m = m + (-kd.inf,)
         l = l + (kd.f32(0),)
 
+    # S of tile 0 (Q and K tile 0 are the first copy group)
+    kd.async_wait(1)
+    kd.sync_cube()
+    kd.group_mma(s, q_tile, kd.shared_tile(k_sh, 0, DP, BK, transposed=True), accumulate=False)
+    kd.group_wait(0)
+
+    # Tile j: S_j is in s; O += P_{j-1}·V_{j-1} may still run (it overlaps this softmax)
     for j0 in range(0, kv_end, BK):
-        cur = (j0 // BK) % 2
-        kd.async_wait(0)   # this unit's part of tile j0 is in ...
-        kd.sync_cube()     # ... everyone's is, and every group is done with the other slot
-        nslot = 1 - cur
-        fetch_kv(k_sh, nslot * (BK * DP), -BK, k, b, hk, j0 + BK, kv_end, BK, D, DP, VEC)
-        fetch_kv(v_sh, nslot * (BK * DVP), -BK, v, b, hk, j0 + BK, kv_end, BK, DV, DVP, VEC)
-        kd.async_commit()
+        jt = j0 // BK
         interior = False
         if not (HAS_MASK or HAS_BIAS or SOFTCAP):
             interior = (j0 + BK <= Skv) & ((causal == 0) | (j0 + BK - 1 <= i_min + off))
         fold = interior & (scale2 > 0.0)  # raw scores kept; the scale joins the max and the exponent
         sc = kd.select(fold, scale2, kd.f32(1))
-
-        # ---- S = Q·Kᵀ
-        kd.fill_fragment(s, 0.0)
-        kd.group_mma(s, q_tile, kd.shared_tile(k_sh, cur * (BK * DP), DP, BK, transposed=True))
-        kd.group_wait(0)
 
         # ---- logits (log2 units) in place where the tile needs the rule
         if interior:
@@ -123,18 +125,21 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
         grow = mts[0] > m[0] + TAU
         for sl in kd.unroll(1, NS):
             grow = grow | (mts[sl] > m[sl] + TAU)
-        if kd.plane_any(grow):
+        rescale = kd.plane_any(grow)
+        alpha = ()  # O's rescale factors, applied once the previous P·V is done
+        for sl in kd.unroll(NS):
+            alpha = alpha + (kd.f32(1),)
+        if rescale:
+            a2 = ()
             m2 = ()
             l2 = ()
-            alpha = ()
             for sl in kd.unroll(NS):
                 mn = kd.max(m[sl], mts[sl])
                 a = kd.exp2_fast(m[sl] - kd.select(mn == -kd.inf, kd.f32(0), mn))
-                alpha = alpha + (a,)
+                a2 = a2 + (a,)
                 m2 = m2 + (mn,)
                 l2 = l2 + (l[sl] * a,)
-            for i in kd.unroll(NO):
-                kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
+            alpha = a2
             m = m2
             l = l2
 
@@ -151,10 +156,29 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
             l2 = l2 + (l[sl] + tree_fold(ps, False),)
         l = l2
 
-        # ---- O += P·V
-        kd.fragment_convert(pa, s)
-        kd.group_mma(o, pa, kd.shared_tile(v_sh, cur * (BK * DVP), BK, DVP))
+        # ---- the previous P·V is done: O rescaled, P rounded into the a fragment
         kd.group_wait(0)
+        if rescale:
+            for i in kd.unroll(NO):
+                kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
+        kd.fragment_convert(pa, s)
+
+        # ---- K tile j+1 and V tile j are in for every unit, and every group is done with
+        # K tile j and V tile j-1
+        kd.async_wait(0)
+        kd.sync_cube()
+
+        # ---- S_{j+1} = Q·K_{j+1}ᵀ, then O += P_j·V_j left running into the next softmax;
+        # meanwhile the free slots take K tile j+2 and V tile j+1
+        if j0 + BK < kv_end:
+            kd.group_mma(s, q_tile, kd.shared_tile(k_sh, ((jt + 1) % 2) * (BK * DP), DP, BK, transposed=True),
+                         accumulate=False)
+        kd.group_mma(o, pa, kd.shared_tile(v_sh, (jt % 2) * (BK * DVP), BK, DVP))
+        fetch_kv(k_sh, (jt % 2) * (BK * DP), -BK, k, b, hk, j0 + 2 * BK, kv_end, BK, D, DP, VEC)
+        fetch_kv(v_sh, ((jt + 1) % 2) * (BK * DVP), -BK, v, b, hk, j0 + BK, kv_end, BK, DV, DVP, VEC)
+        kd.async_commit()
+        kd.group_wait(1)
+    kd.group_wait(0)
     kd.async_wait(0)
 
     # ---- out = O / l (rows with no visible key: zeros)

@@ -157,17 +157,16 @@ static __device__ __forceinline__ void kd_mma_bf16(float* c, const unsigned* a, 
 }
 // group fragments (kd.group_mma): a 64-row tile over 4 warps, warp g holding rows 16g ..
 // 16g + 15 in mma.sync's m16n8k16 layouts, n8 block after n8 block (wgmma's layout too).
-// Shared operands are in the core-matrix layout of kd.tile_offset: 8x8 blocks of 64
-// consecutive elements, the blocks of a column of blocks consecutive.
+// Shared operands are in kd.tile_offset's layout (wgmma's 32-byte swizzle): bands of 16
+// columns, rows of 32 bytes, the 16-byte halves swapped in rows 4-7 of every 8.
 static __device__ __forceinline__ const unsigned short* kd_tile_row(const unsigned short* t, int r, int c, int rows) {
-    return t + (((c >> 3) * (rows >> 3) + (r >> 3)) << 6) + ((r & 7) << 3) + (c & 7);
+    return t + (c >> 4) * rows * 16 + r * 16 + (((((c >> 3) & 1) ^ ((r >> 2) & 1))) << 3) + (c & 7);
 }
-// a wgmma shared-memory descriptor, no swizzle: lbo = bytes between core matrices along K,
-// sbo = along M/N (both multiples of 16)
+// a wgmma shared-memory descriptor, 32-byte swizzle: lbo, sbo in bytes (multiples of 16)
 static __device__ __forceinline__ unsigned long long kd_wg_desc(const void* p, unsigned lbo, unsigned sbo) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
-           | ((unsigned long long)(sbo >> 4) << 32);
+           | ((unsigned long long)(sbo >> 4) << 32) | (3ull << 62);
 }
 static __device__ __forceinline__ void kd_ldsm_x4(unsigned* f, const unsigned short* p, bool trans) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
