@@ -25,10 +25,13 @@ class AttentionModuleOptions:
 class BlackboxAcceleratedStrategy:
     """Tiling of `FlashBlackboxAccelerated`: a cube runs `num_planes` planes; each plane owns
     `seq_q` tiles of 16 query rows, and each step consumes 16·num_planes·seq_kv keys (on
-    tensor-core devices, whose kernel keeps the scores in registers, 16·ceil(num_planes·
+    tensor-core devices, whose kernels keep the scores in registers, 16·ceil(num_planes·
     seq_kv / seq_q) keys: a plane's score tiles stay num_planes·seq_kv however many query
-    tiles it owns). The default is (4, 2, 2) where that kernel runs (tensor cores, head dims
-    up to 128), else (4, 1, 1); smaller tilings where shared memory is short."""
+    tiles it owns). Where group products are native (wgmma), seq_q = 1 with num_planes a
+    multiple of 4 runs the group kernel (64 query rows per 4 planes). Defaults: (8, 1, 1)
+    there for head dims above 64 and 2048 keys or more; (4, 2, 2) on other tensor-core
+    devices and shapes (head dims up to 128); else (4, 1, 1); smaller tilings where shared
+    memory is short."""
 
     num_planes: int = 4
     seq_q: int = 1
