@@ -21,6 +21,22 @@ def cube_block(q, k, BQ):
 
 
 @kd.func
+def key_range(r0, NR, rows, Sq, Skv, causal):
+    """(i_min, kv_end) for a cube owning flattened query rows r0 .. r0 + NR - 1 (of rows):
+    every row of it sees at least keys 0 .. i_min + Skv - Sq (i_min: the first row's
+    position when the block lies in one head, else 0), and none sees a key at or past
+    kv_end (Skv, or under causal one past the last row's last visible key)."""
+    r_last = kd.min(r0 + NR, rows) - 1
+    one_head = r0 // Sq == r_last // Sq
+    i_max = kd.select(one_head, r_last % Sq, Sq - 1)
+    i_min = kd.select(one_head, r0 % Sq, 0)
+    kv_end = Skv
+    if causal != 0:
+        kv_end = kd.max(kd.min(i_max + Skv - Sq + 1, Skv), 0)
+    return (i_min, kv_end)
+
+
+@kd.func
 def row_base(src, b, h, rg, G, Sq, QROWS):
     """Element offset of row rg of the block: src[b, h, rg] (K/V rows), or for query rows
     (QROWS) src[b, h*G + rg // Sq, rg % Sq], rg counting the flattened [G x Sq] rows."""

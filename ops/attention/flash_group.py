@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .blocks import cube_block, fetch_kv, fetch_rows
+from .blocks import cube_block, fetch_kv, fetch_rows, key_range
 from .flash_regs import TAU, key_tiles, query_row, row_combine, slot_row, tree_fold
 from .scores import LOG2E, logit2
 
@@ -54,14 +54,8 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
     k_sh = kd.shared(DT, 2 * BK * DP)   # two slots of BK x DP: K tile j in slot j % 2
     v_sh = kd.shared(DT, 2 * BK * DVP)  # two slots of BK x DVP: V tile j in slot j % 2
 
-    r_last = kd.min(r0 + BQ, rows) - 1
-    one_head = r0 // Sq == r_last // Sq
-    i_max = kd.select(one_head, r_last % Sq, Sq - 1)
-    i_min = kd.select(one_head, r0 % Sq, 0)  # the cube's rows see at least keys 0 .. i_min + off
+    i_min, kv_end = key_range(r0, BQ, rows, Sq, Skv, causal)
     scale2 = scale * LOG2E
-    kv_end = Skv
-    if causal != 0:
-        kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
     fetch_rows(q_sh, 0, -GROUP_ROWS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True)
     fetch_kv(k_sh, 0, -BK, k, b, hk, 0, kv_end, BK, D, DP, VEC)
     kd.async_commit()

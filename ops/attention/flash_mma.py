@@ -31,7 +31,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from . import flash_group, flash_regs
-from .blocks import cube_block, fetch_kv, fetch_rows
+from .blocks import cube_block, fetch_kv, fetch_rows, key_range
 from .options import AttentionSetupError, BlackboxAcceleratedStrategy
 from .problem import Problem
 from .scores import LOG2E, logit2
@@ -132,11 +132,7 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
     kd.sync_cube()
 
     # keys any row of this cube can see: all, or up to the last visible one (causal)
-    r_last = kd.min(r0 + BQ, rows) - 1
-    i_max = kd.select(r0 // Sq == r_last // Sq, r_last % Sq, Sq - 1)
-    kv_end = Skv
-    if causal != 0:
-        kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
+    kv_end = key_range(r0, BQ, rows, Sq, Skv, causal)[1]
 
     for j0 in range(0, kv_end, BK):
         # ---- stage K and V tiles (zero past the end)

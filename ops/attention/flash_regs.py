@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .blocks import cube_block, fetch_kv, fetch_rows
+from .blocks import cube_block, fetch_kv, fetch_rows, key_range
 from .scores import LOG2E, logit2
 
 TAU = 8.0  # lazy rescale threshold in log2 units: P <= 256, safe in f16 and bf16
@@ -126,14 +126,8 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     v_sh = kd.shared(DT, 2 * BK * VS)
 
     # ---- Q block -> shared (one copy group), K/V tile 0 -> slot 0 (the next group)
-    r_last = kd.min(r0 + BQ, rows) - 1
-    one_head = r0 // Sq == r_last // Sq
-    i_max = kd.select(one_head, r_last % Sq, Sq - 1)
-    i_min = kd.select(one_head, r0 % Sq, 0)  # the cube's rows see at least keys 0 .. i_min + off
+    i_min, kv_end = key_range(r0, BQ, rows, Sq, Skv, causal)
     scale2 = scale * LOG2E
-    kv_end = Skv
-    if causal != 0:
-        kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
     fetch_rows(k_sh, QOFF, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True)
     kd.async_commit()
     fetch_kv(k_sh, 0, KS, k, b, hk, 0, kv_end, BK, D, DP, VEC)

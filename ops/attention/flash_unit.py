@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .blocks import key_range
 from .problem import Problem
 from .scores import LOG2E, logit2
 from .unit_blocks import DC, dot8, key_rows, load_query
@@ -49,12 +50,9 @@ def flash_unit_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
         acc[d * U + t] = 0.0
 
     # keys any row of this cube can see: all, or up to the last visible one (causal)
-    r_last = kd.min(r0 + U, rows) - 1
-    i_max = kd.select(r0 // Sq == r_last // Sq, r_last % Sq, Sq - 1)
-    kv_end = Skv
+    kv_end = key_range(r0, U, rows, Sq, Skv, causal)[1]
     lim = Skv
     if causal != 0:
-        kv_end = kd.max(kd.min(i_max + off + 1, Skv), 0)
         lim = i + off
     kb = kd.i64(b) * k.stride(0) + kd.i64(hk) * k.stride(1)
     vb = kd.i64(b) * v.stride(0) + kd.i64(hk) * v.stride(1)

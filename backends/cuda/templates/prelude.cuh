@@ -128,12 +128,9 @@ static __device__ __forceinline__ void kd_frag_gather16(unsigned* f, P base, lon
         f[i >> 1] = lo | (hi << 16);
     }
 }
-// a/b tile from shared memory with ldmatrix (rows of 16 aligned bytes); `trans` when the
-// tile's paired elements are not adjacent in memory (a col-major, b row-major)
-static __device__ __forceinline__ void kd_frag_ldsm(unsigned* f, const unsigned short* base, long long off,
-                                                    long long ld, bool col, bool trans, int lane) {
-    const int j = lane >> 3, r8 = lane & 7, rb = 8 * (j & 1), cb = 8 * (j >> 1);
-    const unsigned short* p = base + off + (col ? (cb + r8) * ld + rb : (rb + r8) * ld + cb);
+// four 8x8 16-bit matrices from shared memory, lane l giving the address of row l % 8 of
+// matrix l / 8; `trans` transposes each
+static __device__ __forceinline__ void kd_ldsm_x4(unsigned* f, const unsigned short* p, bool trans) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     if (trans)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -141,6 +138,13 @@ static __device__ __forceinline__ void kd_frag_ldsm(unsigned* f, const unsigned 
     else
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]) : "r"(a));
+}
+// a/b tile from shared memory with ldmatrix (rows of 16 aligned bytes); `trans` when the
+// tile's paired elements are not adjacent in memory (a col-major, b row-major)
+static __device__ __forceinline__ void kd_frag_ldsm(unsigned* f, const unsigned short* base, long long off,
+                                                    long long ld, bool col, bool trans, int lane) {
+    const int j = lane >> 3, r8 = lane & 7, rb = 8 * (j & 1), cb = 8 * (j >> 1);
+    kd_ldsm_x4(f, base + off + (col ? (cb + r8) * ld + rb : (rb + r8) * ld + cb), trans);
 }
 #define KD_MMA_M16N8K16(TY, c, a, b0, b1)                                                                \
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 "                              \
@@ -167,15 +171,6 @@ static __device__ __forceinline__ unsigned long long kd_wg_desc(const void* p, u
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
            | ((unsigned long long)(sbo >> 4) << 32) | (3ull << 62);
-}
-static __device__ __forceinline__ void kd_ldsm_x4(unsigned* f, const unsigned short* p, bool trans) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    if (trans)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]) : "r"(a));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]) : "r"(a));
 }
 // kd.group_mma without wgmma: warp `w` of the group multiplies its 16 rows with mma.sync.
 // A from registers (at == nullptr) or a tile of `ar` stored rows (atr: stored transposed);
