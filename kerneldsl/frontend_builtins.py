@@ -582,6 +582,15 @@ def shared_tile(self, node, smem, offset, rows, cols, transposed=False):
         what = "rows of a transposed" if transposed else "cols of a"
         raise self.error(node, f"kd.shared_tile: the {what} tile are its stored columns and must be a multiple "
                                f"of 16, got {stored_cols}")
+    size = 1
+    for d in smem.shape:
+        size *= d
+    if rows * cols > size:
+        raise self.error(node, f"kd.shared_tile: a {rows} x {cols} tile needs {rows * cols} elements; shared array "
+                               f"{smem.name} has {size}")
+    if _is_ct(offset) and isinstance(offset, int) and (offset % 128 or offset < 0 or offset + rows * cols > size):
+        raise self.error(node, f"kd.shared_tile: offset {offset} must be a multiple of 128 with the tile inside "
+                               f"{smem.name} ({size} elements)")
     off = self.temp(coerce(self.to_expr(offset, node), i32), "to")
     return TileRef(ir.SharedTile(smem.name, off, rows, cols, transposed), smem.dtype)
 

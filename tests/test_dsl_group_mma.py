@@ -188,6 +188,10 @@ def misuse(a: kd.Tensor, o: kd.Tensor[kd.f32], CASE: kd.Const[int]):
         kd.group_mma(kd.fragment_acc(16, 16, 16), kd.shared_tile(sh, 0, 64, 16), kd.shared_tile(sh, 0, 16, 16))
     if CASE == 6:
         kd.shared_tile(sh, 0, 64, 24)
+    if CASE == 9:
+        kd.shared_tile(sh, 0, 64, 32)
+    if CASE == 10:
+        kd.shared_tile(sh, 64, 32, 16)
     if CASE == 7:
         p = kd.group_fragment_a(DT, 64, 16)
         kd.fragment_convert(p, kd.group_fragment_acc(64, 32))
@@ -204,6 +208,8 @@ def misuse(a: kd.Tensor, o: kd.Tensor[kd.f32], CASE: kd.Const[int]):
     (6, 128, "the cols of a tile are its stored columns and must be a multiple of 16, got 24"),
     (7, 128, "kd.fragment_convert needs a row-layout a fragment of the acc fragment's m x n shape"),
     (8, 96, "need whole groups of 4 planes"),
+    (9, 128, "a 64 x 32 tile needs 2048 elements; shared array"),
+    (10, 128, "offset 64 must be a multiple of 128"),
 ])
 def test_group_errors(case, units, match):
     cpu = kd.runtime("cpu")  # the front end's checks: the same on every runtime
