@@ -12,6 +12,7 @@ import math
 import os
 import threading
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -257,20 +258,50 @@ def get_runtime(name: str | None = None, **options) -> Runtime:
         return rt
 
 
-def available_runtimes() -> list:
-    """Names of the runtimes that work on this machine, "cpu" first."""
-    out = []
+@dataclass(frozen=True)
+class RuntimeStatus:
+    """One runtime (or device) this machine might offer: whether it works, and why not."""
+
+    name: str  # what kd.runtime() takes: "cpu", "opencl:1", "cuda"
+    available: bool
+    device: str  # what it runs on, as far as known
+    reason: str = ""  # why it is not available ("" when it is)
+
+
+class RuntimeReport(list):
+    """`kd.runtime_report()`: a list of RuntimeStatus that prints as a table."""
+
+    def __str__(self):
+        rows = [(s.name, "yes" if s.available else "no", s.device, s.reason) for s in self]
+        w0 = max([len("runtime")] + [len(r[0]) for r in rows])
+        w2 = max([len("device")] + [len(r[2]) for r in rows])
+        lines = [f"{'runtime':<{w0}}  ok   {'device':<{w2}}  why not"]
+        lines += [f"{a:<{w0}}  {b:<3}  {c:<{w2}}  {d}".rstrip() for a, b, c, d in rows]
+        return "\n".join(lines)
+
+
+def runtime_report() -> RuntimeReport:
+    """Every runtime and device kerneldsl tried on this machine, usable or not, with the reason
+    for each that is not (a missing package, no driver, a driver that cannot build kernels)."""
+    out = RuntimeReport()
     for kind in BACKENDS:
         try:
             mod = _backend_module(kind)
-        except ImportError:
+        except ImportError as e:
+            out.append(RuntimeStatus(kind, False, "-", f"a package is not installed: {e}"))
             continue
         try:
-            if mod.available():
-                out.append(kind)
-        except Exception:  # noqa: BLE001  (a broken driver means "not available")
-            continue
+            out.extend(mod.report())
+        except Exception as e:  # noqa: BLE001  (a broken driver is a reason, not a crash)
+            out.append(RuntimeStatus(kind, False, "-", f"{type(e).__name__}: {e}"))
     return out
+
+
+def available_runtimes() -> list:
+    """Names of the runtimes that work on this machine, "cpu" first: each one built and ran a
+    test kernel (OpenCL: one name per working device, "opencl", "opencl:1", ...).
+    `runtime_report()` says why any other is missing."""
+    return [s.name for s in runtime_report() if s.available]
 
 
 runtime = get_runtime
@@ -289,5 +320,6 @@ def zeros(shape, dtype="f32", runtime=None) -> Tensor:  # noqa: F811
     return get_runtime(runtime).zeros(shape, dtype)
 
 
-__all__ = ["Runtime", "RuntimeUnavailable", "runtime", "get_runtime", "available_runtimes", "tensor", "empty", "zeros",
+__all__ = ["Runtime", "RuntimeUnavailable", "RuntimeStatus", "runtime", "get_runtime", "available_runtimes",
+           "runtime_report", "tensor", "empty", "zeros",
            "contiguous_strides"]

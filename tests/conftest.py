@@ -89,9 +89,16 @@ def pytest_terminal_summary(terminalreporter):
         return
     cols = sorted({rt for row in _MATRIX.values() for rt in row}, key=lambda c: (c == "-", c))
     w = max(len("feature"), *(len(f) for f in _MATRIX)) + 2
+    width = max(9, *(len(c) + 2 for c in cols))
     tr = terminalreporter
     tr.section("feature x runtime matrix")
-    tr.write_line("feature".ljust(w) + "".join(c.ljust(9) for c in cols))
+    tr.write_line("feature".ljust(w) + "".join(c.ljust(width) for c in cols))
     for feature in sorted(_MATRIX):
         row = _MATRIX[feature]
-        tr.write_line(feature.ljust(w) + "".join(row.get(c, ".").ljust(9) for c in cols))
+        tr.write_line(feature.ljust(w) + "".join(row.get(c, ".").ljust(width) for c in cols))
+    tr.write_line("")
+    for status in kd.runtime_report():  # what each column ran on, and what was left out and why
+        if status.available:
+            tr.write_line(f"{status.name}: {status.device}")
+        else:
+            tr.write_line(f"left out: {status.name} on {status.device}: {status.reason}")

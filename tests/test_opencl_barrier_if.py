@@ -21,7 +21,7 @@ opencl_runtime = pytest.importorskip("kerneldsl.backends.opencl.runtime",
 
 pytestmark = [pytest.mark.feature("opencl backend"),
               pytest.mark.skipif(not opencl_runtime.available(), reason="no OpenCL device on this machine "
-                                 "(pip install pocl-binary-distribution gives a CPU one)")]
+                                 "(pip install 'rudnn[opencl]' gives a CPU one)")]
 
 LAUNCHES = 150
 GX, GY, UNITS, K = 11, 6, 128, 19

@@ -17,7 +17,7 @@ from kerneldsl.backends.opencl import compiler, renderer  # noqa: E402
 
 pytestmark = [pytest.mark.feature("opencl backend"),
               pytest.mark.skipif(not opencl_runtime.available(), reason="no OpenCL device on this machine "
-                                 "(pip install pocl-binary-distribution gives a CPU one)")]
+                                 "(pip install 'rudnn[opencl]' gives a CPU one)")]
 THIS = os.path.abspath(__file__)
 
 

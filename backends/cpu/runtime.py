@@ -252,6 +252,13 @@ def available() -> bool:
     return True
 
 
+def report() -> list:
+    """The cpu runtime's RuntimeStatus: it needs only llvmlite, which importing this module proved."""
+    from kerneldsl.runtime import RuntimeStatus
+    from .capabilities import capabilities
+    return [RuntimeStatus("cpu", True, capabilities().device_name, "")]
+
+
 def create(index: int = 0, **options) -> CpuRuntime:
     if index != 0:
         raise ValueError(f"the cpu runtime has one device, got index {index}")

@@ -343,10 +343,21 @@ class CudaRuntime(Runtime):
                 self._raise_bounds(kir, args, rec)
 
 def available() -> bool:
+    return any(status.available for status in report())
+
+
+def report() -> list:
+    """The cuda runtime's RuntimeStatus: usable, or why not (NVRTC, driver, device count)."""
+    from kerneldsl.runtime import RuntimeStatus
     try:
-        return compiler.available() and device_count() > 0
-    except Exception:  # noqa: BLE001  (no driver, no device, broken install: not available)
-        return False
+        if not compiler.available():
+            return [RuntimeStatus("cuda", False, "-", "NVRTC not found (pip install 'rudnn[cuda]')")]
+        n = device_count()
+    except Exception as e:  # noqa: BLE001  (no driver, broken install: the reason is the message)
+        return [RuntimeStatus("cuda", False, "-", f"no usable CUDA driver: {str(e).splitlines()[0][:200]}")]
+    if n == 0:
+        return [RuntimeStatus("cuda", False, "-", "the CUDA driver lists no device")]
+    return [RuntimeStatus("cuda" if i == 0 else f"cuda:{i}", True, f"CUDA device {i}", "") for i in range(n)]
 
 
 def create(index: int = 0, **options) -> CudaRuntime:

@@ -23,7 +23,15 @@ def subgroups_wanted(device) -> bool:
     KERNELDSL_OPENCL_SUBGROUPS is not 0 (set it to 0 to force the local-memory path)."""
     if os.environ.get("KERNELDSL_OPENCL_SUBGROUPS", "1") in ("0", "false", "no"):
         return False
-    return "cl_khr_subgroups" in extensions(device)
+    exts = extensions(device)
+    # OpenCL 3.0 drivers may offer sub-groups as a feature of the language (Intel's CPU runtime
+    # lists cl_intel_subgroups and the shuffle/ballot extensions but not cl_khr_subgroups)
+    return "cl_khr_subgroups" in exts or "cl_intel_subgroups" in exts
+
+
+def sized_subgroups(device) -> bool:
+    """Whether a kernel can ask for sub-groups of 32 (cl_intel_required_subgroup_size)."""
+    return "cl_intel_required_subgroup_size" in extensions(device)
 
 
 def device_label(platform, device) -> str:

@@ -212,6 +212,8 @@ NATIVE_PRIMITIVES = {
         "#define kd_ballot32(p, mask) kd_ballot32_local(kd_sg_buf, kd_sg_slots, &kd_sg_phase, kd_unit, p, mask)"),
 }
 KHR_EXTENSIONS = ("cl_khr_subgroups", "cl_khr_subgroup_shuffle", "cl_khr_subgroup_ballot")
+# asks Intel's compilers for sub-groups of 32 (cl_intel_required_subgroup_size): planes are 32 units
+INTEL_SUBGROUP_32 = "__attribute__((intel_reqd_sub_group_size(32)))"
 
 
 class NativePlaneRenderer(OpenCLRenderer):
@@ -224,9 +226,14 @@ class NativePlaneRenderer(OpenCLRenderer):
 
     native_planes = True
     primitives = "ptx"
+    subgroup_attribute = ""  # INTEL_SUBGROUP_32 where the device sizes sub-groups on request
 
     def extensions(self) -> list:
         return list(KHR_EXTENSIONS) if self.primitives == "khr" and self.uses_planes else []
+
+    def kernel_attributes(self) -> str:
+        extra = f" {self.subgroup_attribute}" if self.primitives == "khr" and self.subgroup_attribute else ""
+        return super().kernel_attributes() + extra
 
     def plane_setup(self) -> list:
         out = [f"const uint kd_mask = kd_nlanes >= 32 ? 0xffffffffu : ((1u << kd_nlanes) - 1u);"]

@@ -6,7 +6,6 @@ N-th. Launches are queued; `.numpy()` and `synchronize()` wait for the queue.
 """
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import warnings
@@ -18,33 +17,18 @@ from kerneldsl.dtypes import bf16, boolean, f16
 from kerneldsl.errors import LaunchError
 from kerneldsl.runtime import Runtime, RuntimeUnavailable
 
-from . import compiler, renderer
-from .capabilities import EMULATED_PLANE_DIM, capabilities, device_label
+from . import compiler, platforms, renderer
+from .capabilities import EMULATED_PLANE_DIM, capabilities, device_label, sized_subgroups
 
-_KIND_ORDER = ("GPU", "ACCELERATOR", "CPU")
-
-
-@functools.lru_cache(maxsize=None)
 def devices() -> tuple:
-    """(platform, device) pairs of every OpenCL device here, GPUs first."""
-    import pyopencl as cl
-    found = []
-    for plat in cl.get_platforms():
-        try:
-            devs = plat.get_devices()
-        except cl.Error:  # a platform with no devices
-            continue
-        for d in devs:
-            kinds = cl.device_type.to_string(d.type)
-            rank = next((i for i, k in enumerate(_KIND_ORDER) if k in kinds), len(_KIND_ORDER))
-            found.append((rank, len(found), plat, d))
-    found.sort(key=lambda x: (x[0], x[1]))
-    return tuple((p, d) for _, _, p, d in found)
+    """(platform, device) pairs of the OpenCL devices that build and run a test kernel,
+    GPUs first (platforms.probe); `opencl:N` is the N-th."""
+    return platforms.working()
 
 
 _PROBE = """
 {primitives}
-__kernel __attribute__((reqd_work_group_size(48, 1, 1))) void kd_probe(__global uint* out) {{
+__kernel __attribute__((reqd_work_group_size(48, 1, 1))) {attribute} void kd_probe(__global uint* out) {{
     int u = (int)get_local_id(0);
     int lane = u % 32;
     int nlanes = u < 32 ? 32 : 16;
@@ -59,21 +43,23 @@ def probe_native_planes(ctx, queue, device):
     """('ptx' | 'khr', 32) when the device's warp / sub-group instructions work with planes of
     32 consecutive units (checked by running a shuffle and a ballot), else (None, 32)."""
     import pyopencl as cl
-    from .capabilities import extensions, subgroups_wanted
+    from .capabilities import extensions, sized_subgroups, subgroups_wanted
     exts = extensions(device)
     candidates = []
     if os.environ.get("KERNELDSL_OPENCL_SUBGROUPS", "1") in ("0", "false", "no"):
         return None, EMULATED_PLANE_DIM
     if "NVIDIA" in device.platform.name.upper():
         candidates.append("ptx")
-    if subgroups_wanted(device) and all(e in exts for e in renderer.KHR_EXTENSIONS):
+    if subgroups_wanted(device) and all(e in exts for e in renderer.KHR_EXTENSIONS[1:]):
         candidates.append("khr")
     for kind in candidates:
         try:
             opts = compiler.build_options(device, native=kind)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", cl.CompilerWarning)
-                prg = cl.Program(ctx, _PROBE.format(primitives=renderer.NATIVE_PRIMITIVES[kind])).build(
+                attribute = renderer.INTEL_SUBGROUP_32 if kind == "khr" and sized_subgroups(device) else ""
+                source = _PROBE.format(primitives=renderer.NATIVE_PRIMITIVES[kind], attribute=attribute)
+                prg = cl.Program(ctx, source).build(
                     options=opts, cache_dir=False)
             out = np.zeros(96, np.uint32)
             buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=out)
@@ -94,6 +80,14 @@ def probe_native_planes(ctx, queue, device):
 
 def describe_devices() -> str:
     return "; ".join(f"{i}: {device_label(p, d)}" for i, (p, d) in enumerate(devices())) or "none"
+
+
+def _why_none() -> str:
+    """Each device tried and why it failed, for the error that no device works."""
+    tried = platforms.failures()
+    if not tried:
+        return "the OpenCL loader lists no platform (install a driver, or the opencl extra: intel-opencl-rt)"
+    return "; ".join(f"{v.label}: {v.reason}" for v in tried)
 
 
 class OpenCLBinary:
@@ -120,7 +114,9 @@ def _scalar(dtype, value):
 class OpenCLRuntime(Runtime):
     kind = "opencl"
 
-    def __init__(self, index: int = 0):
+    def __init__(self, index: int = 0, native_planes: bool = True):
+        """`native_planes=False` runs plane operations through local memory even where the
+        device has sub-group instructions (the path devices without them take; tests use it)."""
         import pyopencl as cl
         devs = devices()
         if not 0 <= index < len(devs):
@@ -130,17 +126,22 @@ class OpenCLRuntime(Runtime):
         self.platform, self.device = devs[index]
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx, self.device)
-        self.native, plane_dim = probe_native_planes(self.ctx, self.queue, self.device)
+        if native_planes:
+            self.native, plane_dim = probe_native_planes(self.ctx, self.queue, self.device)
+        else:
+            self.native, plane_dim = None, EMULATED_PLANE_DIM
+        self.forced_local = not native_planes
         caps = capabilities(self.platform, self.device, native_planes=self.native is not None, plane_dim=plane_dim)
         super().__init__("opencl" if index == 0 else f"opencl:{index}", caps)
         self._cl = cl
 
     @property
     def device_key(self):
-        return f"opencl:{self.index}"
+        return f"opencl:{self.index}" + ("-local" if self.forced_local else "")
 
     def __repr__(self):
-        return f"kd.runtime({self.name!r})  # {self.capabilities.device_name}"
+        extra = ", native_planes=False" if self.forced_local else ""
+        return f"kd.runtime({self.name!r}{extra})  # {self.capabilities.device_name}"
 
     # -------------------------------------------------------------- memory
     def _raw_alloc(self, nbytes):
@@ -173,6 +174,8 @@ class OpenCLRuntime(Runtime):
         if self.native is not None and ir.contains(kir.body, ir.PlaneOp):
             r = renderer.NativePlaneRenderer(kir, self.capabilities)
             r.primitives = self.native
+            if sized_subgroups(self.device):
+                r.subgroup_attribute = renderer.INTEL_SUBGROUP_32
             return r
         return renderer.OpenCLRenderer(kir, self.capabilities)
 
@@ -257,14 +260,30 @@ def available() -> bool:
         return False
 
 
-def create(index: int = 0, **options) -> OpenCLRuntime:
+def report() -> list:
+    """One RuntimeStatus per OpenCL device the loader lists, working or not, with the reason."""
+    from kerneldsl.runtime import RuntimeStatus
+    try:
+        verdicts = platforms.probe()
+    except ImportError as e:
+        return [RuntimeStatus("opencl", False, "-", f"needs pyopencl (pip install 'rudnn[opencl]'): {e}")]
+    out, n = [], 0
+    for v in verdicts:
+        if v.works:
+            out.append(RuntimeStatus("opencl" if n == 0 else f"opencl:{n}", True, v.label, ""))
+            n += 1
+        else:
+            out.append(RuntimeStatus("opencl", False, v.label, v.reason))
+    return out or [RuntimeStatus("opencl", False, "-", _why_none())]
+
+
+def create(index: int = 0, native_planes: bool = True, **options) -> OpenCLRuntime:
     if options:
-        raise ValueError(f"the opencl runtime takes no options, got {sorted(options)}")
+        raise ValueError(f"the opencl runtime takes one option, native_planes, got {sorted(options)}")
     try:
         import pyopencl  # noqa: F401
     except ImportError as e:
-        raise RuntimeUnavailable(f"the opencl runtime needs pyopencl (pip install pyopencl): {e}") from None
+        raise RuntimeUnavailable(f"the opencl runtime needs pyopencl (pip install 'rudnn[opencl]'): {e}") from None
     if not available():
-        raise RuntimeUnavailable("the opencl runtime found no OpenCL device (install a driver, or "
-                                 "pocl-binary-distribution for the CPU)")
-    return OpenCLRuntime(index)
+        raise RuntimeUnavailable(f"the opencl runtime found no working OpenCL device: {_why_none()}")
+    return OpenCLRuntime(index, native_planes=native_planes)
