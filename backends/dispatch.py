@@ -1,0 +1,34 @@
+"""Dispatch tables shared by the renderers: IR node class -> the name of the method that
+lowers it.
+
+Each renderer declares its tables as dict literals (one entry per IR node class, so a
+missing one is visible at a glance and caught by tests/test_renderers.py) and binds them
+once per renderer instance with `bind`; rendering a node is then one dictionary lookup.
+Binding per instance (not per class) keeps a dialect's overriding methods, and a test's
+monkeypatched ones, in effect.
+"""
+from __future__ import annotations
+
+
+def bind(renderer, table: dict) -> dict:
+    """{IR node class: bound method} for one renderer instance."""
+    return {node: getattr(renderer, name) for node, name in table.items()}
+
+
+def lower(handlers: dict, node, renderer_name: str):
+    """Call the handler of `node`'s class, or fail naming the renderer and the node."""
+    handler = handlers.get(type(node))
+    if handler is None:
+        raise NotImplementedError(f"{renderer_name} renderer has no handler for IR node {type(node).__name__}")
+    return handler(node)
+
+
+def missing_handlers(cls, tables: tuple, nodes) -> list:
+    """Names of the IR node classes in `nodes` that none of `tables` lists, or whose method
+    `cls` lacks (for the completeness test)."""
+    out = []
+    for node in nodes:
+        names = [t[node] for t in tables if node in t]
+        if not names or not all(callable(getattr(cls, n, None)) for n in names):
+            out.append(node.__name__)
+    return out
