@@ -32,3 +32,11 @@ def missing_handlers(cls, tables: tuple, nodes) -> list:
         if not names or not all(callable(getattr(cls, n, None)) for n in names):
             out.append(node.__name__)
     return out
+
+
+def needs_async_copy(node, renderer_name: str):
+    """The handler of AsyncCopy / AsyncCommit / AsyncWait where a target has no hardware copies."""
+    from kerneldsl.errors import UnsupportedFeatureError
+    raise UnsupportedFeatureError(
+        f"{renderer_name} renderer: {type(node).__name__} reaches a renderer only where Capabilities.async_copy "
+        f"is set (the front end lowers kd.async_copy to a plain copy elsewhere)", node.loc)

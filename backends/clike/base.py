@@ -80,7 +80,6 @@ import jinja2
 
 from kerneldsl import ir
 from kerneldsl.dtypes import bf16, boolean, f16, f32, f64, i32, i64, u8, u32
-from kerneldsl.errors import UnsupportedFeatureError
 
 from .. import dispatch
 from .expressions import Expressions
@@ -254,9 +253,7 @@ class CLikeRenderer(KernelFrame, TextHelpers, Statements, FlatBarriers, Expressi
         return handler(e)
 
     def s_needs_async_copy(self, s):
-        raise UnsupportedFeatureError(
-            f"{self.dialect} renderer: {type(s).__name__} reaches a renderer only where Capabilities.async_copy "
-            f"is set (the front end lowers kd.async_copy to a plain copy elsewhere)", s.loc)
+        dispatch.needs_async_copy(s, self.dialect)
 
     # ================================================================== dialect hooks (defaults)
     def kernel_attributes(self) -> str:
