@@ -2,12 +2,14 @@
 lowers it.
 
 Each renderer declares its tables as dict literals (one entry per IR node class, so a
-missing one is visible at a glance and caught by tests/test_renderers.py) and binds them
+missing one is visible at a glance and fails tests/test_renderers.py) and binds them
 once per renderer instance with `bind`; rendering a node is then one dictionary lookup.
 Binding per instance (not per class) keeps a dialect's overriding methods, and a test's
 monkeypatched ones, in effect.
 """
 from __future__ import annotations
+
+from kerneldsl.errors import UnsupportedFeatureError
 
 
 def bind(renderer, table: dict) -> dict:
@@ -23,20 +25,8 @@ def lower(handlers: dict, node, renderer_name: str):
     return handler(node)
 
 
-def missing_handlers(cls, tables: tuple, nodes) -> list:
-    """Names of the IR node classes in `nodes` that none of `tables` lists, or whose method
-    `cls` lacks (for the completeness test)."""
-    out = []
-    for node in nodes:
-        names = [t[node] for t in tables if node in t]
-        if not names or not all(callable(getattr(cls, n, None)) for n in names):
-            out.append(node.__name__)
-    return out
-
-
 def needs_async_copy(node, renderer_name: str):
     """The handler of AsyncCopy / AsyncCommit / AsyncWait where a target has no hardware copies."""
-    from kerneldsl.errors import UnsupportedFeatureError
     raise UnsupportedFeatureError(
         f"{renderer_name} renderer: {type(node).__name__} reaches a renderer only where Capabilities.async_copy "
         f"is set (the front end lowers kd.async_copy to a plain copy elsewhere)", node.loc)
