@@ -15,8 +15,6 @@ class FragmentEmulation:
         for line in self.frag_op(s):
             self.emit(line)
 
-    s_FragLoad = s_FragStore = s_FragMma = s_frag_op
-
     def s_group_mma(self, s):
         for line in self.group_mma(s):
             self.emit(line)
