@@ -91,54 +91,21 @@ from .planes import PlaneEmulation
 from .statements import Statements
 from .text import TextHelpers, _cstring, cname
 
-# IR node class -> the method that lowers it (a dialect overrides the method, not the entry)
+# IR node class -> the method that lowers it (a dialect overrides the method, not the entry):
+# the statements and expressions every renderer shares (backends/dispatch.py), plus barriers,
+# plane and fragment operations, which C lowers in place
 STATEMENT_HANDLERS = {
-    ir.Assign: "s_assign",
-    ir.Store: "s_store",
-    ir.SharedStore: "s_shared_store",
-    ir.If: "s_if",
-    ir.For: "s_for",
-    ir.While: "s_while",
-    ir.Break: "s_break",
-    ir.Continue: "s_continue",
-    ir.Return: "s_return",
+    **dispatch.STATEMENTS,
     ir.Barrier: "s_barrier",
-    ir.SharedDecl: "s_declared",  # declared in the prologue from KernelIR.shared
-    ir.FragDecl: "s_declared",  # declared by frag_decls() from KernelIR.frags
     ir.PlaneOp: "s_plane_op",
-    ir.Atomic: "s_atomic",
-    ir.Print: "s_print",
     ir.FragFill: "s_frag_op",
     ir.FragLoad: "s_frag_op",
     ir.FragStore: "s_frag_op",
     ir.FragMma: "s_frag_op",
-    ir.FragSet: "s_frag_set",
-    ir.FragConvert: "s_frag_convert",
     ir.GroupMma: "s_group_mma",
     ir.GroupWait: "s_group_wait",
-    ir.AsyncCopy: "s_needs_async_copy",  # CUDA overrides these three with cp.async
-    ir.AsyncCommit: "s_needs_async_copy",
-    ir.AsyncWait: "s_needs_async_copy",
 }
-EXPRESSION_HANDLERS = {
-    ir.Const: "e_const",
-    ir.Var: "e_var",
-    ir.BinOp: "e_binop",
-    ir.UnOp: "e_unop",
-    ir.Cmp: "e_cmp",
-    ir.Logic: "e_logic",
-    ir.Select: "e_select",
-    ir.Cast: "e_cast",
-    ir.Bitcast: "e_bitcast",
-    ir.Math: "e_math",
-    ir.Load: "e_load",
-    ir.SharedLoad: "e_shared_load",
-    ir.TensorDim: "e_tensor_dim",
-    ir.Position: "e_position",
-    ir.VecMake: "e_vec_make",
-    ir.VecExtract: "e_vec_extract",
-    ir.FragGet: "e_frag_get",
-}
+EXPRESSION_HANDLERS = dispatch.EXPRESSIONS
 # expressions of a VecType: one C expression per lane
 VECTOR_HANDLERS = {
     ir.Var: "v_var",
@@ -154,7 +121,7 @@ VECTOR_HANDLERS = {
 
 
 class CLikeRenderer(KernelFrame, TextHelpers, Statements, FlatBarriers, Expressions, Memory, PlaneEmulation,
-                    FragmentEmulation):
+                    FragmentEmulation, dispatch.SharedHandlers):
     """IR -> C text. Construct with (kernel IR, capabilities), call `render()`."""
 
     dialect = "c"
@@ -252,8 +219,6 @@ class CLikeRenderer(KernelFrame, TextHelpers, Statements, FlatBarriers, Expressi
             raise NotImplementedError(f"{self.dialect}: vector {type(e).__name__}")
         return handler(e)
 
-    def s_needs_async_copy(self, s):
-        dispatch.needs_async_copy(s, self.dialect)
 
     # ================================================================== dialect hooks (defaults)
     def kernel_attributes(self) -> str:

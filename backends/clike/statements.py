@@ -5,6 +5,7 @@ from __future__ import annotations
 from kerneldsl import ir
 from kerneldsl.dtypes import VecType, i64
 
+from .. import dispatch
 from .text import parens
 
 
@@ -127,18 +128,9 @@ class Statements:
     def s_barrier(self, s):
         self.emit(self.barrier_stmt)
 
-    def s_declared(self, s):
-        """Shared arrays and fragments are declared at the kernel's top (prologue, frag_decls)."""
 
     def s_print(self, s):
-        fmt, args = "", []
-        for part in s.parts:
-            if isinstance(part, str):
-                fmt += part.replace("%", "%%")
-                continue
-            spec, arg = self.print_arg(part.dtype, self.x(part))
-            fmt += spec
-            args.append(arg)
+        fmt, args = dispatch.printf_format(s.parts, lambda e: self.print_arg(e.dtype, self.x(e)))
         self.emit(self.printf(fmt + "\n", args))
 
     # ------------------------------------------------------------------ bounds checks

@@ -33,27 +33,8 @@ from .regions import build_schedule, rematerialize
 from .schedule import Schedule
 from .statements import Statements
 
-# statements inside a region (one unit at a time, in the unit loop)
-STATEMENT_HANDLERS = {
-    ir.Assign: "s_assign",
-    ir.Store: "s_store",
-    ir.SharedStore: "s_shared_store",
-    ir.If: "s_if",
-    ir.For: "s_for",
-    ir.While: "s_while",
-    ir.Break: "s_break",
-    ir.Continue: "s_continue",
-    ir.Return: "s_return",
-    ir.Atomic: "s_atomic",
-    ir.Print: "s_print",
-    ir.FragSet: "s_frag_set",
-    ir.FragConvert: "s_frag_convert",
-    ir.SharedDecl: "s_declared",  # allocated in the frame from KernelIR.shared
-    ir.FragDecl: "s_declared",  # allocated in the frame from KernelIR.frags
-    ir.AsyncCopy: "s_needs_async_copy",  # the front end lowers kd.async_copy to a plain copy here
-    ir.AsyncCommit: "s_needs_async_copy",
-    ir.AsyncWait: "s_needs_async_copy",
-}
+# statements inside a region (one unit at a time, in the unit loop): those every renderer shares
+STATEMENT_HANDLERS = dispatch.STATEMENTS
 # split points (ir.SPLIT_STMTS): between regions, for every plane of the cube
 SPLIT_HANDLERS = {
     ir.Barrier: "split_barrier",
@@ -65,31 +46,14 @@ SPLIT_HANDLERS = {
     ir.GroupMma: "split_group_mma",
     ir.GroupWait: "split_group_wait",
 }
-EXPRESSION_HANDLERS = {
-    ir.Const: "e_const",
-    ir.Var: "e_var",
-    ir.BinOp: "e_binop",
-    ir.UnOp: "e_unop",
-    ir.Cmp: "e_cmp",
-    ir.Logic: "e_logic",
-    ir.Select: "e_select",
-    ir.Cast: "e_cast",
-    ir.Bitcast: "e_bitcast",
-    ir.Math: "e_math",
-    ir.Load: "e_load",
-    ir.SharedLoad: "e_shared_load",
-    ir.TensorDim: "e_tensor_dim",
-    ir.Position: "e_position",
-    ir.VecMake: "e_vec_make",
-    ir.VecExtract: "e_vec_extract",
-    ir.FragGet: "e_frag_get",
-}
+EXPRESSION_HANDLERS = dispatch.EXPRESSIONS
 
 
-class CpuRenderer(Schedule, Statements, Expressions, Memory, Planes, Fragments):
+class CpuRenderer(Schedule, Statements, Expressions, Memory, Planes, Fragments, dispatch.SharedHandlers):
     """IR -> LLVM IR text: construct with (kernel IR, uniformity facts, capabilities), call
     `render()`."""
 
+    dialect = "cpu"
     STATEMENT_HANDLERS = STATEMENT_HANDLERS
     SPLIT_HANDLERS = SPLIT_HANDLERS
     EXPRESSION_HANDLERS = EXPRESSION_HANDLERS
@@ -108,21 +72,15 @@ class CpuRenderer(Schedule, Statements, Expressions, Memory, Planes, Fragments):
     # ================================================================ dispatch
     def stmt(self, s):
         """Lower one statement of a region (through STATEMENT_HANDLERS)."""
-        dispatch.lower(self._stmt_handlers, s, "cpu")
+        dispatch.lower(self._stmt_handlers, s, self.dialect)
 
     def split(self, s):
         """Lower one split point between regions (through SPLIT_HANDLERS)."""
-        dispatch.lower(self._split_handlers, s, "cpu")
+        dispatch.lower(self._split_handlers, s, self.dialect)
 
     def expr(self, e):
         """The LLVM value of an expression (a list of lane values for a vector; EXPRESSION_HANDLERS)."""
-        return dispatch.lower(self._expr_handlers, e, "cpu")
-
-    def s_declared(self, s):
-        """Shared arrays and fragments are allocated in the frame at the kernel's top."""
-
-    def s_needs_async_copy(self, s):
-        dispatch.needs_async_copy(s, "cpu")
+        return dispatch.lower(self._expr_handlers, e, self.dialect)
 
     def split_barrier(self, s):
         """Nothing: regions end at a barrier, and the next starts after every unit reached it."""

@@ -6,6 +6,7 @@ from llvmlite import ir as L
 
 from kerneldsl.dtypes import f32, i64, u32, boolean
 
+from .. import dispatch
 from .llvm_types import F64, I1, I8, I8P, I32, I64, reg_type
 
 
@@ -107,28 +108,7 @@ class Statements:
             self.write_var(s.dst, result["v"])
 
     def s_print(self, s):
-        fmt, args = "", []
-        for part in s.parts:
-            if isinstance(part, str):
-                fmt += part.replace("%", "%%")
-                continue
-            v = self.expr(part)
-            t = part.dtype
-            if t.is_float:
-                fmt += "%g"
-                args.append(self.b.fpext(v, F64) if t is f32 else v)
-            elif t is i64:
-                fmt += "%lld"
-                args.append(v)
-            elif t is u32:
-                fmt += "%u"
-                args.append(v)
-            elif t is boolean:
-                fmt += "%d"
-                args.append(self.b.zext(v, I32))
-            else:
-                fmt += "%d"
-                args.append(self.b.sext(v, I32) if v.type.width < 32 else v)
+        fmt, args = dispatch.printf_format(s.parts, self._print_arg)
         fmt += "\n"
         data = bytearray(fmt.encode()) + b"\0"
         g = L.GlobalVariable(self.module, L.ArrayType(I8, len(data)), name=f"kd.str{self._strings}")
@@ -141,3 +121,17 @@ class Statements:
         fflush = self.module.globals.get("fflush") or L.Function(self.module, L.FunctionType(I32, [I8P]), "fflush")
         self.b.call(printf, [self.b.bitcast(g, I8P)] + args)
         self.b.call(fflush, [L.Constant(I8P, None)])
+
+    def _print_arg(self, part):
+        """(printf conversion, LLVM argument) of one kd.print expression (C's vararg promotions)."""
+        v = self.expr(part)
+        t = part.dtype
+        if t.is_float:
+            return "%g", self.b.fpext(v, F64) if t is f32 else v
+        if t is i64:
+            return "%lld", v
+        if t is u32:
+            return "%u", v
+        if t is boolean:
+            return "%d", self.b.zext(v, I32)
+        return "%d", self.b.sext(v, I32) if v.type.width < 32 else v
