@@ -91,7 +91,7 @@ def with_barrier(x: kd.Tensor[kd.f32]):
 
 
 def test_nvrtc_errors_point_at_the_python_line(monkeypatch):
-    monkeypatch.setattr(CudaRenderer, "s_Barrier", lambda self, s: self.emit("kd_no_such_function();"))
+    monkeypatch.setattr(CudaRenderer, "s_barrier", lambda self, s: self.emit("kd_no_such_function();"))
     monkeypatch.setenv("KERNELDSL_CACHE", "")
     with pytest.raises(kd.CompileError) as info:
         compile_launch(with_barrier, 32, (CPU.zeros(32, "f32"),), "sm_90")

@@ -3,7 +3,7 @@
 PoCL (3.0, CPU) mishandled barriers inside an `if`: values set before them were wrong after
 them (another work-group's in a few percent of launches, or in every launch when the other
 branch did work), and a routing kernel whose barrier-free branch wrote its answer corrupted
-the heap. The OpenCL renderer now emits no barrier inside an `if` (backends/clike.py,
+the heap. The OpenCL renderer now emits no barrier inside an `if` (backends/clike/flat_barriers.py,
 `_flat`). Before the fix the launch loops below failed (the first one intermittently, the
 others in every launch) and the routing-shaped kernel aborted in free(); the source check
 fails deterministically on the old shape.

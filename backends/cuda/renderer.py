@@ -1,4 +1,4 @@
-"""IR -> CUDA C++ for NVRTC, as a dialect of the shared C-like renderer (backends/clike.py).
+"""IR -> CUDA C++ for NVRTC, as a dialect of the shared C-like renderer (backends/clike/).
 
 What CUDA changes from the base: `extern "C" __global__` kernels with
 `__launch_bounds__`, positions from threadIdx/blockIdx, native plane operations
@@ -17,7 +17,7 @@ from kerneldsl import ir
 from kerneldsl.dtypes import bf16, boolean, f16, f32, f64, i32, i64, u32
 from kerneldsl.errors import UnsupportedFeatureError
 
-from ..clike import CLikeRenderer, Rendered
+from ..clike import STATEMENT_HANDLERS, CLikeRenderer, Rendered
 from .capabilities import STATIC_SHARED_LIMIT, WARP
 
 _ATOMIC_FN = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax", "exchange": "atomicExch",
@@ -48,6 +48,8 @@ class CudaRenderer(CLikeRenderer):
     native_planes = True
     template_dirs = (str(Path(__file__).resolve().parent / "templates"),)
     template_name = "kernel.cu.j2"
+    STATEMENT_HANDLERS = {**STATEMENT_HANDLERS, ir.AsyncCopy: "s_async_copy", ir.AsyncCommit: "s_async_commit",
+                          ir.AsyncWait: "s_async_wait"}
 
     def __init__(self, k: ir.KernelIR, caps):
         super().__init__(k, caps)
@@ -199,7 +201,7 @@ class CudaRenderer(CLikeRenderer):
             s = stmts[i]
             self._memo = {}
             self.line(s.loc)
-            getattr(self, "s_" + type(s).__name__)(s)
+            self.stmt(s)
             i += 1
 
     @staticmethod
@@ -238,7 +240,7 @@ class CudaRenderer(CLikeRenderer):
         return n
 
     # ------------------------------------------------------------------ async copies
-    def s_AsyncCopy(self, s):
+    def s_async_copy(self, s):
         """cp.async global -> shared (L2 only for 16 bytes: `.cg`); a false predicate copies
         0 source bytes, which zero-fills, and points at the tensor's base so no address
         past its end is ever formed."""
@@ -260,10 +262,10 @@ class CudaRenderer(CLikeRenderer):
             return
         self.emit("{ " + " ".join(lines) + " }")
 
-    def s_AsyncCommit(self, s):
+    def s_async_commit(self, s):
         self.emit('asm volatile("cp.async.commit_group;\\n" ::: "memory");')
 
-    def s_AsyncWait(self, s):
+    def s_async_wait(self, s):
         self.emit(f'asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");')
 
     # ------------------------------------------------------------------ plane operations
@@ -339,13 +341,13 @@ class CudaRenderer(CLikeRenderer):
             return self._frag_load(s)
         return self._frag_store(s)
 
-    def e_FragGet(self, e):
+    def e_frag_get(self, e):
         return f"{self.frag(e.frag)}[{e.elem}]"
 
-    def s_FragSet(self, s):
+    def s_frag_set(self, s):
         self.emit(f"{self.frag(s.frag)}[{s.elem}] = {self.x(s.value)};")
 
-    def s_FragConvert(self, s):
+    def s_frag_convert(self, s):
         """Element i of an acc and of an a fragment sit at the same tile position (the
         m16n8k16 layouts), so the a registers are the acc values rounded, two per register."""
         ft = self.k.frags[s.dst]

@@ -1,4 +1,4 @@
-"""IR -> OpenCL C (1.2), as a dialect of the shared C-like renderer (backends/clike.py).
+"""IR -> OpenCL C (1.2), as a dialect of the shared C-like renderer (backends/clike/).
 
 OpenCL C 1.2 is the common ground of PoCL and the GPU drivers: f16 and bf16 are
 16-bit storage converted with `vload_half`/`vstore_half` and bit operations (no
@@ -40,7 +40,7 @@ class OpenCLRenderer(CLikeRenderer):
     local_barrier_stmt = "barrier(CLK_LOCAL_MEM_FENCE);"
     template_dirs = (str(Path(__file__).resolve().parent / "templates"),)
     template_name = "kernel.cl.j2"
-    flat_barriers = True  # PoCL mishandled barriers inside an if (clike.py, s_If)
+    flat_barriers = True  # PoCL mishandled barriers inside an if (clike/flat_barriers.py)
 
     def template_context(self) -> dict:
         return {"fp64": self.caps.supports_dtype(f64), "extensions": self.extensions()}
@@ -77,13 +77,13 @@ class OpenCLRenderer(CLikeRenderer):
             return self.shared(e.array), "__local"
         return None
 
-    def e_Cast(self, e):
+    def e_cast(self, e):
         mem = self._half_mem(e.a)
         if mem is not None and e.dtype.is_float:  # f16 load -> float: vload_half converts from memory
             ptr, space = mem
             v = f"vload_half({self.x(e.a.offset)}, (const {space} half*){ptr})"
             return self.cast(v, f32, e.dtype)
-        return super().e_Cast(e)
+        return super().e_cast(e)
 
     def _half_store(self, ptr, space, offset, value) -> bool:
         """f32 -> f16 stores through vstore_half_rte (one rounding, straight into memory)."""
@@ -93,17 +93,17 @@ class OpenCLRenderer(CLikeRenderer):
         self.emit(f"vstore_half_rte({v}, {self.x(offset)}, ({space} half*){ptr});")
         return True
 
-    def s_Store(self, s):
+    def s_store(self, s):
         p = self.tensors[s.tensor]
         if p.dtype is f16 and not s.checked and self._half_store(self.tensor(s.tensor), "__global", s.offset, s.value):
             return
-        super().s_Store(s)
+        super().s_store(s)
 
-    def s_SharedStore(self, s):
+    def s_shared_store(self, s):
         d = self.k.shared[s.array]
         if d.dtype is f16 and not s.checked and self._half_store(self.shared(s.array), "__local", s.offset, s.value):
             return
-        super().s_SharedStore(s)
+        super().s_shared_store(s)
 
     # ------------------------------------------------------------------ atomics
     def atomic(self, op: str, space: str, ptr: str, value: str, compare, t) -> str:
@@ -145,7 +145,7 @@ class OpenCLRenderer(CLikeRenderer):
         # f16 bits <-> f32 in registers by integer arithmetic (round to nearest even): the
         # vload_half/vstore_half-through-a-private-temporary form was miscompiled by PoCL in
         # loops with barriers; tensor and shared loads and stores use vload_half/vstore_half
-        # directly (see e_Cast, s_Store, s_SharedStore)
+        # directly (see e_cast, s_store, s_shared_store)
         if name == "kd_h2f":
             return (f"{hp} float kd_h2f(ushort h) {{\n"
                     f"    uint s = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
