@@ -8,8 +8,7 @@ See README.md for the tour and docs/dsl.md for the language reference.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from .version import __version__
 from . import lang as _lang
 from . import autotune
 from .cache import stats as cache_stats
@@ -28,4 +27,4 @@ from .runtime import Runtime, RuntimeUnavailable, available_runtimes, empty, get
 bool_ = boolean
 bool = boolean  # noqa: A001  (kd.bool, as DESIGN.md spells the dtype)
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+__all__ = [n for n in dir() if not n.startswith("_") and n != "builtins"]  # kerneldsl.builtins: internal
