@@ -58,10 +58,10 @@ def _unary(fn):
     return handler
 
 
-exp = declare("exp", _unary("exp"), "e**x")
-exp2 = declare("exp2", _unary("exp2"), "2**x")
-exp2_fast = declare("exp2_fast", _unary("exp2_fast"), "2**x, one instruction where the device has one; "
-                                                       "below 2**-126 may be 0")
+exp = declare("exp", _unary("exp"), "`e**x`")
+exp2 = declare("exp2", _unary("exp2"), "`2**x`")
+exp2_fast = declare("exp2_fast", _unary("exp2_fast"), "`2**x`, one instruction where the device has one; "
+                                                       "below `2**-126` may be 0")
 log = declare("log", _unary("log"), "natural log")
 log2 = declare("log2", _unary("log2"), "log base 2")
 log1p = declare("log1p", _unary("log1p"), "log(1 + x), accurate near 0")
@@ -77,7 +77,7 @@ ceil = declare("ceil", _unary("ceil"), "round up")
 round = declare("round", _unary("round"), "round half away from zero")  # noqa: A001
 
 
-@builtin("x**y")
+@builtin("`x**y`")
 def pow(fe, node, x, y):  # noqa: A001
     return math2(fe, "pow", x, y, node)
 
