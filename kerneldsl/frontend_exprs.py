@@ -42,7 +42,6 @@ def _pure(e) -> bool:
     return all(isinstance(n, _PURE_NODES) for n in ir.walk_expr(e))
 
 
-
 class ExpressionLowering:
     """Expression methods of `Frontend` (which provides loc, error, emit, temp, to_expr, ...)."""
 

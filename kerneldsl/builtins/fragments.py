@@ -65,6 +65,12 @@ def _mem_target(fe, node, t, what):
     raise fe.error(node, f"{what} needs a tensor or shared array, got {fe.describe(t)}")
 
 
+def _offset_and_stride(fe, node, offset, stride):
+    """The i64 offset and row stride of a fragment load or store, each in a variable."""
+    off = fe.temp(coerce(fe.to_expr(offset, node), i64), "fo")
+    return off, fe.temp(coerce(fe.to_expr(stride, node), i64), "fs")
+
+
 @builtin("Set every element of a tile.")
 def fill_fragment(fe, node, frag, value):
     f = need_frag(fe, node, frag, ("a", "b", "acc"), "kd.fill_fragment")
@@ -79,8 +85,7 @@ def load_fragment(fe, node, frag, src, offset, stride):
     want = f.ftype.dtype
     if dtype != want:
         raise fe.error(node, f"kd.load_fragment: a {want} fragment cannot load from {dtype} memory")
-    off = fe.temp(coerce(fe.to_expr(offset, node), i64), "fo")
-    st = fe.temp(coerce(fe.to_expr(stride, node), i64), "fs")
+    off, st = _offset_and_stride(fe, node, offset, stride)
     fe.emit(ir.FragLoad(frag=f.name, space=space, src=name, offset=off, stride=st, checked=fe.spec.bounds_check,
                         loc=fe.loc(node)))
 
@@ -91,8 +96,7 @@ def store_fragment(fe, node, dst, offset, frag, stride):
     space, name, dtype = _mem_target(fe, node, dst, "kd.store_fragment")
     if not dtype.is_float:
         raise fe.error(node, f"kd.store_fragment needs float memory, got {dtype}")
-    off = fe.temp(coerce(fe.to_expr(offset, node), i64), "fo")
-    st = fe.temp(coerce(fe.to_expr(stride, node), i64), "fs")
+    off, st = _offset_and_stride(fe, node, offset, stride)
     fe.emit(ir.FragStore(frag=f.name, space=space, dst=name, offset=off, stride=st, checked=fe.spec.bounds_check,
                          loc=fe.loc(node)))
 
