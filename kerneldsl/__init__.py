@@ -8,31 +8,8 @@ See README.md for the tour and docs/dsl.md for the language reference.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"  # the one version of the rudnn distribution (pyproject.toml reads it)
-
-
-def _checkout_backends() -> None:
-    """In a source checkout, `kerneldsl.backends` is the folder backends/ beside this one
-    (installs map it under kerneldsl/). Python started in the checkout imports this folder
-    rather than an installed copy, so point `kerneldsl.backends` at the sibling folder."""
-    import importlib.util
-    import os
-    import sys
-    here = os.path.dirname(os.path.abspath(__file__))
-    sibling = os.path.join(os.path.dirname(here), "backends")
-    if os.path.isdir(os.path.join(here, "backends")) or "kerneldsl.backends" in sys.modules:
-        return
-    init = os.path.join(sibling, "__init__.py")
-    if not os.path.isfile(init):
-        return
-    spec = importlib.util.spec_from_file_location("kerneldsl.backends", init, submodule_search_locations=[sibling])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kerneldsl.backends"] = module
-    spec.loader.exec_module(module)
-
-
-_checkout_backends()
-
+from .version import __version__
+from . import source_tree  # noqa: F401  (kerneldsl.backends in a source checkout)
 from . import lang as _lang
 from . import autotune
 from .cache import stats as cache_stats
@@ -52,4 +29,4 @@ from .runtime import (Runtime, RuntimeStatus, RuntimeUnavailable, available_runt
 bool_ = boolean
 bool = boolean  # noqa: A001  (kd.bool, as DESIGN.md spells the dtype)
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+__all__ = [n for n in dir() if not n.startswith("_") and n != "builtins"]  # kerneldsl.builtins: internal

@@ -14,7 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import __version__
+from .version import __version__
 
 STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
 _LOCK = threading.Lock()

@@ -2,11 +2,14 @@
 
 One `DType` object per type (`kd.f32`, `kd.bf16`, ...). f16 and bf16 are storage
 types: arithmetic on them is carried out in f32 (see `arith_type`). Host bf16
-arrays use `ml_dtypes.bfloat16`, the well-kept numpy extension type for it.
+arrays use `ml_dtypes.bfloat16`, the well-kept numpy extension type for it, imported
+the first time `kd.bf16.np` is read (importing it costs more than the rest of kerneldsl).
 """
 from __future__ import annotations
 
-import ml_dtypes
+import importlib
+import sys
+
 import numpy as np
 
 __all__ = [
@@ -16,15 +19,28 @@ __all__ = [
 
 
 class DType:
-    """A scalar type: name, size in bytes, kind ('f' float, 'i' signed, 'u' unsigned, 'b' bool)."""
+    """A scalar type: name, size in bytes, kind ('f' float, 'i' signed, 'u' unsigned, 'b' bool),
+    and `np`, its numpy dtype. `np_dtype` may be a "module:attribute" string naming a numpy
+    type from an optional module: it is imported when `np` is first read."""
 
-    __slots__ = ("name", "itemsize", "kind", "np")
+    __slots__ = ("name", "itemsize", "kind", "np", "_np_source")
 
     def __init__(self, name: str, itemsize: int, kind: str, np_dtype):
         self.name = name
         self.itemsize = itemsize
         self.kind = kind
-        self.np = np.dtype(np_dtype)
+        if isinstance(np_dtype, str) and ":" in np_dtype:
+            self._np_source = np_dtype  # `np` stays unset until __getattr__ loads it
+        else:
+            self.np = np.dtype(np_dtype)
+
+    def __getattr__(self, attr):
+        # only reached for an unset slot: `np` of a dtype whose numpy type is deferred
+        if attr != "np" or not hasattr(self, "_np_source"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+        module, _, name = self._np_source.partition(":")
+        self.np = np.dtype(getattr(importlib.import_module(module), name))
+        return self.np
 
     @property
     def bits(self) -> int:
@@ -104,7 +120,7 @@ def vec(elem, lanes: int) -> VecType:
 
 f32 = DType("f32", 4, "f", np.float32)
 f16 = DType("f16", 2, "f", np.float16)
-bf16 = DType("bf16", 2, "f", ml_dtypes.bfloat16)
+bf16 = DType("bf16", 2, "f", "ml_dtypes:bfloat16")
 f64 = DType("f64", 8, "f", np.float64)
 i32 = DType("i32", 4, "i", np.int32)
 u32 = DType("u32", 4, "u", np.uint32)
@@ -121,7 +137,18 @@ _ALIASES = {
     "float64": f64, "double": f64, "int32": i32, "uint32": u32, "int64": i64,
     "uint8": u8, "bool_": boolean, "b1": boolean,
 }
-_BY_NP = {d.np: d for d in ALL_DTYPES}
+_BY_NP = {d.np: d for d in ALL_DTYPES if not hasattr(d, "_np_source")}
+_DEFERRED_NP = tuple(d for d in ALL_DTYPES if hasattr(d, "_np_source"))
+
+
+def _by_numpy_dtype(npd) -> DType | None:
+    d = _BY_NP.get(npd)
+    if d is None:
+        # a deferred type can only be in hand when its module has been imported
+        for deferred in _DEFERRED_NP:
+            if deferred._np_source.partition(":")[0] in sys.modules and npd == deferred.np:
+                return deferred
+    return d
 
 
 def as_dtype(x) -> DType:
@@ -138,8 +165,9 @@ def as_dtype(x) -> DType:
         npd = np.dtype(x)
     except TypeError:
         npd = None
-    if npd is not None and npd in _BY_NP:
-        return _BY_NP[npd]
+    d = _by_numpy_dtype(npd) if npd is not None else None
+    if d is not None:
+        return d
     # torch dtypes and other objects with a recognisable name
     name = str(x).rsplit(".", 1)[-1]
     d = _BY_NAME.get(name) or _ALIASES.get(name)

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .annotations import TensorAnnotation
 from .dtypes import DType, as_dtype
 
 
@@ -28,8 +29,7 @@ class Tensor:
 
     def __class_getitem__(cls, item):
         """`kd.Tensor[kd.f32]` / `kd.Tensor[kd.f32, 2]`: a kernel parameter annotation."""
-        from .lang import _TensorAnnotation
-        return _TensorAnnotation()[item]
+        return TensorAnnotation()[item]
 
     def __init__(self, runtime, buffer, shape, dtype: DType, strides=None, offset: int = 0):
         self.runtime = runtime

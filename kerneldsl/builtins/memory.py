@@ -1,0 +1,32 @@
+"""Cube-shared memory and the cube barrier."""
+from __future__ import annotations
+
+from .. import ir
+from ..dtypes import as_dtype
+from ..frontend_values import SharedRef
+from .registry import builtin
+
+
+@builtin("A cube-shared array of `size` (compile-time; an int or a shape tuple) elements.")
+def shared(fe, node, dtype, size):
+    dtype = as_dtype(fe.ct(dtype, node, "shared dtype"))
+    size = fe.ct(size, node, "shared array size")
+    shape = tuple(int(s) for s in size) if isinstance(size, tuple) else (int(size),)
+    total = 1
+    for s in shape:
+        total *= s
+    if total <= 0:
+        raise fe.error(node, f"shared array size must be positive, got {size}")
+    limit = fe.spec.caps.max_shared_bytes
+    used = sum(d.dtype.itemsize * d.size for d in fe.shared.values())
+    if used + total * dtype.itemsize > limit:
+        raise fe.error(node, f"shared memory of {used + total * dtype.itemsize} bytes exceeds the device's "
+                             f"{limit} bytes per cube")
+    name = fe.fresh("sh")
+    fe.shared[name] = ir.SharedDecl(name=name, dtype=dtype, size=total, loc=fe.loc(node))
+    return SharedRef(name, dtype, shape)
+
+
+@builtin("Barrier over the cube; must be reached by every unit (uniform control flow).")
+def sync_cube(fe, node):
+    fe.emit(ir.Barrier(loc=fe.loc(node)))
