@@ -1,26 +1,34 @@
 """Python started in a source checkout imports kerneldsl/ from the checkout, even where a
 non-editable install exists; there `kerneldsl.backends` is the sibling folder backends/
-(installs map it under kerneldsl/, pyproject.toml and setup.py say how). Importing this
-module points `kerneldsl.backends` at that folder when kerneldsl/ has none of its own."""
+(installs map it under kerneldsl/; pyproject.toml and setup.py say how). Importing this
+module installs a finder that resolves `kerneldsl.backends` to that folder, on first use,
+when kerneldsl/ has none of its own."""
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import os
 import sys
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SIBLING = os.path.join(os.path.dirname(_HERE), "backends")
 
-def register_sibling_backends() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    if os.path.isdir(os.path.join(here, "backends")) or "kerneldsl.backends" in sys.modules:
+
+class SiblingBackendsFinder(importlib.abc.MetaPathFinder):
+    """Finds the package `kerneldsl.backends` in the checkout's backends/ folder."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "kerneldsl.backends":
+            return None
+        return importlib.util.spec_from_file_location(fullname, os.path.join(_SIBLING, "__init__.py"),
+                                                      submodule_search_locations=[_SIBLING])
+
+
+def install() -> None:
+    if os.path.isdir(os.path.join(_HERE, "backends")) or not os.path.isfile(os.path.join(_SIBLING, "__init__.py")):
         return
-    sibling = os.path.join(os.path.dirname(here), "backends")
-    init = os.path.join(sibling, "__init__.py")
-    if not os.path.isfile(init):
-        return
-    spec = importlib.util.spec_from_file_location("kerneldsl.backends", init, submodule_search_locations=[sibling])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kerneldsl.backends"] = module
-    spec.loader.exec_module(module)
+    if not any(isinstance(f, SiblingBackendsFinder) for f in sys.meta_path):
+        sys.meta_path.append(SiblingBackendsFinder())  # after the editable-install finders, if any
 
 
-register_sibling_backends()
+install()
