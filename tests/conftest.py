@@ -17,7 +17,7 @@ from kerneldsl.testing import tolerance as tol  # noqa: E402,F401  ((rtol, atol)
 
 # installed, rudnn's entry point has loaded the plugin and this is a no-op; it covers runs
 # with plugin autoloading off (PYTEST_DISABLE_PLUGIN_AUTOLOAD)
-pytest_plugins = ["kerneldsl.testing.plugin"]
+pytest_plugins = ["kerneldsl.testing.plugin", "pytester"]  # pytester: tests of the plugin itself
 
 
 @pytest.fixture

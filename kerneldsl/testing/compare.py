@@ -68,7 +68,7 @@ def assert_close(actual, expected, *, rtol: float | None = None, atol: float | N
         return
     worst = np.unravel_index(int(np.argmax(excess)), got.shape) if got.ndim else ()
     g_worst, w_worst = got[worst], want[worst]
-    detail = f"got {g_worst!r}, expected {w_worst!r}"
+    detail = f"got {g_worst}, expected {w_worst}"
     d = abs(float(g_worst) - float(w_worst))
     if np.isfinite(d) and d > 0:
         rel = d / abs(float(w_worst)) if float(w_worst) != 0 else float("inf")

@@ -13,7 +13,7 @@ from .matrix import NO_RUNTIME, FeatureMatrix
 
 _MATRIX = pytest.StashKey[FeatureMatrix]()
 _CHOICES = pytest.StashKey[list]()
-REASONLESS = ("", "unconditional skip")  # pytest's words for a skip its author gave no reason
+REASONLESS = ("", "Skipped", "unconditional skip")  # pytest's words for a skip given no reason
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -79,7 +79,8 @@ def _feature(item: pytest.Item) -> str | None:
 
 def _skip_reason(report: pytest.TestReport) -> str:
     if isinstance(report.longrepr, tuple):
-        return report.longrepr[2].removeprefix("Skipped:").strip()
+        reason = report.longrepr[2].strip()
+        return reason.removeprefix("Skipped: ") if reason.startswith("Skipped: ") else reason
     return str(report.longrepr or "").strip()
 
 
