@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import numpy as np
@@ -253,3 +252,71 @@ def test_the_documented_example_file_passes(pytester):
     result.assert_outcomes(passed=4 * n_runtimes + 2)
     result.stdout.fnmatch_lines(["*feature x runtime matrix*", "row_scale *pass*"])
     assert "test_my_kernel.py" in (ROOT / "docs" / "testing.md").read_text()
+
+
+USER_TEST_FILE = '''
+import numpy as np
+import kerneldsl as kd
+
+@kd.kernel
+def add_one(x: kd.Tensor[kd.f32], n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        x[i] = x[i] + 1.0
+
+@kd.testing.feature("add_one")
+def test_add_one(runtime):
+    x = runtime.tensor(np.arange(40, dtype=np.float32))
+    add_one[1, 64](x, 40)
+    kd.testing.assert_close(x, np.arange(40) + 1.0)
+
+def test_installed_not_the_checkout():
+    print("KERNELDSL_FROM", kd.__file__)
+'''
+
+
+def _setuptools_recent_enough() -> bool:
+    try:
+        import setuptools
+    except ImportError:
+        return False
+    return int(setuptools.__version__.split(".")[0]) >= 77
+
+
+def test_a_user_file_outside_the_tree_gets_the_fixture_after_a_wheel_install(tmp_path):
+    """Build the wheel, install it (not editable) into a fresh venv, and run pytest on a user's
+    file in a folder outside the checkout: the entry point alone must bring the fixture.
+
+    The venv is a plain one (no --system-site-packages): from inside our own venv that flag
+    would expose the base interpreter's packages, not ours, so the deps would be missing or
+    of other versions anyway. pip installs the wheel with its dependencies and pytest from the
+    configured index, as a user's `pip install rudnn` would. The wheel is built without build
+    isolation where this interpreter already has setuptools>=77 (saves a download), else with it.
+    Skipped (with the reason) only where a venv cannot be created."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELDSL_", "PYTEST_", "PYTHON"))}
+    env["KERNELDSL_CACHE"] = str(tmp_path / "cache")
+    venv_dir = tmp_path / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv_dir)], capture_output=True, text=True, timeout=300)
+    if made.returncode != 0:
+        pytest.skip(f"cannot create a venv here: {made.stderr.strip()[-300:]}")
+    py = str(venv_dir / "bin" / "python")
+
+    def run(*cmd, cwd=tmp_path):
+        out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+        assert out.returncode == 0, f"{' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        return out.stdout
+
+    isolation = ["--no-build-isolation"] if _setuptools_recent_enough() else []
+    source = tmp_path / "source"  # a copy, so the build leaves nothing in the checkout
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "dist", ".kdcache", "*.egg-info",
+                                                                 "__pycache__", ".pytest_cache", ".whl"))
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(tmp_path / "dist"), str(source))
+    wheel, = (tmp_path / "dist").glob("rudnn-*.whl")
+    run(py, "-m", "pip", "install", "-q", str(wheel), "pytest")
+    user = tmp_path / "user_project"
+    user.mkdir()
+    (user / "test_user_kernel.py").write_text(USER_TEST_FILE)
+    out = run(py, "-m", "pytest", "-v", "-s", "-p", "no:cacheprovider", "test_user_kernel.py", cwd=user)
+    assert re.findall(r"test_add_one\[(.+?)\] PASSED", out)[:2] == ["cpu", "cpu-p8"]
+    assert re.search(r"KERNELDSL_FROM (\S+)", out).group(1).startswith(str(venv_dir))
+    assert re.search(r"^add_one +pass +pass", out, re.M), out
