@@ -28,5 +28,6 @@ def rng():
 def pytest_collection_modifyitems(items):
     """Every test of ours has a matrix row: a test with no `feature` marker gets its module's."""
     for item in items:
-        if item.get_closest_marker("feature") is None:
-            item.add_marker(pytest.mark.feature(item.module.__name__.split(".")[-1].removeprefix("test_")))
+        module = getattr(item, "module", None)
+        if module is not None and item.get_closest_marker("feature") is None:
+            item.add_marker(pytest.mark.feature(module.__name__.split(".")[-1].removeprefix("test_")))
