@@ -30,3 +30,11 @@ bool_ = boolean
 bool = boolean  # noqa: A001  (kd.bool, as DESIGN.md spells the dtype)
 
 __all__ = [n for n in dir() if not n.startswith("_") and n != "builtins"]  # kerneldsl.builtins: internal
+
+
+def __getattr__(name: str):
+    """`kd.testing` (the test harness) loads on first use: importing kerneldsl never imports pytest."""
+    if name == "testing":
+        import importlib
+        return importlib.import_module(f"{__name__}.testing")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

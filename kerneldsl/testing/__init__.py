@@ -1,0 +1,28 @@
+"""kd.testing: the cross-runtime conformance harness for your own kernels.
+
+- the pytest plugin (enabled by installing rudnn): a `runtime` fixture over every available
+  runtime, narrowed by $KERNELDSL_RUNTIMES, and the feature x runtime matrix after the run;
+- `feature(name)`: the marker naming a test's row in that matrix;
+- `assert_runtimes_agree(kernel, grid, block, *args)`: one launch on every runtime, outputs
+  compared; `assert_close(actual, expected)`: dtype-aware tolerances, NaN/inf matched exactly.
+
+See docs/testing.md. Importing this module does not import pytest.
+"""
+from __future__ import annotations
+
+from .agree import assert_runtimes_agree
+from .choices import RuntimeChoice, RuntimeSelectionError, runtime_choices
+from .compare import TOLERANCES, assert_close, tolerance
+
+
+def feature(name: str):
+    """`@kd.testing.feature("softmax")`: the test's row in the feature x runtime matrix
+    (`pytest.mark.feature(name)`; a whole module: `pytestmark = kd.testing.feature(...)`)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"kd.testing.feature needs a non-empty name, got {name!r}")
+    import pytest
+    return pytest.mark.feature(name)
+
+
+__all__ = ["RuntimeChoice", "RuntimeSelectionError", "TOLERANCES", "assert_close", "assert_runtimes_agree",
+           "feature", "runtime_choices", "tolerance"]

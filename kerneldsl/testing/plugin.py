@@ -1,0 +1,114 @@
+"""The kerneldsl pytest plugin (entry point `kerneldsl.testing.plugin`, so installing rudnn
+enables it): the `runtime` fixture over every available runtime, narrowed by
+$KERNELDSL_RUNTIMES; the `feature` marker; the feature x runtime matrix after the run; and a
+failure for any skip that gives no reason. Runtimes are probed only once a test asks for one."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from .choices import ENV_VAR, RuntimeChoice, RuntimeSelectionError, runtime_choices
+from .matrix import NO_RUNTIME, FeatureMatrix
+
+_MATRIX = pytest.StashKey[FeatureMatrix]()
+_CHOICES = pytest.StashKey[list]()
+REASONLESS = ("", "Skipped", "unconditional skip")  # pytest's words for a skip given no reason
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "feature(name): the DSL feature or operator a test covers "
+                                       "(its row in the feature x runtime matrix)")
+    config.stash[_MATRIX] = FeatureMatrix()
+    if os.environ.get(ENV_VAR, "").strip():
+        _choices(config)  # a runtime asked for and missing stops the run before any test
+
+
+def _choices(config: pytest.Config) -> list:
+    if _CHOICES not in config.stash:
+        try:
+            config.stash[_CHOICES] = runtime_choices()
+        except RuntimeSelectionError as e:
+            raise pytest.UsageError(str(e)) from None
+    return config.stash[_CHOICES]
+
+
+def _parametrized_by_test(metafunc: pytest.Metafunc) -> bool:
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if "runtime" in names:
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # the runtime leads the test id: test_x[cpu-...], as -k selections expect
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that takes `runtime` (directly or through its fixtures) runs once per runtime
+    choice, with the choice's id ("cpu", "cpu-p8", "opencl:1", "cuda") in the test id."""
+    if "runtime" in metafunc.fixturenames and not _parametrized_by_test(metafunc):
+        choices = _choices(metafunc.config)
+        metafunc.parametrize("runtime", choices, ids=[c.id for c in choices], indirect=True)
+
+
+@pytest.fixture
+def runtime(request: pytest.FixtureRequest):
+    """A kerneldsl runtime; the test runs once on each (see kd.testing.runtime_choices)."""
+    import kerneldsl as kd
+    choice = request.param
+    return choice.open() if isinstance(choice, RuntimeChoice) else kd.runtime(choice)
+
+
+def _column(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    choice = callspec.params.get("runtime", NO_RUNTIME) if callspec is not None else NO_RUNTIME
+    return choice.id if isinstance(choice, RuntimeChoice) else getattr(choice, "name", str(choice))
+
+
+def _feature(item: pytest.Item) -> str | None:
+    """The matrix row of a test: its `feature` marker, else its module's name for a test that
+    takes `runtime`; None for tests that are neither (another project's tests stay out)."""
+    mark = item.get_closest_marker("feature")
+    if mark is not None:
+        return str(mark.args[0])
+    if "runtime" in getattr(item, "fixturenames", ()):
+        return item.module.__name__.split(".")[-1].removeprefix("test_")
+    return None
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    if isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2].strip()
+        return reason.removeprefix("Skipped: ") if reason.startswith("Skipped: ") else reason
+    return str(report.longrepr or "").strip()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = (yield).get_result()
+    feature = _feature(item)
+    if feature is None or report.when == "teardown" or (report.when == "setup" and report.passed):
+        return
+    if report.skipped and not hasattr(report, "wasxfail") and _skip_reason(report) in REASONLESS:
+        report.outcome = "failed"  # no silent skips: whoever skips says why
+        report.longrepr = (f"{item.nodeid}: skipped without a reason; pass one, "
+                           f"e.g. pytest.skip(\"{_column(item)} has no fp64\")")
+    outcome = "pass" if report.passed else "skip" if report.skipped else "FAIL"
+    item.config.stash[_MATRIX].record(feature, _column(item), outcome)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    matrix = config.stash.get(_MATRIX, None)
+    if not matrix:
+        return
+    import kerneldsl as kd
+    terminalreporter.section("feature x runtime matrix")
+    for line in matrix.lines():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line("")
+    for status in kd.runtime_report():  # what each column ran on, and what was left out and why
+        if status.available:
+            terminalreporter.write_line(f"{status.name}: {status.device}")
+        else:
+            terminalreporter.write_line(f"left out: {status.name} on {status.device}: {status.reason}")
