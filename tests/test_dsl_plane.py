@@ -32,8 +32,12 @@ def plane_all_ops(x: kd.Tensor[kd.f32], k: kd.Tensor[kd.i32], out: kd.Tensor[kd.
     out[t, 11] = 1.0 if kd.plane_elect() else 0.0
 
 
-@pytest.mark.parametrize("units", CUBES)
+@pytest.mark.parametrize("units", CUBES + [(4, 32), (64, 2), (3, 5, 7)])
 def test_plane_ops(runtime, rng, units):
+    """Planes are consecutive units in linear order (x fastest), whatever the cube's shape;
+    a driver that forms sub-groups along the first axis only must not change that."""
+    block = units
+    units = int(np.prod(units))
     P = runtime.plane_dim
     x = rng.integers(-8, 8, units).astype(np.float32)  # small integers: sums are exact in any order
     if units > 3:
@@ -42,7 +46,7 @@ def test_plane_ops(runtime, rng, units):
     out = runtime.zeros((units, 12), "f32")
     bits = runtime.zeros(units, "u32")
     mask = 1 if P > 1 else 0
-    plane_all_ops[1, units](runtime.tensor(x), runtime.tensor(k), out, bits, mask)
+    plane_all_ops[1, block](runtime.tensor(x), runtime.tensor(k), out, bits, mask)
     got = out.numpy()
     np.testing.assert_array_equal(got[:, 0], ref.plane_reduce(x, P, np.sum))
     np.testing.assert_array_equal(got[:, 1], ref.plane_reduce(x, P, np.max))

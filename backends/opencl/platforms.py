@@ -93,11 +93,11 @@ def _write_vendor_dir(lines: dict) -> Path:
         from kerneldsl import cache
         if not cache.enabled():
             raise OSError("the kernel cache is disabled")
-        base = cache.cache_dir()
-    except Exception:  # noqa: BLE001
-        base = Path(tempfile.gettempdir()) / "kerneldsl"
+        folder = cache.cache_dir() / "opencl-vendors" / digest
+    except Exception:  # noqa: BLE001  (not a name importable as a package, were the temp folder on sys.path)
+        folder = Path(tempfile.gettempdir()) / f"kerneldsl-opencl-vendors-{os.getuid()}" / digest
     try:
-        return _fill_folder(base / "opencl-vendors" / digest, lines)
+        return _fill_folder(folder, lines)
     except OSError:
         return _fill_folder(Path(tempfile.mkdtemp(prefix="kerneldsl-icd-")), lines)
 

@@ -180,7 +180,13 @@ class OpenCLRuntime(Runtime):
         return renderer.OpenCLRenderer(kir, self.capabilities)
 
     def _subgroups_fit(self, kernel, kir) -> bool:
-        """The driver may pick another sub-group size per kernel: native plane ops need 32."""
+        """The driver may pick another sub-group size per kernel: native plane ops need 32.
+        Planes are 32 consecutive units in linear order, but drivers may form sub-groups
+        along the first axis only (Intel's CPU runtime does): a cube whose first axis is not
+        a multiple of 32 and that has more than one row has its plane operations emulated."""
+        x, y, z = kir.cube_dim
+        if x % 32 and y * z > 1:
+            return False
         try:
             size = kernel.get_sub_group_info(self.device, self._cl.kernel_sub_group_info.MAX_SUB_GROUP_SIZE_FOR_NDRANGE,
                                              tuple(kir.cube_dim))
