@@ -31,11 +31,12 @@ def dtype_names(dtypes) -> str:
 
 
 def describe(value) -> str:
-    """What a caller passed, for a message: a tensor's dtype and shape, or the value's type."""
+    """What a caller passed, for a message: a tensor's dtype and shape, a plain value's repr,
+    or else the value's type."""
     if isinstance(value, kd.Tensor):
         return f"a {value.dtype.name.upper()} tensor of shape {list(value.shape)}"
-    if value is None:
-        return "None"
+    if value is None or isinstance(value, (bool, int, float, str, np.generic)):
+        return repr(value)
     return f"a {type(value).__name__}"
 
 
@@ -140,7 +141,7 @@ class Checks:
         """An instance of `cls` (a class or a tuple of them); `expected` describes it in the message."""
         if not isinstance(value, cls):
             need = expected or (cls.__name__ if isinstance(cls, type) else " or ".join(c.__name__ for c in cls))
-            self.fail(f"{name} must be {_article(need)}, got {value!r}")
+            self.fail(f"{name} must be {_article(need)}, got {describe(value)}")
         return value
 
     # ------------------------------------------------------------------ helpers
