@@ -137,17 +137,17 @@ def copy_rate(host, reps) -> tuple:
 
 
 def sweep(rt, op, x, g, b, reps, moved) -> list:
-    """Our op under each cube-shape knob setting of layout.choose_shape: [(knobs, shape, GB/s)]."""
+    """Our op under each cube-shape knob setting of tuning.choose_shape: [(knobs, shape, GB/s)]."""
     import functools
 
-    from rudnn.normalization import layout
+    from rudnn.normalization import tuning
     seen, out = set(), []
     width, lanes = x.shape[-1], None
     try:
         for per_unit in (1, 2, 4, 8):
             for cube_units in (128, 256, 512):
-                pick = functools.partial(layout.choose_shape, per_unit=per_unit, cube_units=cube_units)
-                lanes = layout.vector_lanes(x.dtype.itemsize, width)
+                pick = functools.partial(tuning.choose_shape, per_unit=per_unit, cube_units=cube_units)
+                lanes = tuning.vector_lanes(x.dtype.itemsize, width)
                 shape = pick(rt.capabilities, width, lanes)
                 if shape in seen:
                     continue
@@ -160,7 +160,7 @@ def sweep(rt, op, x, g, b, reps, moved) -> list:
                     rt.synchronize()
                 out.append((f"per_unit={per_unit} cube_units={cube_units}", shape, moved / best_time(run, reps=reps)))
     finally:
-        norm.choose_shape = layout.choose_shape
+        norm.choose_shape = tuning.choose_shape
     return out
 
 
@@ -315,24 +315,24 @@ def cuda_rows(torch, rt, args, widths, mib) -> list:
 
 
 def long_row_variants(rt, x) -> list:
-    """[(label, plan)] of the long-row plans worth timing for x's LayerNorm/RMSNorm (layout.long_row_plan
+    """[(label, plan)] of the long-row plans worth timing for x's LayerNorm/RMSNorm (tuning.long_row_plan
     overridden): the plain kernels, persistent cubes and several rows a cube; [] for short rows."""
-    from rudnn.normalization import layout
+    from rudnn.normalization import tuning
     width, item = x.shape[-1], x.dtype.itemsize
-    shape = layout.choose_shape(rt.capabilities, width, layout.vector_lanes(item, width))
-    if layout.long_row_plan(rt.capabilities, shape, width, item, True) is None and \
-            layout.long_row_plan(rt.capabilities, shape, width, item, False) is None:
+    shape = tuning.choose_shape(rt.capabilities, width, tuning.vector_lanes(item, width))
+    if tuning.long_row_plan(rt.capabilities, shape, width, item, True) is None and \
+            tuning.long_row_plan(rt.capabilities, shape, width, item, False) is None:
         return []
-    shared, row = rt.capabilities.max_shared_bytes - layout.SHARED_SLACK, width * item
-    out = [("plain", None), ("persistent", layout.LongRowPlan("persistent"))]
+    shared, row = rt.capabilities.max_shared_bytes - tuning.SHARED_SLACK, width * item
+    out = [("plain", None), ("persistent", tuning.LongRowPlan("persistent"))]
     for nr, reg in ((2, 1),) + (((2, 0), (3, 0), (4, 1)) if item == 2 else ()):
         if (nr - reg) * row <= shared:
-            out.append((f"{nr} rows a cube, {reg} in registers", layout.LongRowPlan("paired", nr, reg)))
+            out.append((f"{nr} rows a cube, {reg} in registers", tuning.LongRowPlan("paired", nr, reg)))
     return out
 
 
 def time_plan(torch, rt, op, x, g, b, want, moved, args, plan) -> tuple:
-    """(GB/s, rel err) of our op with layout.long_row_plan forced to `plan`."""
+    """(GB/s, rel err) of our op with tuning.long_row_plan forced to `plan`."""
     keep = norm.long_row_plan
     try:
         norm.long_row_plan = lambda *a: plan
@@ -368,27 +368,27 @@ def warm_torch_compile(torch, args, widths, mib):
 def gpu_shapes(caps, width, lanes) -> list:
     """Cube shapes worth timing for rows of `width` on a GPU: register-held rows of 2-16
     chunks a unit, and looped rows of 512 or 1024 units."""
-    from rudnn.normalization import layout
+    from rudnn.normalization import tuning
     chunks = -(-width // lanes)
     shapes = []
     for per_unit in (2, 4, 8, 16):
         for cube_units in (128, 256):
-            s = layout.choose_shape(caps, width, lanes, per_unit=per_unit, cube_units=cube_units)
+            s = tuning.choose_shape(caps, width, lanes, per_unit=per_unit, cube_units=cube_units)
             if s.cached and s.chunks <= 16 and s not in shapes:
                 shapes.append(s)
     if width >= 8192:
         for bx in (512, 1024):
             for u in (2, 4):
                 if bx * u <= chunks:
-                    shapes.append(layout.RowShape(bx, 1, u, lanes, False))
+                    shapes.append(tuning.RowShape(bx, 1, u, lanes, False))
     return shapes
 
 
 def cuda_sweep(torch, rt, op, x, g, b, xt, gt, bt, args) -> list:
     """Our op under each cube shape of gpu_shapes: [(shape, GB/s, rel err)]."""
-    from rudnn.normalization import layout
+    from rudnn.normalization import tuning
     width = x.shape[-1]
-    lanes = layout.vector_lanes(x.dtype.itemsize, width)
+    lanes = tuning.vector_lanes(x.dtype.itemsize, width)
     want = torch_reference(torch, op, xt, gt, bt)
     moved = 2 * xt.numel() * x.dtype.itemsize
     out = []
@@ -401,7 +401,7 @@ def cuda_sweep(torch, rt, op, x, g, b, xt, gt, bt, args) -> list:
             t = device_time(kd_events(rt), fn, args.batch, max(3, args.reps // 2))
             out.append((shape, moved / t, err))
     finally:
-        norm.choose_shape, norm.deepen = layout.choose_shape, layout.deepen
+        norm.choose_shape, norm.deepen = tuning.choose_shape, tuning.deepen
     rt.synchronize()
     return out
 
@@ -422,7 +422,7 @@ def main(argv=None):
     p.add_argument("--sweep", action="store_true",
                    help="also time other cube shapes (cuda: gpu_shapes; cpu: choose_shape's knobs)")
     p.add_argument("--long-rows", action="store_true",
-                   help="cuda: also time LayerNorm/RMSNorm under each long-row plan (layout.long_row_plan) "
+                   help="cuda: also time LayerNorm/RMSNorm under each long-row plan (tuning.long_row_plan) "
                         "where the rows are long enough for one")
     p.add_argument("--sweep-ops", default=None, help="ops the sweep covers (default: all of --ops)")
     p.add_argument("--compile-only", action="store_true",

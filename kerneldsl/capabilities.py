@@ -3,6 +3,8 @@
 Every back end fills one `Capabilities` per device. The front end rejects a
 feature a device lacks with an error naming the feature and the device; the
 conformance tests read the same record to decide what each runtime must pass.
+Operators (`rudnn`) read it too, and only it, for what they need to know of a
+device: they never test a back end's name (tests/test_architecture_ops.py).
 """
 from __future__ import annotations
 
@@ -38,6 +40,25 @@ class Capabilities:
     mma_native: bool = False  # tensor cores (vs an exact emulation)
     group_mma_native: bool = False  # kd.group_mma reads shared memory itself (wgmma), vs plane by plane
     async_copy: bool = False  # hardware global->shared copies (cp.async) for kd.async_copy, vs a plain copy
+    # What operators tune for (never the back end's name):
+    compute_units: int = 0  # cubes that run at once at full speed: CPU threads, CUDA multiprocessors,
+    #                         OpenCL compute units; 0 where unknown (a compile-only record)
+    shared_memory_emulated: bool = False  # kd.shared arrays are ordinary memory behind the same caches as
+    #                                       global data (no faster to read), vs an on-chip scratchpad
+    vector_bytes: int = 16  # preferred width of one vector access: 16 (128-bit loads) on GPUs; the SIMD
+    #                         register width on a CPU
+    units_are_simd_lanes: bool = False  # a cube's units run as the lanes of one vectorised loop on a core
+    #   (the cpu back end), not as hardware threads: a unit's own accesses are best scalar and unit-strided
+    #   (the loop makes them vectors), every split point (barrier, plane op) costs a pass over the units,
+    #   kd.exp is a vector library call (a short polynomial vectorises better) and re-reading a row just
+    #   written costs a cache hit
+
+    @property
+    def matrix_kinds(self) -> tuple:
+        """The matrix primitives that run on hardware: 'mma' (kd.mma on plane fragments, tensor
+        cores) and 'group_mma' (kd.group_mma reading shared memory itself, wgmma); () where both
+        are exact emulations (they still run, for correctness, not speed)."""
+        return (("mma",) if self.mma_native else ()) + (("group_mma",) if self.group_mma_native else ())
 
     def supports_dtype(self, d) -> bool:
         return dt.as_dtype(d) in self.dtypes

@@ -14,7 +14,7 @@ import rudnn
 import rudnn.normalization as N
 from reference import normalization as ref
 from rudnn.normalization import NormalizationError
-from rudnn.normalization.layout import choose_shape
+from rudnn.normalization.tuning import choose_shape
 
 pytestmark = pytest.mark.feature("normalization")
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,9 +132,10 @@ GPU_CASES = [(64, "f32"), (64, "bf16"), (1000, "f32"), (1000, "bf16"), (2048, "b
 def use_gpu_shapes(runtime, monkeypatch) -> list:
     """Make rudnn.normalization pick the shapes a GPU runtime would (plane size of this
     runtime, 1024 units per cube) on this cpu runtime; returns the list of shapes picked."""
-    if runtime.capabilities.backend != "cpu":
+    if not runtime.capabilities.units_are_simd_lanes:
         pytest.skip(f"{runtime.name} picks these shapes itself in every other test")
-    gpu_caps = dataclasses.replace(runtime.capabilities, backend="cuda", max_cube_units=1024)
+    gpu_caps = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False, shared_memory_emulated=False,
+                                   max_cube_units=1024)
     picked = []
 
     def gpu_shape(caps, w, lanes):

@@ -2,7 +2,7 @@
 persistent.py (cubes that loop over rows and prefetch the next one into shared memory;
 fewer cubes than rows, so the prefetch turns over) and paired.py (several rows a cube,
 one in registers or none, the rest in shared memory; row counts that leave the last cube
-short); and layout.long_row_plan, the policy that picks them (long rows, GPUs only)."""
+short); and tuning.long_row_plan, the policy that picks them (long rows, GPUs only)."""
 import dataclasses
 
 import numpy as np
@@ -12,25 +12,25 @@ import kerneldsl as kd
 import rudnn.normalization as N
 from reference import normalization as ref
 from kerneldsl.backends.cuda.capabilities import for_arch
-from rudnn.normalization import layout
+from rudnn.normalization import tuning
 
 pytestmark = pytest.mark.feature("normalization: persistent")
 RTOL = {"f32": 1e-5, "bf16": 1.6e-2}
 
 
-PLANS = [layout.LongRowPlan("persistent"), layout.LongRowPlan("paired", 2, 1), layout.LongRowPlan("paired", 3, 0),
-         layout.LongRowPlan("paired", 4, 1)]
+PLANS = [tuning.LongRowPlan("persistent"), tuning.LongRowPlan("paired", 2, 1), tuning.LongRowPlan("paired", 3, 0),
+         tuning.LongRowPlan("paired", 4, 1)]
 
 
 def force_plan(runtime, monkeypatch, plan, cubes=3) -> list:
     """Make the library run `plan` (persistent: with `cubes` cubes) wherever a GPU's
     register-cached shape (at this runtime's plane size) tiles the row; returns the shapes used."""
-    caps = dataclasses.replace(runtime.capabilities, backend="cuda",
+    caps = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False, shared_memory_emulated=False,
                                max_cube_units=min(1024, runtime.capabilities.max_cube_units))
     used = []
 
     def pick(_caps, w, lanes):
-        return layout.choose_shape(caps, w, lanes)
+        return tuning.choose_shape(caps, w, lanes)
 
     def plan_for(_caps, shape, w, itemsize, rms):
         ok = shape.cached and shape.ry == 1 and not shape.ragged(w) and shape.lanes * itemsize == 16
@@ -96,17 +96,17 @@ def test_plan_for_long_rows_on_gpus_only(runtime):
     one in registers;
     never on a runtime without hardware async copies."""
     gpu = for_arch("sm_90", max_shared_bytes=227 * 1024)
-    P, R = layout.LongRowPlan, None
+    P, R = tuning.LongRowPlan, None
     want = {(8192, 4, False): R, (16384, 4, True): R, (16384, 4, False): P("persistent"),
             (16384, 2, False): R, (32768, 4, True): P("paired", 2, 1), (32768, 4, False): P("paired", 2, 1),
             (32768, 2, True): P("paired", 3, 0), (32768, 2, False): P("paired", 4, 1), (65536, 2, False): R,
             (65536, 4, True): R}
     for (width, itemsize, rms), plan in want.items():
-        shape = layout.choose_shape(gpu, width, 16 // itemsize)
-        assert layout.long_row_plan(gpu, shape, width, itemsize, rms) == plan, (width, itemsize, rms)
+        shape = tuning.choose_shape(gpu, width, 16 // itemsize)
+        assert tuning.long_row_plan(gpu, shape, width, itemsize, rms) == plan, (width, itemsize, rms)
     caps = runtime.capabilities
-    shape = layout.choose_shape(caps, 32768, 4)
-    got = layout.long_row_plan(caps, shape, 32768, 4, False)
+    shape = tuning.choose_shape(caps, 32768, 4)
+    got = tuning.long_row_plan(caps, shape, 32768, 4, False)
     assert (got is not None) == (caps.async_copy and shape.cached and shape.bx * shape.chunks * 4 == 32768)
 
 
@@ -117,17 +117,17 @@ def test_short_bf16_layer_norm_rows_run_two_a_cube(runtime, rng):
     async copies. The
     runtime's own choice gives the reference's result for 7 rows (a short last cube)."""
     gpu = for_arch("sm_90", max_shared_bytes=227 * 1024)
-    P, R = layout.LongRowPlan, None
+    P, R = tuning.LongRowPlan, None
     want = {(4096, kd.bf16, False): P("paired", 2, 1), (8192, kd.bf16, False): P("paired", 2, 1),
             (8192, kd.bf16, True): R, (8192, kd.f16, False): R, (4096, kd.f32, False): R,
             (16384, kd.bf16, False): P("paired", 3, 1), (2048, kd.bf16, False): R, (32768, kd.bf16, False): R}
     for (width, dtype, rms), plan in want.items():
-        shape = layout.choose_shape(gpu, width, 16 // dtype.itemsize)
-        assert layout.short_row_plan(gpu, shape, width, dtype, rms) == plan, (width, dtype, rms)
+        shape = tuning.choose_shape(gpu, width, 16 // dtype.itemsize)
+        assert tuning.short_row_plan(gpu, shape, width, dtype, rms) == plan, (width, dtype, rms)
     caps = runtime.capabilities
-    shape = layout.choose_shape(caps, 4096, 8)
+    shape = tuning.choose_shape(caps, 4096, 8)
     if not caps.async_copy:
-        assert layout.short_row_plan(caps, shape, 4096, kd.bf16, False) is None
+        assert tuning.short_row_plan(caps, shape, 4096, kd.bf16, False) is None
     x = (rng.standard_normal((7, 4096)) * 2 + 0.5).astype(np.float32).astype(kd.bf16.np)
     gamma = rng.standard_normal(4096).astype(np.float32)
     beta = rng.standard_normal(4096).astype(np.float32)

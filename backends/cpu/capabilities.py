@@ -11,6 +11,15 @@ DEFAULT_PLANE_DIM = 32  # like CUDA, so kernels tuned for warps of 32 behave the
 PLANE_DIMS = (1, 2, 4, 8, 16, 32)
 
 
+def simd_bytes(features) -> int:
+    """The widest SIMD register the host's LLVM features name (64 AVX-512, 32 AVX, else 16)."""
+    if features.get("avx512f"):
+        return 64
+    if features.get("avx"):
+        return 32
+    return 16
+
+
 def capabilities(plane_dim: int = DEFAULT_PLANE_DIM) -> Capabilities:
     if plane_dim not in PLANE_DIMS:
         raise ValueError(f"plane_dim for the cpu runtime must be one of {PLANE_DIMS}, got {plane_dim}")
@@ -24,4 +33,8 @@ def capabilities(plane_dim: int = DEFAULT_PLANE_DIM) -> Capabilities:
         max_shared_bytes=1 << 20,
         native_plane_ops=False,
         mma_native=False,
+        compute_units=os.cpu_count() or 1,  # the worker pool's default size (runtime.py)
+        shared_memory_emulated=True,
+        vector_bytes=simd_bytes(llvm.get_host_cpu_features()),
+        units_are_simd_lanes=True,
     )

@@ -34,8 +34,8 @@ def sm_of(caps: Capabilities) -> int:
 
 
 def for_arch(arch, device_name: str | None = None, max_shared_bytes: int | None = None,
-             max_cube_units: int = 1024) -> Capabilities:
-    """A record for compute capability `arch` (no device needed)."""
+             max_cube_units: int = 1024, multiprocessors: int = 0) -> Capabilities:
+    """A record for compute capability `arch` (no device needed; `multiprocessors` 0 = unknown)."""
     sm = parse_arch(arch)
     if sm < MIN_SM:
         raise ValueError(f"the cuda back end needs compute capability {MIN_SM // 10}.{MIN_SM % 10} or newer "
@@ -56,12 +56,16 @@ def for_arch(arch, device_name: str | None = None, max_shared_bytes: int | None 
         mma_native=True,
         group_mma_native=sm == WGMMA_SM,
         async_copy=True,  # cp.async: sm_80 and newer, which MIN_SM already requires
+        compute_units=multiprocessors,
+        shared_memory_emulated=False,
+        vector_bytes=16,  # 128-bit loads and stores
+        units_are_simd_lanes=False,
     )
 
 
 def from_device(attrs: dict, name: str) -> Capabilities:
     """A record from device attributes read by the runtime: keys 'major', 'minor',
-    'max_threads_per_block', 'max_shared_optin', 'warp_size'."""
+    'max_threads_per_block', 'max_shared_optin', 'warp_size', 'multiprocessors'."""
     sm = attrs["major"] * 10 + attrs["minor"]
     if sm < MIN_SM:
         raise ValueError(f"{name} has compute capability {attrs['major']}.{attrs['minor']}; the cuda back end "
@@ -69,4 +73,4 @@ def from_device(attrs: dict, name: str) -> Capabilities:
     if attrs.get("warp_size", WARP) != WARP:
         raise ValueError(f"{name} reports a warp size of {attrs['warp_size']}; the cuda back end needs {WARP}")
     return for_arch(sm, device_name=name, max_shared_bytes=attrs["max_shared_optin"],
-                    max_cube_units=attrs["max_threads_per_block"])
+                    max_cube_units=attrs["max_threads_per_block"], multiprocessors=attrs["multiprocessors"])

@@ -45,6 +45,17 @@ def arch(platform, device) -> str:
             f"|pyopencl-{cl.VERSION_TEXT}")
 
 
+def local_memory_emulated(device) -> bool:
+    """Whether the device's local memory is global memory behind its caches (CPU devices)."""
+    import pyopencl as cl
+    return int(device.local_mem_type) != int(cl.device_local_mem_type.LOCAL)
+
+
+def vector_bytes(device) -> int:
+    """The preferred vector access: the device's preferred float vector width, at least 128 bits."""
+    return min(64, max(16, 4 * int(device.preferred_vector_width_float)))
+
+
 def capabilities(platform, device, native_planes: bool = False, plane_dim: int = EMULATED_PLANE_DIM) -> Capabilities:
     types = tuple(d for d in dt.ALL_DTYPES if d is not dt.f64 or has_fp64(device))
     return Capabilities(
@@ -58,4 +69,8 @@ def capabilities(platform, device, native_planes: bool = False, plane_dim: int =
         native_plane_ops=native_planes,
         atomics=default_atomics(float_add=True),  # f32 add as a compare-exchange loop
         mma_native=False,
+        compute_units=int(device.max_compute_units),
+        shared_memory_emulated=local_memory_emulated(device),
+        vector_bytes=vector_bytes(device),
+        units_are_simd_lanes=False,  # however the driver maps work-items, kernels see hardware-like units
     )

@@ -12,20 +12,10 @@ rounding; `Autotune` times the valid ones once per shape bucket and remembers th
 from __future__ import annotations
 
 from . import fallback, flash_mma, flash_unit, tuning
-from .options import AttentionModuleOptions, AttentionSetupError, AttentionStrategy, BlackboxAcceleratedStrategy
-from .problem import Problem, validate
+from .options import AttentionModuleOptions, AttentionStrategy, BlackboxAcceleratedStrategy
+from .problem import AttentionSetupError, Problem, resolve_strategy, validate
 
 _DEFAULT_OPTIONS = AttentionModuleOptions()
-
-
-def _resolve_strategy(strategy):
-    """(AttentionStrategy member, tiling or None) for the `strategy` argument."""
-    if isinstance(strategy, BlackboxAcceleratedStrategy):
-        return AttentionStrategy.FlashBlackboxAccelerated, strategy
-    if isinstance(strategy, AttentionStrategy):
-        return strategy, None
-    raise AttentionSetupError(f"strategy must be an AttentionStrategy member or a BlackboxAcceleratedStrategy, "
-                              f"got {strategy!r}")
 
 
 _DUMMIES: dict = {}
@@ -54,7 +44,7 @@ def attention(query, key, value, mask=None, attn_bias=None, options: AttentionMo
               strategy=AttentionStrategy.Autotune):
     """Scaled dot-product attention; see the module docstring and SPEC §5."""
     p = validate(query, key, value, mask, attn_bias, options)
-    strategy, tiling = _resolve_strategy(strategy)
+    strategy, tiling = resolve_strategy(strategy)
     if strategy is AttentionStrategy.FlashBlackboxAccelerated:
         tiling = tiling or flash_mma.default_tiling(p)
         flash_mma.check(p, tiling)

@@ -32,8 +32,8 @@ import kerneldsl as kd
 
 from . import flash_group, flash_regs
 from .blocks import cube_block, fetch_kv, fetch_rows, key_range
-from .options import AttentionSetupError, BlackboxAcceleratedStrategy
-from .problem import Problem
+from .options import BlackboxAcceleratedStrategy
+from .problem import AttentionSetupError, Problem
 from .scores import LOG2E, logit2
 
 TAU = 8.0  # lazy rescale threshold in log2 units: P <= 256, safe in f16 and bf16

@@ -1,15 +1,8 @@
-"""The public option types of `rudnn.attention` (SPEC §5): options, strategies, the error."""
+"""The public option types of `rudnn.attention` (SPEC §5): options and strategies."""
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-
-from ..errors import RudnnError
-
-
-class AttentionSetupError(RudnnError):
-    """Bad input to `rudnn.attention.attention`, or a strategy this runtime cannot run."""
-
 
 @dataclass(frozen=True)
 class AttentionModuleOptions:
@@ -47,4 +40,4 @@ class AttentionStrategy(enum.Enum):
     Autotune = "Autotune"                                  # time the valid ones once per shape bucket
 
 
-__all__ = ["AttentionSetupError", "AttentionModuleOptions", "BlackboxAcceleratedStrategy", "AttentionStrategy"]
+__all__ = ["AttentionModuleOptions", "BlackboxAcceleratedStrategy", "AttentionStrategy"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from kerneldsl import autotune
 
 from . import flash_mma
-from .options import AttentionSetupError, AttentionStrategy
-from .problem import Problem
+from .options import AttentionStrategy
+from .problem import AttentionSetupError, Problem
 
 FAMILY = "attention"
 

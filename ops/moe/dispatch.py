@@ -9,7 +9,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from . import dispatch_kernels as dk
-from .options import MoeError, check_tensor
+from .problem import CHECKS, check_dispatch_input, check_tensor
 from .tiles import SCAN_UNITS, exclusive_scan
 
 COUNT_UNITS = 256
@@ -67,13 +67,13 @@ class DispatchedTokens:
     def combine(self, expert_output: kd.Tensor) -> kd.Tensor:
         """out[t] = sum_j weight[t, j] * expert_output[row(t, j)], in F32, ascending expert id."""
         R = self.rows()
-        check_tensor("expert_output", expert_output, ndim=2, runtime=self.runtime)
+        check_tensor("expert_output", expert_output, ndim=2, runtime=self.runtime, runtime_of="the dispatched values")
         if expert_output.shape[0] != R:
-            raise MoeError(f"expert_output must have {R} rows (tokens x top_k = {self.plan.tokens()} x "
-                           f"{self.plan.top_k()}), got shape {expert_output.shape}")
+            CHECKS.fail(f"expert_output must have {R} rows (tokens x top_k = {self.plan.tokens()} x "
+                        f"{self.plan.top_k()}), got shape {expert_output.shape}")
         if expert_output.dtype is not self._values.dtype:
-            raise MoeError(f"expert_output must have the dtype of the dispatched values "
-                           f"({self._values.dtype.name.upper()}), got {expert_output.dtype.name.upper()}")
+            CHECKS.fail(f"expert_output must have the dtype of the dispatched values "
+                        f"({self._values.dtype.name.upper()}), got {expert_output.dtype.name.upper()}")
         T, W = self.plan.tokens(), expert_output.shape[1]
         out = self.runtime.empty((T, W), expert_output.dtype)
         if T == 0 or W == 0:
@@ -86,18 +86,9 @@ class DispatchedTokens:
                 f"experts={self.plan.experts()}, runtime={self.runtime.name!r})")
 
 
-def check_input(input, plan) -> None:  # noqa: A002
-    check_tensor("input", input, ndim=2, runtime=plan.runtime)
-    T, H = input.shape
-    if T != plan.tokens():
-        raise MoeError(f"input must have one row per routed token ({plan.tokens()}), got shape {input.shape}")
-    if H < 1:
-        raise MoeError(f"input must have a hidden size H > 0, got shape {input.shape}")
-
-
 def dispatch(plan, input: kd.Tensor) -> DispatchedTokens:  # noqa: A002
     """Group the rows of `input` [T, H] by expert, one row per (token, slot)."""
-    check_input(input, plan)
+    check_dispatch_input(input, plan)
     rt = plan.runtime
     T, H = input.shape
     k, E = plan.top_k(), plan.experts()

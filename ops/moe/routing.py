@@ -11,8 +11,8 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from . import routing_kernels as rk
-from .options import (GroupRoutingOptions, MoeError, RoutingOptions, check_group_options, check_routing_options,
-                      check_tensor)
+from .options import GroupRoutingOptions, RoutingOptions
+from .problem import check_bias, check_group_options, check_logits, check_routing_options
 
 ROUTING_UNITS = 32       # units per token: one plane on GPUs; each unit walks E / 32 experts
 SOFTMAX_CACHE = 2048     # rows up to this many experts keep their keys in shared memory (24 KiB)
@@ -98,12 +98,6 @@ class RoutingPlan:
                 f"runtime={self.runtime.name!r})")
 
 
-def check_logits(logits) -> None:
-    check_tensor("logits", logits, ndim=2)
-    if logits.shape[1] < 1:
-        raise MoeError(f"logits must have at least one expert (shape [T, E] with E >= 1), got shape {logits.shape}")
-
-
 def route(logits: kd.Tensor, options: RoutingOptions) -> RoutingPlan:
     """Softmax over all experts in F32, then the top_k most probable (ties: lower id first)."""
     check_logits(logits)
@@ -134,9 +128,7 @@ def route_sigmoid_grouped(logits: kd.Tensor, bias: kd.Tensor | None, options: Gr
     check_group_options(options, E)
     rt = logits.runtime
     if bias is not None:
-        check_tensor("bias", bias, ndim=1, dtypes=(kd.f32,), runtime=rt)
-        if bias.shape[0] != E:
-            raise MoeError(f"bias must have shape [{E}] (one per expert of logits), got {bias.shape}")
+        check_bias(bias, E, rt)
     k = options.top_k
     ids = rt.empty((T, k), kd.u32)
     weights = rt.empty((T, k), logits.dtype)

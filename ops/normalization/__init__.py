@@ -1,21 +1,21 @@
 """rudnn.normalization: LayerNorm, RMSNorm and softmax over the last axis, with row
 statistics and backward passes (SPEC §1), on every runtime.
 
-Each entry point validates everything, returns empty results for zero rows without
-launching, views the input as [rows, W] (copying only if its layout needs it),
-chooses a cube shape from W and the runtime (layout.py), and launches the kernels
-of forward.py (rows held in registers), persistent.py and paired.py (on GPUs with hardware
-async copies, LayerNorm/RMSNorm rows of 64 KiB or more and bf16 LayerNorm rows of 8-32 KiB:
-persistent cubes that prefetch their next row into shared memory, or several rows a cube
-sharing gamma and beta; see layout.long_row_plan and layout.short_row_plan), packed.py
-(bf16 rows held in registers as packed pairs, when their 16-byte chunks tile the row),
-looped.py (longer rows, and the cpu runtime) or backward.py. Statistics are F32; outputs
-are cast once to the input dtype; gamma, beta, mean, rstd, dgamma and dbeta are F32.
+Each entry point validates its call into a problem (problem.py), returns empty results
+for zero rows without launching, views the input as [rows, W] (copying only if its
+layout needs it), chooses a cube shape from W and the device's capabilities (tuning.py),
+and launches the kernels of forward.py (rows held in registers), persistent.py and
+paired.py (on GPUs with hardware async copies, LayerNorm/RMSNorm rows of 64 KiB or more
+and bf16 LayerNorm rows of 8-32 KiB: persistent cubes that prefetch their next row into
+shared memory, or several rows a cube sharing gamma and beta; see tuning.long_row_plan
+and tuning.short_row_plan), packed.py (bf16 rows held in registers as packed pairs, when
+their 16-byte chunks tile the row), looped.py (longer rows, and devices whose units are
+SIMD lanes) or backward.py. Statistics are F32; outputs are cast once to the input dtype;
+gamma, beta, mean, rstd, dgamma and dbeta are F32.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import kerneldsl as kd
 
@@ -25,8 +25,8 @@ from . import looped as _loop
 from . import packed as _packed
 from . import paired as _paired
 from . import persistent as _persist
-from .checks import NormalizationError, check_epsilon, check_f32, check_input, check_like, check_runtimes
-from .layout import (PACKED_LN_CHUNKS, choose_shape, deepen, long_row_plan, persistent_grid, rows_view,
+from .problem import NormalizationError, backward_problem, forward_problem, softmax_problem
+from .tuning import (PACKED_LN_CHUNKS, choose_shape, deepen, long_row_plan, persistent_grid, rows_view,
                      short_row_plan, vector_lanes, words_view)
 
 __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", "layer_norm_with_stats",
@@ -34,7 +34,7 @@ __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", 
 
 COL_UNITS = 256          # units per cube of the dgamma/dbeta column kernels
 COL_TARGET_CUBES = 1024  # cubes the column-partial pass aims for (sets the rows per block)
-SOFTMAX_SCRATCH = 32768  # f32 row of shared memory (128 KiB) the cpu softmax keeps its exps in (looped.py)
+SOFTMAX_SCRATCH = 32768  # f32 row of shared memory (128 KiB) a SIMD-lane softmax keeps its exps in (looped.py)
 
 
 def layer_norm(input, gamma, beta=None, epsilon=1e-5) -> kd.Tensor:
@@ -60,28 +60,27 @@ def rms_norm_with_stats(input, gamma, epsilon=1e-6) -> tuple:
 
 def softmax_last_axis(input) -> kd.Tensor:
     """exp(x - max) / Σ exp(x - max) over the last axis, computed in F32."""
-    fn = "softmax_last_axis"
-    width = check_input(fn, "input", input)
-    rt = input.runtime
+    p = softmax_problem("softmax_last_axis", input)
+    rt, rows, width = p.runtime, p.rows, p.width
     out = rt.empty(input.shape, input.dtype)
-    rows = math.prod(input.shape[:-1])
     if rows == 0:
         return out
     x2, xs = rows_view(input)
     lanes = vector_lanes(input.dtype.itemsize, width, xs, x2.offset)
     shape = choose_shape(rt.capabilities, width, lanes)
-    on_cpu = rt.capabilities.backend == "cpu"  # cheaper exp (device.py); f32 rows scaled in place (looped.py)
+    # units that are SIMD lanes: a polynomial exp (device.py); f32 rows scaled in place (looped.py)
+    simd = rt.capabilities.units_are_simd_lanes
     y2 = out.reshape(rows, width)
     if shape.cached:
-        _fwd.softmax_cached[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, shape.ragged(width),
+        _fwd.softmax_cached[shape.grid(rows), shape.block](x2, y2, rows, width, xs, simd, shape.ragged(width),
                                                            shape.bx, shape.ry, shape.chunks, shape.lanes)
     else:
         stage = 0
-        if on_cpu and input.dtype is kd.f32:
+        if simd and input.dtype is kd.f32:
             stage = 1
-        elif on_cpu and shape.ry == 1 and shape.lanes == 1 and width <= SOFTMAX_SCRATCH:
+        elif simd and shape.ry == 1 and shape.lanes == 1 and width <= SOFTMAX_SCRATCH:
             stage = 2
-        _loop.softmax_looped[shape.grid(rows), shape.block](x2, y2, rows, width, xs, on_cpu, stage, SOFTMAX_SCRATCH,
+        _loop.softmax_looped[shape.grid(rows), shape.block](x2, y2, rows, width, xs, simd, stage, SOFTMAX_SCRATCH,
                                                            shape.bx, shape.ry, shape.chunks, shape.lanes)
     return out
 
@@ -99,17 +98,11 @@ def rms_norm_backward(input, gamma, grad, rstd) -> tuple:
 
 # ---------------------------------------------------------------------------- forward
 def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
-    width = check_input(fn, "input", input)
-    check_f32(fn, "gamma", gamma, (width,), "W = input's last axis")
-    if beta is not None:
-        check_f32(fn, "beta", beta, (width,), "W = input's last axis")
-    eps = check_epsilon(fn, epsilon)
-    check_runtimes(fn, {"input": input, "gamma": gamma, "beta": beta})
-    rt = input.runtime
+    p = forward_problem(fn, input, gamma, beta, epsilon)
+    rt, rows, width, eps = p.runtime, p.rows, p.width, p.epsilon
     out = rt.empty(input.shape, input.dtype)
-    mean = rt.empty(input.shape[:-1], kd.f32) if not rms else None
-    rstd = rt.empty(input.shape[:-1], kd.f32)
-    rows = math.prod(input.shape[:-1])
+    mean = rt.empty(p.stat_shape, kd.f32) if not rms else None
+    rstd = rt.empty(p.stat_shape, kd.f32)
     if rows == 0:
         return out, mean, rstd
     x2, xs = rows_view(input)
@@ -147,17 +140,9 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
 
 # ---------------------------------------------------------------------------- backward
 def _norm_backward(fn, input, gamma, grad, mean, rstd, rms: bool) -> tuple:
-    width = check_input(fn, "input", input)
-    check_f32(fn, "gamma", gamma, (width,), "W = input's last axis")
-    check_like(fn, "grad", grad, input, "input")
-    stat_shape = tuple(input.shape[:-1])
-    if not rms:
-        check_f32(fn, "mean", mean, stat_shape, "input's shape without the last axis")
-    check_f32(fn, "rstd", rstd, stat_shape, "input's shape without the last axis")
-    check_runtimes(fn, {"input": input, "gamma": gamma, "grad": grad, "mean": mean, "rstd": rstd})
-    rt = input.runtime
+    p = backward_problem(fn, input, gamma, grad, mean, rstd, rms)
+    rt, rows, width = p.runtime, p.rows, p.width
     dx = rt.empty(input.shape, input.dtype)
-    rows = math.prod(stat_shape)
     if rows == 0:
         return dx, rt.zeros((width,), kd.f32), (None if rms else rt.zeros((width,), kd.f32))
     x2, xs = rows_view(input)

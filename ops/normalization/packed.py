@@ -12,7 +12,7 @@ its own shift and mask, taken from kernel arguments (16 and 0xFFFF0000 at every
 launch): the compiler cannot tell the passes' conversions are equal, so it cannot merge
 them into f32 values held across the reductions, which would undo the saving.
 Same [rows, width] view, outputs and statistics as forward.norm_cached. (bf16 LayerNorm
-rows of 8-32 KiB with a cube of their own run paired.py instead: layout.short_row_plan.)
+rows of 8-32 KiB with a cube of their own run paired.py instead: tuning.short_row_plan.)
 """
 from __future__ import annotations
 

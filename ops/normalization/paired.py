@@ -5,7 +5,7 @@ gamma and beta chunk is read once for NR rows.
 Why: the output of each row needs all of gamma (and beta for LayerNorm), f32, W elements,
 read again for every row (from L2 once a long row crowds them out of L1); NR rows a cube
 divide those reads, and the instructions that issue them, by NR. What the library picks
-(layout.long_row_plan, layout.short_row_plan; H200 figures in RESULTS.md, sessions 10-11):
+(tuning.long_row_plan, tuning.short_row_plan; H200 figures in RESULTS.md, sessions 10-11):
   - f32 rows of 32768: NR = 2, REG = 1 (+6% LayerNorm, +3% RMSNorm over one row a cube);
   - 16-bit rows past L1: 3 rows in shared memory, and for LayerNorm a 4th in registers
     (bf16 W = 32768: RMSNorm 4043 GB/s; LayerNorm 3834, 3 rows 3756, the packed kernel 3144);

@@ -14,7 +14,7 @@ one barrier a row keeps the reductions' shared partials of consecutive rows apar
 It pays only where gamma (and beta) still fit in the core's L1 beside the shared row
 (the copies bypass L1): the library picks it for bf16 RMSNorm at W = 32768 (+12% on the
 H200) and f32 LayerNorm at W = 16384 (+7%); where they do not fit (f32 at W = 32768) it
-was 5-10% slower than one row a cube (layout.long_row_plan has the rule). On runtimes
+was 5-10% slower than one row a cube (tuning.long_row_plan has the rule). On runtimes
 without hardware copies the copy is a plain one and the kernel is merely correct.
 The chunks must tile the row exactly (BX*CH*L == width), L*itemsize == 16 bytes.
 Same [rows, width] view, outputs and statistics as forward.norm_cached.

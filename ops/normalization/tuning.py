@@ -1,6 +1,6 @@
-"""How a [rows, width] problem maps onto cubes: the 2-D row view of an input, the
-vector width its alignment allows, and the cube shape chosen from the width and the
-runtime's capabilities."""
+"""How a [rows, width] problem maps onto cubes (the family's tuning): the 2-D row view of
+an input, the vector width its alignment allows, and the cube shape and long-row plan
+chosen from the width and the device's capabilities."""
 from __future__ import annotations
 
 import math
@@ -10,9 +10,10 @@ import kerneldsl as kd
 
 GRID_X = 65535        # cubes along x before the grid wraps into y (the portable limit)
 MAX_CACHED_CHUNKS = 8  # chunks a unit may hold in registers before the looped kernels take over
-# the cpu runtime: one plane of 32 units per row, 2 chunks a step (rows of <= 8 elements: 8 units,
-# 4 rows a cube). Per-row costs there grow with the units of a row (every split point is a loop
-# over them), and a 64-element step keeps the SIMD loops long enough; measured in RESULTS.md.
+# devices whose units are SIMD lanes (the cpu runtime): one plane of 32 units per row, 2 chunks a
+# step (rows of <= 8 elements: 8 units, 4 rows a cube). Per-row costs there grow with the units
+# of a row (every split point is a loop over them), and a 64-element step keeps the SIMD loops
+# long enough; measured in RESULTS.md.
 CPU_ROW_UNITS, CPU_STEP_CHUNKS = 32, 2
 CPU_SMALL_WIDTH = 8
 # LayerNorm rows held as packed bf16 pairs (packed.py): 8 chunks a unit. Packed words take
@@ -115,18 +116,18 @@ def _pow2_at_least(n: int) -> int:
 def choose_shape(caps, width: int, lanes: int, per_unit: int = 4, cube_units: int = 128) -> RowShape:
     """The cube shape for rows of `width` elements.
 
-    cpu runtime: the looped kernels with scalar chunks (its unit loop is the vector loop,
-    so unit-strided scalars become contiguous SIMD loads; re-reading rows from its caches
-    beats holding them in per-unit arrays), 32 units per row, one row per cube (a row
-    index that varies inside a cube turns contiguous loads into gathers).
-    Other runtimes: L-lane chunks (128-bit accesses), about `per_unit` chunks per unit
+    Units that are SIMD lanes (the cpu runtime): the looped kernels with scalar chunks (the
+    unit loop is the vector loop, so unit-strided scalars become contiguous SIMD loads;
+    re-reading rows from the caches beats holding them in per-unit arrays), 32 units per
+    row, one row per cube (a row index that varies inside a cube turns contiguous loads
+    into gathers). Other devices: L-lane chunks (128-bit accesses), about `per_unit` chunks per unit
     held in registers, one plane or a few per row, rows sharing a cube up to about
     `cube_units` units; rows longer than the registers hold use the looped kernels
     with `per_unit` chunks in flight per unit. (benchmarks/normalization.py --sweep
     times other values of the two knobs.)"""
     plane = caps.plane_dim
     max_units = min(caps.max_cube_units, 1024)
-    if caps.backend == "cpu":
+    if caps.units_are_simd_lanes:
         if width <= CPU_SMALL_WIDTH:
             return RowShape(8, _rows_per_cube(8, plane, max_units, 32), 1, 1, False)
         return RowShape(CPU_ROW_UNITS, 1, CPU_STEP_CHUNKS, 1, False)
@@ -188,8 +189,8 @@ def short_row_plan(caps, shape: RowShape, width: int, dtype, rms: bool):
 
 def persistent_grid(rt, rows: int) -> int:
     """Cubes for persistent.norm_persistent: one per core (its row and 1024 units fill one),
-    never more than the rows; a runtime that does not report its cores gets a cube a row."""
-    cores = getattr(rt, "attributes", {}).get("multiprocessors", 0)
+    never more than the rows; a device that does not report its cores gets a cube a row."""
+    cores = rt.capabilities.compute_units
     return max(1, min(rows, cores or GRID_X))
 
 
