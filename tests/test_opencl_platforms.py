@@ -11,8 +11,8 @@ import pytest
 
 import kerneldsl as kd
 
-platforms = pytest.importorskip("kerneldsl.backends.opencl.platforms",
-                                reason="pyopencl is not installed (the opencl extra installs it)")
+pytest.importorskip("pyopencl", reason="pyopencl is not installed (the opencl extra installs it)")
+platforms = pytest.importorskip("kerneldsl.backends.opencl.platforms")
 opencl_runtime = pytest.importorskip("kerneldsl.backends.opencl.runtime")
 pytestmark = pytest.mark.feature("opencl platforms")
 
