@@ -203,6 +203,13 @@ class _Walker:
         elif isinstance(v, types.MethodType):
             self.value(v.__self__, names)
             self.function(v.__func__)
+        elif isinstance(v, types.BuiltinFunctionType):
+            owner = getattr(v, "__self__", None)
+            self.put("builtin", getattr(v, "__module__", None), v.__qualname__)
+            if isinstance(owner, type):
+                self.put("of class", _module_name(owner), owner.__qualname__)
+            elif owner is not None and not isinstance(owner, types.ModuleType):
+                self.value(owner, names)  # a method bound to an object: the object matters
         elif isinstance(v, functools.partial):
             self.put("partial")
             self.value(v.func, names)
@@ -243,7 +250,7 @@ class _Walker:
             if isinstance(a, types.FunctionType):
                 self.put("method", name)
                 self.function(a)
-            elif not name.startswith("__"):
+            elif not name.startswith("_"):  # (private names: the class machinery's, e.g. Enum's)
                 self.put("class attr", name)
                 self.value(a, names)
 
