@@ -3,7 +3,7 @@ rendered-source record the hooks pass along, and scalar-argument packing.
 
 `Runtime.load` (kerneldsl/runtime.py) runs render -> dump -> compile -> cache -> wrap
 for every back end; a back end supplies only the hooks (`renderings`, `compile_rendering`,
-`wrap`). A binary loaded from the disk cache is wrapped from a `LaunchInfo` and the
+`wrap_binary`). A binary loaded from the disk cache is wrapped from a `LaunchInfo` and the
 back end's JSON metadata alone, so a warm process never builds IR.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Rendering:
     """A generated source on its way to the compiler: the text, the launch facts to store
     with the binary (JSON-able; a compile hook may add to them), the renderer's own result
     for the compile hook (e.g. to map compiler messages back to Python lines), and what
-    the compile hook made besides the image for `wrap` to reuse (e.g. a built program)."""
+    the compile hook made besides the image for `wrap_binary` to reuse (e.g. a built program)."""
     source: str
     meta: dict = field(default_factory=dict)
     rendered: object = None

@@ -168,7 +168,7 @@ class Runtime:
         """Hook: compile a rendering into the image stored in the cache."""
         raise NotImplementedError
 
-    def wrap(self, info: LaunchInfo, entry: cache.Entry, rendering: Rendering | None = None):
+    def wrap_binary(self, info: LaunchInfo, entry: cache.Entry, rendering: Rendering | None = None):
         """Hook: a launchable binary from a cache entry (image + the rendering's metadata);
         `rendering` is given when the entry was just built from it."""
         raise NotImplementedError
@@ -192,7 +192,7 @@ class Runtime:
         entry = cache.load(key)
         if entry is not None:
             try:
-                binary = self.wrap(LaunchInfo.from_json(entry.meta["launch"]), entry)
+                binary = self.wrap_binary(LaunchInfo.from_json(entry.meta["launch"]), entry)
             except Exception as e:  # noqa: BLE001  (a stale or foreign binary: rebuild it)
                 logging.getLogger("kerneldsl.cache").warning(
                     "kerneldsl: cached kernel %s does not load on %s (%s); rebuilding it", key, self.name, e)
@@ -213,7 +213,7 @@ class Runtime:
             image = self.compile_rendering(rendering, info)
             cache.count("compiled")
             entry = cache.Entry({"launch": info.to_json(), **rendering.meta}, image)
-            binary = self.wrap(info, entry, rendering)
+            binary = self.wrap_binary(info, entry, rendering)
             if self.accepts(binary):
                 break
         return binary, entry

@@ -137,7 +137,7 @@ class CpuRuntime(Runtime):
     def compile_rendering(self, rendering, info) -> bytes:
         return compiler.compile_source(rendering.source)
 
-    def wrap(self, info, entry, rendering=None) -> CpuBinary:
+    def wrap_binary(self, info, entry, rendering=None) -> CpuBinary:
         return CpuBinary(info, entry.image, entry.meta["frame_bytes"])
 
     def _executor(self):

@@ -53,7 +53,7 @@ class CompileOnlyRuntime(CudaPipeline, Runtime):
     def _download(self, buffer, byte_offset, nbytes):
         return buffer.raw[byte_offset:byte_offset + nbytes].copy()
 
-    def wrap(self, info, entry, rendering=None) -> CompiledKernel:
+    def wrap_binary(self, info, entry, rendering=None) -> CompiledKernel:
         return CompiledKernel(entry.meta["image"], entry.image)
 
     def launch(self, binary, grid, block, args):

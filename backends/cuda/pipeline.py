@@ -1,7 +1,7 @@
 """The CUDA hooks of the kernel load pipeline (`Runtime.load`): render CUDA C++, compile it
 with NVRTC for the runtime's compute capability, and the toolchain facts of the cache key.
-Shared by the device runtime (`runtime.py`, which adds `wrap`: load into a context) and the
-compile-only one (`compile_only.py`)."""
+Shared by the device runtime (`runtime.py`, which adds `wrap_binary`: load into a context)
+and the compile-only one (`compile_only.py`)."""
 from __future__ import annotations
 
 from kerneldsl.pipeline import Rendering, launch_args_to_json

@@ -262,7 +262,7 @@ class CudaRuntime(CudaPipeline, Runtime):
         return Tensor(self, buf, shape, dtype, strides, 0)
 
     # -------------------------------------------------------------- kernels
-    def wrap(self, info, entry, rendering=None) -> CudaBinary:
+    def wrap_binary(self, info, entry, rendering=None) -> CudaBinary:
         """Load a cubin (or PTX) into this device's context and find its kernel."""
         meta = entry.meta
         self._enter()

@@ -198,12 +198,12 @@ class OpenCLRuntime(Runtime):
         return compiler.build_options(self.device, meta["native"], info.cube_units)
 
     def compile_rendering(self, rendering, info) -> bytes:
-        rendered = rendering.rendered
-        rendering.compiled = compiler.build(self.ctx, self.device, rendering.source, self._options(rendering.meta, info),
-                                            info.name, rendered.locs, info.loc, rendered.loc_of_source_line)
+        rendered, options = rendering.rendered, self._options(rendering.meta, info)
+        rendering.compiled = compiler.build(self.ctx, self.device, rendering.source, options, info.name,
+                                            rendered.locs, info.loc, rendered.loc_of_source_line)
         return compiler.binary_of(rendering.compiled) if compiler.stores_binaries(self.platform) else b""
 
-    def wrap(self, info, entry, rendering=None) -> OpenCLBinary:
+    def wrap_binary(self, info, entry, rendering=None) -> OpenCLBinary:
         """The kernel of a built program: the one just built, else from the entry's binary,
         else (no binary stored, or a stale one) built from the entry's source."""
         meta = entry.meta
