@@ -25,6 +25,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -91,13 +92,27 @@ def _is_library(obj) -> bool:
 
 def _is_external(module_name: str) -> bool:
     """Modules whose contents are not the user's: the standard library and installed
-    packages (identified by name; their behaviour is not part of the generated code)."""
+    packages, identified by name and package version (their internals are not walked)."""
     top = module_name.partition(".")[0]
     if top in sys.stdlib_module_names or top in ("builtins", ""):
         return True
-    mod = sys.modules.get(top)
-    path = getattr(mod, "__file__", None) or ""
+    path = getattr(sys.modules.get(top), "__file__", None) or ""
     return "site-packages" in path or "dist-packages" in path
+
+
+@functools.lru_cache(maxsize=None)
+def _package_version(module_name: str) -> str:
+    """The version of the installed package a module belongs to ("" for the standard library)."""
+    top = module_name.partition(".")[0]
+    if top in sys.stdlib_module_names or top in ("builtins", ""):
+        return ""
+    version = getattr(sys.modules.get(top), "__version__", None)
+    if version is None:
+        try:
+            version = importlib.metadata.version(top)
+        except Exception:  # noqa: BLE001  (no distribution of that name)
+            version = "?"
+    return str(version)
 
 
 def _names_read(code) -> set:
@@ -228,8 +243,11 @@ class _Walker:
         if not self._once(m):
             return
         self.put("module", m.__name__)
-        if _is_library(m) or _is_external(m.__name__):
-            return  # the library digest covers ours; others are identified by name
+        if _is_library(m):
+            return  # the library digest covers it
+        if _is_external(m.__name__):
+            self.put("version", _package_version(m.__name__))
+            return
         attrs = vars(m)
         for name in sorted(names):
             if name in attrs:
@@ -240,7 +258,10 @@ class _Walker:
         if not self._once(c):
             return
         self.put("class", _module_name(c), c.__qualname__)
-        if _is_library(c) or _is_external(_module_name(c)):
+        if _is_library(c):
+            return
+        if _is_external(_module_name(c)):
+            self.put("version", _package_version(_module_name(c)))
             return
         for name, a in sorted(vars(c).items()):
             if isinstance(a, (staticmethod, classmethod)):

@@ -29,10 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import cache, fingerprint, lang
-from .analysis import check_kernel
 from .dtypes import DType, as_dtype
 from .errors import CompileError
-from .frontend import Frontend, _Spec, parse_source
 from .runtime import Runtime, get_runtime
 from .tensor import Tensor
 
@@ -273,6 +271,8 @@ class Kernel:
 
     def _build_ir(self, rt: Runtime, spec_args, block, bounds_check) -> tuple:
         """Front end + checks for one specialisation: the IR and its uniformity facts."""
+        from .analysis import check_kernel  # (imported here: a process with a warm cache never needs them)
+        from .frontend import Frontend, _Spec, parse_source
         cache.count("specialized")
         if self._source is None:
             self._source = parse_source(self.fn)
