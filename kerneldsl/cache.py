@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import struct
 import tempfile
@@ -31,7 +30,6 @@ from . import __version__
 
 STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "specialized": 0, "rendered": 0}
 _LOCK = threading.Lock()
-_LOG = logging.getLogger("kerneldsl.cache")
 
 MAGIC = b"KDCE"
 FORMAT = 1
@@ -113,7 +111,7 @@ def load(k: str | None) -> Entry | None:
     try:
         entry = decode(data)
     except ValueError as e:
-        _LOG.warning("kerneldsl: discarding damaged kernel cache entry %s: %s", path, e)
+        log().warning("kerneldsl: discarding damaged kernel cache entry %s: %s", path, e)
         discard(k)
         return None
     count("disk_hits")
@@ -141,6 +139,12 @@ def store(k: str | None, entry: Entry) -> None:
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only or full disk only costs recompilation
+
+
+def log():
+    """The cache's logger ("kerneldsl.cache"; logging is imported only when something is said)."""
+    import logging
+    return logging.getLogger("kerneldsl.cache")
 
 
 def count(what: str) -> None:

@@ -25,7 +25,6 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -109,6 +108,7 @@ def _package_version(module_name: str) -> str:
     version = getattr(sys.modules.get(top), "__version__", None)
     if version is None:
         try:
+            import importlib.metadata  # (here: slow to import, rarely needed)
             version = importlib.metadata.version(top)
         except Exception:  # noqa: BLE001  (no distribution of that name)
             version = "?"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -290,7 +289,7 @@ class Kernel:
             return cache.key(fingerprint.library_digest(), fingerprint.kernel_digest(self.fn), spec, block,
                              bounds_check, rt.cache_identity())
         except fingerprint.Unkeyable as e:
-            logging.getLogger("kerneldsl.cache").debug("kernel %s is not cached on disk: %s", self.__name__, e)
+            cache.log().debug("kernel %s is not cached on disk: %s", self.__name__, e)
             return None
 
     def _check_block(self, rt: Runtime, block) -> None:

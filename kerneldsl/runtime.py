@@ -10,7 +10,6 @@ driver or a compiler.
 from __future__ import annotations
 
 import importlib
-import logging
 import math
 import os
 import threading
@@ -194,7 +193,7 @@ class Runtime:
             try:
                 binary = self.wrap_binary(LaunchInfo.from_json(entry.meta["launch"]), entry)
             except Exception as e:  # noqa: BLE001  (a stale or foreign binary: rebuild it)
-                logging.getLogger("kerneldsl.cache").warning(
+                cache.log().warning(
                     "kerneldsl: cached kernel %s does not load on %s (%s); rebuilding it", key, self.name, e)
                 cache.discard(key)
         if binary is None:
