@@ -19,7 +19,7 @@ from .dtypes import (ALL_DTYPES, DType, VecType, as_dtype, bf16, boolean, f16, f
                      vec)
 from .errors import CompileError, KernelError, LaunchError, OutOfBoundsError, SourceLoc, UnsupportedFeatureError
 from .frontend import func
-from .kernel import Kernel, kernel
+from .kernel import Kernel, SpecializedKernel, TensorType, kernel
 from .lang import *  # noqa: F401,F403  (the in-kernel builtins: cube_pos_x, plane_sum, exp, ...)
 from .lang import Const, PLANE_DIM, Tensor, inf, nan
 from .reductions import cube_max, cube_sum

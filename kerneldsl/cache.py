@@ -1,26 +1,50 @@
-"""Compiled-kernel cache on disk ($KERNELDSL_CACHE, else the user cache dir).
+"""The compiled-kernel cache on disk ($KERNELDSL_CACHE, else the user cache dir), one layout
+for every back end.
 
-Entries are keyed by a hash of the generated source (which is a pure function
-of the IR and compile-time values), the back end, the device arch and the
-toolchain and package versions, so a second process never recompiles. Writes
-go to a temporary file and are renamed into place, so concurrent processes are
-safe. `KERNELDSL_DUMP=dir` additionally writes every generated source there.
+An entry is found by a key computed *before* the front end runs (see
+`fingerprint.py`): the kernel's source and everything it reads, its specialisation,
+the runtime's device and toolchain identity and the package's own source. It holds
+what a launch needs with no IR at all: the binary and a small JSON record of launch
+facts (parameters, argument layout, shared-memory size, ...). File layout:
+
+    <cache dir>/kernels/<key[:2]>/<key>:
+        magic b"KDCE", format version (u16), metadata length (u32), image length (u64),
+        sha256 of metadata + image (32 bytes), metadata (UTF-8 JSON), image (bytes)
+
+Writes go to a temporary file renamed into place, so concurrent processes are safe; an
+entry whose header, length or checksum does not verify is discarded with a warning and
+rebuilt. `KERNELDSL_DUMP=dir` additionally writes every generated source there.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import struct
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from .version import __version__
 
-STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0, "specialized": 0, "rendered": 0}
 _LOCK = threading.Lock()
+
+MAGIC = b"KDCE"
+FORMAT = 1
+_HEADER = struct.Struct("<4sHIQ32s")  # magic, format, metadata bytes, image bytes, sha256
+
+
+@dataclass
+class Entry:
+    """One cached kernel: launch facts (JSON-able dict) and the compiled image."""
+    meta: dict
+    image: bytes
 
 
 def cache_dir() -> Path:
+    """The cache's root folder ($KERNELDSL_CACHE, else the per-user cache dir)."""
     d = os.environ.get("KERNELDSL_CACHE")
     if d:
         return Path(d)
@@ -32,10 +56,12 @@ def cache_dir() -> Path:
 
 
 def enabled() -> bool:
+    """False when $KERNELDSL_CACHE is set to the empty string (no disk cache at all)."""
     return os.environ.get("KERNELDSL_CACHE", "x") != ""
 
 
 def key(*parts) -> str:
+    """A hex sha256 of the package version and `parts` (bytes, or anything str() spells)."""
     h = hashlib.sha256()
     h.update(f"kerneldsl-{__version__}".encode())
     for p in parts:
@@ -44,43 +70,97 @@ def key(*parts) -> str:
     return h.hexdigest()
 
 
-def load(backend: str, k: str) -> bytes | None:
-    if not enabled():
+def entry_path(k: str) -> Path:
+    """Where the entry of key `k` lives."""
+    return cache_dir() / "kernels" / k[:2] / k
+
+
+def encode(entry: Entry) -> bytes:
+    """An entry's bytes on disk: header, metadata, image."""
+    meta = json.dumps(entry.meta, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(meta + entry.image).digest()
+    return _HEADER.pack(MAGIC, FORMAT, len(meta), len(entry.image), digest) + meta + entry.image
+
+
+def decode(data: bytes) -> Entry:
+    """The entry in `data`; ValueError naming what is wrong when it does not verify."""
+    if len(data) < _HEADER.size:
+        raise ValueError(f"{len(data)} bytes is shorter than the {_HEADER.size}-byte header")
+    magic, fmt, nmeta, nimage, digest = _HEADER.unpack_from(data)
+    if magic != MAGIC or fmt != FORMAT:
+        raise ValueError(f"not a format-{FORMAT} kernel entry (magic {magic!r}, format {fmt})")
+    body = data[_HEADER.size:]
+    if len(body) != nmeta + nimage:
+        raise ValueError(f"the header promises {nmeta + nimage} bytes after it, the file has {len(body)}")
+    if hashlib.sha256(body).digest() != digest:
+        raise ValueError("the checksum does not match the contents")
+    meta = json.loads(body[:nmeta].decode())
+    return Entry(meta, bytes(body[nmeta:]))
+
+
+def load(k: str | None) -> Entry | None:
+    """The entry stored under `k`, or None (no key, cache off, missing or damaged entry:
+    a damaged one is removed, with a warning, so it is rebuilt)."""
+    if k is None or not enabled():
         return None
-    path = cache_dir() / backend / k[:2] / k
+    path = entry_path(k)
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    count("disk_hits")
-    return data
-
-
-def store(backend: str, k: str, data: bytes) -> None:
-    if not enabled():
-        return
-    folder = cache_dir() / backend / k[:2]
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder)
+        entry = decode(data)
+    except ValueError as e:
+        log().warning("kerneldsl: discarding damaged kernel cache entry %s: %s", path, e)
+        discard(k)
+        return None
+    count("disk_hits")
+    return entry
+
+
+def discard(k: str) -> None:
+    """Remove the entry of `k` (a damaged or unloadable one); missing is fine."""
+    try:
+        entry_path(k).unlink()
+    except OSError:
+        pass
+
+
+def store(k: str | None, entry: Entry) -> None:
+    """Write `entry` under `k` atomically (no-op without a key or with the cache off)."""
+    if k is None or not enabled():
+        return
+    path = entry_path(k)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, folder / k)
+            f.write(encode(entry))
+        os.replace(tmp, path)
     except OSError:
         pass  # a read-only or full disk only costs recompilation
 
 
+def log():
+    """The cache's logger ("kerneldsl.cache"; logging is imported only when something is said)."""
+    import logging
+    return logging.getLogger("kerneldsl.cache")
+
+
 def count(what: str) -> None:
+    """Add one to the statistic `what` (see `stats`)."""
     with _LOCK:
         STATS[what] += 1
 
 
 def stats() -> dict:
-    """How many kernels were compiled, found on disk, found in memory in this process."""
+    """This process's counts: kernels compiled, found on disk, found in memory, run through
+    the front end ("specialized") and rendered to source ("rendered")."""
     return dict(STATS)
 
 
 def dump(name: str, source: str, ext: str) -> None:
+    """Write a generated source to $KERNELDSL_DUMP (when set), named by kernel and digest."""
     d = os.environ.get("KERNELDSL_DUMP")
     if not d:
         return

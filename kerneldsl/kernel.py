@@ -11,7 +11,11 @@
 A specialisation is fixed by the tensors' dtypes, ranks and inner contiguity,
 the values of `kd.Const` parameters, the cube shape, the runtime (its back end,
 device and plane size) and the bounds-check flag. Arguments are checked before
-anything compiles; compiled kernels are cached in memory and on disk.
+anything compiles; compiled kernels are cached in memory and on disk, under a key
+made from the kernel's source and its specialisation before the front end runs
+(`fingerprint.py`), so a warm process neither parses nor compiles.
+`kernel.specialize(runtime, *args, block=...)` gives one specialisation as a
+`SpecializedKernel` (IR, source, binary) without launching it.
 """
 from __future__ import annotations
 
@@ -19,14 +23,13 @@ import functools
 import inspect
 import os
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
-from . import cache, lang
-from .analysis import check_kernel
+from . import cache, fingerprint, lang
 from .dtypes import DType, as_dtype
 from .errors import CompileError
-from .frontend import Frontend, _Spec, parse_source
 from .runtime import Runtime, get_runtime
 from .tensor import Tensor
 
@@ -69,6 +72,77 @@ def _int_range(dtype: DType) -> tuple:
 
 def bounds_check_enabled() -> bool:
     return os.environ.get("KERNELDSL_BOUNDS_CHECK", "0") not in ("", "0", "false", "no")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A tensor argument described by what a specialisation depends on, for
+    `Kernel.specialize` without allocating: dtype, rank, and whether the last axis is
+    contiguous (stride 1)."""
+    dtype: DType
+    ndim: int
+    inner_contiguous: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", as_dtype(self.dtype))
+        if not isinstance(self.ndim, int) or self.ndim < 0:
+            raise ValueError(f"TensorType ndim must be a non-negative int, got {self.ndim!r}")
+
+
+class SpecializedKernel:
+    """One specialisation of a kernel on one runtime (argument dtypes, ranks and
+    contiguity, `kd.Const` values, cube shape, bounds-check flag), made by
+    `Kernel.specialize`. Nothing runs until asked: `ir()` runs the front end, `source()`
+    renders, `compile()` gives the launchable binary through the memory and disk caches."""
+
+    def __init__(self, kernel: "Kernel", runtime: Runtime, spec_args, spec_key, block, bounds_check: bool):
+        self.kernel = kernel
+        self.runtime = runtime
+        self.block = block
+        self.bounds_check = bounds_check
+        self._spec_args = spec_args
+        self._spec_key = spec_key
+        self._ir = None
+        self._key = False  # not computed yet
+
+    def __repr__(self):
+        return f"<specialised kd.kernel {self.kernel.__name__} on {self.runtime.name}, block {self.block}>"
+
+    @property
+    def memory_key(self) -> tuple:
+        """The key of this specialisation in its kernel's in-process binary table."""
+        return (id(self.runtime), self._spec_key, self.block, self.bounds_check)
+
+    @property
+    def key(self) -> str | None:
+        """The disk-cache key (None when something the kernel reads has no stable
+        description; it then compiles in every process)."""
+        if self._key is False:
+            self._key = self.kernel._cache_key(self.runtime, self._spec_key, self.block, self.bounds_check)
+        return self._key
+
+    def ir(self) -> tuple:
+        """(KernelIR, uniformity facts): the front end's output for this specialisation."""
+        if self._ir is None:
+            self._ir = self.kernel._build_ir(self.runtime, self._spec_args, self.block, self.bounds_check)
+        return self._ir
+
+    def source(self) -> str:
+        """The generated source (LLVM IR, OpenCL C or CUDA C++) the compiler sees."""
+        return self.runtime.render(*self.ir())
+
+    def compile(self):
+        """The launchable binary of this specialisation: from the kernel's table, else the
+        runtime's caches (memory, disk), else built (front end, render, compile)."""
+        k = self.kernel
+        binary = k._binaries.get(self.memory_key)
+        if binary is None:
+            with k._lock:
+                binary = k._binaries.get(self.memory_key)
+                if binary is None:
+                    binary = self.runtime.load(self.key, self.ir)
+                    k._binaries[self.memory_key] = binary
+        return binary
 
 
 class Kernel:
@@ -143,7 +217,7 @@ class Kernel:
         spec_args, key = [], []
         for (name, kind, info), a in zip(self.params, args):
             if kind == "tensor":
-                if not isinstance(a, Tensor):
+                if not isinstance(a, (Tensor, TensorType)):
                     raise TypeError(f"{self.__name__}: argument {name} must be a kd tensor, got {type(a).__name__}")
                 if info.dtype is not None and a.dtype is not info.dtype:
                     raise TypeError(f"{self.__name__}: argument {name} must be {info.dtype.name}, got {a.dtype.name}")
@@ -153,7 +227,10 @@ class Kernel:
                 if a.dtype not in rt.capabilities.dtypes:
                     raise TypeError(f"{self.__name__}: argument {name} is {a.dtype.name}, which {rt.name} does not "
                                     f"support")
-                inner = a.ndim == 0 or a.strides[-1] == 1 or a.shape[-1] == 1
+                if isinstance(a, TensorType):
+                    inner = a.ndim == 0 or a.inner_contiguous
+                else:
+                    inner = a.ndim == 0 or a.strides[-1] == 1 or a.shape[-1] == 1
                 payload = (a.dtype, a.ndim, inner)
                 spec_args.append(("tensor", payload))
                 key.append(("t", a.dtype.name, a.ndim, inner))
@@ -173,6 +250,8 @@ class Kernel:
         return spec_args, tuple(key)
 
     def _check_scalar(self, name, dtype: DType, a):
+        if a is dtype:  # a scalar described by its type (Kernel.specialize)
+            return
         if isinstance(a, Tensor) or isinstance(a, np.ndarray) and a.ndim > 0:
             raise TypeError(f"{self.__name__}: argument {name} must be a {dtype.name} scalar, got an array")
         if dtype.is_bool:
@@ -189,48 +268,85 @@ class Kernel:
         if not isinstance(a, (int, float, np.integer, np.floating)) or isinstance(a, (bool, np.bool_)):
             raise TypeError(f"{self.__name__}: argument {name} must be a number ({dtype.name}), got {a!r}")
 
-    def specialize(self, rt: Runtime, spec_args, block, bounds_check):
+    def _build_ir(self, rt: Runtime, spec_args, block, bounds_check) -> tuple:
         """Front end + checks for one specialisation: the IR and its uniformity facts."""
+        from .analysis import check_kernel  # (imported here: a process with a warm cache never needs them)
+        from .frontend import Frontend, _Spec, parse_source
+        cache.count("specialized")
         if self._source is None:
             self._source = parse_source(self.fn)
         spec = _Spec(spec_args, block, rt.plane_dim, bounds_check, rt.capabilities)
         kir = Frontend(self._source, spec).build()
         return kir, check_kernel(kir)
 
+    def _cache_key(self, rt: Runtime, spec_key, block, bounds_check) -> str | None:
+        """The disk-cache key of a specialisation, computed without the front end: the
+        kernel's code and all it reads, the specialisation, the runtime's identity and
+        the package's own source. None when some value read has no stable description."""
+        try:
+            spec = [(kind, *rest) if kind != "c" else (kind, rest[0], fingerprint.value_digest(rest[1]))
+                    for kind, *rest in spec_key]
+            return cache.key(fingerprint.library_digest(), fingerprint.kernel_digest(self.fn), spec, block,
+                             bounds_check, rt.cache_identity())
+        except fingerprint.Unkeyable as e:
+            cache.log().debug("kernel %s is not cached on disk: %s", self.__name__, e)
+            return None
+
+    def _check_block(self, rt: Runtime, block) -> None:
+        units = block[0] * block[1] * block[2]
+        if units < 1 or units > rt.capabilities.max_cube_units:
+            raise ValueError(f"{self.__name__}: block {block} has {units} units; {rt.name} allows 1 to "
+                             f"{rt.capabilities.max_cube_units} per cube")
+
+    def specialize(self, runtime, *args, block) -> SpecializedKernel:
+        """This kernel specialised as `kernel[grid, block](*args)` would be on `runtime` (a
+        Runtime or a runtime name), without launching. Arguments may be kd tensors on any
+        runtime or `TensorType`s, scalars or their dtype, and `kd.Const` values; only
+        what specialises is read. Raises what a launch would for bad arguments."""
+        rt = get_runtime(runtime)
+        block = _dims(block, "block")
+        self._check_block(rt, block)
+        spec_args, key = self._check_args(args, rt)
+        return SpecializedKernel(self, rt, spec_args, key, block, bounds_check_enabled())
+
     def source(self, block, *args, runtime=None) -> str:
         """The source the runtime generates for these arguments and cube shape (LLVM IR,
         OpenCL C or CUDA C++), without launching: for reading what the compiler sees."""
-        block = _dims(block, "block")
-        rt = self._pick_runtime(args, runtime)
-        spec_args, _ = self._check_args(args, rt)
-        kir, uni = self.specialize(rt, spec_args, block, bounds_check_enabled())
-        return rt.render(kir, uni)
+        return self.specialize(self._pick_runtime(args, runtime), *args, block=block).source()
 
     def launch(self, grid, block, *args, runtime=None):
         grid = _dims(grid, "grid")
         block = _dims(block, "block")
         rt = self._pick_runtime(args, runtime)
         spec_args, key = self._check_args(args, rt)
-        units = block[0] * block[1] * block[2]
-        caps = rt.capabilities
-        if units < 1 or units > caps.max_cube_units:
-            raise ValueError(f"{self.__name__}: block {block} has {units} units; {rt.name} allows 1 to "
-                             f"{caps.max_cube_units} per cube")
+        self._check_block(rt, block)
         bounds = bounds_check_enabled()
-        full_key = (id(rt), key, block, bounds)
-        binary = self._binaries.get(full_key)
+        binary = self._binaries.get((id(rt), key, block, bounds))
         if binary is None:
-            with self._lock:
-                binary = self._binaries.get(full_key)
-                if binary is None:
-                    kir, uni = self.specialize(rt, spec_args, block, bounds)
-                    binary = rt.load(kir, uni)
-                    self._binaries[full_key] = binary
+            for watcher in _WATCHERS:
+                watcher(self, block, args)
+            binary = SpecializedKernel(self, rt, spec_args, key, block, bounds).compile()
         else:
             cache.count("memory_hits")
         if grid[0] * grid[1] * grid[2] == 0:
             return
         rt.launch(binary, grid, block, [a for (_, kind, _), a in zip(self.params, args) if kind != "const"])
+
+
+_WATCHERS: list = []
+
+
+def watch_specializations(callback) -> None:
+    """Call `callback(kernel, block, args)` whenever a launch meets a specialisation its
+    kernel has not compiled in this process yet, before compiling it (tools use this to
+    compile the same specialisation for other targets, e.g. `backends/cuda/codegen_check.py`).
+    What the callback raises propagates out of the launch."""
+    _WATCHERS.append(callback)
+
+
+def unwatch_specializations(callback) -> None:
+    """Stop calling a callback given to `watch_specializations`."""
+    _WATCHERS.remove(callback)
 
 
 def kernel(fn=None):
@@ -240,4 +356,5 @@ def kernel(fn=None):
     return Kernel(fn)
 
 
-__all__ = ["Kernel", "kernel", "CompileError"]
+__all__ = ["Kernel", "SpecializedKernel", "TensorType", "kernel", "watch_specializations", "unwatch_specializations",
+           "CompileError"]

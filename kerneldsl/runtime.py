@@ -1,9 +1,11 @@
 """Runtimes: where tensors live and kernels run ("cpu", "opencl[:N]", "cuda[:N]").
 
 `Runtime` holds what every back end shares (tensor creation, host transfers,
-the memory pool, compiled-kernel lookup); a back end's `runtime.py` subclasses
-it with raw allocation, copies, compilation of IR and launch. Runtimes are
-created lazily by name, so importing kerneldsl never touches a GPU driver.
+the memory pool, and the kernel load pipeline: caches, render, dump, compile, wrap);
+a back end's `runtime.py` subclasses it with raw allocation, copies, the pipeline's
+hooks and launch. Back ends are named in one table (`BACKENDS`) and imported only
+when a runtime of theirs is asked for, so importing kerneldsl never touches a GPU
+driver or a compiler.
 """
 from __future__ import annotations
 
@@ -13,13 +15,21 @@ import os
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 
+from . import cache
 from .dtypes import as_dtype
+from .pipeline import LaunchInfo, Rendering
 from .tensor import Tensor, contiguous_strides
 
-BACKENDS = ("cpu", "opencl", "cuda")
+# every back end: runtime name -> the module with its runtime (`create`, `available`), imported lazily
+BACKENDS = {
+    "cpu": "kerneldsl.backends.cpu.runtime",
+    "opencl": "kerneldsl.backends.opencl.runtime",
+    "cuda": "kerneldsl.backends.cuda.runtime",
+}
 _RUNTIMES: dict = {}
 _LOCK = threading.RLock()
 
@@ -133,16 +143,80 @@ class Runtime:
     def synchronize(self):
         """Wait until every queued operation of this runtime has finished."""
 
-    def render(self, kernel_ir, uniformity) -> str:
-        """The generated source of a specialised kernel (for reading and tests)."""
-        raise NotImplementedError(f"the {self.name} runtime does not expose generated source")
-
-    def load(self, kernel_ir, uniformity):
-        """Compile (or fetch from the caches) a specialised kernel; returns a launchable."""
-        raise NotImplementedError
-
     def launch(self, binary, grid, block, args):
         raise NotImplementedError
+
+    # ---------------------------------------------------------------- kernel load pipeline
+    source_ext = "txt"  # file extension of generated sources under $KERNELDSL_DUMP
+
+    def toolchain(self) -> str:
+        """Hook: versions and settings of the compiler and driver that change binaries
+        (beyond what `capabilities` already names)."""
+        return ""
+
+    def cache_identity(self) -> str:
+        """Everything of this runtime that changes a compiled kernel: back end, device
+        capabilities (arch, plane size, limits) and toolchain. Part of every cache key."""
+        return f"{self.kind}|{self.capabilities!r}|{self.toolchain()}"
+
+    def renderings(self, kernel_ir, uniformity) -> Iterator[Rendering]:
+        """Hook: the generated source of a specialised kernel, as one `Rendering`, or several
+        to try in order (the first whose wrapped binary `accepts` is kept)."""
+        raise NotImplementedError(f"the {self.name} runtime does not render kernels")
+
+    def compile_rendering(self, rendering: Rendering, info: LaunchInfo) -> bytes:
+        """Hook: compile a rendering into the image stored in the cache."""
+        raise NotImplementedError
+
+    def wrap_binary(self, info: LaunchInfo, entry: cache.Entry, rendering: Rendering | None = None):
+        """Hook: a launchable binary from a cache entry (image + the rendering's metadata);
+        `rendering` is given when the entry was just built from it."""
+        raise NotImplementedError
+
+    def accepts(self, binary) -> bool:
+        """Hook: whether a freshly built binary can be kept (else the next rendering is tried)."""
+        return True
+
+    def render(self, kernel_ir, uniformity) -> str:
+        """The generated source of a specialised kernel (for reading and tests)."""
+        return next(iter(self.renderings(kernel_ir, uniformity))).source
+
+    def load(self, key: str | None, specialize: Callable[[], tuple]):
+        """A launchable binary for the specialised kernel whose cache key is `key` (None:
+        not cacheable): from memory, else from the disk cache, else built by
+        `specialize()` -> (IR, uniformity facts) -> render -> dump -> compile -> store.
+        A disk hit runs no front end and no renderer."""
+        binary = self._kernels.get(key) if key is not None else None
+        if binary is not None:
+            return binary
+        entry = cache.load(key)
+        if entry is not None:
+            try:
+                binary = self.wrap_binary(LaunchInfo.from_json(entry.meta["launch"]), entry)
+            except Exception as e:  # noqa: BLE001  (a stale or foreign binary: rebuild it)
+                cache.log().warning(
+                    "kerneldsl: cached kernel %s does not load on %s (%s); rebuilding it", key, self.name, e)
+                cache.discard(key)
+        if binary is None:
+            binary, entry = self._build(*specialize())
+            cache.store(key, entry)
+        if key is not None:
+            self._kernels[key] = binary
+        return binary
+
+    def _build(self, kernel_ir, uniformity) -> tuple:
+        """(binary, cache entry) for a specialised kernel: render, dump, compile, wrap."""
+        info = LaunchInfo.of(kernel_ir)
+        for rendering in self.renderings(kernel_ir, uniformity):
+            cache.count("rendered")
+            cache.dump(info.name, rendering.source, self.source_ext)
+            image = self.compile_rendering(rendering, info)
+            cache.count("compiled")
+            entry = cache.Entry({"launch": info.to_json(), **rendering.meta}, image)
+            binary = self.wrap_binary(info, entry, rendering)
+            if self.accepts(binary):
+                break
+        return binary, entry
 
     @staticmethod
     def _raise_bounds(kir, args, record):
@@ -224,7 +298,7 @@ class Runtime:
 
 # -------------------------------------------------------------------- registry
 def _backend_module(kind: str):
-    return importlib.import_module(f"kerneldsl.backends.{kind}.runtime")
+    return importlib.import_module(BACKENDS[kind])
 
 
 def _parse(name: str):

@@ -104,7 +104,7 @@ def test_nvrtc_errors_point_at_the_python_line(monkeypatch):
 def test_compiler_log_parsing():
     src = '#line 7 "/some/user/file.py"\nextern "C" __global__ void k() { undefined_name = 1; }\n'
     with pytest.raises(kd.CompileError) as info:
-        compiler.compile_source(src, "k", 80, use_cache=False)
+        compiler.compile_source(src, "k", 80)
     assert (info.value.loc.filename, info.value.loc.line) == ("/some/user/file.py", 7)
     assert "undefined_name" in str(info.value)
 

@@ -58,8 +58,7 @@ def test_build_log_formats_map_to_the_python_line(style):
     """The message formats drivers use, including one naming its own buffer (`<kernel>:N:M`)
     with N a line of the generated source."""
     rt = kd.runtime("opencl")
-    spec = [("tensor", (kd.f32, 1, True)), ("tensor", (kd.f32, 1, True))]
-    kir, _ = synced_copy.specialize(rt, spec, (4, 1, 1), False)
+    kir, _ = synced_copy.specialize(rt, kd.TensorType(kd.f32, 1), kd.TensorType(kd.f32, 1), block=4).ir()
     rendered = renderer.render(kir, rt.capabilities)
     gen = next(i for i, t in enumerate(rendered.source.splitlines(), 1) if t.strip().startswith("barrier("))
     py = _sync_line()
@@ -124,7 +123,7 @@ def test_program_binaries_come_back_from_disk(tmp_path):
     first, second = run(), run()
     assert first["compiled"] == 1 and first["disk_hits"] == 0
     assert second["compiled"] == 0 and second["disk_hits"] == 1
-    assert any((tmp_path / "kcache" / "opencl").rglob("*"))
+    assert any((tmp_path / "kcache" / "kernels").rglob("*"))
 
 
 def test_pocl_binaries_are_left_to_pocls_own_cache(monkeypatch):

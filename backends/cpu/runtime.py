@@ -18,14 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 import llvmlite.binding as llvm
 import numpy as np
 
-from kerneldsl import cache, ir
-from kerneldsl.dtypes import f16, f32, f64
+from kerneldsl import ir
 from kerneldsl.dtypes import as_dtype
 from kerneldsl.errors import LaunchError
+from kerneldsl.pipeline import Rendering, scalar_bits
 from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
 
-from . import abi, compiler, renderer
+from . import abi, compiler
 from .capabilities import DEFAULT_PLANE_DIM, capabilities
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -33,17 +33,23 @@ _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_in
 
 @functools.lru_cache(maxsize=None)
 def _load_libs():
-    # printf/fflush and libm (f64 math) must resolve inside JIT'd code
-    for name in ("c", "m"):
+    # printf/fflush and libm (f64 math) must resolve inside JIT'd code; the usual sonames
+    # first (find_library runs ldconfig in a subprocess: slow for a warm start)
+    for name, soname in (("c", "libc.so.6"), ("m", "libm.so.6")):
+        try:
+            llvm.load_library_permanently(soname)
+            continue
+        except RuntimeError:
+            pass
         path = ctypes.util.find_library(name)
         if path:
             llvm.load_library_permanently(path)
 
 
 class CpuBinary:
-    """A loaded kernel: the JIT engine (kept alive) and its entry point."""
+    """A loaded kernel: the JIT engine (kept alive), its entry point and launch facts."""
 
-    def __init__(self, kir: ir.KernelIR, obj: bytes, frame_bytes: int = 0):
+    def __init__(self, info, obj: bytes, frame_bytes: int = 0):
         _load_libs()
         self.frame_bytes = frame_bytes
         tm = compiler.new_target_machine()
@@ -51,18 +57,8 @@ class CpuBinary:
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         self.engine.finalize_object()
         self.fn = _KERNEL_FN(self.engine.get_function_address(abi.ENTRY))
-        self.kir = kir
-        self.nslots = abi.total_slots(kir.params)
-
-
-def _scalar_bits(dtype, value) -> int:
-    if dtype is f32:
-        return int(np.array(value, np.float32).view(np.int32))
-    if dtype is f64:
-        return int(np.array(value, np.float64).view(np.int64))
-    if dtype is f16:
-        return int(np.array(value, np.float16).view(np.int16))
-    return int(value)
+        self.info = info
+        self.nslots = abi.total_slots(info.params)
 
 
 class CpuRuntime(Runtime):
@@ -131,19 +127,18 @@ class CpuRuntime(Runtime):
         return self.host_view(t).__dlpack__(*args, **kwargs)
 
     # -------------------------------------------------------------- kernels
-    def render(self, kir, uniformity) -> str:
-        return renderer.render(kir, uniformity, self.capabilities)
+    source_ext = "ll"
 
-    def load(self, kir, uniformity):
+    def renderings(self, kir, uniformity):
+        from . import renderer  # only when something is compiled: a warm process never renders
         source, frame = renderer.render_with_frame(kir, uniformity, self.capabilities)
-        cache.dump(kir.name, source, "ll")
-        key = cache.key("cpu", compiler.arch(), source)
-        obj = cache.load("cpu", key)
-        if obj is None:
-            obj = compiler.compile_source(source)
-            cache.count("compiled")
-            cache.store("cpu", key, obj)
-        return CpuBinary(kir, obj, frame)
+        yield Rendering(source, {"frame_bytes": frame})
+
+    def compile_rendering(self, rendering, info) -> bytes:
+        return compiler.compile_source(rendering.source)
+
+    def wrap_binary(self, info, entry, rendering=None) -> CpuBinary:
+        return CpuBinary(info, entry.image, entry.meta["frame_bytes"])
 
     def _executor(self):
         with self._pool_lock:
@@ -152,8 +147,9 @@ class CpuRuntime(Runtime):
             return self._pool
 
     def launch(self, binary: CpuBinary, grid, block, args):
-        kir = binary.kir
+        kir = binary.info
         slots = np.zeros(binary.nslots, np.int64)
+        bits = slots.view(np.uint64)  # scalar arguments: their bit patterns, zero-extended
         errbuf = np.zeros(4, np.int64)
         slots[0:3] = grid
         slots[3] = errbuf.ctypes.data
@@ -170,7 +166,7 @@ class CpuRuntime(Runtime):
                 slots[pos + 2 + p.ndim:pos + 2 + 2 * p.ndim] = a.strides
                 pos += 2 + 2 * p.ndim
             else:
-                slots[pos] = _scalar_bits(p.dtype, a)
+                bits[pos] = scalar_bits(p.dtype, a)
                 pos += 1
         ncubes = grid[0] * grid[1] * grid[2]
         if binary.frame_bytes > self.CALLER_FRAME_LIMIT:

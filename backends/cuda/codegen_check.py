@@ -2,8 +2,9 @@
 
     python -m pytest -p kerneldsl.backends.cuda.codegen_check tests/test_dsl_*.py
 
-Every launch, on whatever runtime the test uses, is also specialised as it would be
-on a CUDA device of each arch in $KERNELDSL_CUDA_ARCHS (default "sm_80,sm_90") and
+Every specialisation the tests launch, on whatever runtime, is also specialised as it
+would be on a CUDA device of each arch in $KERNELDSL_CUDA_ARCHS (default "sm_80,sm_90")
+(`Kernel.specialize`, seen through `kerneldsl.kernel.watch_specializations`) and
 compiled to a cubin. A renderer or NVRTC error fails the test that launched the
 kernel (`CudaCodegenError`, which no `pytest.raises(CompileError)` swallows), so a
 CUDA syntax or type error fails CI on machines without a GPU. Launches the CUDA
@@ -32,7 +33,6 @@ class _State:
         self.compiled = {a: 0 for a in archs}
         self.rejected: list = []  # front-end rejections (capabilities, bad arguments the test expects)
         self.failures: list = []
-        self.original = None
 
 
 _STATE: _State | None = None
@@ -44,34 +44,28 @@ def _archs() -> list:
 
 
 def _compile(kernel, block, args):
+    """Specialise and compile one launch's kernel for every arch (once per specialisation)."""
     from kerneldsl.errors import CompileError
-    from kerneldsl.kernel import _dims, bounds_check_enabled
 
     from .compile_only import runtime_for
     st = _STATE
-    try:
-        block = _dims(block, "block")
-    except (TypeError, ValueError) as e:
-        st.rejected.append(f"{kernel.__name__}: {e}")
-        return
     for arch in st.archs:
         rt = runtime_for(arch)
-        units = block[0] * block[1] * block[2]
         try:
-            if not 1 <= units <= rt.capabilities.max_cube_units or block[2] > 64:
+            if block[2] > 64:
                 raise ValueError(f"block {block} is not a CUDA cube size")
-            spec_args, key = kernel._check_args(args, rt)
-            memo = (id(kernel), key, block, bounds_check_enabled(), arch)
+            spec = kernel.specialize(rt, *args, block=block)
+            memo = (id(kernel),) + spec.memory_key
             if memo in st.done:
                 continue
-            kir, uni = kernel.specialize(rt, spec_args, block, bounds_check_enabled())
+            spec.ir()
         except (CompileError, TypeError, ValueError) as e:
             # the launch itself will raise, or CUDA cannot run this shape
             st.rejected.append(f"{kernel.__name__} for {arch}: {str(e).splitlines()[0]}")
             continue
         st.done.add(memo)
         try:
-            rt.load(kir, uni)
+            spec.compile()
         except Exception as e:  # noqa: BLE001  (renderer bugs and NVRTC errors alike)
             text = f"{kernel.__name__} for {arch} (block {block}): {type(e).__name__}: {e}"
             st.failures.append(text)
@@ -81,26 +75,20 @@ def _compile(kernel, block, args):
 
 def pytest_configure(config):
     global _STATE
-    from kerneldsl.kernel import Kernel
+    from kerneldsl.kernel import watch_specializations
 
     from . import compiler
     if not compiler.available():
         raise RuntimeError("kerneldsl.backends.cuda.codegen_check needs NVRTC: pip install cuda-bindings "
                            "nvidia-cuda-nvrtc (the test extra)")
     _STATE = _State(_archs())
-    _STATE.original = original = Kernel.launch
-
-    def launch(self, grid, block, *args, runtime=None):
-        _compile(self, block, args)
-        return original(self, grid, block, *args, runtime=runtime)
-
-    Kernel.launch = launch
+    watch_specializations(_compile)
 
 
 def pytest_unconfigure(config):
-    if _STATE is not None and _STATE.original is not None:
-        from kerneldsl.kernel import Kernel
-        Kernel.launch = _STATE.original
+    if _STATE is not None:
+        from kerneldsl.kernel import unwatch_specializations
+        unwatch_specializations(_compile)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,8 +1,9 @@
 """Compile kernels for CUDA with no GPU: a runtime-like object for an explicit arch.
 
 `CompileOnlyRuntime("sm_90")` renders and NVRTC-compiles every kernel handed to it
-(`load`) and launches nothing; `compile_launch(kernel, block, args, arch)` does that
-for one launch's specialisation, given arguments on any runtime. CI uses these to
+(through the load pipeline and its caches) and launches nothing;
+`compile_launch(kernel, block, args, arch)` does that for one launch's specialisation,
+given arguments on any runtime. CI uses these to
 compile the whole conformance suite for sm_80 and sm_90 on machines without a GPU
 (see `codegen_check.py`), so a CUDA syntax or type error fails there too.
 """
@@ -12,22 +13,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kerneldsl import cache
 from kerneldsl.runtime import Runtime
 
-from . import compiler, renderer
 from .capabilities import for_arch, sm_of
+from .pipeline import CudaPipeline
 
 
 @dataclass
 class CompiledKernel:
-    """What `load` produced: the rendered kernel and its binary."""
-    rendered: object
+    """A compiled kernel: its image, and the rendered kernel where it was just rendered
+    (None for one from the cache)."""
     kind: str  # 'cubin' or 'ptx'
     image: bytes
+    rendered: object = None
 
 
-class CompileOnlyRuntime(Runtime):
+class CompileOnlyRuntime(CudaPipeline, Runtime):
     """Capabilities of compute capability `arch`; memory on the host; launches are no-ops."""
 
     kind = "cuda"
@@ -52,14 +53,8 @@ class CompileOnlyRuntime(Runtime):
     def _download(self, buffer, byte_offset, nbytes):
         return buffer.raw[byte_offset:byte_offset + nbytes].copy()
 
-    def render(self, kir, uniformity) -> str:
-        return renderer.render(kir, self.capabilities).source
-
-    def load(self, kir, uniformity) -> CompiledKernel:
-        out = renderer.render(kir, self.capabilities)
-        cache.dump(kir.name, out.source, "cu")
-        kind, image = compiler.compile_source(out.source, kir.name, self.sm, out.filename)
-        return CompiledKernel(out, kind, image)
+    def wrap_binary(self, info, entry, rendering=None) -> CompiledKernel:
+        return CompiledKernel(entry.meta["image"], entry.image)
 
     def launch(self, binary, grid, block, args):
         pass
@@ -80,9 +75,7 @@ def compile_launch(kernel, block, args, arch="sm_90") -> CompiledKernel:
     """Specialise `kernel` as `kernel[grid, block](*args)` would on a CUDA device of `arch`
     and compile it; the arguments may live on any runtime (only dtypes, ranks and
     compile-time values matter). Raises the front end's or NVRTC's CompileError."""
-    from kerneldsl.kernel import _dims, bounds_check_enabled
-    rt = runtime_for(arch)
-    block = _dims(block, "block")
-    spec_args, _ = kernel._check_args(args, rt)
-    kir, uni = kernel.specialize(rt, spec_args, block, bounds_check_enabled())
-    return rt.load(kir, uni)
+    spec = kernel.specialize(runtime_for(arch), *args, block=block)
+    rendering = next(iter(spec.runtime.renderings(*spec.ir())))
+    binary = spec.compile()
+    return CompiledKernel(binary.kind, binary.image, rendering.rendered)

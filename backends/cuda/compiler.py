@@ -3,8 +3,8 @@
 NVRTC runs without a GPU, so this module also serves the compile-only checks. A
 cubin is preferred: PTX from an NVRTC newer than the driver may not load. PTX
 (for the newest virtual arch NVRTC knows) is the fallback only for a device newer
-than NVRTC. Results are cached on disk keyed by source, arch, options and NVRTC
-version. An NVRTC error is raised as a CompileError at the user's Python line,
+than NVRTC. Caching is the load pipeline's (kerneldsl/runtime.py), whose key names
+the NVRTC version and options (`pipeline.py`). An NVRTC error is raised as a CompileError at the user's Python line,
 which the renderer's `#line` directives make NVRTC report.
 """
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import re
 
-from kerneldsl import cache
 from kerneldsl.errors import CompileError, SourceLoc
 
 from .capabilities import WGMMA_SM
@@ -101,7 +100,7 @@ def _error_from_log(log: str, kernel_name: str) -> CompileError:
 
 
 def compile_source(source: str, kernel_name: str, sm: int, filename: str = "kernel.cu",
-                   use_cache: bool = True, ptx: bool = False) -> tuple:
+                   ptx: bool = False) -> tuple:
     """Compile `source` for compute capability `sm`; returns (kind, image) with kind
     'cubin' or 'ptx' (`ptx=True` asks for PTX text, for reading). Raises CompileError with
     the user's location on NVRTC errors."""
@@ -110,11 +109,6 @@ def compile_source(source: str, kernel_name: str, sm: int, filename: str = "kern
     suffix = "a" if arch == WGMMA_SM else ""
     flag = f"--gpu-architecture={'sm' if kind == 'cubin' else 'compute'}_{arch}{suffix}"
     options = OPTIONS + (flag,)
-    key = cache.key("cuda", kind, arch, "nvrtc-%d.%d" % version(), " ".join(options), source)
-    if use_cache:
-        image = cache.load("cuda", key)
-        if image is not None:
-            return kind, image
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
@@ -137,9 +131,6 @@ def compile_source(source: str, kernel_name: str, sm: int, filename: str = "kern
             _check(nvrtc, err, "nvrtcGetPTX")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    cache.count("compiled")
-    if use_cache:
-        cache.store("cuda", key, image)
     return kind, image
 
 

@@ -14,14 +14,14 @@ import threading
 
 import numpy as np
 
-from kerneldsl import cache, ir
-from kerneldsl.dtypes import bf16, boolean, f16, f32, f64
 from kerneldsl.errors import LaunchError
+from kerneldsl.pipeline import launch_args_from_json, scalar_bits
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
 from kerneldsl.tensor import Tensor
 
-from . import compiler, dlpack, renderer
+from . import compiler, dlpack
 from .capabilities import from_device, sm_of
+from .compile_only import CudaPipeline
 
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 
@@ -77,14 +77,14 @@ def device_count() -> int:
 class CudaBinary:
     """A loaded kernel: its module (kept alive), function handle and launch facts."""
 
-    def __init__(self, kir: ir.KernelIR, rendered, module, function, kind: str):
-        self.kir = kir
-        self.args = rendered.args  # clike.KernelArg list: what each kernel parameter is
+    def __init__(self, info, meta: dict, module, function):
+        self.info = info
+        self.args = launch_args_from_json(meta["args"], info.params)  # what each kernel parameter is
         self.module = module
         self.function = function
-        self.dynamic_shared = rendered.dynamic_shared
-        self.kind = kind  # 'cubin' or 'ptx'
-        self.param_index = {p.name: i for i, p in enumerate(kir.params)}
+        self.dynamic_shared = meta["dynamic_shared"]
+        self.kind = meta["image"]  # 'cubin' or 'ptx'
+        self.param_index = {p.name: i for i, p in enumerate(info.params)}
         # the parameter block, made once: one 8-byte slot per kernel parameter, and the
         # array of their addresses that cuLaunchKernel reads (refilled under the lock)
         n = len(self.args)
@@ -107,21 +107,7 @@ class CudaEvent:
             pass
 
 
-def _scalar_bits(dtype, value) -> int:
-    if dtype is f32:
-        return int(np.array(value, np.float32).view(np.uint32))
-    if dtype is f64:
-        return int(np.array(value, np.float64).view(np.uint64))
-    if dtype is f16:
-        return int(np.array(value, np.float16).view(np.uint16))
-    if dtype is bf16:
-        return int(np.array(value, np.float32).astype(bf16.np).view(np.uint16))
-    if dtype is boolean:
-        return int(bool(value))
-    return int(value) & 0xFFFFFFFFFFFFFFFF
-
-
-class CudaRuntime(Runtime):
+class CudaRuntime(CudaPipeline, Runtime):
     kind = "cuda"
 
     def __init__(self, index: int = 0):
@@ -276,23 +262,20 @@ class CudaRuntime(Runtime):
         return Tensor(self, buf, shape, dtype, strides, 0)
 
     # -------------------------------------------------------------- kernels
-    def render(self, kir, uniformity) -> str:
-        return renderer.render(kir, self.capabilities).source
-
-    def load(self, kir, uniformity):
-        out = renderer.render(kir, self.capabilities)
-        cache.dump(kir.name, out.source, "cu")
-        kind, image = compiler.compile_source(out.source, kir.name, self.sm, out.filename)
+    def wrap_binary(self, info, entry, rendering=None) -> CudaBinary:
+        """Load a cubin (or PTX) into this device's context and find its kernel."""
+        meta = entry.meta
         self._enter()
         driver = _driver()
-        module = _check(driver.cuModuleLoadData(image), f"loading {kir.name} ({kind} for {self.capabilities.arch})",
-                        LaunchError)
-        function = _check(driver.cuModuleGetFunction(module, out.name.encode()), "cuModuleGetFunction")
-        if out.dynamic_shared > 0:
+        module = _check(driver.cuModuleLoadData(entry.image),
+                        f"loading {info.name} ({meta['image']} for {self.capabilities.arch})", LaunchError)
+        function = _check(driver.cuModuleGetFunction(module, meta["symbol"].encode()), "cuModuleGetFunction")
+        shared = meta["dynamic_shared"]
+        if shared > 0:
             _check(driver.cuFuncSetAttribute(
-                function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                out.dynamic_shared), f"{kir.name}: asking for {out.dynamic_shared} bytes of shared memory")
-        return CudaBinary(kir, out, module, function, kind)
+                function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                f"{info.name}: asking for {shared} bytes of shared memory")
+        return CudaBinary(info, meta, module, function)
 
     def _error_buffer(self):
         if self._errbuf is None:
@@ -300,7 +283,7 @@ class CudaRuntime(Runtime):
         return self._errbuf
 
     def launch(self, binary: CudaBinary, grid, block, args):
-        kir = binary.kir
+        kir = binary.info
         for axis, (g, lim) in enumerate(zip(grid, MAX_GRID)):
             if g > lim:
                 raise ValueError(f"{kir.name}: grid {tuple(grid)} has {g} cubes along axis {'xyz'[axis]}; CUDA "
@@ -329,7 +312,7 @@ class CudaRuntime(Runtime):
                 elif kind == "stride":
                     slots[i] = v.strides[a.axis]
                 elif kind == "scalar":
-                    slots[i] = _scalar_bits(a.param.dtype, v)
+                    slots[i] = scalar_bits(a.param.dtype, v)
                 else:
                     raise LaunchError(f"{kir.name}: the cuda runtime cannot pass a kernel argument of kind {kind!r}")
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:

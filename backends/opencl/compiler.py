@@ -1,11 +1,11 @@
 """OpenCL C text -> a built program for one device, through the driver (text in, program out).
 
-Program binaries are cached on disk (kerneldsl/cache.py) keyed by the source, the build
-options and the device, driver and pyopencl versions; pyopencl's own source cache is
-bypassed so there is one cache to reason about. PoCL keeps its own on-disk cache of
-compiled programs (keyed by source), and asking it for a binary costs about as much as
-a third of a cold build, so with PoCL the entry is not written unless
-KERNELDSL_OPENCL_STORE_BINARIES=1 (see `stores_binaries`). A failed build raises CompileError at
+Program binaries are cached on disk by the load pipeline (kerneldsl/runtime.py, one cache
+for every back end; the key names the device, driver and pyopencl versions); pyopencl's
+own source cache is bypassed so there is one cache to reason about. PoCL keeps its own
+on-disk cache of compiled programs (keyed by source), and asking it for a binary costs
+about as much as a third of a cold build, so with PoCL the cache entry holds the source
+alone unless KERNELDSL_OPENCL_STORE_BINARIES=1 (see `stores_binaries`). A failed build raises CompileError at
 the user's Python line: the generated source carries `#line` directives, so the driver's
 build log already names the Python file and line.
 """
@@ -15,7 +15,6 @@ import os
 import re
 import warnings
 
-from kerneldsl import cache
 from kerneldsl.errors import CompileError, SourceLoc
 
 def build_options(device, native=None, units: int = 0) -> list:
@@ -58,32 +57,32 @@ def _build(program, options, devices):
     return program
 
 
-def build(ctx, device, source: str, arch: str, name: str = "kernel", locs=None, kernel_loc=None,
-          store: bool = True, native=None, source_loc=None, units: int = 0):
-    """A built `pyopencl.Program` for `source` on `device`, from the disk cache when possible."""
+def build(ctx, device, source: str, options, name: str = "kernel", locs=None, kernel_loc=None,
+          source_loc=None):
+    """A `pyopencl.Program` built from `source` for `device`; a rejected build raises
+    CompileError at the user's Python line (see `build_error`)."""
     import pyopencl as cl
-    options = build_options(device, native, units)
-    key = cache.key("opencl", arch, " ".join(options), source)
-    binary = cache.load("opencl", key)
-    if binary is not None:
-        try:
-            return _build(cl.Program(ctx, [device], [binary]), options, [device])
-        except Exception:  # noqa: BLE001  (a stale or foreign binary: rebuild from source)
-            pass
     try:
-        program = _build(cl.Program(ctx, source), options, [device])
+        return _build(cl.Program(ctx, source), options, [device])
     except _BuildFailed as e:
         raise build_error(str(e), name, device, locs or {}, kernel_loc, source_loc) from None
-    cache.count("compiled")
-    if not store:
-        return program
+
+
+def from_binary(ctx, device, binary: bytes, options):
+    """A `pyopencl.Program` from a program binary of `device` (raises when the driver
+    refuses it: a stale or foreign binary)."""
+    import pyopencl as cl
+    return _build(cl.Program(ctx, [device], [binary]), options, [device])
+
+
+def binary_of(program) -> bytes:
+    """The device binary of a built program (b"" for a driver that gives none)."""
+    import pyopencl as cl
     try:
         binaries = program.get_info(cl.program_info.BINARIES)
-        if binaries and binaries[0]:
-            cache.store("opencl", key, bytes(binaries[0]))
     except cl.Error:
-        pass  # a driver without program binaries only costs recompilation
-    return program
+        return b""
+    return bytes(binaries[0]) if binaries and binaries[0] else b""
 
 
 _PY_STYLES = (r":(\d+):(?:\d+:)?", r'", line (\d+)', r"\((\d+)\)")

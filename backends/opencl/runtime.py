@@ -12,9 +12,9 @@ import warnings
 
 import numpy as np
 
-from kerneldsl import cache, ir
-from kerneldsl.dtypes import bf16, boolean, f16
+from kerneldsl import ir
 from kerneldsl.errors import LaunchError
+from kerneldsl.pipeline import Rendering, launch_args_from_json, launch_args_to_json, scalar_value
 from kerneldsl.runtime import Runtime, RuntimeUnavailable
 
 from . import compiler, platforms, renderer
@@ -93,22 +93,12 @@ def _why_none() -> str:
 class OpenCLBinary:
     """A built kernel, its argument list and the launch lock (cl.Kernel arguments are state)."""
 
-    def __init__(self, kir, rendered, kernel):
-        self.kir = kir
-        self.args = rendered.args
+    def __init__(self, info, meta: dict, kernel):
+        self.info = info
+        self.args = launch_args_from_json(meta["args"], info.params)
+        self.native = meta["native"]  # the plane primitives it was rendered with, or None
         self.kernel = kernel
         self.lock = threading.Lock()
-
-
-def _scalar(dtype, value):
-    """A numpy scalar of the kernel-argument type of a scalar parameter."""
-    if dtype is f16:
-        return np.array(value, np.float16).view(np.uint16)[()]
-    if dtype is bf16:
-        return np.array(value, np.float32).astype(bf16.np).view(np.uint16)[()]
-    if dtype is boolean:
-        return np.uint8(bool(value))
-    return dtype.np.type(value)
 
 
 class OpenCLRuntime(Runtime):
@@ -179,49 +169,74 @@ class OpenCLRuntime(Runtime):
             return r
         return renderer.OpenCLRenderer(kir, self.capabilities)
 
-    def _subgroups_fit(self, kernel, kir) -> bool:
+    def _subgroups_fit(self, kernel, info) -> bool:
         """The driver may pick another sub-group size per kernel: native plane ops need 32.
         Planes are 32 consecutive units in linear order, but drivers may form sub-groups
         along the first axis only (Intel's CPU runtime does): a cube whose first axis is not
         a multiple of 32 and that has more than one row has its plane operations emulated."""
-        x, y, z = kir.cube_dim
+        x, y, z = info.cube_dim
         if x % 32 and y * z > 1:
             return False
         try:
             size = kernel.get_sub_group_info(self.device, self._cl.kernel_sub_group_info.MAX_SUB_GROUP_SIZE_FOR_NDRANGE,
-                                             tuple(kir.cube_dim))
+                                             tuple(info.cube_dim))
         except Exception:  # noqa: BLE001
             return False
         return size == 32
 
-    def load_emulated(self, kir):
-        saved, self.native = self.native, None
-        try:
-            return self.load(kir, None)
-        finally:
-            self.native = saved
+    source_ext = "cl"
 
-    def load(self, kir, uniformity):
+    def toolchain(self) -> str:
+        return (f"{self.platform.name}|{self.platform.version}|{self.device.driver_version}|"
+                f"pyopencl-{self._cl.VERSION_TEXT}|planes={self.native}")
+
+    def renderings(self, kir, uniformity):
         r = self.renderer(kir)
+        yield self._rendering(r)
+        if r.native_planes and r.primitives == "khr":  # tried when the sub-groups do not fit (`accepts`)
+            yield self._rendering(renderer.OpenCLRenderer(kir, self.capabilities))
+
+    def _rendering(self, r) -> Rendering:
         rendered = r.render()
         r.check_shared(self.capabilities.max_shared_bytes, self.capabilities.device_name)
-        cache.dump(kir.name, rendered.source, "cl")
-        program = compiler.build(self.ctx, self.device, rendered.source, self.capabilities.arch, kir.name,
-                                 rendered.locs, kir.loc, store=compiler.stores_binaries(self.platform),
-                                 native=self.native if r.native_planes else None,
-                                 source_loc=rendered.loc_of_source_line, units=kir.cube_units)
-        kernel = self._cl.Kernel(program, rendered.name)
-        if r.native_planes and r.primitives == "khr" and not self._subgroups_fit(kernel, kir):
-            return self.load_emulated(kir)
-        binary = OpenCLBinary(kir, rendered, kernel)
+        meta = {"symbol": rendered.name, "args": launch_args_to_json(rendered.args),
+                "native": self.native if r.native_planes else None, "source": rendered.source}
+        return Rendering(rendered.source, meta, rendered)
+
+    def _options(self, meta, info) -> list:
+        return compiler.build_options(self.device, meta["native"], info.cube_units)
+
+    def compile_rendering(self, rendering, info) -> bytes:
+        rendered, options = rendering.rendered, self._options(rendering.meta, info)
+        rendering.compiled = compiler.build(self.ctx, self.device, rendering.source, options, info.name,
+                                            rendered.locs, info.loc, rendered.loc_of_source_line)
+        return compiler.binary_of(rendering.compiled) if compiler.stores_binaries(self.platform) else b""
+
+    def wrap_binary(self, info, entry, rendering=None) -> OpenCLBinary:
+        """The kernel of a built program: the one just built, else from the entry's binary,
+        else (no binary stored, or a stale one) built from the entry's source."""
+        meta = entry.meta
+        program = rendering.compiled if rendering is not None else None
+        if program is None and entry.image:
+            try:
+                program = compiler.from_binary(self.ctx, self.device, entry.image, self._options(meta, info))
+            except Exception:  # noqa: BLE001  (a stale or foreign binary: rebuild from source)
+                program = None
+        if program is None:
+            program = compiler.build(self.ctx, self.device, meta["source"], self._options(meta, info), info.name)
+        kernel = self._cl.Kernel(program, meta["symbol"])
+        binary = OpenCLBinary(info, meta, kernel)
         # what the driver reports it can run; some report less than they launch, so the
         # launch itself decides, and a refusal names this number
         binary.reported_units = kernel.get_work_group_info(self._cl.kernel_work_group_info.WORK_GROUP_SIZE,
                                                            self.device)
         return binary
 
+    def accepts(self, binary: OpenCLBinary) -> bool:
+        return binary.native != "khr" or self._subgroups_fit(binary.kernel, binary.info)
+
     def launch(self, binary: OpenCLBinary, grid, block, args):
-        kir = binary.kir
+        kir = binary.info
         values = []
         errbuf = None
         for a in binary.args:
@@ -242,7 +257,7 @@ class OpenCLRuntime(Runtime):
             elif kind == "stride":
                 values.append(np.int64(t.strides[a.axis]))
             else:
-                values.append(_scalar(a.param.dtype, t))
+                values.append(scalar_value(a.param.dtype, t))
         gsize = tuple(g * b for g, b in zip(grid, block))
         with binary.lock:
             binary.kernel.set_args(*values)
