@@ -30,7 +30,7 @@ import os
 import sys
 import types
 
-from . import __version__
+from .version import __version__
 
 _LIBRARY = "kerneldsl"
 _CODE_ATTRS = ("co_name", "co_filename", "co_firstlineno", "co_argcount", "co_posonlyargcount",

@@ -231,9 +231,11 @@ def _misplaced_barriers(source: str):
 def test_generated_branches_end_at_a_barrier(monkeypatch, mode):
     """Deterministic: the generated OpenCL C has no barrier inside an `if` (the shape PoCL
     mishandled), and loop bodies holding a barrier end at one."""
-    rt = opencl_runtime.OpenCLRuntime(0)  # private: renders afresh
+    from kerneldsl import cache
+    rt = opencl_runtime.OpenCLRuntime(0)  # private, and no disk cache: renders afresh
+    monkeypatch.setenv("KERNELDSL_CACHE", "")
     sources = {}
-    monkeypatch.setattr(opencl_runtime.cache, "dump", lambda name, src, ext: sources.setdefault(name, src))
+    monkeypatch.setattr(cache, "dump", lambda name, src, ext: sources.setdefault(name, src))
     live, x = _inputs(rt)
     tail_reads_head[(GX, GY), UNITS](rt.tensor(live), rt.tensor(x), rt.zeros((GX, 4 * GY), "f32"), mode,
                                      runtime=rt)
