@@ -218,8 +218,9 @@ def test_agreeing_runtimes_return_every_output(monkeypatch):
     results = kd.testing.assert_runtimes_agree(double, 1, 128, host, np.zeros(100, np.float32), 100,
                                                reference={"out": host * 2})
     assert list(results) == [c.id for c in runtime_choices()]
-    assert set(results["cpu"]) == {"x", "out"}
-    np.testing.assert_array_equal(results["cpu-p8"]["out"], host * 2)
+    for outputs in results.values():  # every runtime chosen (KERNELDSL_RUNTIMES may narrow them)
+        assert set(outputs) == {"x", "out"}
+        np.testing.assert_array_equal(outputs["out"], host * 2)
     with pytest.raises(AssertionError, match=r"runtime cpu, out \(against the reference\): 1 of 100"):
         kd.testing.assert_runtimes_agree(double, 1, 128, host, np.zeros(100, np.float32), 100,
                                          reference={"out": np.where(host == 7, 0, host * 2)}, runtimes=["cpu"])
@@ -312,7 +313,12 @@ def test_a_user_file_outside_the_tree_gets_the_fixture_after_a_wheel_install(tmp
                                                                  "__pycache__", ".pytest_cache", ".whl"))
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(tmp_path / "dist"), str(source))
     wheel, = (tmp_path / "dist").glob("rudnn-*.whl")
-    run(py, "-m", "pip", "install", "-q", str(wheel), "pytest")
+    installed = subprocess.run([py, "-m", "pip", "install", "-q", str(wheel), "pytest"], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=400)
+    if installed.returncode != 0 and re.search(r"Failed to establish a new connection|name resolution|"
+                                               r"Could not find a version", installed.stderr):
+        pytest.skip("no package index is reachable from this machine to install the wheel's dependencies")
+    assert installed.returncode == 0, installed.stderr[-3000:]
     user = tmp_path / "user_project"
     user.mkdir()
     (user / "test_user_kernel.py").write_text(USER_TEST_FILE)
