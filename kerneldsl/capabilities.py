@@ -12,6 +12,8 @@ from . import dtypes as dt
 from .ir import ATOMIC_OPS, PLANE_OPS
 
 INT_ATOMIC_TYPES = (dt.i32, dt.u32)
+I32_MAX = (1 << 31) - 1
+I64_MAX = (1 << 63) - 1
 
 
 def default_atomics(float_add: bool = True) -> dict:
@@ -38,6 +40,11 @@ class Capabilities:
     mma_native: bool = False  # tensor cores (vs an exact emulation)
     group_mma_native: bool = False  # kd.group_mma reads shared memory itself (wgmma), vs plane by plane
     async_copy: bool = False  # hardware global->shared copies (cp.async) for kd.async_copy, vs a plain copy
+    # launch limits (kerneldsl/launch_checks.py): cubes per grid axis (cube ids are 32-bit
+    # signed in every renderer), cubes in one launch, units per cube axis
+    max_grid: tuple = (I32_MAX, 65535, 65535)
+    max_grid_cubes: int = I64_MAX
+    max_cube_dims: tuple = (1024, 1024, 64)
 
     def supports_dtype(self, d) -> bool:
         return dt.as_dtype(d) in self.dtypes

@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 
-from . import cache, lang
+from . import cache, lang, launch_checks
 from .analysis import check_kernel
 from .dtypes import DType, as_dtype
 from .errors import CompileError
@@ -30,35 +30,7 @@ from .frontend import Frontend, _Spec, parse_source
 from .runtime import Runtime, get_runtime
 from .tensor import Tensor
 
-
-_DIMS_CACHE: dict = {}
-
-
-def _dims(v, what) -> tuple:
-    """(x, y, z) of a grid or block given as an int or a tuple of 1-3 ints (memoised: the
-    same launch shapes come back on every call)."""
-    try:
-        return _DIMS_CACHE[v]
-    except (KeyError, TypeError):
-        pass
-    out = _parse_dims(v, what)
-    if isinstance(v, (int, tuple)) and len(_DIMS_CACHE) < 4096:
-        _DIMS_CACHE[v] = out
-    return out
-
-
-def _parse_dims(v, what) -> tuple:
-    if isinstance(v, (int, np.integer)):
-        v = (int(v),)
-    try:
-        v = tuple(int(x) for x in v)
-    except TypeError:
-        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {v!r}") from None
-    if not 1 <= len(v) <= 3:
-        raise ValueError(f"{what} must have 1 to 3 dimensions, got {v}")
-    if any(x < 0 for x in v):
-        raise ValueError(f"{what} must not be negative, got {v}")
-    return v + (1,) * (3 - len(v))
+_dims = launch_checks.dims  # grid / block parsing (the cuda compile-only paths import it from here)
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,22 +172,16 @@ class Kernel:
     def source(self, block, *args, runtime=None) -> str:
         """The source the runtime generates for these arguments and cube shape (LLVM IR,
         OpenCL C or CUDA C++), without launching: for reading what the compiler sees."""
-        block = _dims(block, "block")
+        block = launch_checks.dims(block, "block")
         rt = self._pick_runtime(args, runtime)
         spec_args, _ = self._check_args(args, rt)
         kir, uni = self.specialize(rt, spec_args, block, bounds_check_enabled())
         return rt.render(kir, uni)
 
     def launch(self, grid, block, *args, runtime=None):
-        grid = _dims(grid, "grid")
-        block = _dims(block, "block")
         rt = self._pick_runtime(args, runtime)
+        grid, block = launch_checks.launch_shape(self.__name__, grid, block, rt)
         spec_args, key = self._check_args(args, rt)
-        units = block[0] * block[1] * block[2]
-        caps = rt.capabilities
-        if units < 1 or units > caps.max_cube_units:
-            raise ValueError(f"{self.__name__}: block {block} has {units} units; {rt.name} allows 1 to "
-                             f"{caps.max_cube_units} per cube")
         bounds = bounds_check_enabled()
         full_key = (id(rt), key, block, bounds)
         binary = self._binaries.get(full_key)
@@ -228,9 +194,11 @@ class Kernel:
                     self._binaries[full_key] = binary
         else:
             cache.count("memory_hits")
+        run_args = [a for (_, kind, _), a in zip(self.params, args) if kind != "const"]
+        launch_checks.check_writable(binary.kir, run_args)
         if grid[0] * grid[1] * grid[2] == 0:
             return
-        rt.launch(binary, grid, block, [a for (_, kind, _), a in zip(self.params, args) if kind != "const"])
+        rt.launch(binary, grid, block, run_args)
 
 
 def kernel(fn=None):

@@ -65,6 +65,25 @@ def _scalar_bits(dtype, value) -> int:
     return int(value)
 
 
+@functools.lru_cache(maxsize=None)
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: let numpy decide
+        return 1 << 62
+
+
+class _PinnedBytes:
+    """The bytes of a Buffer as numpy sees them (`__array_interface__`), holding the Buffer:
+    the base object of every array exported from a cpu tensor."""
+
+    def __init__(self, buffer: Buffer):
+        self.buffer = buffer
+        raw = buffer.raw
+        self.__array_interface__ = {"shape": (raw.nbytes,), "typestr": "|u1", "version": 3,
+                                    "data": (raw.ctypes.data, bool(buffer.readonly))}
+
+
 class CpuRuntime(Runtime):
     kind = "cpu"
 
@@ -84,7 +103,9 @@ class CpuRuntime(Runtime):
 
     # -------------------------------------------------------------- memory
     def _raw_alloc(self, nbytes):
-        arr = np.empty(nbytes + 64, np.uint8)
+        if nbytes > _physical_memory():  # Linux would promise it and the OOM killer collect later
+            raise MemoryError(f"more than this machine's {_physical_memory()} bytes of memory")
+        arr = np.empty(nbytes + 64, np.uint8)  # numpy's MemoryError when the OS refuses
         start = (-arr.ctypes.data) % 64
         return arr[start:start + nbytes]
 
@@ -101,33 +122,45 @@ class CpuRuntime(Runtime):
         t.buffer.raw[: t.size * t.dtype.itemsize] = 0
 
     def wrap(self, array: np.ndarray):
-        """A tensor sharing `array`'s memory (no copy); used by DLPack import."""
+        """A tensor sharing `array`'s memory (no copy); used by DLPack import. A read-only
+        array gives a read-only tensor: launches that would store to it are refused."""
+        readonly = not array.flags.writeable
         item = array.itemsize
         if array.size == 0 or any(st < 0 or st % item for st in array.strides):
             array = np.ascontiguousarray(array)
         if array.size == 0:
-            return self.empty(array.shape, as_dtype(array.dtype))
+            t = self.empty(array.shape, as_dtype(array.dtype))
+            t.buffer.readonly = readonly
+            return t
         nbytes = item + sum((n - 1) * st for n, st in zip(array.shape, array.strides))
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(array.ctypes.data))
-        buf = Buffer(raw, nbytes, None, owner=array)
+        buf = Buffer(raw, nbytes, None, owner=array, readonly=readonly)
         return Tensor(self, buf, array.shape, as_dtype(array.dtype), [st // item for st in array.strides], 0)
 
-    def host_view(self, t) -> np.ndarray:
-        """A numpy array aliasing the tensor's memory."""
+    @staticmethod
+    def _view(t, base) -> np.ndarray:
         item = t.dtype.itemsize
-        return np.ndarray(t.shape, dtype=t.dtype.np, buffer=t.buffer.raw, offset=t.offset * item,
+        return np.ndarray(t.shape, dtype=t.dtype.np, buffer=base, offset=t.offset * item,
                           strides=[st * item for st in t.strides])
+
+    def host_view(self, t) -> np.ndarray:
+        """A numpy array aliasing the tensor's memory. It keeps the tensor's buffer out of
+        the memory pool for as long as it (or anything made from it) lives; read-only for
+        a read-only tensor."""
+        return self._view(t, np.asarray(_PinnedBytes(t.buffer)))
 
     def to_numpy(self, t):
         if t.size == 0:
             return np.empty(t.shape, t.dtype.np)
-        return self.host_view(t).copy()
+        return self._view(t, t.buffer.raw).copy()
 
     # -------------------------------------------------------------- dlpack
     def dlpack_device(self, t):
         return (1, 0)  # kDLCPU
 
     def dlpack_export(self, t, *args, **kwargs):
+        """numpy's DLPack capsule of `host_view(t)`: the capsule holds that array, which
+        holds the buffer, until the consumer's tensor is gone."""
         return self.host_view(t).__dlpack__(*args, **kwargs)
 
     # -------------------------------------------------------------- kernels

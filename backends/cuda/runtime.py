@@ -181,12 +181,8 @@ class CudaRuntime(Runtime):
     def _raw_alloc(self, nbytes):
         self._enter()
         driver = _driver()
-        err, ptr = driver.cuMemAlloc(nbytes)
-        if err == driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-            self.synchronize()
-            self.pool.clear()  # give cached blocks back, then try once more
-            err, ptr = driver.cuMemAlloc(nbytes)
-        _check((err,), f"cuMemAlloc of {nbytes} bytes on {self.name}", MemoryError)
+        err, ptr = driver.cuMemAlloc(nbytes)  # out of memory: MemoryError, which Runtime.allocate
+        _check((err,), f"cuMemAlloc of {nbytes} bytes on {self.name}", MemoryError)  # retries once
         return int(ptr)
 
     def _raw_free(self, raw):

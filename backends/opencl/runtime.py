@@ -144,8 +144,23 @@ class OpenCLRuntime(Runtime):
         return f"kd.runtime({self.name!r}{extra})  # {self.capabilities.device_name}"
 
     # -------------------------------------------------------------- memory
+    # the driver's words for "no memory for that": Runtime.allocate retries once, then raises
+    # kd.OutOfMemoryError
+    _ALLOCATION_FAILURES = {-4: "MEM_OBJECT_ALLOCATION_FAILURE", -5: "OUT_OF_RESOURCES", -6: "OUT_OF_HOST_MEMORY",
+                            -61: "INVALID_BUFFER_SIZE"}
+
     def _raw_alloc(self, nbytes):
-        return self._cl.Buffer(self.ctx, self._cl.mem_flags.READ_WRITE, nbytes)
+        limit = int(self.device.max_mem_alloc_size)
+        if nbytes > limit:
+            raise MemoryError(f"{self.capabilities.device_name} allocates at most {limit} bytes per buffer "
+                              f"(CL_DEVICE_MAX_MEM_ALLOC_SIZE)")
+        try:
+            return self._cl.Buffer(self.ctx, self._cl.mem_flags.READ_WRITE, nbytes)
+        except self._cl.Error as e:
+            code = getattr(e, "code", None)
+            if code in self._ALLOCATION_FAILURES:
+                raise MemoryError(f"clCreateBuffer: {self._ALLOCATION_FAILURES[code]}") from None
+            raise
 
     def _raw_free(self, raw):
         raw.release()
