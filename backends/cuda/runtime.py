@@ -268,7 +268,7 @@ class CudaRuntime(Runtime):
         owner, data, _, dtype, shape, strides = dlpack.read_capsule(capsule, obj)
         size = int(np.prod(shape, dtype=np.int64)) if shape else 1
         extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if size else 0
-        buf = Buffer(data, extent * dtype.itemsize, None, owner=owner)
+        buf = Buffer(data, extent * dtype.itemsize, None, owner=owner, readonly=owner.readonly)
         return Tensor(self, buf, shape, dtype, strides, 0)
 
     # -------------------------------------------------------------- kernels
