@@ -3,17 +3,16 @@
 Memory is 64-byte aligned numpy byte arrays from the shared pool. Launches run
 synchronously (the queue is drained before `launch` returns), each worker calling
 the compiled `kd_main` for a range of cube ids through ctypes, which releases
-the GIL for the duration of the call.
+the GIL for the duration of the call; the main thread waits interruptibly, so
+Ctrl-C stops a launch at its next cube boundary (launcher.py).
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import functools
-import itertools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -26,6 +25,7 @@ from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
 
 from . import abi, compiler, renderer
+from .launcher import CubeLaunch, CubeWorkers, run_on_threads
 from .capabilities import DEFAULT_PLANE_DIM, capabilities
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -92,6 +92,7 @@ class CpuRuntime(Runtime):
         self.threads = threads or os.cpu_count() or 1
         self._pool = None
         self._pool_lock = threading.Lock()
+        self._abandoned: list = []  # interrupted launches whose cubes never stopped (launcher.py)
 
     @property
     def device_key(self):
@@ -178,26 +179,25 @@ class CpuRuntime(Runtime):
             cache.store("cpu", key, obj)
         return CpuBinary(kir, obj, frame)
 
-    def _executor(self):
+    def _workers(self) -> CubeWorkers:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=max(1, self.threads - 1), thread_name_prefix="kd-cpu")
+                self._pool = CubeWorkers(self.threads)
             return self._pool
 
     def launch(self, binary: CpuBinary, grid, block, args):
         kir = binary.kir
         slots = np.zeros(binary.nslots, np.int64)
-        errbuf = np.zeros(4, np.int64)
+        control = np.zeros(abi.CONTROL_SLOTS, np.int64)  # bounds-error record and cancel flag
         slots[0:3] = grid
-        slots[3] = errbuf.ctypes.data
+        slots[3] = control.ctypes.data
         pos = abi.HEADER_SLOTS
-        keep = []
+        keep = [slots, control]
         for p, a in zip(kir.params, args):
             if isinstance(p, ir.TensorParam):
                 item = a.dtype.itemsize
-                raw = a.buffer.raw
-                keep.append(raw)
-                slots[pos] = raw.ctypes.data + a.offset * item
+                keep.append(a.buffer)
+                slots[pos] = a.buffer.raw.ctypes.data + a.offset * item
                 slots[pos + 1] = a.extent()
                 slots[pos + 2:pos + 2 + p.ndim] = a.shape
                 slots[pos + 2 + p.ndim:pos + 2 + 2 * p.ndim] = a.strides
@@ -207,48 +207,52 @@ class CpuRuntime(Runtime):
                 pos += 1
         ncubes = grid[0] * grid[1] * grid[2]
         if binary.frame_bytes > self.CALLER_FRAME_LIMIT:
-            self._run_cubes_big_stack(binary.fn, slots.ctypes.data, ncubes, binary.frame_bytes)
+            self._run_cubes_big_stack(binary.fn, ncubes, binary.frame_bytes, control, keep)
         else:
-            self._run_cubes(binary.fn, slots.ctypes.data, ncubes, kir.cube_units)
-        if errbuf[0]:
-            self._raise_bounds(kir, args, errbuf)
+            self._run_cubes(binary.fn, ncubes, kir.cube_units, control, keep)
+        if control[0]:
+            self._raise_bounds(kir, args, control)
 
-    SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a worker costs more than it saves
+    SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a second worker costs more than it saves
     # A kernel's shared arrays, emulated fragments and per-unit variables live in its stack
-    # frame. The calling thread (whose stack the OS sized) and the pool's threads run frames
-    # up to this size; larger ones run on threads started with a stack to fit.
+    # frame. The pool's threads run frames up to this size; larger ones run on threads
+    # started with a stack to fit.
     CALLER_FRAME_LIMIT = 1 << 20
     MAX_FRAME = 1 << 30
 
-    def _run_cubes(self, fn, argp, ncubes, cube_units):
-        """Spread cube ids over `threads` threads (the caller is one of them); chunks are
-        taken from a shared counter so uneven cubes balance out."""
+    def _run_cubes(self, fn, ncubes, cube_units, control, keep):
+        """Spread cube ids over `threads` worker threads; chunks are taken from a shared
+        counter so uneven cubes balance out. The main thread only waits (so Ctrl-C stops the
+        launch: launcher.py); another calling thread works on the launch as well."""
         workers = min(self.threads, ncubes)
         if ncubes * cube_units < self.SMALL_LAUNCH_UNITS:
             workers = 1
-        if workers <= 1:
-            fn(argp, 0, ncubes)
-            return
         parts = min(ncubes, workers * 8 if ncubes >= 64 * workers else workers)
-        bounds = [ncubes * i // parts for i in range(parts + 1)]
-        counter = itertools.count()
+        job = CubeLaunch(fn, keep[0].ctypes.data, ncubes, parts, control, keep)
+        main = threading.current_thread() is threading.main_thread()
+        pool = self._workers()
+        if main:
+            pool.submit(job, workers)
+        else:
+            pool.submit(job, workers - 1)
+            job.run()
+        try:
+            job.wait(interruptible=main)
+        finally:
+            if job.abandoned:
+                self._abandon(job, pool)
 
-        def work():
-            while True:
-                i = next(counter)
-                if i >= parts:
-                    return
-                fn(argp, bounds[i], bounds[i + 1])
+    def _abandon(self, job: CubeLaunch, pool):
+        """A cancelled launch whose cubes did not stop: keep it (and the memory it uses) for
+        good, and give later launches fresh threads."""
+        self._abandoned.append(job)
+        with self._pool_lock:
+            if self._pool is pool:
+                self._pool = None
+        if pool is not None:
+            pool.retire()
 
-        ex = self._executor()
-        futures = [ex.submit(work) for _ in range(workers - 1)]
-        work()
-        for f in futures:
-            f.result()
-
-    _stack_lock = threading.Lock()
-
-    def _run_cubes_big_stack(self, fn, argp, ncubes, frame):
+    def _run_cubes_big_stack(self, fn, ncubes, frame, control, keep):
         """Cubes of a kernel whose frame could overflow an ordinary thread's stack: on
         threads made for this launch with room for the frame (and the JIT code's own calls)."""
         if frame > self.MAX_FRAME:
@@ -256,29 +260,13 @@ class CpuRuntime(Runtime):
                               f"fragments and per-unit variables); the cpu runtime allows {self.MAX_FRAME >> 20} MiB: "
                               f"use fewer units per cube, smaller shared arrays or fewer fragments")
         workers = max(1, min(self.threads, ncubes))
-        bounds = [ncubes * i // workers for i in range(workers + 1)]
-        errors = []
-
-        def work(lo, hi):
-            try:
-                fn(argp, lo, hi)
-            except BaseException as e:  # noqa: BLE001  (re-raised in the caller)
-                errors.append(e)
-
+        job = CubeLaunch(fn, keep[0].ctypes.data, ncubes, workers, control, keep)
         size = -(-(frame + (8 << 20)) // (1 << 20)) << 20
-        with self._stack_lock:
-            old = threading.stack_size(size)
-            try:
-                threads = [threading.Thread(target=work, args=(bounds[i], bounds[i + 1]), name="kd-cpu-big")
-                           for i in range(workers)]
-                for th in threads:
-                    th.start()
-            finally:
-                threading.stack_size(old)
-        for th in threads:
-            th.join()
-        if errors:
-            raise errors[0]
+        try:
+            run_on_threads(job, workers, size)
+        finally:
+            if job.abandoned:
+                self._abandon(job, None)
 
 
 def available() -> bool:
