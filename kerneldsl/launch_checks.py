@@ -80,14 +80,7 @@ def written_params(kir: ir.KernelIR) -> tuple:
     cached = vars(kir).get("_written_params")
     if cached is not None:
         return cached
-    names = set()
-    for s in ir.walk_stmts(kir.body):
-        if isinstance(s, ir.Store):
-            names.add(s.tensor)
-        elif isinstance(s, ir.Atomic) and s.space == "global":
-            names.add(s.target)
-        elif isinstance(s, ir.FragStore) and s.space == "global":
-            names.add(s.dst)
+    names = ir.written_tensors(kir.body)
     out = tuple(p.index for p in kir.tensor_params() if p.name in names)
     vars(kir)["_written_params"] = out
     return out
