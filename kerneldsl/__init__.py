@@ -17,7 +17,8 @@ from .capabilities import Capabilities
 from .dlpack import from_dlpack
 from .dtypes import (ALL_DTYPES, DType, VecType, as_dtype, bf16, boolean, f16, f32, f64, i32, i64, u8, u32,
                      vec)
-from .errors import CompileError, KernelError, LaunchError, OutOfBoundsError, SourceLoc, UnsupportedFeatureError
+from .errors import (CompileError, KernelError, LaunchError, OutOfBoundsError, OutOfMemoryError, SourceLoc,
+                     UnsupportedFeatureError)
 from .frontend import func
 from .kernel import Kernel, SpecializedKernel, TensorType, kernel
 from .lang import *  # noqa: F401,F403  (the in-kernel builtins: cube_pos_x, plane_sum, exp, ...)

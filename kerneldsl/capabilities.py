@@ -14,6 +14,8 @@ from . import dtypes as dt
 from .ir import ATOMIC_OPS, PLANE_OPS
 
 INT_ATOMIC_TYPES = (dt.i32, dt.u32)
+I32_MAX = (1 << 31) - 1
+I64_MAX = (1 << 63) - 1
 
 
 def default_atomics(float_add: bool = True) -> dict:
@@ -52,6 +54,12 @@ class Capabilities:
     #   (the loop makes them vectors), every split point (barrier, plane op) costs a pass over the units,
     #   kd.exp is a vector library call (a short polynomial vectorises better) and re-reading a row just
     #   written costs a cache hit
+
+    # launch limits (kerneldsl/launch_checks.py): cubes per grid axis (cube ids are 32-bit
+    # signed in every renderer), cubes in one launch, units per cube axis
+    max_grid: tuple = (I32_MAX, 65535, 65535)
+    max_grid_cubes: int = I64_MAX
+    max_cube_dims: tuple = (1024, 1024, 64)
 
     @property
     def matrix_kinds(self) -> tuple:

@@ -52,3 +52,10 @@ class LaunchError(KernelError):
 
 class OutOfBoundsError(KernelError, IndexError):
     """A tensor access outside its extent, caught with KERNELDSL_BOUNDS_CHECK=1."""
+
+
+class OutOfMemoryError(KernelError, MemoryError):
+    """An allocation the runtime could not satisfy even after freeing its pool's cache: names
+    the shape and dtype asked for, the bytes, and what the pool held. The same error on
+    every runtime (numpy's MemoryError, OpenCL's allocation failures, CUDA's out-of-memory
+    all become this one)."""

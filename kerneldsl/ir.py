@@ -578,3 +578,17 @@ def stmt_defs(s: Stmt) -> set:
 
 def contains(stmts, kinds) -> bool:
     return any(isinstance(s, kinds) for s in walk_stmts(stmts))
+
+
+def written_tensors(stmts) -> set:
+    """Names of the tensor parameters `stmts` store to, atomically update or store fragments
+    into (their global memory writes)."""
+    out = set()
+    for s in walk_stmts(stmts):
+        if isinstance(s, Store):
+            out.add(s.tensor)
+        elif isinstance(s, Atomic) and s.space == "global":
+            out.add(s.target)
+        elif isinstance(s, FragStore) and s.space == "global":
+            out.add(s.dst)
+    return out

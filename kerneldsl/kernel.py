@@ -27,41 +27,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import cache, fingerprint, lang
+from . import cache, fingerprint, lang, launch_checks
 from .dtypes import DType, as_dtype
 from .errors import CompileError
 from .runtime import Runtime, get_runtime
 from .tensor import Tensor
 
-
-_DIMS_CACHE: dict = {}
-
-
-def _dims(v, what) -> tuple:
-    """(x, y, z) of a grid or block given as an int or a tuple of 1-3 ints (memoised: the
-    same launch shapes come back on every call)."""
-    try:
-        return _DIMS_CACHE[v]
-    except (KeyError, TypeError):
-        pass
-    out = _parse_dims(v, what)
-    if isinstance(v, (int, tuple)) and len(_DIMS_CACHE) < 4096:
-        _DIMS_CACHE[v] = out
-    return out
-
-
-def _parse_dims(v, what) -> tuple:
-    if isinstance(v, (int, np.integer)):
-        v = (int(v),)
-    try:
-        v = tuple(int(x) for x in v)
-    except TypeError:
-        raise TypeError(f"{what} must be an int or a tuple of 1-3 ints, got {v!r}") from None
-    if not 1 <= len(v) <= 3:
-        raise ValueError(f"{what} must have 1 to 3 dimensions, got {v}")
-    if any(x < 0 for x in v):
-        raise ValueError(f"{what} must not be negative, got {v}")
-    return v + (1,) * (3 - len(v))
+_dims = launch_checks.dims  # grid / block parsing (the cuda compile-only paths import it from here)
 
 
 @functools.lru_cache(maxsize=None)
@@ -315,11 +287,9 @@ class Kernel:
         return self.specialize(self._pick_runtime(args, runtime), *args, block=block).source()
 
     def launch(self, grid, block, *args, runtime=None):
-        grid = _dims(grid, "grid")
-        block = _dims(block, "block")
         rt = self._pick_runtime(args, runtime)
+        grid, block = launch_checks.launch_shape(self.__name__, grid, block, rt)
         spec_args, key = self._check_args(args, rt)
-        self._check_block(rt, block)
         bounds = bounds_check_enabled()
         binary = self._binaries.get((id(rt), key, block, bounds))
         if binary is None:
@@ -328,9 +298,11 @@ class Kernel:
             binary = SpecializedKernel(self, rt, spec_args, key, block, bounds).compile()
         else:
             cache.count("memory_hits")
+        run_args = [a for (_, kind, _), a in zip(self.params, args) if kind != "const"]
+        launch_checks.check_writable(binary.info, run_args)
         if grid[0] * grid[1] * grid[2] == 0:
             return
-        rt.launch(binary, grid, block, [a for (_, kind, _), a in zip(self.params, args) if kind != "const"])
+        rt.launch(binary, grid, block, run_args)
 
 
 _WATCHERS: list = []

@@ -27,6 +27,7 @@ class LaunchInfo:
     cube_dim: tuple
     bounds_check: bool = False
     loc: SourceLoc | None = None
+    written: tuple = ()  # indices of the tensor parameters the kernel writes (read-only checks)
 
     @property
     def cube_units(self) -> int:
@@ -36,14 +37,16 @@ class LaunchInfo:
     @classmethod
     def of(cls, kir: ir.KernelIR) -> "LaunchInfo":
         """The launch facts of a specialised kernel."""
-        return cls(kir.name, tuple(kir.params), tuple(kir.cube_dim), bool(kir.bounds_check), kir.loc)
+        names = ir.written_tensors(kir.body)
+        written = tuple(p.index for p in kir.params if isinstance(p, ir.TensorParam) and p.name in names)
+        return cls(kir.name, tuple(kir.params), tuple(kir.cube_dim), bool(kir.bounds_check), kir.loc, written)
 
     def to_json(self) -> dict:
         params = [[p.name, "tensor", p.dtype.name, p.ndim] if isinstance(p, ir.TensorParam)
                   else [p.name, "scalar", p.dtype.name, 0] for p in self.params]
         loc = None if self.loc is None else [self.loc.filename, self.loc.line, self.loc.col]
         return {"name": self.name, "params": params, "cube_dim": list(self.cube_dim),
-                "bounds_check": self.bounds_check, "loc": loc}
+                "bounds_check": self.bounds_check, "loc": loc, "written": list(self.written)}
 
     @classmethod
     def from_json(cls, d: dict) -> "LaunchInfo":
@@ -51,7 +54,7 @@ class LaunchInfo:
                        else ir.ScalarParam(name, as_dtype(dt), i)
                        for i, (name, kind, dt, ndim) in enumerate(d["params"]))
         loc = None if d["loc"] is None else SourceLoc(*d["loc"])
-        return cls(d["name"], params, tuple(d["cube_dim"]), bool(d["bounds_check"]), loc)
+        return cls(d["name"], params, tuple(d["cube_dim"]), bool(d["bounds_check"]), loc, tuple(d["written"]))
 
 
 class LaunchArg(NamedTuple):

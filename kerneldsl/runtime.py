@@ -34,6 +34,13 @@ _RUNTIMES: dict = {}
 _LOCK = threading.RLock()
 
 
+def _human_bytes(n: int) -> str:
+    for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
 class RuntimeUnavailable(RuntimeError):
     """The runtime asked for cannot run here (no driver, no device, missing package)."""
 
@@ -47,7 +54,8 @@ class MemoryPool:
         self._free = free
         self._cache = defaultdict(list)
         self._lock = threading.Lock()
-        self.cached_bytes = 0
+        self.cached_bytes = 0  # freed buffers kept for reuse
+        self.in_use_bytes = 0  # buffers handed out and not yet returned
         self.limit = 1 << 30
 
     @staticmethod
@@ -63,11 +71,16 @@ class MemoryPool:
             lst = self._cache.get(size)
             if lst:
                 self.cached_bytes -= size
+                self.in_use_bytes += size
                 return lst.pop(), size
-        return self._alloc(size), size
+        raw = self._alloc(size)
+        with self._lock:
+            self.in_use_bytes += size
+        return raw, size
 
     def release(self, raw, size: int):
         with self._lock:
+            self.in_use_bytes -= size
             if self.cached_bytes + size <= self.limit:
                 self._cache[size].append(raw)
                 self.cached_bytes += size
@@ -84,15 +97,21 @@ class MemoryPool:
 
 
 class Buffer:
-    """A pooled device allocation; returns itself to the pool when collected."""
+    """A pooled device allocation; returns itself to the pool when collected.
 
-    __slots__ = ("raw", "nbytes", "_pool", "owner", "__weakref__")
+    Anything that lets another library see the memory (a DLPack capsule, a numpy view)
+    must hold a reference to this object: once it is collected the pool hands the memory
+    to the next allocation. `readonly` marks imported memory its owner does not let us
+    write (launches that store to it are refused)."""
 
-    def __init__(self, raw, nbytes, pool=None, owner=None):
+    __slots__ = ("raw", "nbytes", "_pool", "owner", "readonly", "__weakref__")
+
+    def __init__(self, raw, nbytes, pool=None, owner=None, readonly: bool = False):
         self.raw = raw
         self.nbytes = nbytes
         self._pool = pool
         self.owner = owner  # keeps imported (DLPack) memory alive
+        self.readonly = readonly
 
     def __del__(self):
         pool = self._pool
@@ -232,9 +251,31 @@ class Runtime:
         raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for a shared array{where}")
 
     # ---------------------------------------------------------------- tensors
-    def allocate(self, nbytes: int) -> Buffer:
-        raw, size = self.pool.allocate(max(nbytes, 1))
-        return Buffer(raw, size, self.pool)
+    MAX_ALLOCATION = (1 << 63) - 1  # byte counts past an i64 fit no device
+
+    def allocate(self, nbytes: int, shape=None, dtype=None) -> Buffer:
+        """A pooled buffer of at least `nbytes`. A back end signals exhaustion with
+        MemoryError; the pool then frees its cache and tries once more, and a second failure
+        raises `OutOfMemoryError` naming the request (`shape`, `dtype` where known)."""
+        nbytes = max(int(nbytes), 1)
+        cached = self.pool.cached_bytes
+        cause = "past what a 64-bit size holds"
+        for retry in (False, True) if nbytes <= self.MAX_ALLOCATION else ():
+            try:
+                raw, size = self.pool.allocate(nbytes)
+                return Buffer(raw, size, self.pool)
+            except MemoryError as e:
+                cause = str(e).strip()
+                if not retry:
+                    self.synchronize()  # queued work may still use cached buffers
+                    self.pool.clear()
+        from .errors import OutOfMemoryError
+        retried = ", freed before one retry," if nbytes <= self.MAX_ALLOCATION else ""
+        what = f"a tensor of shape {tuple(shape)} {as_dtype(dtype).name}" if shape is not None else "a buffer"
+        raise OutOfMemoryError(
+            f"the {self.name} runtime cannot allocate {nbytes} bytes ({_human_bytes(nbytes)}) for {what}: "
+            f"out of memory{f' ({cause})' if cause else ''}. Its memory pool held {_human_bytes(cached)} of "
+            f"cached buffers{retried} and {_human_bytes(self.pool.in_use_bytes)} in live tensors") from None
 
     def empty(self, shape, dtype="f32") -> Tensor:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -242,7 +283,7 @@ class Runtime:
             raise ValueError(f"shape must be non-negative, got {shape}")
         dtype = as_dtype(dtype)
         n = math.prod(shape)
-        return Tensor(self, self.allocate(n * dtype.itemsize), shape, dtype)
+        return Tensor(self, self.allocate(n * dtype.itemsize, shape, dtype), shape, dtype)
 
     def zeros(self, shape, dtype="f32") -> Tensor:
         t = self.empty(shape, dtype)

@@ -54,6 +54,12 @@ class Tensor:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
+    @property
+    def readonly(self) -> bool:
+        """Imported from memory its owner does not let us write (a read-only numpy array):
+        a launch that would store to this tensor is refused."""
+        return self.buffer.readonly
+
     def is_contiguous(self) -> bool:
         if self.size <= 1:
             return True
@@ -167,6 +173,14 @@ class Tensor:
         return self.runtime.to_numpy(self)
 
     def __array__(self, dtype=None, copy=None):
+        """`np.asarray(t)`: a host copy; `np.asarray(t, copy=False)` a view sharing the
+        tensor's memory where the runtime has one (the cpu's `host_view`, which keeps the
+        memory alive), else ValueError, as numpy's protocol asks."""
+        if copy is False:
+            view = getattr(self.runtime, "host_view", None)
+            if view is None or (dtype is not None and np.dtype(dtype) != self.dtype.np):
+                raise ValueError(f"np.asarray(copy=False) of a {self.runtime.name} tensor would need a copy")
+            return view(self)
         a = self.numpy()
         return a.astype(dtype) if dtype is not None else a
 

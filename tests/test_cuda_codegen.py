@@ -170,6 +170,7 @@ def test_without_a_driver_the_error_is_clear():
 
 class _FakeBuffer:
     raw = 0x7000
+    readonly = False
 
 
 class _FakeTensor:
@@ -196,6 +197,17 @@ def test_dlpack_capsules_roundtrip(versioned):
     gc.collect()
     assert len(dlpack._LIVE) == 0
     assert ctypes.sizeof(dlpack.DLTensor) == 48
+
+
+def test_dlpack_read_only_flag_travels_in_versioned_capsules():
+    ro = _FakeTensor()
+    ro.buffer = type("ReadOnlyBuffer", (_FakeBuffer,), {"readonly": True})()
+    for tensor, want in ((_FakeTensor(), False), (ro, True)):
+        owner = dlpack.read_capsule(dlpack.export_capsule(tensor, 0, True), None)[0]
+        assert owner.readonly is want
+        del owner
+    gc.collect()
+    assert len(dlpack._LIVE) == 0
 
 
 def test_conformance_suite_compiles_for_sm80_and_sm90(tmp_path):

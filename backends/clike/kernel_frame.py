@@ -76,15 +76,7 @@ class KernelFrame:
     """Arguments, prologue and shared-memory size of a C-like kernel."""
 
     def _written_tensors(self) -> set:
-        out = set()
-        for s in ir.walk_stmts(self.k.body):
-            if isinstance(s, ir.Store):
-                out.add(s.tensor)
-            elif isinstance(s, ir.Atomic) and s.space == "global":
-                out.add(s.target)
-            elif isinstance(s, ir.FragStore) and s.space == "global":
-                out.add(s.dst)
-        return out
+        return ir.written_tensors(self.k.body)
 
     def kernel_args(self) -> list:
         """The kernel's arguments in launch order (runtimes marshal by `kind`)."""

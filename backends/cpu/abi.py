@@ -1,7 +1,9 @@
 """How a launch's arguments reach a CPU kernel: one packed buffer of 8-byte slots.
 
 Layout (all little-endian int64 slots):
-  [0] grid x  [1] grid y  [2] grid z  [3] address of the bounds-error record (4 slots)
+  [0] grid x  [1] grid y  [2] grid z  [3] address of the launch's control record (CONTROL_SLOTS
+  int64s: [0..3] the bounds error, see Runtime._raise_bounds; [CANCEL_SLOT] nonzero asks the
+  kernel to stop before its next cube)
   then, per runtime parameter in order:
     tensor: data address, extent (elements reachable from the base), shape[ndim], strides[ndim]
     scalar: the value in the low bytes of one slot
@@ -12,6 +14,8 @@ from __future__ import annotations
 from kerneldsl import ir
 
 HEADER_SLOTS = 4
+CONTROL_SLOTS = 5
+CANCEL_SLOT = 4
 ENTRY = "kd_main"
 
 

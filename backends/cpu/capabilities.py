@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from kerneldsl.capabilities import Capabilities
+from kerneldsl.capabilities import I32_MAX, I64_MAX, Capabilities
 
 from . import compiler
 
@@ -37,4 +37,8 @@ def capabilities(plane_dim: int = DEFAULT_PLANE_DIM) -> Capabilities:
         shared_memory_emulated=True,
         vector_bytes=simd_bytes(llvm.get_host_cpu_features()),
         units_are_simd_lanes=True,
+        # the renderer counts cubes in an i64 and truncates each cube id to i32
+        max_grid=(I32_MAX, I32_MAX, I32_MAX),
+        max_grid_cubes=I64_MAX,
+        max_cube_dims=(4096, 4096, 4096),
     )

@@ -182,7 +182,11 @@ class CpuRenderer(Schedule, Statements, Expressions, Memory, Planes, Fragments, 
         b.position_at_end(cond)
         c = b.phi(I64, name="cube")
         c.add_incoming(begin, pre)
-        b.cbranch(b.icmp_signed("<", c, end), body, done)
+        # the launch's cancel flag (Ctrl-C), read before every cube: a cancelled launch stops
+        # at the next cube boundary
+        flag = b.gep(self.errbuf, [L.Constant(I64, abi.CANCEL_SLOT)])
+        running = b.icmp_signed("==", b.load_atomic(flag, "monotonic", 8), L.Constant(I64, 0))
+        b.cbranch(b.and_(b.icmp_signed("<", c, end), running), body, done)
         b.position_at_end(body)
         gx, gy = self.grid[0], self.grid[1]
         x = b.srem(c, gx)

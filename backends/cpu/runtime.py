@@ -3,17 +3,16 @@
 Memory is 64-byte aligned numpy byte arrays from the shared pool. Launches run
 synchronously (the queue is drained before `launch` returns), each worker calling
 the compiled `kd_main` for a range of cube ids through ctypes, which releases
-the GIL for the duration of the call.
+the GIL for the duration of the call; the main thread waits interruptibly, so
+Ctrl-C stops a launch at its next cube boundary (launcher.py).
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import functools
-import itertools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -26,6 +25,7 @@ from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
 
 from . import abi, compiler
+from .launcher import CubeLaunch, CubeWorkers, run_on_threads
 from .capabilities import DEFAULT_PLANE_DIM, capabilities
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -61,6 +61,25 @@ class CpuBinary:
         self.nslots = abi.total_slots(info.params)
 
 
+@functools.lru_cache(maxsize=None)
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: let numpy decide
+        return 1 << 62
+
+
+class _PinnedBytes:
+    """The bytes of a Buffer as numpy sees them (`__array_interface__`), holding the Buffer:
+    the base object of every array exported from a cpu tensor."""
+
+    def __init__(self, buffer: Buffer):
+        self.buffer = buffer
+        raw = buffer.raw
+        self.__array_interface__ = {"shape": (raw.nbytes,), "typestr": "|u1", "version": 3,
+                                    "data": (raw.ctypes.data, bool(buffer.readonly))}
+
+
 class CpuRuntime(Runtime):
     kind = "cpu"
 
@@ -69,6 +88,7 @@ class CpuRuntime(Runtime):
         self.threads = threads or os.cpu_count() or 1
         self._pool = None
         self._pool_lock = threading.Lock()
+        self._abandoned: list = []  # interrupted launches whose cubes never stopped (launcher.py)
 
     @property
     def device_key(self):
@@ -80,7 +100,9 @@ class CpuRuntime(Runtime):
 
     # -------------------------------------------------------------- memory
     def _raw_alloc(self, nbytes):
-        arr = np.empty(nbytes + 64, np.uint8)
+        if nbytes > _physical_memory():  # Linux would promise it and the OOM killer collect later
+            raise MemoryError(f"more than this machine's {_physical_memory()} bytes of memory")
+        arr = np.empty(nbytes + 64, np.uint8)  # numpy's MemoryError when the OS refuses
         start = (-arr.ctypes.data) % 64
         return arr[start:start + nbytes]
 
@@ -97,33 +119,45 @@ class CpuRuntime(Runtime):
         t.buffer.raw[: t.size * t.dtype.itemsize] = 0
 
     def wrap(self, array: np.ndarray):
-        """A tensor sharing `array`'s memory (no copy); used by DLPack import."""
+        """A tensor sharing `array`'s memory (no copy); used by DLPack import. A read-only
+        array gives a read-only tensor: launches that would store to it are refused."""
+        readonly = not array.flags.writeable
         item = array.itemsize
         if array.size == 0 or any(st < 0 or st % item for st in array.strides):
             array = np.ascontiguousarray(array)
         if array.size == 0:
-            return self.empty(array.shape, as_dtype(array.dtype))
+            t = self.empty(array.shape, as_dtype(array.dtype))
+            t.buffer.readonly = readonly
+            return t
         nbytes = item + sum((n - 1) * st for n, st in zip(array.shape, array.strides))
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(array.ctypes.data))
-        buf = Buffer(raw, nbytes, None, owner=array)
+        buf = Buffer(raw, nbytes, None, owner=array, readonly=readonly)
         return Tensor(self, buf, array.shape, as_dtype(array.dtype), [st // item for st in array.strides], 0)
 
-    def host_view(self, t) -> np.ndarray:
-        """A numpy array aliasing the tensor's memory."""
+    @staticmethod
+    def _view(t, base) -> np.ndarray:
         item = t.dtype.itemsize
-        return np.ndarray(t.shape, dtype=t.dtype.np, buffer=t.buffer.raw, offset=t.offset * item,
+        return np.ndarray(t.shape, dtype=t.dtype.np, buffer=base, offset=t.offset * item,
                           strides=[st * item for st in t.strides])
+
+    def host_view(self, t) -> np.ndarray:
+        """A numpy array aliasing the tensor's memory. It keeps the tensor's buffer out of
+        the memory pool for as long as it (or anything made from it) lives; read-only for
+        a read-only tensor."""
+        return self._view(t, np.asarray(_PinnedBytes(t.buffer)))
 
     def to_numpy(self, t):
         if t.size == 0:
             return np.empty(t.shape, t.dtype.np)
-        return self.host_view(t).copy()
+        return self._view(t, t.buffer.raw).copy()
 
     # -------------------------------------------------------------- dlpack
     def dlpack_device(self, t):
         return (1, 0)  # kDLCPU
 
     def dlpack_export(self, t, *args, **kwargs):
+        """numpy's DLPack capsule of `host_view(t)`: the capsule holds that array, which
+        holds the buffer, until the consumer's tensor is gone."""
         return self.host_view(t).__dlpack__(*args, **kwargs)
 
     # -------------------------------------------------------------- kernels
@@ -140,27 +174,26 @@ class CpuRuntime(Runtime):
     def wrap_binary(self, info, entry, rendering=None) -> CpuBinary:
         return CpuBinary(info, entry.image, entry.meta["frame_bytes"])
 
-    def _executor(self):
+    def _workers(self) -> CubeWorkers:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=max(1, self.threads - 1), thread_name_prefix="kd-cpu")
+                self._pool = CubeWorkers(self.threads)
             return self._pool
 
     def launch(self, binary: CpuBinary, grid, block, args):
         kir = binary.info
         slots = np.zeros(binary.nslots, np.int64)
         bits = slots.view(np.uint64)  # scalar arguments: their bit patterns, zero-extended
-        errbuf = np.zeros(4, np.int64)
+        control = np.zeros(abi.CONTROL_SLOTS, np.int64)  # bounds-error record and cancel flag
         slots[0:3] = grid
-        slots[3] = errbuf.ctypes.data
+        slots[3] = control.ctypes.data
         pos = abi.HEADER_SLOTS
-        keep = []
+        keep = [slots, control]
         for p, a in zip(kir.params, args):
             if isinstance(p, ir.TensorParam):
                 item = a.dtype.itemsize
-                raw = a.buffer.raw
-                keep.append(raw)
-                slots[pos] = raw.ctypes.data + a.offset * item
+                keep.append(a.buffer)
+                slots[pos] = a.buffer.raw.ctypes.data + a.offset * item
                 slots[pos + 1] = a.extent()
                 slots[pos + 2:pos + 2 + p.ndim] = a.shape
                 slots[pos + 2 + p.ndim:pos + 2 + 2 * p.ndim] = a.strides
@@ -170,48 +203,52 @@ class CpuRuntime(Runtime):
                 pos += 1
         ncubes = grid[0] * grid[1] * grid[2]
         if binary.frame_bytes > self.CALLER_FRAME_LIMIT:
-            self._run_cubes_big_stack(binary.fn, slots.ctypes.data, ncubes, binary.frame_bytes)
+            self._run_cubes_big_stack(binary.fn, ncubes, binary.frame_bytes, control, keep)
         else:
-            self._run_cubes(binary.fn, slots.ctypes.data, ncubes, kir.cube_units)
-        if errbuf[0]:
-            self._raise_bounds(kir, args, errbuf)
+            self._run_cubes(binary.fn, ncubes, kir.cube_units, control, keep)
+        if control[0]:
+            self._raise_bounds(kir, args, control)
 
-    SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a worker costs more than it saves
+    SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a second worker costs more than it saves
     # A kernel's shared arrays, emulated fragments and per-unit variables live in its stack
-    # frame. The calling thread (whose stack the OS sized) and the pool's threads run frames
-    # up to this size; larger ones run on threads started with a stack to fit.
+    # frame. The pool's threads run frames up to this size; larger ones run on threads
+    # started with a stack to fit.
     CALLER_FRAME_LIMIT = 1 << 20
     MAX_FRAME = 1 << 30
 
-    def _run_cubes(self, fn, argp, ncubes, cube_units):
-        """Spread cube ids over `threads` threads (the caller is one of them); chunks are
-        taken from a shared counter so uneven cubes balance out."""
+    def _run_cubes(self, fn, ncubes, cube_units, control, keep):
+        """Spread cube ids over `threads` worker threads; chunks are taken from a shared
+        counter so uneven cubes balance out. The main thread only waits (so Ctrl-C stops the
+        launch: launcher.py); another calling thread works on the launch as well."""
         workers = min(self.threads, ncubes)
         if ncubes * cube_units < self.SMALL_LAUNCH_UNITS:
             workers = 1
-        if workers <= 1:
-            fn(argp, 0, ncubes)
-            return
         parts = min(ncubes, workers * 8 if ncubes >= 64 * workers else workers)
-        bounds = [ncubes * i // parts for i in range(parts + 1)]
-        counter = itertools.count()
+        job = CubeLaunch(fn, keep[0].ctypes.data, ncubes, parts, control, keep)
+        main = threading.current_thread() is threading.main_thread()
+        pool = self._workers()
+        if main:
+            pool.submit(job, workers)
+        else:
+            pool.submit(job, workers - 1)
+            job.run()
+        try:
+            job.wait(interruptible=main)
+        finally:
+            if job.abandoned:
+                self._abandon(job, pool)
 
-        def work():
-            while True:
-                i = next(counter)
-                if i >= parts:
-                    return
-                fn(argp, bounds[i], bounds[i + 1])
+    def _abandon(self, job: CubeLaunch, pool):
+        """A cancelled launch whose cubes did not stop: keep it (and the memory it uses) for
+        good, and give later launches fresh threads."""
+        self._abandoned.append(job)
+        with self._pool_lock:
+            if self._pool is pool:
+                self._pool = None
+        if pool is not None:
+            pool.retire()
 
-        ex = self._executor()
-        futures = [ex.submit(work) for _ in range(workers - 1)]
-        work()
-        for f in futures:
-            f.result()
-
-    _stack_lock = threading.Lock()
-
-    def _run_cubes_big_stack(self, fn, argp, ncubes, frame):
+    def _run_cubes_big_stack(self, fn, ncubes, frame, control, keep):
         """Cubes of a kernel whose frame could overflow an ordinary thread's stack: on
         threads made for this launch with room for the frame (and the JIT code's own calls)."""
         if frame > self.MAX_FRAME:
@@ -219,29 +256,13 @@ class CpuRuntime(Runtime):
                               f"fragments and per-unit variables); the cpu runtime allows {self.MAX_FRAME >> 20} MiB: "
                               f"use fewer units per cube, smaller shared arrays or fewer fragments")
         workers = max(1, min(self.threads, ncubes))
-        bounds = [ncubes * i // workers for i in range(workers + 1)]
-        errors = []
-
-        def work(lo, hi):
-            try:
-                fn(argp, lo, hi)
-            except BaseException as e:  # noqa: BLE001  (re-raised in the caller)
-                errors.append(e)
-
+        job = CubeLaunch(fn, keep[0].ctypes.data, ncubes, workers, control, keep)
         size = -(-(frame + (8 << 20)) // (1 << 20)) << 20
-        with self._stack_lock:
-            old = threading.stack_size(size)
-            try:
-                threads = [threading.Thread(target=work, args=(bounds[i], bounds[i + 1]), name="kd-cpu-big")
-                           for i in range(workers)]
-                for th in threads:
-                    th.start()
-            finally:
-                threading.stack_size(old)
-        for th in threads:
-            th.join()
-        if errors:
-            raise errors[0]
+        try:
+            run_on_threads(job, workers, size)
+        finally:
+            if job.abandoned:
+                self._abandon(job, None)
 
 
 def available() -> bool:

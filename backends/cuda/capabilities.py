@@ -2,7 +2,7 @@
 explicitly (sm_80, sm_90, ...) so kernels compile on a machine with no GPU."""
 from __future__ import annotations
 
-from kerneldsl.capabilities import Capabilities, default_atomics
+from kerneldsl.capabilities import I32_MAX, Capabilities, default_atomics
 from kerneldsl.dtypes import bf16, f16
 
 WGMMA_SM = 90  # wgmma exists on sm_90a only (not on later archs), so elsewhere kd.group_mma runs on mma.sync
@@ -60,6 +60,8 @@ def for_arch(arch, device_name: str | None = None, max_shared_bytes: int | None 
         shared_memory_emulated=False,
         vector_bytes=16,  # 128-bit loads and stores
         units_are_simd_lanes=False,
+        max_grid=(I32_MAX, 65535, 65535),  # gridDim limits of every arch from sm_30 on
+        max_cube_dims=(1024, 1024, 64),
     )
 
 

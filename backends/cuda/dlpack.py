@@ -14,6 +14,7 @@ import threading
 from kerneldsl.dtypes import as_dtype, bf16, boolean, f16, f32, f64, i32, i64, u8, u32
 
 KDL_CUDA = 2
+READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY of a versioned struct's flags
 _CODES = {f32: (2, 32), f16: (2, 16), bf16: (4, 16), f64: (2, 64), i32: (0, 32), u32: (1, 32), i64: (0, 64),
           u8: (1, 8), boolean: (6, 8)}
 _BY_CODE = {v: k for k, v in _CODES.items()}
@@ -110,7 +111,7 @@ def export_capsule(tensor, device_id: int, versioned: bool):
     managed.deleter = _delete_exported
     if versioned:
         managed.version = DLPackVersion(1, 0)
-        managed.flags = 0
+        managed.flags = READ_ONLY if tensor.buffer.readonly else 0
     addr = ctypes.addressof(managed)
     with _LIVE_LOCK:
         _LIVE[addr] = (managed, shape, strides, tensor.buffer)
@@ -127,6 +128,7 @@ class ImportedCapsule:
         self.source = source  # the producer's object, kept alive as well
         kind = DLManagedTensorVersioned if versioned else DLManagedTensor
         self.managed = kind.from_address(addr)
+        self.readonly = bool(versioned and self.managed.flags & READ_ONLY)  # the producer forbids writes
 
     def __del__(self):
         try:

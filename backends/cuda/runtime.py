@@ -167,12 +167,8 @@ class CudaRuntime(CudaPipeline, Runtime):
     def _raw_alloc(self, nbytes):
         self._enter()
         driver = _driver()
-        err, ptr = driver.cuMemAlloc(nbytes)
-        if err == driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-            self.synchronize()
-            self.pool.clear()  # give cached blocks back, then try once more
-            err, ptr = driver.cuMemAlloc(nbytes)
-        _check((err,), f"cuMemAlloc of {nbytes} bytes on {self.name}", MemoryError)
+        err, ptr = driver.cuMemAlloc(nbytes)  # out of memory: MemoryError, which Runtime.allocate
+        _check((err,), f"cuMemAlloc of {nbytes} bytes on {self.name}", MemoryError)  # retries once
         return int(ptr)
 
     def _raw_free(self, raw):
@@ -258,7 +254,7 @@ class CudaRuntime(CudaPipeline, Runtime):
         owner, data, _, dtype, shape, strides = dlpack.read_capsule(capsule, obj)
         size = int(np.prod(shape, dtype=np.int64)) if shape else 1
         extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if size else 0
-        buf = Buffer(data, extent * dtype.itemsize, None, owner=owner)
+        buf = Buffer(data, extent * dtype.itemsize, None, owner=owner, readonly=owner.readonly)
         return Tensor(self, buf, shape, dtype, strides, 0)
 
     # -------------------------------------------------------------- kernels

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from kerneldsl import dtypes as dt
-from kerneldsl.capabilities import Capabilities, default_atomics
+from kerneldsl.capabilities import I32_MAX, Capabilities, default_atomics
 
 EMULATED_PLANE_DIM = 32  # like CUDA's warps, so kernels tuned for 32 lanes behave the same
 
@@ -73,4 +73,8 @@ def capabilities(platform, device, native_planes: bool = False, plane_dim: int =
         shared_memory_emulated=local_memory_emulated(device),
         vector_bytes=vector_bytes(device),
         units_are_simd_lanes=False,  # however the driver maps work-items, kernels see hardware-like units
+        # kernels read get_group_id as an int; the global size (cubes x units) is a size_t
+        max_grid=(I32_MAX, I32_MAX, I32_MAX),
+        max_grid_cubes=(1 << min(int(device.address_bits), 63)) - 1,
+        max_cube_dims=tuple(int(n) for n in device.max_work_item_sizes[:3]),
     )

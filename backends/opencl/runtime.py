@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -124,6 +125,9 @@ class OpenCLRuntime(Runtime):
         caps = capabilities(self.platform, self.device, native_planes=self.native is not None, plane_dim=plane_dim)
         super().__init__("opencl" if index == 0 else f"opencl:{index}", caps)
         self._cl = cl
+        self._pending_host: list = []  # host arrays of copies an interrupted wait left queued
+        self._launched = 0  # kernels enqueued
+        self._settled = 0  # of which every one is known to have finished
 
     @property
     def device_key(self):
@@ -134,20 +138,37 @@ class OpenCLRuntime(Runtime):
         return f"kd.runtime({self.name!r}{extra})  # {self.capabilities.device_name}"
 
     # -------------------------------------------------------------- memory
+    # the driver's words for "no memory for that": Runtime.allocate retries once, then raises
+    # kd.OutOfMemoryError
+    _ALLOCATION_FAILURES = {-4: "MEM_OBJECT_ALLOCATION_FAILURE", -5: "OUT_OF_RESOURCES", -6: "OUT_OF_HOST_MEMORY",
+                            -61: "INVALID_BUFFER_SIZE"}
+
     def _raw_alloc(self, nbytes):
-        return self._cl.Buffer(self.ctx, self._cl.mem_flags.READ_WRITE, nbytes)
+        limit = int(self.device.max_mem_alloc_size)
+        if nbytes > limit:
+            raise MemoryError(f"{self.capabilities.device_name} allocates at most {limit} bytes per buffer "
+                              f"(CL_DEVICE_MAX_MEM_ALLOC_SIZE)")
+        try:
+            return self._cl.Buffer(self.ctx, self._cl.mem_flags.READ_WRITE, nbytes)
+        except self._cl.Error as e:
+            code = getattr(e, "code", None)
+            if code in self._ALLOCATION_FAILURES:
+                raise MemoryError(f"clCreateBuffer: {self._ALLOCATION_FAILURES[code]}") from None
+            raise
 
     def _raw_free(self, raw):
         raw.release()
 
     def _upload(self, buffer, byte_offset, host):
         host = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
-        self._cl.enqueue_copy(self.queue, buffer.raw, host, dst_offset=byte_offset, is_blocking=True)
+        self._wait(self._cl.enqueue_copy(self.queue, buffer.raw, host, dst_offset=byte_offset, is_blocking=False),
+                   host)
 
     def _download(self, buffer, byte_offset, nbytes):
         out = np.empty(nbytes, np.uint8)
         if nbytes:
-            self._cl.enqueue_copy(self.queue, out, buffer.raw, src_offset=byte_offset, is_blocking=True)
+            self._wait(self._cl.enqueue_copy(self.queue, out, buffer.raw, src_offset=byte_offset, is_blocking=False),
+                       out)
         return out
 
     def _fill_zero(self, t):
@@ -156,7 +177,35 @@ class OpenCLRuntime(Runtime):
             self._cl.enqueue_fill_buffer(self.queue, t.buffer.raw, np.uint8(0), 0, n)
 
     def synchronize(self):
-        self.queue.finish()
+        self._wait(self._cl.enqueue_marker(self.queue))
+
+    def _wait(self, event, host=None):
+        """Wait for `event`. While kernels may be ahead of it in the queue, the main thread
+        polls in short sleeps, so Ctrl-C raises KeyboardInterrupt even while a stuck kernel
+        holds the queue (the queued work carries on; `host`, memory a pending copy uses, is
+        kept alive for it). Other waits block, as they are short or cannot see signals."""
+        launched = self._launched  # kernels enqueued so far; the queue runs in order
+        if launched == self._settled or threading.current_thread() is not threading.main_thread():
+            event.wait()  # no kernel in the queue ahead of it (copies always finish), or not main
+            self._settled = max(self._settled, launched)
+            return
+        self.queue.flush()
+        complete = self._cl.command_execution_status.COMPLETE
+        polls = 0
+        try:
+            while True:
+                status = event.command_execution_status
+                if status == complete:
+                    self._settled = max(self._settled, launched)
+                    return
+                if status < 0:
+                    raise LaunchError(f"a command on {self.capabilities.device_name} failed with status {status}")
+                polls += 1  # yield at first (most waits are short), then sleep 50 us doubling to 5 ms
+                time.sleep(0.0 if polls < 32 else min(50e-6 * 2 ** min(polls - 32, 7), 5e-3))
+        except KeyboardInterrupt:
+            if host is not None:
+                self._pending_host.append((event, host))
+            raise
 
     # -------------------------------------------------------------- kernels
     def renderer(self, kir):
@@ -263,6 +312,7 @@ class OpenCLRuntime(Runtime):
             binary.kernel.set_args(*values)
             try:
                 self._cl.enqueue_nd_range_kernel(self.queue, binary.kernel, gsize, tuple(block))
+                self._launched += 1
             except self._cl.Error as e:
                 units = block[0] * block[1] * block[2]
                 why = (f"; the driver reports at most {binary.reported_units} units per cube for this kernel "

@@ -1,0 +1,75 @@
+"""Running out of memory reads the same on every runtime: `kd.OutOfMemoryError` (a
+MemoryError) naming the shape, dtype and bytes asked for and what the pool held, raised
+after the pool freed its cache and retried once; the runtime keeps working afterwards."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+
+
+@pytest.mark.parametrize("shape, dtype", [((1 << 48,), "f32"), ((1 << 20, 1 << 20, 1 << 10), "f16"),
+                                          ((1 << 62,), "i64")])
+def test_absurd_allocation_raises_out_of_memory(runtime, shape, dtype):
+    with pytest.raises(kd.OutOfMemoryError) as info:
+        runtime.empty(shape, dtype)
+    text = str(info.value)
+    nbytes = int(np.prod(shape, dtype=object)) * kd.as_dtype(dtype).itemsize
+    assert isinstance(info.value, MemoryError)
+    assert str(tuple(shape)) in text and dtype in text and str(nbytes) in text
+    assert "pool held" in text
+    np.testing.assert_array_equal(runtime.tensor(np.arange(6, dtype=np.float32)).numpy(), np.arange(6))
+
+
+def test_zeros_and_tensor_upload_raise_it_too(runtime):
+    with pytest.raises(kd.OutOfMemoryError, match=r"\(4294967296, 4294967296\) u8"):
+        runtime.zeros((1 << 32, 1 << 32), "u8")
+
+
+class _FailingOnce:
+    """A raw allocator that reports exhaustion while the pool holds cached buffers."""
+
+    def __init__(self, alloc, pool):
+        self.alloc, self.pool, self.calls = alloc, pool, 0
+
+    def __call__(self, nbytes):
+        self.calls += 1
+        if self.pool.cached_bytes:
+            raise MemoryError("simulated: the device is full")
+        return self.alloc(nbytes)
+
+
+def test_pool_frees_its_cache_and_retries_once(runtime):
+    pool = runtime.pool
+    pool.clear()
+    cached = [runtime.empty(1 << 16, "u8") for _ in range(3)]
+    del cached  # three 64 KiB buffers now sit in the cache
+    assert pool.cached_bytes >= 3 << 16
+    real = pool._alloc
+    pool._alloc = failing = _FailingOnce(real, pool)
+    try:
+        t = runtime.empty(1 << 20, "u8")  # a new size: the first try fails, the retry succeeds
+    finally:
+        pool._alloc = real
+    assert failing.calls == 2 and pool.cached_bytes == 0
+    assert t.nbytes == 1 << 20
+
+
+def test_second_failure_names_what_the_pool_held(runtime):
+    pool = runtime.pool
+    pool.clear()
+    held = runtime.empty(1 << 16, "u8")
+    del held
+    real = pool._alloc
+
+    def refuse(nbytes):
+        raise MemoryError("simulated")
+    pool._alloc = refuse
+    try:
+        with pytest.raises(kd.OutOfMemoryError, match=r"pool held 64\.0 KiB of cached buffers, freed before one "
+                                                      r"retry"):
+            runtime.empty((3, 1 << 18), "f32")
+    finally:
+        pool._alloc = real
+    assert runtime.empty(8).numpy().shape == (8,)
