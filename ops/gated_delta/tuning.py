@@ -1,0 +1,78 @@
+"""Cube shapes of the gated delta kernels, from the problem sizes and the runtime's
+capabilities only (no back end named)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ROWS_PER_UNIT = 16   # state rows a unit of the recurrent kernel holds in registers (at most)
+TILE_COLUMNS = 32    # value columns per cube (a plane's width of coalesced state accesses)
+SWEEP_UNITS = 256    # units of a chunk-sweep cube
+PREPARE_UNITS = 128  # units of a chunk-prepare cube
+
+
+@dataclass(frozen=True)
+class RecurrentTiling:
+    """Cube (bv, ks): bv value columns, ks groups of state rows, r rows per unit."""
+
+    bv: int
+    ks: int
+    r: int
+
+    def grid(self, V: int, rows: int) -> tuple:
+        return (-(-V // self.bv), rows)
+
+    @property
+    def block(self) -> tuple:
+        return (self.bv, self.ks)
+
+
+@dataclass(frozen=True)
+class SweepTiling:
+    """Cube (bv, ny) of the chunk sweep: bv value columns, ny row groups."""
+
+    bv: int
+    ny: int
+
+    def grid(self, V: int, rows: int) -> tuple:
+        return (-(-V // self.bv), rows)
+
+    @property
+    def block(self) -> tuple:
+        return (self.bv, self.ny)
+
+
+def _columns(V: int) -> int:
+    """The tile width: TILE_COLUMNS, or the power of two covering a narrower V."""
+    bv = 1
+    while bv < min(V, TILE_COLUMNS):
+        bv *= 2
+    return bv
+
+
+def recurrent_tiling(caps, K: int, V: int) -> RecurrentTiling:
+    """Enough row groups that each unit holds at most ROWS_PER_UNIT state rows."""
+    bv = _columns(V)
+    ks = -(-K // ROWS_PER_UNIT)
+    while bv * ks > caps.max_cube_units and bv > 1:
+        bv //= 2
+    return RecurrentTiling(bv, ks, -(-K // ks))
+
+
+def sweep_shared_bytes(K: int, C: int, bv: int) -> int:
+    """Shared memory of a sweep cube: the K×bv state slice, the C×bv deltas, C decays."""
+    return 4 * (K * bv + C * bv + C)
+
+
+def sweep_tiling(caps, K: int, V: int, C: int) -> SweepTiling | None:
+    """The widest tile whose state slice fits shared memory; None if not even one column does."""
+    bv = _columns(V)
+    while bv > 1 and sweep_shared_bytes(K, C, bv) > caps.max_shared_bytes:
+        bv //= 2
+    if sweep_shared_bytes(K, C, bv) > caps.max_shared_bytes:
+        return None
+    units = min(SWEEP_UNITS, caps.max_cube_units)
+    return SweepTiling(bv, max(1, units // bv))
+
+
+def prepare_units(caps) -> int:
+    return min(PREPARE_UNITS, caps.max_cube_units)
