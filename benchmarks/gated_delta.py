@@ -194,15 +194,13 @@ def main(argv=None):
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     args = ap.parse_args(argv)
     avail = kd.available_runtimes()
-    names = [n.strip() for n in args.runtimes.split(",")] if args.runtimes else avail
     t0 = time.perf_counter()
-    for name in names:
-        if name.split(":")[0] not in avail:
-            print(f"{name}: not available here ({avail})")
-        elif name.startswith("cuda"):
-            bench_cuda(kd.runtime(name), args.quick, args.reps)
+    for name in (n.strip() for n in (args.runtimes or ",".join(avail)).split(",")):
+        bench = bench_cuda if name.startswith("cuda") else bench_cpu
+        if name.split(":")[0] in avail:
+            bench(kd.runtime(name), args.quick, args.reps)
         else:
-            bench_cpu(kd.runtime(name), args.quick, args.reps)
+            print(f"{name}: not available here ({avail})")
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 

@@ -32,7 +32,7 @@ def gated_delta_rule(input: GatedDeltaInput) -> GatedDeltaOutput:  # noqa: A002
         return GatedDeltaOutput(out, p.s0.clone())
     til = recurrent_tiling(p.runtime.capabilities, p.K, p.V)
     gated_delta_recurrent[til.grid(p.V, p.B * p.H), til.block](
-        p.q, p.k, p.v, p.beta, p.g, p.s0, out, final, p.T, p.scale, p.K, p.V, til.ks, til.r, til.bv)
+        p.q, p.k, p.v, p.beta, p.g, p.s0, out, final, p.T, p.scale, p.K, p.V, til.rows, til.r, til.bv)
     return GatedDeltaOutput(out, final)
 
 
@@ -66,4 +66,4 @@ def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDelt
 def _outputs(p: Problem) -> tuple:
     """Empty output [B, H, T, V] (query dtype) and final state [B, H, K, V] (F32)."""
     rt = p.runtime
-    return rt.empty((p.B, p.H, p.T, p.V), p.dtype), rt.empty((p.B, p.H, p.K, p.V), kd.f32)
+    return rt.empty((p.B, p.H, p.T, p.V), p.q.dtype), rt.empty((p.B, p.H, p.K, p.V), kd.f32)

@@ -45,7 +45,7 @@ class GatedDeltaOutput:
 @dataclass(frozen=True)
 class Problem:
     """A validated call: contiguous copies (or the tensors themselves) of every input, the
-    sizes B, H, T, K, V and the resolved scale."""
+    sizes B, H, T, K, V of SPEC §3 and the query scale."""
 
     q: kd.Tensor
     k: kd.Tensor
@@ -54,34 +54,15 @@ class Problem:
     g: kd.Tensor
     s0: kd.Tensor
     scale: float
+    B: int
+    H: int
+    T: int
+    K: int
+    V: int
 
     @property
     def runtime(self):
         return self.q.runtime
-
-    @property
-    def dtype(self):
-        return self.q.dtype
-
-    @property
-    def B(self) -> int:
-        return self.q.shape[0]
-
-    @property
-    def H(self) -> int:
-        return self.q.shape[1]
-
-    @property
-    def T(self) -> int:
-        return self.q.shape[2]
-
-    @property
-    def K(self) -> int:
-        return self.q.shape[3]
-
-    @property
-    def V(self) -> int:
-        return self.v.shape[3]
 
 
 def chunk_workspace_bytes(chunk_size: int) -> int:
@@ -117,7 +98,7 @@ def validate(fn: str, input) -> Problem:  # noqa: A002
                  what="[B, H, K, V] of input.query and input.value")
     scale = check.number("input.query_scale", input.query_scale)
     return Problem(q.contiguous(), input.key.contiguous(), v.contiguous(), input.beta.contiguous(),
-                   input.log_decay.contiguous(), input.initial_state.contiguous(), scale)
+                   input.log_decay.contiguous(), input.initial_state.contiguous(), scale, B, H, T, K, V)
 
 
 def validate_chunked(fn: str, input, chunk_size) -> tuple:  # noqa: A002

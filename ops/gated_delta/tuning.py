@@ -11,34 +11,20 @@ PREPARE_UNITS = 128  # units of a chunk-prepare cube
 
 
 @dataclass(frozen=True)
-class RecurrentTiling:
-    """Cube (bv, ks): bv value columns, ks groups of state rows, r rows per unit."""
+class Tiling:
+    """A cube of (bv, rows) units over bv value columns: the recurrent kernel's `rows` groups
+    of state rows (r rows per unit), or the chunk sweep's row groups (r unused)."""
 
     bv: int
-    ks: int
-    r: int
+    rows: int
+    r: int = 1
 
-    def grid(self, V: int, rows: int) -> tuple:
-        return (-(-V // self.bv), rows)
+    def grid(self, V: int, heads: int) -> tuple:
+        return (-(-V // self.bv), heads)
 
     @property
     def block(self) -> tuple:
-        return (self.bv, self.ks)
-
-
-@dataclass(frozen=True)
-class SweepTiling:
-    """Cube (bv, ny) of the chunk sweep: bv value columns, ny row groups."""
-
-    bv: int
-    ny: int
-
-    def grid(self, V: int, rows: int) -> tuple:
-        return (-(-V // self.bv), rows)
-
-    @property
-    def block(self) -> tuple:
-        return (self.bv, self.ny)
+        return (self.bv, self.rows)
 
 
 def _columns(V: int) -> int:
@@ -49,13 +35,13 @@ def _columns(V: int) -> int:
     return bv
 
 
-def recurrent_tiling(caps, K: int, V: int) -> RecurrentTiling:
+def recurrent_tiling(caps, K: int, V: int) -> Tiling:
     """Enough row groups that each unit holds at most ROWS_PER_UNIT state rows."""
     bv = _columns(V)
     ks = -(-K // ROWS_PER_UNIT)
     while bv * ks > caps.max_cube_units and bv > 1:
         bv //= 2
-    return RecurrentTiling(bv, ks, -(-K // ks))
+    return Tiling(bv, ks, -(-K // ks))
 
 
 def sweep_shared_bytes(K: int, C: int, bv: int) -> int:
@@ -63,7 +49,7 @@ def sweep_shared_bytes(K: int, C: int, bv: int) -> int:
     return 4 * (K * bv + C * bv + C)
 
 
-def sweep_tiling(caps, K: int, V: int, C: int) -> SweepTiling | None:
+def sweep_tiling(caps, K: int, V: int, C: int) -> Tiling | None:
     """The widest tile whose state slice fits shared memory; None if not even one column does."""
     bv = _columns(V)
     while bv > 1 and sweep_shared_bytes(K, C, bv) > caps.max_shared_bytes:
@@ -71,7 +57,7 @@ def sweep_tiling(caps, K: int, V: int, C: int) -> SweepTiling | None:
     if sweep_shared_bytes(K, C, bv) > caps.max_shared_bytes:
         return None
     units = min(SWEEP_UNITS, caps.max_cube_units)
-    return SweepTiling(bv, max(1, units // bv))
+    return Tiling(bv, max(1, units // bv))
 
 
 def prepare_units(caps) -> int:
