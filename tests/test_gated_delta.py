@@ -122,6 +122,29 @@ def test_wide_state_and_strided_views(runtime, rng):
         check((res.output.numpy(), res.final_state.numpy()), a)
 
 
+@pytest.mark.feature("gated_delta: matrix sweep")
+@pytest.mark.parametrize("dtype,T,chunk", [("bf16", 45, 16), ("f16", 130, 64)])
+def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk):
+    """The fragment sweep (chunk_sweep_mma.py), which the entry point takes only where the
+    primitive is on hardware, forced here so every runtime checks it on the exact emulation;
+    its operands are rounded to the inputs' dtype, so the tolerance is that dtype's."""
+    from rudnn import gated_delta as package
+    monkeypatch.setattr(package, "matrix_sweep", lambda caps, dt, K, V, C: True)
+    a = arrays(rng, B=1, H=2, T=T, K=32, V=64, dtype=dtype)
+    check(run(runtime, a, chunk), a, dtype=dtype)
+    assert "chunk_sweep_mma" in launches and "chunk_sweep" not in launches
+
+
+def test_matrix_sweep_only_where_native(runtime):
+    """Auto's choice reads capabilities only: the primitive on hardware, whole tiles."""
+    from rudnn.gated_delta.tuning import matrix_sweep
+    caps = runtime.capabilities
+    native = "mma" in caps.matrix_kinds
+    assert matrix_sweep(caps, kd.bf16, 128, 128, 64) is native
+    assert not matrix_sweep(caps, kd.f32, 128, 128, 64)
+    assert not matrix_sweep(caps, kd.bf16, 120, 128, 64) and not matrix_sweep(caps, kd.bf16, 128, 96, 64)
+
+
 # ---------------------------------------------------------------------------- errors
 @pytest.fixture
 def launches(monkeypatch):

@@ -17,9 +17,11 @@ import kerneldsl as kd
 
 from .chunk_prepare import chunk_prepare
 from .chunk_sweep import chunk_sweep
+from .chunk_sweep_mma import BV as MMA_COLUMNS
+from .chunk_sweep_mma import PLANES, chunk_sweep_mma
 from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
 from .recurrent import gated_delta_recurrent
-from .tuning import prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling
+from .tuning import matrix_sweep, prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling
 
 __all__ = ["GatedDeltaInput", "GatedDeltaOutput", "gated_delta_rule", "chunk_gated_delta_rule", "GatedDeltaError"]
 
@@ -52,14 +54,21 @@ def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDelt
     rt, rows = p.runtime, p.B * p.H
     chunks = -(-p.T // C)
     Tp = chunks * C
+    matrix = matrix_sweep(caps, p.q.dtype, p.K, p.V, C)
+    op = p.q.dtype if matrix else kd.f32  # dtype of the sweep's operands
     gc = rt.empty((rows, Tp), kd.f32)
     w = rt.empty((rows, Tp, p.K), kd.f32)
     u = rt.empty((rows, Tp, p.V), kd.f32)
-    a = rt.empty((rows, Tp, C), kd.f32)
-    chunk_prepare[(chunks, rows), prepare_units(caps)](p.q, p.k, p.v, p.beta, p.g, gc, w, u, a, p.T, p.scale,
-                                                       p.K, p.V, C)
-    chunk_sweep[til.grid(p.V, rows), til.block](p.q, p.k, gc, w, u, a, p.s0, out, final, p.T, p.scale,
-                                                p.K, p.V, C, til.bv)
+    a = rt.empty((rows, Tp, C), op)
+    wn, qg, kdk = (rt.empty((rows, Tp, p.K), op) for _ in range(3)) if matrix else (w, w, w)
+    chunk_prepare[(chunks, rows), prepare_units(caps)](p.q, p.k, p.v, p.beta, p.g, gc, w, u, a, wn, qg, kdk, p.T,
+                                                       p.scale, p.K, p.V, C, matrix)
+    if matrix:
+        chunk_sweep_mma[(p.V // MMA_COLUMNS, rows), PLANES * rt.plane_dim](
+            wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, op)
+    else:
+        chunk_sweep[til.grid(p.V, rows), til.block](p.q, p.k, gc, w, u, a, p.s0, out, final, p.T, p.scale,
+                                                    p.K, p.V, C, til.bv)
     return GatedDeltaOutput(out, final)
 
 

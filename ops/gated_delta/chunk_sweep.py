@@ -16,7 +16,7 @@ import kerneldsl as kd
 
 @kd.kernel
 def chunk_sweep(q: kd.Tensor, k: kd.Tensor, gc: kd.Tensor[kd.f32], w: kd.Tensor[kd.f32], u: kd.Tensor[kd.f32],
-                p: kd.Tensor[kd.f32], s0: kd.Tensor[kd.f32], out: kd.Tensor, s1: kd.Tensor[kd.f32], T: kd.i32,
+                p: kd.Tensor, s0: kd.Tensor[kd.f32], out: kd.Tensor, s1: kd.Tensor[kd.f32], T: kd.i32,
                 scale: kd.f32, K: kd.Const[int], V: kd.Const[int], C: kd.Const[int], BV: kd.Const[int]):
     """out[bh, :, cols] and s1[bh, :, cols] for the cube's columns (bh = cube_pos_y)."""
     NY = kd.cube_dim_y()

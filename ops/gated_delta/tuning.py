@@ -62,3 +62,12 @@ def sweep_tiling(caps, K: int, V: int, C: int) -> Tiling | None:
 
 def prepare_units(caps) -> int:
     return min(PREPARE_UNITS, caps.max_cube_units)
+
+
+def matrix_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
+    """Whether the chunk sweep runs on the matrix primitive (chunk_sweep_mma.py): hardware
+    fragments for the inputs' dtype, K and C in whole 16-row tiles, V in whole 64-column
+    tiles, and the rounded state and deltas within shared memory."""
+    from .chunk_sweep_mma import BV
+    return ("mma" in caps.matrix_kinds and dtype in caps.mma_dtypes and K % 16 == 0 and C % 16 == 0
+            and V % BV == 0 and 2 * (K + C) * BV <= caps.max_shared_bytes)
