@@ -123,16 +123,19 @@ def test_wide_state_and_strided_views(runtime, rng):
 
 
 @pytest.mark.feature("gated_delta: matrix sweep")
-@pytest.mark.parametrize("dtype,T,chunk", [("bf16", 45, 16), ("f16", 130, 64)])
-def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk):
-    """The fragment sweep (chunk_sweep_mma.py), which the entry point takes only where the
-    primitive is on hardware, forced here so every runtime checks it on the exact emulation;
-    its operands are rounded to the inputs' dtype, so the tolerance is that dtype's."""
+@pytest.mark.parametrize("dtype,T,chunk,g_low", [("bf16", 45, 32, -1.0), ("f16", 130, 64, -1.0),
+                                                 ("bf16", 64, 32, -1.0), ("f16", 40, 32, -60.0)])
+def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_low):
+    """The fragment kernels (chunk_prepare_mma.py, chunk_sweep_mma.py), which the entry point
+    takes only where the primitive is on hardware, forced here so every runtime checks them
+    on the exact emulation; operands are rounded to the inputs' dtype, so the tolerance is
+    that dtype's. T = 64 needs no padding; 45 and 130 do."""
     from rudnn import gated_delta as package
     monkeypatch.setattr(package, "matrix_sweep", lambda caps, dt, K, V, C: True)
-    a = arrays(rng, B=1, H=2, T=T, K=32, V=64, dtype=dtype)
+    a = arrays(rng, B=1, H=2, T=T, K=32, V=64, dtype=dtype, g_low=g_low, g_high=g_low / 2 if g_low < -1 else 0.0)
     check(run(runtime, a, chunk), a, dtype=dtype)
-    assert "chunk_sweep_mma" in launches and "chunk_sweep" not in launches
+    assert {"chunk_prepare_mma", "chunk_sweep_mma"} <= set(launches)
+    assert "chunk_sweep" not in launches and ("pad_tokens" in launches) == (T % chunk != 0)
 
 
 def test_matrix_sweep_only_where_native(runtime):

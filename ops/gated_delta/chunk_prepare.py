@@ -8,10 +8,7 @@ A[i, j] = β_i·e^(G_i − G_j)·(k_i·k_j) (j < i), it writes, in F32:
     gc = G;  w = (I + A)⁻¹·(β·e^G·k);  u = (I + A)⁻¹·(β·v);
     p[i, j] = scale·e^(G_i − G_j)·(q_i·k_j) for j ≤ i, else 0  (the intra-chunk attention),
 
-so that a chunk starting from state S has deltas u − w·S. For the matrix sweep
-(chunk_sweep_mma.py, MATRIX) p is stored in the operands' dtype and three more operands
-are written in it: wn = −w, qg_i = scale·e^(G_i)·q_i and kd_i = e^(G_L − G_i)·k_i
-(G_L the chunk's last cumulative decay; zero past T). A and G live in the cube's
+so that a chunk starting from state S has deltas u − w·S. A and G live in the cube's
 shared memory (SPEC's 4·(c² + c)-byte workspace); (I + A)⁻¹ is never formed: each unit
 solves the system for some columns of the right-hand side by forward substitution.
 """
@@ -22,11 +19,9 @@ import kerneldsl as kd
 
 @kd.kernel
 def chunk_prepare(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor, g: kd.Tensor[kd.f32],
-                  gc: kd.Tensor[kd.f32], w: kd.Tensor[kd.f32], u: kd.Tensor[kd.f32], p: kd.Tensor,
-                  wn: kd.Tensor, qg: kd.Tensor, kd_: kd.Tensor, T: kd.i32, scale: kd.f32, K: kd.Const[int], V: kd.Const[int],
-                  C: kd.Const[int], MATRIX: kd.Const[bool]):
-    """gc, w, u, p (and wn, qg, kd_ if MATRIX) of chunk cube_pos_x of the row bh = cube_pos_y
-    (layouts [bh, Tp(, K | V | C)])."""
+                  gc: kd.Tensor[kd.f32], w: kd.Tensor[kd.f32], u: kd.Tensor[kd.f32], p: kd.Tensor[kd.f32],
+                  T: kd.i32, scale: kd.f32, K: kd.Const[int], V: kd.Const[int], C: kd.Const[int]):
+    """gc, w, u, p of chunk cube_pos_x of the row bh = cube_pos_y (layouts [bh, Tp(, K | V | C)])."""
     NU = kd.cube_units()
     me = kd.unit_pos()
     bh = kd.cube_pos_y()
@@ -59,13 +54,6 @@ def chunk_prepare(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor, g: 
         bi = kd.f32(beta[row_t + kd.min(t0 + i, T - 1)])
         A[e] = kd.select(j < i, bi * dec * kk, kd.f32(0))
         p[(row_p + i) * C + j] = kd.select(j <= i, scale * dec * qk, kd.f32(0))
-    if MATRIX:
-        for e in range(me, C * K, NU):
-            i = e // K
-            live = t0 + i < T
-            at = (row_t + kd.min(t0 + i, T - 1)) * K + e % K
-            qg[row_p * K + e] = kd.select(live, scale * kd.exp(G[i]) * kd.f32(q[at]), kd.f32(0))
-            kd_[row_p * K + e] = kd.select(live, kd.exp(G[C - 1] - G[i]) * kd.f32(k[at]), kd.f32(0))
     kd.sync_cube()
     for col in range(me, K + V, NU):
         for i in range(C):
@@ -77,8 +65,6 @@ def chunk_prepare(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor, g: 
                 for j in range(i):
                     x -= A[i * C + j] * w[(row_p + j) * K + col]
                 w[(row_p + i) * K + col] = x
-                if MATRIX:
-                    wn[(row_p + i) * K + col] = -x
             else:
                 x = bi * kd.f32(v[ti * V + col - K])
                 for j in range(i):

@@ -65,9 +65,11 @@ def prepare_units(caps) -> int:
 
 
 def matrix_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
-    """Whether the chunk sweep runs on the matrix primitive (chunk_sweep_mma.py): hardware
-    fragments for the inputs' dtype, K and C in whole 16-row tiles, V in whole 64-column
-    tiles, and the rounded state and deltas within shared memory."""
+    """Whether the chunked rule runs on the matrix primitive (chunk_prepare_mma.py and
+    chunk_sweep_mma.py): hardware fragments for the inputs' dtype, K and C in whole 32-row
+    tile pairs (so 4 planes share the tiles evenly), V in whole 64-column tiles, and both
+    kernels' shared arrays within the device's shared memory."""
     from .chunk_sweep_mma import BV
-    return ("mma" in caps.matrix_kinds and dtype in caps.mma_dtypes and K % 16 == 0 and C % 16 == 0
-            and V % BV == 0 and 2 * (K + C) * BV <= caps.max_shared_bytes)
+    prepare_bytes = 4 * (2 * C + 2 * C * C) + 2 * 2 * C * C
+    return ("mma" in caps.matrix_kinds and dtype in caps.mma_dtypes and K % 32 == 0 and C % 32 == 0
+            and V % BV == 0 and max(prepare_bytes, 2 * (K + C) * BV) <= caps.max_shared_bytes)
