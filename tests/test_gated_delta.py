@@ -123,16 +123,17 @@ def test_wide_state_and_strided_views(runtime, rng):
 
 
 @pytest.mark.feature("gated_delta: matrix sweep")
-@pytest.mark.parametrize("dtype,T,chunk,g_low", [("bf16", 45, 32, -1.0), ("f16", 130, 64, -1.0),
-                                                 ("bf16", 64, 32, -1.0), ("f16", 40, 32, -60.0)])
-def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_low):
+@pytest.mark.parametrize("dtype,T,chunk,g_low,V,bv", [("bf16", 45, 32, -1.0, 64, 64), ("f16", 130, 64, -1.0, 96, 32),
+                                                       ("bf16", 64, 32, -1.0, 64, 32), ("f16", 40, 32, -60.0, 64, 64)])
+def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_low, V, bv):
     """The fragment kernels (chunk_prepare_mma.py, chunk_sweep_mma.py), which the entry point
     takes only where the primitive is on hardware, forced here so every runtime checks them
     on the exact emulation; operands are rounded to the inputs' dtype, so the tolerance is
-    that dtype's. T = 64 needs no padding; 45 and 130 do."""
+    that dtype's. T = 64 needs no padding; 45 and 130 do; cubes of 64 and 32 columns."""
     from rudnn import gated_delta as package
     monkeypatch.setattr(package, "matrix_sweep", lambda caps, dt, K, V, C: True)
-    a = arrays(rng, B=1, H=2, T=T, K=32, V=64, dtype=dtype, g_low=g_low, g_high=g_low / 2 if g_low < -1 else 0.0)
+    monkeypatch.setattr(package, "matrix_columns", lambda caps, heads, K, V, C: bv)
+    a = arrays(rng, B=1, H=2, T=T, K=32, V=V, dtype=dtype, g_low=g_low, g_high=g_low / 2 if g_low < -1 else 0.0)
     check(run(runtime, a, chunk), a, dtype=dtype)
     assert {"chunk_prepare_mma", "chunk_sweep_mma"} <= set(launches)
     assert "chunk_sweep" not in launches and ("pad_tokens" in launches) == (T % chunk != 0)
@@ -145,7 +146,8 @@ def test_matrix_sweep_only_where_native(runtime):
     native = "mma" in caps.matrix_kinds
     assert matrix_sweep(caps, kd.bf16, 128, 128, 64) is native
     assert not matrix_sweep(caps, kd.f32, 128, 128, 64)
-    assert not matrix_sweep(caps, kd.bf16, 120, 128, 64) and not matrix_sweep(caps, kd.bf16, 128, 96, 64)
+    assert not matrix_sweep(caps, kd.bf16, 120, 128, 64) and not matrix_sweep(caps, kd.bf16, 128, 80, 64)
+    assert not matrix_sweep(caps, kd.bf16, 128, 128, 48)
 
 
 # ---------------------------------------------------------------------------- errors

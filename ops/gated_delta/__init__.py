@@ -20,12 +20,11 @@ import kerneldsl as kd
 
 from .chunk_prepare import chunk_prepare
 from .chunk_sweep import chunk_sweep
-from .chunk_sweep_mma import BV as MMA_COLUMNS
 from .chunk_sweep_mma import PLANES, chunk_sweep_mma
 from .chunk_prepare_mma import chunk_prepare_mma, pad_tokens
 from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
 from .recurrent import gated_delta_recurrent
-from .tuning import matrix_sweep, prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling
+from .tuning import matrix_columns, matrix_sweep, prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling
 
 PAD_UNITS = 256  # units per cube of the padding copy
 
@@ -90,8 +89,8 @@ def _chunked_matrix(p: Problem, C: int, out, final) -> None:
     units = PLANES * rt.plane_dim
     chunk_prepare_mma[(chunks, rows), units](q, k, v, p.beta, p.g, gc, wn, u, a, qg, kdk, p.T, p.scale, p.K, p.V,
                                              C, dt)
-    chunk_sweep_mma[(p.V // MMA_COLUMNS, rows), units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C,
-                                                       dt)
+    bv = matrix_columns(rt.capabilities, rows, p.K, p.V, C)
+    chunk_sweep_mma[(p.V // bv, rows), units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, bv, dt)
 
 
 def _padded(rt, x, T: int, Tp: int):

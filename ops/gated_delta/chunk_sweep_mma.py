@@ -1,5 +1,5 @@
 """The chunk sweep on the matrix primitive (F16/BF16 inputs): one cube of 4 planes per (tile
-of BV = 64 value columns, batch·head) walks the chunks in order, as chunk_sweep.py does,
+of BV = 64 or 32 value columns, batch·head) walks the chunks in order, as chunk_sweep.py does,
 with every product on 16×16×16 fragments:
 
     Δ = u + wn·S_op              (u F32 into the accumulators; stored to shared in DT)
@@ -16,7 +16,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 PLANES = 4
-BV = 64  # value columns per cube
+COLUMNS = (64, 32)  # value columns per cube (tuning.matrix_columns picks one)
 
 
 @kd.func
@@ -28,8 +28,8 @@ def tile_of(e, VT):
 @kd.kernel
 def chunk_sweep_mma(wn: kd.Tensor, u: kd.Tensor[kd.f32], qg: kd.Tensor, kdk: kd.Tensor, p: kd.Tensor,
                     gc: kd.Tensor[kd.f32], s0: kd.Tensor[kd.f32], out: kd.Tensor, s1: kd.Tensor[kd.f32], T: kd.i32,
-                    K: kd.Const[int], V: kd.Const[int], C: kd.Const[int], DT: kd.Const[object]):
-    """out[bh, :, cols] and s1[bh, :, cols] for the cube's 64 columns (bh = cube_pos_y)."""
+                    K: kd.Const[int], V: kd.Const[int], C: kd.Const[int], BV: kd.Const[int], DT: kd.Const[object]):
+    """out[bh, :, cols] and s1[bh, :, cols] for the cube's BV columns (bh = cube_pos_y)."""
     VT = BV // 16
     NS = (K // 16) * VT // PLANES  # state tiles per plane
     ND = (C // 16) * VT // PLANES  # delta / output tiles per plane

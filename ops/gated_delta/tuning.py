@@ -67,9 +67,18 @@ def prepare_units(caps) -> int:
 def matrix_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
     """Whether the chunked rule runs on the matrix primitive (chunk_prepare_mma.py and
     chunk_sweep_mma.py): hardware fragments for the inputs' dtype, K and C in whole 32-row
-    tile pairs (so 4 planes share the tiles evenly), V in whole 64-column tiles, and both
+    tile pairs (so 4 planes share the tiles evenly), V in whole 32-column tiles, and both
     kernels' shared arrays within the device's shared memory."""
-    from .chunk_sweep_mma import BV
+    from .chunk_sweep_mma import COLUMNS
     prepare_bytes = 4 * (2 * C + 2 * C * C) + 2 * 2 * C * C
     return ("mma" in caps.matrix_kinds and dtype in caps.mma_dtypes and K % 32 == 0 and C % 32 == 0
-            and V % BV == 0 and max(prepare_bytes, 2 * (K + C) * BV) <= caps.max_shared_bytes)
+            and V % min(COLUMNS) == 0 and max(prepare_bytes, 2 * (K + C) * min(COLUMNS)) <= caps.max_shared_bytes)
+
+
+def matrix_columns(caps, heads: int, K: int, V: int, C: int) -> int:
+    """Value columns per sweep cube: 64, unless that leaves fewer than two cubes per compute
+    unit (the sweep is sequential over chunks, so cubes are its only parallelism) or V or
+    shared memory does not allow it; then 32."""
+    wide = (V % 64 == 0 and 2 * (K + C) * 64 <= caps.max_shared_bytes
+            and heads * (V // 64) >= 2 * caps.compute_units)
+    return 64 if wide else 32
