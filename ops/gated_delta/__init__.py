@@ -66,7 +66,7 @@ def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDelt
     w = rt.empty((rows, Tp, p.K), kd.f32)
     u = rt.empty((rows, Tp, p.V), kd.f32)
     a = rt.empty((rows, Tp, C), kd.f32)
-    chunk_prepare[(chunks, rows), prepare_units(caps)](p.q, p.k, p.v, p.beta, p.g, gc, w, u, a, p.T, p.scale,
+    chunk_prepare[chunks * rows, prepare_units(caps)](p.q, p.k, p.v, p.beta, p.g, gc, w, u, a, p.T, p.scale,
                                                        p.K, p.V, C)
     chunk_sweep[til.grid(p.V, rows), til.block](p.q, p.k, gc, w, u, a, p.s0, out, final, p.T, p.scale,
                                                 p.K, p.V, C, til.bv)
@@ -87,10 +87,10 @@ def _chunked_matrix(p: Problem, C: int, out, final) -> None:
     a = rt.empty((rows, Tp, C), dt)
     wn, qg, kdk = (rt.empty((rows, Tp, p.K), dt) for _ in range(3))
     units = PLANES * rt.plane_dim
-    chunk_prepare_mma[(chunks, rows), units](q, k, v, p.beta, p.g, gc, wn, u, a, qg, kdk, p.T, p.scale, p.K, p.V,
+    chunk_prepare_mma[chunks * rows, units](q, k, v, p.beta, p.g, gc, wn, u, a, qg, kdk, p.T, p.scale, p.K, p.V,
                                              C, dt)
     bv = matrix_columns(rt.capabilities, rows, p.K, p.V, C)
-    chunk_sweep_mma[(p.V // bv, rows), units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, bv, dt)
+    chunk_sweep_mma[p.V // bv * rows, units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, bv, dt)
 
 
 def _padded(rt, x, T: int, Tp: int):

@@ -21,12 +21,13 @@ import kerneldsl as kd
 def chunk_prepare(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor, g: kd.Tensor[kd.f32],
                   gc: kd.Tensor[kd.f32], w: kd.Tensor[kd.f32], u: kd.Tensor[kd.f32], p: kd.Tensor[kd.f32],
                   T: kd.i32, scale: kd.f32, K: kd.Const[int], V: kd.Const[int], C: kd.Const[int]):
-    """gc, w, u, p of chunk cube_pos_x of the row bh = cube_pos_y (layouts [bh, Tp(, K | V | C)])."""
+    """gc, w, u, p of one chunk of one row bh (layouts [bh, Tp(, K | V | C)])."""
     NU = kd.cube_units()
     me = kd.unit_pos()
-    bh = kd.cube_pos_y()
-    t0 = kd.cube_pos_x() * C
-    Tp = kd.cube_count_x() * C
+    chunks = (T + C - 1) // C
+    bh = kd.cube_pos_x() // chunks  # a one-dimensional grid of (bh, chunk)
+    t0 = kd.cube_pos_x() % chunks * C
+    Tp = chunks * C
     row_t = kd.i64(bh) * T        # first position of this row in the [B·H, T] inputs
     row_p = kd.i64(bh) * Tp + t0  # first position of this chunk in the padded workspaces
     G = kd.shared(kd.f32, C)

@@ -36,14 +36,15 @@ def chunk_prepare_mma(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor,
                       gc: kd.Tensor[kd.f32], wn: kd.Tensor, u: kd.Tensor[kd.f32], p: kd.Tensor, qg: kd.Tensor,
                       kdk: kd.Tensor, T: kd.i32, scale: kd.f32, K: kd.Const[int], V: kd.Const[int],
                       C: kd.Const[int], DT: kd.Const[object]):
-    """The operands of chunk cube_pos_x of row bh = cube_pos_y; q, k, v padded to Tp rows."""
+    """The operands of one chunk of one row bh; q, k, v padded to Tp rows."""
     NU = kd.cube_units()
     me = kd.unit_pos()
     pl = kd.plane_pos()
     CT = C // 16
-    bh = kd.cube_pos_y()
-    t0 = kd.cube_pos_x() * C
-    Tp = kd.cube_count_x() * C
+    chunks = (T + C - 1) // C
+    bh = kd.cube_pos_x() // chunks  # a one-dimensional grid of (bh, chunk)
+    t0 = kd.cube_pos_x() % chunks * C
+    Tp = chunks * C
     row_t = kd.i64(bh) * T        # first position of this row in beta and g ([B·H, T])
     row_p = kd.i64(bh) * Tp + t0  # first position of this chunk in the padded tensors
     G = kd.shared(kd.f32, C)

@@ -18,12 +18,12 @@ import kerneldsl as kd
 def chunk_sweep(q: kd.Tensor, k: kd.Tensor, gc: kd.Tensor[kd.f32], w: kd.Tensor[kd.f32], u: kd.Tensor[kd.f32],
                 p: kd.Tensor, s0: kd.Tensor[kd.f32], out: kd.Tensor, s1: kd.Tensor[kd.f32], T: kd.i32,
                 scale: kd.f32, K: kd.Const[int], V: kd.Const[int], C: kd.Const[int], BV: kd.Const[int]):
-    """out[bh, :, cols] and s1[bh, :, cols] for the cube's columns (bh = cube_pos_y)."""
+    """out[bh, :, cols] and s1[bh, :, cols] for the cube's columns (a one-dimensional grid of (bh, tile))."""
     NY = kd.cube_dim_y()
     x = kd.unit_pos_x()
     y = kd.unit_pos_y()
-    bh = kd.cube_pos_y()
-    col = kd.cube_pos_x() * BV + x
+    bh = kd.cube_pos_x() // ((V + BV - 1) // BV)
+    col = kd.cube_pos_x() % ((V + BV - 1) // BV) * BV + x
     vc = kd.min(col, V - 1)
     chunks = (T + C - 1) // C
     Tp = chunks * C

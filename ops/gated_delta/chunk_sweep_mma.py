@@ -29,13 +29,13 @@ def tile_of(e, VT):
 def chunk_sweep_mma(wn: kd.Tensor, u: kd.Tensor[kd.f32], qg: kd.Tensor, kdk: kd.Tensor, p: kd.Tensor,
                     gc: kd.Tensor[kd.f32], s0: kd.Tensor[kd.f32], out: kd.Tensor, s1: kd.Tensor[kd.f32], T: kd.i32,
                     K: kd.Const[int], V: kd.Const[int], C: kd.Const[int], BV: kd.Const[int], DT: kd.Const[object]):
-    """out[bh, :, cols] and s1[bh, :, cols] for the cube's BV columns (bh = cube_pos_y)."""
+    """out[bh, :, cols] and s1[bh, :, cols] for the cube's BV columns (a one-dimensional grid of (bh, tile))."""
     VT = BV // 16
     NS = (K // 16) * VT // PLANES  # state tiles per plane
     ND = (C // 16) * VT // PLANES  # delta / output tiles per plane
     pl = kd.plane_pos()
-    bh = kd.cube_pos_y()
-    c0 = kd.cube_pos_x() * BV
+    bh = kd.cube_pos_x() // (V // BV)
+    c0 = kd.cube_pos_x() % (V // BV) * BV
     chunks = (T + C - 1) // C
     Tp = chunks * C
     SB = kd.shared(DT, K * BV)

@@ -20,11 +20,12 @@ def gated_delta_recurrent(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Ten
                           s0: kd.Tensor[kd.f32], out: kd.Tensor, s1: kd.Tensor[kd.f32], T: kd.i32, scale: kd.f32,
                           K: kd.Const[int], V: kd.Const[int], KS: kd.Const[int], R: kd.Const[int],
                           BV: kd.Const[int]):
-    """out[bh, t, col] and s1[bh, :, col] for the cube's (bh = cube_pos_y, columns of tile cube_pos_x)."""
+    """out[bh, t, col] and s1[bh, :, col] for the cube's row bh and tile of BV columns (the
+    grid is one-dimensional, tiles of one row adjacent: no limit on B·H from a grid's y axis)."""
     x = kd.unit_pos_x()
     y = kd.unit_pos_y()
-    bh = kd.cube_pos_y()
-    col = kd.cube_pos_x() * BV + x
+    bh = kd.cube_pos_x() // ((V + BV - 1) // BV)
+    col = kd.cube_pos_x() % ((V + BV - 1) // BV) * BV + x
     vc = kd.min(col, V - 1)  # clamped column: loads stay in bounds, stores are guarded
     sbase = kd.i64(bh) * (K * V) + vc
     red = kd.shared(kd.f32, 6 * KS * BV)

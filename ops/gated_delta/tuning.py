@@ -19,8 +19,9 @@ class Tiling:
     rows: int
     r: int = 1
 
-    def grid(self, V: int, heads: int) -> tuple:
-        return (-(-V // self.bv), heads)
+    def grid(self, V: int, heads: int) -> int:
+        """One-dimensional: the tiles of one (b, h) adjacent."""
+        return -(-V // self.bv) * heads
 
     @property
     def block(self) -> tuple:
