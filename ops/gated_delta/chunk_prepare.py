@@ -17,6 +17,17 @@ from __future__ import annotations
 import kerneldsl as kd
 
 
+@kd.func
+def cumulative_decay(G, gc, g, row_t, row_p, t0, T, C):
+    """G[i] (shared) and gc[row_p + i] = the sum of g over the chunk's positions 0..i before T."""
+    for i in range(kd.unit_pos(), C, kd.cube_units()):
+        total = kd.f32(0)
+        for j in range(0, kd.min(i + 1, T - t0)):
+            total += g[row_t + t0 + j]
+        G[i] = total
+        gc[row_p + i] = total
+
+
 @kd.kernel
 def chunk_prepare(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor, g: kd.Tensor[kd.f32],
                   gc: kd.Tensor[kd.f32], w: kd.Tensor[kd.f32], u: kd.Tensor[kd.f32], p: kd.Tensor[kd.f32],
@@ -32,12 +43,7 @@ def chunk_prepare(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor, g: 
     row_p = kd.i64(bh) * Tp + t0  # first position of this chunk in the padded workspaces
     G = kd.shared(kd.f32, C)
     A = kd.shared(kd.f32, C * C)
-    for i in range(me, C, NU):
-        acc = kd.f32(0)
-        for j in range(0, kd.min(i + 1, T - t0)):
-            acc += g[row_t + t0 + j]
-        G[i] = acc
-        gc[row_p + i] = acc
+    cumulative_decay(G, gc, g, row_t, row_p, t0, T, C)
     kd.sync_cube()
     for e in range(me, C * C, NU):
         i = e // C

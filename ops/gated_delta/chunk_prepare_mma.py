@@ -15,7 +15,19 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .chunk_prepare import cumulative_decay
 from .chunk_sweep_mma import PLANES, tile_of
+
+
+@kd.func
+def tile_product(acc, fa, fb, a, a_at, a_stride, b, b_at, b_stride, b_step, steps):
+    """acc = Σ over `steps` 16-wide steps of a's tile (from a_at, moving 16 columns a step)
+    times b's tile (from b_at, moving b_step elements a step)."""
+    kd.fill_fragment(acc, 0.0)
+    for s in range(steps):
+        kd.load_fragment(fa, a, a_at + s * 16, a_stride)
+        kd.load_fragment(fb, b, b_at + s * b_step, b_stride)
+        kd.mma(acc, fa, fb)
 
 
 @kd.kernel
@@ -58,30 +70,18 @@ def chunk_prepare_mma(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor,
     fb = kd.fragment_b(DT, 16, 16, 16)
     acc = kd.fragment_acc(16, 16, 16)
     n_el = kd.fragment_len(acc)
+    cumulative_decay(G, gc, g, row_t, row_p, t0, T, C)
     for i in range(me, C, NU):
-        total = kd.f32(0)
-        for j in range(0, kd.min(i + 1, T - t0)):
-            total += g[row_t + t0 + j]
-        G[i] = total
-        gc[row_p + i] = total
         Bt[i] = kd.select(t0 + i < T, kd.f32(beta[row_t + kd.min(t0 + i, T - 1)]), kd.f32(0))
     kd.sync_cube()
     for j in kd.unroll(CT * CT // PLANES):  # k·kᵀ -> A, q·kᵀ -> p
         it, jt = tile_of(pl + PLANES * j, CT)
-        kd.fill_fragment(acc, 0.0)
-        for kk in range(K // 16):
-            kd.load_fragment(fa, k, (row_p + it * 16) * K + kk * 16, K)
-            kd.load_fragment(fbt, k, (row_p + jt * 16) * K + kk * 16, K)
-            kd.mma(acc, fa, fbt)
+        tile_product(acc, fa, fbt, k, (row_p + it * 16) * K, K, k, (row_p + jt * 16) * K, K, 16, K // 16)
         for e in kd.unroll(n_el):
             i = it * 16 + kd.fragment_row(acc, e)
             c = jt * 16 + kd.fragment_col(acc, e)
             A[i * C + c] = kd.select(c < i, Bt[i] * kd.exp(G[i] - G[kd.min(c, i)]) * kd.fragment_get(acc, e), 0.0)
-        kd.fill_fragment(acc, 0.0)
-        for kk in range(K // 16):
-            kd.load_fragment(fa, q, (row_p + it * 16) * K + kk * 16, K)
-            kd.load_fragment(fbt, k, (row_p + jt * 16) * K + kk * 16, K)
-            kd.mma(acc, fa, fbt)
+        tile_product(acc, fa, fbt, q, (row_p + it * 16) * K, K, k, (row_p + jt * 16) * K, K, 16, K // 16)
         for e in kd.unroll(n_el):
             i = it * 16 + kd.fragment_row(acc, e)
             c = jt * 16 + kd.fragment_col(acc, e)
@@ -103,19 +103,11 @@ def chunk_prepare_mma(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor,
     kd.sync_cube()
     for j in kd.unroll(CT * (K // 16) // PLANES):  # wn = −TW·k
         it, kt = tile_of(pl + PLANES * j, K // 16)
-        kd.fill_fragment(acc, 0.0)
-        for cc in range(CT):
-            kd.load_fragment(fa, TW, it * 16 * C + cc * 16, C)
-            kd.load_fragment(fb, k, (row_p + cc * 16) * K + kt * 16, K)
-            kd.mma(acc, fa, fb)
+        tile_product(acc, fa, fb, TW, it * 16 * C, C, k, row_p * K + kt * 16, K, 16 * K, CT)
         for e in kd.unroll(n_el):
             kd.fragment_set(acc, e, -kd.fragment_get(acc, e))
         kd.store_fragment(wn, (row_p + it * 16) * K + kt * 16, acc, K)
     for j in kd.unroll(CT * (V // 16) // PLANES):  # u = TU·v
         it, vt = tile_of(pl + PLANES * j, V // 16)
-        kd.fill_fragment(acc, 0.0)
-        for cc in range(CT):
-            kd.load_fragment(fa, TU, it * 16 * C + cc * 16, C)
-            kd.load_fragment(fb, v, (row_p + cc * 16) * V + vt * 16, V)
-            kd.mma(acc, fa, fb)
+        tile_product(acc, fa, fb, TU, it * 16 * C, C, v, row_p * V + vt * 16, V, 16 * V, CT)
         kd.store_fragment(u, (row_p + it * 16) * V + vt * 16, acc, V)
