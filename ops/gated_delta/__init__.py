@@ -1,0 +1,108 @@
+"""rudnn.gated_delta: the gated delta rule of Gated DeltaNet layers (SPEC §3), on every runtime.
+
+    out = rudnn.gated_delta.gated_delta_rule(GatedDeltaInput(q, k, v, beta, g, s0, scale))
+    out = rudnn.gated_delta.chunk_gated_delta_rule(GatedDeltaInput(...), chunk_size=64)
+
+Per (b, h), an F32 K×V state S starts at initial_state and, for t = 0…T−1, is decayed by
+e^g_t, corrected towards v_t along k_t (δ = β_t·(v_t − Sᵀk_t), S += k_t ⊗ δ) and read by
+the scaled query. `gated_delta_rule` runs the recurrence (recurrent.py: state in
+registers, one pass over T, fast for decode); `chunk_gated_delta_rule` gives the same
+result chunk-parallel: chunk_prepare.py solves every chunk's triangular system (WY/UT
+form) at once, chunk_sweep.py carries the state across chunks in order. Where the matrix
+primitive is on hardware for F16/BF16 inputs (and K, C, V fill whole tiles:
+tuning.matrix_sweep), chunk_prepare_mma.py and chunk_sweep_mma.py do the same with every
+product on fragments (F16/BF16 operands, F32 accumulation and state). Outputs are in
+the query's dtype, states F32; initial_state is never written.
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .chunk_prepare import chunk_prepare
+from .chunk_sweep import chunk_sweep
+from .chunk_sweep_mma import PLANES, chunk_sweep_mma
+from .chunk_prepare_mma import chunk_prepare_mma, pad_tokens
+from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
+from .recurrent import gated_delta_recurrent
+from .tuning import matrix_columns, matrix_sweep, prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling
+
+PAD_UNITS = 256  # units per cube of the padding copy
+
+__all__ = ["GatedDeltaInput", "GatedDeltaOutput", "gated_delta_rule", "chunk_gated_delta_rule", "GatedDeltaError"]
+
+
+def gated_delta_rule(input: GatedDeltaInput) -> GatedDeltaOutput:  # noqa: A002
+    """The recurrence of SPEC §3, one step after another."""
+    p = validate("gated_delta_rule", input)
+    out, final = _outputs(p)
+    if p.T == 0:
+        return GatedDeltaOutput(out, p.s0.clone())
+    til = recurrent_tiling(p.runtime.capabilities, p.K, p.V)
+    gated_delta_recurrent[til.grid(p.V, p.B * p.H), til.block](
+        p.q, p.k, p.v, p.beta, p.g, p.s0, out, final, p.T, p.scale, p.K, p.V, til.rows, til.r, til.bv)
+    return GatedDeltaOutput(out, final)
+
+
+def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDeltaOutput:  # noqa: A002
+    """The same result as gated_delta_rule, computed chunk by chunk (WY/UT form)."""
+    fn = "chunk_gated_delta_rule"
+    p, C = validate_chunked(fn, input, chunk_size)
+    caps = p.runtime.capabilities
+    til = sweep_tiling(caps, p.K, p.V, C)
+    if til is None:
+        CHECKS.at(fn).fail(f"K = {p.K} with chunk_size {C} needs {sweep_shared_bytes(p.K, C, 1)} bytes of shared "
+                           f"memory per cube for one state column, more than this runtime has "
+                           f"({caps.max_shared_bytes}): unavailable")
+    out, final = _outputs(p)
+    if p.T == 0:
+        return GatedDeltaOutput(out, p.s0.clone())
+    rt, rows = p.runtime, p.B * p.H
+    chunks = -(-p.T // C)
+    Tp = chunks * C
+    if matrix_sweep(caps, p.q.dtype, p.K, p.V, C):
+        _chunked_matrix(p, C, out, final)
+        return GatedDeltaOutput(out, final)
+    gc = rt.empty((rows, Tp), kd.f32)
+    w = rt.empty((rows, Tp, p.K), kd.f32)
+    u = rt.empty((rows, Tp, p.V), kd.f32)
+    a = rt.empty((rows, Tp, C), kd.f32)
+    chunk_prepare[chunks * rows, prepare_units(caps)](p.q, p.k, p.v, p.beta, p.g, gc, w, u, a, p.T, p.scale,
+                                                       p.K, p.V, C)
+    chunk_sweep[til.grid(p.V, rows), til.block](p.q, p.k, gc, w, u, a, p.s0, out, final, p.T, p.scale,
+                                                p.K, p.V, C, til.bv)
+    return GatedDeltaOutput(out, final)
+
+
+def _chunked_matrix(p: Problem, C: int, out, final) -> None:
+    """The chunked rule on fragments: q, k, v padded to whole chunks if T needs it, the
+    operands of every chunk at once, then the sweep (F16/BF16 operands, F32 state)."""
+    rt, rows, dt = p.runtime, p.B * p.H, p.q.dtype
+    chunks = -(-p.T // C)
+    Tp = chunks * C
+    q, k, v = p.q, p.k, p.v
+    if Tp != p.T:
+        q, k, v = (_padded(rt, x, p.T, Tp) for x in (q, k, v))
+    gc = rt.empty((rows, Tp), kd.f32)
+    u = rt.empty((rows, Tp, p.V), kd.f32)
+    a = rt.empty((rows, Tp, C), dt)
+    wn, qg, kdk = (rt.empty((rows, Tp, p.K), dt) for _ in range(3))
+    units = PLANES * rt.plane_dim
+    chunk_prepare_mma[chunks * rows, units](q, k, v, p.beta, p.g, gc, wn, u, a, qg, kdk, p.T, p.scale, p.K, p.V,
+                                             C, dt)
+    bv = matrix_columns(rt.capabilities, rows, p.K, p.V, C)
+    chunk_sweep_mma[p.V // bv * rows, units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, bv, dt)
+
+
+def _padded(rt, x, T: int, Tp: int):
+    """x [B, H, T, D] (contiguous) as [B, H, Tp, D], zeros past T."""
+    B, H, _, D = x.shape
+    dst = rt.empty((B, H, Tp, D), x.dtype)
+    n = dst.size
+    pad_tokens[-(-n // PAD_UNITS), PAD_UNITS](x, dst, T, Tp, D, n)
+    return dst
+
+
+def _outputs(p: Problem) -> tuple:
+    """Empty output [B, H, T, V] (query dtype) and final state [B, H, K, V] (F32)."""
+    rt = p.runtime
+    return rt.empty((p.B, p.H, p.T, p.V), p.q.dtype), rt.empty((p.B, p.H, p.K, p.V), kd.f32)

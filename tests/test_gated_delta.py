@@ -1,0 +1,255 @@
+"""rudnn.gated_delta (SPEC §3) on every runtime: both entry points against the float64
+recurrence, chunked == recurrent over chunk sizes and ragged T, continuation through
+final_state, untouched initial_state, K ≠ V, extreme decays, strided views, and every
+error rule (raised before any launch). PyTorch has no gated delta op, so the float64
+numpy recurrence (tests/reference/gated_delta.py) is the only reference."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+import rudnn
+from rudnn.gated_delta import (GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, chunk_gated_delta_rule,
+                               gated_delta_rule)
+
+from reference.gated_delta import gated_delta as reference
+
+pytestmark = pytest.mark.feature("gated_delta")
+
+TOL = {"f32": 2e-4, "f16": 2e-2, "bf16": 8e-2}  # relative to the reference's largest magnitude
+SCALE = 0.35
+
+
+def arrays(rng, B=2, H=3, T=13, K=20, V=24, dtype="f32", g_low=-1.0, g_high=0.0):
+    """q, k (rows of unit length, as Gated DeltaNet normalises them), v, beta in (0, 1), g, s0."""
+    npd = kd.as_dtype(dtype).np
+    q = rng.standard_normal((B, H, T, K))
+    k = rng.standard_normal((B, H, T, K))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    v = rng.standard_normal((B, H, T, V))
+    beta = rng.uniform(0.05, 1.0, (B, H, T))
+    g = rng.uniform(g_low, g_high, (B, H, T)).astype(np.float32)
+    s0 = rng.standard_normal((B, H, K, V)).astype(np.float32)
+    return q.astype(npd), k.astype(npd), v.astype(npd), beta.astype(npd), g, s0
+
+
+def make_input(rt, a, scale=SCALE) -> GatedDeltaInput:
+    return GatedDeltaInput(*(rt.tensor(x) for x in a), scale)
+
+
+def run(rt, a, chunk=None, scale=SCALE) -> tuple:
+    inp = make_input(rt, a, scale)
+    res = gated_delta_rule(inp) if chunk is None else chunk_gated_delta_rule(inp, chunk)
+    assert isinstance(res, GatedDeltaOutput)
+    return res.output.numpy(), res.final_state.numpy()
+
+
+def check(got, a, scale=SCALE, dtype="f32"):
+    out, state = got
+    ro, rs = reference(*a, scale)
+    assert out.dtype == a[0].dtype and state.dtype == np.float32
+    assert out.shape == ro.shape and state.shape == rs.shape
+    tol = TOL[dtype]
+    np.testing.assert_allclose(out.astype(np.float64), ro, rtol=0, atol=tol * max(1.0, np.abs(ro).max()))
+    np.testing.assert_allclose(state, rs, rtol=0, atol=tol * max(1.0, np.abs(rs).max()))
+
+
+# ---------------------------------------------------------------------------- against the reference
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("chunk", [None, 16], ids=["recurrent", "chunked"])
+def test_matches_reference(runtime, rng, dtype, chunk):
+    a = arrays(rng, dtype=dtype, T=21)
+    check(run(runtime, a, chunk), a, dtype=dtype)
+
+
+@pytest.mark.feature("gated_delta: chunked")
+@pytest.mark.parametrize("T", [1, 63, 65, 200])
+def test_chunked_equals_recurrent(runtime, rng, T):
+    """Every chunk size (1, 16, 64), T not a multiple of it; each against the recurrence."""
+    a = arrays(rng, B=1, H=2, T=T, K=16, V=8)
+    rec = run(runtime, a)
+    check(rec, a)
+    for chunk in (1, 16, 64):
+        out, state = run(runtime, a, chunk)
+        np.testing.assert_allclose(out, rec[0], rtol=0, atol=2e-4 * max(1.0, np.abs(rec[0]).max()))
+        np.testing.assert_allclose(state, rec[1], rtol=0, atol=2e-4 * max(1.0, np.abs(rec[1]).max()))
+
+
+@pytest.mark.parametrize("chunk", [None, 16], ids=["recurrent", "chunked"])
+def test_zero_tokens(runtime, rng, launches, chunk):
+    """T = 0: an empty output and final_state equal to (a copy of) initial_state; no family kernel runs."""
+    a = arrays(rng, T=0)
+    inp = make_input(runtime, a)
+    res = gated_delta_rule(inp) if chunk is None else chunk_gated_delta_rule(inp, chunk)
+    assert res.output.shape == (2, 3, 0, 24) and res.output.dtype is kd.f32
+    assert np.array_equal(res.final_state.numpy(), a[5])
+    assert res.final_state.buffer is not inp.initial_state.buffer
+    assert [n for n in launches if n != "_strided_copy"] == []
+
+
+@pytest.mark.parametrize("chunk", [None, 16], ids=["recurrent", "chunked"])
+def test_continuation_and_untouched_initial_state(runtime, rng, chunk):
+    """Two calls chained through final_state equal one call; initial_state is never written."""
+    a = arrays(rng, T=40, K=12, V=20)
+    whole = run(runtime, a, chunk)
+    cut = 23
+    first = make_input(runtime, tuple(x[:, :, :cut] for x in a[:5]) + (a[5],))
+    before = first.initial_state.numpy()
+    r1 = gated_delta_rule(first) if chunk is None else chunk_gated_delta_rule(first, chunk)
+    assert np.array_equal(first.initial_state.numpy(), before)
+    second = GatedDeltaInput(*(runtime.tensor(x[:, :, cut:]) for x in a[:5]), r1.final_state, SCALE)
+    r2 = gated_delta_rule(second) if chunk is None else chunk_gated_delta_rule(second, chunk)
+    out = np.concatenate([r1.output.numpy(), r2.output.numpy()], axis=2)
+    np.testing.assert_allclose(out, whole[0], rtol=0, atol=1e-4 * np.abs(whole[0]).max())
+    np.testing.assert_allclose(r2.final_state.numpy(), whole[1], rtol=0, atol=1e-4 * np.abs(whole[1]).max())
+
+
+@pytest.mark.parametrize("g_range", [(-60.0, -30.0), (0.0, 0.0)], ids=["very-negative", "zero"])
+def test_extreme_decays(runtime, rng, g_range):
+    """g very negative (the state forgotten every step) and g = 0 (no decay), both entry points."""
+    a = arrays(rng, T=37, K=9, V=33, g_low=g_range[0], g_high=g_range[1])
+    check(run(runtime, a), a)
+    check(run(runtime, a, 16), a)
+
+
+def test_wide_state_and_strided_views(runtime, rng):
+    """K = 40 > V = 5 (several register rows per unit, a narrow tile), inputs as [B, T, H, K]
+    tensors viewed as [B, H, T, K]."""
+    a = arrays(rng, B=1, H=2, T=19, K=40, V=5)
+    t = [runtime.tensor(np.ascontiguousarray(np.swapaxes(x, 1, 2))).transpose(1, 2) for x in a[:5]]
+    inp = GatedDeltaInput(*t, runtime.tensor(a[5]), SCALE)
+    assert not inp.query.is_contiguous()
+    for res in (gated_delta_rule(inp), chunk_gated_delta_rule(inp, 8)):
+        check((res.output.numpy(), res.final_state.numpy()), a)
+
+
+@pytest.mark.feature("gated_delta: matrix sweep")
+@pytest.mark.parametrize("dtype,T,chunk,g_low,V,bv", [("bf16", 45, 32, -1.0, 64, 64), ("bf16", 64, 32, -1.0, 96, 32),
+                                                       ("f16", 40, 32, -60.0, 64, 64)])
+def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_low, V, bv):
+    """The fragment kernels (chunk_prepare_mma.py, chunk_sweep_mma.py), which the entry point
+    takes only where the primitive is on hardware, forced here so every runtime checks them
+    on the exact emulation; operands are rounded to the inputs' dtype, so the tolerance is
+    that dtype's. T = 64 needs no padding, 45 and 40 do; cubes of 64 and 32 columns. (Chunks
+    of 32 keep the emulated compile short; 64 is the same code with more unrolled tiles.)"""
+    from rudnn import gated_delta as package
+    monkeypatch.setattr(package, "matrix_sweep", lambda caps, dt, K, V, C: True)
+    monkeypatch.setattr(package, "matrix_columns", lambda caps, heads, K, V, C: bv)
+    a = arrays(rng, B=1, H=2, T=T, K=32, V=V, dtype=dtype, g_low=g_low, g_high=g_low / 2 if g_low < -1 else 0.0)
+    check(run(runtime, a, chunk), a, dtype=dtype)
+    assert {"chunk_prepare_mma", "chunk_sweep_mma"} <= set(launches)
+    assert "chunk_sweep" not in launches and ("pad_tokens" in launches) == (T % chunk != 0)
+
+
+def test_matrix_sweep_only_where_native(runtime):
+    """Auto's choice reads capabilities only: the primitive on hardware, whole tiles."""
+    from rudnn.gated_delta.tuning import matrix_sweep
+    caps = runtime.capabilities
+    native = "mma" in caps.matrix_kinds
+    assert matrix_sweep(caps, kd.bf16, 128, 128, 64) is native
+    assert not matrix_sweep(caps, kd.f32, 128, 128, 64)
+    assert not matrix_sweep(caps, kd.bf16, 120, 128, 64) and not matrix_sweep(caps, kd.bf16, 128, 80, 64)
+    assert not matrix_sweep(caps, kd.bf16, 128, 128, 48)
+
+
+# ---------------------------------------------------------------------------- errors
+@pytest.fixture
+def launches(monkeypatch):
+    """Names of the kernels launched (validation must fail before any)."""
+    names = []
+    real = kd.Kernel.launch
+
+    def recording(self, *args, **kwargs):
+        names.append(self.__name__)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(kd.Kernel, "launch", recording)
+    return names
+
+
+class _OtherRuntime:
+    """Stands in for a second runtime when this machine has only one."""
+    name = "other"
+    device_key = "other-device"
+
+
+def _bad_calls(rt):
+    a = arrays(np.random.default_rng(0), B=1, H=2, T=5, K=4, V=3)
+    good = make_input(rt, a)
+
+    def with_(**kw):
+        d = dict(good.__dict__)
+        d.update(kw)
+        return GatedDeltaInput(**d)
+
+    def t(shape, dtype=np.float32):
+        return rt.tensor(np.zeros(shape, dtype))
+
+    foreign = kd.Tensor(_OtherRuntime(), good.beta.buffer, good.beta.shape, good.beta.dtype)
+    limit = rt.capabilities.max_shared_bytes
+    too_big = 1
+    while 4 * (too_big * too_big + too_big) <= limit:
+        too_big *= 2
+    return [
+        ("input must be a GatedDeltaInput", lambda f: f(dict(query=1))),
+        ("input.query must be a kerneldsl tensor", lambda f: f(with_(query=np.zeros((1, 2, 5, 4))))),
+        ("input.query must be F32, F16 or BF16", lambda f: f(with_(query=t((1, 2, 5, 4), np.int32)))),
+        ("input.query must have rank 4", lambda f: f(with_(query=t((2, 5, 4))))),
+        ("B > 0", lambda f: f(with_(query=t((0, 2, 5, 4))))),
+        ("H > 0", lambda f: f(with_(query=t((1, 0, 5, 4))))),
+        ("K > 0", lambda f: f(with_(query=t((1, 2, 5, 0))))),
+        ("input.key must have the dtype of input.query", lambda f: f(with_(key=t((1, 2, 5, 4), np.float16)))),
+        ("input.key must have shape [1, 2, 5, 4]", lambda f: f(with_(key=t((1, 2, 5, 5))))),
+        ("input.value must have rank 4", lambda f: f(with_(value=t((1, 2, 5))))),
+        ("V > 0", lambda f: f(with_(value=t((1, 2, 5, 0))))),
+        ("input.value must have shape [1, 2, 5, 6]", lambda f: f(with_(value=t((1, 2, 4, 6))))),
+        ("input.value must have the dtype of input.query", lambda f: f(with_(value=t((1, 2, 5, 3), np.float16)))),
+        ("input.beta must have shape [1, 2, 5]", lambda f: f(with_(beta=t((1, 2, 5, 1))))),
+        ("input.beta must have the dtype of input.query", lambda f: f(with_(beta=t((1, 2, 5), np.float16)))),
+        ("input.log_decay must be F32", lambda f: f(with_(log_decay=t((1, 2, 5), np.float16)))),
+        ("input.log_decay must have shape [1, 2, 5]", lambda f: f(with_(log_decay=t((1, 2, 6))))),
+        ("input.initial_state must be F32", lambda f: f(with_(initial_state=t((1, 2, 4, 3), np.float16)))),
+        ("input.initial_state must have shape [1, 2, 4, 3]", lambda f: f(with_(initial_state=t((1, 2, 3, 4))))),
+        ("input.initial_state must be a kerneldsl tensor", lambda f: f(with_(initial_state=None))),
+        ("input.query_scale must be a finite number", lambda f: f(with_(query_scale=float("nan")))),
+        ("input.query_scale must be a finite number", lambda f: f(with_(query_scale=float("inf")))),
+        ("input.query_scale must be a number", lambda f: f(with_(query_scale="0.5"))),
+        ("'other'", lambda f: f(with_(beta=foreign))),
+    ], [
+        ("chunk_size must be an int", 16.0),
+        ("chunk_size must be >= 1", 0),
+        ("chunk_size must be >= 1", -4),
+        ("chunk_size must be an int", True),
+        (f"chunk_size {too_big} needs a triangular workspace", too_big),
+    ], good
+
+
+@pytest.mark.feature("gated_delta: errors")
+def test_every_error_rule_before_launch(runtime, launches):
+    common, chunk_rules, good = _bad_calls(runtime)
+    entries = {"gated_delta_rule": gated_delta_rule,
+               "chunk_gated_delta_rule": lambda inp: chunk_gated_delta_rule(inp, 16)}
+    for fn, entry in entries.items():
+        for needle, call in common:
+            with pytest.raises(GatedDeltaError) as info:
+                call(entry)
+            msg = str(info.value)
+            assert msg.startswith(fn + ": ") and needle in msg, msg
+            assert isinstance(info.value, rudnn.RudnnError) and isinstance(info.value, ValueError)
+    for needle, chunk in chunk_rules:
+        with pytest.raises(GatedDeltaError, match="chunk_gated_delta_rule: ") as info:
+            chunk_gated_delta_rule(good, chunk)
+        assert needle in str(info.value), str(info.value)
+    assert launches == []
+    assert rudnn.GatedDeltaError is GatedDeltaError
+
+
+@pytest.mark.feature("gated_delta: errors")
+def test_mixed_runtimes_name_both(runtime, rng):
+    others = [n for n in kd.available_runtimes() if kd.runtime(n).device_key != runtime.device_key]
+    if not others:
+        pytest.skip("this machine has a single runtime device; the stand-in runtime test covers the message")
+    other = kd.runtime(others[0])
+    a = arrays(rng, T=3)
+    inp = GatedDeltaInput(*(runtime.tensor(x) for x in a[:5]), other.tensor(a[5]), SCALE)
+    with pytest.raises(GatedDeltaError, match=f"{other.name}.*{runtime.name}"):
+        gated_delta_rule(inp)
