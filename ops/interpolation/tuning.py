@@ -1,0 +1,64 @@
+"""Launch plans of rudnn.interpolation: per-axis scales and modes, the cube size, and for
+the backward pass the range of outputs whose taps can touch each input index."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .options import InterpolateMode
+
+UNITS = 256            # units per cube (one element per unit)
+TAP_REACH = {"Off": (0, 0), "Nearest": (0, 0), "NearestExact": (0, 0), "Linear": (0, 1), "Bicubic": (-1, 2),
+             "Lanczos3": (-2, 3)}
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One of the three spatial axes of the 4-D view: sizes, kernel mode name, F32 scale."""
+
+    size_in: int
+    size_out: int
+    mode: str
+    scale: float
+    align: bool = False
+
+
+def axes(in_size: tuple, out_size: tuple, mode: InterpolateMode, align: bool) -> tuple:
+    """Three Axis records (leading "Off" axes of size 1 for inputs with fewer spatial axes);
+    scales are torch's area_pixel_compute_scale, rounded to F32 as torch computes them."""
+    pad = 3 - len(in_size)
+    out = [Axis(1, 1, "Off", 1.0, align)] * pad
+    for i, o in zip(in_size, out_size):
+        if align:
+            scale = np.float32(i - 1) / np.float32(o - 1) if o > 1 else np.float32(0)
+        else:
+            scale = np.float32(i) / np.float32(o)
+        out.append(Axis(i, o, mode.value, float(scale), align))
+    return tuple(out)
+
+
+def touch_ranges(axis: Axis) -> np.ndarray:
+    """[lo_0, hi_0, lo_1, hi_1, ...]: for each input index i, the outputs lo_i..hi_i whose taps
+    may land on i (a superset: each output's tap span widened by one input on each side, so
+    F32 rounding on the device cannot leave one out; the kernel weighs each exactly)."""
+    i_n, o_n = axis.size_in, axis.size_out
+    if axis.mode == "Off":
+        return np.zeros(2, np.int32)
+    j = np.arange(o_n, dtype=np.float64)
+    if axis.mode in ("Nearest", "NearestExact"):
+        first = np.floor((j + (0.5 if axis.mode == "NearestExact" else 0.0)) * i_n / o_n)
+    else:
+        x = j * axis.scale if axis.align else axis.scale * (j + 0.5) - 0.5
+        first = np.floor(x)
+    low, high = TAP_REACH[axis.mode]
+    t_min = np.clip(first + low - 1, 0, i_n - 1)
+    t_max = np.clip(first + high + 1, 0, i_n - 1)
+    i = np.arange(i_n)
+    lo = np.searchsorted(t_max, i, side="left")
+    hi = np.searchsorted(t_min, i, side="right") - 1
+    return np.stack([lo, hi], axis=1).reshape(-1).astype(np.int32)
+
+
+def grid(total: int) -> int:
+    return -(-total // UNITS)
