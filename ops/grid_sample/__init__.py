@@ -32,8 +32,8 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     o = p.options
     x5, y5 = as_5d(input.contiguous(), p.dims, 2), as_5d(out, p.dims, 2)
     g5 = as_5d(grid.contiguous(), p.dims, 1)
-    _sample.sample_forward[cubes(points), UNITS](x5, g5, y5, points, o.mode.value, o.padding_mode.value,
-                                                 o.align_corners, p.dims, UNITS)
+    _sample.sample_forward[cubes(points), UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value,
+                                                 p.dims, UNITS)
     return out
 
 
@@ -56,7 +56,13 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     room = headroom(p.locations, o.mode)
     _sample.sample_backward[cubes(points), UNITS](
         as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2),
-        as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, o.mode.value, o.padding_mode.value,
-        o.align_corners, p.dims, room, UNITS)
+        as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
+        room, UNITS)
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
+
+
+def _runtime_options(o: GridSampleOptions) -> tuple:
+    """The padding mode's code (coords.ZEROS/BORDER/REFLECTION) and align_corners as 0/1:
+    run-time kernel arguments, so one compiled kernel serves all six combinations."""
+    return list(GridSamplePaddingMode).index(o.padding_mode), int(o.align_corners)

@@ -11,20 +11,17 @@ import kerneldsl as kd
 
 from ..interpolation.taps import cubic_weights
 
+ZEROS, BORDER, REFLECTION = 0, 1, 2  # run-time padding mode codes (GridSamplePaddingMode order)
 FAR = 1073741824.0  # 2^30: coordinates beyond it cannot address a pixel
 CUBIC_A = -0.75
 
 
 @kd.func
-def unnormalize(c, size, ALIGN):
+def unnormalize(c, size, align):
     """(pixel coordinate, its derivative) of grid coordinate c in [−1, 1]."""
-    if ALIGN:
-        x = (c + 1.0) * 0.5 * kd.f32(size - 1)
-        d = kd.f32(size - 1) * 0.5
-    else:
-        x = ((c + 1.0) * kd.f32(size) - 1.0) * 0.5
-        d = kd.f32(size) * 0.5
-    return (x, d)
+    span = kd.f32(size - align)
+    x = kd.select(align != 0, (c + 1.0) * 0.5 * span, ((c + 1.0) * span - 1.0) * 0.5)
+    return (x, span * 0.5)
 
 
 @kd.func
@@ -52,16 +49,13 @@ def reflect(x, twice_low, twice_high):
 
 
 @kd.func
-def pad(x, size, PAD, ALIGN):
-    """(x after the padding mode, derivative), then made safe (−100 if not finite or far)."""
+def pad(x, size, pad_mode, align):
+    """(x after the padding mode, derivative), then made safe (−100 if not finite or far).
+    pad_mode and align are run-time values (one kernel serves every padding mode)."""
     g = kd.f32(1.0)
-    if PAD == "Border":
-        x, g = clip(x, size)
-    elif PAD == "Reflection":
-        if ALIGN:
-            x, g = reflect(x, 0, 2 * (size - 1))
-        else:
-            x, g = reflect(x, -1, 2 * size - 1)
+    if pad_mode == REFLECTION:
+        x, g = reflect(x, align - 1, 2 * size - 1 - align)
+    if pad_mode != ZEROS:
         x, g2 = clip(x, size)
         g = g * g2
     safe = kd.abs(x) < FAR
@@ -97,14 +91,14 @@ def round_half_even(x):
 
 
 @kd.func
-def axis_taps(c, size, MODE, PAD, ALIGN):
+def axis_taps(c, size, MODE, pad_mode, align):
     """The taps of grid coordinate c along an axis of `size` pixels: T indices, T weights,
     T weight slopes, T inside flags, then d(pixel coordinate)/dc: a tuple of 4T + 1."""
     if MODE == "Off":
         taps = (0, kd.f32(1.0), kd.f32(0.0), True, kd.f32(0.0))
     elif MODE == "Bilinear":
-        u, du = unnormalize(c, size, ALIGN)
-        x, dp = pad(u, size, PAD, ALIGN)
+        u, du = unnormalize(c, size, align)
+        x, dp = pad(u, size, pad_mode, align)
         f = kd.floor(x)
         i = kd.i32(f)
         fx = x - f
@@ -112,19 +106,19 @@ def axis_taps(c, size, MODE, PAD, ALIGN):
         i1, in1 = tap(i + 1, size)
         taps = (i0, i1, 1.0 - fx, fx, kd.f32(-1.0), kd.f32(1.0), in0, in1, du * dp)
     elif MODE == "Nearest":
-        u, du = unnormalize(c, size, ALIGN)
-        x, dp = pad(u, size, PAD, ALIGN)
+        u, du = unnormalize(c, size, align)
+        x, dp = pad(u, size, pad_mode, align)
         i0, in0 = tap(kd.i32(round_half_even(x)), size)
         taps = (i0, kd.f32(1.0), kd.f32(0.0), in0, kd.f32(0.0))
     else:  # Bicubic: each tap's coordinate goes through the padding mode on its own
-        u, du = unnormalize(c, size, ALIGN)
+        u, du = unnormalize(c, size, align)
         u = kd.select(kd.abs(u) < FAR, u, -100.0)
         f = kd.floor(u)
         t = u - f
         idx = ()
         ins = ()
         for k in kd.unroll(4):
-            p, dp = pad(f + (k - 1), size, PAD, ALIGN)
+            p, dp = pad(f + (k - 1), size, pad_mode, align)
             i, inside = tap(kd.i32(p), size)
             idx = idx + (i,)
             ins = ins + (inside,)

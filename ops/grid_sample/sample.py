@@ -24,24 +24,24 @@ def point(e, y):
 
 
 @kd.func
-def point_taps(grid, n, od, oh, ow, size_d, size_h, size_w, MODE, PAD, ALIGN, DIMS):
+def point_taps(grid, n, od, oh, ow, size_d, size_h, size_w, MODE, pad_mode, align, DIMS):
     """The (depth, height, width) taps of one grid point."""
-    tx = axis_taps(kd.f32(grid[n, od, oh, ow, 0]), size_w, MODE, PAD, ALIGN)
-    ty = axis_taps(kd.f32(grid[n, od, oh, ow, 1]), size_h, MODE, PAD, ALIGN)
+    tx = axis_taps(kd.f32(grid[n, od, oh, ow, 0]), size_w, MODE, pad_mode, align)
+    ty = axis_taps(kd.f32(grid[n, od, oh, ow, 1]), size_h, MODE, pad_mode, align)
     if DIMS == 3:
-        tz = axis_taps(kd.f32(grid[n, od, oh, ow, 2]), size_d, MODE, PAD, ALIGN)
+        tz = axis_taps(kd.f32(grid[n, od, oh, ow, 2]), size_d, MODE, pad_mode, align)
     else:
-        tz = axis_taps(kd.f32(0.0), 1, "Off", PAD, ALIGN)
+        tz = axis_taps(kd.f32(0.0), 1, "Off", pad_mode, align)
     return tz + ty + tx
 
 
 @kd.kernel
-def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, MODE: kd.Const[str],
-                   PAD: kd.Const[str], ALIGN: kd.Const[bool], DIMS: kd.Const[int], BX: kd.Const[int]):
+def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                   MODE: kd.Const[str], DIMS: kd.Const[int], BX: kd.Const[int]):
     e = kd.cube_pos_x() * BX + kd.unit_pos_x()
     if e < total:
         n, od, oh, ow = point(e, y)
-        t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, PAD, ALIGN, DIMS)
+        t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
         TZ = 1 if DIMS == 2 else (len(t) - 1) // 12
         TX = (len(t) - 3 - 4 * TZ) // 8
         Z = 0
@@ -61,12 +61,12 @@ def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, M
 @kd.kernel
 def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Tensor,
                     lo: kd.Tensor[kd.u32, 1], hi: kd.Tensor[kd.i32, 1], flags: kd.Tensor[kd.u32, 1],
-                    max_bits: kd.Tensor[kd.u32, 1], total: kd.i32, MODE: kd.Const[str], PAD: kd.Const[str],
-                    ALIGN: kd.Const[bool], DIMS: kd.Const[int], HEADROOM: kd.Const[int], BX: kd.Const[int]):
+                    max_bits: kd.Tensor[kd.u32, 1], total: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                    MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], BX: kd.Const[int]):
     e = kd.cube_pos_x() * BX + kd.unit_pos_x()
     if e < total:
         n, od, oh, ow = point(e, g)
-        t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, PAD, ALIGN, DIMS)
+        t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
         TZ = 1 if DIMS == 2 else (len(t) - 1) // 12
         TX = (len(t) - 3 - 4 * TZ) // 8
         Z = 0
