@@ -14,6 +14,7 @@ import kerneldsl as kd
 from . import resample as _resample
 from .options import InterpolateMode, InterpolateOptions
 from .problem import InterpolationError, resample_problem
+from .taps import TAPS
 from .tuning import UNITS, axes, grid, touch_ranges
 
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
@@ -29,9 +30,8 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
     x4 = _view4(input.contiguous(), p.planes, ax, "size_in")
     y4 = _view4(out, p.planes, ax, "size_out")
-    total = y4.size
-    _resample.resample_forward[grid(total), UNITS](x4, y4, total, *(a.scale for a in ax), *(a.mode for a in ax),
-                                                    p.align_corners, UNITS)
+    tables, taps = _tables(rt, ax)
+    _resample.resample_forward[grid(y4.shape), UNITS](x4, y4, *tables, *taps, UNITS)
     return out
 
 
@@ -47,10 +47,21 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     g4 = _view4(out_grad.contiguous(), p.planes, ax, "size_out")
     d4 = _view4(dx, p.planes, ax, "size_in")
     ranges = [rt.tensor(touch_ranges(a)) for a in ax]
-    total = d4.size
-    _resample.resample_backward[grid(total), UNITS](g4, d4, *ranges, total, *(a.scale for a in ax),
-                                                     *(a.mode for a in ax), p.align_corners, UNITS)
+    tables, taps = _tables(rt, ax)
+    _resample.resample_backward[grid(d4.shape), UNITS](g4, d4, *ranges, *tables, *taps, UNITS)
     return dx
+
+
+def _tables(rt, ax: tuple) -> tuple:
+    """Each axis's taps as [O, T] index and weight tables, made on the device (axis_table);
+    returns the six tables (depth, height, width) and the three tap counts."""
+    tables = []
+    for a in ax:
+        t = TAPS[a.mode]
+        idx, w = rt.empty((a.size_out, t), kd.i32), rt.empty((a.size_out, t), kd.f32)
+        _resample.axis_table[-(-a.size_out // UNITS), UNITS](idx, w, a.size_in, a.scale, a.mode, a.align, UNITS)
+        tables += [idx, w]
+    return tables, tuple(TAPS[a.mode] for a in ax)
 
 
 def _view4(t: kd.Tensor, planes: int, ax: tuple, size: str) -> kd.Tensor:

@@ -1,69 +1,88 @@
-"""The interpolation kernels: one unit per output element gathers its taps (forward), and
-one unit per input element gathers the output gradients whose taps touch it (backward).
+"""The interpolation kernels. `axis_table` writes each axis's taps once ([O, T] indices and
+F32 weights, from taps.py); the forward kernel (one unit per output element) and the
+backward kernel (one unit per input element) then only read tables, so no element repeats
+the source-coordinate arithmetic (divisions, sines).
 
 Both work on 4-D contiguous views [planes, D, H, W] (an input with fewer spatial axes has
-leading axes of size 1, mode "Off"). The backward kernel visits, along each axis, only
-the outputs [lo, hi] that tuning.touch_ranges lists for the input index, and weighs each
-with taps.axis_weight: a fixed-order sum per input element, so the result never depends
-on launch order (no atomics)."""
+leading axes of size 1, mode "Off"); a cube covers part of one row (plane, d, h), so the
+row's index arithmetic and its depth/height taps are uniform over the cube. The backward
+kernel visits, along each axis, only the outputs [lo, hi] that tuning.touch_ranges lists
+for the input index and weighs each with the table entries that land on it: a fixed-order
+sum per input element, so the result never depends on launch order (no atomics)."""
 from __future__ import annotations
 
 import kerneldsl as kd
 
-from .taps import axis_taps, axis_weight
-
-
-@kd.func
-def split4(e, t):
-    """(plane, d, h, w) of flat element e of the 4-D tensor t."""
-    w = e % t.shape[3]
-    r = e // t.shape[3]
-    h = r % t.shape[2]
-    r = r // t.shape[2]
-    return (r // t.shape[1], r % t.shape[1], h, w)
+from .taps import axis_taps
 
 
 @kd.kernel
-def resample_forward(x: kd.Tensor, y: kd.Tensor, total: kd.i32, sd: kd.f32, sh: kd.f32, sw: kd.f32,
-                     MD: kd.Const[str], MH: kd.Const[str], MW: kd.Const[str], ALIGN: kd.Const[bool],
+def axis_table(idx: kd.Tensor[kd.i32, 2], w: kd.Tensor[kd.f32, 2], size_in: kd.i32, scale: kd.f32,
+               MODE: kd.Const[str], ALIGN: kd.Const[bool], BX: kd.Const[int]):
+    """idx[j, :], w[j, :] = the taps of output index j along one axis."""
+    j = kd.cube_pos_x() * BX + kd.unit_pos_x()
+    if j < idx.shape[0]:
+        taps = axis_taps(j, size_in, idx.shape[0], scale, MODE, ALIGN)
+        T = len(taps) // 2
+        for k in kd.unroll(T):
+            idx[j, k] = taps[k]
+            w[j, k] = taps[T + k]
+
+
+@kd.func
+def row_and_column(t, BX):
+    """(plane, d, h, w) of this unit in the 4-D tensor t: cube x is one row (plane, d, h),
+    uniform over the cube, so the index arithmetic runs once a cube; cube y and the unit
+    pick the column w."""
+    r = kd.cube_pos_x()
+    h = r % t.shape[2]
+    r = r // t.shape[2]
+    return (r // t.shape[1], r % t.shape[1], h, kd.cube_pos_y() * BX + kd.unit_pos_x())
+
+
+@kd.func
+def weight_on(idx, w, j, i, T):
+    """The weight output j gives input i along an axis (sum over its taps that land on i)."""
+    s = kd.f32(0)
+    for k in kd.unroll(T):
+        s += kd.select(idx[j, k] == i, w[j, k], 0.0)
+    return s
+
+
+@kd.kernel
+def resample_forward(x: kd.Tensor, y: kd.Tensor, id_: kd.Tensor[kd.i32, 2], wd: kd.Tensor[kd.f32, 2],
+                     ih: kd.Tensor[kd.i32, 2], wh: kd.Tensor[kd.f32, 2], iw: kd.Tensor[kd.i32, 2],
+                     ww: kd.Tensor[kd.f32, 2], TD: kd.Const[int], TH: kd.Const[int], TW: kd.Const[int],
                      BX: kd.Const[int]):
-    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
-    if e < total:
-        p, od, oh, ow = split4(e, y)
-        td = axis_taps(od, x.shape[1], y.shape[1], sd, MD, ALIGN)
-        th = axis_taps(oh, x.shape[2], y.shape[2], sh, MH, ALIGN)
-        tw = axis_taps(ow, x.shape[3], y.shape[3], sw, MW, ALIGN)
-        TD = len(td) // 2
-        TH = len(th) // 2
-        TW = len(tw) // 2
+    p, od, oh, ow = row_and_column(y, BX)
+    if ow < y.shape[3]:
         acc = kd.f32(0)
         for a in kd.unroll(TD):
             for b in kd.unroll(TH):
                 row = kd.f32(0)
                 for c in kd.unroll(TW):
-                    row += tw[TW + c] * kd.f32(x[p, td[a], th[b], tw[c]])
-                acc += td[TD + a] * th[TH + b] * row
+                    row += ww[ow, c] * kd.f32(x[p, id_[od, a], ih[oh, b], iw[ow, c]])
+                acc += wd[od, a] * wh[oh, b] * row
         y[p, od, oh, ow] = acc
 
 
 @kd.kernel
 def resample_backward(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd.Tensor[kd.i32, 1],
-                      rw: kd.Tensor[kd.i32, 1], total: kd.i32, sd: kd.f32, sh: kd.f32, sw: kd.f32,
-                      MD: kd.Const[str], MH: kd.Const[str], MW: kd.Const[str], ALIGN: kd.Const[bool],
+                      rw: kd.Tensor[kd.i32, 1], id_: kd.Tensor[kd.i32, 2], wd: kd.Tensor[kd.f32, 2],
+                      ih: kd.Tensor[kd.i32, 2], wh: kd.Tensor[kd.f32, 2], iw: kd.Tensor[kd.i32, 2],
+                      ww: kd.Tensor[kd.f32, 2], TD: kd.Const[int], TH: kd.Const[int], TW: kd.Const[int],
                       BX: kd.Const[int]):
-    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
-    if e < total:
-        p, i_d, i_h, i_w = split4(e, dx)
+    p, i_d, i_h, i_w = row_and_column(dx, BX)
+    if i_w < dx.shape[3]:
         acc = kd.f32(0)
         for jd in range(rd[2 * i_d], rd[2 * i_d + 1] + 1):
-            wd = axis_weight(jd, i_d, dx.shape[1], g.shape[1], sd, MD, ALIGN)
-            if wd != 0.0:
+            a = weight_on(id_, wd, jd, i_d, TD)
+            if a != 0.0:
                 for jh in range(rh[2 * i_h], rh[2 * i_h + 1] + 1):
-                    wh = axis_weight(jh, i_h, dx.shape[2], g.shape[2], sh, MH, ALIGN)
-                    if wh != 0.0:
+                    b = weight_on(ih, wh, jh, i_h, TH)
+                    if b != 0.0:
                         row = kd.f32(0)
                         for jw in range(rw[2 * i_w], rw[2 * i_w + 1] + 1):
-                            ww = axis_weight(jw, i_w, dx.shape[3], g.shape[3], sw, MW, ALIGN)
-                            row += ww * kd.f32(g[p, jd, jh, jw])
-                        acc += wd * wh * row
+                            row += weight_on(iw, ww, jw, i_w, TW) * kd.f32(g[p, jd, jh, jw])
+                        acc += a * b * row
         dx[p, i_d, i_h, i_w] = acc

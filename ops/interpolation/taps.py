@@ -1,11 +1,11 @@
-"""Per-axis sample taps of every interpolation mode (@kd.func, inlined into the kernels of
-resample.py): where output index j of an axis reads the input, and with which weights.
+"""Per-axis sample taps of every interpolation mode (@kd.func, inlined into
+resample.axis_table): where output index j of an axis reads the input, and with which weights.
 
 A mode's taps along one axis are T (input index, weight) pairs; indices are always inside
 the input (Bicubic replicates edges by clamping; Lanczos3 gives taps outside the input
-weight 0 and normalises by the weights it keeps). The forward kernel multiplies the
-per-axis weights; the backward kernel asks the same functions which weight joins output j
-to input i, so it is the exact adjoint of the forward map."""
+weight 0 and normalises by the weights it keeps). resample.axis_table writes them to
+per-axis tables that the forward kernel and its adjoint both read, so the backward pass is
+the exact adjoint of the forward map."""
 from __future__ import annotations
 
 import math
@@ -100,13 +100,3 @@ def axis_taps(j, size_in, size_out, scale, MODE, ALIGN):
             taps = taps + (ws[k] * inv,)
     return taps
 
-
-@kd.func
-def axis_weight(j, i, size_in, size_out, scale, MODE, ALIGN):
-    """The weight joining output j to input i along one axis (sum over taps that land on i)."""
-    taps = axis_taps(j, size_in, size_out, scale, MODE, ALIGN)
-    T = len(taps) // 2
-    w = kd.f32(0)
-    for k in kd.unroll(T):
-        w += kd.select(taps[k] == i, taps[T + k], 0.0)
-    return w

@@ -60,5 +60,6 @@ def touch_ranges(axis: Axis) -> np.ndarray:
     return np.stack([lo, hi], axis=1).reshape(-1).astype(np.int32)
 
 
-def grid(total: int) -> int:
-    return -(-total // UNITS)
+def grid(shape: tuple) -> tuple:
+    """Cubes of a [planes, D, H, W] launch: one a row along x, the row's columns along y."""
+    return (shape[0] * shape[1] * shape[2], -(-shape[3] // UNITS))
