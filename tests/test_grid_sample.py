@@ -7,6 +7,7 @@ import pytest
 
 import kerneldsl as kd
 import rudnn
+from reference import grid_sample as ref
 from rudnn.grid_sample import (GridSampleError, GridSampleMode, GridSampleOptions, GridSamplePaddingMode,
                                grid_sample, grid_sample_backward)
 
@@ -187,3 +188,15 @@ def test_every_error_rule_before_launch(runtime, launches):
         assert isinstance(info.value, rudnn.RudnnError) and isinstance(info.value, ValueError)
     assert rudnn.GridSampleError is GridSampleError
     assert launches[0] == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_forward_matches_numpy_reference(runtime, rng, mode):
+    """The float64 model of tests/reference (no torch needed), every padding mode and alignment."""
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    grid = rng.uniform(-1.3, 1.3, (1, 4, 3, 2)).astype(np.float32)
+    for pad in PADS:
+        for align in (False, True):
+            got = grid_sample(runtime.tensor(x), runtime.tensor(grid), GridSampleOptions(mode, pad, align)).numpy()
+            want = ref.grid_sample(x, grid, mode.value, pad.value, align)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{pad} {align}")
