@@ -54,8 +54,9 @@ def add_fixed(lo, hi, flags, at, v, scale):
         q = kd.i64(kd.round(kd.f64(v) * scale))
         low = kd.u32(q & 4294967295)
         old = kd.atomic_add(lo, at, low)
-        carry = kd.select(old + low < old, 1, 0)
-        kd.atomic_add(hi, at, kd.i32(q >> 32) + carry)
+        high = kd.i32(q >> 32) + kd.select(old + low < old, 1, 0)
+        if high != 0:  # most small contributions, of either sign, leave the high word as it is
+            kd.atomic_add(hi, at, high)
     else:
         bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
         kd.atomic_or(flags, at, kd.u32(bit))
