@@ -7,6 +7,7 @@ import pytest
 
 import kerneldsl as kd
 import rudnn
+from spatial_launches import count_launches, foreign
 from reference import grid_sample as ref
 from rudnn.grid_sample import (GridSampleError, GridSampleMode, GridSampleOptions, GridSamplePaddingMode,
                                grid_sample, grid_sample_backward)
@@ -117,15 +118,7 @@ def test_nearest_gives_zero_grid_gradient(runtime, rng):
 @pytest.fixture
 def launches(monkeypatch):
     """Counts kernel launches (validation must fail before any)."""
-    count = [0]
-    real = kd.Kernel.launch
-
-    def counting(self, *a, **k):
-        count[0] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(kd.Kernel, "launch", counting)
-    return count
+    return count_launches(monkeypatch)
 
 
 @pytest.mark.feature("grid_sample: errors")
@@ -141,19 +134,13 @@ def test_empty_grids_return_empty_or_zero_without_launching(runtime, launches):
     assert launches[0] == 0
 
 
-class _OtherRuntime:
-    """Stands in for a second runtime when this machine has only one."""
-    name = "other"
-    device_key = "other-device"
-
-
 def _bad_calls(rt):
     x = rt.tensor(np.ones((2, 3, 4, 5), np.float32))
     grid = rt.tensor(np.zeros((2, 6, 7, 2), np.float32))
     go = rt.tensor(np.ones((2, 3, 6, 7), np.float32))
     x5 = rt.tensor(np.ones((1, 1, 2, 2, 2), np.float32))
     g5 = rt.tensor(np.zeros((1, 2, 2, 2, 3), np.float32))
-    foreign = kd.Tensor(_OtherRuntime(), grid.buffer, grid.shape, grid.dtype)
+    other = foreign(grid)
     bicubic = GridSampleOptions(GridSampleMode.Bicubic)
     return [
         ("input must be", lambda: grid_sample(np.ones((2, 3, 4, 5)), grid)),
@@ -173,9 +160,8 @@ def _bad_calls(rt):
         ("out_grad must have shape [2, 3, 6, 7]",
          lambda: grid_sample_backward(x, grid, rt.tensor(np.ones((2, 3, 7, 6), np.float32)))),
         ("out_grad must be", lambda: grid_sample_backward(x, grid, None)),
-        ("on runtime 'other'", lambda: grid_sample(x, foreign)),
-        ("on runtime 'other'", lambda: grid_sample_backward(x, grid, kd.Tensor(_OtherRuntime(), go.buffer, go.shape,
-                                                                                go.dtype))),
+        ("on runtime 'other'", lambda: grid_sample(x, other)),
+        ("on runtime 'other'", lambda: grid_sample_backward(x, grid, foreign(go))),
     ]
 
 

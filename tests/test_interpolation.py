@@ -7,6 +7,7 @@ import pytest
 
 import kerneldsl as kd
 import rudnn
+from spatial_launches import count_launches, foreign
 from reference import interpolation as ref
 from rudnn.interpolation import InterpolateMode, InterpolateOptions, InterpolationError, interpolate, \
     interpolate_backward
@@ -125,15 +126,7 @@ def test_backward_is_deterministic(runtime, rng):
 @pytest.fixture
 def launches(monkeypatch):
     """Counts kernel launches (validation must fail before any)."""
-    count = [0]
-    real = kd.Kernel.launch
-
-    def counting(self, *a, **k):
-        count[0] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(kd.Kernel, "launch", counting)
-    return count
+    return count_launches(monkeypatch)
 
 
 @pytest.mark.feature("interpolation: errors")
@@ -146,17 +139,11 @@ def test_zero_planes_return_empty_without_launching(runtime, launches):
     assert launches[0] == 0
 
 
-class _OtherRuntime:
-    """Stands in for a second runtime when this machine has only one."""
-    name = "other"
-    device_key = "other-device"
-
-
 def _bad_calls(rt):
     x = rt.tensor(np.ones((1, 2, 4, 4), np.float32))
     g = rt.tensor(np.ones((1, 2, 8, 8), np.float32))
     lin = InterpolateOptions(M.Linear)
-    foreign = kd.Tensor(_OtherRuntime(), g.buffer, g.shape, g.dtype)
+    other = foreign(g)
     return [
         ("input must be", lambda: interpolate(np.ones((1, 2, 4)), 8, lin)),
         ("F32, F16 or BF16", lambda: interpolate(rt.tensor(np.ones((1, 2, 4), np.int32)), 8, lin)),
@@ -174,7 +161,7 @@ def _bad_calls(rt):
          lambda: interpolate_backward(x, rt.tensor(np.ones((1, 2, 8, 7), np.float32)), 8, lin)),
         ("out_grad must be", lambda: interpolate_backward(x, None, 8, lin)),
         ("out_grad must be F32", lambda: interpolate_backward(x, rt.tensor(np.ones((1, 2, 8, 8))), 8, lin)),
-        ("on runtime 'other'", lambda: interpolate_backward(x, foreign, 8, lin)),
+        ("on runtime 'other'", lambda: interpolate_backward(x, other, 8, lin)),
     ]
 
 

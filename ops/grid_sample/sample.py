@@ -23,6 +23,14 @@ def point(e, y):
     return (r // y.shape[2], r % y.shape[2], h, w)
 
 
+def tap_layout(length: int, dims: int) -> tuple:
+    """(taps along z, taps along y and x, where the z, y and x parts of point_taps' tuple
+    start); plain Python, run at compile time. Each part is 4T + 1 long (coords.axis_taps)."""
+    tz = 1 if dims == 2 else (length - 3) // 12
+    tx = (length - 3 - 4 * tz) // 8
+    return tz, tx, 0, 4 * tz + 1, 4 * tz + 1 + 4 * tx + 1
+
+
 @kd.func
 def point_taps(grid, n, od, oh, ow, size_d, size_h, size_w, MODE, pad_mode, align, DIMS):
     """The (depth, height, width) taps of one grid point."""
@@ -42,11 +50,7 @@ def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, p
     if e < total:
         n, od, oh, ow = point(e, y)
         t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
-        TZ = 1 if DIMS == 2 else (len(t) - 1) // 12
-        TX = (len(t) - 3 - 4 * TZ) // 8
-        Z = 0
-        Y = 4 * TZ + 1
-        X = Y + 4 * TX + 1
+        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
         for c in range(x.shape[1]):
             acc = kd.f32(0)
             for a in kd.unroll(TZ):
@@ -67,11 +71,7 @@ def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
     if e < total:
         n, od, oh, ow = point(e, g)
         t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
-        TZ = 1 if DIMS == 2 else (len(t) - 1) // 12
-        TX = (len(t) - 3 - 4 * TZ) // 8
-        Z = 0
-        Y = 4 * TZ + 1
-        X = Y + 4 * TX + 1
+        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
         scale = kd.exp2(kd.f64(scale_exponent(max_bits[0], HEADROOM)))
         gx = kd.f32(0)
         gy = kd.f32(0)
