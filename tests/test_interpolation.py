@@ -70,6 +70,20 @@ def test_modes_without_torch_match_numpy(runtime, rng, mode, dims):
                                        atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", [M.Linear, M.Bicubic, M.Lanczos3, M.Nearest, M.NearestExact])
+def test_backward_reaches_every_tap(runtime, rng, mode):
+    """Sizes whose source coordinates land exactly on pixels (aligned corners with integer
+    or half-integer scales) and strong down-/upsampling: the backward pass's per-input ranges
+    of outputs (tuning.touch_ranges) must include every output whose taps reach the input."""
+    for align in aligns(mode):
+        for size_in, size_out in [(5, 9), (10, 4), (9, 5), (3, 7), (16, 6), (31, 3), (2, 17)]:
+            x = np.zeros((1, 1, size_in), np.float32)
+            g = rng.standard_normal((1, 1, size_out)).astype(np.float32)
+            dx = interpolate_backward(runtime.tensor(x), runtime.tensor(g), (size_out,), InterpolateOptions(mode, align))
+            np.testing.assert_allclose(dx.numpy(), ref.interpolate_backward(x.shape, g, mode.value, align), rtol=1e-5,
+                                       atol=1e-5, err_msg=f"{size_in}->{size_out} align={align}")
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_half_dtypes_accumulate_in_f32(runtime, rng, dtype):
     np_dtype = kd.as_dtype(dtype).np

@@ -9,6 +9,7 @@ import numpy as np
 from .options import InterpolateMode
 
 UNITS = 256            # units per cube (one element per unit)
+ROUNDING = 1e-5        # relative margin of touch_ranges' source coordinates (F32 is ~6e-8)
 TAP_REACH = {"Off": (0, 0), "Nearest": (0, 0), "NearestExact": (0, 0), "Linear": (0, 1), "Bicubic": (-1, 2),
              "Lanczos3": (-2, 3)}
 
@@ -40,20 +41,27 @@ def axes(in_size: tuple, out_size: tuple, mode: InterpolateMode, align: bool) ->
 
 def touch_ranges(axis: Axis) -> np.ndarray:
     """[lo_0, hi_0, lo_1, hi_1, ...]: for each input index i, the outputs lo_i..hi_i whose taps
-    may land on i (a superset: each output's tap span widened by one input on each side, so
-    F32 rounding on the device cannot leave one out; the kernel weighs each exactly)."""
+    may land on i. Nearest modes use the device's exact integer formulas. Other modes floor
+    the source coordinate (float64 here) with a margin of ROUNDING·(1 + |x|) either side,
+    far above the few-ulp difference of the device's F32 arithmetic, so a coordinate within
+    rounding of an integer counts both ways; the kernel weighs each output exactly."""
     i_n, o_n = axis.size_in, axis.size_out
     if axis.mode == "Off":
         return np.zeros(2, np.int32)
-    j = np.arange(o_n, dtype=np.float64)
-    if axis.mode in ("Nearest", "NearestExact"):
-        first = np.floor((j + (0.5 if axis.mode == "NearestExact" else 0.0)) * i_n / o_n)
+    j = np.arange(o_n, dtype=np.int64)
+    if axis.mode == "Nearest":
+        first = last = j * i_n // o_n
+    elif axis.mode == "NearestExact":
+        first = last = np.minimum((2 * j + 1) * i_n // (2 * o_n), i_n - 1)
     else:
         x = j * axis.scale if axis.align else axis.scale * (j + 0.5) - 0.5
-        first = np.floor(x)
+        if axis.mode == "Linear":
+            x = np.maximum(x, 0.0)
+        margin = ROUNDING * (1.0 + np.abs(x))
+        first, last = np.floor(x - margin), np.floor(x + margin)
     low, high = TAP_REACH[axis.mode]
-    t_min = np.clip(first + low - 1, 0, i_n - 1)
-    t_max = np.clip(first + high + 1, 0, i_n - 1)
+    t_min = np.clip(first + low, 0, i_n - 1)
+    t_max = np.clip(last + high, 0, i_n - 1)
     i = np.arange(i_n)
     lo = np.searchsorted(t_max, i, side="left")
     hi = np.searchsorted(t_min, i, side="right") - 1
