@@ -65,7 +65,7 @@ def test_forward_and_gradients_match_torch(runtime, rng, dims, mode):
 @pytest.mark.parametrize("dtype, tol", [("f16", dict(rtol=5e-3, atol=5e-3)), ("bf16", dict(rtol=4e-2, atol=4e-2))])
 def test_half_dtypes(runtime, rng, dtype, tol):
     np_dtype = kd.as_dtype(dtype).np
-    for mode in MODES:
+    for mode in (GridSampleMode.Bilinear, GridSampleMode.Bicubic):  # Nearest only copies: F32 covers it
         check_against_torch(runtime, rng, 2, mode, GridSampleOptions(mode, GridSamplePaddingMode.Border), (6, 9),
                             (5, 4), np_dtype, tol)
 
