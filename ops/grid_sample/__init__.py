@@ -15,7 +15,7 @@ from . import fixed_point as _fixed
 from . import sample as _sample
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from .problem import GridSampleError, sample_problem
-from .tuning import UNITS, as_5d, cubes, headroom
+from .tuning import MAX_CUBES, UNITS, as_5d, cubes, headroom
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -50,7 +50,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     dx = rt.empty(input.shape, input.dtype)
     go = out_grad.contiguous()
     max_bits = rt.zeros((1,), kd.u32)
-    _fixed.abs_max_bits[cubes(go.size), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
+    _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
     lo, hi, flags = rt.empty((size,), kd.u32), rt.empty((size,), kd.i32), rt.empty((size,), kd.u32)
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
     room = headroom(p.locations, o.mode)

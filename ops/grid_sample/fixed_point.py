@@ -19,14 +19,15 @@ NEG_INF_BIT = 4
 
 @kd.kernel
 def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.Const[int]):
-    """out[0] = the bits of max |g| over g's finite elements (positive floats order as u32)."""
-    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
-    v = kd.f32(0)
-    if e < total:
+    """out[0] = the bits of max |g| over g's finite elements (positive floats order as u32):
+    each cube strides over the tensor, reduces, and makes one atomic."""
+    m = kd.f32(0)
+    step = kd.cube_count_x() * BX
+    for e in range(kd.cube_pos_x() * BX + kd.unit_pos_x(), total, step):
         v = kd.abs(kd.f32(g[e]))
-        v = kd.select(v < kd.inf, v, 0.0)
-    m = kd.plane_max(v)
-    if kd.lane_pos() == 0:
+        m = kd.max(m, kd.select(v < kd.inf, v, 0.0))
+    m = kd.cube_max(m)
+    if kd.unit_pos() == 0:
         kd.atomic_max(out, 0, kd.bitcast(m, kd.u32))
 
 

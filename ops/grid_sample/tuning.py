@@ -9,6 +9,7 @@ import kerneldsl as kd
 from .options import GridSampleMode
 
 UNITS = 256  # units per cube: one grid point (or one element) per unit
+MAX_CUBES = 1024  # cubes of the abs-max pass (each strides over the tensor, then one atomic)
 TAP_WEIGHT_BOUND = {GridSampleMode.Bilinear: 1.0, GridSampleMode.Nearest: 1.0, GridSampleMode.Bicubic: 2.0}
 
 
