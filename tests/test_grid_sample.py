@@ -179,7 +179,7 @@ def test_every_error_rule_before_launch(runtime, launches):
 @pytest.mark.parametrize("mode", MODES)
 def test_forward_matches_numpy_reference(runtime, rng, mode):
     """The float64 model of tests/reference (no torch needed), every padding mode and alignment."""
-    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    x = rng.standard_normal((1, 5, 5, 6)).astype(np.float32)  # 5 channels: 4 sampled at once, then 1
     grid = rng.uniform(-1.3, 1.3, (1, 4, 3, 2)).astype(np.float32)
     for pad in PADS:
         for align in (False, True):

@@ -12,6 +12,8 @@ import kerneldsl as kd
 from .coords import axis_taps
 from .fixed_point import add_fixed, scale_exponent
 
+UNROLL = 4  # channels the forward kernel samples per loop step
+
 
 @kd.func
 def point(e, y):
@@ -43,6 +45,19 @@ def point_taps(grid, n, od, oh, ow, size_d, size_h, size_w, MODE, pad_mode, alig
     return tz + ty + tx
 
 
+@kd.func
+def channel_sample(x, t, n, c, TZ, TX, Z, Y, X):
+    """The sample of channel c at one grid point, from its taps t (point_taps)."""
+    acc = kd.f32(0)
+    for a in kd.unroll(TZ):
+        for b in kd.unroll(TX):
+            for k in kd.unroll(TX):
+                ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
+                v = kd.select(ok, kd.f32(x[n, c, t[Z + a], t[Y + b], t[X + k]]), 0.0)
+                acc += t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k] * v
+    return acc
+
+
 @kd.kernel
 def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, pad_mode: kd.i32, align: kd.i32,
                    MODE: kd.Const[str], DIMS: kd.Const[int], BX: kd.Const[int]):
@@ -51,15 +66,13 @@ def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, p
         n, od, oh, ow = point(e, y)
         t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
         TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
-        for c in range(x.shape[1]):
-            acc = kd.f32(0)
-            for a in kd.unroll(TZ):
-                for b in kd.unroll(TX):
-                    for k in kd.unroll(TX):
-                        ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
-                        v = kd.select(ok, kd.f32(x[n, c, t[Z + a], t[Y + b], t[X + k]]), 0.0)
-                        acc += t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k] * v
-            y[n, c, od, oh, ow] = acc
+        channels = x.shape[1]
+        whole = channels - channels % UNROLL
+        for c0 in range(0, whole, UNROLL):  # UNROLL channels at once: their loads are independent
+            for u in kd.unroll(UNROLL):
+                y[n, c0 + u, od, oh, ow] = channel_sample(x, t, n, c0 + u, TZ, TX, Z, Y, X)
+        for c in range(whole, channels):
+            y[n, c, od, oh, ow] = channel_sample(x, t, n, c, TZ, TX, Z, Y, X)
 
 
 @kd.kernel
