@@ -1,0 +1,68 @@
+"""rudnn.grid_sample: sampling [N, C, H, W] (or [N, C, D, H, W]) inputs at grid points, as
+torch.nn.functional.grid_sample, and its gradients for input and grid (SPEC §9).
+
+Each entry point validates its call (problem.py), returns empty (or zero) results for
+empty shapes without launching, views 2-D calls as 3-D ones with a depth of 1, copies
+strided tensors to contiguous, and launches sample.py: one unit per grid point computes
+its taps once and loops over the channels (F32 accumulation, one cast to the dtype). The
+input gradient is scattered as 64-bit fixed-point integers (fixed_point.py), so it is the
+same whatever order the units run in; the grid gradient is a per-point sum over channels."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from . import fixed_point as _fixed
+from . import sample as _sample
+from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
+from .problem import GridSampleError, sample_problem
+from .tuning import MAX_CUBES, UNITS, as_5d, cubes, headroom
+
+__all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
+           "grid_sample_backward"]
+
+
+def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -> kd.Tensor:
+    """input [N, C, *S] sampled at grid [N, *So, dims] (x first, in [−1, 1]) -> [N, C, *So]."""
+    p = sample_problem("grid_sample", input, grid, options)
+    rt = p.runtime
+    out = rt.empty(p.out_shape, input.dtype)
+    points = input.shape[0] * p.locations
+    if points == 0 or input.shape[1] == 0:
+        return out
+    o = p.options
+    x5, y5 = as_5d(input.contiguous(), p.dims, 2), as_5d(out, p.dims, 2)
+    g5 = as_5d(grid.contiguous(), p.dims, 1)
+    _sample.sample_forward[cubes(points), UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value,
+                                                 p.dims, UNITS)
+    return out
+
+
+def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = GridSampleOptions()) -> tuple:
+    """(grad_input, grad_grid) of grid_sample, both in the input's dtype; deterministic."""
+    p = sample_problem("grid_sample_backward", input, grid, options, out_grad, backward=True)
+    rt = p.runtime
+    points = input.shape[0] * p.locations
+    size = input.size
+    if points == 0 or input.shape[1] == 0:
+        return rt.zeros(input.shape, input.dtype), rt.zeros(grid.shape, input.dtype)
+    o = p.options
+    grad_grid = rt.empty(grid.shape, input.dtype)
+    dx = rt.empty(input.shape, input.dtype)
+    go = out_grad.contiguous()
+    max_bits = rt.zeros((1,), kd.u32)
+    _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
+    lo, hi, flags = rt.empty((size,), kd.u32), rt.empty((size,), kd.i32), rt.empty((size,), kd.u32)
+    _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
+    room = headroom(p.locations, o.mode)
+    _sample.sample_backward[cubes(points), UNITS](
+        as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2),
+        as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
+        room, UNITS)
+    _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
+    return dx, grad_grid
+
+
+def _runtime_options(o: GridSampleOptions) -> tuple:
+    """The padding mode's code (coords.ZEROS/BORDER/REFLECTION) and align_corners as 0/1:
+    run-time kernel arguments, so one compiled kernel serves all six combinations."""
+    return list(GridSamplePaddingMode).index(o.padding_mode), int(o.align_corners)

@@ -1,0 +1,80 @@
+"""Deterministic scatter-add of the input gradient: contributions are added as 64-bit
+fixed-point integers (a u32 low word and an i32 high word, the carry passed on by hand),
+and integer addition gives the same sum in any order, so the gradient never depends on
+launch order although its target pixels depend on the grid.
+
+The scale is a power of two fixed per call from max |out_grad| (found first, an
+order-free maximum) and `HEADROOM`, log2 of a bound on how many unit-weight contributions
+one pixel can receive, so no sum can overflow: every contribution keeps at least
+62 − HEADROOM bits below max |out_grad| (about 1e-12 of it for a 2048² grid). Non-finite
+contributions set flag bits that make the pixel NaN or ±inf, as a float sum would."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+NAN_BIT = 1
+POS_INF_BIT = 2
+NEG_INF_BIT = 4
+
+
+@kd.kernel
+def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.Const[int]):
+    """out[0] = the bits of max |g| over g's finite elements (positive floats order as u32):
+    each cube strides over the tensor, reduces, and makes one atomic."""
+    m = kd.f32(0)
+    step = kd.cube_count_x() * BX
+    for e in range(kd.cube_pos_x() * BX + kd.unit_pos_x(), total, step):
+        v = kd.abs(kd.f32(g[e]))
+        m = kd.max(m, kd.select(v < kd.inf, v, 0.0))
+    m = kd.cube_max(m)
+    if kd.unit_pos() == 0:
+        kd.atomic_max(out, 0, kd.bitcast(m, kd.u32))
+
+
+@kd.kernel
+def clear_words(lo: kd.Tensor[kd.u32, 1], hi: kd.Tensor[kd.i32, 1], flags: kd.Tensor[kd.u32, 1], total: kd.i32,
+                BX: kd.Const[int]):
+    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
+    if e < total:
+        lo[e] = kd.u32(0)
+        hi[e] = 0
+        flags[e] = kd.u32(0)
+
+
+@kd.func
+def scale_exponent(max_bits, HEADROOM):
+    """k: contributions are counted in units of 2^-k (|max| < 2^(E − 126), E its exponent field)."""
+    e = kd.i32((max_bits >> 23) & 255)
+    return 188 - HEADROOM - e
+
+
+@kd.func
+def add_fixed(lo, hi, flags, at, v, scale):
+    """Adds F32 v to pixel `at` (v·scale rounded to an integer; scale = 2^k as F64)."""
+    if kd.abs(v) < kd.inf:
+        q = kd.i64(kd.round(kd.f64(v) * scale))
+        low = kd.u32(q & 4294967295)
+        old = kd.atomic_add(lo, at, low)
+        high = kd.i32(q >> 32) + kd.select(old + low < old, 1, 0)
+        if high != 0:  # most small contributions, of either sign, leave the high word as it is
+            kd.atomic_add(hi, at, high)
+    else:
+        bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
+        kd.atomic_or(flags, at, kd.u32(bit))
+
+
+@kd.kernel
+def finish(lo: kd.Tensor[kd.u32, 1], hi: kd.Tensor[kd.i32, 1], flags: kd.Tensor[kd.u32, 1],
+           max_bits: kd.Tensor[kd.u32, 1], dx: kd.Tensor, total: kd.i32, HEADROOM: kd.Const[int], BX: kd.Const[int]):
+    """dx = the fixed-point sums as floats, NaN/±inf where a non-finite value was added."""
+    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
+    if e < total:
+        k = scale_exponent(max_bits[0], HEADROOM)
+        q = kd.i64(hi[e]) * 4294967296 + kd.i64(lo[e])
+        v = kd.f32(kd.f64(q) * kd.exp2(kd.f64(-k)))
+        f = flags[e]
+        if f != 0:
+            pos = (f & POS_INF_BIT) != 0
+            neg = (f & NEG_INF_BIT) != 0
+            v = kd.select((f & NAN_BIT) != 0 or (pos and neg), kd.nan, kd.select(pos, kd.inf, -kd.inf))
+        dx[e] = v

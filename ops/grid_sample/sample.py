@@ -1,0 +1,115 @@
+"""The grid_sample kernels: one unit per grid point computes its taps once (coords.py) and
+loops over the channels. Forward: the weighted sum of the taps. Backward: the grid
+gradient (per point, summed over channels in order: no scatter) and the input gradient,
+scattered through fixed_point.add_fixed (deterministic).
+
+Tensors are 5-D views: input [N, C, D, H, W], grid [N, Do, Ho, Wo, dims], output
+[N, C, Do, Ho, Wo]; a 2-D call has D = Do = 1 and its depth axis is "Off"."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .coords import axis_taps
+from .fixed_point import add_fixed, scale_exponent
+
+UNROLL = 4  # channels the forward kernel samples per loop step
+
+
+@kd.func
+def point(e, y):
+    """(n, do, ho, wo) of grid point e, for an output y [N, C, Do, Ho, Wo]."""
+    w = e % y.shape[4]
+    r = e // y.shape[4]
+    h = r % y.shape[3]
+    r = r // y.shape[3]
+    return (r // y.shape[2], r % y.shape[2], h, w)
+
+
+def tap_layout(length: int, dims: int) -> tuple:
+    """(taps along z, taps along y and x, where the z, y and x parts of point_taps' tuple
+    start); plain Python, run at compile time. Each part is 4T + 1 long (coords.axis_taps)."""
+    tz = 1 if dims == 2 else (length - 3) // 12
+    tx = (length - 3 - 4 * tz) // 8
+    return tz, tx, 0, 4 * tz + 1, 4 * tz + 1 + 4 * tx + 1
+
+
+@kd.func
+def point_taps(grid, n, od, oh, ow, size_d, size_h, size_w, MODE, pad_mode, align, DIMS):
+    """The (depth, height, width) taps of one grid point."""
+    tx = axis_taps(kd.f32(grid[n, od, oh, ow, 0]), size_w, MODE, pad_mode, align)
+    ty = axis_taps(kd.f32(grid[n, od, oh, ow, 1]), size_h, MODE, pad_mode, align)
+    if DIMS == 3:
+        tz = axis_taps(kd.f32(grid[n, od, oh, ow, 2]), size_d, MODE, pad_mode, align)
+    else:
+        tz = axis_taps(kd.f32(0.0), 1, "Off", pad_mode, align)
+    return tz + ty + tx
+
+
+@kd.func
+def channel_sample(x, t, n, c, TZ, TX, Z, Y, X):
+    """The sample of channel c at one grid point, from its taps t (point_taps)."""
+    acc = kd.f32(0)
+    for a in kd.unroll(TZ):
+        for b in kd.unroll(TX):
+            for k in kd.unroll(TX):
+                ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
+                v = kd.select(ok, kd.f32(x[n, c, t[Z + a], t[Y + b], t[X + k]]), 0.0)
+                acc += t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k] * v
+    return acc
+
+
+@kd.kernel
+def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                   MODE: kd.Const[str], DIMS: kd.Const[int], BX: kd.Const[int]):
+    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
+    if e < total:
+        n, od, oh, ow = point(e, y)
+        t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
+        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+        channels = x.shape[1]
+        whole = channels - channels % UNROLL
+        for c0 in range(0, whole, UNROLL):  # UNROLL channels at once: their loads are independent
+            for u in kd.unroll(UNROLL):
+                y[n, c0 + u, od, oh, ow] = channel_sample(x, t, n, c0 + u, TZ, TX, Z, Y, X)
+        for c in range(whole, channels):
+            y[n, c, od, oh, ow] = channel_sample(x, t, n, c, TZ, TX, Z, Y, X)
+
+
+@kd.kernel
+def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Tensor,
+                    lo: kd.Tensor[kd.u32, 1], hi: kd.Tensor[kd.i32, 1], flags: kd.Tensor[kd.u32, 1],
+                    max_bits: kd.Tensor[kd.u32, 1], total: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                    MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], BX: kd.Const[int]):
+    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
+    if e < total:
+        n, od, oh, ow = point(e, g)
+        t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
+        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+        scale = kd.exp2(kd.f64(scale_exponent(max_bits[0], HEADROOM)))
+        gx = kd.f32(0)
+        gy = kd.f32(0)
+        gz = kd.f32(0)
+        size_d = x.shape[2]
+        size_h = x.shape[3]
+        size_w = x.shape[4]
+        for c in range(x.shape[1]):
+            go = kd.f32(g[n, c, od, oh, ow])
+            plane = (kd.i64(n) * x.shape[1] + c) * size_d
+            for a in kd.unroll(TZ):
+                for b in kd.unroll(TX):
+                    for k in kd.unroll(TX):
+                        ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
+                        v = kd.select(ok, kd.f32(x[n, c, t[Z + a], t[Y + b], t[X + k]]), 0.0)
+                        wz = t[Z + TZ + a]
+                        wy = t[Y + TX + b]
+                        wx = t[X + TX + k]
+                        gx += v * t[X + 2 * TX + k] * wy * wz * go
+                        gy += v * t[Y + 2 * TX + b] * wx * wz * go
+                        gz += v * t[Z + 2 * TZ + a] * wx * wy * go
+                        if ok:
+                            at = ((plane + t[Z + a]) * size_h + t[Y + b]) * size_w + t[X + k]
+                            add_fixed(lo, hi, flags, at, wz * wy * wx * go, scale)
+        grad_grid[n, od, oh, ow, 0] = gx * t[X + 4 * TX]
+        grad_grid[n, od, oh, ow, 1] = gy * t[Y + 4 * TX]
+        if DIMS == 3:
+            grad_grid[n, od, oh, ow, 2] = gz * t[Z + 4 * TZ]

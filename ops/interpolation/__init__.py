@@ -1,0 +1,68 @@
+"""rudnn.interpolation: Nearest, NearestExact, Linear, Bicubic and Lanczos3 resampling of
+[N, C, *S] inputs with 1-3 spatial axes, and its exact adjoint (SPEC §8), on every runtime.
+
+Each entry point validates its call (problem.py), returns an empty result for N·C = 0
+without launching, views input and output as [planes, D, H, W] (copying strided inputs to
+contiguous), and launches resample.py: the forward kernel gathers each output's taps
+(taps.py), F32 accumulation, one cast to the input dtype; the backward kernel gathers each
+input element's gradient from the outputs whose taps touch it, in a fixed order
+(deterministic, no atomics)."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from . import resample as _resample
+from .options import InterpolateMode, InterpolateOptions
+from .problem import InterpolationError, resample_problem
+from .taps import TAPS
+from .tuning import UNITS, axes, grid, touch_ranges
+
+__all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
+
+
+def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
+    """input [N, C, *S] (1-3 spatial axes) resampled to [N, C, *output_size]."""
+    p = resample_problem("interpolate", input, output_size, options)
+    rt = p.runtime
+    out = rt.empty(p.out_shape, input.dtype)
+    if p.planes == 0:
+        return out
+    ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
+    x4 = _view4(input.contiguous(), p.planes, ax, "size_in")
+    y4 = _view4(out, p.planes, ax, "size_out")
+    tables, taps = _tables(rt, ax)
+    _resample.resample_forward[grid(y4.shape), UNITS](x4, y4, *tables, *taps, UNITS)
+    return out
+
+
+def interpolate_backward(input, out_grad, output_size, options: InterpolateOptions) -> kd.Tensor:
+    """The gradient w.r.t. input of interpolate(input, output_size, options) given the
+    gradient of its output: the exact adjoint of the forward map, in the input's dtype."""
+    p = resample_problem("interpolate_backward", input, output_size, options, out_grad, backward=True)
+    rt = p.runtime
+    dx = rt.empty(input.shape, input.dtype)
+    if p.planes == 0:
+        return dx
+    ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
+    g4 = _view4(out_grad.contiguous(), p.planes, ax, "size_out")
+    d4 = _view4(dx, p.planes, ax, "size_in")
+    ranges = [rt.tensor(touch_ranges(a)) for a in ax]
+    tables, taps = _tables(rt, ax)
+    _resample.resample_backward[grid(d4.shape), UNITS](g4, d4, *ranges, *tables, *taps, UNITS)
+    return dx
+
+
+def _tables(rt, ax: tuple) -> tuple:
+    """Each axis's taps as [O, T] index and weight tables, made on the device (axis_table);
+    returns the six tables (depth, height, width) and the three tap counts."""
+    tables = []
+    for a in ax:
+        t = TAPS[a.mode]
+        idx, w = rt.empty((a.size_out, t), kd.i32), rt.empty((a.size_out, t), kd.f32)
+        _resample.axis_table[-(-a.size_out // UNITS), UNITS](idx, w, a.size_in, a.scale, a.mode, a.align, UNITS)
+        tables += [idx, w]
+    return tables, tuple(TAPS[a.mode] for a in ax)
+
+
+def _view4(t: kd.Tensor, planes: int, ax: tuple, size: str) -> kd.Tensor:
+    return t.reshape(planes, *(getattr(a, size) for a in ax))

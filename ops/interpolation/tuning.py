@@ -1,0 +1,73 @@
+"""Launch plans of rudnn.interpolation: per-axis scales and modes, the cube size, and for
+the backward pass the range of outputs whose taps can touch each input index."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .options import InterpolateMode
+
+UNITS = 256            # units per cube (one element per unit)
+ROUNDING = 1e-5        # relative margin of touch_ranges' source coordinates (F32 is ~6e-8)
+TAP_REACH = {"Off": (0, 0), "Nearest": (0, 0), "NearestExact": (0, 0), "Linear": (0, 1), "Bicubic": (-1, 2),
+             "Lanczos3": (-2, 3)}
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One of the three spatial axes of the 4-D view: sizes, kernel mode name, F32 scale."""
+
+    size_in: int
+    size_out: int
+    mode: str
+    scale: float
+    align: bool = False
+
+
+def axes(in_size: tuple, out_size: tuple, mode: InterpolateMode, align: bool) -> tuple:
+    """Three Axis records (leading "Off" axes of size 1 for inputs with fewer spatial axes);
+    scales are torch's area_pixel_compute_scale, rounded to F32 as torch computes them."""
+    pad = 3 - len(in_size)
+    out = [Axis(1, 1, "Off", 1.0, align)] * pad
+    for i, o in zip(in_size, out_size):
+        if align:
+            scale = np.float32(i - 1) / np.float32(o - 1) if o > 1 else np.float32(0)
+        else:
+            scale = np.float32(i) / np.float32(o)
+        out.append(Axis(i, o, mode.value, float(scale), align))
+    return tuple(out)
+
+
+def touch_ranges(axis: Axis) -> np.ndarray:
+    """[lo_0, hi_0, lo_1, hi_1, ...]: for each input index i, the outputs lo_i..hi_i whose taps
+    may land on i. Nearest modes use the device's exact integer formulas. Other modes floor
+    the source coordinate (float64 here) with a margin of ROUNDING·(1 + |x|) either side,
+    far above the few-ulp difference of the device's F32 arithmetic, so a coordinate within
+    rounding of an integer counts both ways; the kernel weighs each output exactly."""
+    i_n, o_n = axis.size_in, axis.size_out
+    if axis.mode == "Off":
+        return np.zeros(2, np.int32)
+    j = np.arange(o_n, dtype=np.int64)
+    if axis.mode == "Nearest":
+        first = last = j * i_n // o_n
+    elif axis.mode == "NearestExact":
+        first = last = np.minimum((2 * j + 1) * i_n // (2 * o_n), i_n - 1)
+    else:
+        x = j * axis.scale if axis.align else axis.scale * (j + 0.5) - 0.5
+        if axis.mode == "Linear":
+            x = np.maximum(x, 0.0)
+        margin = ROUNDING * (1.0 + np.abs(x))
+        first, last = np.floor(x - margin), np.floor(x + margin)
+    low, high = TAP_REACH[axis.mode]
+    t_min = np.clip(first + low, 0, i_n - 1)
+    t_max = np.clip(last + high, 0, i_n - 1)
+    i = np.arange(i_n)
+    lo = np.searchsorted(t_max, i, side="left")
+    hi = np.searchsorted(t_min, i, side="right") - 1
+    return np.stack([lo, hi], axis=1).reshape(-1).astype(np.int32)
+
+
+def grid(shape: tuple) -> tuple:
+    """Cubes of a [planes, D, H, W] launch: one a row along x, the row's columns along y."""
+    return (shape[0] * shape[1] * shape[2], -(-shape[3] // UNITS))

@@ -1,0 +1,27 @@
+"""Helpers the rudnn.interpolation and rudnn.grid_sample tests share: counting kernel
+launches (validation must fail before any) and a stand-in second runtime."""
+import kerneldsl as kd
+
+
+def count_launches(monkeypatch) -> list:
+    """Patch kd.Kernel.launch to count calls; returns the one-element counter."""
+    count = [0]
+    real = kd.Kernel.launch
+
+    def counting(self, *a, **k):
+        count[0] += 1
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(kd.Kernel, "launch", counting)
+    return count
+
+
+class OtherRuntime:
+    """Stands in for a second runtime when this machine has only one."""
+    name = "other"
+    device_key = "other-device"
+
+
+def foreign(t: kd.Tensor) -> kd.Tensor:
+    """A tensor that claims to live on OtherRuntime (its buffer is never read)."""
+    return kd.Tensor(OtherRuntime(), t.buffer, t.shape, t.dtype)

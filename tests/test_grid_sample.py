@@ -1,0 +1,188 @@
+"""rudnn.grid_sample (SPEC §9) on every runtime: PyTorch CPU forward and autograd (input
+and grid gradients) over every mode × padding mode × align_corners in 2-D and 3-D, odd
+sizes, size-1 axes, grids reaching outside the input, F16/BF16, strided and NaN inputs,
+a bitwise-deterministic input gradient, and every error rule before any launch."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+import rudnn
+from spatial_launches import count_launches, foreign
+from reference import grid_sample as ref
+from rudnn.grid_sample import (GridSampleError, GridSampleMode, GridSampleOptions, GridSamplePaddingMode,
+                               grid_sample, grid_sample_backward)
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - the oracle extra is installed in CI
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch CPU (the oracle extra) is not installed")
+
+pytestmark = pytest.mark.feature("grid_sample")
+MODES = list(GridSampleMode)
+PADS = list(GridSamplePaddingMode)
+# (input spatial, grid spatial): odd sizes, size-1 axes, down- and upsampling
+CASES = {2: [((5, 7), (4, 6)), ((1, 3), (3, 2)), ((6, 1), (1, 5))], 3: [((3, 4, 5), (2, 3, 4)), ((1, 2, 3), (2, 1, 3))]}
+
+
+def torch_grads(x, grid, go, opts):
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    tg = torch.tensor(grid, dtype=torch.float64, requires_grad=True)
+    y = F.grid_sample(tx, tg, mode=opts.mode.value.lower(), padding_mode=opts.padding_mode.value.lower(),
+                      align_corners=opts.align_corners)
+    y.backward(torch.tensor(go, dtype=torch.float64))
+    return y.detach().numpy(), tx.grad.numpy(), tg.grad.numpy()
+
+
+def check_against_torch(rt, rng, dims, mode, opts, size_in, size_out, dtype=np.float32, tol=None):
+    x = rng.standard_normal((2, 3, *size_in)).astype(dtype)
+    grid = rng.uniform(-1.25, 1.25, (2, *size_out, dims)).astype(dtype)
+    go = rng.standard_normal((2, 3, *size_out)).astype(dtype)
+    y, gx, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+    tol = tol or dict(rtol=1e-5, atol=1e-5)
+    what = f"{opts} {size_in}->{size_out}"
+    np.testing.assert_allclose(grid_sample(rt.tensor(x), rt.tensor(grid), opts).numpy().astype(np.float64), y,
+                               **tol, err_msg=what)
+    dx, dgrid = grid_sample_backward(rt.tensor(x), rt.tensor(grid), rt.tensor(go), opts)
+    np.testing.assert_allclose(dx.numpy().astype(np.float64), gx, **tol, err_msg="input grad " + what)
+    scale = max(size_in)  # the grid gradient carries the unnormalisation factor size/2
+    np.testing.assert_allclose(dgrid.numpy().astype(np.float64), gg, rtol=tol["rtol"] * scale,
+                               atol=tol["atol"] * scale, err_msg="grid grad " + what)
+
+
+@needs_torch
+@pytest.mark.parametrize("dims, mode", [(2, m) for m in MODES] + [(3, GridSampleMode.Bilinear),
+                                                                 (3, GridSampleMode.Nearest)])
+def test_forward_and_gradients_match_torch(runtime, rng, dims, mode):
+    for pad in PADS:
+        for align in (False, True):
+            for size_in, size_out in CASES[dims]:
+                check_against_torch(runtime, rng, dims, mode, GridSampleOptions(mode, pad, align), size_in, size_out)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype, tol", [("f16", dict(rtol=5e-3, atol=5e-3)), ("bf16", dict(rtol=4e-2, atol=4e-2))])
+def test_half_dtypes(runtime, rng, dtype, tol):
+    np_dtype = kd.as_dtype(dtype).np
+    for mode in (GridSampleMode.Bilinear, GridSampleMode.Bicubic):  # Nearest only copies: F32 covers it
+        check_against_torch(runtime, rng, 2, mode, GridSampleOptions(mode, GridSamplePaddingMode.Border), (6, 9),
+                            (5, 4), np_dtype, tol)
+
+
+@needs_torch
+def test_strided_and_nan_inputs(runtime, rng):
+    base = rng.standard_normal((6, 3, 2, 5)).astype(np.float32)
+    base[2, 1, 0, 3] = np.nan
+    x = np.ascontiguousarray(base.transpose(2, 1, 0, 3))          # [2, 3, 6, 5]
+    view = runtime.tensor(base).permute(2, 1, 0, 3)
+    grid = rng.uniform(-1, 1, (2, 4, 7, 2)).astype(np.float32)
+    grid_view = runtime.tensor(np.ascontiguousarray(grid.transpose(0, 2, 1, 3))).permute(0, 2, 1, 3)
+    go = rng.standard_normal((2, 3, 4, 7)).astype(np.float32)
+    opts = GridSampleOptions()
+    y, gx, gg = torch_grads(x, grid, go, opts)
+    got = grid_sample(view, grid_view, opts).numpy()
+    assert np.isnan(y).any()
+    np.testing.assert_allclose(got, y, rtol=1e-5, atol=1e-5)      # NaN exactly where torch has it
+    dx, dgrid = grid_sample_backward(view, grid_view, runtime.tensor(go), opts)
+    np.testing.assert_allclose(dx.numpy(), gx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dgrid.numpy(), gg, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(view.numpy(), x, equal_nan=True)       # inputs are not modified
+
+
+def test_input_gradient_is_deterministic_and_nonfinite_grads_propagate(runtime, rng):
+    x = runtime.tensor(rng.standard_normal((1, 2, 4, 5)).astype(np.float32))
+    # many grid points on few pixels: every pixel receives many contributions
+    grid = runtime.tensor(rng.uniform(-0.6, 0.6, (1, 16, 16, 2)).astype(np.float32))
+    go = rng.standard_normal((1, 2, 16, 16)).astype(np.float32) * 1e3
+    opts = GridSampleOptions(GridSampleMode.Bicubic)
+    first = grid_sample_backward(x, grid, runtime.tensor(go), opts)[0].numpy()
+    for _ in range(2):
+        assert np.array_equal(grid_sample_backward(x, grid, runtime.tensor(go), opts)[0].numpy(), first)
+    go[0, 1, 3, 3] = np.inf
+    go[0, 0, 5, 5] = np.nan
+    dx = grid_sample_backward(x, grid, runtime.tensor(go), opts)[0].numpy()
+    assert np.isnan(dx[0, 0]).any() and not np.isnan(dx[0, 1]).all()
+    assert np.isinf(dx[0, 1]).any() or np.isnan(dx[0, 1]).any()
+    assert np.isfinite(dx[0, 0]).any()
+
+
+def test_nearest_gives_zero_grid_gradient(runtime, rng):
+    x = runtime.tensor(rng.standard_normal((1, 2, 4, 5)).astype(np.float32))
+    grid = runtime.tensor(rng.uniform(-1, 1, (1, 3, 3, 2)).astype(np.float32))
+    go = runtime.tensor(np.ones((1, 2, 3, 3), np.float32))
+    assert not grid_sample_backward(x, grid, go, GridSampleOptions(GridSampleMode.Nearest))[1].numpy().any()
+
+
+# ---------------------------------------------------------------------------- empty, errors
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts kernel launches (validation must fail before any)."""
+    return count_launches(monkeypatch)
+
+
+@pytest.mark.feature("grid_sample: errors")
+def test_empty_grids_return_empty_or_zero_without_launching(runtime, launches):
+    x = runtime.tensor(np.ones((2, 3, 4, 5), np.float32))
+    grid = runtime.tensor(np.zeros((2, 0, 6, 2), np.float32))
+    y = grid_sample(x, grid)
+    assert y.shape == (2, 3, 0, 6)
+    dx, dgrid = grid_sample_backward(x, grid, y)
+    assert dx.shape == (2, 3, 4, 5) and not dx.numpy().any() and dgrid.shape == (2, 0, 6, 2)
+    e = runtime.tensor(np.ones((0, 3, 4, 5), np.float16))
+    assert grid_sample(e, runtime.tensor(np.ones((0, 2, 2, 2), np.float16))).shape == (0, 3, 2, 2)
+    assert launches[0] == 0
+
+
+def _bad_calls(rt):
+    x = rt.tensor(np.ones((2, 3, 4, 5), np.float32))
+    grid = rt.tensor(np.zeros((2, 6, 7, 2), np.float32))
+    go = rt.tensor(np.ones((2, 3, 6, 7), np.float32))
+    x5 = rt.tensor(np.ones((1, 1, 2, 2, 2), np.float32))
+    g5 = rt.tensor(np.zeros((1, 2, 2, 2, 3), np.float32))
+    other = foreign(grid)
+    bicubic = GridSampleOptions(GridSampleMode.Bicubic)
+    return [
+        ("input must be", lambda: grid_sample(np.ones((2, 3, 4, 5)), grid)),
+        ("input must be F32", lambda: grid_sample(rt.tensor(np.ones((2, 3, 4, 5), np.int32)), grid)),
+        ("rank 4", lambda: grid_sample(rt.tensor(np.ones((2, 3, 4), np.float32)), grid)),
+        ("spatial axes must be > 0", lambda: grid_sample(rt.tensor(np.ones((2, 3, 0, 5), np.float32)), grid)),
+        ("grid must have rank 4", lambda: grid_sample(x, g5)),
+        ("batch size N = 2", lambda: grid_sample(x, rt.tensor(np.zeros((3, 6, 7, 2), np.float32)))),
+        ("grid's last axis must be 2", lambda: grid_sample(x, rt.tensor(np.zeros((2, 6, 7, 3), np.float32)))),
+        ("grid's last axis must be 3", lambda: grid_sample(x5, rt.tensor(np.zeros((1, 2, 2, 2, 2), np.float32)))),
+        ("grid must have the dtype of input", lambda: grid_sample(x, rt.tensor(np.zeros((2, 6, 7, 2), np.float16)))),
+        ("Bicubic needs a 4-D input", lambda: grid_sample(x5, g5, bicubic)),
+        ("options must be", lambda: grid_sample(x, grid, "bilinear")),
+        ("options.mode", lambda: grid_sample(x, grid, GridSampleOptions("bilinear"))),
+        ("options.padding_mode", lambda: grid_sample(x, grid, GridSampleOptions(padding_mode="zeros"))),
+        ("options.align_corners", lambda: grid_sample(x, grid, GridSampleOptions(align_corners=0))),
+        ("out_grad must have shape [2, 3, 6, 7]",
+         lambda: grid_sample_backward(x, grid, rt.tensor(np.ones((2, 3, 7, 6), np.float32)))),
+        ("out_grad must be", lambda: grid_sample_backward(x, grid, None)),
+        ("on runtime 'other'", lambda: grid_sample(x, other)),
+        ("on runtime 'other'", lambda: grid_sample_backward(x, grid, foreign(go))),
+    ]
+
+
+@pytest.mark.feature("grid_sample: errors")
+def test_every_error_rule_before_launch(runtime, launches):
+    for needle, call in _bad_calls(runtime):
+        with pytest.raises(GridSampleError) as info:
+            call()
+        assert needle in str(info.value), str(info.value)
+        assert isinstance(info.value, rudnn.RudnnError) and isinstance(info.value, ValueError)
+    assert rudnn.GridSampleError is GridSampleError
+    assert launches[0] == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_forward_matches_numpy_reference(runtime, rng, mode):
+    """The float64 model of tests/reference (no torch needed), every padding mode and alignment."""
+    x = rng.standard_normal((1, 5, 5, 6)).astype(np.float32)  # 5 channels: 4 sampled at once, then 1
+    grid = rng.uniform(-1.3, 1.3, (1, 4, 3, 2)).astype(np.float32)
+    for pad in PADS:
+        for align in (False, True):
+            got = grid_sample(runtime.tensor(x), runtime.tensor(grid), GridSampleOptions(mode, pad, align)).numpy()
+            want = ref.grid_sample(x, grid, mode.value, pad.value, align)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{pad} {align}")

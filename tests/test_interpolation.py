@@ -1,0 +1,190 @@
+"""rudnn.interpolation (SPEC §8) on every runtime: PyTorch CPU (forward, and backward through
+autograd) over a sweep of sizes and modes, float64 numpy references for what torch lacks
+(Lanczos3, Bicubic in 1-D and 3-D), F16/BF16, strided and NaN inputs, determinism, and
+every error rule before any launch."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+import rudnn
+from spatial_launches import count_launches, foreign
+from reference import interpolation as ref
+from rudnn.interpolation import InterpolateMode, InterpolateOptions, InterpolationError, interpolate, \
+    interpolate_backward
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - the oracle extra is installed in CI
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch CPU (the oracle extra) is not installed")
+
+pytestmark = pytest.mark.feature("interpolation")
+M = InterpolateMode
+TORCH_MODE = {(M.Nearest, 1): "nearest", (M.Nearest, 2): "nearest", (M.Nearest, 3): "nearest",
+              (M.NearestExact, 2): "nearest-exact", (M.Linear, 1): "linear", (M.Linear, 2): "bilinear",
+              (M.Linear, 3): "trilinear", (M.Bicubic, 2): "bicubic"}
+# (input, output) spatial sizes per rank: upsampling, downsampling, odd sizes, size-1 axes
+SIZES = {1: [((7,), (16,)), ((13,), (5,)), ((1,), (3,)), ((6,), (1,))],
+         2: [((5, 7), (11, 4)), ((8, 8), (16, 16)), ((1, 6), (3, 6)), ((9, 2), (4, 1))],
+         3: [((3, 4, 5), (6, 3, 7)), ((2, 1, 3), (1, 2, 5))]}
+F32_TOL = dict(rtol=1e-5, atol=2e-6)
+LOW_TOL = {"f16": dict(rtol=4e-3, atol=4e-3), "bf16": dict(rtol=3e-2, atol=3e-2)}
+
+
+def aligns(mode):
+    return [False] if mode in (M.Nearest, M.NearestExact) else [False, True]
+
+
+@needs_torch
+@pytest.mark.parametrize("mode, dims", list(TORCH_MODE))
+def test_forward_and_backward_match_torch(runtime, rng, mode, dims):
+    for align in aligns(mode):
+        opts = InterpolateOptions(mode, align)
+        for size_in, size_out in SIZES[dims]:
+            x = rng.standard_normal((2, 3, *size_in)).astype(np.float32)
+            g = rng.standard_normal((2, 3, *size_out)).astype(np.float32)
+            tx = torch.tensor(x, requires_grad=True)
+            kw = {} if mode in (M.Nearest, M.NearestExact) else {"align_corners": align}
+            ty = F.interpolate(tx, size=size_out, mode=TORCH_MODE[mode, dims], **kw)
+            ty.backward(torch.tensor(g))
+            got = interpolate(runtime.tensor(x), size_out, opts).numpy()
+            np.testing.assert_allclose(got, ty.detach().numpy(), **F32_TOL, err_msg=f"{size_in}->{size_out} {align}")
+            dx = interpolate_backward(runtime.tensor(x), runtime.tensor(g), size_out, opts).numpy()
+            np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-5,
+                                       err_msg=f"backward {size_in}->{size_out} {align}")
+
+
+@pytest.mark.parametrize("mode, dims", [(M.Lanczos3, 1), (M.Lanczos3, 2), (M.Lanczos3, 3), (M.Bicubic, 1),
+                                        (M.Bicubic, 3), (M.NearestExact, 3)])
+def test_modes_without_torch_match_numpy(runtime, rng, mode, dims):
+    for align in aligns(mode):
+        opts = InterpolateOptions(mode, align)
+        for size_in, size_out in SIZES[dims]:
+            x = rng.standard_normal((1, 2, *size_in)).astype(np.float32)
+            g = rng.standard_normal((1, 2, *size_out)).astype(np.float32)
+            got = interpolate(runtime.tensor(x), size_out, opts).numpy()
+            np.testing.assert_allclose(got, ref.interpolate(x, size_out, mode.value, align), **F32_TOL)
+            dx = interpolate_backward(runtime.tensor(x), runtime.tensor(g), size_out, opts).numpy()
+            np.testing.assert_allclose(dx, ref.interpolate_backward(x.shape, g, mode.value, align), rtol=1e-5,
+                                       atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", [M.Linear, M.Bicubic, M.Lanczos3, M.Nearest, M.NearestExact])
+def test_backward_reaches_every_tap(runtime, rng, mode):
+    """Sizes whose source coordinates land exactly on pixels (aligned corners with integer
+    or half-integer scales) and strong down-/upsampling: the backward pass's per-input ranges
+    of outputs (tuning.touch_ranges) must include every output whose taps reach the input."""
+    for align in aligns(mode):
+        for size_in, size_out in [(5, 9), (10, 4), (9, 5), (3, 7), (16, 6), (31, 3), (2, 17)]:
+            x = np.zeros((1, 1, size_in), np.float32)
+            g = rng.standard_normal((1, 1, size_out)).astype(np.float32)
+            dx = interpolate_backward(runtime.tensor(x), runtime.tensor(g), (size_out,), InterpolateOptions(mode, align))
+            np.testing.assert_allclose(dx.numpy(), ref.interpolate_backward(x.shape, g, mode.value, align), rtol=1e-5,
+                                       atol=1e-5, err_msg=f"{size_in}->{size_out} align={align}")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_dtypes_accumulate_in_f32(runtime, rng, dtype):
+    np_dtype = kd.as_dtype(dtype).np
+    for mode in (M.Linear, M.Bicubic):
+        x = rng.standard_normal((2, 2, 6, 9)).astype(np_dtype)
+        g = rng.standard_normal((2, 2, 13, 4)).astype(np_dtype)
+        opts = InterpolateOptions(mode)
+        y = interpolate(runtime.tensor(x), (13, 4), opts)
+        assert y.dtype is kd.as_dtype(dtype) and y.shape == (2, 2, 13, 4)
+        want = ref.interpolate(x.astype(np.float32), (13, 4), mode.value)
+        np.testing.assert_allclose(y.numpy().astype(np.float64), want, **LOW_TOL[dtype])
+        dx = interpolate_backward(runtime.tensor(x), runtime.tensor(g), (13, 4), opts)
+        assert dx.dtype is kd.as_dtype(dtype)
+        want = ref.interpolate_backward(x.shape, g.astype(np.float32), mode.value)
+        np.testing.assert_allclose(dx.numpy().astype(np.float64), want, **LOW_TOL[dtype])
+
+
+def test_strided_inputs(runtime, rng):
+    base = rng.standard_normal((5, 3, 2, 7)).astype(np.float32)
+    view = runtime.tensor(base).permute(2, 1, 0, 3)  # [2, 3, 5, 7], not contiguous
+    x = np.ascontiguousarray(base.transpose(2, 1, 0, 3))
+    opts = InterpolateOptions(M.Linear)
+    np.testing.assert_allclose(interpolate(view, (9, 12), opts).numpy(), ref.interpolate(x, (9, 12), "Linear"),
+                               **F32_TOL)
+    g = rng.standard_normal((2, 3, 9, 12)).astype(np.float32)
+    g_view = runtime.tensor(np.ascontiguousarray(g.transpose(0, 1, 3, 2))).permute(0, 1, 3, 2)
+    dx = interpolate_backward(view, g_view, (9, 12), opts).numpy()
+    np.testing.assert_allclose(dx, ref.interpolate_backward(x.shape, g, "Linear"), rtol=1e-5, atol=1e-5)
+    assert np.array_equal(view.numpy(), x)  # the input is not modified
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", [M.Linear, M.Bicubic, M.Nearest])
+def test_nan_inputs_propagate_as_in_torch(runtime, rng, mode):
+    x = rng.standard_normal((1, 2, 5, 7)).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    kw = {} if mode is M.Nearest else {"align_corners": False}
+    want = F.interpolate(torch.tensor(x), size=(9, 12), mode=TORCH_MODE[mode, 2], **kw).numpy()
+    got = interpolate(runtime.tensor(x), (9, 12), InterpolateOptions(mode)).numpy()
+    assert np.isnan(want).any()
+    np.testing.assert_allclose(got, want, **F32_TOL)  # NaN exactly where torch has it
+
+
+def test_backward_is_deterministic(runtime, rng):
+    x = runtime.tensor(rng.standard_normal((1, 2, 17, 5)).astype(np.float32))
+    g = runtime.tensor(rng.standard_normal((1, 2, 6, 11)).astype(np.float32))
+    opts = InterpolateOptions(M.Bicubic, True)
+    first = interpolate_backward(x, g, (6, 11), opts).numpy()
+    for _ in range(2):
+        assert np.array_equal(interpolate_backward(x, g, (6, 11), opts).numpy(), first)
+
+
+# ---------------------------------------------------------------------------- empty, errors
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts kernel launches (validation must fail before any)."""
+    return count_launches(monkeypatch)
+
+
+@pytest.mark.feature("interpolation: errors")
+def test_zero_planes_return_empty_without_launching(runtime, launches):
+    x = runtime.tensor(np.zeros((0, 3, 4, 5), np.float16))
+    opts = InterpolateOptions(M.Linear)
+    y = interpolate(x, (7, 2), opts)
+    assert y.shape == (0, 3, 7, 2) and y.dtype is kd.f16
+    assert interpolate_backward(x, y, (7, 2), opts).shape == (0, 3, 4, 5)
+    assert launches[0] == 0
+
+
+def _bad_calls(rt):
+    x = rt.tensor(np.ones((1, 2, 4, 4), np.float32))
+    g = rt.tensor(np.ones((1, 2, 8, 8), np.float32))
+    lin = InterpolateOptions(M.Linear)
+    other = foreign(g)
+    return [
+        ("input must be", lambda: interpolate(np.ones((1, 2, 4)), 8, lin)),
+        ("F32, F16 or BF16", lambda: interpolate(rt.tensor(np.ones((1, 2, 4), np.int32)), 8, lin)),
+        ("rank 3, 4 or 5", lambda: interpolate(rt.tensor(np.ones((2, 4), np.float32)), 8, lin)),
+        ("rank 3, 4 or 5", lambda: interpolate(rt.tensor(np.ones((1, 1, 2, 2, 2, 2), np.float32)), 2, lin)),
+        ("spatial axes must be > 0", lambda: interpolate(rt.tensor(np.ones((1, 2, 0, 3), np.float32)), 2, lin)),
+        ("output_size[1]", lambda: interpolate(x, (8, 0), lin)),
+        ("output_size[0]", lambda: interpolate(x, 0, lin)),
+        ("output_size[0] must be an int", lambda: interpolate(x, (2.0, 3), lin)),
+        ("2 entries", lambda: interpolate(x, (8, 8, 8), lin)),
+        ("options must be", lambda: interpolate(x, 8, {"mode": M.Linear})),
+        ("options.mode", lambda: interpolate(x, 8, InterpolateOptions("bilinear"))),
+        ("options.align_corners", lambda: interpolate(x, 8, InterpolateOptions(M.Linear, 1))),
+        ("out_grad must have shape [1, 2, 8, 8]",
+         lambda: interpolate_backward(x, rt.tensor(np.ones((1, 2, 8, 7), np.float32)), 8, lin)),
+        ("out_grad must be", lambda: interpolate_backward(x, None, 8, lin)),
+        ("out_grad must be F32", lambda: interpolate_backward(x, rt.tensor(np.ones((1, 2, 8, 8))), 8, lin)),
+        ("on runtime 'other'", lambda: interpolate_backward(x, other, 8, lin)),
+    ]
+
+
+@pytest.mark.feature("interpolation: errors")
+def test_every_error_rule_before_launch(runtime, launches):
+    for needle, call in _bad_calls(runtime):
+        with pytest.raises(InterpolationError) as info:
+            call()
+        assert needle in str(info.value), str(info.value)
+        assert isinstance(info.value, rudnn.RudnnError) and isinstance(info.value, ValueError)
+        assert rudnn.InterpolationError is InterpolationError
+    assert launches[0] == 0
