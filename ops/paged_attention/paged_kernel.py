@@ -1,0 +1,164 @@
+"""The paged attention kernel: one online-softmax pass over the physical pages, in F32.
+
+A cube owns one query row, a chunk of HC query heads that read one KV head, and one split
+(a contiguous share of the row's visible tokens; the whole range when unsplit). It walks
+its tokens in tiles of T = cube units, three phases a tile:
+  1. unit t finds token j0 + t in the page table, and scores it against all HC heads, GC
+     heads per K element loaded (query heads of one KV head share each load); scores go to
+     shared memory in log2 units (log2(e) is folded into the query).
+  2. each plane takes whole heads: tile maximum and sum by plane reductions, the running
+     (max, sum) and the rescale factor of each head updated in shared memory.
+  3. unit t owns output elements d = t, t + T, …: acc[g][d] = acc·alpha + Σ_j p[g][j]·V[j][d],
+     each V element loaded once for GC heads.
+Causality is by absolute position (the row sees [0, min(L, p + 1))); MLA is the same pass
+with keys [latent | kp] (P > 0) and values the latent. Unsplit, the cube writes softmax·V;
+split, it writes its unnormalised accumulator and (max, sum) to the F32 workspace, merged
+by merge.py."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+
+@kd.func
+def token_row(tables, s, j, ps):
+    """Physical row (page · page_size + slot) of token j of sequence s."""
+    return tables[s, j // ps] * ps + j % ps
+
+
+@kd.func
+def score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC):
+    """Scores of heads g0 .. g0+GC-1 against one key row (k at koff, its rotary part at kpoff)."""
+    acc = (kd.f32(0),) * GC
+    for d in range(D):
+        kv = kd.f32(k[koff + d])
+        out = ()
+        for i in kd.unroll(GC):
+            out = out + (kd.fma(qs[(g0 + i) * D + d], kv, acc[i]),)
+        acc = out
+    if P > 0:
+        for d in range(P):
+            kv = kd.f32(kp[kpoff + d])
+            out = ()
+            for i in kd.unroll(GC):
+                out = out + (kd.fma(qps[(g0 + i) * P + d], kv, acc[i]),)
+            acc = out
+    return acc
+
+
+@kd.kernel
+def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd.Tensor, tables: kd.Tensor,
+                 lengths: kd.Tensor, seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
+                 qscale: kd.f32, causal: kd.i32, splits: kd.i32,
+                 D: kd.Const[int], P: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], GC: kd.Const[int],
+                 SPLIT: kd.Const[bool]):
+    T = kd.cube_units()
+    t = kd.unit_pos_x()
+    r = kd.cube_pos_x()
+    sp = kd.cube_pos_z()
+    Hq = q.shape[1]
+    Hkv = k.shape[2]
+    G = Hq // Hkv
+    chunks = (G + HC - 1) // HC
+    hk = kd.cube_pos_y() // chunks
+    c = kd.cube_pos_y() % chunks
+    h0 = hk * G + c * HC
+    hc = kd.min(HC, G - c * HC)  # heads of this chunk that exist
+    ps = k.shape[1]
+
+    qs = kd.shared(kd.f32, HC * D)
+    qps = kd.shared(kd.f32, HC * max(P, 1))
+    acc = kd.shared(kd.f32, HC * DV)
+    sc = kd.shared(kd.f32, HC * T)
+    rows = kd.shared(kd.i32, T)
+    ms = kd.shared(kd.f32, HC)
+    ls = kd.shared(kd.f32, HC)
+    al = kd.shared(kd.f32, HC)
+
+    for e in range(t, HC * D, T):
+        h = kd.min(h0 + e // D, Hq - 1)
+        qs[e] = kd.f32(q[r, h, e % D]) * qscale
+    if P > 0:
+        for e in range(t, HC * P, T):
+            h = kd.min(h0 + e // P, Hq - 1)
+            qps[e] = kd.f32(qp[r, h, e % P]) * qscale
+    for e in range(t, HC * DV, T):
+        acc[e] = 0.0
+    if t < HC:
+        ms[t] = -kd.inf
+        ls[t] = 0.0
+    kd.sync_cube()
+
+    s = seq_ids[r]
+    vis = lengths[s]
+    if causal != 0:
+        vis = kd.min(vis, positions[r] + 1)
+    jb = kd.i32(kd.i64(vis) * sp // splits)
+    je = kd.i32(kd.i64(vis) * (sp + 1) // splits)
+    kst = kd.i64(k.stride(1))
+    kpst = kd.i64(kp.stride(1))
+    vst = kd.i64(v.stride(1))
+    for j0 in range(jb, je, T):
+        n = kd.min(T, je - j0)
+        # 1. scores of token j0 + t against every head of the chunk
+        row = token_row(tables, s, kd.min(j0 + t, je - 1), ps)
+        rows[t] = row
+        koff = kd.i64(row) * kst + kd.i64(hk) * k.stride(2)
+        kpoff = kd.i64(row) * kpst + kd.i64(hk) * kp.stride(2)
+        for g0 in range(0, HC, GC):
+            sg = score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC)
+            for i in kd.unroll(GC):
+                sc[(g0 + i) * T + t] = kd.select(t < n, sg[i], -kd.inf)
+        kd.sync_cube()
+        # 2. per head: tile max and sum (a plane per head), running (max, sum), rescale factor
+        for g0 in range(0, HC, kd.plane_count()):
+            g = kd.min(g0 + kd.plane_pos(), HC - 1)
+            mx = -kd.inf
+            for jt in range(kd.lane_pos(), T, kd.PLANE_DIM):
+                mx = kd.max(mx, sc[g * T + jt])
+            mx = kd.plane_max(mx)
+            mold = ms[g]
+            mnew = kd.max(mold, mx)
+            mu = kd.select(mnew == -kd.inf, kd.f32(0), mnew)  # nothing visible yet: p = 0, never NaN
+            mine = g0 + kd.plane_pos() < HC
+            tot = kd.f32(0)
+            for jt in range(kd.lane_pos(), T, kd.PLANE_DIM):
+                pj = kd.exp2_fast(sc[g * T + jt] - mu)
+                tot += pj
+                if mine:
+                    sc[g * T + jt] = pj
+            tot = kd.plane_sum(tot)
+            if mine and kd.lane_pos() == 0:
+                alpha = kd.exp2_fast(mold - mu)
+                al[g] = alpha
+                ls[g] = ls[g] * alpha + tot
+                ms[g] = mnew
+        kd.sync_cube()
+        # 3. acc[g][d] = acc[g][d] * alpha[g] + sum_j p[g][j] * V[j][d]
+        vb = kd.i64(hk) * v.stride(2)
+        for d in range(t, DV, T):
+            for g0 in range(0, HC, GC):
+                a = ()
+                for i in kd.unroll(GC):
+                    a = a + (acc[(g0 + i) * DV + d] * al[g0 + i],)
+                for jt in range(n):
+                    vv = kd.f32(v[kd.i64(rows[jt]) * vst + vb + d])
+                    b = ()
+                    for i in kd.unroll(GC):
+                        b = b + (kd.fma(sc[(g0 + i) * T + jt], vv, a[i]),)
+                    a = b
+                for i in kd.unroll(GC):
+                    acc[(g0 + i) * DV + d] = a[i]
+        kd.sync_cube()
+
+    for e in range(t, HC * DV, T):
+        g = e // DV
+        if g < hc:
+            if SPLIT:
+                work[r, h0 + g, sp, e % DV] = acc[e]
+            else:
+                l = ls[g]
+                out[r, h0 + g, e % DV] = kd.select(l > 0.0, acc[e] / l, kd.f32(0))
+    if SPLIT:
+        if t < hc:
+            work[r, h0 + t, sp, DV] = ms[t]
+            work[r, h0 + t, sp, DV + 1] = ls[t]

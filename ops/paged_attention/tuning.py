@@ -1,0 +1,57 @@
+"""Launch shape of the paged kernel, from the problem and `runtime.capabilities` only:
+units per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group
+as fit the shared memory), heads per K/V load (GC), and whether to split long rows."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .problem import Problem
+
+STATIC_SHARED_LIMIT = 48 * 1024  # statically sized shared arrays stay under every device's default
+MAX_HEADS_PER_CUBE = 16
+MAX_SPLITS = 32
+SPLIT_MIN_TOKENS = 512  # rows shorter than this never split automatically
+TOKENS_PER_SPLIT = 256  # the least work a split should get
+
+
+@dataclass(frozen=True)
+class Launch:
+    units: int
+    heads: int  # HC
+    heads_per_load: int  # GC
+    chunks: int  # head chunks per KV head
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries, p.Hkv * self.chunks, splits)
+
+
+def shared_bytes(p: Problem, units: int, heads: int) -> int:
+    """Shared memory of the kernel for `units` units and `heads` heads per cube."""
+    return 4 * (heads * (p.D + max(p.P, 1) + p.Dv + units + 3) + units)
+
+
+def launch(p: Problem) -> Launch:
+    caps = p.runtime.capabilities
+    units = min(64, caps.max_cube_units)
+    budget = caps.max_shared_bytes if caps.shared_memory_emulated else min(caps.max_shared_bytes, STATIC_SHARED_LIMIT)
+    heads = min(p.group, MAX_HEADS_PER_CUBE)
+    while heads > 1 and shared_bytes(p, units, heads) > budget:
+        heads -= 1
+    if heads > 4:
+        heads -= heads % 4
+    per_load = 4 if heads % 4 == 0 else 2 if heads % 2 == 0 else 1
+    return Launch(units, heads, per_load, -(-p.group // heads))
+
+
+def auto_splits(p: Problem, lay: Launch, longest: int) -> int:
+    """Splits for a call without a workspace: 1 (unsplit) unless rows are long and too few
+    cubes would run to fill the device; then enough to fill it twice, each split getting at
+    least TOKENS_PER_SPLIT tokens."""
+    if longest < SPLIT_MIN_TOKENS:
+        return 1
+    cubes = p.queries * p.Hkv * lay.chunks
+    target = 2 * p.runtime.capabilities.compute_units
+    if cubes >= target:
+        return 1
+    splits = min(MAX_SPLITS, -(-target // cubes), longest // TOKENS_PER_SPLIT)
+    return splits if splits >= 2 else 1
