@@ -74,11 +74,11 @@ class Problem:
         return (self.queries, self.Hq, self.Dv)
 
 
-def _operand(check: Checks, name: str, t, rank: int, plan_runtime, dtype=None) -> Tensor:
-    """A contiguous tensor of `rank`, F32/F16/BF16 (or `dtype`'s), on the plan's runtime."""
+def _operand(check: Checks, name: str, t, rank: int, dtype=None, dtype_of: str = "q") -> Tensor:
+    """A contiguous tensor of `rank`, F32/F16/BF16, of `dtype` (that of `dtype_of`) if given."""
     check.tensor(name, t, rank=rank, dtypes=FLOAT_DTYPES)
     if dtype is not None and t.dtype is not dtype:
-        check.fail(f"{name} must have the dtype of q ({dtype.name.upper()}), got {t.dtype.name.upper()}")
+        check.fail(f"{name} must have the dtype of {dtype_of} ({dtype.name.upper()}), got {t.dtype.name.upper()}")
     if not t.is_contiguous():
         check.fail(f"{name} must be contiguous, got strides {list(t.strides)} for shape {list(t.shape)}")
     return t
@@ -116,9 +116,9 @@ def validate_attention(plan, q, k, v, scale, causal, where: str = "attention") -
     check.tensor("q", q, rank=3, dtypes=FLOAT_DTYPES)
     check_plan_runtime(check, {"q": q, "k": k if isinstance(k, Tensor) else None,
                                "v": v if isinstance(v, Tensor) else None}, plan)
-    _operand(check, "q", q, 3, plan.runtime)
-    _operand(check, "k", k, 4, plan.runtime, q.dtype)
-    _operand(check, "v", v, 4, plan.runtime, q.dtype)
+    _operand(check, "q", q, 3)
+    _operand(check, "k", k, 4, q.dtype)
+    _operand(check, "v", v, 4, q.dtype)
     host = plan.host()
     _cache_shape(check, "k", k, host, "Hkv, D")
     _cache_shape(check, "v", v, host, "Hkv, Dv")
@@ -142,10 +142,10 @@ def validate_mla(plan, q, qp, latent, kp, scale, causal, where: str = "mla") -> 
     check.tensor("q", q, rank=3, dtypes=FLOAT_DTYPES)
     named = {"q": q, "qp": qp, "latent": latent, "kp": kp}
     check_plan_runtime(check, {n: (t if isinstance(t, Tensor) else None) for n, t in named.items()}, plan)
-    _operand(check, "q", q, 3, plan.runtime)
-    _operand(check, "qp", qp, 3, plan.runtime, q.dtype)
-    _operand(check, "latent", latent, 4, plan.runtime, q.dtype)
-    _operand(check, "kp", kp, 4, plan.runtime, q.dtype)
+    _operand(check, "q", q, 3)
+    _operand(check, "qp", qp, 3, q.dtype)
+    _operand(check, "latent", latent, 4, q.dtype)
+    _operand(check, "kp", kp, 4, q.dtype)
     host = plan.host()
     _cache_shape(check, "latent", latent, host, "1, R")
     _cache_shape(check, "kp", kp, host, "1, P")
@@ -183,7 +183,7 @@ def validate_append(plan, new_k, new_v, k_cache, v_cache) -> tuple:
         check.tensor(n, t, rank=3 if n.startswith("new") else 4, dtypes=FLOAT_DTYPES)
     check_plan_runtime(check, named, plan)
     for n, t in named.items():
-        _operand(check, n, t, t.ndim, plan.runtime, k_cache.dtype)
+        _operand(check, n, t, t.ndim, k_cache.dtype, "k_cache")
     host = plan.host()
     _cache_shape(check, "k_cache", k_cache, host, "Hkv, D")
     _cache_shape(check, "v_cache", v_cache, host, "Hkv, Dv")
