@@ -26,6 +26,7 @@ class DevicePlan:
 
     def __init__(self, host: HostPlan, runtime, tables, lengths, sequence_ids, positions):
         self._host = host
+        self._longest = {}  # causal -> the most tokens any row sees (picks the automatic split)
         self.runtime = runtime
         self.tables, self.lengths, self.sequence_ids, self.positions = tables, lengths, sequence_ids, positions
 
@@ -77,7 +78,9 @@ class DevicePlan:
             return out
         lay = launch(p)
         if workspace is None:
-            longest = max(self._host.visible(r, p.causal) for r in range(p.queries))
+            if p.causal not in self._longest:
+                self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
+            longest = self._longest[p.causal]
             splits = auto_splits(p, lay, longest)
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
