@@ -74,15 +74,20 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
     ls = kd.shared(kd.f32, HC)
     al = kd.shared(kd.f32, HC)
 
-    for e in range(t, HC * D, T):
-        h = kd.min(h0 + e // D, Hq - 1)
-        qs[e] = kd.f32(q[r, h, e % D]) * qscale
+    # loops over elements step by T with the unit inline in the index (uniform trip counts:
+    # on the CPU the units of a cube are vector lanes, and such accesses stay contiguous)
+    for e0 in range(0, HC * D, T):
+        e = e0 + t
+        if e < HC * D:
+            qs[e] = kd.f32(q[r, kd.min(h0 + e // D, Hq - 1), e % D]) * qscale
     if P > 0:
-        for e in range(t, HC * P, T):
-            h = kd.min(h0 + e // P, Hq - 1)
-            qps[e] = kd.f32(qp[r, h, e % P]) * qscale
-    for e in range(t, HC * DV, T):
-        acc[e] = 0.0
+        for e0 in range(0, HC * P, T):
+            e = e0 + t
+            if e < HC * P:
+                qps[e] = kd.f32(qp[r, kd.min(h0 + e // P, Hq - 1), e % P]) * qscale
+    for e0 in range(0, HC * DV, T):
+        if e0 + t < HC * DV:
+            acc[e0 + kd.unit_pos_x()] = 0.0
     if t < HC:
         ms[t] = -kd.inf
         ls[t] = 0.0
@@ -113,19 +118,19 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
         for g0 in range(0, HC, kd.plane_count()):
             g = kd.min(g0 + kd.plane_pos(), HC - 1)
             mx = -kd.inf
-            for jt in range(kd.lane_pos(), T, kd.PLANE_DIM):
-                mx = kd.max(mx, sc[g * T + jt])
+            for jl in range(0, T, kd.PLANE_DIM):
+                mx = kd.max(mx, sc[g * T + jl + kd.lane_pos()])
             mx = kd.plane_max(mx)
             mold = ms[g]
             mnew = kd.max(mold, mx)
             mu = kd.select(mnew == -kd.inf, kd.f32(0), mnew)  # nothing visible yet: p = 0, never NaN
             mine = g0 + kd.plane_pos() < HC
             tot = kd.f32(0)
-            for jt in range(kd.lane_pos(), T, kd.PLANE_DIM):
-                pj = kd.exp2_fast(sc[g * T + jt] - mu)
+            for jl in range(0, T, kd.PLANE_DIM):
+                pj = kd.exp2_fast(sc[g * T + jl + kd.lane_pos()] - mu)
                 tot += pj
                 if mine:
-                    sc[g * T + jt] = pj
+                    sc[g * T + jl + kd.lane_pos()] = pj
             tot = kd.plane_sum(tot)
             if mine and kd.lane_pos() == 0:
                 alpha = kd.exp2_fast(mold - mu)
@@ -135,22 +140,24 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
         kd.sync_cube()
         # 3. acc[g][d] = acc[g][d] * alpha[g] + sum_j p[g][j] * V[j][d]
         vb = kd.i64(hk) * v.stride(2)
-        for d in range(t, DV, T):
-            for g0 in range(0, HC, GC):
-                a = ()
-                for i in kd.unroll(GC):
-                    a = a + (acc[(g0 + i) * DV + d] * al[g0 + i],)
-                for jt in range(n):
-                    vv = kd.f32(v[kd.i64(rows[jt]) * vst + vb + d])
-                    b = ()
+        for d0 in range(0, DV, T):
+            if d0 + t < DV:
+                for g0 in range(0, HC, GC):
+                    a = ()
                     for i in kd.unroll(GC):
-                        b = b + (kd.fma(sc[(g0 + i) * T + jt], vv, a[i]),)
-                    a = b
-                for i in kd.unroll(GC):
-                    acc[(g0 + i) * DV + d] = a[i]
+                        a = a + (acc[(g0 + i) * DV + d0 + kd.unit_pos_x()] * al[g0 + i],)
+                    for jt in range(n):
+                        vv = kd.f32(v[kd.i64(rows[jt]) * vst + vb + d0 + kd.unit_pos_x()])
+                        b = ()
+                        for i in kd.unroll(GC):
+                            b = b + (kd.fma(sc[(g0 + i) * T + jt], vv, a[i]),)
+                        a = b
+                    for i in kd.unroll(GC):
+                        acc[(g0 + i) * DV + d0 + kd.unit_pos_x()] = a[i]
         kd.sync_cube()
 
-    for e in range(t, HC * DV, T):
+    for e0 in range(0, HC * DV, T):
+        e = e0 + t
         g = e // DV
         if g < hc:
             if SPLIT:
