@@ -45,6 +45,26 @@ def score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC):
     return acc
 
 
+@kd.func
+def accumulate(acc, al, sc, v, rows, vb, vst, n, d, valid, DV, HC, GC):
+    """acc[g][d] = acc[g][d]·alpha[g] + Σ_j<n p[g][j]·V[row j][d] for every head g, GC heads per
+    V element loaded; stored only where `valid`."""
+    T = kd.cube_units()
+    for g0 in range(0, HC, GC):
+        a = ()
+        for i in kd.unroll(GC):
+            a = a + (acc[(g0 + i) * DV + d] * al[g0 + i],)
+        for jt in range(n):
+            vv = kd.f32(v[kd.i64(rows[jt]) * vst + vb + d])
+            b = ()
+            for i in kd.unroll(GC):
+                b = b + (kd.fma(sc[(g0 + i) * T + jt], vv, a[i]),)
+            a = b
+        if valid:
+            for i in kd.unroll(GC):
+                acc[(g0 + i) * DV + d] = a[i]
+
+
 @kd.kernel
 def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd.Tensor, tables: kd.Tensor,
                  lengths: kd.Tensor, seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
@@ -88,9 +108,10 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
     for e0 in range(0, HC * DV, T):
         if e0 + t < HC * DV:
             acc[e0 + kd.unit_pos_x()] = 0.0
-    if t < HC:
-        ms[t] = -kd.inf
-        ls[t] = 0.0
+    for g0 in range(0, HC, T):
+        if g0 + t < HC:
+            ms[g0 + t] = -kd.inf
+            ls[g0 + t] = 0.0
     kd.sync_cube()
 
     s = seq_ids[r]
@@ -140,20 +161,12 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
         kd.sync_cube()
         # 3. acc[g][d] = acc[g][d] * alpha[g] + sum_j p[g][j] * V[j][d]
         vb = kd.i64(hk) * v.stride(2)
-        for d0 in range(0, DV, T):
-            if d0 + t < DV:
-                for g0 in range(0, HC, GC):
-                    a = ()
-                    for i in kd.unroll(GC):
-                        a = a + (acc[(g0 + i) * DV + d0 + kd.unit_pos_x()] * al[g0 + i],)
-                    for jt in range(n):
-                        vv = kd.f32(v[kd.i64(rows[jt]) * vst + vb + d0 + kd.unit_pos_x()])
-                        b = ()
-                        for i in kd.unroll(GC):
-                            b = b + (kd.fma(sc[(g0 + i) * T + jt], vv, a[i]),)
-                        a = b
-                    for i in kd.unroll(GC):
-                        acc[(g0 + i) * DV + d0 + kd.unit_pos_x()] = a[i]
+        # whole chunks of T elements under uniform control (vector loops on the CPU), then the rest
+        for d0 in range(0, DV - DV % T, T):
+            accumulate(acc, al, sc, v, rows, vb, vst, n, d0 + kd.unit_pos_x(), True, DV, HC, GC)
+        if DV % T != 0:
+            d = DV - DV % T + t
+            accumulate(acc, al, sc, v, rows, vb, vst, n, kd.min(d, DV - 1), d < DV, DV, HC, GC)
         kd.sync_cube()
 
     for e0 in range(0, HC * DV, T):
@@ -166,6 +179,7 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
                 l = ls[g]
                 out[r, h0 + g, e % DV] = kd.select(l > 0.0, acc[e] / l, kd.f32(0))
     if SPLIT:
-        if t < hc:
-            work[r, h0 + t, sp, DV] = ms[t]
-            work[r, h0 + t, sp, DV + 1] = ls[t]
+        for g0 in range(0, HC, T):
+            if g0 + t < hc:
+                work[r, h0 + g0 + t, sp, DV] = ms[g0 + t]
+                work[r, h0 + g0 + t, sp, DV + 1] = ls[g0 + t]

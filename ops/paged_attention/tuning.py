@@ -32,7 +32,9 @@ def shared_bytes(p: Problem, units: int, heads: int) -> int:
 
 def launch(p: Problem) -> Launch:
     caps = p.runtime.capabilities
-    units = min(64, caps.max_cube_units)
+    # where units are vector lanes a tile's cost grows faster than its tokens (measured on the
+    # 2-core dev box: 8 units 13.5 ms, 64 units 60 ms for the CPU benchmark's decode)
+    units = min(8 if caps.units_are_simd_lanes else 64, caps.max_cube_units)
     budget = caps.max_shared_bytes if caps.shared_memory_emulated else min(caps.max_shared_bytes, STATIC_SHARED_LIMIT)
     heads = min(p.group, MAX_HEADS_PER_CUBE)
     while heads > 1 and shared_bytes(p, units, heads) > budget:
