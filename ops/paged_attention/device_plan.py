@@ -89,7 +89,7 @@ class DevicePlan:
         paged_kernel[lay.grid(p, splits), lay.units](
             p.q, p.qp, p.k, p.kp, p.v, self.tables, self.lengths, self.sequence_ids, self.positions, out, work,
             p.scale * LOG2E, int(p.causal), splits, p.D, p.P, p.Dv, lay.heads, lay.heads_per_load,
-            workspace is not None)
+            workspace is not None, lay.key_vector, lay.rope_vector)
         if workspace is not None:
             merge_kernel[(p.queries, p.Hq), MERGE_UNITS](work, out, p.Dv)
         return out

@@ -26,23 +26,42 @@ def token_row(tables, s, j, ps):
 
 
 @kd.func
-def score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC):
-    """Scores of heads g0 .. g0+GC-1 against one key row (k at koff, its rotary part at kpoff)."""
-    acc = (kd.f32(0),) * GC
-    for d in range(D):
-        kv = kd.f32(k[koff + d])
-        out = ()
-        for i in kd.unroll(GC):
-            out = out + (kd.fma(qs[(g0 + i) * D + d], kv, acc[i]),)
-        acc = out
-    if P > 0:
-        for d in range(P):
-            kv = kd.f32(kp[kpoff + d])
-            out = ()
+def dot_rows(qs, k, koff, g0, D, GC, VEC):
+    """(q[g0 + i] · k[koff : koff + D] for i < GC), q in shared memory (f32); with VEC, K is read
+    VEC elements per access (D and koff multiples of VEC). Locals are fresh tuples built here:
+    a tuple carried through a run-time loop must be assigned in the function that loops."""
+    sums = (kd.f32(0),) * GC
+    if VEC > 1:
+        for d0 in range(0, D, VEC):
+            kvec = kd.load_vec(k, koff + d0, VEC)
+            nxt = ()
             for i in kd.unroll(GC):
-                out = out + (kd.fma(qps[(g0 + i) * P + d], kv, acc[i]),)
-            acc = out
-    return acc
+                part = sums[i]
+                for e in kd.unroll(VEC):
+                    part = kd.fma(qs[(g0 + i) * D + d0 + e], kd.f32(kvec[e]), part)
+                nxt = nxt + (part,)
+            sums = nxt
+    else:
+        for d in range(D):
+            kx = kd.f32(k[koff + d])
+            nxt = ()
+            for i in kd.unroll(GC):
+                nxt = nxt + (kd.fma(qs[(g0 + i) * D + d], kx, sums[i]),)
+            sums = nxt
+    return sums
+
+
+@kd.func
+def score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC, VEC, PVEC):
+    """Scores of heads g0 .. g0+GC-1 against one key row (k at koff, its rotary part at kpoff)."""
+    main = dot_rows(qs, k, koff, g0, D, GC, VEC)
+    if P > 0:
+        rope = dot_rows(qps, kp, kpoff, g0, P, GC, PVEC)
+        both = ()
+        for i in kd.unroll(GC):
+            both = both + (main[i] + rope[i],)
+        main = both
+    return main
 
 
 @kd.func
@@ -70,7 +89,7 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
                  lengths: kd.Tensor, seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
                  qscale: kd.f32, causal: kd.i32, splits: kd.i32,
                  D: kd.Const[int], P: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], GC: kd.Const[int],
-                 SPLIT: kd.Const[bool]):
+                 SPLIT: kd.Const[bool], VEC: kd.Const[int], PVEC: kd.Const[int]):
     T = kd.cube_units()
     t = kd.unit_pos_x()
     r = kd.cube_pos_x()
@@ -131,7 +150,7 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
         koff = kd.i64(row) * kst + kd.i64(hk) * k.stride(2)
         kpoff = kd.i64(row) * kpst + kd.i64(hk) * kp.stride(2)
         for g0 in range(0, HC, GC):
-            sg = score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC)
+            sg = score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC, VEC, PVEC)
             for i in kd.unroll(GC):
                 sc[(g0 + i) * T + t] = kd.select(t < n, sg[i], -kd.inf)
         kd.sync_cube()

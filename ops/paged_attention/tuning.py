@@ -20,6 +20,8 @@ class Launch:
     heads: int  # HC
     heads_per_load: int  # GC
     chunks: int  # head chunks per KV head
+    key_vector: int = 1  # K elements per access (1: scalar)
+    rope_vector: int = 1  # the same for kp (MLA)
 
     def grid(self, p: Problem, splits: int) -> tuple:
         return (p.queries, p.Hkv * self.chunks, splits)
@@ -42,7 +44,20 @@ def launch(p: Problem) -> Launch:
     if heads > 4:
         heads -= heads % 4
     per_load = 4 if heads % 4 == 0 else 2 if heads % 2 == 0 else 1
-    return Launch(units, heads, per_load, -(-p.group // heads))
+    return Launch(units, heads, per_load, -(-p.group // heads), vector_width(p, p.k, p.D), vector_width(p, p.kp, p.P))
+
+
+def vector_width(p: Problem, keys, dim: int) -> int:
+    """Elements per K access: a unit reads a whole key row, so on devices whose units are not
+    vector lanes wide accesses (up to `vector_bytes`) cut its load instructions; they need
+    rows (and the tensor's offset) that are multiples of the width. 1 where units are lanes."""
+    caps = p.runtime.capabilities
+    if caps.units_are_simd_lanes or dim == 0:
+        return 1
+    width = max(1, min(8, caps.vector_bytes // p.dtype.itemsize))
+    while width > 1 and (dim % width != 0 or keys.offset % width != 0):
+        width //= 2
+    return width
 
 
 def auto_splits(p: Problem, lay: Launch, longest: int) -> int:
