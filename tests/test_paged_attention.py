@@ -243,3 +243,16 @@ def test_matches_torch_sdpa_on_dense_cache(runtime, rng):
                                           torch.from_numpy(dense_v).transpose(1, 2), scale=0.25, enable_gqa=True)
     out = upload(plan, tq).attention(tq, tk, tv, 0.25, True)
     np.testing.assert_allclose(out.numpy(), want[:, :, 0].numpy(), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_wide_key_loads(runtime, rng, monkeypatch, dtype):
+    """The vector-load path for K and kp (what GPUs take), forced on every runtime, so it is
+    checked here and compiled for CUDA by the codegen check too."""
+    monkeypatch.setattr(tuning, "vector_width", lambda p, keys, dim: 8 if dim % 8 == 0 and dim else 1)
+    plan = random_plan(rng, 4, max_len=20)
+    Q = len(plan["positions"])
+    (q, qp, lat, kp), ts = tensors(runtime, rng, dtype, (Q, 4, 16), (Q, 4, 8), (plan["pages"], 4, 1, 16),
+                                   (plan["pages"], 4, 1, 8))
+    out = upload(plan, ts[0]).mla(*ts, 0.2, True)
+    assert_matches(out, ref.paged_mla(plan, q, qp, lat, kp, 0.2, True), dtype)
