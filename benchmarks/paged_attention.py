@@ -198,17 +198,23 @@ def bench_cpu(rt, quick, reps):
     scale = D ** -0.5
     tq, tk, tv = rt.tensor(q), rt.tensor(kp), rt.tensor(vp)
     plan = DevicePlan.upload(host, tq)
-    t = best_time(lambda: plan.attention(tq, tk, tv, scale, True).numpy(), reps)
-    got = plan.attention(tq, tk, tv, scale, True).numpy()
-    base, err = None, float("nan")
+    fns = {"ours": lambda: plan.attention(tq, tk, tv, scale, True).numpy()}
+    got = fns["ours"]()
+    err = float("nan")
     if torch is not None:
         sdpa = torch.nn.functional.scaled_dot_product_attention
         a, b, c = torch.from_numpy(q)[:, :, None], torch.from_numpy(kd_), torch.from_numpy(vd_)
-        base = best_time(lambda: sdpa(a, b, c, scale=scale, enable_gqa=True), reps)
-        err = float(np.abs(got - sdpa(a, b, c, scale=scale, enable_gqa=True)[:, :, 0].numpy()).max())
+        fns["torch"] = lambda: sdpa(a, b, c, scale=scale, enable_gqa=True)
+        err = float(np.abs(got - fns["torch"]()[:, :, 0].numpy()).max())
+    # ours and torch in turn, best of each: on a shared machine both get the quiet moments
+    best = {key: float("inf") for key in fns}
+    for _ in range(reps):
+        for key, fn in fns.items():
+            best[key] = min(best[key], best_time(fn, 1, 0))
+    t, base = best["ours"], best.get("torch")
     kv = 2 * B * L * Hkv * D * 4
     print(f"\ncpu runtime: {rt.capabilities.device_name}; {machine()}; torch threads: "
-          f"{torch.get_num_threads() if torch else '-'}; best of {reps}; target >= 0.7x torch sdpa")
+          f"{torch.get_num_threads() if torch else '-'}; best of {reps}, interleaved; target >= 0.7x torch sdpa")
     print(table([row("GQA decode f32", f"B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page}", t, (base,), kv, err)],
                 ["case", "shape", "ours ms", "torch sdpa (dense) ms", "x torch", "KV GB/s", "err"]))
 
