@@ -110,18 +110,21 @@ def _common(check: Checks, plan, q: Tensor, scale, causal) -> tuple:
     return check.number("scale", scale, positive=True), check.boolean("causal", causal)
 
 
+def _operands(check: Checks, plan, named: dict, caches: dict) -> None:
+    """q first (rank 3), then the others: one runtime (the plan's), q's dtype, contiguous;
+    the caches named in `caches` (rank 4, [pages, page_size, <its entry>]), the rest rank 3."""
+    q = check.tensor("q", named["q"], rank=3, dtypes=FLOAT_DTYPES)
+    check_plan_runtime(check, {n: (t if isinstance(t, Tensor) else None) for n, t in named.items()}, plan)
+    for n, t in named.items():
+        _operand(check, n, t, 4 if n in caches else 3, None if n == "q" else q.dtype)
+    for n, what in caches.items():
+        _cache_shape(check, n, named[n], plan.host(), what)
+
+
 def validate_attention(plan, q, k, v, scale, causal, where: str = "attention") -> Problem:
     """q [queries, Hq, D], k [pages, page_size, Hkv, D], v [pages, page_size, Hkv, Dv]."""
     check = CHECKS.at(where)
-    check.tensor("q", q, rank=3, dtypes=FLOAT_DTYPES)
-    check_plan_runtime(check, {"q": q, "k": k if isinstance(k, Tensor) else None,
-                               "v": v if isinstance(v, Tensor) else None}, plan)
-    _operand(check, "q", q, 3)
-    _operand(check, "k", k, 4, q.dtype)
-    _operand(check, "v", v, 4, q.dtype)
-    host = plan.host()
-    _cache_shape(check, "k", k, host, "Hkv, D")
-    _cache_shape(check, "v", v, host, "Hkv, Dv")
+    _operands(check, plan, {"q": q, "k": k, "v": v}, {"k": "Hkv, D", "v": "Hkv, Dv"})
     Hq, D = q.shape[1], q.shape[2]
     Hkv = k.shape[2]
     if v.shape[2] != Hkv:
@@ -139,16 +142,8 @@ def validate_attention(plan, q, k, v, scale, causal, where: str = "attention") -
 def validate_mla(plan, q, qp, latent, kp, scale, causal, where: str = "mla") -> Problem:
     """q [queries, H, R], qp [queries, H, P], latent [pages, page_size, 1, R], kp [.., 1, P]."""
     check = CHECKS.at(where)
-    check.tensor("q", q, rank=3, dtypes=FLOAT_DTYPES)
-    named = {"q": q, "qp": qp, "latent": latent, "kp": kp}
-    check_plan_runtime(check, {n: (t if isinstance(t, Tensor) else None) for n, t in named.items()}, plan)
-    _operand(check, "q", q, 3)
-    _operand(check, "qp", qp, 3, q.dtype)
-    _operand(check, "latent", latent, 4, q.dtype)
-    _operand(check, "kp", kp, 4, q.dtype)
+    _operands(check, plan, {"q": q, "qp": qp, "latent": latent, "kp": kp}, {"latent": "1, R", "kp": "1, P"})
     host = plan.host()
-    _cache_shape(check, "latent", latent, host, "1, R")
-    _cache_shape(check, "kp", kp, host, "1, P")
     H, R = q.shape[1], q.shape[2]
     P = qp.shape[2]
     if qp.shape[:2] != q.shape[:2]:
