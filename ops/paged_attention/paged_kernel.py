@@ -4,8 +4,9 @@ A cube owns one query row, a chunk of HC query heads that read one KV head, and 
 (a contiguous share of the row's visible tokens; the whole range when unsplit). It walks
 its tokens in tiles of T = cube units, three phases a tile:
   1. unit t finds token j0 + t in the page table, and scores it against all HC heads, GC
-     heads per K element loaded (query heads of one KV head share each load); scores go to
-     shared memory in log2 units (log2(e) is folded into the query).
+     heads per K element loaded (query heads of one KV head share each load; where units
+     are not vector lanes, K is read VEC elements per access); scores go to shared memory
+     in log2 units (log2(e) is folded into the query).
   2. each plane takes whole heads: tile maximum and sum by plane reductions, the running
      (max, sum) and the rescale factor of each head updated in shared memory.
   3. unit t owns output elements d = t, t + T, …: acc[g][d] = acc·alpha + Σ_j p[g][j]·V[j][d],
