@@ -1,0 +1,108 @@
+"""`DevicePlan`: a HostPlan's metadata uploaded to one runtime (page tables as an I32
+[sequences, widest table] tensor, lengths, sequence ids and positions), and the calls that
+run on it: attention, MLA (each unsplit or split over a workspace) and cache append."""
+from __future__ import annotations
+
+import numpy as np
+
+import kerneldsl as kd
+
+from .append_kernel import append_kernel
+from .host_plan import HostPlan
+from .merge_kernel import merge_kernel
+from .paged_kernel import paged_kernel
+from .problem import (CHECKS, Problem, validate_append, validate_attention, validate_mla,
+                      validate_workspace)
+from .scores import LOG2E
+from .tuning import auto_splits, launch
+from .workspace import SplitWorkspace
+
+APPEND_UNITS = 128
+MERGE_UNITS = 64
+
+
+class DevicePlan:
+    """A HostPlan on the runtime of the tensor it was uploaded `like`; build with `upload`."""
+
+    def __init__(self, host: HostPlan, runtime, tables, lengths, sequence_ids, positions):
+        self._host = host
+        self._longest = {}  # causal -> the most tokens any row sees (picks the automatic split)
+        self.runtime = runtime
+        self.tables, self.lengths, self.sequence_ids, self.positions = tables, lengths, sequence_ids, positions
+
+    @classmethod
+    def upload(cls, host: HostPlan, like: kd.Tensor) -> "DevicePlan":
+        """Copy `host`'s metadata onto `like`'s runtime."""
+        check = CHECKS.at("DevicePlan.upload")
+        check.instance("host", host, HostPlan)
+        check.tensor("like", like)
+        rt = like.runtime
+        width = max(1, max(len(t) for t in host.tables))
+        table = np.zeros((host.sequence_count(), width), np.int32)
+        for s, t in enumerate(host.tables):
+            table[s, :len(t)] = t
+        ids = np.asarray(host.sequence_ids or [0], np.int32)
+        pos = np.asarray(host.positions or [0], np.int32)
+        return cls(host, rt, rt.tensor(table), rt.tensor(np.asarray(host.lengths, np.int32)),
+                   rt.tensor(ids), rt.tensor(pos))
+
+    def host(self) -> HostPlan:
+        """The HostPlan this plan was uploaded from."""
+        return self._host
+
+    # ------------------------------------------------------------------ attention
+    def attention(self, q, k, v, scale, causal):
+        """softmax(scale·q·Kᵀ)·V over each row's visible tokens: [queries, Hq, Dv] in q's dtype."""
+        return self._run(validate_attention(self, q, k, v, scale, causal), None)
+
+    def mla(self, q, qp, latent, kp, scale, causal):
+        """Multi-head latent attention: score scale·(q·latent + qp·kp), values the latent: [queries, H, R]."""
+        return self._run(validate_mla(self, q, qp, latent, kp, scale, causal), None)
+
+    def attention_with_workspace(self, q, k, v, scale, causal, workspace: SplitWorkspace):
+        """`attention` on the split path, over `workspace`'s splits."""
+        p = validate_attention(self, q, k, v, scale, causal, "attention_with_workspace")
+        validate_workspace(CHECKS.at("attention_with_workspace"), p, workspace)
+        return self._run(p, workspace)
+
+    def mla_with_workspace(self, q, qp, latent, kp, scale, causal, workspace: SplitWorkspace):
+        """`mla` on the split path, over `workspace`'s splits."""
+        p = validate_mla(self, q, qp, latent, kp, scale, causal, "mla_with_workspace")
+        validate_workspace(CHECKS.at("mla_with_workspace"), p, workspace)
+        return self._run(p, workspace)
+
+    def _run(self, p: Problem, workspace: SplitWorkspace | None):
+        rt = p.runtime
+        out = rt.empty(p.out_shape, p.dtype)
+        if p.queries == 0:
+            return out
+        lay = launch(p)
+        if workspace is None:
+            if p.causal not in self._longest:
+                self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
+            longest = self._longest[p.causal]
+            splits = auto_splits(p, lay, longest)
+            if splits > 1:
+                workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
+        splits = 1 if workspace is None else workspace.splits
+        work = out if workspace is None else workspace.tensor
+        paged_kernel[lay.grid(p, splits), lay.units](
+            p.q, p.qp, p.k, p.kp, p.v, self.tables, self.lengths, self.sequence_ids, self.positions, out, work,
+            p.scale * LOG2E, int(p.causal), splits, p.D, p.P, p.Dv, lay.heads, lay.heads_per_load,
+            workspace is not None, lay.key_vector, lay.rope_vector)
+        if workspace is not None:
+            merge_kernel[(p.queries, p.Hq), MERGE_UNITS](work, out, p.Dv)
+        return out
+
+    # ------------------------------------------------------------------ append
+    def append(self, new_k, new_v, k_cache, v_cache):
+        """Write each query row's new K/V into its slot of the caches, in place; returns the caches."""
+        validate_append(self, new_k, new_v, k_cache, v_cache)
+        if self._host.query_count() > 0:
+            Q = self._host.query_count()
+            append_kernel[(Q,), APPEND_UNITS](new_k, k_cache, self.tables, self.sequence_ids, self.positions)
+            append_kernel[(Q,), APPEND_UNITS](new_v, v_cache, self.tables, self.sequence_ids, self.positions)
+        return k_cache, v_cache
+
+    def __repr__(self) -> str:
+        return f"DevicePlan({self._host!r}, runtime={self.runtime.name!r})"

@@ -1,0 +1,258 @@
+"""rudnn.paged_attention (SPEC §4) on every runtime: the worked case of the issue, random plans
+(ragged lengths, empty sequences, shared pages, page sizes 1/4/16, GQA ratios 1/4/8, large
+D and P) against the float64 reference, MLA, split == unsplit, the automatic split, append
+writing exactly its slots, PyTorch's SDPA on the dense cache; the plan/error rules are in
+test_paged_attention_errors.py."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from rudnn.paged_attention import DevicePlan, HostPlan, SplitWorkspace
+from rudnn.paged_attention import tuning
+
+from reference import paged_attention as ref
+
+pytestmark = pytest.mark.feature("paged_attention")
+
+TOL = {"f32": (2e-5, 2e-5), "f16": (4e-3, 4e-3), "bf16": (3e-2, 3e-2)}
+
+
+def random_plan(rng, page_size, sequences=4, max_len=40, prefill=5):
+    """A plan dict: ragged lengths (sequence 1 empty), sequence 2 sharing sequence 0's first
+    pages, a spare trailing table entry here and there, physical pages shuffled; rows: a
+    decode row per sequence plus `prefill` consecutive rows of sequence 0."""
+    lengths = [int(x) for x in rng.integers(1, max_len, sequences)]
+    lengths[1] = 0
+    need = [-(-n // page_size) for n in lengths]
+    total = sum(need) + sequences
+    ids = iter(int(x) for x in rng.permutation(total))
+    tables = []
+    for s in range(sequences):
+        shared = min(need[0], need[s]) // 2 if s == 2 else 0
+        tables.append((tables[0][:shared] if shared else []) + [next(ids) for _ in range(need[s] - shared + (s % 2))])
+    seq_ids, positions = [], []
+    for s, n in enumerate(lengths):
+        seq_ids.append(s)
+        positions.append(max(n - 1, 0) if n else 3)
+    p0 = max(lengths[0] - prefill, 0)
+    seq_ids += [0] * (lengths[0] - p0)
+    positions += list(range(p0, lengths[0]))
+    return dict(page_size=page_size, pages=total, tables=tables, lengths=lengths, sequence_ids=seq_ids,
+                positions=positions)
+
+
+def upload(plan: dict, like) -> DevicePlan:
+    return DevicePlan.upload(HostPlan(**plan), like)
+
+
+def tensors(runtime, rng, dtype, *shapes):
+    npd = kd.as_dtype(dtype).np
+    arrays = [rng.standard_normal(s).astype(npd) for s in shapes]
+    return arrays, [runtime.tensor(a) for a in arrays]
+
+
+def assert_matches(out, expected, dtype):
+    rtol, atol = TOL[dtype]
+    got = out.numpy().astype(np.float64)
+    assert not np.isnan(got).any()
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------------------- the issue's worked case
+WORKED = dict(page_size=4, pages=4, tables=[[3, 0], [2]], lengths=[6, 2], sequence_ids=[0, 1, 0],
+              positions=[4, 1, 5])
+
+
+def worked_inputs(runtime, dtype="f32"):
+    slots = np.arange(16, dtype=np.float32).reshape(4, 4, 1, 1)  # v = physical slot index page*4 + slot
+    q = runtime.tensor(np.zeros((3, 2, 3), np.float32), dtype)
+    k = runtime.tensor(np.zeros((4, 4, 1, 3), np.float32), dtype)
+    v = runtime.tensor(np.broadcast_to(slots, (4, 4, 1, 2)).copy(), dtype)
+    return q, k, v
+
+
+def test_worked_case(runtime):
+    q, k, v = worked_inputs(runtime)
+    plan = upload(WORKED, q)
+    want = np.array([10.8, 8.5, 55 / 6])
+    out = plan.attention(q, k, v, 0.1, True).numpy()
+    assert out.shape == (3, 2, 2)
+    np.testing.assert_allclose(out, np.broadcast_to(want[:, None, None], out.shape), rtol=1e-6)
+    for splits in (2, 3, 8, 32):
+        split = plan.attention_with_workspace(q, k, v, 0.1, True, SplitWorkspace(q, 3, 2, 2, splits)).numpy()
+        np.testing.assert_allclose(split, out, rtol=1e-6, atol=1e-6)
+    full = plan.attention(q, k, v, 0.1, False).numpy()[:, 0, 0]  # not causal: every token of the sequence
+    np.testing.assert_allclose(full, [(12 + 13 + 14 + 15 + 0 + 1) / 6, 8.5, (12 + 13 + 14 + 15 + 0 + 1) / 6],
+                               rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- random plans
+@pytest.mark.parametrize("page_size,hq,hkv,d,dv,dtype", [(1, 3, 3, 8, 5, "f32"), (4, 8, 2, 16, 16, "f16"),
+                                                         (16, 8, 1, 24, 8, "bf16"), (4, 12, 3, 7, 9, "f32")])
+def test_random_plans(runtime, rng, page_size, hq, hkv, d, dv, dtype):
+    plan = random_plan(rng, page_size)
+    Q = len(plan["positions"])
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, dtype, (Q, hq, d), (plan["pages"], page_size, hkv, d),
+                                      (plan["pages"], page_size, hkv, dv))
+    dev = upload(plan, tq)
+    for causal in (True, False):
+        out = dev.attention(tq, tk, tv, 0.3, causal)
+        assert out.shape == (Q, hq, dv) and out.dtype is kd.as_dtype(dtype)
+        assert_matches(out, ref.paged_attention(plan, q, k, v, 0.3, causal), dtype)
+
+
+def test_large_head_dims(runtime, rng):
+    """D = Dv = 1024 (the SPEC's limit) with a GQA ratio of 8: few heads fit a cube's shared memory."""
+    plan = random_plan(rng, 4, sequences=2, max_len=12, prefill=2)
+    Q = len(plan["positions"])
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, "f32", (Q, 8, 1024), (plan["pages"], 4, 1, 1024),
+                                      (plan["pages"], 4, 1, 1024))
+    out = upload(plan, tq).attention(tq, tk, tv, 0.05, True)
+    assert_matches(out, ref.paged_attention(plan, q, k, v, 0.05, True), "f32")
+
+
+@pytest.mark.parametrize("h,r,p,dtype", [(16, 32, 8, "f32"), (5, 64, 16, "bf16"), (4, 16, 256, "f32")])
+def test_mla(runtime, rng, h, r, p, dtype):
+    plan = random_plan(rng, 4, max_len=30)
+    Q = len(plan["positions"])
+    (q, qp, lat, kp), (tq, tqp, tlat, tkp) = tensors(runtime, rng, dtype, (Q, h, r), (Q, h, p),
+                                                     (plan["pages"], 4, 1, r), (plan["pages"], 4, 1, p))
+    dev = upload(plan, tq)
+    out = dev.mla(tq, tqp, tlat, tkp, 0.1, True)
+    assert out.shape == (Q, h, r)
+    expected = ref.paged_mla(plan, q, qp, lat, kp, 0.1, True)
+    assert_matches(out, expected, dtype)
+    split = dev.mla_with_workspace(tq, tqp, tlat, tkp, 0.1, True, SplitWorkspace(tq, Q, h, r, 3))
+    assert_matches(split, expected, dtype)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 8, 32])
+def test_split_equals_unsplit(runtime, rng, splits):
+    plan = random_plan(rng, 4, max_len=60)
+    Q = len(plan["positions"])
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, "f32", (Q, 4, 16), (plan["pages"], 4, 1, 16),
+                                      (plan["pages"], 4, 1, 12))
+    dev = upload(plan, tq)
+    ws = SplitWorkspace(tq, Q, 4, 12, splits)
+    for causal in (True, False):
+        whole = dev.attention(tq, tk, tv, 0.2, causal).numpy()
+        split = dev.attention_with_workspace(tq, tk, tv, 0.2, causal, ws).numpy()  # the workspace is reused
+        np.testing.assert_allclose(split, whole, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(split, ref.paged_attention(plan, q, k, v, 0.2, causal), rtol=2e-5, atol=2e-5)
+
+
+def test_long_rows_split_automatically(runtime, rng, monkeypatch):
+    """A single long decode row with no workspace takes the split path (counted launches of
+    the merge kernel) and still matches the reference."""
+    from rudnn.paged_attention import device_plan
+    plan = dict(page_size=16, pages=40, tables=[list(range(39, -1, -1))], lengths=[630], sequence_ids=[0],
+                positions=[629])
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, "f32", (1, 2, 8), (40, 16, 1, 8), (40, 16, 1, 8))
+    merges = []
+    real = device_plan.merge_kernel
+
+    class Counting:
+        def __getitem__(self, launch):
+            merges.append(launch)
+            return real[launch]
+
+    monkeypatch.setattr(device_plan, "merge_kernel", Counting())
+    out = upload(plan, tq).attention(tq, tk, tv, 0.3, True)
+    assert len(merges) == 1
+    assert_matches(out, ref.paged_attention(plan, q, k, v, 0.3, True), "f32")
+
+
+def test_auto_split_choice():
+    """Few cubes and long rows split (up to 32, >= 256 tokens a split); many cubes or short rows do not."""
+    class Caps:
+        compute_units = 132
+
+    class P:
+        queries, Hkv = 4, 8
+        runtime = type("Rt", (), {"capabilities": Caps})()
+
+    lay = tuning.Launch(64, 4, 4, 1)
+    assert tuning.auto_splits(P, lay, 4096) == 9  # 32 cubes, 264 wanted
+    assert tuning.auto_splits(P, lay, 300) == 1
+    P.queries = 64
+    assert tuning.auto_splits(P, lay, 4096) == 1
+    P.queries, P.Hkv = 1, 1
+    assert tuning.auto_splits(P, lay, 100000) == 32
+
+
+# ---------------------------------------------------------------------------- append
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_append_writes_exactly_its_slots(runtime, rng, dtype):
+    plan = dict(page_size=4, pages=8, tables=[[5, 1, 7], [2], [6, 0]], lengths=[10, 3, 5], sequence_ids=[0, 1, 2, 0],
+                positions=[9, 2, 4, 8])
+    (nk, nv, kc, vc), (tnk, tnv, tkc, tvc) = tensors(runtime, rng, dtype, (4, 2, 6), (4, 2, 3), (8, 4, 2, 6),
+                                                     (8, 4, 2, 3))
+    dev = upload(plan, tnk)
+    rk, rv = dev.append(tnk, tnv, tkc, tvc)
+    assert rk is tkc and rv is tvc
+    np.testing.assert_array_equal(tkc.numpy(), ref.append(plan, nk, kc))
+    np.testing.assert_array_equal(tvc.numpy(), ref.append(plan, nv, vc))
+
+
+def test_decode_after_append_sees_the_new_token(runtime, rng):
+    """Append a token, then attend causally from its position: the new K/V take part."""
+    plan = dict(page_size=4, pages=3, tables=[[2, 0]], lengths=[6], sequence_ids=[0], positions=[5])
+    (q, nk, nv, kc, vc), (tq, tnk, tnv, tkc, tvc) = tensors(runtime, rng, "f32", (1, 2, 8), (1, 1, 8), (1, 1, 8),
+                                                           (3, 4, 1, 8), (3, 4, 1, 8))
+    dev = upload(plan, tq)
+    dev.append(tnk, tnv, tkc, tvc)
+    expected = ref.paged_attention(plan, q, ref.append(plan, nk, kc), ref.append(plan, nv, vc), 0.4, True)
+    assert_matches(dev.attention(tq, tkc, tvc, 0.4, True), expected, "f32")
+
+
+# ---------------------------------------------------------------------------- zero rows, inputs unchanged
+def test_zero_queries_return_empty(runtime):
+    plan = dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[], positions=[])
+    q = runtime.zeros((0, 2, 8))
+    dev = upload(plan, q)
+    k = runtime.zeros((2, 4, 1, 8))
+    out = dev.attention(q, k, k, 1.0, True)
+    assert out.shape == (0, 2, 8)
+    assert dev.mla(q, runtime.zeros((0, 2, 3)), k, runtime.zeros((2, 4, 1, 3)), 1.0, False).shape == (0, 2, 8)
+    new = runtime.zeros((0, 1, 8))
+    assert dev.append(new, new, k, k) == (k, k)
+
+
+def test_inputs_unchanged(runtime, rng):
+    plan = random_plan(rng, 4)
+    Q = len(plan["positions"])
+    (q, k, v), ts = tensors(runtime, rng, "f16", (Q, 2, 8), (plan["pages"], 4, 1, 8), (plan["pages"], 4, 1, 8))
+    upload(plan, ts[0]).attention(*ts, 0.5, True)
+    for before, t in zip((q, k, v), ts):
+        np.testing.assert_array_equal(t.numpy().view(np.uint16), before.view(np.uint16))
+
+
+# ---------------------------------------------------------------------------- PyTorch on the dense cache
+def test_matches_torch_sdpa_on_dense_cache(runtime, rng):
+    torch = pytest.importorskip("torch", reason="PyTorch (the oracle extra) is not installed")
+    F = torch.nn.functional
+    B, Hq, Hkv, L, D, ps = 3, 8, 2, 21, 16, 4
+    per = -(-L // ps)
+    order = rng.permutation(B * per)
+    plan = dict(page_size=ps, pages=B * per, tables=[[int(x) for x in order[b * per:(b + 1) * per]] for b in range(B)],
+                lengths=[L] * B, sequence_ids=list(range(B)), positions=[L - 1] * B)
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, "f32", (B, Hq, D), (B * per, ps, Hkv, D), (B * per, ps, Hkv, D))
+    dense_k = np.stack([k[plan["tables"][b]].reshape(per * ps, Hkv, D)[:L] for b in range(B)])  # [B, L, Hkv, D]
+    dense_v = np.stack([v[plan["tables"][b]].reshape(per * ps, Hkv, D)[:L] for b in range(B)])
+    want = F.scaled_dot_product_attention(torch.from_numpy(q)[:, :, None], torch.from_numpy(dense_k).transpose(1, 2),
+                                          torch.from_numpy(dense_v).transpose(1, 2), scale=0.25, enable_gqa=True)
+    out = upload(plan, tq).attention(tq, tk, tv, 0.25, True)
+    np.testing.assert_allclose(out.numpy(), want[:, :, 0].numpy(), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_wide_key_loads(runtime, rng, monkeypatch, dtype):
+    """The vector-load path for K and kp (what GPUs take), forced on every runtime, so it is
+    checked here and compiled for CUDA by the codegen check too."""
+    monkeypatch.setattr(tuning, "vector_width", lambda p, keys, dim: 8 if dim % 8 == 0 and dim else 1)
+    plan = random_plan(rng, 4, max_len=20)
+    Q = len(plan["positions"])
+    (q, qp, lat, kp), ts = tensors(runtime, rng, dtype, (Q, 4, 16), (Q, 4, 8), (plan["pages"], 4, 1, 16),
+                                   (plan["pages"], 4, 1, 8))
+    out = upload(plan, ts[0]).mla(*ts, 0.2, True)
+    assert_matches(out, ref.paged_mla(plan, q, qp, lat, kp, 0.2, True), dtype)
