@@ -107,6 +107,18 @@ def test_implicit_gemm_multiple_tiles(runtime, rng):
     close(dw, ref.weight_backward(x, dy, w.shape, 1, 1, 1, 1), "bf16")
 
 
+def test_implicit_gemm_channels_last_ring(runtime, rng, dtype="bf16"):
+    """The async-copy ring of the NHWC forward (Cin/groups a multiple of 8): padding, stride,
+    dilation, groups, partial row and column tiles, bias."""
+    x = host(rng.standard_normal((3, 32, 9, 7)), dtype)
+    w = host(rng.standard_normal((70, 16, 3, 3)), dtype)
+    b = host(rng.standard_normal(70), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    t = lambda a: runtime.tensor(channels_last(a), dtype=dtype)  # noqa: E731
+    y = conv_forward_nhwc(t(x), t(w), runtime.tensor(b, dtype=dtype), opts, ImplicitGemm)
+    close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
 def test_strided_inputs(runtime, rng):
     """Non-contiguous views (a channel slice, a spatial step) give the results of their copies."""
     x_full = rng.standard_normal((2, 9, 14, 8)).astype(np.float32)
