@@ -81,8 +81,7 @@ def test_direct_f32_sweep(runtime, rng, case):
 
 
 @pytest.mark.parametrize("strategy,case,dtype", [(Direct, "2d-3x3", "bf16"), (Direct, "3d", "f16"),
-                                                 (ImplicitGemm, "2d-3x3", "bf16"),
-                                                 (ImplicitGemm, "1d-stride-dil-groups", "f16")],
+                                                 (ImplicitGemm, "2d-groups-dil", "bf16")],
                          ids=lambda v: getattr(v, "name", v))
 def test_half_precision(runtime, rng, strategy, case, dtype):
     """F16/BF16 in and out, F32 accumulation; ImplicitGemm runs the fragment GEMM here."""
@@ -95,16 +94,19 @@ def test_half_precision(runtime, rng, strategy, case, dtype):
 
 
 def test_implicit_gemm_multiple_tiles(runtime, rng):
-    """More than one 64 x 64 tile and BK step in every pass (row, column and reduction edges)."""
-    x = host(rng.standard_normal((3, 20, 9, 8)), "bf16")
-    w = host(rng.standard_normal((70, 20, 3, 3)), "bf16")
-    y_ref = ref.forward(x, w, None, 1, 1, 1, 1)
+    """More than one 64 x 64 tile and BK step in every pass (row, column and reduction edges),
+    with the geometry of the "2d-groups-dil" case (one compiled specialisation for both)."""
+    _, _, st, pd, dl, g = CASES["2d-groups-dil"]
+    x = host(rng.standard_normal((3, 30, 9, 11)), "bf16")
+    w = host(rng.standard_normal((210, 10, 3, 3)), "bf16")
+    opts = ConvOptions(stride=st, padding=pd, dilation=dl, groups=g)
+    y_ref = ref.forward(x, w, None, st, pd, dl, g)
     dy = host(rng.standard_normal(y_ref.shape), "bf16")
-    y, yl, dx, dw = run_all(runtime, x, w, None, ConvOptions(padding=1), dy, "bf16", ImplicitGemm)
+    y, yl, dx, dw = run_all(runtime, x, w, None, opts, dy, "bf16", ImplicitGemm)
     close(y, y_ref, "bf16")
     close(yl, y_ref, "bf16")
-    close(dx, ref.data_backward(dy, w, x.shape, 1, 1, 1, 1), "bf16")
-    close(dw, ref.weight_backward(x, dy, w.shape, 1, 1, 1, 1), "bf16")
+    close(dx, ref.data_backward(dy, w, x.shape, st, pd, dl, g), "bf16")
+    close(dw, ref.weight_backward(x, dy, w.shape, st, pd, dl, g), "bf16")
 
 
 def test_implicit_gemm_channels_last_ring(runtime, rng, dtype="bf16"):
@@ -140,7 +142,7 @@ def test_strided_inputs(runtime, rng):
 
 
 def test_weight_gradient_is_deterministic(runtime, rng):
-    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-3x3", "bf16")
+    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-groups-dil", "bf16")
     for strategy in (Direct, ImplicitGemm):
         runs = [conv_weight_backward(runtime.tensor(x, dtype="bf16"), runtime.tensor(dy, dtype="bf16"),
                                      w.shape, opts, strategy).numpy().view(np.uint16) for _ in range(2)]

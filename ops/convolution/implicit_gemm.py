@@ -116,6 +116,18 @@ def products(acc, fa, fb, sa, sb, abase, bbase, pm, pn):
                 kd.mma(acc[i * 2 + j], fa[i], fb[j])
 
 
+@kd.func
+def plane_tiles(DT):
+    """A plane's 2 x 2 zeroed accumulators and its A and B operand fragments."""
+    acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
+           kd.fragment_acc(16, 16, 16))
+    fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
+    fb = (kd.fragment_b(DT, 16, 16, 16, layout="col"), kd.fragment_b(DT, 16, 16, 16, layout="col"))
+    for f in kd.unroll(4):
+        kd.fill_fragment(acc[f], 0.0)
+    return acc, fa, fb
+
+
 @kd.kernel
 def conv_gemm(A: kd.Tensor, Bt: kd.Tensor, out: kd.Tensor, bias: kd.Tensor, Mg: kd.i32, Ng: kd.i32,
               R: kd.i32, CHUNK: kd.i32, Cg: kd.i32, Kg: kd.i32, MODE: kd.Const[int], HAS_BIAS: kd.Const[bool],
@@ -148,12 +160,7 @@ def conv_gemm(A: kd.Tensor, Bt: kd.Tensor, out: kd.Tensor, bias: kd.Tensor, Mg: 
     pn = p % 2 * 32
     sa = kd.shared(DT, BM * SK)
     sb = kd.shared(DT, BN * SK)
-    acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
-           kd.fragment_acc(16, 16, 16))
-    fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
-    fb = (kd.fragment_b(DT, 16, 16, 16, layout="col"), kd.fragment_b(DT, 16, 16, 16, layout="col"))
-    for f in kd.unroll(4):
-        kd.fill_fragment(acc[f], 0.0)
+    acc, fa, fb = plane_tiles(DT)
     r_lo = split * CHUNK
     r_hi = kd.min(R, r_lo + CHUNK)
     for k0 in range(r_lo, r_hi, BK):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .gather import split_pixel, split_tap
-from .implicit_gemm import BK, SK, products
+from .implicit_gemm import BK, SK, plane_tiles, products
 
 BM = 128
 BN = 64
@@ -91,12 +91,7 @@ def conv_gemm_nhwc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, HA
     pn = p % 2 * 32
     sa = kd.shared(DT, STAGES * BM * SK)
     sb = kd.shared(DT, STAGES * BN * SK)
-    acc = (kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16), kd.fragment_acc(16, 16, 16),
-           kd.fragment_acc(16, 16, 16))
-    fa = (kd.fragment_a(DT, 16, 16, 16), kd.fragment_a(DT, 16, 16, 16))
-    fb = (kd.fragment_b(DT, 16, 16, 16, layout="col"), kd.fragment_b(DT, 16, 16, 16, layout="col"))
-    for f in kd.unroll(4):
-        kd.fill_fragment(acc[f], 0.0)
+    acc, fa, fb = plane_tiles(DT)
     KT = (R + BK - 1) // BK
     for s in kd.unroll(STAGES - 1):
         fetch_stage(sa, sb, x, w, s, s, KT, m0, n0, Mg, Kg, R, g, Kg, Cg, P, OH, OW, G)
