@@ -33,6 +33,15 @@ def block_channels(first, count, base):
     return out
 
 
+@kd.func
+def unit_work(count):
+    """(group, first channel of the block in the group, batch, flat pixel) of this unit: the
+    grid is (pixel blocks, groups x KB-channel blocks of `count` channels, batch)."""
+    nb = (count + KB - 1) // KB
+    return (kd.cube_pos_y() // nb, kd.cube_pos_y() % nb * KB, kd.cube_pos_z(),
+            kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x())
+
+
 @kd.kernel
 def forward_direct(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
                    G: kd.Const[tuple]):
@@ -40,11 +49,7 @@ def forward_direct(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HA
     OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
     Cg = w.shape[1]
     Kg = y.shape[1] // (x.shape[1] // Cg)
-    nb = (Kg + KB - 1) // KB
-    g = kd.cube_pos_y() // nb
-    k0 = kd.cube_pos_y() % nb * KB
-    b = kd.cube_pos_z()
-    p = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    g, k0, b, p = unit_work(Kg)
     if p < OD * OH * OW:
         od, oh, ow = split_pixel(p, OH, OW)
         cos = block_channels(k0, Kg, g * Kg)
@@ -74,11 +79,7 @@ def data_backward_direct(dy: kd.Tensor, w: kd.Tensor, dx: kd.Tensor, G: kd.Const
     H, W = dx.shape[3], dx.shape[4]
     Cg = w.shape[1]
     Kg = dy.shape[1] // (dx.shape[1] // Cg)
-    nb = (Cg + KB - 1) // KB
-    g = kd.cube_pos_y() // nb
-    c0 = kd.cube_pos_y() % nb * KB
-    b = kd.cube_pos_z()
-    p = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    g, c0, b, p = unit_work(Cg)
     if p < dx.shape[2] * H * W:
         iz, iy, ix = split_pixel(p, H, W)
         cs = block_channels(c0, Cg, 0)
