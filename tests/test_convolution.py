@@ -160,6 +160,30 @@ def test_autotune_and_fallbacks_agree(runtime, rng):
     np.testing.assert_array_equal(y.numpy(), want[0])
 
 
+def test_autotune_times_and_persists_per_bucket(runtime, rng, monkeypatch, tmp_path):
+    """Where it tunes (the matrix primitive native; faked here), Autotune times Direct and
+    ImplicitGemm once per key, stores the choice in the family's JSON file and reuses it."""
+    import json
+
+    from kerneldsl import autotune
+    from rudnn.convolution import tuning
+    monkeypatch.setattr(tuning, "tunes", lambda p: True)
+    monkeypatch.setattr(autotune, "_TUNERS", {})
+    monkeypatch.setattr(autotune, "path", lambda family: tmp_path / f"{family}.json")
+    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-groups-dil", "bf16")
+    tx, tw = runtime.tensor(x, dtype="bf16"), runtime.tensor(w, dtype="bf16")
+    close(conv_forward(tx, tw, None, opts).numpy(), ref.forward(x, w, None, *geo), "bf16")
+    tuner = autotune.tuner("convolution")
+    assert tuner.tuned == 1
+    entry = next(iter(json.loads((tmp_path / "convolution.json").read_text())["choices"].values()))
+    assert entry["choice"] in ("Direct", "ImplicitGemm") and set(entry["times_ms"]) == {"Direct", "ImplicitGemm"}
+    tuner.forget()                      # a new process: the choice comes from the file
+    conv_forward(tx, tw, None, opts)
+    assert tuner.tuned == 1
+    conv_data_backward(runtime.tensor(dy, dtype="bf16"), tw, x.shape, opts)   # another pass: its own key
+    assert tuner.tuned == 2
+
+
 # ---------------------------------------------------------------------------- PyTorch
 TORCH_CASES = ["1d-stride-dil-groups", "2d-groups-dil", "2d-depthwise", "3d"]
 

@@ -27,6 +27,11 @@ def label(p, pass_name: str) -> str:
             f"B*O~{autotune.bucket(g.B * g.pixels)}, Cg~{autotune.bucket(g.Cg)}, Kg~{autotune.bucket(g.Kg)}")
 
 
+def tunes(p) -> bool:
+    """Autotune times the candidates only where the matrix primitive is native."""
+    return "mma" in p.runtime.capabilities.matrix_kinds
+
+
 def resolve(p, pass_name: str, strategy: ConvStrategy, runners: dict) -> str:
     """The runner name ('Direct' or 'ImplicitGemm') for `strategy`: ImplicitGemm where it
     covers p, else Direct; Autotune times both where the primitive is native."""
@@ -35,7 +40,7 @@ def resolve(p, pass_name: str, strategy: ConvStrategy, runners: dict) -> str:
         return "Direct"
     if strategy is ConvStrategy.ImplicitGemm:
         return "ImplicitGemm" if gemm_ok else "Direct"
-    if not (gemm_ok and "mma" in p.runtime.capabilities.matrix_kinds):
+    if not (gemm_ok and tunes(p)):
         return "Direct"
     rt = p.runtime
 
