@@ -23,7 +23,7 @@ CASES = {
     "2d-stride2-odd": ((1, 3, 10, 7), (4, 3, 3, 2), (2, 3), (1, 0), 1, 1),
     "2d-1x1": ((2, 8, 5, 3), (9, 8, 1, 1), 1, 0, 1, 1),
     "2d-depthwise": ((2, 6, 8, 7), (6, 1, 3, 3), 1, 1, 1, 6),
-    "2d-groups-dil": ((1, 6, 9, 9), (9, 2, 3, 3), (1, 2), (2, 1), (2, 1), 3),
+    "2d-groups-dil": ((1, 12, 9, 9), (12, 4, 3, 3), (1, 2), (2, 1), (2, 1), 3),
     "2d-big-pad": ((1, 2, 4, 3), (3, 2, 2, 2), 3, 2, 1, 1),
     "3d": ((1, 3, 5, 6, 4), (4, 3, 3, 2, 3), (1, 2, 1), 1, (1, 1, 2), 1),
 }
@@ -93,9 +93,13 @@ def test_half_precision(runtime, rng, strategy, case, dtype):
     close(dw, ref.weight_backward(x, dy, w.shape, *geo), dtype)
 
 
-def test_implicit_gemm_multiple_tiles(runtime, rng):
+def test_implicit_gemm_multiple_tiles(runtime, rng, monkeypatch):
     """More than one 64 x 64 tile and BK step in every pass (row, column and reduction edges),
-    with the geometry of the "2d-groups-dil" case (one compiled specialisation for both)."""
+    with the geometry of the "2d-groups-dil" case (one compiled specialisation for both);
+    the GEMM kernels run, not the Direct fallback."""
+    from rudnn.convolution import direct
+    for name in ("run_forward", "run_data_backward", "run_weight_backward"):
+        monkeypatch.setattr(direct, name, lambda *a: pytest.fail("ImplicitGemm fell back to Direct"))
     _, _, st, pd, dl, g = CASES["2d-groups-dil"]
     x = host(rng.standard_normal((3, 30, 9, 11)), "bf16")
     w = host(rng.standard_normal((210, 10, 3, 3)), "bf16")
@@ -150,7 +154,8 @@ def test_weight_gradient_is_deterministic(runtime, rng):
 
 
 def test_autotune_and_fallbacks_agree(runtime, rng):
-    """Autotune (the default) and ImplicitGemm on F32 (which runs Direct) give Direct's results."""
+    """Autotune (the default) and ImplicitGemm on F32 (which runs Direct) give Direct's results;
+    so does ImplicitGemm on depthwise F16 (fewer than 4 channels per group: Direct)."""
     x, w, b, opts, y_ref, dy, geo = make(rng, "2d-stride2-odd")
     want = run_all(runtime, x, w, b, opts, dy, "f32", Direct)
     for strategy in (Autotune, ImplicitGemm):
@@ -158,6 +163,10 @@ def test_autotune_and_fallbacks_agree(runtime, rng):
             np.testing.assert_array_equal(got, exp)
     y = conv_forward(runtime.tensor(x), runtime.tensor(w), runtime.tensor(b), opts)   # defaults
     np.testing.assert_array_equal(y.numpy(), want[0])
+    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-depthwise", "f16")
+    t = lambda a: runtime.tensor(a, dtype="f16")  # noqa: E731
+    np.testing.assert_array_equal(conv_forward(t(x), t(w), t(b), opts, ImplicitGemm).numpy(),
+                                  conv_forward(t(x), t(w), t(b), opts, Direct).numpy())
 
 
 def test_autotune_times_and_persists_per_bucket(runtime, rng, monkeypatch, tmp_path):

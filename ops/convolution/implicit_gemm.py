@@ -25,6 +25,7 @@ BK = 32
 SK = BK + 8     # shared row stride (elements), skewed against bank conflicts
 FORWARD, DATA, WEIGHT = 0, 1, 2
 SUM_UNITS = 256
+MIN_GROUP_CHANNELS = 4   # below this per group (depthwise), 64-wide tiles would be mostly padding
 
 
 @kd.func
@@ -205,6 +206,9 @@ def covers(p) -> str:
         return f"ImplicitGemm runs F16/BF16 on the matrix primitive, not {p.dtype.name.upper()}"
     if p.dtype not in p.runtime.capabilities.mma_dtypes:
         return f"the matrix primitive of this device has no {p.dtype.name.upper()}"
+    if p.geo.Cg < MIN_GROUP_CHANNELS or p.geo.Kg < MIN_GROUP_CHANNELS:
+        return (f"ImplicitGemm needs at least {MIN_GROUP_CHANNELS} channels per group on both sides "
+                f"(Cin/groups = {p.geo.Cg}, Cout/groups = {p.geo.Kg}): depthwise runs Direct")
     if 4 * p.runtime.capabilities.plane_dim > p.runtime.capabilities.max_cube_units or 256 % p.runtime.plane_dim:
         return "a cube of 4 planes does not fit this device"
     return ""
