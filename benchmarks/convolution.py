@@ -1,0 +1,199 @@
+"""rudnn.convolution next to the best baseline on this machine: forward, data gradient and
+weight gradient, TFLOP/s counted as 2·B·Cout·O·(Cin/groups)·taps per pass.
+
+    python -m benchmarks.convolution                         # GPU: cuDNN set; CPU: the 3x3 CPU case
+    python -m benchmarks.convolution --quick                 # a smoke run (small batch, few shapes)
+    python -m benchmarks.convolution --runtimes cuda --dtypes bf16 --passes forward
+    python -m benchmarks.convolution --runtimes cpu --strategies Direct
+
+CUDA runtime (the H200 set of the issue): the ResNet-50 3x3 convolutions (N 64, C = K =
+64/128/256 at 56²/28²/14²), a 1x1 (C 256 -> K 1024 at 56²) and a depthwise 3x3 (C = K = 256
+at 28²), bf16 and f32. Inputs are made by torch on the GPU and shared through DLPack. The
+baseline is cuDNN with `torch.backends.cudnn.benchmark = True`: `F.conv2d` on channels_last
+tensors for the forward pass (ours: `conv_forward_nhwc`), `aten.convolution_backward` for the
+gradients (ours: `conv_data_backward` / `conv_weight_backward`, NCHW). Both sides are timed with
+CUDA events (median of --reps); every result is checked against torch first (relative L2 error).
+
+CPU runtimes: f32 3x3, N 8, C = K = 64, 56² (the issue's CPU case) next to torch CPU
+(oneDNN) in NCHW and channels_last and numpy im2col + matmul; best wall time of --reps.
+"ratio" is baseline time / ours (above 1: ours is faster).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import kerneldsl as kd
+from rudnn.convolution import (ConvOptions, ConvStrategy, conv_data_backward, conv_forward,
+                               conv_forward_nhwc, conv_weight_backward)
+
+from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
+
+# name -> (N, C, K, H=W, kernel, stride, groups)
+GPU_SHAPES = {
+    "r50-3x3-64@56": (64, 64, 64, 56, 3, 1, 1),
+    "r50-3x3-128@28": (64, 128, 128, 28, 3, 1, 1),
+    "r50-3x3-256@14": (64, 256, 256, 14, 3, 1, 1),
+    "1x1-256to1024@56": (64, 256, 1024, 56, 1, 1, 1),
+    "dw-3x3-256@28": (64, 256, 256, 28, 3, 1, 256),
+}
+CPU_SHAPES = {"3x3-64@56": (8, 64, 64, 56, 3, 1, 1)}
+PASSES = ("forward", "data", "weight")
+TDTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def _torch():
+    try:
+        import torch
+        return torch
+    except ImportError:
+        return None
+
+
+def options(shape) -> ConvOptions:
+    _, _, _, _, R, s, g = shape
+    return ConvOptions(stride=s, padding=R // 2, groups=g)
+
+
+def flops(shape) -> float:
+    N, C, K, H, R, s, g = shape
+    O = (H + 2 * (R // 2) - R) // s + 1
+    return 2.0 * N * K * O * O * (C // g) * R * R
+
+
+def rel_err(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+# ------------------------------------------------------------------------------ GPU
+def gpu_rows(args, torch, rt):
+    F = torch.nn.functional
+    torch.backends.cudnn.benchmark = True
+    conv_bwd = torch.ops.aten.convolution_backward
+    rows = []
+    shapes = {k: v for k, v in GPU_SHAPES.items() if not args.shapes or k in args.shapes}
+    for name, shape in shapes.items():
+        N, C, K, H, R, s, g = shape
+        if args.quick:
+            N = 8
+            shape = (N, *shape[1:])
+        for dt in args.dtypes:
+            tdt = getattr(torch, TDTYPES[dt])
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            x = torch.randn(N, C, H, H, device="cuda", generator=gen).to(tdt)
+            w = (torch.randn(K, C // g, R, R, device="cuda", generator=gen) / (C // g * R * R) ** 0.5).to(tdt)
+            opts = options(shape)
+            stride, pad = (s, s), (R // 2, R // 2)
+            y_ref = F.conv2d(x, w, None, stride, pad, 1, g)
+            dy = torch.randn(y_ref.shape, device="cuda", generator=gen).to(tdt)
+            x_cl, w_cl = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+            x_nhwc, w_nhwc = x.permute(0, 2, 3, 1).contiguous(), w.permute(0, 2, 3, 1).contiguous()
+            kx, kw, kdy = kd.from_dlpack(x), kd.from_dlpack(w), kd.from_dlpack(dy)
+            kxl, kwl = kd.from_dlpack(x_nhwc), kd.from_dlpack(w_nhwc)
+            for pss in args.passes:
+                if pss == "forward":
+                    base = lambda: F.conv2d(x_cl, w_cl, None, stride, pad, 1, g)  # noqa: E731
+                    want = y_ref.permute(0, 2, 3, 1)
+                    mine = lambda st: (lambda: conv_forward_nhwc(kxl, kwl, None, opts, st))  # noqa: E731
+                elif pss == "data":
+                    base = lambda: conv_bwd(dy, x, w, None, stride, pad, (1, 1), False, (0, 0), g,  # noqa: E731
+                                            (True, False, False))[0]
+                    want = base()
+                    mine = lambda st: (lambda: conv_data_backward(kdy, kw, tuple(x.shape), opts, st))  # noqa: E731
+                else:
+                    base = lambda: conv_bwd(dy, x, w, None, stride, pad, (1, 1), False, (0, 0), g,  # noqa: E731
+                                            (False, True, False))[1]
+                    want = base()
+                    mine = lambda st: (lambda: conv_weight_backward(kx, kdy, tuple(w.shape), opts, st))  # noqa: E731
+                t_base = median_torch_cuda_time(torch, base, args.reps)
+                for st in args.strategies:
+                    fn = mine(ConvStrategy[st])
+                    err = rel_err(torch.from_dlpack(fn()).float().cpu(), want.float().cpu())
+                    t = median_device_time(rt, fn, args.reps)
+                    rows.append((name, f"N{N}", dt, pss, st, f"{t * 1e3:.3f}", f"{t_base * 1e3:.3f}",
+                                 f"{t_base / t:.2f}x", f"{flops(shape) / t / 1e12:.1f}", f"{err:.1e}"))
+                    print(*rows[-1], flush=True)
+    return rows
+
+
+# ------------------------------------------------------------------------------ CPU
+def im2col_conv(x, w, R, pad):
+    """numpy baseline: unfold the padded input (3x3, stride 1) then one matmul."""
+    N, C, H, W = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    cols = np.stack([xp[:, :, i:i + H, j:j + W] for i in range(R) for j in range(R)], 2)  # N, C, R*R, H, W
+    return np.matmul(w.reshape(w.shape[0], -1), cols.reshape(N, C * R * R, H * W)).reshape(N, -1, H, W)
+
+
+def cpu_rows(args, torch, rt):
+    rows = []
+    for name, shape in CPU_SHAPES.items():
+        N, C, K, H, R, s, g = shape
+        if args.quick:
+            N, H = 2, 28
+            shape = (N, C, K, H, R, s, g)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((N, C, H, H)).astype(np.float32)
+        w = (rng.standard_normal((K, C, R, R)) / np.sqrt(C * R * R)).astype(np.float32)
+        opts = options(shape)
+        want = im2col_conv(x, w, R, R // 2)
+        kx, kw = rt.tensor(x), rt.tensor(w)
+        kxl, kwl = rt.tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1))), rt.tensor(np.ascontiguousarray(w.transpose(0, 2, 3, 1)))
+        base = {"numpy im2col": lambda: im2col_conv(x, w, R, R // 2)}
+        if torch is not None:
+            tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+            txl, twl = tx.to(memory_format=torch.channels_last), tw.to(memory_format=torch.channels_last)
+            base["torch NCHW"] = lambda: torch.nn.functional.conv2d(tx, tw, None, 1, R // 2)
+            base["torch NHWC"] = lambda: torch.nn.functional.conv2d(txl, twl, None, 1, R // 2)
+        base_t = {k: best_time(f, args.reps) for k, f in base.items()}
+        for st in args.strategies:
+            for layout, fn in (("NCHW", lambda: conv_forward(kx, kw, None, opts, ConvStrategy[st])),
+                               ("NHWC", lambda: conv_forward_nhwc(kxl, kwl, None, opts, ConvStrategy[st]))):
+                got = fn().numpy()
+                err = rel_err(got if layout == "NCHW" else got.transpose(0, 3, 1, 2), want)
+                t = best_time(lambda: (fn(), rt.synchronize()), args.reps)
+                for bname, tb in base_t.items():
+                    rows.append((f"{name} N{N}", rt.name, "f32", f"forward {layout}", st, f"{t * 1e3:.2f}", bname,
+                                 f"{tb * 1e3:.2f}", f"{tb / t:.2f}x", f"{flops(shape) / t / 1e9:.1f}", f"{err:.1e}"))
+                    print(*rows[-1], flush=True)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runtimes", default=None, help="comma list (default: cuda with torch CUDA, else cpu)")
+    ap.add_argument("--dtypes", default="bf16,f32")
+    ap.add_argument("--passes", default=",".join(PASSES))
+    ap.add_argument("--strategies", default="ImplicitGemm,Direct")
+    ap.add_argument("--shapes", default="", help="comma list of GPU shape names (default: all)")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: small batch, 3 reps")
+    args = ap.parse_args(argv)
+    args.dtypes, args.passes = args.dtypes.split(","), args.passes.split(",")
+    args.strategies = args.strategies.split(",")
+    args.shapes = [s for s in args.shapes.split(",") if s]
+    if args.quick:
+        args.reps = min(args.reps, 3)
+    torch = _torch()
+    gpu = torch is not None and torch.cuda.is_available() and "cuda" in kd.available_runtimes()
+    runtimes = args.runtimes.split(",") if args.runtimes else (["cuda"] if gpu else ["cpu"])
+    print(machine())
+    for name in runtimes:
+        rt = kd.runtime(name)
+        print(f"runtime {rt.name}: {rt.capabilities.device_name}")
+        if rt.capabilities.mma_native:
+            if torch is None or not torch.cuda.is_available():
+                raise SystemExit("the GPU set needs PyTorch with CUDA (the cuDNN baseline and DLPack inputs)")
+            rows = gpu_rows(args, torch, rt)
+            print(table(rows, ["shape", "batch", "dtype", "pass", "strategy", "ours ms", "cuDNN ms", "ratio",
+                               "TFLOP/s", "rel err"]))
+        else:
+            rows = cpu_rows(args, torch, rt)
+            print(table(rows, ["shape", "runtime", "dtype", "pass", "strategy", "ours ms", "baseline", "base ms",
+                               "ratio", "GFLOP/s", "rel err"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Index helpers shared by the convolution kernels: the input value under a kernel tap
+(forward and weight backward) and the output-gradient value that reaches an input position
+through a tap (data backward, the gather form of the transposed convolution). `G` is the
+compile-time geometry tuple (SD, SH, SW, PD, PH, PW, DD, DH, DW, KD, KH, KW)."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+
+@kd.func
+def split_pixel(p, OH, OW):
+    """(d, h, w) of flat pixel p in a grid of rows OH x OW."""
+    return p // (OH * OW), p // OW % OH, p % OW
+
+
+@kd.func
+def split_tap(t, G):
+    """(kz, ky, kx) of flat kernel tap t."""
+    return t // (G[10] * G[11]), t // G[11] % G[10], t % G[11]
+
+
+@kd.func
+def window_value(x, b, ci, od, oh, ow, kz, ky, kx, G):
+    """x[b, ci, o·stride + k·dilation − padding] as f32, 0 outside the input."""
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    iz = od * G[0] + kz * G[6] - G[3]
+    iy = oh * G[1] + ky * G[7] - G[4]
+    ix = ow * G[2] + kx * G[8] - G[5]
+    inside = iz >= 0 and iz < D and iy >= 0 and iy < H and ix >= 0 and ix < W
+    return kd.select(inside, kd.f32(x[b, ci, kd.clamp(iz, 0, D - 1), kd.clamp(iy, 0, H - 1),
+                                      kd.clamp(ix, 0, W - 1)]), 0.0)
+
+
+@kd.func
+def reaching_value(dy, b, co, iz, iy, ix, kz, ky, kx, G):
+    """dy[b, co, o] for the output position o with o·stride + k·dilation − padding = i, as
+    f32; 0 where there is none (not a whole multiple of the stride, or out of range)."""
+    OD, OH, OW = dy.shape[2], dy.shape[3], dy.shape[4]
+    tz = iz + G[3] - kz * G[6]
+    ty = iy + G[4] - ky * G[7]
+    tx = ix + G[5] - kx * G[8]
+    oz = tz // G[0]
+    oy = ty // G[1]
+    ox = tx // G[2]
+    hit = (tz >= 0 and oz * G[0] == tz and oz < OD and ty >= 0 and oy * G[1] == ty and oy < OH
+           and tx >= 0 and ox * G[2] == tx and ox < OW)
+    return kd.select(hit, kd.f32(dy[b, co, kd.clamp(oz, 0, OD - 1), kd.clamp(oy, 0, OH - 1),
+                                    kd.clamp(ox, 0, OW - 1)]), 0.0)

@@ -1,0 +1,53 @@
+"""Strategy choice for rudnn.convolution: what `ImplicitGemm` covers (else `Direct` runs),
+and `Autotune`, which times the valid candidates once per (device, pass, dtype, layout of the
+geometry, shape buckets) key through the shared `kerneldsl.autotune` tuner (persisted
+beside the kernel cache). ImplicitGemm joins the candidates only where the matrix primitive
+is native (`"mma" in caps.matrix_kinds`): elsewhere it is an exact emulation, kept for
+correctness, never faster than Direct."""
+from __future__ import annotations
+
+from kerneldsl import autotune
+
+from . import implicit_gemm
+from .options import ConvStrategy
+
+FAMILY = "convolution"
+
+
+def key(p, pass_name: str) -> tuple:
+    g = p.geo
+    return (autotune.device_key(p.runtime), pass_name, p.dtype.name, g.rank, g.R, g.stride, g.dil,
+            g.groups == g.C and g.groups == g.K, autotune.bucket(g.B * g.pixels), autotune.bucket(g.Cg),
+            autotune.bucket(g.Kg), p.x is not None and p.x.strides[1] == 1)
+
+
+def label(p, pass_name: str) -> str:
+    g = p.geo
+    return (f"{pass_name}, {p.dtype.name}, {g.rank}-D, kernel {list(g.R[3 - g.rank:])}, "
+            f"B*O~{autotune.bucket(g.B * g.pixels)}, Cg~{autotune.bucket(g.Cg)}, Kg~{autotune.bucket(g.Kg)}")
+
+
+def tunes(p) -> bool:
+    """Autotune times the candidates only where the matrix primitive is native."""
+    return "mma" in p.runtime.capabilities.matrix_kinds
+
+
+def resolve(p, pass_name: str, strategy: ConvStrategy, runners: dict) -> str:
+    """The runner name ('Direct' or 'ImplicitGemm') for `strategy`: ImplicitGemm where it
+    covers p, else Direct; Autotune times both where the primitive is native."""
+    gemm_ok = not implicit_gemm.covers(p)
+    if strategy is ConvStrategy.Direct:
+        return "Direct"
+    if strategy is ConvStrategy.ImplicitGemm:
+        return "ImplicitGemm" if gemm_ok else "Direct"
+    if not (gemm_ok and tunes(p)):
+        return "Direct"
+    rt = p.runtime
+
+    def timed(name):
+        def go():
+            runners[name]()
+            rt.synchronize()
+        return go
+
+    return autotune.tuner(FAMILY).choose(key(p, pass_name), {n: timed(n) for n in runners}, label(p, pass_name))

@@ -1,0 +1,327 @@
+"""rudnn.convolution (SPEC §6) on every runtime: a float64 numpy reference over a sweep of
+ranks, strides, paddings, dilations, groups (depthwise, 1x1, odd sizes), both layouts and
+strided inputs; PyTorch CPU cross-checks; the implicit GEMM on F16/BF16 (the matrix
+primitive's exact emulation off CUDA); determinism of the weight gradient; every error rule."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+import rudnn
+from reference import convolution as ref
+from rudnn.convolution import (ConvOptions, ConvSetupError, ConvStrategy, conv_data_backward, conv_forward,
+                               conv_forward_nhwc, conv_weight_backward)
+
+pytestmark = pytest.mark.feature("convolution")
+Direct, ImplicitGemm, Autotune = ConvStrategy.Direct, ConvStrategy.ImplicitGemm, ConvStrategy.Autotune
+TOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 1.6e-2}
+
+# (x shape [B, C, *S], weight shape [K, C/g, *R], stride, padding, dilation, groups)
+CASES = {
+    "1d-basic": ((2, 3, 11), (5, 3, 3), 1, 1, 1, 1),
+    "1d-stride-dil-groups": ((1, 4, 13), (6, 2, 3), 2, 2, 2, 2),
+    "2d-3x3": ((2, 5, 7, 9), (7, 5, 3, 3), 1, 1, 1, 1),
+    "2d-stride2-odd": ((1, 3, 10, 7), (4, 3, 3, 2), (2, 3), (1, 0), 1, 1),
+    "2d-1x1": ((2, 8, 5, 3), (9, 8, 1, 1), 1, 0, 1, 1),
+    "2d-depthwise": ((2, 6, 8, 7), (6, 1, 3, 3), 1, 1, 1, 6),
+    "2d-groups-dil": ((1, 12, 9, 9), (12, 4, 3, 3), (1, 2), (2, 1), (2, 1), 3),
+    "2d-big-pad": ((1, 2, 4, 3), (3, 2, 2, 2), 3, 2, 1, 1),
+    "3d": ((1, 3, 5, 6, 4), (4, 3, 3, 2, 3), (1, 2, 1), 1, (1, 1, 2), 1),
+}
+
+
+def host(a, dtype):
+    """`a` rounded to `dtype` and back to f32 (what the kernels see)."""
+    return np.asarray(a, np.float32).astype(kd.as_dtype(dtype).np).astype(np.float32)
+
+
+def close(got, want, dtype):
+    """Within the dtype's rounding of the result's magnitude (F32 accumulation everywhere)."""
+    got = np.asarray(got).astype(np.float64)
+    assert got.shape == want.shape
+    mag = max(1.0, float(np.abs(want).max())) if want.size else 1.0
+    np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype] * mag)
+
+
+def make(rng, case, dtype="f32", bias=True):
+    xs, ws, st, pd, dl, g = CASES[case]
+    x = host(rng.standard_normal(xs), dtype)
+    w = host(rng.standard_normal(ws), dtype)
+    b = host(rng.standard_normal(ws[0]), dtype) if bias else None
+    opts = ConvOptions(stride=st, padding=pd, dilation=dl, groups=g)
+    y = ref.forward(x, w, b, st, pd, dl, g)
+    dy = host(rng.standard_normal(y.shape), dtype)
+    return x, w, b, opts, y, dy, (st, pd, dl, g)
+
+
+def channels_last(a):
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1))
+
+
+def run_all(runtime, x, w, b, opts, dy, dtype, strategy):
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    tb = None if b is None else t(b)
+    y = conv_forward(t(x), t(w), tb, opts, strategy)
+    yl = conv_forward_nhwc(t(channels_last(x)), t(channels_last(w)), tb, opts, strategy)
+    dx = conv_data_backward(t(dy), t(w), x.shape, opts, strategy)
+    dw = conv_weight_backward(t(x), t(dy), w.shape, opts, strategy)
+    for r in (y, yl, dx, dw):
+        assert r.dtype is kd.as_dtype(dtype)
+    return y.numpy(), np.moveaxis(yl.numpy(), -1, 1), dx.numpy(), dw.numpy()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_direct_f32_sweep(runtime, rng, case):
+    """Every pass and both layouts against the float64 reference."""
+    x, w, b, opts, y_ref, dy, geo = make(rng, case)
+    y, yl, dx, dw = run_all(runtime, x, w, b, opts, dy, "f32", Direct)
+    close(y, y_ref, "f32")
+    close(yl, y_ref, "f32")
+    close(dx, ref.data_backward(dy, w, x.shape, *geo), "f32")
+    close(dw, ref.weight_backward(x, dy, w.shape, *geo), "f32")
+
+
+@pytest.mark.parametrize("strategy,case,dtype", [(Direct, "2d-3x3", "bf16"), (Direct, "3d", "f16"),
+                                                 (ImplicitGemm, "2d-groups-dil", "bf16")],
+                         ids=lambda v: getattr(v, "name", v))
+def test_half_precision(runtime, rng, strategy, case, dtype):
+    """F16/BF16 in and out, F32 accumulation; ImplicitGemm runs the fragment GEMM here."""
+    x, w, b, opts, y_ref, dy, geo = make(rng, case, dtype)
+    y, yl, dx, dw = run_all(runtime, x, w, b, opts, dy, dtype, strategy)
+    close(y, y_ref, dtype)
+    close(yl, y_ref, dtype)
+    close(dx, ref.data_backward(dy, w, x.shape, *geo), dtype)
+    close(dw, ref.weight_backward(x, dy, w.shape, *geo), dtype)
+
+
+def test_implicit_gemm_multiple_tiles(runtime, rng, monkeypatch):
+    """More than one 64 x 64 tile and BK step in every pass (row, column and reduction edges),
+    with the geometry of the "2d-groups-dil" case (one compiled specialisation for both);
+    the GEMM kernels run, not the Direct fallback."""
+    from rudnn.convolution import direct
+    for name in ("run_forward", "run_data_backward", "run_weight_backward"):
+        monkeypatch.setattr(direct, name, lambda *a: pytest.fail("ImplicitGemm fell back to Direct"))
+    _, _, st, pd, dl, g = CASES["2d-groups-dil"]
+    x = host(rng.standard_normal((3, 30, 9, 11)), "bf16")
+    w = host(rng.standard_normal((210, 10, 3, 3)), "bf16")
+    opts = ConvOptions(stride=st, padding=pd, dilation=dl, groups=g)
+    y_ref = ref.forward(x, w, None, st, pd, dl, g)
+    dy = host(rng.standard_normal(y_ref.shape), "bf16")
+    y, yl, dx, dw = run_all(runtime, x, w, None, opts, dy, "bf16", ImplicitGemm)
+    close(y, y_ref, "bf16")
+    close(yl, y_ref, "bf16")
+    close(dx, ref.data_backward(dy, w, x.shape, st, pd, dl, g), "bf16")
+    close(dw, ref.weight_backward(x, dy, w.shape, st, pd, dl, g), "bf16")
+
+
+def test_implicit_gemm_channels_last_ring(runtime, rng, dtype="bf16"):
+    """The async-copy ring of the NHWC forward (Cin/groups a multiple of 8): padding, stride,
+    dilation, groups, partial row and column tiles, bias."""
+    x = host(rng.standard_normal((3, 32, 9, 7)), dtype)
+    w = host(rng.standard_normal((70, 16, 3, 3)), dtype)
+    b = host(rng.standard_normal(70), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    t = lambda a: runtime.tensor(channels_last(a), dtype=dtype)  # noqa: E731
+    y = conv_forward_nhwc(t(x), t(w), runtime.tensor(b, dtype=dtype), opts, ImplicitGemm)
+    close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
+def test_strided_inputs(runtime, rng):
+    """Non-contiguous views (a channel slice, a spatial step) give the results of their copies."""
+    x_full = rng.standard_normal((2, 9, 14, 8)).astype(np.float32)
+    w_full = rng.standard_normal((6, 6, 3, 3)).astype(np.float32)
+    tx = runtime.tensor(x_full)[:, 1:7, ::2]
+    tw = runtime.tensor(w_full)[:, ::2]
+    x, w = x_full[:, 1:7, ::2], w_full[:, ::2]
+    opts = ConvOptions(padding=1, groups=2)
+    close(conv_forward(tx, tw, None, opts).numpy(), ref.forward(x, w, None, 1, 1, 1, 2), "f32")
+    dy = rng.standard_normal((2, 6, 7, 8)).astype(np.float32)
+    tdy = runtime.tensor(np.concatenate([dy, dy], axis=3))[:, :, :, ::2]
+    dyv = np.concatenate([dy, dy], axis=3)[:, :, :, ::2]
+    close(conv_data_backward(tdy, tw, x.shape, opts).numpy(), ref.data_backward(dyv, w, x.shape, 1, 1, 1, 2), "f32")
+    close(conv_weight_backward(tx, tdy, w.shape, opts).numpy(), ref.weight_backward(x, dyv, w.shape, 1, 1, 1, 2),
+          "f32")
+    xl = runtime.tensor(channels_last(x_full))[:, 1:, :, 1:7]   # NHWC with a strided channel axis
+    close(np.moveaxis(conv_forward_nhwc(xl, runtime.tensor(channels_last(w)), None, opts).numpy(), -1, 1),
+          ref.forward(x_full[:, 1:7, 1:], w, None, 1, 1, 1, 2), "f32")
+
+
+def test_weight_gradient_is_deterministic(runtime, rng):
+    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-groups-dil", "bf16")
+    for strategy in (Direct, ImplicitGemm):
+        runs = [conv_weight_backward(runtime.tensor(x, dtype="bf16"), runtime.tensor(dy, dtype="bf16"),
+                                     w.shape, opts, strategy).numpy().view(np.uint16) for _ in range(2)]
+        np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_autotune_and_fallbacks_agree(runtime, rng):
+    """Autotune (the default) and ImplicitGemm on F32 (which runs Direct) give Direct's results;
+    so does ImplicitGemm on depthwise F16 (fewer than 4 channels per group: Direct)."""
+    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-stride2-odd")
+    want = run_all(runtime, x, w, b, opts, dy, "f32", Direct)
+    for strategy in (Autotune, ImplicitGemm):
+        for got, exp in zip(run_all(runtime, x, w, b, opts, dy, "f32", strategy), want):
+            np.testing.assert_array_equal(got, exp)
+    y = conv_forward(runtime.tensor(x), runtime.tensor(w), runtime.tensor(b), opts)   # defaults
+    np.testing.assert_array_equal(y.numpy(), want[0])
+    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-depthwise", "f16")
+    t = lambda a: runtime.tensor(a, dtype="f16")  # noqa: E731
+    np.testing.assert_array_equal(conv_forward(t(x), t(w), t(b), opts, ImplicitGemm).numpy(),
+                                  conv_forward(t(x), t(w), t(b), opts, Direct).numpy())
+
+
+def test_autotune_times_and_persists_per_bucket(runtime, rng, monkeypatch, tmp_path):
+    """Where it tunes (the matrix primitive native; faked here), Autotune times Direct and
+    ImplicitGemm once per key, stores the choice in the family's JSON file and reuses it."""
+    import json
+
+    from kerneldsl import autotune
+    from rudnn.convolution import tuning
+    monkeypatch.setattr(tuning, "tunes", lambda p: True)
+    monkeypatch.setattr(autotune, "_TUNERS", {})
+    monkeypatch.setattr(autotune, "path", lambda family: tmp_path / f"{family}.json")
+    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-groups-dil", "bf16")
+    tx, tw = runtime.tensor(x, dtype="bf16"), runtime.tensor(w, dtype="bf16")
+    close(conv_forward(tx, tw, None, opts).numpy(), ref.forward(x, w, None, *geo), "bf16")
+    tuner = autotune.tuner("convolution")
+    assert tuner.tuned == 1
+    entry = next(iter(json.loads((tmp_path / "convolution.json").read_text())["choices"].values()))
+    assert entry["choice"] in ("Direct", "ImplicitGemm") and set(entry["times_ms"]) == {"Direct", "ImplicitGemm"}
+    tuner.forget()                      # a new process: the choice comes from the file
+    conv_forward(tx, tw, None, opts)
+    assert tuner.tuned == 1
+    conv_data_backward(runtime.tensor(dy, dtype="bf16"), tw, x.shape, opts)   # another pass: its own key
+    assert tuner.tuned == 2
+
+
+# ---------------------------------------------------------------------------- PyTorch
+TORCH_CASES = ["1d-stride-dil-groups", "2d-groups-dil", "2d-depthwise", "3d"]
+
+
+@pytest.mark.parametrize("case", TORCH_CASES)
+def test_matches_pytorch(runtime, rng, case):
+    torch = pytest.importorskip("torch", reason="PyTorch CPU is the cross-check (pip install .[oracle])")
+    F = torch.nn.functional
+    x, w, b, opts, _, dy, (st, pd, dl, g) = make(rng, case)
+    n = x.ndim - 2
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[n]
+    grad_in = {1: torch.nn.grad.conv1d_input, 2: torch.nn.grad.conv2d_input, 3: torch.nn.grad.conv3d_input}[n]
+    grad_w = {1: torch.nn.grad.conv1d_weight, 2: torch.nn.grad.conv2d_weight, 3: torch.nn.grad.conv3d_weight}[n]
+    T = torch.from_numpy
+    y, yl, dx, dw = run_all(runtime, x, w, b, opts, dy, "f32", Autotune)
+    close(y, conv(T(x), T(w), T(b), st, pd, dl, g).double().numpy(), "f32")
+    close(yl, conv(T(x), T(w), T(b), st, pd, dl, g).double().numpy(), "f32")
+    close(dx, grad_in(x.shape, T(w), T(dy), st, pd, dl, g).double().numpy(), "f32")
+    close(dw, grad_w(T(x), w.shape, T(dy), st, pd, dl, g).double().numpy(), "f32")
+
+
+# ---------------------------------------------------------------------------- errors, empty
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Any kernel launch fails the test (for zero-size inputs and validation errors)."""
+    def refuse(self, *a, **k):
+        raise AssertionError(f"kernel {self.__name__} launched")
+    monkeypatch.setattr(kd.Kernel, "launch", refuse)
+
+
+def test_zero_batch_gives_empty_results(runtime, no_launch):
+    x = runtime.zeros((0, 4, 6, 6))
+    w = runtime.zeros((3, 4, 3, 3))
+    assert conv_forward(x, w).shape == (0, 3, 4, 4)
+    assert conv_forward_nhwc(runtime.zeros((0, 6, 6, 4)), runtime.zeros((3, 3, 3, 4))).shape == (0, 4, 4, 3)
+    assert conv_data_backward(runtime.zeros((0, 3, 4, 4)), w, (0, 4, 6, 6), ConvOptions()).shape == (0, 4, 6, 6)
+    assert conv_forward(x, runtime.zeros((0, 4, 3, 3))).shape == (0, 0, 4, 4)
+
+
+def test_zero_batch_weight_gradient_is_zero(runtime):
+    dw = conv_weight_backward(runtime.zeros((0, 2, 5)), runtime.zeros((0, 3, 3)), (3, 2, 3), ConvOptions())
+    np.testing.assert_array_equal(dw.numpy(), np.zeros((3, 2, 3), np.float32))
+
+
+def forward_error(runtime, x_shape=(1, 4, 6, 6), w_shape=(2, 4, 3, 3), opts=ConvOptions(), **kw):
+    x = kw.pop("x", runtime.zeros(x_shape))
+    w = kw.pop("w", runtime.zeros(w_shape))
+    return lambda: conv_forward(x, w, kw.pop("bias", None), opts, kw.pop("strategy", Autotune))
+
+
+ERRORS = {
+    "rank": (dict(x_shape=(4, 6), w_shape=(2, 4)), "rank 3, 4 or 5"),
+    "rank6": (dict(x_shape=(1, 1, 2, 2, 2, 2), w_shape=(1, 1, 1, 1, 1, 1)), "rank 3, 4 or 5"),
+    "weight-rank": (dict(w_shape=(2, 4, 3)), "weight must have rank 4"),
+    "cin-groups": (dict(x_shape=(1, 5, 6, 6), w_shape=(2, 1, 3, 3), opts=ConvOptions(groups=2)), "Cin = 5"),
+    "cout-groups": (dict(x_shape=(1, 4, 6, 6), w_shape=(3, 2, 3, 3), opts=ConvOptions(groups=2)), "Cout = 3"),
+    "weight-cin": (dict(w_shape=(2, 3, 3, 3)), "Cin/groups = 4"),
+    "stride-0": (dict(opts=ConvOptions(stride=0)), "options.stride must be >= 1"),
+    "stride-neg": (dict(opts=ConvOptions(stride=(1, -1))), "options.stride must be >= 1"),
+    "dilation-0": (dict(opts=ConvOptions(dilation=(0, 1))), "options.dilation must be >= 1"),
+    "padding-neg": (dict(opts=ConvOptions(padding=-1)), "options.padding must be >= 0"),
+    "output-size": (dict(w_shape=(2, 4, 7, 3)), "below 1"),
+    "output-size-dil": (dict(opts=ConvOptions(dilation=3)), "below 1"),
+    "tuple-length": (dict(opts=ConvOptions(stride=(1, 1, 1))), "options.stride must have 2 entries"),
+    "groups-0": (dict(opts=ConvOptions(groups=0)), "options.groups must be >= 1"),
+    "groups-type": (dict(opts=ConvOptions(groups=1.0)), "options.groups must be an int"),
+    "options-type": (dict(opts={"stride": 1}), "options must be a ConvOptions"),
+    "strategy": (dict(strategy="Direct"), "strategy must be a ConvStrategy"),
+    "dtype": (dict(x="int"), "input must be"),
+    "bias-shape": (dict(bias="short"), "bias must have shape [2]"),
+}
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_forward_errors(runtime, no_launch, name):
+    kw, needle = ERRORS[name]
+    kw = dict(kw)
+    if kw.get("x") == "int":
+        kw["x"] = runtime.zeros((1, 4, 6, 6), "i32")
+    if kw.get("bias") == "short":
+        kw["bias"] = runtime.zeros((3,))
+    with pytest.raises(ConvSetupError, match=needle.replace("[", r"\[").replace("(", r"\(")):
+        forward_error(runtime, **kw)()
+
+
+def test_mixed_dtypes_and_runtimes(runtime, no_launch):
+    x, w = runtime.zeros((1, 2, 5)), runtime.zeros((2, 2, 3), "bf16")
+    with pytest.raises(ConvSetupError, match="weight must have the dtype of input"):
+        conv_forward(x, w)
+    other = kd.get_runtime("cpu") if runtime.name != "cpu" else None
+    if other is None:
+        others = [n for n in kd.available_runtimes() if n != "cpu"]
+        if not others:
+            return   # only one runtime on this host: nothing to mix
+        other = kd.get_runtime(others[0])
+    with pytest.raises(ConvSetupError, match="all tensors of one call must share a runtime") as e:
+        conv_forward(x, other.zeros((2, 2, 3)))
+    assert runtime.name in str(e.value) and other.name in str(e.value)
+
+
+def test_backward_errors(runtime, no_launch):
+    w = runtime.zeros((4, 2, 3, 3))
+    dy = runtime.zeros((1, 4, 6, 6))
+    opts = ConvOptions(padding=1)
+    with pytest.raises(ConvSetupError, match=r"out_grad must have shape \[1, 4, 5, 5\]"):
+        conv_data_backward(dy, w, (1, 2, 5, 5), opts)
+    with pytest.raises(ConvSetupError, match="in_shape must have 4 entries"):
+        conv_data_backward(dy, w, (1, 2, 6), opts)
+    with pytest.raises(ConvSetupError, match="in_shape must be a tuple of ints"):
+        conv_data_backward(dy, w, "1,2,6,6", opts)
+    with pytest.raises(ConvSetupError, match="Cin/groups = 1"):
+        conv_data_backward(dy, w, (1, 2, 6, 6), ConvOptions(padding=1, groups=2))
+    with pytest.raises(ConvSetupError, match="conv_data_backward: out_grad must have rank 3, 4 or 5"):
+        conv_data_backward(runtime.zeros((4, 6)), w, (1, 2, 6, 6), opts)
+    x = runtime.zeros((1, 2, 6, 6))
+    with pytest.raises(ConvSetupError, match="weight_shape must have 4 entries"):
+        conv_weight_backward(x, dy, (4, 2, 3), opts)
+    with pytest.raises(ConvSetupError, match="Cout = 3"):
+        conv_weight_backward(x, dy, (3, 1, 3, 3), ConvOptions(padding=1, groups=2))
+    with pytest.raises(ConvSetupError, match="options.padding must be >= 0"):
+        conv_weight_backward(x, dy, (4, 2, 3, 3), ConvOptions(padding=-1))
+    with pytest.raises(ConvSetupError, match=r"out_grad must have shape \[1, 4, 2, 2\]"):
+        conv_weight_backward(x, dy, (4, 2, 3, 3), ConvOptions(stride=2))
+    with pytest.raises(ConvSetupError, match="below 1"):
+        conv_weight_backward(x, dy, (4, 2, 9, 3), opts)
+    with pytest.raises(ConvSetupError, match="out_grad must have the dtype of input"):
+        conv_weight_backward(x, runtime.zeros((1, 4, 6, 6), "f16"), (4, 2, 3, 3), opts)
+
+
+def test_error_class_is_exported():
+    assert rudnn.ConvSetupError is ConvSetupError and issubclass(ConvSetupError, rudnn.RudnnError)
+    assert issubclass(ConvSetupError, ValueError)
