@@ -9,7 +9,6 @@ protocol requires, and calls its deleter when the kd buffer is collected.
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
 
 from kerneldsl.dtypes import as_dtype, bf16, boolean, f16, f32, f64, i32, i64, u8, u32
@@ -64,34 +63,10 @@ _LIVE: dict = {}  # address of a managed struct -> what it keeps alive
 _LIVE_LOCK = threading.Lock()
 
 
-# A deleter or capsule destructor may run while an exception is propagating (a consumer that
-# rejects the capsule, say): Python code run then fails with SystemError unless the pending
-# exception is set aside first and put back after. The first call in each callback does that.
-if sys.version_info >= (3, 12):
-    _take_error = _PF(ctypes.c_void_p)(("PyErr_GetRaisedException", _api))
-    _give_error = _PF(None, ctypes.c_void_p)(("PyErr_SetRaisedException", _api))
-else:
-    _ERR = (ctypes.c_void_p * 3)()
-    _ERR_SLOTS = tuple(ctypes.addressof(_ERR) + i * ctypes.sizeof(ctypes.c_void_p) for i in range(3))
-    _fetch = _PF(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(("PyErr_Fetch", _api))
-    _restore = _PF(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(("PyErr_Restore", _api))
-
-    def _take_error():
-        _fetch(*_ERR_SLOTS)
-        return tuple(_ERR)
-
-    def _give_error(saved):
-        _restore(*saved)
-
-
 @_DELETER
 def _delete_exported(addr):
-    saved = _take_error()
-    try:
-        with _LIVE_LOCK:
-            _LIVE.pop(addr, None)
-    finally:
-        _give_error(saved)
+    with _LIVE_LOCK:
+        _LIVE.pop(addr, None)
 
 
 # capsules keep the char* of their name: these module constants outlive every capsule
@@ -108,12 +83,9 @@ _GET_POINTER_RAW = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_
 def _capsule_destructor(name: bytes):
     @_CAPSULE_DESTRUCTOR
     def destroy(capsule_addr):
-        saved = _take_error()
-        try:  # a capsule still carrying its original name was never consumed: free it here
-            if _IS_VALID_RAW(capsule_addr, name):
-                _delete_exported(_GET_POINTER_RAW(capsule_addr, name))
-        finally:
-            _give_error(saved)
+        # a capsule still carrying its original name was never consumed: free it here
+        if _IS_VALID_RAW(capsule_addr, name):
+            _delete_exported(_GET_POINTER_RAW(capsule_addr, name))
     return destroy
 
 
