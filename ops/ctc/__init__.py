@@ -101,7 +101,7 @@ def _recursions(p: CtcProblem, store: bool) -> tuple:
     if p.N == 0:
         return alpha, beta, nll
     labels, offsets, in_len, tg_len = _sample_tensors(rt, p)
-    plan = recursion_plan(rt.capabilities, int(2 * p.target_lengths.max() + 1), _SHARED_BYTES)
+    plan = recursion_plan(rt.capabilities, int(2 * p.target_lengths.max() + 1))
     grid = (p.N, 2 if store else 1)
     args = (p.log_probs, labels, offsets, in_len, tg_len, alpha, beta, nll)
     if plan.shared:
@@ -110,7 +110,4 @@ def _recursions(p: CtcProblem, store: bool) -> tuple:
         work = rt.empty((grid[0] * grid[1] * 2 * plan.plane,), kd.f32)
         _rec.ctc_global[grid, plan.units](*args, work, p.blank, plan.plane, store, plan.units)
     return alpha, beta, nll
-
-
-_SHARED_BYTES = None  # the shared budget of the recursions (None: from capabilities; tests set 0)
 

@@ -168,7 +168,8 @@ def grad_out_scale(fn: str, p: CtcProblem, grad_out) -> kd.Tensor | float:
     if not shape and isinstance(grad_out, numbers.Real) and not isinstance(grad_out, bool):
         return float(grad_out)
     what = "the loss's shape: [N] for reduction 'none'" if shape else "the loss's shape: a scalar"
-    g = check.tensor("grad_out", grad_out, dtypes=FLOAT_DTYPES, runtime=p.runtime, runtime_of="log_probs")
-    if tuple(g.shape) != shape and not (not shape and tuple(g.shape) == (1,)):
-        check.fail(f"grad_out must have shape {list(shape)} ({what}), got {list(g.shape)}")
-    return g
+    if not isinstance(grad_out, kd.Tensor):
+        check.fail(f"grad_out must be a float tensor of shape {list(shape)} ({what}), got {describe(grad_out)}")
+    if tuple(grad_out.shape) != shape and not (not shape and tuple(grad_out.shape) == (1,)):
+        check.fail(f"grad_out must have shape {list(shape)} ({what}), got {list(grad_out.shape)}")
+    return check.tensor("grad_out", grad_out, dtypes=FLOAT_DTYPES, runtime=p.runtime, runtime_of="log_probs")
