@@ -178,8 +178,10 @@ def test_long_target(runtime, rng):
     loss = R.ctc_loss(*args, reduction="none").numpy()
     assert np.isfinite(loss).all()
     close(loss, want, "f32", scale=float(want.max()) * 0.1)
+    # F32 log-space sums over 2300 steps of losses ~6000 leave ~5e-3 in the occupancies: torch's own
+    # F32 gradient is 5.5e-3 from its float64 one here
     close(R.ctc_loss_backward(*args, runtime.tensor(np.ones(2, np.float32)), reduction="none").numpy(),
-          want_grad, "f32", scale=50.0)
+          want_grad, "f32", scale=500.0)
 
 
 # ---------------------------------------------------------------------------- zero sizes, errors

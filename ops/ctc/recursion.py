@@ -96,13 +96,15 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             if rev:
                 if s + 1 < L:
                     b = buf[src + s + 1]
-                if s + 2 < L and may_skip(labels, off, s, lab, s + 2):
-                    c = buf[src + s + 2]
+                if s + 2 < L:  # (nested: a @kd.func call in an `and` is inlined before the test)
+                    if may_skip(labels, off, s, lab, s + 2):
+                        c = buf[src + s + 2]
             else:
                 if s >= 1:
                     b = buf[src + s - 1]
-                if s >= 2 and may_skip(labels, off, s, lab, s - 2):
-                    c = buf[src + s - 2]
+                if s >= 2:
+                    if may_skip(labels, off, s, lab, s - 2):
+                        c = buf[src + s - 2]
             v = log_add3(a, b, c) + kd.f32(lp[t, n, lab])
             buf[dst + s] = v
             if STORE:
