@@ -34,11 +34,13 @@ def reduce_loss(nll: kd.Tensor[kd.f32, 1], tg_len: kd.Tensor[kd.i32, 1], out: kd
     """The loss from the per-sample nll: [N] (MODE NONE) or the batch sum / mean (one value)."""
     u = kd.unit_pos_x()
     acc = kd.f32(0.0)
-    for n in range(u, N, B):
-        v = sample_loss(nll, tg_len, n, MODE, ZERO_INF)
-        if MODE == NONE:
-            out[n] = v
-        acc += v
+    for n0 in range(0, N, B):
+        n = n0 + u
+        if n < N:
+            v = sample_loss(nll, tg_len, n, MODE, ZERO_INF)
+            if MODE == NONE:
+                out[n] = v
+            acc += v
     if MODE != NONE:
         total = kd.cube_sum(acc)
         if u == 0:
@@ -74,23 +76,32 @@ def ctc_grad(lp: kd.Tensor, alpha: kd.Tensor[kd.f32, 3], beta: kd.Tensor[kd.f32,
     t_end = kd.min(kd.cube_pos_y() * TT + TT, T)
     for t in range(kd.cube_pos_y() * TT, t_end):
         if t >= tn:
-            for c in range(u, C, B):
-                grad[t, n, c] = 0.0
+            for c0 in range(0, C, B):
+                c = c0 + u
+                if c < C:
+                    grad[t, n, c] = 0.0
         else:
-            for c0 in range(0, C, CB):
-                for c in range(u, CB, B):
-                    acc[c] = 0.0
+            for k0 in range(0, C, CB):  # classes k0 .. k0 + CB
+                for c0 in range(0, CB, B):
+                    c = c0 + u
+                    if c < CB:
+                        acc[c] = 0.0
                 kd.sync_cube()
-                for s in range(u, L, B):
-                    lab = state_label(labels, off, s, blank)
-                    if lab >= c0 and lab < c0 + CB:
-                        occ = kd.exp(alpha[t, n, s] + beta[t, n, s] - kd.f32(lp[t, n, lab]) + nl)
-                        kd.atomic_add(acc, lab - c0, occ)
+                for s0 in range(0, L, B):
+                    s = s0 + u
+                    if s < L:
+                        lab = state_label(labels, off, s, blank)
+                        if lab >= k0 and lab < k0 + CB:
+                            occ = kd.exp(alpha[t, n, s] + beta[t, n, s] - kd.f32(lp[t, n, lab]) + nl)
+                            kd.atomic_add(acc, lab - k0, occ)
                 kd.sync_cube()
-                for c in range(u, kd.min(CB, C - c0), B):
-                    x = kd.f32(lp[t, n, c0 + c])
-                    v = g * (kd.exp(x) - kd.select(dead, kd.nan, acc[c]))
-                    if ZERO_INF:
-                        v = kd.select(dead, kd.f32(0.0), v)
-                    grad[t, n, c0 + c] = v
+                width = kd.min(CB, C - k0)
+                for c0 in range(0, width, B):
+                    c = c0 + u
+                    if c < width:
+                        x = kd.f32(lp[t, n, k0 + c])
+                        v = g * (kd.exp(x) - kd.select(dead, kd.nan, acc[c]))
+                        if ZERO_INF:
+                            v = kd.select(dead, kd.f32(0.0), v)
+                        grad[t, n, k0 + c] = v
                 kd.sync_cube()

@@ -7,7 +7,9 @@ The buffer is a shared array when two planes fit the device's shared memory
 (`ctc_shared`), else a slice of a global F32 workspace (`ctc_global`); the steps are the
 same device function over either. Unreachable states hold a true -inf (log-sum-exp with
 a -inf guard), so long sequences of tiny probabilities are never taken for impossible
-ones. Cube y = 0 of a launch runs the direction `first`, y = 1 the other (alpha and
+ones. State loops are uniform loops over
+blocks of B states (unit u takes state s0 + u), so on the cpu runtime the unit loop runs
+innermost as a SIMD loop. Cube y = 0 of a launch runs the direction `first`, y = 1 the other (alpha and
 beta of one call run side by side)."""
 from __future__ import annotations
 
@@ -47,11 +49,13 @@ def may_skip(labels, off, s, lab, other):
 def fill_outside(out, n, tn, L, T, B):
     """-inf for every (t, s) of sample n outside t < tn, s < L (the stored alpha or beta)."""
     W = out.shape[2]
-    for i in range(kd.unit_pos_x(), T * W, B):
-        t = i // W
-        s = i - t * W
-        if t >= tn or s >= L:
-            out[t, n, s] = -kd.inf
+    u = kd.unit_pos_x()
+    for t in range(T):
+        first = kd.select(t < tn, L, 0)
+        for s0 in range(first, W, B):
+            s = s0 + u
+            if s < W:
+                out[t, n, s] = -kd.inf
 
 
 @kd.func
@@ -73,45 +77,49 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             fill_outside(out_a, n, tn, L, T, B)
     if tn > 0:
         t0 = kd.select(rev, tn - 1, 0)
-        for s in range(u, L, B):
-            v = -kd.inf
-            if (rev and s >= L - 2) or (not rev and s < 2):
-                v = kd.f32(lp[t0, n, state_label(labels, off, s, blank)])
-            buf[base + s] = v
-            if STORE:
-                if rev:
-                    out_b[t0, n, s] = v
-                else:
-                    out_a[t0, n, s] = v
+        for s0 in range(0, L, B):
+            s = s0 + u
+            if s < L:
+                v = -kd.inf
+                if (rev and s >= L - 2) or (not rev and s < 2):
+                    v = kd.f32(lp[t0, n, state_label(labels, off, s, blank)])
+                buf[base + s] = v
+                if STORE:
+                    if rev:
+                        out_b[t0, n, s] = v
+                    else:
+                        out_a[t0, n, s] = v
     kd.sync_cube()
     for i in range(1, tn):
         t = kd.select(rev, tn - 1 - i, i)
         src = base + ((i - 1) % 2) * plane
         dst = base + (i % 2) * plane
-        for s in range(u, L, B):
-            lab = state_label(labels, off, s, blank)
-            a = buf[src + s]
-            b = -kd.inf
-            c = -kd.inf
-            if rev:
-                if s + 1 < L:
-                    b = buf[src + s + 1]
-                if s + 2 < L:  # (nested: a @kd.func call in an `and` is inlined before the test)
-                    if may_skip(labels, off, s, lab, s + 2):
-                        c = buf[src + s + 2]
-            else:
-                if s >= 1:
-                    b = buf[src + s - 1]
-                if s >= 2:
-                    if may_skip(labels, off, s, lab, s - 2):
-                        c = buf[src + s - 2]
-            v = log_add3(a, b, c) + kd.f32(lp[t, n, lab])
-            buf[dst + s] = v
-            if STORE:
+        for s0 in range(0, L, B):
+            s = s0 + u
+            if s < L:
+                lab = state_label(labels, off, s, blank)
+                a = buf[src + s]
+                b = -kd.inf
+                c = -kd.inf
                 if rev:
-                    out_b[t, n, s] = v
+                    if s + 1 < L:
+                        b = buf[src + s + 1]
+                    if s + 2 < L:  # (nested: a @kd.func call in an `and` is inlined before the test)
+                        if may_skip(labels, off, s, lab, s + 2):
+                            c = buf[src + s + 2]
                 else:
-                    out_a[t, n, s] = v
+                    if s >= 1:
+                        b = buf[src + s - 1]
+                    if s >= 2:
+                        if may_skip(labels, off, s, lab, s - 2):
+                            c = buf[src + s - 2]
+                v = log_add3(a, b, c) + kd.f32(lp[t, n, lab])
+                buf[dst + s] = v
+                if STORE:
+                    if rev:
+                        out_b[t, n, s] = v
+                    else:
+                        out_a[t, n, s] = v
         kd.sync_cube()
     if not rev and u == 0:
         if tn == 0:
