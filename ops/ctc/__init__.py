@@ -32,11 +32,11 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     if p.N == 0:  # nothing to launch: an empty [0], or the sum (0) or mean (NaN) of no losses
         return rt.tensor(np.full(p.loss_shape, np.nan if p.reduction == "mean" else 0.0, p.log_probs.dtype.np))
     out = rt.empty(p.loss_shape, p.log_probs.dtype)
-    _, _, nll = _recursions(p, store=False)
-    mode = _mode(p)
+    samples = _sample_tensors(rt, p)
+    _, _, nll = _recursions(p, samples, store=False)
     units = cube_units(rt.capabilities, p.N)
-    _grad.reduce_loss[1, units](nll, _lengths(rt, p.target_lengths), out.reshape(max(out.size, 1)), p.N, mode,
-                                p.zero_infinity, units)
+    _grad.reduce_loss[1, units](nll, samples[3], out.reshape(max(out.size, 1)), p.N, _mode(p), p.zero_infinity,
+                                units)
     return out
 
 
@@ -45,7 +45,7 @@ def ctc_alpha_beta(log_probs, targets, input_lengths, target_lengths, blank=0) -
     including the emission at t; -inf outside a sample's range) and the F32 [N] nll.
     Unbatched input gives [T, 2S + 1] and a scalar nll."""
     p = ctc_problem("ctc_alpha_beta", log_probs, targets, input_lengths, target_lengths, blank)
-    alpha, beta, nll = _recursions(p, store=True)
+    alpha, beta, nll = _recursions(p, _sample_tensors(p.runtime, p) if p.N else None, store=True)
     if p.batched:
         return alpha, beta, nll
     return alpha.reshape(p.T, p.states), beta.reshape(p.T, p.states), nll.reshape(())
@@ -62,14 +62,14 @@ def ctc_loss_backward(log_probs, targets, input_lengths, target_lengths, grad_ou
     grad = rt.empty(log_probs.shape, log_probs.dtype)
     if p.N == 0 or p.T == 0 or p.C == 0:
         return grad
-    alpha, beta, nll = _recursions(p, store=True)
+    samples = _sample_tensors(rt, p)
+    alpha, beta, nll = _recursions(p, samples, store=True)
     scalar = not isinstance(g, kd.Tensor)
     g_t = nll if scalar else g.contiguous().reshape(max(g.size, 1))
     mode = _mode(p)
     plan = grad_plan(rt.capabilities, p.T, p.N, p.C, p.states)
-    labels, offsets, in_len, tg_len = _sample_tensors(rt, p)
     _grad.ctc_grad[plan.grid(p.N, p.T), plan.units](
-        p.log_probs, alpha, beta, nll, labels, offsets, in_len, tg_len, g_t, g if scalar else 0.0,
+        p.log_probs, alpha, beta, nll, *samples, g_t, g if scalar else 0.0,
         grad.reshape(p.T, p.N, p.C), p.blank, p.N, plan.steps, mode, p.zero_infinity, scalar, plan.class_chunk,
         plan.units)
     return grad
@@ -81,18 +81,17 @@ def _mode(p: CtcProblem) -> int:
     return _MODES["sum" if p.reduction == "none" and not p.batched else p.reduction]
 
 
-def _lengths(rt, values: np.ndarray) -> kd.Tensor:
-    return rt.tensor(np.ascontiguousarray(values, np.int32))
-
-
 def _sample_tensors(rt, p: CtcProblem) -> tuple:
-    """labels (never empty: one spare element), offsets, input and target lengths, as I32 device tensors."""
-    labels = np.concatenate([p.labels, np.zeros(1, np.int32)])
-    return _lengths(rt, labels), _lengths(rt, p.offsets), _lengths(rt, p.input_lengths), _lengths(rt, p.target_lengths)
+    """(labels, offsets, input lengths, target lengths) as I32 views of one upload; labels
+    never empty (one spare element)."""
+    parts = (p.labels, np.zeros(1, np.int32), p.offsets, p.input_lengths, p.target_lengths)
+    packed = rt.tensor(np.concatenate(parts).astype(np.int32))
+    cut = np.cumsum([0, p.labels.size + 1, p.N, p.N, p.N])
+    return tuple(packed[int(a):int(b)] for a, b in zip(cut[:-1], cut[1:]))
 
 
-def _recursions(p: CtcProblem, store: bool) -> tuple:
-    """alpha and beta ([T, N, 2S + 1] F32, when `store`) and nll ([N] F32)."""
+def _recursions(p: CtcProblem, samples, store: bool) -> tuple:
+    """alpha and beta ([T, N, 2S + 1] F32, when `store`) and nll ([N] F32); `samples` from _sample_tensors."""
     rt = p.runtime
     shape = (p.T, p.N, p.states)
     alpha = rt.empty(shape, kd.f32) if store else rt.empty((1, 1, 1), kd.f32)
@@ -100,10 +99,9 @@ def _recursions(p: CtcProblem, store: bool) -> tuple:
     nll = rt.empty((p.N,), kd.f32)
     if p.N == 0:
         return alpha, beta, nll
-    labels, offsets, in_len, tg_len = _sample_tensors(rt, p)
     plan = recursion_plan(rt.capabilities, int(2 * p.target_lengths.max() + 1))
     grid = (p.N, 2 if store else 1)
-    args = (p.log_probs, labels, offsets, in_len, tg_len, alpha, beta, nll)
+    args = (p.log_probs, *samples, alpha, beta, nll)
     if plan.shared:
         _rec.ctc_shared[grid, plan.units](*args, p.blank, plan.plane, store, plan.units)
     else:

@@ -36,13 +36,21 @@ def state_label(labels, off, s, blank):
 
 
 @kd.func
-def may_skip(labels, off, s, lab, other):
-    """Whether state s may take the transition from state `other` two away (s odd, the two
-    labels different: a repeated label needs the blank between)."""
-    ok = False
+def state_info(labels, off, s, L, blank, rev):
+    """(label of state s, whether s may take the transition from the state two away: s - 2
+    forward, s + 2 in reverse). Only odd (label) states skip, and only between different
+    labels: a repeated label needs the blank between."""
+    lab = blank
+    skip = False
     if s % 2 == 1:
-        ok = labels[off + (other - 1) // 2] != lab
-    return ok
+        lab = labels[off + (s - 1) // 2]
+        if rev:
+            if s + 2 < L:
+                skip = labels[off + (s + 1) // 2] != lab
+        else:
+            if s >= 2:
+                skip = labels[off + (s - 3) // 2] != lab
+    return lab, skip
 
 
 @kd.func
@@ -90,30 +98,45 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
                     else:
                         out_a[t0, n, s] = v
     kd.sync_cube()
+    # a unit's first state (s = u: every state when 2S + 1 <= B) keeps its label and skip rule
+    # in registers, and loads its next emission a step ahead (the load's latency overlaps a step)
+    lab0 = blank
+    skip0 = False
+    if u < L:
+        lab0, skip0 = state_info(labels, off, u, L, blank, rev)
+    nxt = kd.f32(0.0)
+    if tn > 1 and u < L:
+        nxt = kd.f32(lp[kd.select(rev, tn - 2, 1), n, lab0])
     for i in range(1, tn):
         t = kd.select(rev, tn - 1 - i, i)
         src = base + ((i - 1) % 2) * plane
         dst = base + (i % 2) * plane
+        e0 = nxt
+        if i + 1 < tn and u < L:
+            nxt = kd.f32(lp[kd.select(rev, tn - 2 - i, i + 1), n, lab0])
         for s0 in range(0, L, B):
             s = s0 + u
             if s < L:
-                lab = state_label(labels, off, s, blank)
+                lab = lab0
+                skip = skip0
+                e = e0
+                if s0 > 0:
+                    lab, skip = state_info(labels, off, s, L, blank, rev)
+                    e = kd.f32(lp[t, n, lab])
                 a = buf[src + s]
                 b = -kd.inf
                 c = -kd.inf
                 if rev:
                     if s + 1 < L:
                         b = buf[src + s + 1]
-                    if s + 2 < L:  # (nested: a @kd.func call in an `and` is inlined before the test)
-                        if may_skip(labels, off, s, lab, s + 2):
-                            c = buf[src + s + 2]
+                    if skip:
+                        c = buf[src + s + 2]
                 else:
                     if s >= 1:
                         b = buf[src + s - 1]
-                    if s >= 2:
-                        if may_skip(labels, off, s, lab, s - 2):
-                            c = buf[src + s - 2]
-                v = log_add3(a, b, c) + kd.f32(lp[t, n, lab])
+                    if skip:
+                        c = buf[src + s - 2]
+                v = log_add3(a, b, c) + e
                 buf[dst + s] = v
                 if STORE:
                     if rev:
