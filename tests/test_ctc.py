@@ -167,6 +167,20 @@ def test_global_workspace_recursion(runtime, rng, monkeypatch):
     np.testing.assert_array_equal(R.ctc_loss_backward(*args, 1.0, blank=3).numpy(), shared_grad)
 
 
+def test_gpu_cube_shapes_run_here(runtime, rng, monkeypatch):
+    """The cube shapes a GPU picks (256 units: idle units past the states, one state a unit), and
+    classes scattered in two passes of 32 (what C > 2048 does)."""
+    monkeypatch.setattr(tuning, "cube_units", lambda caps, states: 256)
+    monkeypatch.setattr(tuning, "MAX_CLASS_CHUNK", 32)
+    lp, targets, il, tl = batch(rng, 16, 40, [9, 0, 30], [16, 5, 16], 7)
+    assert R.recursion_plan(runtime.capabilities, 61).units == 256
+    assert tuning.grad_plan(runtime.capabilities, 16, 3, 40, 61).class_chunk == 32
+    args = on(runtime, lp, targets, il, tl)
+    want, want_grad = torch_loss_and_grad(lp, targets, il, tl, 7, "sum", True, np.float64(1.0))
+    close(R.ctc_loss(*args, blank=7, reduction="sum", zero_infinity=True).numpy(), want, "f32", scale=10.0)
+    close(R.ctc_loss_backward(*args, 1.0, blank=7, reduction="sum", zero_infinity=True).numpy(), want_grad, "f32")
+
+
 @pytest.mark.feature("ctc: long targets")
 def test_long_target(runtime, rng):
     """S = 2000 (4001 states: beyond the cpu's cube, on the global path where shared memory is small)."""
