@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 
@@ -29,6 +28,7 @@ import kerneldsl as kd
 import rudnn.ctc as ctc
 
 from .common import machine, table
+from .normalization import default_runtimes, interleaved_best  # cuda if usable, else the host runtimes
 
 CASES = ("500x64x32x100", "4500x4x32x2000")   # T x N x C x S: the issue's shape and a long target
 QUICK_CASES = ("100x8x16x20", "900x2x8x400")
@@ -42,13 +42,6 @@ def _torch():
         return None
 
 
-def default_runtimes(torch) -> list:
-    avail = kd.available_runtimes()
-    if "cuda" in avail and torch is not None and torch.cuda.is_available():
-        return ["cuda"]
-    return [r for r in avail if r != "cuda"]
-
-
 def problem(T, N, C, S, seed=0):
     """(log_probs F32 [T, N, C], padded targets [N, S] I32, input lengths, target lengths)."""
     rng = np.random.default_rng(seed)
@@ -58,19 +51,6 @@ def problem(T, N, C, S, seed=0):
     tl = rng.integers(S // 2, S + 1, N).astype(np.int32)
     tl[0] = S
     return lp, targets, np.full(N, T, np.int32), tl
-
-
-def interleaved_best(fns: dict, rounds: int) -> dict:
-    best = {}
-    for name, fn in fns.items():
-        fn()
-        best[name] = float("inf")
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
 
 
 def run_case(rt, torch, case: str, dtype: str, rounds: int) -> list:
@@ -116,6 +96,7 @@ def run_case(rt, torch, case: str, dtype: str, rounds: int) -> list:
 
     loss, grad = ours_both()
     want, want_grad = torch_both()
+    want = want.detach()
     err = abs(float(loss.numpy()) - float(want)) / abs(float(want))
     gerr = float(np.linalg.norm(grad.numpy().astype(np.float64) - want_grad.cpu().numpy())
                  / np.linalg.norm(want_grad.cpu().numpy()))

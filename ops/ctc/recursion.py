@@ -54,6 +54,17 @@ def state_info(labels, off, s, L, blank, rev):
 
 
 @kd.func
+def keep(buf, at, out_a, out_b, rev, t, n, s, v, STORE):
+    """State s of step t is v: into the plane at buf[at], and into beta (rev) or alpha if STORE."""
+    buf[at] = v
+    if STORE:
+        if rev:
+            out_b[t, n, s] = v
+        else:
+            out_a[t, n, s] = v
+
+
+@kd.func
 def fill_outside(out, n, tn, L, T, B):
     """-inf for every (t, s) of sample n outside t < tn, s < L (the stored alpha or beta)."""
     W = out.shape[2]
@@ -91,12 +102,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
                 v = -kd.inf
                 if (rev and s >= L - 2) or (not rev and s < 2):
                     v = kd.f32(lp[t0, n, state_label(labels, off, s, blank)])
-                buf[base + s] = v
-                if STORE:
-                    if rev:
-                        out_b[t0, n, s] = v
-                    else:
-                        out_a[t0, n, s] = v
+                keep(buf, base + s, out_a, out_b, rev, t0, n, s, v, STORE)
     kd.sync_cube()
     # a unit's first state (s = u: every state when 2S + 1 <= B) keeps its label and skip rule
     # in registers, and loads its next emission a step ahead (the load's latency overlaps a step)
@@ -136,13 +142,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
                         b = buf[src + s - 1]
                     if skip:
                         c = buf[src + s - 2]
-                v = log_add3(a, b, c) + e
-                buf[dst + s] = v
-                if STORE:
-                    if rev:
-                        out_b[t, n, s] = v
-                    else:
-                        out_a[t, n, s] = v
+                keep(buf, dst + s, out_a, out_b, rev, t, n, s, log_add3(a, b, c) + e, STORE)
         kd.sync_cube()
     if not rev and u == 0:
         if tn == 0:
