@@ -100,8 +100,10 @@ def run_case(rt, torch, case: str, dtype: str, rounds: int) -> list:
     err = abs(float(loss.numpy()) - float(want)) / abs(float(want))
     gerr = float(np.linalg.norm(grad.numpy().astype(np.float64) - want_grad.cpu().numpy())
                  / np.linalg.norm(want_grad.cpu().numpy()))
+    # F32 log-space sums over thousands of steps: at T 4500, S 2000 torch's own F32 gradient is
+    # ~1e-3 (relative norm) from ours and from its float64 one
     tol = {"f32": 1e-4, "f16": 5e-3, "bf16": 3e-2}[dtype]
-    assert err < tol and gerr < tol * 10, f"{case} {dtype}: loss error {err:.1e}, gradient error {gerr:.1e}"
+    assert err < tol and gerr < max(tol * 10, 5e-3), f"{case} {dtype}: loss error {err:.1e}, gradient error {gerr:.1e}"
     best = interleaved_best({"ours fwd": ours_fwd, "torch fwd": torch_fwd, "ours both": ours_both,
                              "torch both": torch_both}, rounds)
     item = np.dtype(kd.as_dtype(dtype).np).itemsize
@@ -134,8 +136,9 @@ def main(argv=None) -> int:
         rt = kd.runtime(name)
         print(f"\nruntime {rt.name}: {rt.capabilities.device_name}; baseline F.ctc_loss on "
               f"{'cuda' if rt.name.startswith('cuda') else 'torch cpu'} ({torch.get_num_threads()} threads)")
-        rows = [r for case in cases for dt in a.dtypes.split(",") for r in run_case(rt, torch, case, dt, rounds)]
-        print(table(rows, ["shape", "dtype", "pass", "ours ms", "torch ms", "speed-up", "ours GB/s"]))
+        for case in cases:
+            rows = [r for dt in a.dtypes.split(",") for r in run_case(rt, torch, case, dt, rounds)]
+            print(table(rows, ["shape", "dtype", "pass", "ours ms", "torch ms", "speed-up", "ours GB/s"]), flush=True)
     return 0
 
 
