@@ -36,27 +36,23 @@ def state_label(labels, off, s, blank):
 
 
 @kd.func
-def state_info(labels, off, s, L, blank, rev):
+def state_info(labels, off, s, sn, L, blank, rev):
     """(label of state s, whether s may take the transition from the state two away: s - 2
     forward, s + 2 in reverse). Only odd (label) states skip, and only between different
-    labels: a repeated label needs the blank between."""
-    lab = blank
-    skip = False
-    if s % 2 == 1:
-        lab = labels[off + (s - 1) // 2]
-        if rev:
-            if s + 2 < L:
-                skip = labels[off + (s + 1) // 2] != lab
-        else:
-            if s >= 2:
-                skip = labels[off + (s - 3) // 2] != lab
+    labels: a repeated label needs the blank between. Branch-free, and defined for any
+    s >= 0 (label indices are clamped into the sample), so SIMD lanes past L need no mask."""
+    last = kd.max(sn - 1, 0)
+    odd = s % 2 == 1
+    lab = kd.select(odd, labels[off + kd.clamp((s - 1) // 2, 0, last)], blank)
+    near = labels[off + kd.clamp(kd.select(rev, (s + 1) // 2, (s - 3) // 2), 0, last)]
+    inside = kd.select(rev, s + 2 < L, s >= 2)
+    skip = kd.select(odd, kd.select(inside, near != lab, False), False)
     return lab, skip
 
 
 @kd.func
-def keep(buf, at, out_a, out_b, rev, t, n, s, v, STORE):
-    """State s of step t is v: into the plane at buf[at], and into beta (rev) or alpha if STORE."""
-    buf[at] = v
+def store_state(out_a, out_b, rev, t, n, s, v, STORE):
+    """State s of step t is v: into beta (rev) or alpha, if STORE."""
     if STORE:
         if rev:
             out_b[t, n, s] = v
@@ -102,47 +98,45 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
                 v = -kd.inf
                 if (rev and s >= L - 2) or (not rev and s < 2):
                     v = kd.f32(lp[t0, n, state_label(labels, off, s, blank)])
-                keep(buf, base + s, out_a, out_b, rev, t0, n, s, v, STORE)
+                buf[base + s] = v
+                store_state(out_a, out_b, rev, t0, n, s, v, STORE)
     kd.sync_cube()
     # a unit's first state (s = u: every state when 2S + 1 <= B) keeps its label and skip rule
-    # in registers, and loads its next emission a step ahead (the load's latency overlaps a step)
-    lab0 = blank
-    skip0 = False
-    if u < L:
-        lab0, skip0 = state_info(labels, off, u, L, blank, rev)
+    # in registers, and loads its next emission a step ahead (the load's latency overlaps a
+    # step). Steps are branch-free: lanes past L compute into the planes' padding (never read
+    # by a state below L) and store nothing else.
+    lab0, skip0 = state_info(labels, off, u, sn, L, blank, rev)
     nxt = kd.f32(0.0)
-    if tn > 1 and u < L:
+    if tn > 1:
         nxt = kd.f32(lp[kd.select(rev, tn - 2, 1), n, lab0])
     for i in range(1, tn):
         t = kd.select(rev, tn - 1 - i, i)
         src = base + ((i - 1) % 2) * plane
         dst = base + (i % 2) * plane
         e0 = nxt
-        if i + 1 < tn and u < L:
+        if i + 1 < tn:
             nxt = kd.f32(lp[kd.select(rev, tn - 2 - i, i + 1), n, lab0])
         for s0 in range(0, L, B):
             s = s0 + u
+            lab = lab0
+            skip = skip0
+            e = e0
+            if s0 > 0:
+                lab, skip = state_info(labels, off, s, sn, L, blank, rev)
+                e = kd.f32(lp[t, n, lab])
+            a = buf[src + s]
+            b = -kd.inf
+            c = -kd.inf
+            if rev:
+                b = kd.select(s + 1 < L, buf[src + s + 1], -kd.inf)
+                c = kd.select(skip, buf[src + s + 2], -kd.inf)
+            else:
+                b = kd.select(s >= 1, buf[src + kd.max(s - 1, 0)], -kd.inf)
+                c = kd.select(skip, buf[src + kd.max(s - 2, 0)], -kd.inf)
+            v = log_add3(a, b, c) + e
+            buf[dst + s] = v
             if s < L:
-                lab = lab0
-                skip = skip0
-                e = e0
-                if s0 > 0:
-                    lab, skip = state_info(labels, off, s, L, blank, rev)
-                    e = kd.f32(lp[t, n, lab])
-                a = buf[src + s]
-                b = -kd.inf
-                c = -kd.inf
-                if rev:
-                    if s + 1 < L:
-                        b = buf[src + s + 1]
-                    if skip:
-                        c = buf[src + s + 2]
-                else:
-                    if s >= 1:
-                        b = buf[src + s - 1]
-                    if skip:
-                        c = buf[src + s - 2]
-                keep(buf, dst + s, out_a, out_b, rev, t, n, s, log_add3(a, b, c) + e, STORE)
+                store_state(out_a, out_b, rev, t, n, s, v, STORE)
         kd.sync_cube()
     if not rev and u == 0:
         if tn == 0:

@@ -29,8 +29,8 @@ def _pow2_at_least(x: int, low: int) -> int:
 
 @dataclass(frozen=True)
 class RecursionPlan:
-    """Units per cube; `plane`: floats per state plane (a power of two in shared memory, else
-    the exact state count); `shared`: whether the planes fit shared memory."""
+    """Units per cube; `plane`: floats per state plane, room for whole blocks of `units` states
+    and 2 more (a power of two in shared memory); `shared`: whether the planes fit shared memory."""
 
     units: int
     plane: int
@@ -49,11 +49,12 @@ def recursion_plan(caps, states: int, shared_bytes: int | None = None) -> Recurs
     """The plan for 2S + 1 = `states`; `shared_bytes` overrides the shared budget (tests force
     the global workspace with 0)."""
     budget = caps.max_shared_bytes // SHARED_FRACTION if shared_bytes is None else shared_bytes
-    plane = _pow2_at_least(states, 32)
     units = cube_units(caps, states)
+    need = -(-states // units) * units + 2  # every lane of the last block of states, and 2 past it
+    plane = _pow2_at_least(need, 32)
     if 2 * plane * 4 <= budget:
         return RecursionPlan(units, plane, True)
-    return RecursionPlan(units, states, False)
+    return RecursionPlan(units, need, False)
 
 
 @dataclass(frozen=True)
