@@ -1,0 +1,78 @@
+"""How a CTC problem maps onto cubes, from the sizes and `runtime.capabilities` only: the
+units of a recursion cube and where its states live (shared memory or a global
+workspace), and the cube shape of the gradient kernel."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Units that are SIMD lanes (the cpu runtime): every step's barrier is a split point, a pass
+# over the units, so a cube keeps few of them (each takes several states a step). At T 500,
+# N 64, S 100 (201 states) the forward took 88-104 ms with 16 units, 137 with 32, 141 with 64
+# and 768 with 8 (2-core dev box, shared); 64 for long targets keeps the blocks a step few.
+SIMD_UNITS = 16
+SIMD_LONG_UNITS = 64
+SIMD_LONG_STATES = 1024
+GPU_MAX_UNITS = 1024
+# The shared-memory budget of the state planes: half the device's, leaving room for a second
+# resident cube per core.
+SHARED_FRACTION = 2
+MAX_CLASS_CHUNK = 2048  # classes scattered per pass of the gradient kernel (8 KiB of shared F32)
+CUBES_PER_UNIT = 16     # gradient cubes aimed at per compute unit (several resident per GPU core hide barriers)
+
+
+def _pow2_at_least(x: int, low: int) -> int:
+    p = low
+    while p < x:
+        p *= 2
+    return p
+
+
+@dataclass(frozen=True)
+class RecursionPlan:
+    """Units per cube; `plane`: floats per state plane, room for whole blocks of `units` states
+    and 2 more (a power of two in shared memory); `shared`: whether the planes fit shared memory."""
+
+    units: int
+    plane: int
+    shared: bool
+
+
+def cube_units(caps, states: int) -> int:
+    """Units of a cube that walks `states` states (or classes) a step."""
+    if caps.units_are_simd_lanes:
+        return SIMD_UNITS if states <= SIMD_LONG_STATES else SIMD_LONG_UNITS
+    cap = min(GPU_MAX_UNITS, caps.max_cube_units)
+    return min(cap, _pow2_at_least(states, caps.plane_dim))
+
+
+def recursion_plan(caps, states: int, shared_bytes: int | None = None) -> RecursionPlan:
+    """The plan for 2S + 1 = `states`; `shared_bytes` overrides the shared budget (tests force
+    the global workspace with 0)."""
+    budget = caps.max_shared_bytes // SHARED_FRACTION if shared_bytes is None else shared_bytes
+    units = cube_units(caps, states)
+    need = -(-states // units) * units + 2  # every lane of the last block of states, and 2 past it
+    plane = _pow2_at_least(need, 32)
+    if 2 * plane * 4 <= budget:
+        return RecursionPlan(units, plane, True)
+    return RecursionPlan(units, need, False)
+
+
+@dataclass(frozen=True)
+class GradPlan:
+    """The gradient kernel: units per cube, classes per shared pass, time steps per cube."""
+
+    units: int
+    class_chunk: int
+    steps: int
+
+    def grid(self, N: int, T: int) -> tuple:
+        return (N, max(1, -(-T // self.steps)))
+
+
+def grad_plan(caps, T: int, N: int, C: int, states: int) -> GradPlan:
+    chunk = min(_pow2_at_least(C, 32), MAX_CLASS_CHUNK, caps.max_shared_bytes // 8)
+    units = cube_units(caps, max(states, min(C, chunk)))
+    target = CUBES_PER_UNIT * caps.compute_units
+    per_sample = max(1, -(-target // max(N, 1)))
+    steps = max(1, -(-T // per_sample))
+    return GradPlan(units, chunk, steps)
