@@ -4,6 +4,7 @@ dynamic shared memory, capability records, a clear error where no driver exists,
 capsules, and the whole conformance suite compiled for sm_80 and sm_90."""
 import ctypes
 import gc
+import weakref
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import kerneldsl as kd
@@ -174,40 +176,70 @@ class _FakeBuffer:
 
 
 class _FakeTensor:
-    """What export_capsule reads of a kd tensor (device memory is never touched)."""
+    """What export_capsule reads of a kd tensor (device memory is never touched); each has its
+    own buffer, whose lifetime the tests watch through a weak reference."""
     shape, strides, ndim, size, offset, dtype = (2, 3), (4, 1), 2, 6, 5, kd.bf16
-    buffer = _FakeBuffer()
+
+    def __init__(self, buffer=None):
+        self.buffer = buffer or _FakeBuffer()
+
+
+def _exported(versioned, buffer=None):
+    """A capsule of a fresh fake tensor, and a weak reference to that tensor's buffer."""
+    t = _FakeTensor(buffer)
+    return dlpack.export_capsule(t, 3, versioned), weakref.ref(t.buffer)
 
 
 @pytest.mark.parametrize("versioned", [False, True])
 def test_dlpack_capsules_roundtrip(versioned):
-    cap = dlpack.export_capsule(_FakeTensor(), 3, versioned)
-    assert len(dlpack._LIVE) == 1
+    cap, buffer = _exported(versioned)
+    gc.collect()
+    assert buffer() is not None  # the export keeps the buffer
     owner, data, dev, dt, shape, strides = dlpack.read_capsule(cap, None)
     assert (data, dev, dt, shape, strides) == (0x7000 + 10, (2, 3), kd.bf16, (2, 3), (4, 1))
     with pytest.raises(BufferError):
         dlpack.read_capsule(cap, None)  # a consumed capsule cannot be used twice
     del cap
     gc.collect()
-    assert len(dlpack._LIVE) == 1  # the consumer still holds it
+    assert buffer() is not None  # the consumer still holds it
     del owner
     gc.collect()
-    assert len(dlpack._LIVE) == 0  # its deleter ran
-    dlpack.export_capsule(_FakeTensor(), 0, versioned)  # never consumed: freed with the capsule
+    assert buffer() is None  # its deleter ran
+    cap, buffer = _exported(versioned)  # never consumed: freed with the capsule
+    del cap
     gc.collect()
-    assert len(dlpack._LIVE) == 0
+    assert buffer() is None
     assert ctypes.sizeof(dlpack.DLTensor) == 48
 
 
+@pytest.mark.parametrize("versioned", [False, True])
+def test_dlpack_release_while_an_exception_propagates(versioned):
+    """numpy takes a CUDA capsule, rejects its device and frees it with its error already
+    raised: the capsule's destructor is native code, so the error reaches the caller intact
+    (a Python destructor there turned it into SystemError) and the buffer is freed."""
+
+    class Rejected:
+        def __dlpack__(self, **kwargs):
+            return self.capsule
+
+        def __dlpack_device__(self):
+            return (dlpack.KDL_CUDA, 0)
+
+    rejected = Rejected()
+    rejected.capsule, buffer = _exported(versioned)
+    with pytest.raises((BufferError, RuntimeError, TypeError, ValueError)):
+        np.from_dlpack(rejected)
+    del rejected
+    gc.collect()
+    assert buffer() is None
+
+
 def test_dlpack_read_only_flag_travels_in_versioned_capsules():
-    ro = _FakeTensor()
-    ro.buffer = type("ReadOnlyBuffer", (_FakeBuffer,), {"readonly": True})()
-    for tensor, want in ((_FakeTensor(), False), (ro, True)):
+    ro = type("ReadOnlyBuffer", (_FakeBuffer,), {"readonly": True})()
+    for tensor, want in ((_FakeTensor(), False), (_FakeTensor(ro), True)):
         owner = dlpack.read_capsule(dlpack.export_capsule(tensor, 0, True), None)[0]
         assert owner.readonly is want
         del owner
-    gc.collect()
-    assert len(dlpack._LIVE) == 0
 
 
 def test_conformance_suite_compiles_for_sm80_and_sm90(tmp_path):

@@ -36,7 +36,7 @@ EXPORTS = {
 
 
 @pytest.mark.parametrize("how", list(EXPORTS))
-def test_export_outlives_its_tensor(runtime, how, request):
+def test_export_outlives_its_tensor(runtime, how):
     if runtime.kind == "cuda" and how == "torch.from_dlpack":  # zero-copy into a CUDA torch tensor
         torch = _torch()
         want = np.arange(16, dtype=np.float32).reshape(2, 8) / 8
@@ -46,11 +46,6 @@ def test_export_outlives_its_tensor(runtime, how, request):
         assert y.is_cuda and np.array_equal(y.cpu().numpy(), want)
         assert all((c.numpy() == -1).all() for c in churn)
         return
-    if runtime.kind == "cuda" and how == "np.from_dlpack":
-        request.applymarker(pytest.mark.xfail(strict=True, raises=SystemError, reason=(
-            "known bug: a CUDA capsule that numpy rejects is freed by a Python-level destructor while "
-            "numpy's BufferError is pending, which CPython turns into SystemError; needs a C-level "
-            "destructor (issue 14)")))
     if runtime.kind != "cpu" and how != "asarray":
         if how == "host_view":
             pytest.skip("host_view exists on the cpu runtime only (its memory is host memory)")

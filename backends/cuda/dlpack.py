@@ -9,9 +9,10 @@ protocol requires, and calls its deleter when the kd buffer is collected.
 from __future__ import annotations
 
 import ctypes
-import threading
 
 from kerneldsl.dtypes import as_dtype, bf16, boolean, f16, f32, f64, i32, i64, u8, u32
+
+from . import dlpack_release
 
 KDL_CUDA = 2
 READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY of a versioned struct's flags
@@ -59,37 +60,10 @@ _capsule_get_pointer = _PF(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)((
 _capsule_set_name = _PF(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_SetName", _api))
 
 # ---------------------------------------------------------------------------- export
-_LIVE: dict = {}  # address of a managed struct -> what it keeps alive
-_LIVE_LOCK = threading.Lock()
-
-
-@_DELETER
-def _delete_exported(addr):
-    with _LIVE_LOCK:
-        _LIVE.pop(addr, None)
-
-
 # capsules keep the char* of their name: these module constants outlive every capsule
 _NAMES = {False: b"dltensor", True: b"dltensor_versioned"}
 _USED = {False: b"used_dltensor", True: b"used_dltensor_versioned"}
-
-_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-# raw-pointer variants for use inside a capsule's destructor, where the capsule must not
-# be turned back into a Python reference (its refcount is already zero)
-_IS_VALID_RAW = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
-_GET_POINTER_RAW = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
-
-
-def _capsule_destructor(name: bytes):
-    @_CAPSULE_DESTRUCTOR
-    def destroy(capsule_addr):
-        # a capsule still carrying its original name was never consumed: free it here
-        if _IS_VALID_RAW(capsule_addr, name):
-            _delete_exported(_GET_POINTER_RAW(capsule_addr, name))
-    return destroy
-
-
-_DESTROY = {v: _capsule_destructor(n) for v, n in _NAMES.items()}
+_py_incref = _PF(None, ctypes.py_object)(("Py_IncRef", _api))
 
 
 def export_capsule(tensor, device_id: int, versioned: bool):
@@ -107,15 +81,17 @@ def export_capsule(tensor, device_id: int, versioned: bool):
     dl.shape = shape
     dl.strides = strides
     dl.byte_offset = 0  # the view's offset is in `data`, as PyTorch exports it
-    managed.manager_ctx = None
-    managed.deleter = _delete_exported
+    # the keeper holds the struct, its arrays and the buffer; the export owns one reference to
+    # it, which the native deleter (dlpack_release.py) drops, with or without the GIL
+    keeper = (managed, shape, strides, tensor.buffer)
+    _py_incref(keeper)
+    native = dlpack_release.functions()
+    managed.manager_ctx = id(keeper)
+    managed.deleter = _DELETER(native[("deleter", versioned)])
     if versioned:
         managed.version = DLPackVersion(1, 0)
         managed.flags = READ_ONLY if tensor.buffer.readonly else 0
-    addr = ctypes.addressof(managed)
-    with _LIVE_LOCK:
-        _LIVE[addr] = (managed, shape, strides, tensor.buffer)
-    return _capsule_new(addr, _NAMES[versioned], ctypes.cast(_DESTROY[versioned], ctypes.c_void_p))
+    return _capsule_new(ctypes.addressof(managed), _NAMES[versioned], native[("destructor", versioned)])
 
 
 # ---------------------------------------------------------------------------- import
