@@ -92,7 +92,7 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         return out, idx
     flat_in = x.contiguous().reshape(p.planes * p.in_spatial)
     total = p.planes * p.out_spatial
-    if p.is_global_average:
+    if p.is_global_average and not maximum:
         lanes = vector_lanes(x.dtype.itemsize, p.in_spatial, flat_in.offset)
         units = row_units(rt.capabilities, p.in_spatial, lanes)
         plane_mean[element_grid(p.planes, 1), units](flat_in, out.reshape(total), p.planes, p.in_spatial,
