@@ -32,7 +32,7 @@ def test_operator_guide_runs(tmp_path, index):
     runpy.run_path(str(script))
 
 
-@pytest.mark.parametrize("example", ["quickstart.py", "custom_kernel.py", "group_gemm.py"])
+@pytest.mark.parametrize("example", ["quickstart.py", "custom_kernel.py", "group_gemm.py", "pooling.py"])
 def test_examples_run(example):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / example)], capture_output=True, text=True,
                          timeout=600)
