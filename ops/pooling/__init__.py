@@ -18,7 +18,7 @@ from .backward import pool_backward
 from .forward import pool_forward
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import plane_mean
-from .tuning import ELEMENT_UNITS, element_grid, row_units, vector_lanes
+from .tuning import element_plan, reduction_plan, vector_lanes
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -94,14 +94,15 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
     total = p.planes * p.out_spatial
     if p.is_global_average and not maximum:
         lanes = vector_lanes(x.dtype.itemsize, p.in_spatial, flat_in.offset)
-        units = row_units(rt.capabilities, p.in_spatial, lanes)
-        plane_mean[element_grid(p.planes, 1), units](flat_in, out.reshape(total), p.planes, p.in_spatial,
-                                                    units, lanes)
-        return out, idx
+        plan = reduction_plan(rt.capabilities, p.planes, p.in_spatial, lanes)
+        if plan is not None:
+            plane_mean[plan.grid, plan.block](flat_in, out.reshape(total), p.planes, p.in_spatial, lanes)
+            return out, idx
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
-    pool_forward[element_grid(total), ELEMENT_UNITS](flat_in, out.reshape(total), sink, total, *_geometry(p),
-                                                     maximum, p.adaptive, p.count_include_pad, indices,
-                                                     ELEMENT_UNITS)
+    rows, width = total // p.axes[2].out, p.axes[2].out
+    plan = element_plan(rows, width)
+    pool_forward[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p), maximum,
+                                        p.adaptive, p.wide, p.dims, p.count_include_pad, indices)
     return out, idx
 
 
@@ -114,8 +115,10 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     outs = p.planes * p.out_spatial
     g = grad.contiguous().reshape(outs)
     idx = indices.contiguous().reshape(outs) if maximum else rt.empty((1,), kd.i64)
-    pool_backward[element_grid(total), ELEMENT_UNITS](g, idx, dx.reshape(total), total, *_geometry(p),
-                                                      maximum, p.adaptive, p.count_include_pad, ELEMENT_UNITS)
+    rows, width = total // p.axes[2].size, p.axes[2].size
+    plan = element_plan(rows, width)
+    pool_backward[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_geometry(p), maximum, p.adaptive,
+                                         p.wide, p.dims, p.count_include_pad)
     return dx
 
 

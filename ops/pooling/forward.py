@@ -8,9 +8,11 @@ from .window import padded_extent, span
 
 
 @kd.func
-def flat_position(BX):
-    """This unit's element in a grid that wraps from x into y."""
-    return (kd.i64(kd.cube_pos_y()) * kd.cube_count_x() + kd.cube_pos_x()) * BX + kd.unit_pos_x()
+def row_position():
+    """(row, column) of this unit in a [rows, width] view: units along x take consecutive
+    columns; rows run along the cube's y units and the grid's y, wrapping into z."""
+    row = (kd.cube_pos_z() * kd.cube_count_y() + kd.cube_pos_y()) * kd.cube_dim_y() + kd.unit_pos_y()
+    return row, kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
 
 
 @kd.func
@@ -33,44 +35,50 @@ def average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD,
 
 
 @kd.kernel
-def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], total: kd.i64,
+def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], rows: kd.i32,
                  ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
                  KD: kd.i32, KH: kd.i32, KW: kd.i32, SD: kd.i32, SH: kd.i32, SW: kd.i32,
                  PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
-                 MAX: kd.Const[bool], ADAPTIVE: kd.Const[bool], INCLUDE_PAD: kd.Const[bool],
-                 INDICES: kd.Const[bool], BX: kd.Const[int]):
-    """out[e] (and indices[e], the flat per-plane input position of a max) for output e."""
-    e = flat_position(BX)
-    if e < total:
-        ow = kd.i32(e % OW)
-        r = e // OW
-        oh = kd.i32(r % OH)
-        r = r // OH
-        od = kd.i32(r % OD)
-        base = (r // OD) * (kd.i64(ID) * IH * IW)
-        zd, cd = span(od, ID, OD, KD, SD, PD, DD, ADAPTIVE)
-        zh, ch = span(oh, IH, OH, KH, SH, PH, DH, ADAPTIVE)
-        zw, cw = span(ow, IW, OW, KW, SW, PW, DW, ADAPTIVE)
-        best = kd.f32(-kd.inf)
-        where = kd.i64((zd * IH + zh) * IW + zw)
-        acc = kd.f32(0)
-        for a in range(cd):
-            plane_row = (zd + a * DD) * IH
-            for b in range(ch):
-                row = kd.i64((plane_row + zh + b * DH) * IW)
-                for c in range(cw):
-                    pos = row + zw + c * DW
-                    v = kd.f32(x[base + pos])
-                    if MAX:
-                        if v > best or kd.isnan(v):
-                            best = v
-                            where = pos
-                    else:
-                        acc += v
-        if MAX:
+                 MAX: kd.Const[bool], ADAPTIVE: kd.Const[bool], WIDE: kd.Const[bool], DIMS: kd.Const[int],
+                 INCLUDE_PAD: kd.Const[bool],
+                 INDICES: kd.Const[bool]):
+    """out[e] (and indices[e], the flat per-plane input position of a max) for output e,
+    the output seen as [rows = planes·OD·OH, OW]."""
+    first, col = row_position()
+    live = first < rows and col < OW
+    row = kd.min(first, rows - 1)  # units past the end compute the last element, store nothing
+    ow = kd.min(col, OW - 1)     # (no branch around the body: the cpu runtime keeps its values in registers)
+    e = kd.i64(row) * OW + ow
+    oh = row % OH
+    r = row // OH
+    od = r % OD
+    base = kd.i64(r // OD) * (kd.i64(ID) * IH * IW)
+    zd, cd = span(od, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
+    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, ADAPTIVE, WIDE, DIMS >= 2)
+    zw, cw = span(ow, IW, OW, KW, SW, PW, DW, ADAPTIVE, WIDE)
+    best = kd.f32(-kd.inf)
+    where = kd.i64((zd * IH + zh) * IW + zw)
+    acc = kd.f32(0)
+    for a in range(cd):
+        plane_row = (zd + a * DD) * IH
+        for b in range(ch):
+            line = kd.i64((plane_row + zh + b * DH) * IW)
+            for c in range(cw):
+                pos = line + zw + c * DW
+                v = kd.f32(x[base + pos])
+                if MAX:
+                    if v > best or kd.isnan(v):
+                        best = v
+                        where = pos
+                else:
+                    acc += v
+    if MAX:
+        if live:
             out[e] = best
             if INDICES:
                 indices[e] = where
-        else:
-            out[e] = average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
-                             divisor, ADAPTIVE, INCLUDE_PAD)
+    else:
+        mean = average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+                       divisor, ADAPTIVE, INCLUDE_PAD)
+        if live:
+            out[e] = mean

@@ -70,6 +70,11 @@ class PoolProblem:
         return math.prod(a.out for a in self.axes)
 
     @property
+    def wide(self) -> bool:
+        """Whether adaptive bin arithmetic (position × size) needs 64 bits."""
+        return self.adaptive and any(a.size * a.out >= 2**31 for a in self.axes)
+
+    @property
     def is_global_average(self) -> bool:
         """Adaptive average pooling to one element a plane: a row reduction."""
         return self.adaptive and self.out_spatial == 1

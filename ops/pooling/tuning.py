@@ -1,18 +1,44 @@
-"""Launch shapes of the pooling kernels, from the problem and the device's capabilities:
-one unit per element (forward: outputs, backward: inputs) in cubes of ELEMENT_UNITS, the
-grid wrapping from x into y; the global-average reduction's cube size and vector width."""
+"""Launch shapes of the pooling kernels, from the problem and the device's capabilities.
+The element kernels see their tensor as [rows, width] (width = the last spatial axis):
+units along x take consecutive columns, so neighbouring units touch neighbouring memory
+and a unit's position needs no division by the width; rows fill the rest of a cube of
+ELEMENT_UNITS and the grid (y, wrapping into z). Global average pooling is a row
+reduction: one plane of units a row for short rows, a cube a row for long ones."""
 from __future__ import annotations
 
-GRID_X = 65535         # cubes along x before the grid wraps into y (the portable limit)
+from dataclasses import dataclass
+
+GRID_Y = 65535         # cubes along y (and z) before the grid wraps (the portable limit)
 ELEMENT_UNITS = 256    # units per cube of the element kernels
-MAX_ROW_UNITS = 256    # units per plane of the global-average reduction
+MAX_ROW_UNITS = 256    # units per row of the long-row reduction
+PLANE_ROW_CHUNKS = 8   # rows of at most this many chunks a unit take one plane a row
+# devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
+# element kernel, one unit a plane, rather than a reduction with its per-cube split points
+SIMD_ROW_MIN = 1024
 
 
-def element_grid(total: int, units: int = ELEMENT_UNITS) -> tuple:
-    """(gx, gy) covering `total` elements with cubes of `units`."""
-    cubes = max(1, -(-total // units))
-    gy = -(-cubes // GRID_X)
-    return (-(-cubes // gy), gy)
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class ElementPlan:
+    """Cube (bx, by) and grid for a [rows, width] element kernel."""
+    bx: int
+    by: int
+    grid: tuple
+
+    @property
+    def block(self) -> tuple:
+        return (self.bx, self.by)
+
+
+def element_plan(rows: int, width: int) -> ElementPlan:
+    bx = min(_pow2_at_least(width), ELEMENT_UNITS)
+    by = ELEMENT_UNITS // bx
+    cubes = -(-rows // by)
+    gz = -(-cubes // GRID_Y)
+    return ElementPlan(bx, by, (-(-width // bx), -(-cubes // gz), gz))
 
 
 def vector_lanes(itemsize: int, *counts: int) -> int:
@@ -24,8 +50,30 @@ def vector_lanes(itemsize: int, *counts: int) -> int:
     return lanes
 
 
-def row_units(caps, size: int, lanes: int) -> int:
-    """Units a cube gives one plane of the global average: enough for one chunk each
-    (a power of two, at least a plane, at most MAX_ROW_UNITS or the device's cube limit)."""
-    want = 1 << max(0, -(-size // lanes) - 1).bit_length()
-    return max(caps.plane_dim, min(want, MAX_ROW_UNITS, caps.max_cube_units))
+@dataclass(frozen=True)
+class ReductionPlan:
+    """Row reduction: bx units a row, by rows a cube (by > 1: bx is the plane size and each
+    plane reduces its own row), chunks of `lanes` elements; grid (x, y) wraps from x into y."""
+    bx: int
+    by: int
+    lanes: int
+    grid: tuple
+
+    @property
+    def block(self) -> tuple:
+        return (self.bx, self.by)
+
+
+def reduction_plan(caps, rows: int, size: int, lanes: int) -> ReductionPlan | None:
+    """The plan for `rows` rows of `size` elements, or None where the element kernel is
+    better (short rows on devices whose units are SIMD lanes)."""
+    if caps.units_are_simd_lanes and size < SIMD_ROW_MIN:
+        return None
+    chunks = -(-size // lanes)
+    if chunks <= PLANE_ROW_CHUNKS * caps.plane_dim and caps.plane_dim < ELEMENT_UNITS:
+        bx, by = caps.plane_dim, max(1, min(ELEMENT_UNITS, caps.max_cube_units) // caps.plane_dim)
+    else:
+        bx, by = max(caps.plane_dim, min(_pow2_at_least(chunks), MAX_ROW_UNITS, caps.max_cube_units)), 1
+    cubes = -(-rows // by)
+    gy = -(-cubes // GRID_Y)
+    return ReductionPlan(bx, by, lanes, (-(-cubes // gy), gy))

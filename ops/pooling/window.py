@@ -6,19 +6,34 @@ import kerneldsl as kd
 
 
 @kd.func
-def span(o, size, out, K, S, P, D, ADAPTIVE):
+def span(o, size, out, K, S, P, D, ADAPTIVE, WIDE, ON=True):
     """(first, count): the first input position of output o's window inside the input and
-    the number of its taps there (taps are D apart; D is 1 for adaptive windows)."""
-    if ADAPTIVE:
-        first = kd.i32(kd.i64(o) * size // out)
-        count = kd.i32((kd.i64(o + 1) * size + out - 1) // out) - first
+    the number of its taps there (taps are D apart; D is 1 for adaptive windows). WIDE:
+    adaptive products o·size need 64 bits (i64 division is slow: only when needed). ON
+    (compile-time) False: an axis a 1- or 2-D call lacks (size 1, one tap)."""
+    if not ON:
+        first = o
+        count = 1
+    elif ADAPTIVE:
+        first = kd.i32(wide(o, WIDE) * size // out)
+        count = kd.i32((wide(o + 1, WIDE) * size + out - 1) // out) - first
     else:
         start = o * S - P
-        k0 = (kd.max(-start, 0) + D - 1) // D
-        k1 = kd.min(K, (size - start + D - 1) // D)
+        if D == 1:
+            k0 = kd.max(-start, 0)
+            k1 = kd.min(K, size - start)
+        else:
+            k0 = (kd.max(-start, 0) + D - 1) // D
+            k1 = kd.min(K, (size - start + D - 1) // D)
         first = start + k0 * D
         count = k1 - k0
     return first, count
+
+
+@kd.func
+def wide(v, WIDE):
+    """v as i64 when WIDE, else as it is (i32)."""
+    return kd.i64(v) if WIDE else v
 
 
 @kd.func
@@ -30,28 +45,29 @@ def padded_extent(o, size, K, S, P):
 
 
 @kd.func
-def candidates(i, size, out, K, S, ADAPTIVE):
-    """(lo, n): the outputs whose windows may hold input position i are candidate(j) for
-    j in range(n); for pooling windows these are the K taps (some not valid)."""
-    if ADAPTIVE:
-        lo = kd.i32(kd.i64(i) * out // size)
-        n = kd.i32((kd.i64(i + 1) * out - 1) // size) - lo + 1
+def candidates(i, size, out, K, S, P, D, ADAPTIVE, WIDE, ON=True):
+    """(lo, n): the outputs whose windows may hold input position i are lo .. lo + n - 1
+    (n may be <= 0: none); with dilation, `candidate` tells which of them hold it. ON as
+    in `span`."""
+    if not ON:
+        lo = i
+        n = 1
+    elif ADAPTIVE:
+        lo = kd.i32(wide(i, WIDE) * out // size)
+        n = kd.i32((wide(i + 1, WIDE) * out - 1) // size) - lo + 1
     else:
-        lo = 0
-        n = K
+        lo = (kd.max(i + P - (K - 1) * D, 0) + S - 1) // S
+        n = kd.min(out - 1, (i + P) // S) - lo + 1
     return lo, n
 
 
 @kd.func
-def candidate(j, i, lo, out, K, S, P, D, ADAPTIVE):
-    """(o, valid): candidate j of input position i (from `candidates`), in increasing o.
-    For pooling windows tap K-1-j of output o = (i + P - tap·D) / S, valid when that
-    division is exact and o is an output."""
+def candidate(j, i, lo, S, P, D, ADAPTIVE):
+    """(o, valid): candidate j of input position i (from `candidates`), in increasing o;
+    valid when a tap of o's window lands on i (always, without dilation)."""
+    o = lo + j
     if ADAPTIVE:
-        o = lo + j
         valid = True
     else:
-        t = i + P - (K - 1 - j) * D
-        o = t // S
-        valid = t >= 0 and t % S == 0 and o < out
+        valid = D == 1 or (i + P - o * S) % D == 0
     return o, valid
