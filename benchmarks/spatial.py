@@ -58,7 +58,7 @@ class Context:
         if self.cuda:
             return self.torch.from_dlpack(ours)
         a = ours.numpy()
-        if self.dtype == "bf16":
+        if ours.dtype is kd.bf16:
             return self.torch.from_numpy(a.astype(np.float32)).to(self.torch.bfloat16)
         return self.torch.from_numpy(np.ascontiguousarray(a))
 
@@ -186,6 +186,7 @@ CASES = {f.__name__: f for f in (max_pool2d, max_pool2d_with_indices, max_pool2d
 
 # ------------------------------------------------------------------------------ running
 def _as_torch(ctx, result):
+    """A result as a torch tensor (ours shared through ctx)."""
     return result if not isinstance(result, kd.Tensor) else ctx.shared(result)
 
 
@@ -235,7 +236,7 @@ def main(argv=None):
                                                      "else cpu)")
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     p.add_argument("--dtypes", default="f32,bf16")
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=None, help="timed calls a side (default 10; 3 with --quick)")
     p.add_argument("--quick", action="store_true", help="small shapes, 3 reps: a smoke run")
     args = p.parse_args(argv)
     import torch
@@ -243,7 +244,7 @@ def main(argv=None):
         runtimes = args.runtimes.split(",")
     else:
         runtimes = ["cuda"] if "cuda" in kd.available_runtimes() and torch.cuda.is_available() else ["cpu"]
-    reps = 3 if args.quick else args.reps
+    reps = args.reps or (3 if args.quick else 10)
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
     if unknown:

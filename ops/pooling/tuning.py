@@ -6,6 +6,7 @@ ELEMENT_UNITS and the grid (y, wrapping into z). Global average pooling is a row
 reduction: one plane of units a row for short rows, a cube a row for long ones."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 GRID_Y = 65535         # cubes along y (and z) before the grid wraps (the portable limit)
@@ -22,51 +23,38 @@ def _pow2_at_least(n: int) -> int:
 
 
 @dataclass(frozen=True)
-class ElementPlan:
-    """Cube (bx, by) and grid for a [rows, width] element kernel."""
+class LaunchPlan:
+    """Cube (bx, by) and grid of a launch; `lanes`: elements a chunk (row reductions)."""
     bx: int
     by: int
     grid: tuple
+    lanes: int = 1
 
     @property
     def block(self) -> tuple:
         return (self.bx, self.by)
 
 
-def element_plan(rows: int, width: int) -> ElementPlan:
+def element_plan(rows: int, width: int) -> LaunchPlan:
+    """A [rows, width] element kernel: bx units along the width, by rows a cube, the grid's
+    rows along y wrapping into z."""
     bx = min(_pow2_at_least(width), ELEMENT_UNITS)
     by = ELEMENT_UNITS // bx
     cubes = -(-rows // by)
     gz = -(-cubes // GRID_Y)
-    return ElementPlan(bx, by, (-(-width // bx), -(-cubes // gz), gz))
+    return LaunchPlan(bx, by, (-(-width // bx), -(-cubes // gz), gz))
 
 
 def vector_lanes(itemsize: int, *counts: int) -> int:
-    """The widest chunk (<= 16 bytes, a power of two) that divides every count, so every
-    vector access is aligned."""
-    lanes = max(1, 16 // itemsize)
-    while lanes > 1 and any(c % lanes for c in counts):
-        lanes //= 2
-    return lanes
+    """The widest chunk (<= 16 bytes) that divides every count, so every vector access is
+    aligned: a power of two, as the gcd with 16 // itemsize is."""
+    return math.gcd(16 // itemsize, *counts)
 
 
-@dataclass(frozen=True)
-class ReductionPlan:
-    """Row reduction: bx units a row, by rows a cube (by > 1: bx is the plane size and each
-    plane reduces its own row), chunks of `lanes` elements; grid (x, y) wraps from x into y."""
-    bx: int
-    by: int
-    lanes: int
-    grid: tuple
-
-    @property
-    def block(self) -> tuple:
-        return (self.bx, self.by)
-
-
-def reduction_plan(caps, rows: int, size: int, lanes: int) -> ReductionPlan | None:
-    """The plan for `rows` rows of `size` elements, or None where the element kernel is
-    better (short rows on devices whose units are SIMD lanes)."""
+def reduction_plan(caps, rows: int, size: int, lanes: int) -> LaunchPlan | None:
+    """The row reduction for `rows` rows of `size` elements (by > 1: bx is the plane size
+    and each plane reduces its own row; the grid wraps from x into y), or None where the
+    element kernel is better (short rows on devices whose units are SIMD lanes)."""
     if caps.units_are_simd_lanes and size < SIMD_ROW_MIN:
         return None
     chunks = -(-size // lanes)
@@ -76,4 +64,4 @@ def reduction_plan(caps, rows: int, size: int, lanes: int) -> ReductionPlan | No
         bx, by = max(caps.plane_dim, min(_pow2_at_least(chunks), MAX_ROW_UNITS, caps.max_cube_units)), 1
     cubes = -(-rows // by)
     gy = -(-cubes // GRID_Y)
-    return ReductionPlan(bx, by, lanes, (-(-cubes // gy), gy))
+    return LaunchPlan(bx, by, (-(-cubes // gy), gy), lanes)
