@@ -19,6 +19,7 @@ wall time of --reps calls each (the machine may be shared).
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -239,6 +240,9 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=None, help="timed calls a side (default 10; 3 with --quick)")
     p.add_argument("--quick", action="store_true", help="small shapes, 3 reps: a smoke run")
     args = p.parse_args(argv)
+    # torch's OpenMP threads spin after each call, taking the cores from our cpu runtime's
+    # workers when the two run in turn: let them sleep (set before torch loads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     if args.runtimes:
         runtimes = args.runtimes.split(",")

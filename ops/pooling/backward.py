@@ -25,8 +25,9 @@ def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
     e = kd.i64(row) * IW + iw
     ih = row % IH
     r = row // IH
-    id_ = r % ID
-    obase = kd.i64(r // ID) * (kd.i64(OD) * OH * OW)
+    id_ = r % ID if DIMS == 3 else 0  # 1-/2-D calls: no depth axis to divide by
+    plane = r // ID if DIMS == 3 else r
+    obase = kd.i64(plane) * (kd.i64(OD) * OH * OW)
     here = kd.i64((id_ * IH + ih) * IW + iw)
     ld, nd = candidates(id_, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
     lh, nh = candidates(ih, IH, OH, KH, SH, PH, DH, ADAPTIVE, WIDE, DIMS >= 2)

@@ -51,8 +51,9 @@ def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], ro
     e = kd.i64(row) * OW + ow
     oh = row % OH
     r = row // OH
-    od = r % OD
-    base = kd.i64(r // OD) * (kd.i64(ID) * IH * IW)
+    od = r % OD if DIMS == 3 else 0  # 1-/2-D calls: no depth axis to divide by
+    plane = r // OD if DIMS == 3 else r
+    base = kd.i64(plane) * (kd.i64(ID) * IH * IW)
     zd, cd = span(od, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
     zh, ch = span(oh, IH, OH, KH, SH, PH, DH, ADAPTIVE, WIDE, DIMS >= 2)
     zw, cw = span(ow, IW, OW, KW, SW, PW, DW, ADAPTIVE, WIDE)

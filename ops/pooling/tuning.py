@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 GRID_Y = 65535         # cubes along y (and z) before the grid wraps (the portable limit)
 ELEMENT_UNITS = 256    # units per cube of the element kernels
+# units along a row of the element kernels: 1 for width 1 (global max pooling), else
+# NARROW_UNITS, WIDE_MIN_UNITS or a power of two up to ELEMENT_UNITS (the cube shape is
+# part of a kernel's specialisation: few shapes, few compilations)
+NARROW_UNITS, WIDE_MIN_UNITS = 8, 32
 MAX_ROW_UNITS = 256    # units per row of the long-row reduction
 PLANE_ROW_CHUNKS = 8   # rows of at most this many chunks a unit take one plane a row
 # devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
@@ -38,7 +42,9 @@ class LaunchPlan:
 def element_plan(rows: int, width: int) -> LaunchPlan:
     """A [rows, width] element kernel: bx units along the width, by rows a cube, the grid's
     rows along y wrapping into z."""
-    bx = min(_pow2_at_least(width), ELEMENT_UNITS)
+    bx = 1 if width == 1 else min(max(_pow2_at_least(width), NARROW_UNITS), ELEMENT_UNITS)
+    if NARROW_UNITS < bx < WIDE_MIN_UNITS:
+        bx = WIDE_MIN_UNITS
     by = ELEMENT_UNITS // bx
     cubes = -(-rows // by)
     gz = -(-cubes // GRID_Y)

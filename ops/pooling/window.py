@@ -15,8 +15,11 @@ def span(o, size, out, K, S, P, D, ADAPTIVE, WIDE, ON=True):
         first = o
         count = 1
     elif ADAPTIVE:
-        first = kd.i32(wide(o, WIDE) * size // out)
-        count = kd.i32((wide(o + 1, WIDE) * size + out - 1) // out) - first
+        first = 0
+        count = size  # one bin (global pooling): no division
+        if out != 1:
+            first = kd.i32(wide(o, WIDE) * size // out)
+            count = kd.i32((wide(o + 1, WIDE) * size + out - 1) // out) - first
     else:
         start = o * S - P
         if D == 1:
@@ -53,8 +56,11 @@ def candidates(i, size, out, K, S, P, D, ADAPTIVE, WIDE, ON=True):
         lo = i
         n = 1
     elif ADAPTIVE:
-        lo = kd.i32(wide(i, WIDE) * out // size)
-        n = kd.i32((wide(i + 1, WIDE) * out - 1) // size) - lo + 1
+        lo = 0
+        n = 1     # one bin (global pooling): no division
+        if out != 1:
+            lo = kd.i32(wide(i, WIDE) * out // size)
+            n = kd.i32((wide(i + 1, WIDE) * out - 1) // size) - lo + 1
     else:
         lo = (kd.max(i + P - (K - 1) * D, 0) + S - 1) // S
         n = kd.min(out - 1, (i + P) // S) - lo + 1
