@@ -2,7 +2,8 @@
 kind of pooling (values, indices and backward against torch autograd, bit for bit where
 torch is exact), float64 numpy references, NaN inputs, odd and size-1 axes, down- and
 upsampling adaptive bins, non-contiguous and unbatched inputs, global average pooling
-(the row reduction), every error rule before any launch."""
+(the row reduction), both backward kernels (unrolled taps and loops), every error rule
+before any launch."""
 import numpy as np
 import pytest
 
@@ -25,6 +26,10 @@ WINDOWS = [
     ((2, 1, 1, 5), (1, 2), 1, 0, 1, True),
     ((1, 2, 5, 6, 7), 3, 2, 1, 1, True),
     ((2, 1, 4, 5, 3), (2, 2, 1), (1, 2, 1), (1, 0, 0), (1, 2, 1), False),
+    # windows too large (> 27 taps) or strides too long (> 4) for the unrolled backward kernel
+    ((1, 2, 40), 29, 6, 3, 1, True),
+    ((1, 2, 12, 13), 5, 5, 2, 1, False),
+    ((1, 1, 6, 7, 8), (4, 3, 3), (2, 1, 2), (2, 1, 1), (1, 1, 2), True),
 ]
 # (input shape, output_size): downsampling, upsampling, None axes, global pooling
 ADAPTIVE = [
@@ -208,6 +213,17 @@ def test_global_average_is_a_row_mean(runtime, rng, shape):
     out = fn("adaptive_avg_pool{d}d", shape)(runtime.tensor(x), 1)
     want = x.astype(np.float64).reshape(*shape[:2], -1).mean(-1).reshape(*shape[:2], *(1,) * (len(shape) - 2))
     np.testing.assert_allclose(out.numpy(), want, rtol=2e-6)
+
+
+def test_the_sweep_takes_both_backward_kernels(runtime):
+    """The windows above reach the unrolled-taps kernel and the looped one (tuning.unrolled_taps)."""
+    from rudnn.pooling.problem import window_problem
+    from rudnn.pooling.tuning import unrolled_taps
+    picks = set()
+    for shape, k, s, p, d, ceil in WINDOWS:
+        x = runtime.tensor(np.zeros(shape, np.float32))
+        picks.add(unrolled_taps(window_problem("max_pool", len(shape) - 2, x, k, s, p, d, ceil)))
+    assert picks == {True, False}
 
 
 # ---------------------------------------------------------------------------- layouts

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .backward import pool_backward
+from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import plane_mean
-from .tuning import element_plan, reduction_plan, vector_lanes
+from .tuning import element_plan, reduction_plan, unrolled_taps, vector_lanes
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -117,6 +117,13 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     idx = indices.contiguous().reshape(outs) if maximum else rt.empty((1,), kd.i64)
     rows, width = total // p.axes[2].size, p.axes[2].size
     plan = element_plan(rows, width)
+    if unrolled_taps(p):
+        ax = p.axes
+        pool_backward_taps[plan.grid, plan.block](
+            g, idx, dx.reshape(total), rows, *(a.size for a in ax), *(a.out for a in ax),
+            *(a.padding for a in ax), *(a.dilation for a in ax), p.divisor, *(a.kernel for a in ax),
+            *(a.stride for a in ax), maximum, p.dims, p.count_include_pad)
+        return dx
     pool_backward[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_geometry(p), maximum, p.adaptive,
                                          p.wide, p.dims, p.count_include_pad)
     return dx

@@ -6,7 +6,7 @@ its sum (forward.average)."""
 import kerneldsl as kd
 
 from .forward import average, row_position
-from .window import candidate, candidates, span
+from .window import candidate, candidates, span, taps_to_outputs
 
 
 @kd.kernel
@@ -53,5 +53,50 @@ def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
                                 zw, cw = span(ow, IW, OW, KW, SW, PW, DW, ADAPTIVE, WIDE)
                                 acc += average(g, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW,
                                                SD, SH, SW, PD, PH, PW, divisor, ADAPTIVE, INCLUDE_PAD)
+    if live:
+        dx[e] = acc
+
+
+@kd.kernel
+def pool_backward_taps(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor, rows: kd.i32,
+                       ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
+                       PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
+                       KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
+                       SD: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
+                       MAX: kd.Const[bool], DIMS: kd.Const[int], INCLUDE_PAD: kd.Const[bool]):
+    """pool_backward for small pooling windows whose sizes and strides are compile-time:
+    every tap of every axis unrolled, invalid ones masked instead of branched around, so
+    the body is straight-line code (the cpu runtime vectorises it across units) and the
+    strides' divisions become multiplications. Same sums in the same order."""
+    first, col = row_position()
+    live = first < rows and col < IW
+    row = kd.min(first, rows - 1)
+    iw = kd.min(col, IW - 1)
+    e = kd.i64(row) * IW + iw
+    ih = row % IH
+    r = row // IH
+    id_ = r % ID if DIMS == 3 else 0
+    plane = r // ID if DIMS == 3 else r
+    obase = kd.i64(plane) * (kd.i64(OD) * OH * OW)
+    here = kd.i64((id_ * IH + ih) * IW + iw)
+    ods, vds = taps_to_outputs(id_, OD, KD, SD, PD, DD)
+    ohs, vhs = taps_to_outputs(ih, OH, KH, SH, PH, DH)
+    ows, vws = taps_to_outputs(iw, OW, KW, SW, PW, DW)
+    acc = kd.f32(0)
+    for a in kd.unroll(KD):
+        for b in kd.unroll(KH):
+            for c in kd.unroll(KW):
+                ok = vds[a] and vhs[b] and vws[c]
+                o = obase + (ods[a] * OH + ohs[b]) * OW + ows[c]
+                g = kd.f32(grad[o])
+                if MAX:
+                    acc += kd.select(ok and indices[o] == here, g, kd.f32(0))
+                else:
+                    zd, cd = span(ods[a], ID, OD, KD, SD, PD, 1, False, False, DIMS == 3)
+                    zh, ch = span(ohs[b], IH, OH, KH, SH, PH, 1, False, False, DIMS >= 2)
+                    zw, cw = span(ows[c], IW, OW, KW, SW, PW, 1, False, False)
+                    share = average(g, ods[a], ohs[b], ows[c], cd, ch, cw, ID, IH, IW, KD, KH, KW,
+                                    SD, SH, SW, PD, PH, PW, divisor, False, INCLUDE_PAD)
+                    acc += kd.select(ok, share, kd.f32(0))
     if live:
         dx[e] = acc

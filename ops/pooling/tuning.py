@@ -15,6 +15,7 @@ ELEMENT_UNITS = 256    # units per cube of the element kernels
 # NARROW_UNITS, WIDE_MIN_UNITS or a power of two up to ELEMENT_UNITS (the cube shape is
 # part of a kernel's specialisation: few shapes, few compilations)
 NARROW_UNITS, WIDE_MIN_UNITS = 8, 32
+MAX_UNROLLED_TAPS, MAX_UNROLLED_STRIDE = 27, 4   # backward windows unrolled (3x3x3 at most)
 MAX_ROW_UNITS = 256    # units per row of the long-row reduction
 PLANE_ROW_CHUNKS = 8   # rows of at most this many chunks a unit take one plane a row
 # devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
@@ -71,3 +72,16 @@ def reduction_plan(caps, rows: int, size: int, lanes: int) -> LaunchPlan | None:
     cubes = -(-rows // by)
     gy = -(-cubes // GRID_Y)
     return LaunchPlan(bx, by, (-(-cubes // gy), gy), lanes)
+
+
+def unrolled_taps(problem) -> bool:
+    """Whether the backward pass takes the kernel with every window tap unrolled
+    (backward.pool_backward_taps): pooling windows of at most MAX_UNROLLED_TAPS taps with
+    strides up to MAX_UNROLLED_STRIDE (sizes and strides become compile-time: each
+    combination is one more compilation)."""
+    if problem.adaptive:
+        return False
+    taps = 1
+    for a in problem.axes:
+        taps *= a.kernel
+    return taps <= MAX_UNROLLED_TAPS and all(a.stride <= MAX_UNROLLED_STRIDE for a in problem.axes)

@@ -77,3 +77,18 @@ def candidate(j, i, lo, S, P, D, ADAPTIVE):
     else:
         valid = D == 1 or (i + P - o * S) % D == 0
     return o, valid
+
+
+@kd.func
+def taps_to_outputs(i, out, K, S, P, D):
+    """For each tap k of a window (K, S compile-time), from the last tap to the first:
+    (outputs o, whether valid) such that tap k of output o's window lands on input i;
+    o is clamped into [0, out) so that an invalid one can still be read."""
+    outs = ()
+    oks = ()
+    for j in kd.unroll(K):
+        t = i + P - (K - 1 - j) * D
+        o = t // S
+        outs = outs + (kd.clamp(o, 0, out - 1),)
+        oks = oks + (t >= 0 and t % S == 0 and o < out,)
+    return outs, oks
