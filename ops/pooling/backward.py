@@ -5,7 +5,7 @@ scatter them; no atomics. Averages divide each output's gradient as the forward 
 its sum (forward.average)."""
 import kerneldsl as kd
 
-from .forward import average, row_position
+from .forward import average, locate
 from .window import candidate, candidates, span, taps_to_outputs
 
 
@@ -18,15 +18,7 @@ def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
                   INCLUDE_PAD: kd.Const[bool]):
     """dx[e] = Σ over the outputs covering input element e of their (selected or divided)
     gradient, the input seen as [rows = planes·ID·IH, IW]."""
-    first, col = row_position()
-    live = first < rows and col < IW
-    row = kd.min(first, rows - 1)  # units past the end compute the last element, store nothing
-    iw = kd.min(col, IW - 1)
-    e = kd.i64(row) * IW + iw
-    ih = row % IH
-    r = row // IH
-    id_ = r % ID if DIMS == 3 else 0  # 1-/2-D calls: no depth axis to divide by
-    plane = r // ID if DIMS == 3 else r
+    live, e, iw, ih, id_, plane = locate(rows, IW, IH, ID, DIMS)
     obase = kd.i64(plane) * (kd.i64(OD) * OH * OW)
     here = kd.i64((id_ * IH + ih) * IW + iw)
     ld, nd = candidates(id_, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
@@ -68,15 +60,7 @@ def pool_backward_taps(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Te
     every tap of every axis unrolled, invalid ones masked instead of branched around, so
     the body is straight-line code (the cpu runtime vectorises it across units) and the
     strides' divisions become multiplications. Same sums in the same order."""
-    first, col = row_position()
-    live = first < rows and col < IW
-    row = kd.min(first, rows - 1)
-    iw = kd.min(col, IW - 1)
-    e = kd.i64(row) * IW + iw
-    ih = row % IH
-    r = row // IH
-    id_ = r % ID if DIMS == 3 else 0
-    plane = r // ID if DIMS == 3 else r
+    live, e, iw, ih, id_, plane = locate(rows, IW, IH, ID, DIMS)
     obase = kd.i64(plane) * (kd.i64(OD) * OH * OW)
     here = kd.i64((id_ * IH + ih) * IW + iw)
     ods, vds = taps_to_outputs(id_, OD, KD, SD, PD, DD)

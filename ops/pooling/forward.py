@@ -16,6 +16,23 @@ def row_position():
 
 
 @kd.func
+def locate(rows, W, H, D, DIMS):
+    """This unit's element of a [planes, D, H, W] tensor seen as [rows, W]:
+    (live, flat index, w, h, d, plane). Units past the end take the last element (and
+    store nothing: `live` is false), so no branch surrounds a kernel's body and the cpu
+    runtime keeps its values in registers; 1-/2-D calls (DIMS) divide by no depth."""
+    first, col = row_position()
+    live = first < rows and col < W
+    row = kd.min(first, rows - 1)
+    w = kd.min(col, W - 1)
+    h = row % H
+    r = row // H
+    d = r % D if DIMS == 3 else 0
+    plane = r // D if DIMS == 3 else r
+    return live, kd.i64(row) * W + w, w, h, d, plane
+
+
+@kd.func
 def average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW, divisor,
             ADAPTIVE, INCLUDE_PAD):
     """acc (a window's sum, or a gradient) divided as torch divides it for this output:
@@ -44,15 +61,7 @@ def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], ro
                  INDICES: kd.Const[bool]):
     """out[e] (and indices[e], the flat per-plane input position of a max) for output e,
     the output seen as [rows = planes·OD·OH, OW]."""
-    first, col = row_position()
-    live = first < rows and col < OW
-    row = kd.min(first, rows - 1)  # units past the end compute the last element, store nothing
-    ow = kd.min(col, OW - 1)     # (no branch around the body: the cpu runtime keeps its values in registers)
-    e = kd.i64(row) * OW + ow
-    oh = row % OH
-    r = row // OH
-    od = r % OD if DIMS == 3 else 0  # 1-/2-D calls: no depth axis to divide by
-    plane = r // OD if DIMS == 3 else r
+    live, e, ow, oh, od, plane = locate(rows, OW, OH, OD, DIMS)
     base = kd.i64(plane) * (kd.i64(ID) * IH * IW)
     zd, cd = span(od, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
     zh, ch = span(oh, IH, OH, KH, SH, PH, DH, ADAPTIVE, WIDE, DIMS >= 2)
