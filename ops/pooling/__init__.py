@@ -15,7 +15,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .backward import pool_backward, pool_backward_taps
-from .forward import pool_forward
+from .forward import pool_forward, pool_forward_taps
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import plane_mean
 from .tuning import element_plan, reduction_plan, unrolled_taps, vector_lanes
@@ -84,6 +84,14 @@ def _geometry(p: PoolProblem) -> tuple:
             *(a.padding for a in ax), *(a.dilation for a in ax), p.divisor)
 
 
+def _unrolled_geometry(p: PoolProblem) -> tuple:
+    """The unrolled-taps kernels' geometry: sizes, outputs, paddings, dilations and
+    divisor_override as run-time values, then kernel sizes and strides (compile-time)."""
+    ax = p.axes
+    return (*(a.size for a in ax), *(a.out for a in ax), *(a.padding for a in ax), *(a.dilation for a in ax),
+            p.divisor, *(a.kernel for a in ax), *(a.stride for a in ax))
+
+
 def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
     rt, x = p.runtime, p.input
     out = rt.empty(p.out_shape, x.dtype)
@@ -101,6 +109,10 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
     rows, width = total // p.axes[2].out, p.axes[2].out
     plan = element_plan(rows, width)
+    if unrolled_taps(p):
+        pool_forward_taps[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_unrolled_geometry(p),
+                                                 maximum, p.dims, p.count_include_pad, indices)
+        return out, idx
     pool_forward[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p), maximum,
                                         p.adaptive, p.wide, p.dims, p.count_include_pad, indices)
     return out, idx
@@ -118,11 +130,8 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     rows, width = total // p.axes[2].size, p.axes[2].size
     plan = element_plan(rows, width)
     if unrolled_taps(p):
-        ax = p.axes
-        pool_backward_taps[plan.grid, plan.block](
-            g, idx, dx.reshape(total), rows, *(a.size for a in ax), *(a.out for a in ax),
-            *(a.padding for a in ax), *(a.dilation for a in ax), p.divisor, *(a.kernel for a in ax),
-            *(a.stride for a in ax), maximum, p.dims, p.count_include_pad)
+        pool_backward_taps[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_unrolled_geometry(p), maximum,
+                                                  p.dims, p.count_include_pad)
         return dx
     pool_backward[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_geometry(p), maximum, p.adaptive,
                                          p.wide, p.dims, p.count_include_pad)

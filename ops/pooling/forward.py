@@ -92,3 +92,49 @@ def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], ro
                        divisor, ADAPTIVE, INCLUDE_PAD)
         if live:
             out[e] = mean
+
+
+@kd.kernel
+def pool_forward_taps(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], rows: kd.i32,
+                      ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
+                      PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
+                      KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
+                      SD: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
+                      MAX: kd.Const[bool], DIMS: kd.Const[int], INCLUDE_PAD: kd.Const[bool], INDICES: kd.Const[bool]):
+    """pool_forward for small pooling windows whose sizes and strides are compile-time:
+    every tap unrolled, taps outside the input masked instead of skipped (straight-line
+    code the cpu runtime vectorises across units; independent loads on a GPU). Same scan
+    order, same sums."""
+    live, e, ow, oh, od, plane = locate(rows, OW, OH, OD, DIMS)
+    base = kd.i64(plane) * (kd.i64(ID) * IH * IW)
+    zd, cd = span(od, ID, OD, KD, SD, PD, DD, False, False, DIMS == 3)
+    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, False, False, DIMS >= 2)
+    zw, cw = span(ow, IW, OW, KW, SW, PW, DW, False, False)
+    best = kd.f32(-kd.inf)
+    where = kd.i64((zd * IH + zh) * IW + zw)
+    acc = kd.f32(0)
+    for a in kd.unroll(KD):
+        z = od * SD - PD + a * DD
+        for b in kd.unroll(KH):
+            y = oh * SH - PH + b * DH
+            for c in kd.unroll(KW):
+                w = ow * SW - PW + c * DW
+                ok = z >= 0 and z < ID and y >= 0 and y < IH and w >= 0 and w < IW
+                pos = kd.i64((kd.clamp(z, 0, ID - 1) * IH + kd.clamp(y, 0, IH - 1)) * IW + kd.clamp(w, 0, IW - 1))
+                v = kd.f32(x[base + pos])
+                if MAX:
+                    take = ok and (v > best or kd.isnan(v))
+                    best = kd.select(take, v, best)
+                    where = kd.select(take, pos, where)
+                else:
+                    acc += kd.select(ok, v, kd.f32(0))
+    if MAX:
+        if live:
+            out[e] = best
+            if INDICES:
+                indices[e] = where
+    else:
+        mean = average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+                       divisor, False, INCLUDE_PAD)
+        if live:
+            out[e] = mean
