@@ -5,9 +5,10 @@ spatial axes, with indices and backward passes, with torch.nn.functional's seman
 Each entry point validates its call into a problem (problem.py: the input seen as
 [planes, D, H, W], 1- and 2-D calls padded with leading axes of 1, so one code path
 serves every rank), returns empty results for zero planes without launching, and
-launches forward.pool_forward (one unit per output), reduction.plane_mean (global
-average pooling, a row reduction) or backward.pool_backward (one unit per input element,
-gathering from the outputs that cover it: deterministic, no atomics). Sums are F32 and
+launches forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled),
+reduction.plane_mean (global average pooling, a row reduction) or
+backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
+that cover it: deterministic, no atomics). Sums are F32 and
 results are cast once to the input dtype; indices are I64 flat positions in a plane.
 """
 from __future__ import annotations
