@@ -51,6 +51,15 @@ def average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD,
     return r
 
 
+@kd.func
+def store(out, indices, e, live, result, where, INDICES):
+    """out[e] = result (and indices[e] = where) for a live unit."""
+    if live:
+        out[e] = result
+        if INDICES:
+            indices[e] = where
+
+
 @kd.kernel
 def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], rows: kd.i32,
                  ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
@@ -82,16 +91,9 @@ def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], ro
                         where = pos
                 else:
                     acc += v
-    if MAX:
-        if live:
-            out[e] = best
-            if INDICES:
-                indices[e] = where
-    else:
-        mean = average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
-                       divisor, ADAPTIVE, INCLUDE_PAD)
-        if live:
-            out[e] = mean
+    result = best if MAX else average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+                                      divisor, ADAPTIVE, INCLUDE_PAD)
+    store(out, indices, e, live, result, where, MAX and INDICES)
 
 
 @kd.kernel
@@ -128,13 +130,6 @@ def pool_forward_taps(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1
                     where = kd.select(take, pos, where)
                 else:
                     acc += kd.select(ok, v, kd.f32(0))
-    if MAX:
-        if live:
-            out[e] = best
-            if INDICES:
-                indices[e] = where
-    else:
-        mean = average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
-                       divisor, False, INCLUDE_PAD)
-        if live:
-            out[e] = mean
+    result = best if MAX else average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+                                      divisor, False, INCLUDE_PAD)
+    store(out, indices, e, live, result, where, MAX and INDICES)
