@@ -1,0 +1,299 @@
+"""rudnn.pooling: max, average, adaptive average and adaptive max pooling over 1, 2 or 3
+spatial axes, with indices and backward passes, with torch.nn.functional's semantics
+(SPEC §7), on every runtime.
+
+Each entry point validates its call into a problem (problem.py: the input seen as
+[planes, D, H, W], 1- and 2-D calls padded with leading axes of 1, so one code path
+serves every rank), returns empty results for zero planes without launching, and
+launches forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled),
+reduction.plane_mean (global average pooling, a row reduction) or
+backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
+that cover it: deterministic, no atomics). Sums are F32 and
+results are cast once to the input dtype; indices are I64 flat positions in a plane.
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .backward import pool_backward, pool_backward_taps
+from .forward import pool_forward, pool_forward_taps
+from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
+from .reduction import plane_mean
+from .tuning import element_plan, reduction_plan, unrolled_taps, vector_lanes
+
+__all__ = ["PoolingError",
+           "max_pool1d", "max_pool2d", "max_pool3d",
+           "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+           "avg_pool1d", "avg_pool2d", "avg_pool3d",
+           "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+           "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+           "max_pool1d_backward", "max_pool2d_backward", "max_pool3d_backward",
+           "avg_pool1d_backward", "avg_pool2d_backward", "avg_pool3d_backward",
+           "adaptive_avg_pool1d_backward", "adaptive_avg_pool2d_backward", "adaptive_avg_pool3d_backward",
+           "adaptive_max_pool1d_backward", "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward"]
+
+
+# ---------------------------------------------------------------------------- generic forms
+def _max_pool(fn, dims, input, kernel_size, stride, padding, dilation, ceil_mode, indices: bool):  # noqa: A002
+    p = window_problem(fn, dims, input, kernel_size, stride, padding, dilation, ceil_mode)
+    out, idx = _forward(p, maximum=True, indices=indices)
+    return (out, idx) if indices else out
+
+
+def _avg_pool(fn, dims, input, kernel_size, stride, padding, ceil_mode, count_include_pad,  # noqa: A002
+              divisor_override):
+    p = window_problem(fn, dims, input, kernel_size, stride, padding, 1, ceil_mode, count_include_pad,
+                       divisor_override)
+    return _forward(p, maximum=False, indices=False)[0]
+
+
+def _adaptive(fn, dims, input, output_size, maximum: bool):  # noqa: A002
+    p = adaptive_problem(fn, dims, input, output_size)
+    out, idx = _forward(p, maximum=maximum, indices=maximum)
+    return (out, idx) if maximum else out
+
+
+def _max_pool_backward(fn, dims, input, grad, indices, kernel_size, stride, padding, dilation,  # noqa: A002
+                       ceil_mode):
+    p = window_problem(fn, dims, input, kernel_size, stride, padding, dilation, ceil_mode)
+    check_grad(fn, p, grad, indices)
+    return _backward(p, grad, indices, maximum=True)
+
+
+def _avg_pool_backward(fn, dims, input, grad, kernel_size, stride, padding, ceil_mode,  # noqa: A002
+                       count_include_pad, divisor_override):
+    p = window_problem(fn, dims, input, kernel_size, stride, padding, 1, ceil_mode, count_include_pad,
+                       divisor_override)
+    check_grad(fn, p, grad)
+    return _backward(p, grad, None, maximum=False)
+
+
+def _adaptive_backward(fn, dims, input, grad, indices, output_size, maximum: bool):  # noqa: A002
+    if output_size is None and isinstance(grad, kd.Tensor) and grad.ndim >= dims:
+        output_size = tuple(grad.shape[-dims:])  # the forward's output size, read from grad
+    p = adaptive_problem(fn, dims, input, output_size)
+    check_grad(fn, p, grad, indices)
+    return _backward(p, grad, indices, maximum=maximum)
+
+
+# ---------------------------------------------------------------------------- launches
+def _geometry(p: PoolProblem) -> tuple:
+    """The kernels' 19 geometry arguments: sizes, outputs, kernels, strides, paddings,
+    dilations (depth, height, width each) and divisor_override (0 for none)."""
+    ax = p.axes
+    return (*(a.size for a in ax), *(a.out for a in ax), *(a.kernel for a in ax), *(a.stride for a in ax),
+            *(a.padding for a in ax), *(a.dilation for a in ax), p.divisor)
+
+
+def _unrolled_geometry(p: PoolProblem) -> tuple:
+    """The unrolled-taps kernels' geometry: sizes, outputs, paddings, dilations and
+    divisor_override as run-time values, then kernel sizes and strides (compile-time)."""
+    ax = p.axes
+    return (*(a.size for a in ax), *(a.out for a in ax), *(a.padding for a in ax), *(a.dilation for a in ax),
+            p.divisor, *(a.kernel for a in ax), *(a.stride for a in ax))
+
+
+def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
+    rt, x = p.runtime, p.input
+    out = rt.empty(p.out_shape, x.dtype)
+    idx = rt.empty(p.out_shape, kd.i64) if indices else None
+    if p.planes == 0:
+        return out, idx
+    flat_in = x.contiguous().reshape(p.planes * p.in_spatial)
+    total = p.planes * p.out_spatial
+    if p.is_global_average and not maximum:
+        lanes = vector_lanes(x.dtype.itemsize, p.in_spatial, flat_in.offset)
+        plan = reduction_plan(rt.capabilities, p.planes, p.in_spatial, lanes)
+        if plan is not None:
+            plane_mean[plan.grid, plan.block](flat_in, out.reshape(total), p.planes, p.in_spatial, lanes)
+            return out, idx
+    sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
+    rows, width = total // p.axes[2].out, p.axes[2].out
+    plan = element_plan(rows, width)
+    if unrolled_taps(p):
+        pool_forward_taps[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_unrolled_geometry(p),
+                                                 maximum, p.dims, p.count_include_pad, indices)
+        return out, idx
+    pool_forward[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p), maximum,
+                                        p.adaptive, p.wide, p.dims, p.count_include_pad, indices)
+    return out, idx
+
+
+def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
+    rt, x = p.runtime, p.input
+    dx = rt.empty(x.shape, x.dtype)
+    if p.planes == 0:
+        return dx
+    total = p.planes * p.in_spatial
+    outs = p.planes * p.out_spatial
+    g = grad.contiguous().reshape(outs)
+    idx = indices.contiguous().reshape(outs) if maximum else rt.empty((1,), kd.i64)
+    rows, width = total // p.axes[2].size, p.axes[2].size
+    plan = element_plan(rows, width)
+    if unrolled_taps(p):
+        pool_backward_taps[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_unrolled_geometry(p), maximum,
+                                                  p.dims, p.count_include_pad)
+        return dx
+    pool_backward[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_geometry(p), maximum, p.adaptive,
+                                         p.wide, p.dims, p.count_include_pad)
+    return dx
+
+
+# ---------------------------------------------------------------------------- max pooling
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> kd.Tensor:  # noqa: A002
+    """Max over windows of [N, C, L] (or [C, L]), as torch.nn.functional.max_pool1d."""
+    return _max_pool("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode, False)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> kd.Tensor:  # noqa: A002
+    """Max over windows of [N, C, H, W] (or [C, H, W]), as torch.nn.functional.max_pool2d."""
+    return _max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, False)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> kd.Tensor:  # noqa: A002
+    """Max over windows of [N, C, D, H, W] (or [C, D, H, W]), as torch.nn.functional.max_pool3d."""
+    return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, False)
+
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                            ceil_mode=False) -> tuple:
+    """(out, indices): max_pool1d and the I64 position of each maximum in its plane."""
+    return _max_pool("max_pool1d_with_indices", 1, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                            ceil_mode=False) -> tuple:
+    """(out, indices): max_pool2d and the I64 flat position (h·W + w) of each maximum in its plane."""
+    return _max_pool("max_pool2d_with_indices", 2, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                            ceil_mode=False) -> tuple:
+    """(out, indices): max_pool3d and the I64 flat position ((d·H + h)·W + w) of each maximum."""
+    return _max_pool("max_pool3d_with_indices", 3, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+# ---------------------------------------------------------------------------- average pooling
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+               divisor_override=None) -> kd.Tensor:
+    """Mean over windows of [N, C, L], as torch.nn.functional.avg_pool1d."""
+    return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+               divisor_override=None) -> kd.Tensor:
+    """Mean over windows of [N, C, H, W], as torch.nn.functional.avg_pool2d."""
+    return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+               divisor_override=None) -> kd.Tensor:
+    """Mean over windows of [N, C, D, H, W], as torch.nn.functional.avg_pool3d."""
+    return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+# ---------------------------------------------------------------------------- adaptive pooling
+def adaptive_avg_pool1d(input, output_size) -> kd.Tensor:  # noqa: A002
+    """Mean over the bins [floor(i·L/O), ceil((i+1)·L/O)), as torch.nn.functional.adaptive_avg_pool1d."""
+    return _adaptive("adaptive_avg_pool1d", 1, input, output_size, False)
+
+
+def adaptive_avg_pool2d(input, output_size) -> kd.Tensor:  # noqa: A002
+    """Mean over adaptive bins of H and W; output_size 1 is global average pooling."""
+    return _adaptive("adaptive_avg_pool2d", 2, input, output_size, False)
+
+
+def adaptive_avg_pool3d(input, output_size) -> kd.Tensor:  # noqa: A002
+    """Mean over adaptive bins of D, H and W."""
+    return _adaptive("adaptive_avg_pool3d", 3, input, output_size, False)
+
+
+def adaptive_max_pool1d(input, output_size) -> tuple:  # noqa: A002
+    """(out, indices): max over adaptive bins of L, as torch.nn.functional.adaptive_max_pool1d."""
+    return _adaptive("adaptive_max_pool1d", 1, input, output_size, True)
+
+
+def adaptive_max_pool2d(input, output_size) -> tuple:  # noqa: A002
+    """(out, indices): max over adaptive bins of H and W."""
+    return _adaptive("adaptive_max_pool2d", 2, input, output_size, True)
+
+
+def adaptive_max_pool3d(input, output_size) -> tuple:  # noqa: A002
+    """(out, indices): max over adaptive bins of D, H and W."""
+    return _adaptive("adaptive_max_pool3d", 3, input, output_size, True)
+
+
+# ---------------------------------------------------------------------------- backward
+def max_pool1d_backward(input, grad, indices, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                        ceil_mode=False) -> kd.Tensor:
+    """The gradient w.r.t. input of max_pool1d, from the forward's indices."""
+    return _max_pool_backward("max_pool1d_backward", 1, input, grad, indices, kernel_size, stride, padding,
+                              dilation, ceil_mode)
+
+
+def max_pool2d_backward(input, grad, indices, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                        ceil_mode=False) -> kd.Tensor:
+    """The gradient w.r.t. input of max_pool2d, from the forward's indices."""
+    return _max_pool_backward("max_pool2d_backward", 2, input, grad, indices, kernel_size, stride, padding,
+                              dilation, ceil_mode)
+
+
+def max_pool3d_backward(input, grad, indices, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                        ceil_mode=False) -> kd.Tensor:
+    """The gradient w.r.t. input of max_pool3d, from the forward's indices."""
+    return _max_pool_backward("max_pool3d_backward", 3, input, grad, indices, kernel_size, stride, padding,
+                              dilation, ceil_mode)
+
+
+def avg_pool1d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+                        count_include_pad=True, divisor_override=None) -> kd.Tensor:
+    """The gradient w.r.t. input of avg_pool1d."""
+    return _avg_pool_backward("avg_pool1d_backward", 1, input, grad, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)
+
+
+def avg_pool2d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+                        count_include_pad=True, divisor_override=None) -> kd.Tensor:
+    """The gradient w.r.t. input of avg_pool2d."""
+    return _avg_pool_backward("avg_pool2d_backward", 2, input, grad, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)
+
+
+def avg_pool3d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+                        count_include_pad=True, divisor_override=None) -> kd.Tensor:
+    """The gradient w.r.t. input of avg_pool3d."""
+    return _avg_pool_backward("avg_pool3d_backward", 3, input, grad, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool1d_backward(input, grad, output_size=None) -> kd.Tensor:  # noqa: A002
+    """The gradient w.r.t. input of adaptive_avg_pool1d (output_size defaults to grad's)."""
+    return _adaptive_backward("adaptive_avg_pool1d_backward", 1, input, grad, None, output_size, False)
+
+
+def adaptive_avg_pool2d_backward(input, grad, output_size=None) -> kd.Tensor:  # noqa: A002
+    """The gradient w.r.t. input of adaptive_avg_pool2d (output_size defaults to grad's)."""
+    return _adaptive_backward("adaptive_avg_pool2d_backward", 2, input, grad, None, output_size, False)
+
+
+def adaptive_avg_pool3d_backward(input, grad, output_size=None) -> kd.Tensor:  # noqa: A002
+    """The gradient w.r.t. input of adaptive_avg_pool3d (output_size defaults to grad's)."""
+    return _adaptive_backward("adaptive_avg_pool3d_backward", 3, input, grad, None, output_size, False)
+
+
+def adaptive_max_pool1d_backward(input, grad, indices, output_size=None) -> kd.Tensor:  # noqa: A002
+    """The gradient w.r.t. input of adaptive_max_pool1d, from the forward's indices."""
+    return _adaptive_backward("adaptive_max_pool1d_backward", 1, input, grad, indices, output_size, True)
+
+
+def adaptive_max_pool2d_backward(input, grad, indices, output_size=None) -> kd.Tensor:  # noqa: A002
+    """The gradient w.r.t. input of adaptive_max_pool2d, from the forward's indices."""
+    return _adaptive_backward("adaptive_max_pool2d_backward", 2, input, grad, indices, output_size, True)
+
+
+def adaptive_max_pool3d_backward(input, grad, indices, output_size=None) -> kd.Tensor:  # noqa: A002
+    """The gradient w.r.t. input of adaptive_max_pool3d, from the forward's indices."""
+    return _adaptive_backward("adaptive_max_pool3d_backward", 3, input, grad, indices, output_size, True)

@@ -1,0 +1,86 @@
+"""The pooling backward kernel, deterministic: one unit per input element gathers the
+gradient of every output whose window holds it (for max pooling, the outputs whose index
+is this element), in increasing output order, the order in which torch's CPU kernels
+scatter them; no atomics. Averages divide each output's gradient as the forward divided
+its sum (forward.average)."""
+import kerneldsl as kd
+
+from .forward import average, locate
+from .window import candidate, candidates, span, taps_to_outputs
+
+
+@kd.kernel
+def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor, rows: kd.i32,
+                  ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
+                  KD: kd.i32, KH: kd.i32, KW: kd.i32, SD: kd.i32, SH: kd.i32, SW: kd.i32,
+                  PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
+                  MAX: kd.Const[bool], ADAPTIVE: kd.Const[bool], WIDE: kd.Const[bool], DIMS: kd.Const[int],
+                  INCLUDE_PAD: kd.Const[bool]):
+    """dx[e] = Σ over the outputs covering input element e of their (selected or divided)
+    gradient, the input seen as [rows = planes·ID·IH, IW]."""
+    live, e, iw, ih, id_, plane = locate(rows, IW, IH, ID, DIMS)
+    obase = kd.i64(plane) * (kd.i64(OD) * OH * OW)
+    here = kd.i64((id_ * IH + ih) * IW + iw)
+    ld, nd = candidates(id_, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
+    lh, nh = candidates(ih, IH, OH, KH, SH, PH, DH, ADAPTIVE, WIDE, DIMS >= 2)
+    lw, nw = candidates(iw, IW, OW, KW, SW, PW, DW, ADAPTIVE, WIDE)
+    acc = kd.f32(0)
+    for a in range(nd):
+        od, vd = candidate(a, id_, ld, SD, PD, DD, ADAPTIVE)
+        if vd:
+            for b in range(nh):
+                oh, vh = candidate(b, ih, lh, SH, PH, DH, ADAPTIVE)
+                if vh:
+                    for c in range(nw):
+                        ow, vw = candidate(c, iw, lw, SW, PW, DW, ADAPTIVE)
+                        if vw:
+                            o = obase + (od * OH + oh) * OW + ow
+                            g = kd.f32(grad[o])
+                            if MAX:
+                                if indices[o] == here:
+                                    acc += g
+                            else:
+                                zd, cd = span(od, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
+                                zh, ch = span(oh, IH, OH, KH, SH, PH, DH, ADAPTIVE, WIDE, DIMS >= 2)
+                                zw, cw = span(ow, IW, OW, KW, SW, PW, DW, ADAPTIVE, WIDE)
+                                acc += average(g, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW,
+                                               SD, SH, SW, PD, PH, PW, divisor, ADAPTIVE, INCLUDE_PAD)
+    if live:
+        dx[e] = acc
+
+
+@kd.kernel
+def pool_backward_taps(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor, rows: kd.i32,
+                       ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
+                       PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
+                       KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
+                       SD: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
+                       MAX: kd.Const[bool], DIMS: kd.Const[int], INCLUDE_PAD: kd.Const[bool]):
+    """pool_backward for small pooling windows whose sizes and strides are compile-time:
+    every tap of every axis unrolled, invalid ones masked instead of branched around, so
+    the body is straight-line code (the cpu runtime vectorises it across units) and the
+    strides' divisions become multiplications. Same sums in the same order."""
+    live, e, iw, ih, id_, plane = locate(rows, IW, IH, ID, DIMS)
+    obase = kd.i64(plane) * (kd.i64(OD) * OH * OW)
+    here = kd.i64((id_ * IH + ih) * IW + iw)
+    ods, vds = taps_to_outputs(id_, OD, KD, SD, PD, DD)
+    ohs, vhs = taps_to_outputs(ih, OH, KH, SH, PH, DH)
+    ows, vws = taps_to_outputs(iw, OW, KW, SW, PW, DW)
+    acc = kd.f32(0)
+    for a in kd.unroll(KD):
+        for b in kd.unroll(KH):
+            for c in kd.unroll(KW):
+                ok = vds[a] and vhs[b] and vws[c]
+                o = obase + (ods[a] * OH + ohs[b]) * OW + ows[c]
+                g = kd.f32(grad[o])
+                if MAX:
+                    acc += kd.select(ok and indices[o] == here, g, kd.f32(0))
+                else:
+                    zd, cd = span(ods[a], ID, OD, KD, SD, PD, 1, False, False, DIMS == 3)
+                    zh, ch = span(ohs[b], IH, OH, KH, SH, PH, 1, False, False, DIMS >= 2)
+                    zw, cw = span(ows[c], IW, OW, KW, SW, PW, 1, False, False)
+                    share = average(g, ods[a], ohs[b], ows[c], cd, ch, cw, ID, IH, IW, KD, KH, KW,
+                                    SD, SH, SW, PD, PH, PW, divisor, False, INCLUDE_PAD)
+                    acc += kd.select(ok, share, kd.f32(0))
+    if live:
+        dx[e] = acc

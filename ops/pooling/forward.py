@@ -1,0 +1,135 @@
+"""The pooling forward kernel: one unit per output element, for max, average, adaptive
+average and adaptive max pooling over [planes, D, H, W] (1- and 2-D calls have leading
+axes of 1), torch's semantics: NaN wins a max (the last NaN's index), the first maximum
+in scan order otherwise; averages sum in F32 in scan order and divide as torch does."""
+import kerneldsl as kd
+
+from .window import padded_extent, span
+
+
+@kd.func
+def row_position():
+    """(row, column) of this unit in a [rows, width] view: units along x take consecutive
+    columns; rows run along the cube's y units and the grid's y, wrapping into z."""
+    row = (kd.cube_pos_z() * kd.cube_count_y() + kd.cube_pos_y()) * kd.cube_dim_y() + kd.unit_pos_y()
+    return row, kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+
+
+@kd.func
+def locate(rows, W, H, D, DIMS):
+    """This unit's element of a [planes, D, H, W] tensor seen as [rows, W]:
+    (live, flat index, w, h, d, plane). Units past the end take the last element (and
+    store nothing: `live` is false), so no branch surrounds a kernel's body and the cpu
+    runtime keeps its values in registers; 1-/2-D calls (DIMS) divide by no depth."""
+    first, col = row_position()
+    live = first < rows and col < W
+    row = kd.min(first, rows - 1)
+    w = kd.min(col, W - 1)
+    h = row % H
+    r = row // H
+    d = r % D if DIMS == 3 else 0
+    plane = r // D if DIMS == 3 else r
+    return live, kd.i64(row) * W + w, w, h, d, plane
+
+
+@kd.func
+def average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW, divisor,
+            ADAPTIVE, INCLUDE_PAD):
+    """acc (a window's sum, or a gradient) divided as torch divides it for this output:
+    by each adaptive bin size in turn, by divisor_override (divisor != 0), by the padded
+    window size (count_include_pad) or by the taps inside the input."""
+    if ADAPTIVE:
+        r = acc / kd.f32(cd) / kd.f32(ch) / kd.f32(cw)
+    else:
+        if INCLUDE_PAD:
+            n = (padded_extent(od, ID, KD, SD, PD) * padded_extent(oh, IH, KH, SH, PH)
+                 * padded_extent(ow, IW, KW, SW, PW))
+        else:
+            n = cd * ch * cw
+        n = kd.select(divisor != 0, divisor, n)
+        r = kd.select(cd * ch * cw > 0, acc / kd.f32(n), kd.f32(0))
+    return r
+
+
+@kd.func
+def store(out, indices, e, live, result, where, INDICES):
+    """out[e] = result (and indices[e] = where) for a live unit."""
+    if live:
+        out[e] = result
+        if INDICES:
+            indices[e] = where
+
+
+@kd.kernel
+def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], rows: kd.i32,
+                 ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
+                 KD: kd.i32, KH: kd.i32, KW: kd.i32, SD: kd.i32, SH: kd.i32, SW: kd.i32,
+                 PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
+                 MAX: kd.Const[bool], ADAPTIVE: kd.Const[bool], WIDE: kd.Const[bool], DIMS: kd.Const[int],
+                 INCLUDE_PAD: kd.Const[bool],
+                 INDICES: kd.Const[bool]):
+    """out[e] (and indices[e], the flat per-plane input position of a max) for output e,
+    the output seen as [rows = planes·OD·OH, OW]."""
+    live, e, ow, oh, od, plane = locate(rows, OW, OH, OD, DIMS)
+    base = kd.i64(plane) * (kd.i64(ID) * IH * IW)
+    zd, cd = span(od, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
+    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, ADAPTIVE, WIDE, DIMS >= 2)
+    zw, cw = span(ow, IW, OW, KW, SW, PW, DW, ADAPTIVE, WIDE)
+    best = kd.f32(-kd.inf)
+    where = kd.i64((zd * IH + zh) * IW + zw)
+    acc = kd.f32(0)
+    for a in range(cd):
+        plane_row = (zd + a * DD) * IH
+        for b in range(ch):
+            line = kd.i64((plane_row + zh + b * DH) * IW)
+            for c in range(cw):
+                pos = line + zw + c * DW
+                v = kd.f32(x[base + pos])
+                if MAX:
+                    if v > best or kd.isnan(v):
+                        best = v
+                        where = pos
+                else:
+                    acc += v
+    result = best if MAX else average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+                                      divisor, ADAPTIVE, INCLUDE_PAD)
+    store(out, indices, e, live, result, where, MAX and INDICES)
+
+
+@kd.kernel
+def pool_forward_taps(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], rows: kd.i32,
+                      ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
+                      PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
+                      KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
+                      SD: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
+                      MAX: kd.Const[bool], DIMS: kd.Const[int], INCLUDE_PAD: kd.Const[bool], INDICES: kd.Const[bool]):
+    """pool_forward for small pooling windows whose sizes and strides are compile-time:
+    every tap unrolled, taps outside the input masked instead of skipped (straight-line
+    code the cpu runtime vectorises across units; independent loads on a GPU). Same scan
+    order, same sums."""
+    live, e, ow, oh, od, plane = locate(rows, OW, OH, OD, DIMS)
+    base = kd.i64(plane) * (kd.i64(ID) * IH * IW)
+    zd, cd = span(od, ID, OD, KD, SD, PD, DD, False, False, DIMS == 3)
+    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, False, False, DIMS >= 2)
+    zw, cw = span(ow, IW, OW, KW, SW, PW, DW, False, False)
+    best = kd.f32(-kd.inf)
+    where = kd.i64((zd * IH + zh) * IW + zw)
+    acc = kd.f32(0)
+    for a in kd.unroll(KD):
+        z = od * SD - PD + a * DD
+        for b in kd.unroll(KH):
+            y = oh * SH - PH + b * DH
+            for c in kd.unroll(KW):
+                w = ow * SW - PW + c * DW
+                ok = z >= 0 and z < ID and y >= 0 and y < IH and w >= 0 and w < IW
+                pos = kd.i64((kd.clamp(z, 0, ID - 1) * IH + kd.clamp(y, 0, IH - 1)) * IW + kd.clamp(w, 0, IW - 1))
+                v = kd.f32(x[base + pos])
+                if MAX:
+                    take = ok and (v > best or kd.isnan(v))
+                    best = kd.select(take, v, best)
+                    where = kd.select(take, pos, where)
+                else:
+                    acc += kd.select(ok, v, kd.f32(0))
+    result = best if MAX else average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+                                      divisor, False, INCLUDE_PAD)
+    store(out, indices, e, live, result, where, MAX and INDICES)

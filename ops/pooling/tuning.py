@@ -1,0 +1,87 @@
+"""Launch shapes of the pooling kernels, from the problem and the device's capabilities.
+The element kernels see their tensor as [rows, width] (width = the last spatial axis):
+units along x take consecutive columns, so neighbouring units touch neighbouring memory
+and a unit's position needs no division by the width; rows fill the rest of a cube of
+ELEMENT_UNITS and the grid (y, wrapping into z). Global average pooling is a row
+reduction: one plane of units a row for short rows, a cube a row for long ones."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GRID_Y = 65535         # cubes along y (and z) before the grid wraps (the portable limit)
+ELEMENT_UNITS = 256    # units per cube of the element kernels
+# units along a row of the element kernels: 1 for width 1 (global max pooling), else
+# NARROW_UNITS, WIDE_MIN_UNITS or a power of two up to ELEMENT_UNITS (the cube shape is
+# part of a kernel's specialisation: few shapes, few compilations)
+NARROW_UNITS, WIDE_MIN_UNITS = 8, 32
+MAX_UNROLLED_TAPS, MAX_UNROLLED_STRIDE = 27, 4   # backward windows unrolled (3x3x3 at most)
+MAX_ROW_UNITS = 256    # units per row of the long-row reduction
+PLANE_ROW_CHUNKS = 8   # rows of at most this many chunks a unit take one plane a row
+# devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
+# element kernel, one unit a plane, rather than a reduction with its per-cube split points
+SIMD_ROW_MIN = 1024
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Cube (bx, by) and grid of a launch; `lanes`: elements a chunk (row reductions)."""
+    bx: int
+    by: int
+    grid: tuple
+    lanes: int = 1
+
+    @property
+    def block(self) -> tuple:
+        return (self.bx, self.by)
+
+
+def element_plan(rows: int, width: int) -> LaunchPlan:
+    """A [rows, width] element kernel: bx units along the width, by rows a cube, the grid's
+    rows along y wrapping into z."""
+    bx = 1 if width == 1 else min(max(_pow2_at_least(width), NARROW_UNITS), ELEMENT_UNITS)
+    if NARROW_UNITS < bx < WIDE_MIN_UNITS:
+        bx = WIDE_MIN_UNITS
+    by = ELEMENT_UNITS // bx
+    cubes = -(-rows // by)
+    gz = -(-cubes // GRID_Y)
+    return LaunchPlan(bx, by, (-(-width // bx), -(-cubes // gz), gz))
+
+
+def vector_lanes(itemsize: int, *counts: int) -> int:
+    """The widest chunk (<= 16 bytes) that divides every count, so every vector access is
+    aligned: a power of two, as the gcd with 16 // itemsize is."""
+    return math.gcd(16 // itemsize, *counts)
+
+
+def reduction_plan(caps, rows: int, size: int, lanes: int) -> LaunchPlan | None:
+    """The row reduction for `rows` rows of `size` elements (by > 1: bx is the plane size
+    and each plane reduces its own row; the grid wraps from x into y), or None where the
+    element kernel is better (short rows on devices whose units are SIMD lanes)."""
+    if caps.units_are_simd_lanes and size < SIMD_ROW_MIN:
+        return None
+    chunks = -(-size // lanes)
+    if chunks <= PLANE_ROW_CHUNKS * caps.plane_dim and caps.plane_dim < ELEMENT_UNITS:
+        bx, by = caps.plane_dim, max(1, min(ELEMENT_UNITS, caps.max_cube_units) // caps.plane_dim)
+    else:
+        bx, by = max(caps.plane_dim, min(_pow2_at_least(chunks), MAX_ROW_UNITS, caps.max_cube_units)), 1
+    cubes = -(-rows // by)
+    gy = -(-cubes // GRID_Y)
+    return LaunchPlan(bx, by, (-(-cubes // gy), gy), lanes)
+
+
+def unrolled_taps(problem) -> bool:
+    """Whether the backward pass takes the kernel with every window tap unrolled
+    (backward.pool_backward_taps): pooling windows of at most MAX_UNROLLED_TAPS taps with
+    strides up to MAX_UNROLLED_STRIDE (sizes and strides become compile-time: each
+    combination is one more compilation)."""
+    if problem.adaptive:
+        return False
+    taps = 1
+    for a in problem.axes:
+        taps *= a.kernel
+    return taps <= MAX_UNROLLED_TAPS and all(a.stride <= MAX_UNROLLED_STRIDE for a in problem.axes)

@@ -1,0 +1,362 @@
+"""rudnn.pooling (SPEC §7) on every runtime: PyTorch CPU as the oracle over one sweep per
+kind of pooling (values, indices and backward against torch autograd, bit for bit where
+torch is exact), float64 numpy references, NaN inputs, odd and size-1 axes, down- and
+upsampling adaptive bins, non-contiguous and unbatched inputs, global average pooling
+(the row reduction), both backward kernels (unrolled taps and loops), every error rule
+before any launch."""
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+import rudnn
+import rudnn.pooling as P
+from reference import pooling as ref
+from rudnn.pooling import PoolingError
+
+pytestmark = pytest.mark.feature("pooling")
+DTYPES = ["f32", "f16", "bf16"]
+RTOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}
+
+# (input shape [N, C, *S], kernel_size, stride, padding, dilation, ceil_mode)
+WINDOWS = [
+    ((2, 3, 17), 3, 2, 1, 1, True),
+    ((1, 2, 10), 4, None, 2, 2, False),
+    ((2, 3, 9, 11), 3, 2, 1, 1, True),
+    ((1, 2, 7, 8), (2, 3), (1, 2), (1, 0), (2, 1), False),
+    ((2, 1, 1, 5), (1, 2), 1, 0, 1, True),
+    ((1, 2, 5, 6, 7), 3, 2, 1, 1, True),
+    ((2, 1, 4, 5, 3), (2, 2, 1), (1, 2, 1), (1, 0, 0), (1, 2, 1), False),
+    # windows too large (> 27 taps) or strides too long (> 4) for the unrolled backward kernel
+    ((1, 2, 40), 29, 6, 3, 1, True),
+    ((1, 2, 12, 13), 5, 5, 2, 1, False),
+    ((1, 1, 6, 7, 8), (4, 3, 3), (2, 1, 2), (2, 1, 1), (1, 1, 2), True),
+]
+# (input shape, output_size): downsampling, upsampling, None axes, global pooling
+ADAPTIVE = [
+    ((2, 3, 10), 4),
+    ((2, 3, 5), 7),
+    ((2, 3, 9, 11), (4, 5)),
+    ((2, 2, 5, 3), (None, 6)),
+    ((1, 2, 7, 7), 1),
+    ((1, 2, 5, 6, 7), (2, 3, 4)),
+    ((2, 3, 4, 4, 8), 1),
+]
+# avg pooling's extra rules, cycled over WINDOWS: (count_include_pad, divisor_override)
+AVG_RULES = [(True, None), (False, None), (True, 5), (False, -3)]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch", reason="PyTorch (the `oracle` extra) is not installed")
+
+
+def host(a, dtype):
+    """`a` rounded to `dtype` on the host (what the kernels see)."""
+    return np.asarray(a, np.float32).astype(kd.as_dtype(dtype).np)
+
+
+def f32(t):
+    return np.asarray(t.numpy(), np.float32)
+
+
+def fn(name, shape):
+    """rudnn.pooling's function `name` with {d} replaced by the spatial rank of `shape`."""
+    return getattr(P, name.format(d=len(shape) - 2))
+
+
+def tfn(torch, name, shape):
+    return getattr(torch.nn.functional, name.format(d=len(shape) - 2))
+
+
+def planes(a):
+    """[N, C, *S] -> [N·C, *S] for the numpy references."""
+    return np.asarray(a).reshape(-1, *np.shape(a)[2:])
+
+
+def per_axis(v, dims):
+    return tuple(v) if isinstance(v, tuple) else (v,) * dims
+
+
+def close(got, want, dtype, scale=1.0):
+    r = RTOL[dtype]
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=r, atol=r * scale)
+
+
+def torch_grad(torch, call, x, grad):
+    """x's gradient under torch autograd (f32) of call(x) weighted by grad."""
+    xt = torch.from_numpy(np.asarray(x, np.float32)).requires_grad_(True)
+    out = call(xt)
+    out = out[0] if isinstance(out, tuple) else out
+    out.backward(torch.from_numpy(np.asarray(grad, np.float32)))
+    return xt.grad.numpy()
+
+
+# ---------------------------------------------------------------------------- max pooling
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_pool_matches_torch(runtime, rng, torch, dtype):
+    for shape, k, s, p, d, ceil in WINDOWS:
+        x = host(rng.standard_normal(shape), dtype)
+        x.reshape(-1)[::7] = x.reshape(-1)[1]          # ties: the first maximum wins
+        tx = runtime.tensor(x)
+        out, idx = fn("max_pool{d}d_with_indices", shape)(tx, k, s, p, d, ceil)
+        want, widx = tfn(torch, "max_pool{d}d", shape)(torch.from_numpy(np.float32(x)), k, s, p, d, ceil,
+                                                       return_indices=True)
+        assert out.dtype is kd.as_dtype(dtype) and idx.dtype is kd.i64 and out.shape == tuple(want.shape)
+        np.testing.assert_array_equal(f32(out), want.numpy(), err_msg=str(shape))
+        np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
+        np.testing.assert_array_equal(f32(fn("max_pool{d}d", shape)(tx, k, s, p, d, ceil)), want.numpy())
+        dims = len(shape) - 2
+        rv, ri = ref.max_pool(planes(x), *(per_axis(v, dims) for v in (k, s if s else k, p, d)), ceil)
+        np.testing.assert_array_equal(planes(f32(out)), rv)
+        np.testing.assert_array_equal(planes(idx.numpy()), ri)
+
+        g = host(rng.standard_normal(want.shape), dtype)
+        dx = fn("max_pool{d}d_backward", shape)(tx, runtime.tensor(g), idx, k, s, p, d, ceil)
+        wdx = torch_grad(torch, lambda t: tfn(torch, "max_pool{d}d", shape)(t, k, s, p, d, ceil), x, g)
+        assert dx.dtype is kd.as_dtype(dtype) and dx.shape == x.shape
+        if dtype == "f32":
+            np.testing.assert_array_equal(dx.numpy(), wdx, err_msg=str(shape))
+        close(f32(dx), ref.max_backward(planes(x).shape, planes(g), planes(idx.numpy())).reshape(x.shape), dtype)
+
+
+@pytest.mark.feature("pooling: nan")
+def test_max_pool_nan_wins_with_the_last_nan_index(runtime, torch):
+    x = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) % 13
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = np.nan     # two NaNs in one window: the later one's index
+    x[0, 1, 4, :] = -np.inf                     # windows of -inf: the first position's index
+    x[0, 1, 3:6, :] = -np.inf
+    tx = runtime.tensor(x)
+    for call in (lambda a, m: m.max_pool2d(a, 3, 2, 1, return_indices=True) if m is not P else
+                 P.max_pool2d_with_indices(a, 3, 2, 1),
+                 lambda a, m: m.adaptive_max_pool2d(a, (4, 3), return_indices=True) if m is not P else
+                 P.adaptive_max_pool2d(a, (4, 3))):
+        out, idx = call(tx, P)
+        want, widx = call(torch.from_numpy(x), torch.nn.functional)
+        np.testing.assert_array_equal(out.numpy(), want.numpy())
+        np.testing.assert_array_equal(idx.numpy(), widx.numpy())
+    assert np.isnan(out.numpy()[0, 0, 0, 0])
+
+
+# ---------------------------------------------------------------------------- average pooling
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_avg_pool_matches_torch(runtime, rng, torch, dtype):
+    for n, (shape, k, s, p, _, ceil) in enumerate(WINDOWS):
+        include, divisor = AVG_RULES[n % len(AVG_RULES)]
+        if len(shape) == 3 and divisor is not None:
+            divisor = None                      # torch's avg_pool1d has no divisor_override
+        x = host(rng.standard_normal(shape), dtype)
+        tx = runtime.tensor(x)
+        rules = dict(count_include_pad=include, divisor_override=divisor)
+        out = fn("avg_pool{d}d", shape)(tx, k, s, p, ceil, **rules)
+        targs = {} if divisor is None else {"divisor_override": divisor}
+        tcall = lambda t: tfn(torch, "avg_pool{d}d", shape)(t, k, s, p, ceil, include, **targs)  # noqa: E731
+        want = tcall(torch.from_numpy(np.float32(x))).numpy()
+        # torch in f32 on the same values, rounded once: what F32 accumulation gives
+        np.testing.assert_array_equal(out.numpy(), host(want, dtype), err_msg=str(shape))
+        dims = len(shape) - 2
+        kk, ss, pp = (per_axis(v, dims) for v in (k, s if s else k, p))
+        close(planes(f32(out)), ref.avg_pool(planes(x), kk, ss, pp, ceil, include, divisor), dtype)
+
+        g = host(rng.standard_normal(want.shape), dtype)
+        dx = fn("avg_pool{d}d_backward", shape)(tx, runtime.tensor(g), k, s, p, ceil, **rules)
+        assert dx.dtype is kd.as_dtype(dtype) and dx.shape == x.shape
+        wdx = torch_grad(torch, tcall, x, g)
+        if dtype == "f32":
+            np.testing.assert_array_equal(dx.numpy(), wdx, err_msg=str(shape))
+        rdx = ref.avg_pool_backward(planes(x).shape, planes(g), kk, ss, pp, ceil, include, divisor)
+        close(planes(f32(dx)), rdx, dtype, scale=float(np.abs(rdx).max()))
+
+
+# ---------------------------------------------------------------------------- adaptive pooling
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_adaptive_pooling_matches_torch(runtime, rng, torch, dtype):
+    for shape, size in ADAPTIVE:
+        x = host(rng.standard_normal(shape), dtype)
+        tx = runtime.tensor(x)
+        xt = torch.from_numpy(np.float32(x))
+        avg = fn("adaptive_avg_pool{d}d", shape)(tx, size)
+        want = tfn(torch, "adaptive_avg_pool{d}d", shape)(xt, size).numpy()
+        outs = want.shape[2:]
+        if np.prod(outs) == 1:                 # the row reduction sums in another order
+            close(f32(avg), want, dtype)
+        else:
+            np.testing.assert_array_equal(avg.numpy(), host(want, dtype), err_msg=str(shape))
+        close(planes(f32(avg)), ref.adaptive_avg_pool(planes(x), outs), dtype)
+        out, idx = fn("adaptive_max_pool{d}d", shape)(tx, size)
+        wout, widx = tfn(torch, "adaptive_max_pool{d}d", shape)(xt, size, return_indices=True)
+        np.testing.assert_array_equal(f32(out), wout.numpy(), err_msg=str(shape))
+        np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
+
+        g = host(rng.standard_normal(want.shape), dtype)
+        tg = runtime.tensor(g)
+        dx = fn("adaptive_avg_pool{d}d_backward", shape)(tx, tg)
+        wdx = torch_grad(torch, lambda t: tfn(torch, "adaptive_avg_pool{d}d", shape)(t, size), x, g)
+        rdx = ref.adaptive_avg_pool_backward(planes(x).shape, planes(g), outs)
+        close(planes(f32(dx)), rdx, dtype, scale=float(np.abs(rdx).max()))
+        if dtype == "f32":
+            np.testing.assert_array_equal(dx.numpy(), wdx, err_msg=str(shape))
+        np.testing.assert_array_equal(f32(fn("adaptive_avg_pool{d}d_backward", shape)(tx, tg, size)), f32(dx))
+        dx = fn("adaptive_max_pool{d}d_backward", shape)(tx, tg, idx)
+        wdx = torch_grad(torch, lambda t: tfn(torch, "adaptive_max_pool{d}d", shape)(t, size), x, g)
+        if dtype == "f32":
+            np.testing.assert_array_equal(dx.numpy(), wdx, err_msg=str(shape))
+        close(f32(dx), ref.max_backward(planes(x).shape, planes(g), planes(idx.numpy())).reshape(x.shape), dtype)
+
+
+@pytest.mark.feature("pooling: global average")
+@pytest.mark.parametrize("shape", [(3, 5, 1, 1), (2, 3, 13, 17), (2, 3, 32, 32), (1, 4, 64, 66), (2, 2, 3, 4, 5)])
+def test_global_average_is_a_row_mean(runtime, rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32) + 3
+    out = fn("adaptive_avg_pool{d}d", shape)(runtime.tensor(x), 1)
+    want = x.astype(np.float64).reshape(*shape[:2], -1).mean(-1).reshape(*shape[:2], *(1,) * (len(shape) - 2))
+    np.testing.assert_allclose(out.numpy(), want, rtol=2e-6)
+
+
+def test_the_sweep_takes_both_backward_kernels(runtime):
+    """The windows above reach the unrolled-taps kernel and the looped one (tuning.unrolled_taps)."""
+    from rudnn.pooling.problem import window_problem
+    from rudnn.pooling.tuning import unrolled_taps
+    picks = set()
+    for shape, k, s, p, d, ceil in WINDOWS:
+        x = runtime.tensor(np.zeros(shape, np.float32))
+        picks.add(unrolled_taps(window_problem("max_pool", len(shape) - 2, x, k, s, p, d, ceil)))
+    assert picks == {True, False}
+
+
+# ---------------------------------------------------------------------------- layouts
+@pytest.mark.feature("pooling: layouts")
+def test_strided_and_unbatched_inputs(runtime, rng, torch):
+    base = rng.standard_normal((3, 10, 2, 12)).astype(np.float32)
+    view = runtime.tensor(base).permute(2, 0, 1, 3)[:, :, 1:, ::2]    # [2, 3, 9, 6], non-contiguous
+    x = base.transpose(2, 0, 1, 3)[:, :, 1:, ::2]
+    assert not view.is_contiguous()
+    out, idx = P.max_pool2d_with_indices(view, 3, 2, 1, ceil_mode=True)
+    want, widx = torch.nn.functional.max_pool2d(torch.from_numpy(x.copy()), 3, 2, 1, ceil_mode=True,
+                                                return_indices=True)
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+    np.testing.assert_array_equal(idx.numpy(), widx.numpy())
+    grad = runtime.tensor(rng.standard_normal((*want.shape[:3], 2 * want.shape[3])).astype(np.float32))[..., ::2]
+    dx = P.max_pool2d_backward(view, grad, idx, 3, 2, 1, ceil_mode=True)
+    wdx = torch_grad(torch, lambda t: torch.nn.functional.max_pool2d(t, 3, 2, 1, ceil_mode=True), x,
+                     grad.numpy())
+    np.testing.assert_array_equal(dx.numpy(), wdx)
+
+    unb = x[0]                                                         # [C, H, W]
+    out = P.avg_pool2d(runtime.tensor(unb), 2, count_include_pad=False)
+    assert out.shape == (3, 4, 3)
+    np.testing.assert_array_equal(out.numpy(), torch.nn.functional.avg_pool2d(torch.from_numpy(unb.copy()), 2).numpy())
+    o1, i1 = P.adaptive_max_pool1d(runtime.tensor(unb[0]), 4)          # [C, L]
+    w1, wi1 = torch.nn.functional.adaptive_max_pool1d(torch.from_numpy(unb[0].copy()), 4, return_indices=True)
+    np.testing.assert_array_equal(o1.numpy(), w1.numpy())
+    np.testing.assert_array_equal(i1.numpy(), wi1.numpy())
+
+
+@pytest.mark.feature("pooling: layouts")
+def test_backward_is_deterministic_and_leaves_inputs_alone(runtime, rng):
+    x = rng.standard_normal((2, 3, 15, 15)).astype(np.float32)
+    tx = runtime.tensor(x)
+    g = runtime.tensor(rng.standard_normal((2, 3, 8, 8)).astype(np.float32))
+    first = P.avg_pool2d_backward(tx, g, 3, 2, 1, True).numpy()
+    for _ in range(3):
+        assert np.array_equal(P.avg_pool2d_backward(tx, g, 3, 2, 1, True).numpy(), first)
+    np.testing.assert_array_equal(tx.numpy(), x)
+
+
+# ---------------------------------------------------------------------------- zero sizes, errors
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts kernel launches (validation must fail before any)."""
+    count = [0]
+    real = kd.Kernel.launch
+
+    def counting(self, *a, **k):
+        count[0] += 1
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(kd.Kernel, "launch", counting)
+    return count
+
+
+@pytest.mark.feature("pooling: errors")
+def test_zero_planes_return_empty_without_launching(runtime, launches):
+    x = runtime.tensor(np.zeros((0, 3, 8, 8), np.float16))
+    out, idx = P.max_pool2d_with_indices(x, 3, 2, 1)
+    assert out.shape == (0, 3, 4, 4) and out.dtype is kd.f16 and idx.shape == (0, 3, 4, 4)
+    assert P.avg_pool2d(x, 2).shape == (0, 3, 4, 4)
+    assert P.adaptive_avg_pool2d(x, 1).shape == (0, 3, 1, 1)
+    assert P.max_pool2d_backward(x, out, idx, 3, 2, 1).shape == (0, 3, 8, 8)
+    assert P.adaptive_max_pool1d(runtime.tensor(np.zeros((0, 5), np.float32)), 2)[0].shape == (0, 2)
+    assert launches[0] == 0
+
+
+class _OtherRuntime:
+    """Stands in for a second runtime when this machine has only one."""
+    name = "other"
+    device_key = "other-device"
+
+
+def _bad_calls(rt):
+    x = rt.tensor(np.ones((2, 3, 8, 8), np.float32))
+    g = rt.tensor(np.ones((2, 3, 4, 4), np.float32))
+    i = rt.tensor(np.zeros((2, 3, 4, 4), np.int64))
+    foreign = kd.Tensor(_OtherRuntime(), g.buffer, g.shape, g.dtype)
+    return [
+        ("input", lambda: P.max_pool2d(np.ones((2, 3, 8, 8), np.float32), 2)),
+        ("input must be F32, F16 or BF16", lambda: P.avg_pool2d(rt.tensor(np.ones((2, 3, 8, 8), np.int32)), 2)),
+        ("input must have rank 3", lambda: P.max_pool2d(rt.tensor(np.ones((8, 8), np.float32)), 2)),
+        ("input must have rank 4", lambda: P.avg_pool3d(rt.tensor(np.ones((8,), np.float32)), 2)),
+        ("non-zero spatial", lambda: P.adaptive_avg_pool2d(rt.tensor(np.ones((2, 3, 0, 4), np.float32)), 1)),
+        ("kernel_size must be positive", lambda: P.max_pool2d(x, 0)),
+        ("kernel_size must be an int or 2 ints", lambda: P.max_pool2d(x, (2, 2, 2))),
+        ("kernel_size must be an int", lambda: P.avg_pool1d(rt.tensor(np.ones((2, 8), np.float32)), 2.0)),
+        ("stride must be positive", lambda: P.max_pool2d(x, 2, stride=(1, 0))),
+        ("stride must be positive", lambda: P.avg_pool3d(rt.tensor(np.ones((1, 4, 4, 4), np.float32)), 2, -1)),
+        ("dilation must be positive", lambda: P.max_pool1d(rt.tensor(np.ones((2, 8), np.float32)), 2, dilation=0)),
+        ("padding must be >= 0", lambda: P.max_pool2d(x, 3, padding=-1)),
+        ("padding must be at most half of kernel_size", lambda: P.max_pool2d(x, 3, padding=2)),
+        ("padding must be at most half of kernel_size", lambda: P.avg_pool2d(x, (4, 2), padding=(2, 2))),
+        ("output would be empty", lambda: P.max_pool2d(x, 5, dilation=2)),
+        ("output would be empty", lambda: P.avg_pool2d(x, 9)),
+        ("divisor_override must be non-zero", lambda: P.avg_pool2d(x, 2, divisor_override=0)),
+        ("divisor_override must be an int", lambda: P.avg_pool2d(x, 2, divisor_override=1.5)),
+        ("ceil_mode must be a bool", lambda: P.max_pool2d(x, 2, ceil_mode=1)),
+        ("count_include_pad must be a bool", lambda: P.avg_pool2d(x, 2, count_include_pad="yes")),
+        ("output_size must be positive", lambda: P.adaptive_avg_pool2d(x, (0, 2))),
+        ("output_size must be an int or 2 ints", lambda: P.adaptive_max_pool2d(x, (1, 2, 3))),
+        ("grad must have shape [2, 3, 4, 4]",
+         lambda: P.max_pool2d_backward(x, rt.tensor(np.ones((2, 3, 4, 5), np.float32)), i, 2)),
+        ("grad must have the dtype of input",
+         lambda: P.avg_pool2d_backward(x, rt.tensor(np.ones((2, 3, 4, 4), np.float16)), 2)),
+        ("indices must be an I64 tensor", lambda: P.max_pool2d_backward(x, g, None, 2)),
+        ("indices must be I64", lambda: P.adaptive_max_pool2d_backward(x, g, g)),
+        ("indices must have shape", lambda: P.max_pool2d_backward(x, g, rt.tensor(np.zeros((2, 3, 4), np.int64)), 2)),
+        ("other", lambda: P.avg_pool2d_backward(x, foreign, 2)),
+        ("other", lambda: P.max_pool2d_backward(x, g, kd.Tensor(_OtherRuntime(), i.buffer, i.shape, i.dtype), 2)),
+    ]
+
+
+@pytest.mark.feature("pooling: errors")
+def test_every_error_rule_before_launch(runtime, launches):
+    for needle, call in _bad_calls(runtime):
+        with pytest.raises(PoolingError) as info:
+            call()
+        msg = str(info.value)
+        assert needle in msg, msg
+        assert isinstance(info.value, rudnn.RudnnError) and isinstance(info.value, ValueError)
+    assert rudnn.PoolingError is PoolingError
+    assert launches[0] == 0
+
+
+@pytest.mark.feature("pooling: errors")
+def test_mixed_runtimes_name_both(runtime):
+    others = [n for n in kd.available_runtimes() if kd.runtime(n).device_key != runtime.device_key]
+    if not others:
+        pytest.skip("this machine has a single runtime device; the stand-in runtime test covers the message")
+    other = kd.runtime(others[0])
+    x = runtime.tensor(np.ones((1, 2, 4, 4), np.float32))
+    g = other.tensor(np.ones((1, 2, 2, 2), np.float32))
+    with pytest.raises(PoolingError, match=f"{other.name}.*{runtime.name}"):
+        P.avg_pool2d_backward(x, g, 2)
