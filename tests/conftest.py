@@ -25,6 +25,13 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture
+def launches(monkeypatch):
+    """A one-element counter of kernel launches (validation must fail before any)."""
+    from family_checks import count_launches
+    return count_launches(monkeypatch)
+
+
 def pytest_collection_modifyitems(items):
     """Every test of ours has a matrix row: a test with no `feature` marker gets its module's."""
     for item in items:

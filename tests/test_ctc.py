@@ -12,6 +12,7 @@ import rudnn.ctc as R
 from reference import ctc as ref
 from rudnn.ctc import CtcError
 from rudnn.ctc import tuning
+from family_checks import OtherRuntime as _OtherRuntime
 
 torch = pytest.importorskip("torch", reason="PyTorch CPU (the oracle extra) is the reference for F.ctc_loss")
 F = torch.nn.functional
@@ -219,12 +220,6 @@ def test_empty_batch_without_launching(runtime, no_launch):
     assert R.ctc_loss_backward(lp, tg, none, none, 1.0).shape == (5, 0, 3)
     alpha, beta, nll = R.ctc_alpha_beta(lp, tg, none, none)
     assert alpha.shape == beta.shape == (5, 0, 5) and nll.shape == (0,)
-
-
-class _OtherRuntime:
-    """Stands in for a second runtime when this machine has only one."""
-    name = "other"
-    device_key = "other-device"
 
 
 def _bad_calls(rt):

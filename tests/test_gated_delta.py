@@ -12,6 +12,7 @@ from rudnn.gated_delta import (GatedDeltaError, GatedDeltaInput, GatedDeltaOutpu
                                gated_delta_rule)
 
 from reference.gated_delta import gated_delta as reference
+from family_checks import OtherRuntime as _OtherRuntime
 
 pytestmark = pytest.mark.feature("gated_delta")
 
@@ -164,12 +165,6 @@ def launches(monkeypatch):
 
     monkeypatch.setattr(kd.Kernel, "launch", recording)
     return names
-
-
-class _OtherRuntime:
-    """Stands in for a second runtime when this machine has only one."""
-    name = "other"
-    device_key = "other-device"
 
 
 def _bad_calls(rt):

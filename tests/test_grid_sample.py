@@ -7,7 +7,7 @@ import pytest
 
 import kerneldsl as kd
 import rudnn
-from spatial_launches import count_launches, foreign
+from family_checks import foreign
 from reference import grid_sample as ref
 from rudnn.grid_sample import (GridSampleError, GridSampleMode, GridSampleOptions, GridSamplePaddingMode,
                                grid_sample, grid_sample_backward)
@@ -115,12 +115,6 @@ def test_nearest_gives_zero_grid_gradient(runtime, rng):
 
 
 # ---------------------------------------------------------------------------- empty, errors
-@pytest.fixture
-def launches(monkeypatch):
-    """Counts kernel launches (validation must fail before any)."""
-    return count_launches(monkeypatch)
-
-
 @pytest.mark.feature("grid_sample: errors")
 def test_empty_grids_return_empty_or_zero_without_launching(runtime, launches):
     x = runtime.tensor(np.ones((2, 3, 4, 5), np.float32))

@@ -7,7 +7,7 @@ import pytest
 
 import kerneldsl as kd
 import rudnn
-from spatial_launches import count_launches, foreign
+from family_checks import foreign
 from reference import interpolation as ref
 from rudnn.interpolation import InterpolateMode, InterpolateOptions, InterpolationError, interpolate, \
     interpolate_backward
@@ -137,12 +137,6 @@ def test_backward_is_deterministic(runtime, rng):
 
 
 # ---------------------------------------------------------------------------- empty, errors
-@pytest.fixture
-def launches(monkeypatch):
-    """Counts kernel launches (validation must fail before any)."""
-    return count_launches(monkeypatch)
-
-
 @pytest.mark.feature("interpolation: errors")
 def test_zero_planes_return_empty_without_launching(runtime, launches):
     x = runtime.tensor(np.zeros((0, 3, 4, 5), np.float16))

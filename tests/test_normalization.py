@@ -15,6 +15,7 @@ import rudnn.normalization as N
 from reference import normalization as ref
 from rudnn.normalization import NormalizationError
 from rudnn.normalization.tuning import choose_shape
+from family_checks import OtherRuntime as _OtherRuntime
 
 pytestmark = pytest.mark.feature("normalization")
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,20 +308,6 @@ def test_inputs_are_not_modified(runtime, rng):
 
 
 # ---------------------------------------------------------------------------- zero rows, errors
-@pytest.fixture
-def launches(monkeypatch):
-    """Counts kernel launches (validation must fail before any)."""
-    count = [0]
-    real = kd.Kernel.launch
-
-    def counting(self, *a, **k):
-        count[0] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(kd.Kernel, "launch", counting)
-    return count
-
-
 @pytest.mark.feature("normalization: errors")
 @pytest.mark.parametrize("shape", [(0, 7), (2, 0, 5)])
 def test_zero_rows_return_empty_without_launching(runtime, launches, shape):
@@ -334,12 +321,6 @@ def test_zero_rows_return_empty_without_launching(runtime, launches, shape):
     dx, dg = N.rms_norm_backward(tx, tg, tx, rstd)
     assert dx.shape == shape and dg.shape == (shape[-1],) and (dg.numpy() == 0).all()
     assert launches[0] == 0
-
-
-class _OtherRuntime:
-    """Stands in for a second runtime when this machine has only one."""
-    name = "other"
-    device_key = "other-device"
 
 
 def _bad_calls(rt):

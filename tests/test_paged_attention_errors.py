@@ -20,20 +20,6 @@ def plan_with(**changes):
     return HostPlan(**{**GOOD, **changes})
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """Counts kernel launches (validation must fail before any)."""
-    count = [0]
-    real = kd.Kernel.launch
-
-    def counting(self, *a, **k):
-        count[0] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(kd.Kernel, "launch", counting)
-    return count
-
-
 def raises(match, fn, *args):
     with pytest.raises(PagedAttentionError, match=match) as info:
         fn(*args)

@@ -12,6 +12,7 @@ import rudnn
 import rudnn.pooling as P
 from reference import pooling as ref
 from rudnn.pooling import PoolingError
+from family_checks import OtherRuntime as _OtherRuntime
 
 pytestmark = pytest.mark.feature("pooling")
 DTYPES = ["f32", "f16", "bf16"]
@@ -266,20 +267,6 @@ def test_backward_is_deterministic_and_leaves_inputs_alone(runtime, rng):
 
 
 # ---------------------------------------------------------------------------- zero sizes, errors
-@pytest.fixture
-def launches(monkeypatch):
-    """Counts kernel launches (validation must fail before any)."""
-    count = [0]
-    real = kd.Kernel.launch
-
-    def counting(self, *a, **k):
-        count[0] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(kd.Kernel, "launch", counting)
-    return count
-
-
 @pytest.mark.feature("pooling: errors")
 def test_zero_planes_return_empty_without_launching(runtime, launches):
     x = runtime.tensor(np.zeros((0, 3, 8, 8), np.float16))
@@ -290,12 +277,6 @@ def test_zero_planes_return_empty_without_launching(runtime, launches):
     assert P.max_pool2d_backward(x, out, idx, 3, 2, 1).shape == (0, 3, 8, 8)
     assert P.adaptive_max_pool1d(runtime.tensor(np.zeros((0, 5), np.float32)), 2)[0].shape == (0, 2)
     assert launches[0] == 0
-
-
-class _OtherRuntime:
-    """Stands in for a second runtime when this machine has only one."""
-    name = "other"
-    device_key = "other-device"
 
 
 def _bad_calls(rt):

@@ -1,5 +1,6 @@
-"""Helpers the rudnn.interpolation and rudnn.grid_sample tests share: counting kernel
-launches (validation must fail before any) and a stand-in second runtime."""
+"""Helpers every family's error tests share: counting kernel launches (validation must fail
+before any; conftest's `launches` fixture) and a stand-in second runtime for mixed-runtime
+errors on a machine with one."""
 import kerneldsl as kd
 
 
