@@ -137,8 +137,23 @@ def store(k: str | None, entry: Entry) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(encode(entry))
         os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only or full disk only costs recompilation
+    except OSError as e:  # a read-only or full disk, or a path that is a file: recompile, say so once
+        _report_unusable(path.parent, e)
+
+
+_REPORTED: set = set()
+
+
+def _report_unusable(folder, error: OSError) -> None:
+    """Warn once per process and folder that compiled kernels cannot be stored there."""
+    root = str(cache_dir())
+    with _LOCK:
+        if root in _REPORTED:
+            return
+        _REPORTED.add(root)
+    log().warning("kerneldsl: the kernel cache %s is unusable (%s: %s); kernels will be compiled in "
+                  "every process. Set KERNELDSL_CACHE to a writable folder, or to an empty value to "
+                  "turn the cache off", root, type(error).__name__, error)
 
 
 def log():

@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+import kerneldsl as kd
+
 pytestmark = pytest.mark.feature("kernel cache")
 
 SCRIPT = textwrap.dedent("""
@@ -32,7 +34,7 @@ SCRIPT = textwrap.dedent("""
         for _ in kd.unroll(REPEAT):
             y[i] = combine(a * x[i], y[i]) * SCALE
 
-    rt = kd.runtime("cpu")
+    rt = kd.runtime("{runtime}")
     x, y = rt.tensor(np.ones(8, np.float32)), rt.zeros(8, "f32")
     cached_axpy[1, 8](x, y, 3.0, {repeat})
     cached_axpy[1, 8](x, y, 3.0, {repeat})
@@ -46,9 +48,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(cache_dir, tmp_path, poison=False, scale=1.0, combine="a + b", combine_py="3.0 + want", repeat=1):
+def _run(cache_dir, tmp_path, poison=False, scale=1.0, combine="a + b", combine_py="3.0 + want", repeat=1,
+         runtime="cpu"):
     script = tmp_path / "cached_script.py"
-    script.write_text(SCRIPT.format(scale=scale, combine=combine, combine_py=combine_py, repeat=repeat))
+    script.write_text(SCRIPT.format(scale=scale, combine=combine, combine_py=combine_py, repeat=repeat,
+                                    runtime=runtime))
     env = dict(os.environ, KERNELDSL_CACHE=str(cache_dir))
     env.pop("POISON_FRONT_END", None)
     if poison:
@@ -90,21 +94,48 @@ def test_what_changes_the_binary_changes_the_key(tmp_path, change):
     assert again["compiled"] == 0 and again["disk_hits"] == 1, again
 
 
-def test_damaged_entry_is_rebuilt_with_a_warning(tmp_path):
+# every runtime of this machine, by the name a new process asks for (cpu-p8 would repeat cpu)
+RUNTIME_NAMES = [n for n in kd.available_runtimes() if n.split(":")[0] in ("cpu", "opencl", "cuda")]
+
+
+@pytest.mark.parametrize("runtime_name", RUNTIME_NAMES)
+def test_damaged_entry_is_rebuilt_with_a_warning(tmp_path, runtime_name):
+    """A flipped bit, a truncated entry and an empty one are each discarded with a warning and
+    rebuilt, never loaded (a damaged object file crashed the loader before entries had a
+    checksum), and the next process answers right from the rebuilt entry."""
     cache_dir = tmp_path / "kcache"
-    _run(cache_dir, tmp_path)
+    run = lambda **kw: _run(cache_dir, tmp_path, runtime=runtime_name, **kw)  # noqa: E731
+    run()
     (entry,) = [p for p in (cache_dir / "kernels").rglob("*") if p.is_file()]
     data = bytearray(entry.read_bytes())
-    data[-5] ^= 0xFF  # one flipped byte in the image
+    data[-5] ^= 0x10  # one flipped bit in the payload
     entry.write_bytes(bytes(data))
-    rebuilt, stderr = _run(cache_dir, tmp_path)
+    rebuilt, stderr = run()
     assert rebuilt["compiled"] == 1 and rebuilt["disk_hits"] == 0, rebuilt
     assert "damaged kernel cache entry" in stderr and "checksum" in stderr
     entry.write_bytes(b"KDCE")  # truncated: shorter than its header
-    again, stderr = _run(cache_dir, tmp_path)
+    again, stderr = run()
     assert again["compiled"] == 1 and "header" in stderr
-    third, _ = _run(cache_dir, tmp_path, poison=True)  # the rebuilt entry is good again
+    entry.write_bytes(b"")  # emptied
+    emptied, stderr = run()
+    assert emptied["compiled"] == 1 and "damaged kernel cache entry" in stderr
+    third, _ = run(poison=True)  # the rebuilt entry is good again
     assert third["compiled"] == 0 and third["disk_hits"] == 1
+
+
+@pytest.mark.parametrize("make", ["a file", "read-only"])
+def test_unusable_cache_folder_is_reported_once(tmp_path, make):
+    cache_dir = tmp_path / "kcache"
+    if make == "a file":
+        cache_dir.write_text("not a folder")
+    else:
+        cache_dir.mkdir()
+        cache_dir.chmod(0o500)
+        if os.access(cache_dir, os.W_OK):  # root ignores permission bits
+            pytest.skip("this user can write into a read-only folder (root): nothing to report")
+    first, stderr = _run(cache_dir, tmp_path, repeat=2)
+    assert first["compiled"] == 1
+    assert stderr.count("is unusable") == 1, stderr
 
 
 def test_cache_disabled_with_empty_setting(tmp_path):
