@@ -13,7 +13,7 @@ import itertools
 
 from . import ir, lang
 from .dtypes import DType, VecType, boolean, i32, i64
-from .errors import CompileError, SourceLoc
+from .errors import CompileError, SourceLoc, axis_offset_parts
 from .frontend_exprs import PY_BINOPS, ExpressionLowering
 from .frontend_source import ParsedSource, multi_assigned_names
 from .frontend_source import DeviceFunction, func, parse_source  # noqa: F401  (re-exported: kernel.py, kd.func)
@@ -429,7 +429,26 @@ class Frontend(ExpressionLowering):
                 st = ir.Cast(i64, a=ir.TensorDim(i32, tensor=ref.name, attr="stride", axis=axis))
                 term = self.binop("*", it, st, node)
             off = term if off is None else self.binop("+", off, term, node)
+        if self.spec.bounds_check and ref.ndim > 1:
+            off = self.axis_checked(ref, items, off, node)
         return off
+
+    def axis_checked(self, ref, items, off, node) -> ir.Expr:
+        """`off` when every index is within its axis (bounds-checked launches), else an
+        offset the flat bounds check rejects that spells the failing axis and index (see
+        `errors.decode_axis_offset`): a[0, 5] of a (4, 3) tensor fails, not reads a[1, 2]."""
+        loc = self.loc(node)
+        result = off
+        for axis in reversed(range(ref.ndim)):
+            extent = ir.Cast(i64, a=ir.TensorDim(i32, tensor=ref.name, attr="shape", axis=axis, loc=loc), loc=loc)
+            it = items[axis]
+            ok = ir.Logic(boolean, op="and", a=ir.Cmp(boolean, op=">=", a=it, b=make_const(0, i64, loc), loc=loc),
+                          b=ir.Cmp(boolean, op="<", a=it, b=extent, loc=loc), loc=loc)
+            c, m = axis_offset_parts(axis)
+            bad = ir.BinOp(i64, op="-", a=make_const(c, i64, loc),
+                           b=ir.BinOp(i64, op="*", a=it, b=make_const(m, i64, loc), loc=loc), loc=loc)
+            result = ir.Select(i64, cond=ok, a=result, b=bad, loc=loc)
+        return result
 
     def store_subscript(self, target, value, node):
         ref = self.expr(target.value)

@@ -37,6 +37,25 @@ _PURE_NODES = (ir.Const, ir.Var, ir.BinOp, ir.UnOp, ir.Cmp, ir.Select, ir.Cast, 
                ir.VecMake, ir.VecExtract)
 
 
+_COLLECTIVES = (ir.Barrier, ir.PlaneOp, ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMma,
+                ir.FragSet, ir.FragConvert, ir.GroupMma, ir.GroupWait, ir.AsyncCopy, ir.AsyncCommit, ir.AsyncWait)
+
+
+def _unsafe(*values) -> bool:
+    """Whether evaluating any of `values` where it is not asked for may fault: a memory
+    read, or an integer division or remainder by a run-time value."""
+    for v in values:
+        if not isinstance(v, ir.Expr):
+            continue
+        for n in ir.walk_expr(v):
+            if isinstance(n, (ir.Load, ir.SharedLoad)):
+                return True
+            if (isinstance(n, ir.BinOp) and n.op in ("/", "%") and not n.dtype.is_float
+                    and not isinstance(n.b, ir.Const)):
+                return True
+    return False
+
+
 def _pure(e) -> bool:
     """No memory reads: cheap to re-evaluate where it is used."""
     return all(isinstance(n, _PURE_NODES) for n in ir.walk_expr(e))
@@ -282,25 +301,56 @@ class ExpressionLowering:
         return ir.Cmp(boolean, op=op, a=coerce(ea, t), b=coerce(eb, t), loc=self.loc(node))
 
     def expr_IfExp(self, node):
+        """`a if c else b`: only the branch taken is evaluated when a branch reads memory,
+        divides integers or emits statements (lowered to a variable set in an `if`);
+        otherwise a select of both values, as cheap. Exception: a branch with a collective
+        (plane operation, barrier, fragment or group operation) is evaluated eagerly on
+        every unit, since collectives must be reached by all units together."""
         c = self.expr(node.test)
         if is_ct(c):
             return self.expr(node.body if c else node.orelse)
-        a, b = self.expr(node.body), self.expr(node.orelse)
-        return self.select(c, a, b, node)
+        (a, then), (b, orelse) = self.branch_value(node.body), self.branch_value(node.orelse)
+        if ir.contains(then + orelse, _COLLECTIVES) or not (then or orelse or _unsafe(a, b)):
+            for s in then + orelse:  # eager, as both branches ran before in order
+                self.emit(s)
+            return self.select(c, a, b, node)
+        cond = self.cond_expr(c, node)
+        ea, eb = self.to_expr(a, node.body), self.to_expr(b, node.orelse)
+        t = self.select_type(ea, eb)
+        name, loc = self.fresh("sel"), self.loc(node)
+        self.var_types[name] = t
+        then.append(ir.Assign(name=name, value=coerce(ea, t), loc=loc))
+        orelse.append(ir.Assign(name=name, value=coerce(eb, t), loc=loc))
+        self.emit(ir.If(cond=cond, then=then, orelse=orelse, loc=loc))
+        return ir.Var(t, name=name, loc=loc)
+
+    def branch_value(self, node) -> tuple:
+        """(value, statements its evaluation emitted) of one branch of a conditional."""
+        self.blocks.append([])
+        try:
+            value = self.expr(node)
+        finally:
+            stmts = self.blocks.pop()
+        return value, stmts
+
+    @staticmethod
+    def select_type(ea, eb):
+        """The type of `a if c else b` (bool, a vector type, or the promoted scalar type)."""
+        if ea.dtype.is_bool and eb.dtype.is_bool:
+            return boolean
+        if isinstance(ea.dtype, VecType) or isinstance(eb.dtype, VecType):
+            return ea.dtype if isinstance(ea.dtype, VecType) else eb.dtype
+        if ea.dtype == eb.dtype:
+            return ea.dtype
+        return promote(ea.dtype, is_weak(ea), eb.dtype, is_weak(eb))
 
     def select(self, c, a, b, node):
         cond = self.cond_expr(c, node)
         ea, eb = self.to_expr(a, node), self.to_expr(b, node)
-        if ea.dtype.is_bool and eb.dtype.is_bool:
-            t = boolean
-        elif isinstance(ea.dtype, VecType) or isinstance(eb.dtype, VecType):
-            vt = ea.dtype if isinstance(ea.dtype, VecType) else eb.dtype
-            elems = [self.select(cond, extract(coerce(ea, vt), i), extract(coerce(eb, vt), i), node) for i in range(vt.lanes)]
-            return ir.VecMake(vt, elems=elems, loc=self.loc(node))
-        elif ea.dtype == eb.dtype:
-            t = ea.dtype
-        else:
-            t = promote(ea.dtype, is_weak(ea), eb.dtype, is_weak(eb))
+        t = self.select_type(ea, eb)
+        if isinstance(t, VecType):
+            elems = [self.select(cond, extract(coerce(ea, t), i), extract(coerce(eb, t), i), node) for i in range(t.lanes)]
+            return ir.VecMake(t, elems=elems, loc=self.loc(node))
         return ir.Select(t, cond=cond, a=coerce(ea, t), b=coerce(eb, t), loc=self.loc(node))
 
     # ------------------------------------------------------------------ calls

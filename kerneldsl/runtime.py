@@ -222,9 +222,15 @@ class Runtime:
     def _raise_bounds(kir, args, record):
         """Raise the OutOfBoundsError a bounds-checked launch recorded: `record` holds
         (flag, parameter index or -1 for shared memory, element offset, source line)."""
-        from .errors import OutOfBoundsError
+        from .errors import OutOfBoundsError, decode_axis_offset
         idx, off, line = int(record[1]), int(record[2]), int(record[3])
         where = f" at {kir.loc.filename}:{line}" if kir.loc is not None else ""
+        axis_index = decode_axis_offset(off)
+        if idx >= 0 and axis_index is not None:
+            p, (axis, index) = kir.params[idx], axis_index
+            shape = args[idx].shape
+            raise OutOfBoundsError(f"{kir.name}: index {index} is out of bounds for axis {axis} of tensor "
+                                   f"'{p.name}', whose extent is {shape[axis]} (shape {shape}){where}")
         if idx >= 0:
             p = kir.params[idx]
             raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for tensor '{p.name}' "
