@@ -38,6 +38,7 @@ class Frontend(ExpressionLowering):
 
     def __init__(self, src: ParsedSource, spec: _Spec):
         self.src = src
+        self.kernel_name = src.tree.name
         self.spec = spec
         self.var_types: dict = {}
         self.shared: dict = {}
@@ -56,7 +57,8 @@ class Frontend(ExpressionLowering):
         return SourceLoc(self.src.filename, line, col)
 
     def error(self, node, msg):
-        return CompileError(msg, self.loc(node) if node is not None else None)
+        """A CompileError at `node`'s line that names the kernel being compiled."""
+        return CompileError(f"kernel {self.kernel_name}: {msg}", self.loc(node) if node is not None else None)
 
     def emit(self, stmt):
         self.blocks[-1].append(stmt)

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import operator
+import types
 
 from . import ir, lang
 from .builtins import registry
 from .builtins.math import math2
 from .dtypes import DType, VecType, boolean, f32, f64, i32, i64
 from .frontend_source import DeviceFunction, assigned_names, multi_assigned_names, parse_source
-from .frontend_values import BranchTuple, SharedRef, ShapeRef, TensorRef, VarRef, is_ct
+from .frontend_values import BranchTuple, SharedRef, ShapeRef, TensorRef, VarRef, describe, is_array_ref, is_ct
 from .types import arith_type, coerce, extract, is_weak, make_const, promote
 
 PY_BINOPS = {
@@ -129,10 +131,22 @@ class ExpressionLowering:
         try:
             v = getattr(base, attr)
         except AttributeError:
-            raise self.error(node, f"{self.describe(base)} has no attribute {attr!r}") from None
+            raise self.error(node, self.missing_attribute(base, attr)) from None
         if isinstance(v, lang._PlaneDim):
             return self.spec.plane_dim
         return v
+
+    @staticmethod
+    def missing_attribute(base, attr: str) -> str:
+        """The message for `base.attr` that does not exist, with near names of kerneldsl's."""
+        if not isinstance(base, types.ModuleType):
+            return f"{describe(base)} has no attribute {attr!r}"
+        if base.__name__ != "kerneldsl":
+            return f"module {base.__name__} has no attribute {attr!r}"
+        near = difflib.get_close_matches(attr, [n for n in dir(base) if not n.startswith("_")], n=3)
+        hint = f"; did you mean {', '.join('kd.' + n for n in near)}?" if near else ""
+        return (f"kd.{attr} does not exist in kerneldsl{hint} (the builtins usable in kernels are listed in "
+                f"docs/dsl.md)")
 
     def expr_Subscript(self, node):
         base = self.expr(node.value)
@@ -165,6 +179,11 @@ class ExpressionLowering:
         return self.binop(op, self.expr(node.left), self.expr(node.right), node)
 
     def binop(self, op, a, b, node):
+        for v in (a, b):
+            if is_array_ref(v):
+                example = f" (e.g. {v.name}[i])" if hasattr(v, "name") else ""
+                raise self.error(node, f"{self.describe(v)} is a whole array, not a value: index it{example} "
+                                       f"to use its elements in `{op}`")
         if is_ct(a) and is_ct(b):
             if isinstance(a, lang._PlaneDim):
                 a = self.spec.plane_dim

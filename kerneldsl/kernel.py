@@ -341,13 +341,20 @@ class Kernel:
             raise ValueError(f"{self.__name__}: block {block} has {units} units; {rt.name} allows 1 to "
                              f"{rt.capabilities.max_cube_units} per cube")
 
+    def _launch_dims(self, v, what: str) -> tuple:
+        """`_dims` with errors that name this kernel."""
+        try:
+            return _dims(v, what)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{self.__name__}[grid, block]: {e}") from None
+
     def specialize(self, runtime, *args, block) -> SpecializedKernel:
         """This kernel specialised as `kernel[grid, block](*args)` would be on `runtime` (a
         Runtime or a runtime name), without launching. Arguments may be kd tensors on any
         runtime or `TensorType`s, scalars or their dtype, and `kd.Const` values; only
         what specialises is read. Raises what a launch would for bad arguments."""
         rt = get_runtime(runtime)
-        block = _dims(block, "block")
+        block = self._launch_dims(block, "block")
         self._check_block(rt, block)
         spec_args, key = self._check_args(args, rt)
         return SpecializedKernel(self, rt, spec_args, key, block, bounds_check_enabled())
@@ -358,8 +365,10 @@ class Kernel:
         return self.specialize(self._pick_runtime(args, runtime), *args, block=block).source()
 
     def launch(self, grid, block, *args, runtime=None):
-        grid = _dims(grid, "grid")
-        block = _dims(block, "block")
+        try:  # (inline, not _launch_dims: this is every launch's path)
+            grid, block = _dims(grid, "grid"), _dims(block, "block")
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{self.__name__}[grid, block]: {e}") from None
         rt = self._pick_runtime(args, runtime)
         spec_args, key = self._check_args(args, rt)
         self._check_block(rt, block)
