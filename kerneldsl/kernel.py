@@ -23,6 +23,7 @@ import functools
 import inspect
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,7 +142,7 @@ class SpecializedKernel:
             with k._lock:
                 binary = k._binaries.get(self.memory_key)
                 if binary is None:
-                    binary = self.runtime.load(self.key, self.ir)
+                    binary = self.runtime.load(self.key, self.ir, k.__name__)
                     k._binaries[self.memory_key] = binary
         return binary
 
@@ -159,6 +160,7 @@ class Kernel:
         self._binaries: dict = {}
         self._lock = threading.Lock()
         self.params = self._read_params(fn)
+        _KERNELS.add(self)
 
     @staticmethod
     def _read_params(fn):
@@ -386,6 +388,12 @@ class Kernel:
 
 
 _WATCHERS: list = []
+_KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()  # every live kernel (for kd.cache_clear)
+
+
+def loaded_kernels() -> list:
+    """Every `Kernel` object alive in this process."""
+    return list(_KERNELS)
 
 
 def watch_specializations(callback) -> None:
