@@ -48,12 +48,15 @@ def source_lines(fn, text: str | None = None) -> tuple:
     `linecache` (cells named like `<ipython-input-3-...>`); a clear error otherwise."""
     if text is not None:
         return textwrap.dedent(text).splitlines(keepends=True), 1
+    code = getattr(fn, "__code__", None)
+    # read the history entry first: inspect's linecache.checkcache drops entries whose
+    # "file" does not exist on disk, as a notebook cell's does not
+    entry = linecache.cache.get(code.co_filename) if code is not None else None
     try:
         return inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
         why = e
-    code = getattr(fn, "__code__", None)
-    history = linecache.getlines(code.co_filename) if code is not None else []
+    history = entry[2] if entry is not None and len(entry) >= 3 else []
     if history and 0 < code.co_firstlineno <= len(history):
         return inspect.getblock(history[code.co_firstlineno - 1:]), code.co_firstlineno
     where = f" (defined in {code.co_filename})" if code is not None else ""
