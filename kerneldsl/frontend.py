@@ -49,6 +49,9 @@ class Frontend(ExpressionLowering):
         self.scope: dict = {}
         self.prefix = ""
         self.func_stack: list = []
+        # > 0 while lowering an expression whose emitted statements would run at the wrong
+        # time (a while condition, the right side of and/or): `a if c else b` stays a select
+        self.eager_selects = 0
 
     # ------------------------------------------------------------------ helpers
     def loc(self, node) -> SourceLoc:
@@ -308,7 +311,11 @@ class Frontend(ExpressionLowering):
     def stmt_While(self, node):
         if node.orelse:
             raise self.error(node, "while/else is not supported")
-        c = self.expr(node.test)
+        self.eager_selects += 1  # (statements before the loop would not run again per iteration)
+        try:
+            c = self.expr(node.test)
+        finally:
+            self.eager_selects -= 1
         if is_ct(c) and not c:
             return
         cond = self.cond_expr(c, node.test) if not is_ct(c) else make_const(True, boolean)

@@ -273,7 +273,11 @@ class ExpressionLowering:
                     return result
                 result = self.expr(vnode)
                 continue
-            rhs = self.expr(vnode)
+            self.eager_selects += 1  # (statements emitted for the right side would run unguarded)
+            try:
+                rhs = self.expr(vnode)
+            finally:
+                self.eager_selects -= 1
             if is_ct(rhs):
                 if (op == "and" and rhs) or (op == "or" and not rhs):
                     continue
@@ -322,14 +326,17 @@ class ExpressionLowering:
     def expr_IfExp(self, node):
         """`a if c else b`: only the branch taken is evaluated when a branch reads memory,
         divides integers or emits statements (lowered to a variable set in an `if`);
-        otherwise a select of both values, as cheap. Exception: a branch with a collective
-        (plane operation, barrier, fragment or group operation) is evaluated eagerly on
-        every unit, since collectives must be reached by all units together."""
+        otherwise a select of both values, as cheap. Exceptions, evaluated eagerly as a
+        select: a branch with a collective (plane operation, barrier, fragment or group
+        operation), since every unit must reach it together; and a conditional inside a
+        `while` condition or on the right of `and`/`or`, where statements emitted before
+        the expression would run once or unguarded (`eager_selects`)."""
         c = self.expr(node.test)
         if is_ct(c):
             return self.expr(node.body if c else node.orelse)
         (a, then), (b, orelse) = self.branch_value(node.body), self.branch_value(node.orelse)
-        if ir.contains(then + orelse, _COLLECTIVES) or not (then or orelse or _unsafe(a, b)):
+        if (self.eager_selects or ir.contains(then + orelse, _COLLECTIVES)
+                or not (then or orelse or _unsafe(a, b))):
             for s in then + orelse:  # eager, as both branches ran before in order
                 self.emit(s)
             return self.select(c, a, b, node)

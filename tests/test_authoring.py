@@ -109,6 +109,27 @@ def test_collective_in_a_branch_runs_on_every_unit(runtime, rng):
 
 
 @kd.kernel
+def leading_positives(x: kd.Tensor[kd.i32], out: kd.Tensor[kd.i32], n: kd.i32):
+    i = kd.unit_pos_x()
+    k = 0
+    while (x[k] if k < n else 0) > 0:  # re-evaluated every iteration
+        k += 1
+    flag = 0
+    if i < n and (x[i] if i > 0 else 1) > 0:  # the right side stays guarded by the left
+        flag = 1
+    out[i] = k * 10 + flag
+
+
+def test_conditional_in_a_while_condition_or_after_and_is_evaluated_where_it_stands(runtime):
+    x = runtime.tensor(np.array([3, 2, 0, 5], np.int32))
+    out = runtime.zeros(8, "i32")
+    kir = _ir(leading_positives, runtime, x, out, 4, block=8)
+    assert not any(isinstance(s, ir.Assign) and s.name.startswith("_sel") for s in ir.walk_stmts(kir.body))
+    leading_positives[1, 8](x, out, 4)
+    np.testing.assert_array_equal(out.numpy(), [21, 21, 20, 21, 20, 20, 20, 20])
+
+
+@kd.kernel
 def first_row(a: kd.Tensor[kd.f32, 2], y: kd.Tensor[kd.f32], n: kd.i32):
     i = kd.unit_pos_x()
     if i < n:
