@@ -204,15 +204,13 @@ class Kernel:
         grid, block = launch
 
         def launcher(*args, runtime=None, **kwargs):
-            return self.launch(grid, block, *self._bind(args, kwargs), runtime=runtime)
+            return self.launch(grid, block, *(self._bind(args, kwargs) if kwargs else args), runtime=runtime)
         launcher.__name__ = launcher.__qualname__ = f"{self.__name__}[grid, block]"
         return launcher
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple:
         """Positional arguments in parameter order from a launch's positional and keyword
         arguments (as a Python call binds them), naming the kernel when they do not fit."""
-        if not kwargs:
-            return args
         names = [n for n, _, _ in self.params]
         out = list(args) + [_MISSING] * (len(names) - len(args))
         for k, v in kwargs.items():
@@ -273,15 +271,14 @@ class Kernel:
                     hash(a)
                 except TypeError:
                     raise TypeError(f"{self.__name__}: kd.Const argument {name} must be hashable, got {a!r}") from None
-                self._check_const(name, info, a)
+                if info is not None and type(a) is not info:  # (an exact match needs no call)
+                    self._check_const(name, info, a)
                 spec_args.append(("const", a))
                 key.append(("c", type(a).__name__, a))
         return spec_args, tuple(key)
 
     def _check_const(self, name, info, a) -> None:
         """A `kd.Const[T]` argument must be a T (an int for `Const[int]`: no bool, no 2.5)."""
-        if info is None or a is info:
-            return
         if info is int:
             ok = isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
         elif info is float:
