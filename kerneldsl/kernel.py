@@ -7,6 +7,7 @@
             y[i] += x[i]
 
     add[grid, block](x, y, n)          # grid, block: int or (x, y[, z]) tuples
+    add[grid, block](x, y, n=n)        # arguments by keyword too, as in a Python call
 
 A specialisation is fixed by the tensors' dtypes, ranks and inner contiguity,
 the values of `kd.Const` parameters, the cube shape, the runtime (its back end,
