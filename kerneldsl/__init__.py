@@ -12,7 +12,7 @@ from .version import __version__
 from . import source_tree  # noqa: F401  (kerneldsl.backends in a source checkout)
 from . import lang as _lang
 from . import autotune
-from .cache import stats as cache_stats
+from .cache import cache_clear, cache_info, stats as cache_stats
 from .capabilities import Capabilities
 from .dlpack import from_dlpack
 from .dtypes import (ALL_DTYPES, DType, VecType, as_dtype, bf16, boolean, f16, f32, f64, i32, i64, u8, u32,
@@ -21,7 +21,19 @@ from .errors import (CompileError, KernelError, LaunchError, OutOfBoundsError, O
                      UnsupportedFeatureError)
 from .frontend import func
 from .kernel import Kernel, SpecializedKernel, TensorType, kernel
-from .lang import *  # noqa: F401,F403  (the in-kernel builtins: cube_pos_x, plane_sum, exp, ...)
+from .lang import (  # the in-kernel builtins, by name so that type checkers see them
+    abs, async_commit, async_copy, async_wait, atomic_add, atomic_and, atomic_cas, atomic_exchange, atomic_max,
+    atomic_min, atomic_or, atomic_xor, bitcast, cast, ceil, clamp, cos, cube_count_x, cube_count_y,
+    cube_count_z, cube_dim_x, cube_dim_y, cube_dim_z, cube_pos_x, cube_pos_y, cube_pos_z, cube_units, erf, exp,
+    exp2, exp2_fast, fill_fragment, floor, fma, fragment_a, fragment_acc, fragment_b, fragment_col,
+    fragment_convert, fragment_get, fragment_len, fragment_row, fragment_row_lanes, fragment_row_slot,
+    fragment_row_slots, fragment_set, group_fragment_a, group_fragment_acc, group_mma, group_wait, isinf, isnan,
+    lane_pos, load_fragment, load_vec, log, log1p, log2, make_vec, max, min, mma, plane_all, plane_any,
+    plane_ballot, plane_broadcast, plane_count, plane_elect, plane_exclusive_sum, plane_inclusive_sum,
+    plane_max, plane_min, plane_pos, plane_prod, plane_shuffle, plane_shuffle_xor, plane_sum, pow, print, round,
+    rsqrt, select, shared, shared_tile, sigmoid, sin, splat, sqrt, static_assert, store_fragment, store_vec,
+    sync_cube, tanh, tile_offset, unit_pos, unit_pos_x, unit_pos_y, unit_pos_z, unroll, vec_max, vec_min,
+    vec_sum)  # noqa: A004
 from .lang import Const, PLANE_DIM, Tensor, inf, nan
 from .reductions import cube_max, cube_sum
 from .runtime import (Runtime, RuntimeStatus, RuntimeUnavailable, available_runtimes, runtime_report, empty, get_runtime,
@@ -30,7 +42,30 @@ from .runtime import (Runtime, RuntimeStatus, RuntimeUnavailable, available_runt
 bool_ = boolean
 bool = boolean  # noqa: A001  (kd.bool, as DESIGN.md spells the dtype)
 
-__all__ = [n for n in dir() if not n.startswith("_") and n != "builtins"]  # kerneldsl.builtins: internal
+__all__ = [  # the public API, spelled out for type checkers (tests/test_authoring_api.py checks it)
+    # the host API
+    "__version__", "autotune", "Capabilities", "CompileError", "KernelError", "LaunchError", "OutOfBoundsError",
+    "SourceLoc", "UnsupportedFeatureError", "DType", "VecType", "ALL_DTYPES", "as_dtype", "bf16", "bool",
+    "bool_", "boolean", "f16", "f32", "f64", "i32", "i64", "u8", "u32", "vec", "Kernel", "SpecializedKernel",
+    "TensorType", "kernel", "func", "Runtime", "RuntimeStatus", "RuntimeUnavailable", "available_runtimes",
+    "runtime_report", "get_runtime", "runtime", "tensor", "empty", "zeros", "from_dlpack", "cube_max",
+    "cube_sum", "cache_stats", "cache_info", "cache_clear",
+    # what kernels use: annotations, constants and the builtins (kerneldsl.lang)
+    "Tensor", "Const", "PLANE_DIM", "inf", "nan", "abs", "async_commit", "async_copy", "async_wait",
+    "atomic_add", "atomic_and", "atomic_cas", "atomic_exchange", "atomic_max", "atomic_min", "atomic_or",
+    "atomic_xor", "bitcast", "cast", "ceil", "clamp", "cos", "cube_count_x", "cube_count_y", "cube_count_z",
+    "cube_dim_x", "cube_dim_y", "cube_dim_z", "cube_pos_x", "cube_pos_y", "cube_pos_z", "cube_units", "erf",
+    "exp", "exp2", "exp2_fast", "fill_fragment", "floor", "fma", "fragment_a", "fragment_acc", "fragment_b",
+    "fragment_col", "fragment_convert", "fragment_get", "fragment_len", "fragment_row", "fragment_row_lanes",
+    "fragment_row_slot", "fragment_row_slots", "fragment_set", "group_fragment_a", "group_fragment_acc",
+    "group_mma", "group_wait", "isinf", "isnan", "lane_pos", "load_fragment", "load_vec", "log", "log1p",
+    "log2", "make_vec", "max", "min", "mma", "plane_all", "plane_any", "plane_ballot", "plane_broadcast",
+    "plane_count", "plane_elect", "plane_exclusive_sum", "plane_inclusive_sum", "plane_max", "plane_min",
+    "plane_pos", "plane_prod", "plane_shuffle", "plane_shuffle_xor", "plane_sum", "pow", "print", "round",
+    "rsqrt", "select", "shared", "shared_tile", "sigmoid", "sin", "splat", "sqrt", "static_assert",
+    "store_fragment", "store_vec", "sync_cube", "tanh", "tile_offset", "unit_pos", "unit_pos_x", "unit_pos_y",
+    "unit_pos_z", "unroll", "vec_max", "vec_min", "vec_sum",
+]
 
 
 def __getattr__(name: str):

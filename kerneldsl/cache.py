@@ -182,3 +182,45 @@ def dump(name: str, source: str, ext: str) -> None:
     Path(d).mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     (Path(d) / f"{name}.{digest}.{ext}").write_text(source)
+
+
+def _disk_entries() -> list:
+    """The entry files under the cache's kernels/ folder (none when it does not exist)."""
+    root = cache_dir() / "kernels"
+    if not root.is_dir():
+        return []
+    return [p for p in root.glob("*/*") if p.is_file() and not p.name.endswith(".tmp")]
+
+
+def cache_info() -> dict:
+    """`kd.cache_info()`: where the disk cache is and what it holds (entries, bytes), how
+    many compiled kernels this process holds in memory, and this process's `stats()`."""
+    from .kernel import loaded_kernels  # (imported here: kernel.py imports this module)
+    files = _disk_entries() if enabled() else []
+    kernels = loaded_kernels()
+    return {
+        "dir": str(cache_dir()) if enabled() else None,
+        "disk_entries": len(files),
+        "disk_bytes": sum(p.stat().st_size for p in files),
+        "memory_entries": sum(len(k._binaries) for k in kernels),
+        "stats": stats(),
+    }
+
+
+def cache_clear(disk: bool = True, memory: bool = True) -> None:
+    """`kd.cache_clear()`: forget compiled kernels, so the next launch of each compiles
+    again: those held in this process (`memory`) and the entries on disk (`disk`)."""
+    if memory:
+        from .kernel import loaded_kernels
+        from .runtime import loaded_runtimes
+        for k in loaded_kernels():
+            with k._lock:
+                k._binaries.clear()
+        for rt in loaded_runtimes():
+            rt._kernels.clear()
+    if disk and enabled():
+        for p in _disk_entries():
+            try:
+                p.unlink()
+            except OSError:
+                pass  # another process removed it, or a read-only cache

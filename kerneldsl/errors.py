@@ -59,3 +59,23 @@ class OutOfMemoryError(KernelError, MemoryError):
     the shape and dtype asked for, the bytes, and what the pool held. The same error on
     every runtime (numpy's MemoryError, OpenCL's allocation failures, CUDA's out-of-memory
     all become this one)."""
+
+# Per-axis bounds checks report through the flat check's record: an index outside its axis
+# turns the element offset into AXIS_BASE - (axis + 64 * (index + 2**32)), a value far below
+# any real offset, which the flat check rejects and `decode_axis_offset` reads back.
+AXIS_BASE = -(1 << 40)
+_AXIS_SLOTS = 64
+_INDEX_BIAS = 1 << 32
+
+
+def axis_offset_parts(axis: int) -> tuple:
+    """(c, m): the failing offset of `axis` at index i is c - m * i."""
+    return AXIS_BASE - axis - _AXIS_SLOTS * _INDEX_BIAS, _AXIS_SLOTS
+
+
+def decode_axis_offset(offset: int) -> tuple | None:
+    """(axis, index) of an offset made by a failed per-axis check; None for a plain offset."""
+    if offset > AXIS_BASE:
+        return None
+    v = AXIS_BASE - offset
+    return v % _AXIS_SLOTS, v // _AXIS_SLOTS - _INDEX_BIAS

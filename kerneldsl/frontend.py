@@ -13,7 +13,7 @@ import itertools
 
 from . import ir, lang
 from .dtypes import DType, VecType, boolean, i32, i64
-from .errors import CompileError, SourceLoc
+from .errors import CompileError, SourceLoc, axis_offset_parts
 from .frontend_exprs import PY_BINOPS, ExpressionLowering
 from .frontend_source import ParsedSource, multi_assigned_names
 from .frontend_source import DeviceFunction, func, parse_source  # noqa: F401  (re-exported: kernel.py, kd.func)
@@ -38,6 +38,7 @@ class Frontend(ExpressionLowering):
 
     def __init__(self, src: ParsedSource, spec: _Spec):
         self.src = src
+        self.kernel_name = src.tree.name
         self.spec = spec
         self.var_types: dict = {}
         self.shared: dict = {}
@@ -48,6 +49,9 @@ class Frontend(ExpressionLowering):
         self.scope: dict = {}
         self.prefix = ""
         self.func_stack: list = []
+        # > 0 while lowering an expression whose emitted statements would run at the wrong
+        # time (a while condition, the right side of and/or): `a if c else b` stays a select
+        self.eager_selects = 0
 
     # ------------------------------------------------------------------ helpers
     def loc(self, node) -> SourceLoc:
@@ -56,7 +60,8 @@ class Frontend(ExpressionLowering):
         return SourceLoc(self.src.filename, line, col)
 
     def error(self, node, msg):
-        return CompileError(msg, self.loc(node) if node is not None else None)
+        """A CompileError at `node`'s line that names the kernel being compiled."""
+        return CompileError(f"kernel {self.kernel_name}: {msg}", self.loc(node) if node is not None else None)
 
     def emit(self, stmt):
         self.blocks[-1].append(stmt)
@@ -306,7 +311,11 @@ class Frontend(ExpressionLowering):
     def stmt_While(self, node):
         if node.orelse:
             raise self.error(node, "while/else is not supported")
-        c = self.expr(node.test)
+        self.eager_selects += 1  # (statements before the loop would not run again per iteration)
+        try:
+            c = self.expr(node.test)
+        finally:
+            self.eager_selects -= 1
         if is_ct(c) and not c:
             return
         cond = self.cond_expr(c, node.test) if not is_ct(c) else make_const(True, boolean)
@@ -429,7 +438,26 @@ class Frontend(ExpressionLowering):
                 st = ir.Cast(i64, a=ir.TensorDim(i32, tensor=ref.name, attr="stride", axis=axis))
                 term = self.binop("*", it, st, node)
             off = term if off is None else self.binop("+", off, term, node)
+        if self.spec.bounds_check and ref.ndim > 1:
+            off = self.axis_checked(ref, items, off, node)
         return off
+
+    def axis_checked(self, ref, items, off, node) -> ir.Expr:
+        """`off` when every index is within its axis (bounds-checked launches), else an
+        offset the flat bounds check rejects that spells the failing axis and index (see
+        `errors.decode_axis_offset`): a[0, 5] of a (4, 3) tensor fails, not reads a[1, 2]."""
+        loc = self.loc(node)
+        result = off
+        for axis in reversed(range(ref.ndim)):
+            extent = ir.Cast(i64, a=ir.TensorDim(i32, tensor=ref.name, attr="shape", axis=axis, loc=loc), loc=loc)
+            it = items[axis]
+            ok = ir.Logic(boolean, op="and", a=ir.Cmp(boolean, op=">=", a=it, b=make_const(0, i64, loc), loc=loc),
+                          b=ir.Cmp(boolean, op="<", a=it, b=extent, loc=loc), loc=loc)
+            c, m = axis_offset_parts(axis)
+            bad = ir.BinOp(i64, op="-", a=make_const(c, i64, loc),
+                           b=ir.BinOp(i64, op="*", a=it, b=make_const(m, i64, loc), loc=loc), loc=loc)
+            result = ir.Select(i64, cond=ok, a=result, b=bad, loc=loc)
+        return result
 
     def store_subscript(self, target, value, node):
         ref = self.expr(target.value)

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import operator
+import types
 
 from . import ir, lang
 from .builtins import registry
 from .builtins.math import math2
 from .dtypes import DType, VecType, boolean, f32, f64, i32, i64
 from .frontend_source import DeviceFunction, assigned_names, multi_assigned_names, parse_source
-from .frontend_values import BranchTuple, SharedRef, ShapeRef, TensorRef, VarRef, is_ct
+from .frontend_values import BranchTuple, SharedRef, ShapeRef, TensorRef, VarRef, describe, is_array_ref, is_ct
 from .types import arith_type, coerce, extract, is_weak, make_const, promote
 
 PY_BINOPS = {
@@ -35,6 +37,25 @@ _PY_CMP_FOLD = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": ope
 
 _PURE_NODES = (ir.Const, ir.Var, ir.BinOp, ir.UnOp, ir.Cmp, ir.Select, ir.Cast, ir.Position, ir.TensorDim,
                ir.VecMake, ir.VecExtract)
+
+
+_COLLECTIVES = (ir.Barrier, ir.PlaneOp, ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMma,
+                ir.FragSet, ir.FragConvert, ir.GroupMma, ir.GroupWait, ir.AsyncCopy, ir.AsyncCommit, ir.AsyncWait)
+
+
+def _unsafe(*values) -> bool:
+    """Whether evaluating any of `values` where it is not asked for may fault: a memory
+    read, or an integer division or remainder by a run-time value."""
+    for v in values:
+        if not isinstance(v, ir.Expr):
+            continue
+        for n in ir.walk_expr(v):
+            if isinstance(n, (ir.Load, ir.SharedLoad)):
+                return True
+            if (isinstance(n, ir.BinOp) and n.op in ("/", "%") and not n.dtype.is_float
+                    and not isinstance(n.b, ir.Const)):
+                return True
+    return False
 
 
 def _pure(e) -> bool:
@@ -110,10 +131,22 @@ class ExpressionLowering:
         try:
             v = getattr(base, attr)
         except AttributeError:
-            raise self.error(node, f"{self.describe(base)} has no attribute {attr!r}") from None
+            raise self.error(node, self.missing_attribute(base, attr)) from None
         if isinstance(v, lang._PlaneDim):
             return self.spec.plane_dim
         return v
+
+    @staticmethod
+    def missing_attribute(base, attr: str) -> str:
+        """The message for `base.attr` that does not exist, with near names of kerneldsl's."""
+        if not isinstance(base, types.ModuleType):
+            return f"{describe(base)} has no attribute {attr!r}"
+        if base.__name__ != "kerneldsl":
+            return f"module {base.__name__} has no attribute {attr!r}"
+        near = difflib.get_close_matches(attr, [n for n in dir(base) if not n.startswith("_")], n=3)
+        hint = f"; did you mean {', '.join('kd.' + n for n in near)}?" if near else ""
+        return (f"kd.{attr} does not exist in kerneldsl{hint} (the builtins usable in kernels are listed in "
+                f"docs/dsl.md)")
 
     def expr_Subscript(self, node):
         base = self.expr(node.value)
@@ -146,6 +179,11 @@ class ExpressionLowering:
         return self.binop(op, self.expr(node.left), self.expr(node.right), node)
 
     def binop(self, op, a, b, node):
+        for v in (a, b):
+            if is_array_ref(v):
+                example = f" (e.g. {v.name}[i])" if hasattr(v, "name") else ""
+                raise self.error(node, f"{self.describe(v)} is a whole array, not a value: index it{example} "
+                                       f"to use its elements in `{op}`")
         if is_ct(a) and is_ct(b):
             if isinstance(a, lang._PlaneDim):
                 a = self.spec.plane_dim
@@ -235,7 +273,11 @@ class ExpressionLowering:
                     return result
                 result = self.expr(vnode)
                 continue
-            rhs = self.expr(vnode)
+            self.eager_selects += 1  # (statements emitted for the right side would run unguarded)
+            try:
+                rhs = self.expr(vnode)
+            finally:
+                self.eager_selects -= 1
             if is_ct(rhs):
                 if (op == "and" and rhs) or (op == "or" and not rhs):
                     continue
@@ -282,25 +324,59 @@ class ExpressionLowering:
         return ir.Cmp(boolean, op=op, a=coerce(ea, t), b=coerce(eb, t), loc=self.loc(node))
 
     def expr_IfExp(self, node):
+        """`a if c else b`: only the branch taken is evaluated when a branch reads memory,
+        divides integers or emits statements (lowered to a variable set in an `if`);
+        otherwise a select of both values, as cheap. Exceptions, evaluated eagerly as a
+        select: a branch with a collective (plane operation, barrier, fragment or group
+        operation), since every unit must reach it together; and a conditional inside a
+        `while` condition or on the right of `and`/`or`, where statements emitted before
+        the expression would run once or unguarded (`eager_selects`)."""
         c = self.expr(node.test)
         if is_ct(c):
             return self.expr(node.body if c else node.orelse)
-        a, b = self.expr(node.body), self.expr(node.orelse)
-        return self.select(c, a, b, node)
+        (a, then), (b, orelse) = self.branch_value(node.body), self.branch_value(node.orelse)
+        if (self.eager_selects or ir.contains(then + orelse, _COLLECTIVES)
+                or not (then or orelse or _unsafe(a, b))):
+            for s in then + orelse:  # eager, as both branches ran before in order
+                self.emit(s)
+            return self.select(c, a, b, node)
+        cond = self.cond_expr(c, node)
+        ea, eb = self.to_expr(a, node.body), self.to_expr(b, node.orelse)
+        t = self.select_type(ea, eb)
+        name, loc = self.fresh("sel"), self.loc(node)
+        self.var_types[name] = t
+        then.append(ir.Assign(name=name, value=coerce(ea, t), loc=loc))
+        orelse.append(ir.Assign(name=name, value=coerce(eb, t), loc=loc))
+        self.emit(ir.If(cond=cond, then=then, orelse=orelse, loc=loc))
+        return ir.Var(t, name=name, loc=loc)
+
+    def branch_value(self, node) -> tuple:
+        """(value, statements its evaluation emitted) of one branch of a conditional."""
+        self.blocks.append([])
+        try:
+            value = self.expr(node)
+        finally:
+            stmts = self.blocks.pop()
+        return value, stmts
+
+    @staticmethod
+    def select_type(ea, eb):
+        """The type of `a if c else b` (bool, a vector type, or the promoted scalar type)."""
+        if ea.dtype.is_bool and eb.dtype.is_bool:
+            return boolean
+        if isinstance(ea.dtype, VecType) or isinstance(eb.dtype, VecType):
+            return ea.dtype if isinstance(ea.dtype, VecType) else eb.dtype
+        if ea.dtype == eb.dtype:
+            return ea.dtype
+        return promote(ea.dtype, is_weak(ea), eb.dtype, is_weak(eb))
 
     def select(self, c, a, b, node):
         cond = self.cond_expr(c, node)
         ea, eb = self.to_expr(a, node), self.to_expr(b, node)
-        if ea.dtype.is_bool and eb.dtype.is_bool:
-            t = boolean
-        elif isinstance(ea.dtype, VecType) or isinstance(eb.dtype, VecType):
-            vt = ea.dtype if isinstance(ea.dtype, VecType) else eb.dtype
-            elems = [self.select(cond, extract(coerce(ea, vt), i), extract(coerce(eb, vt), i), node) for i in range(vt.lanes)]
-            return ir.VecMake(vt, elems=elems, loc=self.loc(node))
-        elif ea.dtype == eb.dtype:
-            t = ea.dtype
-        else:
-            t = promote(ea.dtype, is_weak(ea), eb.dtype, is_weak(eb))
+        t = self.select_type(ea, eb)
+        if isinstance(t, VecType):
+            elems = [self.select(cond, extract(coerce(ea, t), i), extract(coerce(eb, t), i), node) for i in range(t.lanes)]
+            return ir.VecMake(t, elems=elems, loc=self.loc(node))
         return ir.Select(t, cond=cond, a=coerce(ea, t), b=coerce(eb, t), loc=self.loc(node))
 
     # ------------------------------------------------------------------ calls

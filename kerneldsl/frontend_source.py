@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import textwrap
 from dataclasses import dataclass
 
@@ -41,12 +42,35 @@ class ParsedSource:
     closure: dict
 
 
-def parse_source(fn) -> ParsedSource:
-    """Parse `fn`'s source; its AST's line numbers plus `line_offset` are the file's."""
+def source_lines(fn, text: str | None = None) -> tuple:
+    """(lines, first line number) of `fn`'s definition: from `text` when given, else from
+    its file, else from the interactive history that IPython and Jupyter keep in
+    `linecache` (cells named like `<ipython-input-3-...>`); a clear error otherwise."""
+    if text is not None:
+        return textwrap.dedent(text).splitlines(keepends=True), 1
+    code = getattr(fn, "__code__", None)
+    # read the history entry first: inspect's linecache.checkcache drops entries whose
+    # "file" does not exist on disk, as a notebook cell's does not
+    entry = linecache.cache.get(code.co_filename) if code is not None else None
     try:
-        lines, start = inspect.getsourcelines(fn)
+        return inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
-        raise CompileError(f"cannot read the source of {fn.__name__}: {e}") from None
+        why = e
+    history = entry[2] if entry is not None and len(entry) >= 3 else []
+    if history and 0 < code.co_firstlineno <= len(history):
+        return inspect.getblock(history[code.co_firstlineno - 1:]), code.co_firstlineno
+    where = f" (defined in {code.co_filename})" if code is not None else ""
+    raise CompileError(
+        f"cannot read the source of {fn.__name__}{where}: {why}. A kernel defined at the plain `python` prompt "
+        f"or through exec() has no source to read: put it in a file (a module or script), define it in "
+        f"IPython or Jupyter (they keep cell sources), or give the text: kd.kernel({fn.__name__}, "
+        f"source=text)") from None
+
+
+def parse_source(fn, text: str | None = None) -> ParsedSource:
+    """Parse `fn`'s source (or `text`, its definition); its AST's line numbers plus
+    `line_offset` are the file's."""
+    lines, start = source_lines(fn, text)
     src = "".join(lines)
     dedented = textwrap.dedent(src)
     indent = len(lines[0]) - len(lines[0].lstrip())

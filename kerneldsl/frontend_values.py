@@ -6,6 +6,8 @@ Shared by the front end and the builtin handlers (`kerneldsl.builtins`).
 """
 from __future__ import annotations
 
+import types
+
 from dataclasses import dataclass
 
 from . import ir
@@ -87,4 +89,11 @@ def describe(v) -> str:
         return f"fragment {v.name}"
     if isinstance(v, TileRef):
         return f"shared tile of {v.tile.src}"
+    if isinstance(v, types.ModuleType):
+        return f"module {v.__name__}"
     return repr(v)
+
+
+def is_array_ref(v) -> bool:
+    """A whole tensor, shared array or fragment: something to index, not a value."""
+    return isinstance(v, (TensorRef, SharedRef, FragRef, TileRef))

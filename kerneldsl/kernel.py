@@ -7,6 +7,7 @@
             y[i] += x[i]
 
     add[grid, block](x, y, n)          # grid, block: int or (x, y[, z]) tuples
+    add[grid, block](x, y, n=n)        # arguments by keyword too, as in a Python call
 
 A specialisation is fixed by the tensors' dtypes, ranks and inner contiguity,
 the values of `kd.Const` parameters, the cube shape, the runtime (its back end,
@@ -23,6 +24,7 @@ import functools
 import inspect
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +36,7 @@ from .runtime import Runtime, get_runtime
 from .tensor import Tensor
 
 _dims = launch_checks.dims  # grid / block parsing (the cuda compile-only paths import it from here)
+_MISSING = object()  # a parameter no launch argument gave
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,7 +115,7 @@ class SpecializedKernel:
             with k._lock:
                 binary = k._binaries.get(self.memory_key)
                 if binary is None:
-                    binary = self.runtime.load(self.key, self.ir)
+                    binary = self.runtime.load(self.key, self.ir, k.__name__)
                     k._binaries[self.memory_key] = binary
         return binary
 
@@ -120,8 +123,9 @@ class SpecializedKernel:
 class Kernel:
     """A DSL kernel. Index with `[grid, block]` to launch."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, source: str | None = None):
         self.fn = fn
+        self._source_text = source
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -129,6 +133,7 @@ class Kernel:
         self._binaries: dict = {}
         self._lock = threading.Lock()
         self.params = self._read_params(fn)
+        _KERNELS.add(self)
 
     @staticmethod
     def _read_params(fn):
@@ -151,7 +156,8 @@ class Kernel:
             if isinstance(ann, lang._TensorAnnotation):
                 out.append((name, "tensor", ann))
             elif getattr(ann, "__origin__", None) is lang.Const or ann is lang.Const:
-                out.append((name, "const", None))
+                arg = getattr(ann, "__args__", (None,))[0]
+                out.append((name, "const", arg if isinstance(arg, type) else None))
             else:
                 try:
                     out.append((name, "scalar", as_dtype(ann)))
@@ -169,7 +175,28 @@ class Kernel:
         if not isinstance(launch, tuple) or len(launch) != 2:
             raise TypeError(f"launch {self.__name__} as {self.__name__}[grid, block](args...)")
         grid, block = launch
-        return lambda *args, runtime=None: self.launch(grid, block, *args, runtime=runtime)
+
+        def launcher(*args, runtime=None, **kwargs):
+            return self.launch(grid, block, *(self._bind(args, kwargs) if kwargs else args), runtime=runtime)
+        launcher.__name__ = launcher.__qualname__ = f"{self.__name__}[grid, block]"
+        return launcher
+
+    def _bind(self, args: tuple, kwargs: dict) -> tuple:
+        """Positional arguments in parameter order from a launch's positional and keyword
+        arguments (as a Python call binds them), naming the kernel when they do not fit."""
+        names = [n for n, _, _ in self.params]
+        out = list(args) + [_MISSING] * (len(names) - len(args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"{self.__name__}() has no parameter {k!r}; its parameters are {', '.join(names)}")
+            i = names.index(k)
+            if i < len(args):
+                raise TypeError(f"{self.__name__}() got argument {k!r} both by position and by keyword")
+            out[i] = v
+        missing = [n for n, v in zip(names, out) if v is _MISSING]
+        if missing:
+            raise TypeError(f"{self.__name__}() is missing argument(s) {', '.join(missing)}")
+        return tuple(out)
 
     # ------------------------------------------------------------------ launch
     def _pick_runtime(self, args, runtime):
@@ -217,9 +244,25 @@ class Kernel:
                     hash(a)
                 except TypeError:
                     raise TypeError(f"{self.__name__}: kd.Const argument {name} must be hashable, got {a!r}") from None
+                if info is not None and type(a) is not info:  # (an exact match needs no call)
+                    self._check_const(name, info, a)
                 spec_args.append(("const", a))
                 key.append(("c", type(a).__name__, a))
         return spec_args, tuple(key)
+
+    def _check_const(self, name, info, a) -> None:
+        """A `kd.Const[T]` argument must be a T (an int for `Const[int]`: no bool, no 2.5)."""
+        if info is int:
+            ok = isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+        elif info is float:
+            ok = isinstance(a, (int, float, np.integer, np.floating)) and not isinstance(a, (bool, np.bool_))
+        elif info is bool:
+            ok = isinstance(a, (bool, np.bool_)) or isinstance(a, (int, np.integer)) and a in (0, 1)
+        else:
+            ok = isinstance(a, info)
+        if not ok:
+            raise TypeError(f"{self.__name__}: kd.Const[{info.__name__}] argument {name} must be of type "
+                            f"{info.__name__}, got {a!r} ({type(a).__name__})")
 
     def _check_scalar(self, name, dtype: DType, a):
         if a is dtype:  # a scalar described by its type (Kernel.specialize)
@@ -246,7 +289,7 @@ class Kernel:
         from .frontend import Frontend, _Spec, parse_source
         cache.count("specialized")
         if self._source is None:
-            self._source = parse_source(self.fn)
+            self._source = parse_source(self.fn, self._source_text)
         spec = _Spec(spec_args, block, rt.plane_dim, bounds_check, rt.capabilities)
         kir = Frontend(self._source, spec).build()
         return kir, check_kernel(kir)
@@ -270,13 +313,20 @@ class Kernel:
             raise ValueError(f"{self.__name__}: block {block} has {units} units; {rt.name} allows 1 to "
                              f"{rt.capabilities.max_cube_units} per cube")
 
+    def _launch_dims(self, v, what: str) -> tuple:
+        """`_dims` with errors that name this kernel."""
+        try:
+            return _dims(v, what)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{self.__name__}[grid, block]: {e}") from None
+
     def specialize(self, runtime, *args, block) -> SpecializedKernel:
         """This kernel specialised as `kernel[grid, block](*args)` would be on `runtime` (a
         Runtime or a runtime name), without launching. Arguments may be kd tensors on any
         runtime or `TensorType`s, scalars or their dtype, and `kd.Const` values; only
         what specialises is read. Raises what a launch would for bad arguments."""
         rt = get_runtime(runtime)
-        block = _dims(block, "block")
+        block = self._launch_dims(block, "block")
         self._check_block(rt, block)
         spec_args, key = self._check_args(args, rt)
         return SpecializedKernel(self, rt, spec_args, key, block, bounds_check_enabled())
@@ -306,6 +356,12 @@ class Kernel:
 
 
 _WATCHERS: list = []
+_KERNELS: "weakref.WeakSet[Kernel]" = weakref.WeakSet()  # every live kernel (for kd.cache_clear)
+
+
+def loaded_kernels() -> list:
+    """Every `Kernel` object alive in this process."""
+    return list(_KERNELS)
 
 
 def watch_specializations(callback) -> None:
@@ -321,11 +377,12 @@ def unwatch_specializations(callback) -> None:
     _WATCHERS.remove(callback)
 
 
-def kernel(fn=None):
-    """Decorator: compile a Python function as a kerneldsl kernel."""
+def kernel(fn=None, *, source: str | None = None):
+    """Decorator: compile a Python function as a kerneldsl kernel. `source` (the text of its
+    `def`) is for functions whose source Python cannot find, e.g. typed at the plain REPL."""
     if fn is None:
-        return kernel
-    return Kernel(fn)
+        return functools.partial(kernel, source=source)
+    return Kernel(fn, source)
 
 
 __all__ = ["Kernel", "SpecializedKernel", "TensorType", "kernel", "watch_specializations", "unwatch_specializations",

@@ -13,6 +13,7 @@ import importlib
 import math
 import os
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -200,25 +201,39 @@ class Runtime:
         """The generated source of a specialised kernel (for reading and tests)."""
         return next(iter(self.renderings(kernel_ir, uniformity))).source
 
-    def load(self, key: str | None, specialize: Callable[[], tuple]):
-        """A launchable binary for the specialised kernel whose cache key is `key` (None:
-        not cacheable): from memory, else from the disk cache, else built by
+    def load(self, key: str | None, specialize: Callable[[], tuple], name: str = "?"):
+        """A launchable binary for the specialised kernel `name` whose cache key is `key`
+        (None: not cacheable): from memory, else from the disk cache, else built by
         `specialize()` -> (IR, uniformity facts) -> render -> dump -> compile -> store.
-        A disk hit runs no front end and no renderer."""
+        A disk hit runs no front end and no renderer. Each outcome is logged (logger
+        "kerneldsl.cache": hits and misses at DEBUG; "kerneldsl.compile": builds at INFO)."""
         binary = self._kernels.get(key) if key is not None else None
         if binary is not None:
+            cache.log().debug("memory hit: kernel %s on %s", name, self.name)
             return binary
+        start = time.perf_counter()
         entry = cache.load(key)
         if entry is not None:
             try:
                 binary = self.wrap_binary(LaunchInfo.from_json(entry.meta["launch"]), entry)
+                cache.log().debug("disk hit: kernel %s on %s, loaded in %.1f ms", name, self.name,
+                                  (time.perf_counter() - start) * 1e3)
             except Exception as e:  # noqa: BLE001  (a stale or foreign binary: rebuild it)
                 cache.log().warning(
                     "kerneldsl: cached kernel %s does not load on %s (%s); rebuilding it", key, self.name, e)
                 cache.discard(key)
         if binary is None:
-            binary, entry = self._build(*specialize())
+            cache.log().debug("miss: kernel %s on %s (%s)", name, self.name,
+                              "not cacheable" if key is None else "disk cache off" if not cache.enabled()
+                              else "not on disk")
+            ir_and_facts = specialize()
+            front = time.perf_counter()
+            binary, entry = self._build(*ir_and_facts)
+            done = time.perf_counter()
             cache.store(key, entry)
+            _compile_log().info("compiled kernel %s on %s in %.0f ms (front end %.0f ms, render and compile "
+                                "%.0f ms)", name, self.name, (done - start) * 1e3, (front - start) * 1e3,
+                                (done - front) * 1e3)
         if key is not None:
             self._kernels[key] = binary
         return binary
@@ -241,9 +256,15 @@ class Runtime:
     def _raise_bounds(kir, args, record):
         """Raise the OutOfBoundsError a bounds-checked launch recorded: `record` holds
         (flag, parameter index or -1 for shared memory, element offset, source line)."""
-        from .errors import OutOfBoundsError
+        from .errors import OutOfBoundsError, decode_axis_offset
         idx, off, line = int(record[1]), int(record[2]), int(record[3])
         where = f" at {kir.loc.filename}:{line}" if kir.loc is not None else ""
+        axis_index = decode_axis_offset(off)
+        if idx >= 0 and axis_index is not None:
+            p, (axis, index) = kir.params[idx], axis_index
+            shape = args[idx].shape
+            raise OutOfBoundsError(f"{kir.name}: index {index} is out of bounds for axis {axis} of tensor "
+                                   f"'{p.name}', whose extent is {shape[axis]} (shape {shape}){where}")
         if idx >= 0:
             p = kir.params[idx]
             raise OutOfBoundsError(f"{kir.name}: index {off} is out of bounds for tensor '{p.name}' "
@@ -337,6 +358,12 @@ class Runtime:
         raise BufferError(f"DLPack export is not available on the {self.name} runtime")
 
 
+def _compile_log():
+    """The logger of compile events ("kerneldsl.compile", a child of "kerneldsl")."""
+    import logging
+    return logging.getLogger("kerneldsl.compile")
+
+
 # -------------------------------------------------------------------- registry
 def _backend_module(kind: str):
     return importlib.import_module(BACKENDS[kind])
@@ -371,6 +398,12 @@ def get_runtime(name: str | None = None, **options) -> Runtime:
             rt = mod.create(index, **options)
             _RUNTIMES[key] = rt
         return rt
+
+
+def loaded_runtimes() -> list:
+    """Every runtime object this process has created."""
+    with _LOCK:
+        return list(_RUNTIMES.values())
 
 
 @dataclass(frozen=True)
