@@ -51,8 +51,10 @@ def dims(v, what: str) -> tuple:
 def launch_shape(kernel_name: str, grid, block, runtime) -> tuple:
     """The (grid, block) of a launch as (x, y, z) triples, refused with the limit named where
     the runtime's device cannot run it (cube ids past `max_grid` would wrap around)."""
-    grid = dims(grid, "grid")
-    block = dims(block, "block")
+    try:
+        grid, block = dims(grid, "grid"), dims(block, "block")
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{kernel_name}[grid, block]: {e}") from None
     caps = runtime.capabilities
     units = block[0] * block[1] * block[2]
     if units < 1 or units > caps.max_cube_units:

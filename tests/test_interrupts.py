@@ -77,7 +77,10 @@ def _interrupt(tmp_path, runtime_name: str, case: str, sync: str = "", warm: str
     child = subprocess.Popen([sys.executable, str(script), runtime_name, case], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert child.stdout.readline().strip() == "ready"
+        lines = []  # the child's log lines (an OpenCL device left out, say) may come first
+        while not lines or lines[-1] not in ("ready", ""):
+            lines.append(child.stdout.readline().strip())
+        assert lines[-1] == "ready", lines
         time.sleep(1.0)  # let the launch get going
         child.send_signal(signal.SIGINT)
         out, _ = child.communicate(timeout=60)
