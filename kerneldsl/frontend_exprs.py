@@ -265,6 +265,11 @@ class ExpressionLowering:
         raise self.error(node, "unsupported unary operator")
 
     def expr_BoolOp(self, node):
+        """`a and b` / `a or b` short-circuit as in Python: where the right side reads memory,
+        divides integers or has effects (an inlined @kd.func that loads or stores, say), it is
+        evaluated under an `if` on the left side's value; otherwise (plain arithmetic, which
+        cannot fault) both are combined in one expression. A right side holding a collective (every unit must reach it), or one
+        inside a `while` condition (`eager_selects`), is evaluated eagerly as before."""
         op = "and" if isinstance(node.op, ast.And) else "or"
         result = self.expr(node.values[0])
         for vnode in node.values[1:]:
@@ -273,11 +278,13 @@ class ExpressionLowering:
                     return result
                 result = self.expr(vnode)
                 continue
-            self.eager_selects += 1  # (statements emitted for the right side would run unguarded)
-            try:
-                rhs = self.expr(vnode)
-            finally:
-                self.eager_selects -= 1
+            rhs, stmts = self.branch_value(vnode)
+            if not is_ct(rhs) and not self.eager_selects and not ir.contains(stmts, _COLLECTIVES) and (
+                    _unsafe(rhs) or not all(isinstance(st, ir.Assign) and not _unsafe(st.value) for st in stmts)):
+                result = self.short_circuit(op, result, rhs, stmts, node, vnode)
+                continue
+            for s in stmts:  # eager: the right side's statements run whatever the left side says
+                self.emit(s)
             if is_ct(rhs):
                 if (op == "and" and rhs) or (op == "or" and not rhs):
                     continue
@@ -286,6 +293,18 @@ class ExpressionLowering:
             result = ir.Logic(boolean, op=op, a=self.cond_expr(result, node), b=self.cond_expr(rhs, vnode),
                               loc=self.loc(node))
         return result
+
+    def short_circuit(self, op, left, right, stmts, node, vnode) -> ir.Var:
+        """A bool variable set to `left`, then, only where `left` does not decide the answer,
+        to `right` after the statements its evaluation emitted."""
+        name, loc = self.fresh("cond"), self.loc(node)
+        self.var_types[name] = boolean
+        self.emit(ir.Assign(name=name, value=self.cond_expr(left, node), loc=loc))
+        decided = ir.Var(boolean, name=name, loc=loc)
+        body = stmts + [ir.Assign(name=name, value=self.cond_expr(right, vnode), loc=loc)]
+        guard = decided if op == "and" else ir.UnOp(boolean, op="not", a=decided, loc=loc)
+        self.emit(ir.If(cond=guard, then=body, orelse=[], loc=loc))
+        return ir.Var(boolean, name=name, loc=loc)
 
     def expr_Compare(self, node):
         left = self.expr(node.left)

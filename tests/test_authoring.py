@@ -115,18 +115,45 @@ def leading_positives(x: kd.Tensor[kd.i32], out: kd.Tensor[kd.i32], n: kd.i32):
     while (x[k] if k < n else 0) > 0:  # re-evaluated every iteration
         k += 1
     flag = 0
-    if i < n and (x[i] if i > 0 else 1) > 0:  # the right side stays guarded by the left
+    if i < n and (x[i] if i > 0 else 1) > 0:  # the right side is evaluated only where i < n
         flag = 1
     out[i] = k * 10 + flag
 
 
-def test_conditional_in_a_while_condition_or_after_and_is_evaluated_where_it_stands(runtime):
+def test_conditional_in_a_while_condition_or_after_and_is_evaluated_where_it_stands(runtime, monkeypatch):
+    monkeypatch.setenv("KERNELDSL_BOUNDS_CHECK", "1")  # x[4..7] would raise, were they loaded
     x = runtime.tensor(np.array([3, 2, 0, 5], np.int32))
     out = runtime.zeros(8, "i32")
     kir = _ir(leading_positives, runtime, x, out, 4, block=8)
-    assert not any(isinstance(s, ir.Assign) and s.name.startswith("_sel") for s in ir.walk_stmts(kir.body))
+    (loop,) = [s for s in ir.walk_stmts(kir.body) if isinstance(s, ir.While)]
+    assert any(isinstance(e, ir.Select) for e in ir.walk_expr(loop.cond))  # eager in the loop's test
+    assert any(isinstance(s, ir.Assign) and s.name.startswith("_cond") for s in ir.walk_stmts(kir.body))
     leading_positives[1, 8](x, out, 4)
     np.testing.assert_array_equal(out.numpy(), [21, 21, 20, 21, 20, 20, 20, 20])
+
+
+@kd.func
+def positive_at(x, i):
+    return x[i] > 0
+
+
+@kd.kernel
+def guarded_reads(x: kd.Tensor[kd.i32], out: kd.Tensor[kd.i32], n: kd.i32):
+    u = kd.unit_pos_x()
+    r = 0
+    if u >= 1 and u <= n and positive_at(x, u - 1):  # an inlined function: loads only where 1 <= u <= n
+        r = 1
+    if u >= n or positive_at(x, u):  # ... and here only where u < n
+        r += 2
+    out[u] = r
+
+
+def test_and_or_short_circuit_as_in_python(runtime, monkeypatch):
+    monkeypatch.setenv("KERNELDSL_BOUNDS_CHECK", "1")  # x[-1] and x[4..5] would raise, were they loaded
+    x = runtime.tensor(np.array([1, 0, 1, 1], np.int32))
+    out = runtime.zeros(6, "i32")
+    guarded_reads[1, 6](x, out, 4)
+    np.testing.assert_array_equal(out.numpy(), [2, 1, 2, 3, 3, 2])
 
 
 @kd.kernel
