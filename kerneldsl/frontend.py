@@ -45,6 +45,7 @@ class Frontend(ExpressionLowering):
         self.frags: dict = {}
         self.blocks: list = [[]]
         self.loops: list = []  # stack of 'runtime' / 'unrolled'
+        self.loop_counters: dict = {}  # IR name of each enclosing run-time loop's variable -> its line
         self._names = itertools.count()
         self.scope: dict = {}
         self.prefix = ""
@@ -198,6 +199,14 @@ class Frontend(ExpressionLowering):
         if value is not None:
             self.assign_var(name, ann, value, node)
 
+    def refuse_loop_counter(self, ref, name, node):
+        """An assignment to the variable of an enclosing run-time loop is an error: the loop
+        counts with it, so the next iteration would start from the new value (Python's would not)."""
+        if isinstance(ref, VarRef) and ref.name in self.loop_counters:
+            raise self.error(node, f"{name} is the variable of the loop at line {self.loop_counters[ref.name]}: "
+                                   f"assigning to it inside the loop would change which iteration comes next "
+                                   f"(in Python it would not); use another name")
+
     def local_name(self, pyname):
         return self.prefix + pyname
 
@@ -223,6 +232,7 @@ class Frontend(ExpressionLowering):
         if isinstance(cur, VarRef):
             if cur.name in self.param_names:
                 raise self.error(target, f"cannot assign to kernel parameter {name}")
+            self.refuse_loop_counter(cur, name, target)
             self.assign_var(cur.name, cur.dtype, self.to_expr(value, node), node)
             return
         if (isinstance(value, tuple) and value and name in self.multi_assigned
@@ -286,6 +296,7 @@ class Frontend(ExpressionLowering):
         if not isinstance(node.target, ast.Name):
             raise self.error(node, "unsupported augmented assignment target")
         cur = self.lookup(node.target.id, node.target)
+        self.refuse_loop_counter(self.scope.get(node.target.id), node.target.id, node.target)
         rhs = self.expr(node.value)
         result = self.binop(op, cur, rhs, node)
         if isinstance(cur, VarRef) or isinstance(self.scope.get(node.target.id), VarRef):
@@ -373,9 +384,18 @@ class Frontend(ExpressionLowering):
             irname = self.local_name(pyname)
             self.declare(irname, t, node)
             self.scope[pyname] = VarRef(irname, t)
+        if irname in self.loop_counters:
+            raise self.error(node.target, f"for {pyname} in range(...) reuses the variable of the enclosing loop "
+                                          f"at line {self.loop_counters[irname]}: kerneldsl loops count with their "
+                                          f"variable, so the outer loop would go on from where this one stops "
+                                          f"(Python would not); give this loop another name")
+        self.loop_counters[irname] = self.loc(node).line
         self.loops.append("runtime")
-        body = self.sub_block(node.body)
-        self.loops.pop()
+        try:
+            body = self.sub_block(node.body)
+        finally:
+            self.loops.pop()
+            del self.loop_counters[irname]
         self.emit(ir.For(var=irname, start=coerce(es, t), stop=coerce(ee, t), step=coerce(ep, t), body=body,
                          loc=self.loc(node)))
 

@@ -181,3 +181,31 @@ def test_dump_writes_generated_source(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     dumped = list(tmp_path.glob("reads_only.*.ll"))
     assert dumped and "define void @\"kd_main\"" in dumped[0].read_text()
+
+
+@kd.kernel
+def reused_loop_variable(out: kd.Tensor[kd.i32], n: kd.i32):
+    s = 0
+    for j in range(n):
+        for j in range(2):  # Python keeps the outer loop going; a counter would not
+            s += j
+    out[0] = s
+
+
+@kd.kernel
+def assigned_loop_variable(out: kd.Tensor[kd.i32], n: kd.i32):
+    s = 0
+    for j in range(n):
+        j += 1
+        s += j
+    out[0] = s
+
+
+def test_loop_variable_reused_or_assigned_inside_its_loop_is_refused(runtime):
+    """A run-time loop counts with its variable: rebinding it inside the loop would change the
+    iteration (an inner loop reusing the name never ended), so both are compile errors."""
+    out = runtime.zeros(1, "i32")
+    with pytest.raises(kd.CompileError, match=r"reuses the variable of the enclosing loop at line \d+"):
+        reused_loop_variable[1, 1](out, 3)
+    with pytest.raises(kd.CompileError, match=r"j is the variable of the loop at line \d+"):
+        assigned_loop_variable[1, 1](out, 3)
