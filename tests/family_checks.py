@@ -26,3 +26,18 @@ class OtherRuntime:
 def foreign(t: kd.Tensor) -> kd.Tensor:
     """A tensor that claims to live on OtherRuntime (its buffer is never read)."""
     return kd.Tensor(OtherRuntime(), t.buffer, t.shape, t.dtype)
+
+
+def assert_each_rejected(bad_calls, error) -> None:
+    """Every `(needle, call)` of `bad_calls` raises the family error `error`, whose message holds
+    `needle` (the argument and what is wrong); `error` is a rudnn.RudnnError and a ValueError,
+    importable from `rudnn` under its own name (SPEC §0)."""
+    import pytest
+
+    import rudnn
+    assert issubclass(error, rudnn.RudnnError) and issubclass(error, ValueError)
+    assert getattr(rudnn, error.__name__) is error
+    for needle, call in bad_calls:
+        with pytest.raises(error) as info:
+            call()
+        assert needle in str(info.value), str(info.value)

@@ -15,7 +15,7 @@ import rudnn.normalization as N
 from reference import normalization as ref
 from rudnn.normalization import NormalizationError
 from rudnn.normalization.tuning import choose_shape
-from family_checks import OtherRuntime as _OtherRuntime
+from family_checks import OtherRuntime as _OtherRuntime, assert_each_rejected
 
 pytestmark = pytest.mark.feature("normalization")
 ROOT = Path(__file__).resolve().parent.parent
@@ -359,12 +359,7 @@ def _bad_calls(rt):
 
 @pytest.mark.feature("normalization: errors")
 def test_every_error_rule_before_launch(runtime, launches):
-    for needle, call in _bad_calls(runtime):
-        with pytest.raises(NormalizationError) as info:
-            call()
-        msg = str(info.value)
-        assert needle in msg, msg
-        assert isinstance(info.value, rudnn.RudnnError) and isinstance(info.value, ValueError)
+    assert_each_rejected(_bad_calls(runtime), NormalizationError)
     assert launches[0] == 0
 
 
