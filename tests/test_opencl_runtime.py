@@ -27,6 +27,8 @@ def test_listed_and_selected_by_index(rt):
     n = len(opencl_runtime.devices())
     with pytest.raises(ValueError, match=rf"opencl:{n + 3} asks for OpenCL device {n + 3}, but this machine has {n}"):
         kd.runtime(f"opencl:{n + 3}")
+    with pytest.raises(TypeError, match="native_planes must be True or False, got 'no'"):
+        kd.runtime("opencl", native_planes="no")
     with pytest.raises(ValueError, match="takes one option, native_planes"):
         kd.runtime("opencl", plane_dim=8)
 

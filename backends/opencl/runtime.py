@@ -351,6 +351,8 @@ def report() -> list:
 def create(index: int = 0, native_planes: bool = True, **options) -> OpenCLRuntime:
     if options:
         raise ValueError(f"the opencl runtime takes one option, native_planes, got {sorted(options)}")
+    if not isinstance(native_planes, bool):
+        raise TypeError(f"native_planes must be True or False, got {native_planes!r}")
     try:
         import pyopencl  # noqa: F401
     except ImportError as e:
