@@ -38,6 +38,8 @@ Hooks (class attributes):
   local_barrier_stmt  barrier that orders only cube-shared memory (plane / fragment emulation)
   line_directives     emit `#line N "file.py"` before each statement (errors point at Python lines)
   native_planes       plane operations are hardware warp / sub-group instructions (no shared scratch)
+  plane_fence         statement after each native plane operation that orders the plane's
+                      memory accesses around it (the DSL's rule; '__syncwarp(kd_mask);')
   flat_barriers       no barrier inside an `if`: a uniform `if` holding barriers is flattened (its
                       condition saved, its code guarded between unconditional barriers; PoCL)
 Hooks (methods; see each docstring):
@@ -141,6 +143,7 @@ class CLikeRenderer(KernelFrame, TextHelpers, Statements, FlatBarriers, Expressi
     local_barrier_stmt = ""
     line_directives = True
     native_planes = False  # plane operations as hardware warp / sub-group instructions (no shared scratch)
+    plane_fence = ""  # the shared-memory emulation orders accesses through its barriers already
     flat_barriers = False  # see s_if / _flat
     template_dirs: tuple = ()
     template_name = "clike/kernel.j2"

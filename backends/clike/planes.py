@@ -12,6 +12,8 @@ class PlaneEmulation:
     def s_plane_op(self, s):
         for line in self.plane_op(s):
             self.emit(line)
+        if self.plane_fence and s.op != "elect":
+            self.emit(self.plane_fence)
 
     def plane_op(self, s: ir.PlaneOp) -> list:
         """A plane operation through cube-shared memory: every unit writes its value, a

@@ -46,6 +46,7 @@ class CudaRenderer(CLikeRenderer):
     barrier_stmt = "__syncthreads();"
     local_barrier_stmt = "__syncthreads();"
     native_planes = True
+    plane_fence = "__syncwarp(kd_mask);"  # shuffles exchange registers but order no memory
     template_dirs = (str(Path(__file__).resolve().parent / "templates"),)
     template_name = "kernel.cu.j2"
     STATEMENT_HANDLERS = {**STATEMENT_HANDLERS, ir.AsyncCopy: "s_async_copy", ir.AsyncCommit: "s_async_commit",

@@ -211,6 +211,12 @@ NATIVE_PRIMITIVES = {
         "#define kd_shfl32(v, src, mask) kd_shfl32_local(kd_sg_buf, kd_sg_slots, &kd_sg_phase, kd_unit, v, src)\n"
         "#define kd_ballot32(p, mask) kd_ballot32_local(kd_sg_buf, kd_sg_slots, &kd_sg_phase, kd_unit, p, mask)"),
 }
+# the statement after each native plane operation (the local stand-in's barriers order already)
+PLANE_FENCES = {
+    "ptx": 'asm volatile("bar.warp.sync %0;" :: "r"(kd_mask) : "memory");',
+    "khr": "sub_group_barrier(CLK_LOCAL_MEM_FENCE);",
+    "local": "",
+}
 KHR_EXTENSIONS = ("cl_khr_subgroups", "cl_khr_subgroup_shuffle", "cl_khr_subgroup_ballot")
 # asks Intel's compilers for sub-groups of 32 (cl_intel_required_subgroup_size): planes are 32 units
 INTEL_SUBGROUP_32 = "__attribute__((intel_reqd_sub_group_size(32)))"
@@ -230,6 +236,12 @@ class NativePlaneRenderer(OpenCLRenderer):
 
     def extensions(self) -> list:
         return list(KHR_EXTENSIONS) if self.primitives == "khr" and self.uses_planes else []
+
+    @property
+    def plane_fence(self) -> str:
+        """Orders the plane's memory accesses around a plane operation, as the DSL promises
+        (sub-group shuffles exchange values but order no memory)."""
+        return PLANE_FENCES[self.primitives]
 
     def kernel_attributes(self) -> str:
         extra = f" {self.subgroup_attribute}" if self.primitives == "khr" and self.subgroup_attribute else ""

@@ -66,9 +66,9 @@ def score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC, VEC, PVEC):
 
 
 @kd.func
-def accumulate(acc, al, sc, v, rows, vb, vst, n, d, valid, DV, HC, GC):
+def accumulate(acc, al, sc, v, rows, vb, vst, n, d, DV, HC, GC):
     """acc[g][d] = acc[g][d]·alpha[g] + Σ_j<n p[g][j]·V[row j][d] for every head g, GC heads per
-    V element loaded; stored only where `valid`."""
+    V element loaded."""
     T = kd.cube_units()
     for g0 in range(0, HC, GC):
         a = ()
@@ -80,9 +80,8 @@ def accumulate(acc, al, sc, v, rows, vb, vst, n, d, valid, DV, HC, GC):
             for i in kd.unroll(GC):
                 b = b + (kd.fma(sc[(g0 + i) * T + jt], vv, a[i]),)
             a = b
-        if valid:
-            for i in kd.unroll(GC):
-                acc[(g0 + i) * DV + d] = a[i]
+        for i in kd.unroll(GC):
+            acc[(g0 + i) * DV + d] = a[i]
 
 
 @kd.kernel
@@ -183,10 +182,13 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
         vb = kd.i64(hk) * v.stride(2)
         # whole chunks of T elements under uniform control (vector loops on the CPU), then the rest
         for d0 in range(0, DV - DV % T, T):
-            accumulate(acc, al, sc, v, rows, vb, vst, n, d0 + kd.unit_pos_x(), True, DV, HC, GC)
+            accumulate(acc, al, sc, v, rows, vb, vst, n, d0 + kd.unit_pos_x(), DV, HC, GC)
         if DV % T != 0:
+            # the tail: units past DV stay out (no split point inside, so the branch may diverge;
+            # clamping their d instead made them read slots other units write: a shared-memory race)
             d = DV - DV % T + t
-            accumulate(acc, al, sc, v, rows, vb, vst, n, kd.min(d, DV - 1), d < DV, DV, HC, GC)
+            if d < DV:
+                accumulate(acc, al, sc, v, rows, vb, vst, n, d, DV, HC, GC)
         kd.sync_cube()
 
     for e0 in range(0, HC * DV, T):
