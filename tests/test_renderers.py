@@ -15,7 +15,7 @@ from kerneldsl.backends.cpu.renderer import CpuRenderer
 from kerneldsl.backends.cuda.renderer import CudaRenderer
 from kerneldsl.backends.opencl.renderer import NativePlaneRenderer, OpenCLRenderer
 from kerneldsl.capabilities import Capabilities
-from kerneldsl.dtypes import i32
+from kerneldsl.dtypes import boolean, i32
 from kerneldsl.errors import UnsupportedFeatureError
 
 pytestmark = pytest.mark.feature("renderers")
@@ -94,7 +94,7 @@ def _caps(cls):
 
 def _kernel(body) -> ir.KernelIR:
     return ir.KernelIR(name="k", params=[], body=body, cube_dim=(32, 1, 1), plane_dim=32,
-                       var_types={"v": i32})
+                       var_types={"v": i32, "b": boolean})
 
 
 @pytest.mark.parametrize("renderer", list(RENDERERS))
@@ -114,3 +114,26 @@ def test_async_copies_need_the_capability(cls):
     k = _kernel([ir.AsyncCommit()])
     with pytest.raises(UnsupportedFeatureError, match="AsyncCommit .*Capabilities.async_copy"):
         cls(k, _caps(cls)).render()
+
+
+@pytest.mark.parametrize("cls, primitives, fence", [
+    (CudaRenderer, None, "__syncwarp(kd_mask);"),
+    (NativePlaneRenderer, "khr", "sub_group_barrier(CLK_LOCAL_MEM_FENCE);"),
+    (NativePlaneRenderer, "ptx", "bar.warp.sync"),
+    (OpenCLRenderer, None, None),  # the local-memory emulation orders through its own barriers
+])
+def test_native_plane_operations_order_memory(cls, primitives, fence):
+    """A plane operation orders its plane's memory accesses (docs/dsl.md): warp shuffles order
+    none, so a native renderer emits a fence right after each (racecheck found the hazard)."""
+    k = _kernel([ir.PlaneOp(dst="v", op="sum", value=ir.Var(i32, name="v"), dtype=i32),
+                 ir.PlaneOp(dst="b", op="elect", dtype=boolean)])
+    r = cls(k, _caps(cls))
+    if primitives:
+        r.primitives = primitives
+    lines = r.render().source.splitlines()
+    if fence is None:
+        assert not r.plane_fence
+        return
+    at = [i for i, line in enumerate(lines) if fence in line]
+    assert len(at) == 1, "one fence: after the sum, none after elect (no memory, no exchange)"
+    assert any("kd_b" in line or "__reduce" in line or "kd_plane_reduce" in line for line in lines[:at[0]])
