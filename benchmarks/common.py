@@ -74,3 +74,94 @@ def median_torch_cuda_time(torch, fn, reps: int) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
     return statistics.median(times)
+
+
+# ------------------------------------------------------------------ device time without the host
+# median_device_time brackets one call with events, so when the host takes longer to issue a
+# call than the device takes to run it (small kernels: rudnn's Python, torch's dispatcher) the
+# time measured is the host's. The functions below queue `calls` calls behind a spin kernel
+# that keeps the device busy until the host has issued them all; the events then see the
+# kernels back to back: device time alone, the figure kernel targets are about.
+_SPIN = None
+
+
+def _spin_kernel():
+    """A one-unit kernel of `iters` dependent multiply-adds (built on first use)."""
+    global _SPIN
+    if _SPIN is None:
+        import kerneldsl as kd
+
+        @kd.kernel
+        def bench_spin(out: kd.Tensor[kd.f32], iters: kd.i32):
+            acc = kd.f32(0)
+            for _ in range(iters):
+                acc = kd.fma(acc, kd.f32(0.999), kd.f32(1.0))
+            out[0] = acc
+
+        _SPIN = bench_spin
+    return _SPIN
+
+
+def _queued(issue_spin, record, elapsed_s, sync, fn, reps: int, calls: int) -> float:
+    """Median device seconds per call of `fn`: see the note above. `issue_spin(seconds)` queues
+    a spin of about that long; `record()` an event; `elapsed_s(a, b)`; `sync()` waits."""
+    import statistics
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t0) / calls  # issue time a call (an upper bound: includes any waits)
+    sync()
+    times = []
+    for _ in range(reps):
+        issue_spin(2.0 * host * calls + 1e-3)
+        start = record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        issued = time.perf_counter() - t0
+        end = record()
+        sync()
+        per_call = elapsed_s(start, end) / calls
+        if issued > 2.0 * host * calls + 1e-3:  # the host fell behind the spin: not device time alone
+            per_call = float("nan")
+        times.append(per_call)
+    good = [t for t in times if t == t]
+    return statistics.median(good) if good else float("nan")
+
+
+def queued_device_time(rt, fn, reps: int, calls: int = 10) -> float:
+    """Device seconds per call of `fn` on a runtime with events (CUDA), the host's issue time
+    excluded (calls queued behind a spin kernel)."""
+    import kerneldsl as kd
+    spin, out = _spin_kernel(), rt.empty((1,), kd.f32)
+    probe = 200_000
+    spin[1, 1](out, probe)
+    rt.synchronize()
+    a = rt.record_event()
+    spin[1, 1](out, probe)
+    b = rt.record_event()
+    rt.synchronize()
+    per_iter = max(rt.elapsed_ms(a, b) / 1e3 / probe, 1e-10)
+    return _queued(lambda s: spin[1, 1](out, min(int(s / per_iter), 2**31 - 1)), rt.record_event,
+                   lambda x, y: rt.elapsed_ms(x, y) / 1e3, rt.synchronize, fn, reps, calls)
+
+
+def queued_torch_cuda_time(torch, fn, reps: int, calls: int = 10) -> float:
+    """Device seconds per call of `fn` on torch's current CUDA stream, the host's issue time
+    excluded (calls queued behind torch.cuda._sleep)."""
+    def record():
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+    probe = 1_000_000
+    torch.cuda._sleep(probe)
+    torch.cuda.synchronize()
+    a = record()
+    torch.cuda._sleep(probe)
+    b = record()
+    torch.cuda.synchronize()
+    per_cycle = max(a.elapsed_time(b) / 1e3 / probe, 1e-12)
+    return _queued(lambda s: torch.cuda._sleep(int(s / per_cycle)), record,
+                   lambda x, y: x.elapsed_time(y) / 1e3, torch.cuda.synchronize, fn, reps, calls)

@@ -13,7 +13,9 @@ same form. Every case checks ours against torch before timing ("err": max |ours 
 over max |torch|).
 
 CUDA: inputs are made by torch on the GPU and shared through DLPack; both sides are timed
-with CUDA events (median of --reps). CPU: torch CPU eager on the same host memory, best
+with CUDA events (median of --reps): each call between two events by default, which counts
+the host's issue time where it exceeds the kernel's; `--queued` gives device time alone
+(ten calls queued behind a spin kernel, benchmarks/common.py). CPU: torch CPU eager on the same host memory, best
 wall time of --reps calls each (the machine may be shared).
 """
 from __future__ import annotations
@@ -28,7 +30,8 @@ import numpy as np
 import kerneldsl as kd
 import rudnn.pooling as P
 
-from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
+from .common import (best_time, machine, median_device_time, median_torch_cuda_time, queued_device_time,
+                     queued_torch_cuda_time, table)
 
 TDTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
@@ -199,8 +202,11 @@ def max_rel_err(ctx, ours, theirs) -> float:
     return e if e == e else float("inf")
 
 
-def time_case(ctx, bench: Bench, reps: int) -> tuple:
-    """(our seconds, torch's seconds) per call."""
+def time_case(ctx, bench: Bench, reps: int, queued: bool = False) -> tuple:
+    """(our seconds, torch's seconds) per call; `queued`: device time alone (common.py)."""
+    if ctx.cuda and queued:
+        return (queued_device_time(ctx.rt, bench.ours, reps),
+                queued_torch_cuda_time(ctx.torch, bench.torch, reps))
     if ctx.cuda:
         return (median_device_time(ctx.rt, bench.ours, reps),
                 median_torch_cuda_time(ctx.torch, bench.torch, reps))
@@ -208,7 +214,7 @@ def time_case(ctx, bench: Bench, reps: int) -> tuple:
     return ours, best_time(bench.torch, reps)
 
 
-def run(torch, runtime: str, cases, dtypes, quick: bool, reps: int) -> list:
+def run(torch, runtime: str, cases, dtypes, quick: bool, reps: int, queued: bool = False) -> list:
     rt = kd.runtime(runtime)
     cuda = rt.name.startswith("cuda")
     if not cuda:
@@ -220,7 +226,7 @@ def run(torch, runtime: str, cases, dtypes, quick: bool, reps: int) -> list:
             bench = CASES[name](ctx)
             err = max_rel_err(ctx, bench.ours(), bench.torch())
             ok = err <= {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}[dtype]
-            t_ours, t_torch = time_case(ctx, bench, reps)
+            t_ours, t_torch = time_case(ctx, bench, reps, queued)
             row = [bench.what, bench.shape, dtype, f"{t_ours * 1e3:.3f}", f"{t_torch * 1e3:.3f}",
                    f"{t_torch / t_ours:.2f}x", f"{bench.moved / t_ours / 1e9:.0f}", f"{bench.moved / t_torch / 1e9:.0f}",
                    f"{err:.0e}" + ("" if ok else " FAIL")]
@@ -239,6 +245,9 @@ def main(argv=None):
     p.add_argument("--dtypes", default="f32,bf16")
     p.add_argument("--reps", type=int, default=None, help="timed calls a side (default 10; 3 with --quick)")
     p.add_argument("--quick", action="store_true", help="small shapes, 3 reps: a smoke run")
+    p.add_argument("--queued", action="store_true", help="cuda: device time alone, calls queued behind a spin "
+                                                        "kernel (default: each call between two events, which "
+                                                        "counts the host's time where it exceeds the kernel's)")
     args = p.parse_args(argv)
     # torch's OpenMP threads spin after each call, taking the cores from our cpu runtime's
     # workers when the two run in turn: let them sleep (set before torch loads)
@@ -257,8 +266,9 @@ def main(argv=None):
     headers = ["case", "input", "dtype", "ours ms", "torch ms", "speed-up", "ours GB/s", "torch GB/s", "err"]
     for name in runtimes:
         rt = kd.runtime(name)
-        print(f"runtime {rt.name}: {rt.capabilities.device_name}", flush=True)
-        rows = run(torch, name, cases, args.dtypes.split(","), args.quick, reps)
+        timing = "device time alone (--queued)" if args.queued else "per call, between events"
+        print(f"runtime {rt.name}: {rt.capabilities.device_name}; {timing}", flush=True)
+        rows = run(torch, name, cases, args.dtypes.split(","), args.quick, reps, args.queued)
         print(table(rows, headers))
 
 
