@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 
+import kerneldsl as kd
+
 
 def best_time(fn, reps: int = 7, warmup: int = 1) -> float:
     """Best wall time of `fn()` over `reps` runs, in seconds (fn must synchronise)."""
@@ -89,8 +91,6 @@ def _spin_kernel():
     """A one-unit kernel of `iters` dependent multiply-adds (built on first use)."""
     global _SPIN
     if _SPIN is None:
-        import kerneldsl as kd
-
         @kd.kernel
         def bench_spin(out: kd.Tensor[kd.f32], iters: kd.i32):
             acc = kd.f32(0)
@@ -134,7 +134,6 @@ def _queued(issue_spin, record, elapsed_s, sync, fn, reps: int, calls: int) -> f
 def queued_device_time(rt, fn, reps: int, calls: int = 10) -> float:
     """Device seconds per call of `fn` on a runtime with events (CUDA), the host's issue time
     excluded (calls queued behind a spin kernel)."""
-    import kerneldsl as kd
     spin, out = _spin_kernel(), rt.empty((1,), kd.f32)
     probe = 200_000
     spin[1, 1](out, probe)
