@@ -215,6 +215,36 @@ def test_global_average_is_a_row_mean(runtime, rng, shape):
     np.testing.assert_allclose(out.numpy(), want, rtol=2e-6)
 
 
+@pytest.mark.feature("pooling: global average")
+def test_every_row_reduction_shape_gives_the_row_mean(runtime, rng):
+    """The global-average kernel's three reductions (a cube a row, a plane a row, an aligned
+    group of lanes a row: tuning.reduction_plan picks them by device and row length, so one
+    runtime reaches only some) on this runtime, with rows that end mid-cube."""
+    from rudnn.pooling.reduction import plane_mean
+    rows, size = 37, 49
+    x = rng.standard_normal((rows, size)).astype(np.float32)
+    want = x.astype(np.float64).mean(-1)
+    P_ = runtime.capabilities.plane_dim
+    for seg in sorted({0, 1, 4, P_ // 2, P_}):
+        bx, by = (64, 1) if seg == 0 else (seg, 256 // seg)
+        out = runtime.zeros((rows,), "f32")
+        plane_mean[(-(-rows // by), 1), (bx, by)](runtime.tensor(x).reshape(rows * size), out, rows, size, 1, seg)
+        np.testing.assert_allclose(out.numpy(), want, rtol=2e-6, atol=1e-7, err_msg=f"seg {seg}")
+
+
+def test_short_rows_on_a_gpu_take_groups_of_lanes_and_long_rows_fill_the_device():
+    """reduction_plan on an H200's capabilities: 49-element rows in groups of 8 lanes, the
+    56² rows of the benchmark a plane each, few long rows a cube of 256 each."""
+    import dataclasses
+    from kerneldsl.backends.cuda.capabilities import for_arch
+    from rudnn.pooling.tuning import reduction_plan
+    caps = dataclasses.replace(for_arch("sm_90"), compute_units=132)
+    assert reduction_plan(caps, 131072, 49, 1).block == (8, 32)
+    assert reduction_plan(caps, 16384, 3136, 8).block == (32, 8)
+    assert reduction_plan(caps, 64, 1 << 20, 8).block == (256, 1)
+    assert reduction_plan(caps, 1 << 20, 1 << 14, 4).block == (64, 1)
+
+
 def test_the_sweep_takes_both_backward_kernels(runtime):
     """The windows above reach the unrolled-taps kernel and the looped one (tuning.unrolled_taps)."""
     from rudnn.pooling.problem import window_problem

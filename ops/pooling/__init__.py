@@ -105,7 +105,7 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         lanes = vector_lanes(x.dtype.itemsize, p.in_spatial, flat_in.offset)
         plan = reduction_plan(rt.capabilities, p.planes, p.in_spatial, lanes)
         if plan is not None:
-            plane_mean[plan.grid, plan.block](flat_in, out.reshape(total), p.planes, p.in_spatial, lanes)
+            plane_mean[plan.grid, plan.block](flat_in, out.reshape(total), p.planes, p.in_spatial, lanes, plan.seg)
             return out, idx
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
     rows, width = total // p.axes[2].out, p.axes[2].out

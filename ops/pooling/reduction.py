@@ -1,13 +1,16 @@
 """Global average pooling (adaptive average pooling to one element a plane) as a row
-reduction: BY rows a cube, each summed in F32 by BX units (vector loads where the row
-allows) and reduced over its plane (BY > 1: one plane a row) or over the cube (BY == 1);
-the grid wraps from x into y for many rows."""
+reduction: each row summed in F32 by SEG units (vector loads where the row allows), then
+reduced over the cube (SEG == 0: one cube a row, for long rows), over the plane (SEG ==
+PLANE_DIM) or by a shuffle ladder within aligned groups of SEG lanes (short rows: several
+rows a plane, so no lane idles on a row of 49 elements); the grid wraps from x into y for
+many rows."""
 import kerneldsl as kd
 
 
 @kd.kernel
-def plane_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i64, size: kd.i32, L: kd.Const[int]):
-    """out[r] = mean of x[r·size : (r+1)·size]; rows start L-aligned when L > 1."""
+def plane_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i64, size: kd.i32, L: kd.Const[int], SEG: kd.Const[int]):
+    """out[r] = mean of x[r·size : (r+1)·size]; rows start L-aligned when L > 1. The cube is
+    (units a row, rows a cube): (SEG, BY) or, for SEG == 0, (BX, 1)."""
     BX = kd.cube_dim_x()
     BY = kd.cube_dim_y()
     r = (kd.i64(kd.cube_pos_y()) * kd.cube_count_x() + kd.cube_pos_x()) * BY + kd.unit_pos_y()
@@ -24,9 +27,14 @@ def plane_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i64, size: kd.i32, L: kd.C
             acc += kd.vec_sum(kd.cast(kd.load_vec(x, base + i, L), kd.f32))
         for i in range(full + t, size, BX):
             acc += kd.f32(x[base + i])
-    if BY == 1:
+    s = acc
+    if SEG == 0:
         s = kd.cube_sum(acc)
-    else:
+    elif SEG == kd.PLANE_DIM:
         s = kd.plane_sum(acc)
+    else:
+        for k in kd.unroll(1, 8):  # xor masks SEG/2, SEG/4, ..., 1 (compile-time ifs)
+            if (SEG >> k) > 0:
+                s += kd.plane_shuffle_xor(s, SEG >> k)
     if live and t == 0:
         out[r] = s / kd.f32(size)

@@ -3,7 +3,8 @@ The element kernels see their tensor as [rows, width] (width = the last spatial 
 units along x take consecutive columns, so neighbouring units touch neighbouring memory
 and a unit's position needs no division by the width; rows fill the rest of a cube of
 ELEMENT_UNITS and the grid (y, wrapping into z). Global average pooling is a row
-reduction: one plane of units a row for short rows, a cube a row for long ones."""
+reduction: an aligned group of lanes a row for short rows (a plane, or part of one), a cube
+a row for long ones, with no more units a row than filling the device needs."""
 from __future__ import annotations
 
 import math
@@ -17,7 +18,12 @@ ELEMENT_UNITS = 256    # units per cube of the element kernels
 NARROW_UNITS, WIDE_MIN_UNITS = 8, 32
 MAX_UNROLLED_TAPS, MAX_UNROLLED_STRIDE = 27, 4   # backward windows unrolled (3x3x3 at most)
 MAX_ROW_UNITS = 256    # units per row of the long-row reduction
-PLANE_ROW_CHUNKS = 8   # rows of at most this many chunks a unit take one plane a row
+MIN_ROW_UNITS = 64     # ... and at least this many where filling the device asks for fewer
+FILL_UNITS = 2048      # units a compute unit keeps resident (an H200 SM: 2048 threads)
+PLANE_ROW_CHUNKS = 16  # rows of at most this many chunks a lane take a plane (or part of one) a row
+SEGMENT_CHUNKS = 8     # lanes a short row: the fewest (a power of two) with at most this many chunks each
+# measured on the H200 (bf16 [64, 256, 56²], 392 chunks a row): a cube of 256 a row 2.9 TB/s,
+# 64 units or a plane a row 3.75 TB/s; [64, 2048, 7²] (49 elements): a plane a row 0.67 TB/s
 # devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
 # element kernel, one unit a plane, rather than a reduction with its per-cube split points
 SIMD_ROW_MIN = 1024
@@ -29,11 +35,13 @@ def _pow2_at_least(n: int) -> int:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """Cube (bx, by) and grid of a launch; `lanes`: elements a chunk (row reductions)."""
+    """Cube (bx, by) and grid of a launch; `lanes`: elements a chunk and `seg`: units a row
+    reduced together, 0 for the whole cube (row reductions)."""
     bx: int
     by: int
     grid: tuple
     lanes: int = 1
+    seg: int = 0
 
     @property
     def block(self) -> tuple:
@@ -59,19 +67,24 @@ def vector_lanes(itemsize: int, *counts: int) -> int:
 
 
 def reduction_plan(caps, rows: int, size: int, lanes: int) -> LaunchPlan | None:
-    """The row reduction for `rows` rows of `size` elements (by > 1: bx is the plane size
-    and each plane reduces its own row; the grid wraps from x into y), or None where the
-    element kernel is better (short rows on devices whose units are SIMD lanes)."""
+    """The row reduction for `rows` rows of `size` elements (seg > 0: bx = seg lanes, a
+    power of two up to the plane size, reduce each row and a cube holds by rows; seg == 0:
+    a cube a row; the grid wraps from x into y), or None where the element kernel is better
+    (short rows on devices whose units are SIMD lanes)."""
     if caps.units_are_simd_lanes and size < SIMD_ROW_MIN:
         return None
     chunks = -(-size // lanes)
     if chunks <= PLANE_ROW_CHUNKS * caps.plane_dim and caps.plane_dim < ELEMENT_UNITS:
-        bx, by = caps.plane_dim, max(1, min(ELEMENT_UNITS, caps.max_cube_units) // caps.plane_dim)
+        seg = min(caps.plane_dim, _pow2_at_least(-(-chunks // SEGMENT_CHUNKS)))
+        bx, by = seg, max(1, min(ELEMENT_UNITS, caps.max_cube_units) // seg)
     else:
-        bx, by = max(caps.plane_dim, min(_pow2_at_least(chunks), MAX_ROW_UNITS, caps.max_cube_units)), 1
+        seg, fill = 0, MAX_ROW_UNITS
+        if not caps.units_are_simd_lanes and caps.compute_units:  # GPUs: enough units a row to fill it
+            fill = max(MIN_ROW_UNITS, _pow2_at_least(-(-caps.compute_units * FILL_UNITS // rows)))
+        bx, by = max(caps.plane_dim, min(_pow2_at_least(chunks), MAX_ROW_UNITS, caps.max_cube_units, fill)), 1
     cubes = -(-rows // by)
     gy = -(-cubes // GRID_Y)
-    return LaunchPlan(bx, by, (-(-cubes // gy), gy), lanes)
+    return LaunchPlan(bx, by, (-(-cubes // gy), gy), lanes, seg)
 
 
 def unrolled_taps(problem) -> bool:
