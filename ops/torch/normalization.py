@@ -29,8 +29,8 @@ def layer_norm_op(input: Tensor, weight: Tensor, bias: Optional[Tensor], eps: fl
 
 
 @torch.library.custom_op("rudnn::layer_norm_with_stats", mutates_args=())
-def layer_norm_with_stats_op(input: Tensor, weight: Tensor, bias: Optional[Tensor],  # noqa: A002
-                             eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def layer_norm_with_stats_op(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,  # noqa: A002
+                             eps: float = 1e-5) -> tuple[Tensor, Tensor, Tensor]:
     """(out, mean, rstd); mean and rstd are F32 of the input's shape without the last axis."""
     with session(input) as rt:
         out = N.layer_norm_with_stats(to_kd(rt, input), to_kd(rt, _f32(weight)), to_kd(rt, _f32(bias)), eps)
@@ -45,7 +45,7 @@ def rms_norm_op(input: Tensor, weight: Tensor, eps: float) -> Tensor:  # noqa: A
 
 
 @torch.library.custom_op("rudnn::rms_norm_with_stats", mutates_args=())
-def rms_norm_with_stats_op(input: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:  # noqa: A002
+def rms_norm_with_stats_op(input: Tensor, weight: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:  # noqa: A002
     """(out, rstd); rstd is F32 of the input's shape without the last axis."""
     with session(input) as rt:
         return tuple(to_torch(x) for x in N.rms_norm_with_stats(to_kd(rt, input), to_kd(rt, _f32(weight)), eps))
@@ -85,9 +85,9 @@ def _stats(input: Tensor) -> Tensor:  # noqa: A002
 
 layer_norm_op.register_fake(lambda input, weight, bias, eps: torch.empty_like(input))
 layer_norm_with_stats_op.register_fake(
-    lambda input, weight, bias, eps: (torch.empty_like(input), _stats(input), _stats(input)))
+    lambda input, weight, bias=None, eps=1e-5: (torch.empty_like(input), _stats(input), _stats(input)))
 rms_norm_op.register_fake(lambda input, weight, eps: torch.empty_like(input))
-rms_norm_with_stats_op.register_fake(lambda input, weight, eps: (torch.empty_like(input), _stats(input)))
+rms_norm_with_stats_op.register_fake(lambda input, weight, eps=1e-6: (torch.empty_like(input), _stats(input)))
 softmax_op.register_fake(lambda input: torch.empty_like(input))
 layer_norm_backward_op.register_fake(lambda input, weight, grad, mean, rstd: (
     torch.empty_like(input), weight.new_empty(weight.shape, dtype=torch.float32),
@@ -98,7 +98,8 @@ rms_norm_backward_op.register_fake(lambda input, weight, grad, rstd: (
 
 # ---------------------------------------------------------------------------- autograd
 def _save_norm(ctx, inputs, output):
-    input, weight, bias = inputs[0], inputs[1], (inputs[2] if len(inputs) == 4 else None)  # noqa: A001
+    input, weight = inputs[0], inputs[1]  # noqa: A001
+    bias = inputs[2] if len(inputs) >= 3 and isinstance(inputs[2], Tensor) else None
     ctx.save_for_backward(input, weight, *output[1:])
     ctx.bias_dtype = None if bias is None else bias.dtype
 
@@ -125,6 +126,30 @@ def _softmax_grad(ctx, grad):
     return (g - y.float() * g.sum(-1, keepdim=True)).to(y.dtype)
 
 
+def _save_plain(ctx, inputs, output):
+    ctx.save_for_backward(*(t for t in inputs if isinstance(t, Tensor)))
+    ctx.inputs = inputs
+
+
+def _layer_norm_recomputed_grad(ctx, grad):
+    """The plain op's backward: the statistics recomputed (rudnn.torch.layer_norm avoids
+    this by calling layer_norm_with_stats when a gradient is needed)."""
+    input, weight, *bias = ctx.saved_tensors  # noqa: A001
+    _, mean, rstd = layer_norm_with_stats_op(input, weight, bias[0] if bias else None, ctx.inputs[-1])
+    dx, dw, db = layer_norm_backward_op(input, weight, grad.contiguous(), mean, rstd)
+    return dx, dw.to(weight.dtype), None if not bias else db.to(bias[0].dtype), None
+
+
+def _rms_norm_recomputed_grad(ctx, grad):
+    """The plain op's backward, rstd recomputed."""
+    input, weight = ctx.saved_tensors  # noqa: A001
+    _, rstd = rms_norm_with_stats_op(input, weight, ctx.inputs[-1])
+    dx, dw = rms_norm_backward_op(input, weight, grad.contiguous(), rstd)
+    return dx, dw.to(weight.dtype), None
+
+
+layer_norm_op.register_autograd(_layer_norm_recomputed_grad, setup_context=_save_plain)
+rms_norm_op.register_autograd(_rms_norm_recomputed_grad, setup_context=_save_plain)
 layer_norm_with_stats_op.register_autograd(_layer_norm_grad, setup_context=_save_norm)
 rms_norm_with_stats_op.register_autograd(_rms_norm_grad, setup_context=_save_norm)
 softmax_op.register_autograd(_softmax_grad, setup_context=_save_softmax)

@@ -176,6 +176,15 @@ def _adaptive_max_grad(ctx, grad, _grad_indices):
     return adaptive_max_pool_backward_op(input, grad.contiguous(), indices, ctx.args[0]), None, None
 
 
+def _max_pool_recomputed_grad(ctx, grad):
+    """The plain op's backward: the indices recomputed (rudnn.torch's max_pool functions
+    avoid this by calling max_pool_with_indices when a gradient is needed)."""
+    (input,) = ctx.saved_tensors  # noqa: A001
+    _, indices = max_pool_with_indices_op(input, *ctx.args)
+    return (max_pool_backward_op(input, grad.contiguous(), indices, *ctx.args),) + (None,) * len(ctx.args)
+
+
+max_pool_op.register_autograd(_max_pool_recomputed_grad, setup_context=_save)
 max_pool_with_indices_op.register_autograd(_max_pool_grad, setup_context=_save)
 avg_pool_op.register_autograd(_avg_pool_grad, setup_context=_save)
 adaptive_avg_pool_op.register_autograd(_adaptive_avg_grad, setup_context=_save)
