@@ -22,7 +22,8 @@ def _f32(t: Optional[Tensor]) -> Optional[Tensor]:
 
 # ---------------------------------------------------------------------------- forward ops
 @torch.library.custom_op("rudnn::layer_norm", mutates_args=())
-def layer_norm_op(input: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float) -> Tensor:  # noqa: A002
+def layer_norm_op(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,  # noqa: A002
+                  eps: float = 1e-5) -> Tensor:
     """(x − mean)·rsqrt(var + eps)·weight (+ bias) over the last axis."""
     with session(input) as rt:
         return to_torch(N.layer_norm(to_kd(rt, input), to_kd(rt, _f32(weight)), to_kd(rt, _f32(bias)), eps))
@@ -38,7 +39,7 @@ def layer_norm_with_stats_op(input: Tensor, weight: Tensor, bias: Optional[Tenso
 
 
 @torch.library.custom_op("rudnn::rms_norm", mutates_args=())
-def rms_norm_op(input: Tensor, weight: Tensor, eps: float) -> Tensor:  # noqa: A002
+def rms_norm_op(input: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:  # noqa: A002
     """x·rsqrt(mean(x²) + eps)·weight over the last axis."""
     with session(input) as rt:
         return to_torch(N.rms_norm(to_kd(rt, input), to_kd(rt, _f32(weight)), eps))
@@ -83,10 +84,10 @@ def _stats(input: Tensor) -> Tensor:  # noqa: A002
     return input.new_empty(input.shape[:-1], dtype=torch.float32)
 
 
-layer_norm_op.register_fake(lambda input, weight, bias, eps: torch.empty_like(input))
+layer_norm_op.register_fake(lambda input, weight, bias=None, eps=1e-5: torch.empty_like(input))
 layer_norm_with_stats_op.register_fake(
     lambda input, weight, bias=None, eps=1e-5: (torch.empty_like(input), _stats(input), _stats(input)))
-rms_norm_op.register_fake(lambda input, weight, eps: torch.empty_like(input))
+rms_norm_op.register_fake(lambda input, weight, eps=1e-6: torch.empty_like(input))
 rms_norm_with_stats_op.register_fake(lambda input, weight, eps=1e-6: (torch.empty_like(input), _stats(input)))
 softmax_op.register_fake(lambda input: torch.empty_like(input))
 layer_norm_backward_op.register_fake(lambda input, weight, grad, mean, rstd: (
@@ -128,14 +129,14 @@ def _softmax_grad(ctx, grad):
 
 def _save_plain(ctx, inputs, output):
     ctx.save_for_backward(*(t for t in inputs if isinstance(t, Tensor)))
-    ctx.inputs = inputs
+    ctx.eps = next(v for v in inputs if isinstance(v, float))
 
 
 def _layer_norm_recomputed_grad(ctx, grad):
     """The plain op's backward: the statistics recomputed (rudnn.torch.layer_norm avoids
     this by calling layer_norm_with_stats when a gradient is needed)."""
     input, weight, *bias = ctx.saved_tensors  # noqa: A001
-    _, mean, rstd = layer_norm_with_stats_op(input, weight, bias[0] if bias else None, ctx.inputs[-1])
+    _, mean, rstd = layer_norm_with_stats_op(input, weight, bias[0] if bias else None, ctx.eps)
     dx, dw, db = layer_norm_backward_op(input, weight, grad.contiguous(), mean, rstd)
     return dx, dw.to(weight.dtype), None if not bias else db.to(bias[0].dtype), None
 
@@ -143,7 +144,7 @@ def _layer_norm_recomputed_grad(ctx, grad):
 def _rms_norm_recomputed_grad(ctx, grad):
     """The plain op's backward, rstd recomputed."""
     input, weight = ctx.saved_tensors  # noqa: A001
-    _, rstd = rms_norm_with_stats_op(input, weight, ctx.inputs[-1])
+    _, rstd = rms_norm_with_stats_op(input, weight, ctx.eps)
     dx, dw = rms_norm_backward_op(input, weight, grad.contiguous(), rstd)
     return dx, dw.to(weight.dtype), None
 
