@@ -203,6 +203,23 @@ def test_grid_sample_values_and_grads(device, mode, padding_mode):
     assert dx.shape == x.shape and dgrid.shape == grid.shape
 
 
+def test_strided_inputs_and_empty_batches(device):
+    """Views with permuted or stepped strides go in as they are (no torch-side copy) and give
+    torch's results; an empty batch gives an empty result of the right shape."""
+    base = _rand(2, 7, 6, 3, device=device)
+    x = base.permute(0, 3, 1, 2).requires_grad_()  # channels-last memory, NCHW view
+    w = _rand(4, 3, 3, 3, device=device, scale=0.5)
+    _agree(R.conv_forward(x, w, None, padding=1, strategy="Direct"), F.conv2d(x, w, None, padding=1), (x,))
+    _agree(R.avg_pool2d(x, 2, 1), F.avg_pool2d(x, 2, 1), (x,))
+    _agree(R.interpolate(x, (5, 9), "Linear"), F.interpolate(x, (5, 9), mode="bilinear"), (x,))
+    grid = (torch.rand(2, 2, 3, 2, generator=torch.Generator().manual_seed(7)) * 2 - 1).to(device)
+    _agree(R.grid_sample(x[:, :, ::2], grid), F.grid_sample(x[:, :, ::2], grid, align_corners=False), (x,))
+    empty = torch.zeros(0, 3, 5, 5, device=device)
+    assert R.max_pool2d(empty, 2).shape == (0, 3, 2, 2)
+    assert R.conv_forward(empty, w, None, padding=1, strategy="Direct").shape == (0, 4, 5, 5)
+    assert R.layer_norm(torch.zeros(0, 8, device=device), torch.ones(8, device=device)).shape == (0, 8)
+
+
 # ---------------------------------------------------------------------------- ctc
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_ctc_loss_values_and_grads(device, reduction):

@@ -30,23 +30,25 @@ def _out_sizes(sizes, kernel, stride, padding, dilation) -> list:
     return [(s + 2 * p - d * (k - 1) - 1) // st + 1 for s, k, st, p, d in zip(sizes, kernel, stride, padding, dilation)]
 
 
+def _run_forward(family_fn, input, weight, bias, stride, padding, dilation, groups, strategy) -> Tensor:  # noqa: A002
+    with session(input) as rt:
+        return to_torch(family_fn(to_kd(rt, input), to_kd(rt, weight), to_kd(rt, bias),
+                                  _options(stride, padding, dilation, groups), _strategy(strategy)))
+
+
 # ---------------------------------------------------------------------------- ops
 @torch.library.custom_op("rudnn::conv_forward", mutates_args=())
 def conv_forward_op(input: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[int],  # noqa: A002
                     padding: list[int], dilation: list[int], groups: int, strategy: str) -> Tensor:
     """NCHW convolution: input [B, Cin, *S], weight [Cout, Cin/groups, *K] -> [B, Cout, *O]."""
-    with session(input) as rt:
-        return to_torch(C.conv_forward(to_kd(rt, input), to_kd(rt, weight), to_kd(rt, bias),
-                                       _options(stride, padding, dilation, groups), _strategy(strategy)))
+    return _run_forward(C.conv_forward, input, weight, bias, stride, padding, dilation, groups, strategy)
 
 
 @torch.library.custom_op("rudnn::conv_forward_nhwc", mutates_args=())
 def conv_forward_nhwc_op(input: Tensor, weight: Tensor, bias: Optional[Tensor], stride: list[int],  # noqa: A002
                          padding: list[int], dilation: list[int], groups: int, strategy: str) -> Tensor:
     """Channels-last convolution: input [B, *S, Cin], weight [Cout, *K, Cin/groups] -> [B, *O, Cout]."""
-    with session(input) as rt:
-        return to_torch(C.conv_forward_nhwc(to_kd(rt, input), to_kd(rt, weight), to_kd(rt, bias),
-                                            _options(stride, padding, dilation, groups), _strategy(strategy)))
+    return _run_forward(C.conv_forward_nhwc, input, weight, bias, stride, padding, dilation, groups, strategy)
 
 
 @torch.library.custom_op("rudnn::conv_data_backward", mutates_args=())
