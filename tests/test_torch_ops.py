@@ -28,7 +28,11 @@ DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 @pytest.fixture(params=DEVICES)
 def device(request):
-    return request.param
+    """Each device torch has; on CUDA, torch's references in full F32 (cuDNN's TF32 off)."""
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield request.param
+    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def _rand(*shape, device="cpu", grad=False, dtype=torch.float32, scale=1.0):
