@@ -246,6 +246,17 @@ def test_ctc_alpha_beta_and_backward(device):
     torch.testing.assert_close(R.ctc_loss_backward(lp, targets, [8, 7], [3, 2], 1.0), want, atol=1e-5, rtol=1e-4)
 
 
+def test_ctc_concatenated_targets_and_their_data_dependent_shape():
+    """1-D concatenated targets: values as torch's, and alpha's last axis (2·max target length
+    + 1, known only from the data) traces as an unbacked size."""
+    lp = torch.randn(7, 2, 5, generator=torch.Generator().manual_seed(8)).log_softmax(-1).requires_grad_()
+    targets, il, tl = torch.tensor([1, 2, 3, 4, 4]), torch.tensor([7, 6]), torch.tensor([3, 2])
+    _agree(R.ctc_loss(lp, targets, il, tl, reduction="sum"), F.ctc_loss(lp, targets, il, tl, reduction="sum"), (lp,))
+    alpha, _, _ = R.ctc_alpha_beta(lp.detach(), targets, il, tl)
+    assert alpha.shape == (7, 2, 7)
+    torch.library.opcheck(torch.ops.rudnn.ctc_alpha_beta.default, (lp.detach(), targets, il, tl, 0))
+
+
 # ---------------------------------------------------------------------------- forward-only families
 def test_attention_matches_sdpa(device):
     q, k, v = _rand(1, 4, 5, 8, device=device), _rand(1, 2, 7, 8, device=device), _rand(1, 2, 7, 8, device=device)

@@ -59,8 +59,8 @@ def _(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_
 @ctc_alpha_beta_op.register_fake
 def _(log_probs, targets, input_lengths, target_lengths, blank):
     batched = log_probs.ndim == 3
-    if batched and targets.ndim == 1:  # concatenated targets: S is the longest target length (data)
-        states = 2 * torch.library.get_ctx().new_dynamic_size() + 1
+    if batched and targets.ndim == 1:  # concatenated targets: 2·max(target_lengths) + 1 states (data)
+        states = torch.library.get_ctx().new_dynamic_size(min=1)
     else:
         states = 2 * targets.shape[-1] + 1
     lead = (log_probs.shape[0], log_probs.shape[1]) if batched else (log_probs.shape[0],)
