@@ -125,27 +125,28 @@ def conv_forward(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None, s
                  padding: IntOrInts = 0, dilation: IntOrInts = 1, groups: int = 1,
                  strategy: str = "Autotune") -> Tensor:
     """As torch.nn.functional.conv{1,2,3}d (NCHW); differentiable in input, weight and bias."""
-    return conv_forward_op(input, weight, bias, *_geometry(weight.ndim - 2, stride, padding, dilation), groups, strategy)
+    geometry = _geometry(weight.ndim - 2, stride, padding, dilation)
+    return conv_forward_op(input, weight, bias, *geometry, groups, strategy)
 
 
 def conv_forward_nhwc(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None,  # noqa: A002
                       stride: IntOrInts = 1, padding: IntOrInts = 0, dilation: IntOrInts = 1, groups: int = 1,
                       strategy: str = "Autotune") -> Tensor:
     """Channels-last convolution (input [B, *S, Cin], weight [Cout, *K, Cin/groups]); differentiable."""
-    return conv_forward_nhwc_op(input, weight, bias, *_geometry(weight.ndim - 2, stride, padding, dilation), groups,
-                                strategy)
+    geometry = _geometry(weight.ndim - 2, stride, padding, dilation)
+    return conv_forward_nhwc_op(input, weight, bias, *geometry, groups, strategy)
 
 
 def conv_data_backward(out_grad: Tensor, weight: Tensor, in_shape: Sequence[int], stride: IntOrInts = 1,
                        padding: IntOrInts = 0, dilation: IntOrInts = 1, groups: int = 1,
                        strategy: str = "Autotune") -> Tensor:
     """The input gradient of conv_forward (as torch.nn.grad.conv*d_input)."""
-    return conv_data_backward_op(out_grad, weight, list(in_shape), *_geometry(weight.ndim - 2, stride, padding,
-                                                                              dilation), groups, strategy)
+    geometry = _geometry(weight.ndim - 2, stride, padding, dilation)
+    return conv_data_backward_op(out_grad, weight, list(in_shape), *geometry, groups, strategy)
 
 
-def conv_weight_backward(input: Tensor, out_grad: Tensor, weight_shape: Sequence[int], stride: IntOrInts = 1,  # noqa: A002
-                         padding: IntOrInts = 0, dilation: IntOrInts = 1, groups: int = 1,
+def conv_weight_backward(input: Tensor, out_grad: Tensor, weight_shape: Sequence[int],  # noqa: A002
+                         stride: IntOrInts = 1, padding: IntOrInts = 0, dilation: IntOrInts = 1, groups: int = 1,
                          strategy: str = "Autotune") -> Tensor:
     """The weight gradient of conv_forward (as torch.nn.grad.conv*d_weight)."""
     geometry = _geometry(len(weight_shape) - 2, stride, padding, dilation)

@@ -200,8 +200,8 @@ def _window(dims, kernel_size, stride, padding, dilation=1) -> tuple:
 
 
 def _max_pool_fn(dims: int, with_indices: bool):
-    def fn(input: Tensor, kernel_size: IntOrInts, stride: Optional[IntOrInts] = None, padding: IntOrInts = 0,  # noqa: A002
-           dilation: IntOrInts = 1, ceil_mode: bool = False):
+    def fn(input: Tensor, kernel_size: IntOrInts, stride: Optional[IntOrInts] = None,  # noqa: A002
+           padding: IntOrInts = 0, dilation: IntOrInts = 1, ceil_mode: bool = False):
         args = (input, dims, *_window(dims, kernel_size, stride, padding, dilation), ceil_mode)
         if with_indices or needs_grad(input):
             out = max_pool_with_indices_op(*args)
@@ -211,8 +211,9 @@ def _max_pool_fn(dims: int, with_indices: bool):
 
 
 def _avg_pool_fn(dims: int):
-    def fn(input: Tensor, kernel_size: IntOrInts, stride: Optional[IntOrInts] = None, padding: IntOrInts = 0,  # noqa: A002
-           ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Optional[int] = None):
+    def fn(input: Tensor, kernel_size: IntOrInts, stride: Optional[IntOrInts] = None,  # noqa: A002
+           padding: IntOrInts = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+           divisor_override: Optional[int] = None):
         k, s, p, _ = _window(dims, kernel_size, stride, padding)
         return avg_pool_op(input, dims, k, s, p, ceil_mode, count_include_pad, divisor_override)
     return fn
@@ -253,7 +254,8 @@ def _adaptive_backward_fn(dims: int, maximum: bool):
     return fn
 
 
-_FACTORIES = {"max_pool#d": lambda d: _max_pool_fn(d, False), "max_pool#d_with_indices": lambda d: _max_pool_fn(d, True),
+_FACTORIES = {"max_pool#d": lambda d: _max_pool_fn(d, False),
+              "max_pool#d_with_indices": lambda d: _max_pool_fn(d, True),
               "avg_pool#d": _avg_pool_fn, "adaptive_avg_pool#d": lambda d: _adaptive_fn(d, False),
               "adaptive_max_pool#d": lambda d: _adaptive_fn(d, True), "max_pool#d_backward": _max_pool_backward_fn,
               "avg_pool#d_backward": _avg_pool_backward_fn,

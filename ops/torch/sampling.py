@@ -44,7 +44,8 @@ def interpolate_backward_op(input: Tensor, out_grad: Tensor, output_size: list[i
 
 
 @torch.library.custom_op("rudnn::grid_sample", mutates_args=())
-def grid_sample_op(input: Tensor, grid: Tensor, mode: str, padding_mode: str, align_corners: bool) -> Tensor:  # noqa: A002
+def grid_sample_op(input: Tensor, grid: Tensor, mode: str, padding_mode: str,  # noqa: A002
+                   align_corners: bool) -> Tensor:
     """input [N, C, *S] sampled at grid [N, *So, dims] -> [N, C, *So]."""
     with session(input) as rt:
         return to_torch(G.grid_sample(to_kd(rt, input), to_kd(rt, grid), _grid_options(mode, padding_mode,
