@@ -520,6 +520,15 @@ def test_cuda_tensors_run_on_torchs_current_stream(monkeypatch):
         calls.append("body")
     assert calls == ["body"]
 
+    class OldRt:  # a kerneldsl without external streams: torch's stream drained, then ours
+        def synchronize(self):
+            calls.append("kd sync")
+
+    calls.clear()
+    with bridge.on_torch_stream(OldRt(), CudaLike()):
+        calls.append("body")
+    assert calls == ["torch sync", "body", "kd sync"]
+
 
 class _nullcontext:
     def __enter__(self):

@@ -78,12 +78,6 @@ def to_torch(x) -> torch.Tensor:
     return y.view(torch.int32) if y.dtype == torch.uint32 else y
 
 
-def same_device(ref: torch.Tensor, *ts: OpTensor) -> list:
-    """`ts` moved to `ref`'s device where they are elsewhere (index and length tensors that
-    torch lets live on the host); None stays None."""
-    return [None if t is None else t.to(ref.device) for t in ts]
-
-
 def needs_grad(*ts: OpTensor) -> bool:
     """Whether autograd would record a call on these tensors."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)

@@ -129,7 +129,7 @@ def _softmax_grad(ctx, grad):
 
 def _save_plain(ctx, inputs, output):
     ctx.save_for_backward(*(t for t in inputs if isinstance(t, Tensor)))
-    ctx.eps = next(v for v in inputs if isinstance(v, float))
+    ctx.eps = inputs[-1]  # the schema fills defaults: eps is always the last input
 
 
 def _layer_norm_recomputed_grad(ctx, grad):
