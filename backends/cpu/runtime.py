@@ -18,6 +18,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from kerneldsl import ir
+from kerneldsl.dlpack import export_host_array
 from kerneldsl.dtypes import as_dtype
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import Rendering, scalar_bits
@@ -156,9 +157,9 @@ class CpuRuntime(Runtime):
         return (1, 0)  # kDLCPU
 
     def dlpack_export(self, t, *args, **kwargs):
-        """numpy's DLPack capsule of `host_view(t)`: the capsule holds that array, which
-        holds the buffer, until the consumer's tensor is gone."""
-        return self.host_view(t).__dlpack__(*args, **kwargs)
+        """The DLPack capsule of `host_view(t)` (numpy's, or ours for bf16): the capsule holds
+        that array, which holds the buffer, until the consumer's tensor is gone."""
+        return export_host_array(self.host_view(t), t.dtype, *args, **kwargs)
 
     # -------------------------------------------------------------- kernels
     source_ext = "ll"
