@@ -338,6 +338,9 @@ class Kernel:
 
     def launch(self, grid, block, *args, runtime=None):
         rt = self._pick_runtime(args, runtime)
+        if rt.kind != "interpreter" and os.environ.get("KERNELDSL_INTERPRET", "0") not in ("", "0", "false", "no"):
+            from .backends.interpreter.runtime import interpret_launch  # every launch through the interpreter
+            return interpret_launch(self, grid, block, args, rt)
         grid, block = launch_checks.launch_shape(self.__name__, grid, block, rt)
         spec_args, key = self._check_args(args, rt)
         bounds = bounds_check_enabled()

@@ -1,0 +1,33 @@
+"""Python source -> a code object whose lines are the kernel's own.
+
+The generated text is parsed, every node is given the user's line of the IR statement it came
+from (the renderer's line map), and the tree is compiled under the user's file name: a
+traceback through a kernel, and pdb inside one, show the kernel's file and lines.
+"""
+from __future__ import annotations
+
+import ast
+import types
+
+import numpy as np
+
+from .renderer import Rendering
+
+
+def compile_rendering(rendering: Rendering, filename: str) -> types.CodeType:
+    """The module code of `rendering`, its line numbers mapped to the kernel's in `filename`."""
+    tree = ast.parse(rendering.source)
+    lines = rendering.lines
+    for node in ast.walk(tree):
+        if "lineno" in node._attributes and getattr(node, "lineno", None) is not None:
+            node.lineno = node.end_lineno = lines[node.lineno - 1]
+            node.col_offset, node.end_col_offset = 0, 0  # columns of generated text mean nothing there
+    return compile(tree, filename, "exec")
+
+
+def unit_function(rendering: Rendering, filename: str) -> types.FunctionType:
+    """The unit generator `kd_unit` of a rendering, defined in a namespace of its constants."""
+    namespace = {"np": np, "range": range, "int": int, "__name__": "kerneldsl_interpreted"}
+    namespace.update({f"_kd_c{i}": v for i, v in enumerate(rendering.consts)})
+    exec(compile_rendering(rendering, filename), namespace)  # noqa: S102  (our own generated code)
+    return namespace["kd_unit"]

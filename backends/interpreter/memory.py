@@ -1,0 +1,289 @@
+"""Memory as the interpreter sees it: tensors with every access checked (per axis where the
+front end indexed by axis), and cube-shared arrays that report races and reads of unwritten
+slots.
+
+Race rule: two different units touching one shared slot, at least one of them writing (or one
+atomically updating it and the other accessing it plainly), with no kd.sync_cube() between them,
+is a race. Only the cube barrier orders accesses: plane operations and fragment operations do
+not (on CUDA a shuffle is no memory fence; a plane's lanes that share data through shared memory
+need kd.sync_cube()). Atomic updates of one slot by several units are not a race.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from kerneldsl.errors import KernelError, OutOfBoundsError, decode_axis_offset
+
+
+class SharedMemoryRaceError(KernelError):
+    """Two units touched one shared slot, one of them writing, with no barrier between."""
+
+
+class UninitializedSharedReadError(KernelError):
+    """A unit read a shared slot no unit of its cube had written."""
+
+
+class DivergenceError(KernelError):
+    """Units of a cube (or plane) did not all reach the same barrier or plane operation."""
+
+
+def caller_line() -> int:
+    """The line of the kernel statement making an access (the generated code's caller frame)."""
+    return sys._getframe(2).f_lineno
+
+
+class LaunchState:
+    """What messages name: the kernel, its file, the cube being run and the unit running now."""
+
+    def __init__(self, name: str, filename: str, cube_dim: tuple, grid: tuple):
+        self.name = name
+        self.filename = filename
+        self.cube_dim = cube_dim
+        self.grid = grid
+        self.cube = (0, 0, 0)
+        self.unit = 0  # flat index of the unit running now
+
+    def where(self, line: int) -> str:
+        return f"{self.filename}:{line}"
+
+    def describe_unit(self, unit: int) -> str:
+        dx, dy, _ = self.cube_dim
+        pos = (unit % dx, unit // dx % dy, unit // (dx * dy))
+        return f"unit {unit} (unit_pos {pos}) of cube {self.cube}"
+
+
+class TensorAccess:
+    """A tensor parameter: its reachable elements as a flat numpy array from the tensor's base,
+    read and written at element offsets (the IR's), each checked."""
+
+    def __init__(self, state: LaunchState, name: str, flat: np.ndarray, shape: tuple, strides: tuple):
+        self.state = state
+        self.name = name
+        self.flat = flat
+        self.extent = len(flat)
+        self.shape = shape
+        self.dims = tuple(np.int32(d) for d in shape)
+        self.steps = tuple(np.int32(s) for s in strides)
+        self.view = np.lib.stride_tricks.as_strided(flat, shape, [s * flat.itemsize for s in strides]) \
+            if self.extent else np.empty(shape, flat.dtype)
+
+    def __repr__(self):
+        return f"tensor {self.name} {self.shape} {self.flat.dtype}:\n{self.view!r}"
+
+    def _check(self, off, lanes: int, line: int | None = None) -> int:
+        off = int(off)
+        if off < 0 or off + lanes > self.extent:
+            self._fail(off, sys._getframe(2).f_lineno if line is None else line)
+        return off
+
+    def _fail(self, off: int, line: int):
+        st = self.state
+        where = f" at {st.where(line)} ({st.describe_unit(st.unit)})"
+        axis_index = decode_axis_offset(off)
+        if axis_index is not None:
+            axis, index = axis_index
+            raise OutOfBoundsError(f"{st.name}: index {index} is out of bounds for axis {axis} of tensor "
+                                   f"'{self.name}', whose extent is {self.shape[axis]} (shape {self.shape}){where}")
+        raise OutOfBoundsError(f"{st.name}: element offset {off} is out of bounds for tensor '{self.name}' "
+                               f"(shape {self.shape}, {self.extent} elements reachable){where}")
+
+    def load(self, off):
+        return self.flat[self._check(off, 1)]
+
+    def load_vec(self, off, lanes: int):
+        o = self._check(off, lanes)
+        return self.flat[o:o + lanes].copy()
+
+    def store(self, off, value):
+        self.flat[self._check(off, 1)] = value
+
+    def store_vec(self, off, value):
+        o = self._check(off, len(value))
+        self.flat[o:o + len(value)] = value
+
+    def read_at(self, off, unit: int, line: int):
+        """An element read by a fragment operation of `unit` at `line`."""
+        self.state.unit = unit
+        return self.flat[self._check(off, 1, line)]
+
+    def write_at(self, off, value, unit: int, line: int):
+        self.state.unit = unit
+        self.flat[self._check(off, 1, line)] = value
+
+    def atomic(self, op: str, off, value, compare=None):
+        o = self._check(off, 1)
+        old = self.flat[o]
+        self.flat[o] = atomic_result(op, old, value, compare)
+        return old
+
+
+def atomic_result(op: str, old, value, compare):
+    """The value an atomic `op` leaves in a slot holding `old`."""
+    if op == "add":
+        return old + value
+    if op == "min":
+        return min(old, value)
+    if op == "max":
+        return max(old, value)
+    if op == "exchange":
+        return value
+    if op == "cas":
+        return value if old == compare else old
+    if op == "and":
+        return old & value
+    if op == "or":
+        return old | value
+    return old ^ value  # xor
+
+
+class SharedArray:
+    """One cube's shared array with the race and initialisation checks (see the module's rule).
+
+    Per slot, the accesses of the current barrier epoch: the last plain writer, the plain
+    readers, the atomic updaters (unit -> line). A barrier starts a new epoch."""
+
+    def __init__(self, state: LaunchState, decl):
+        self.state = state
+        self.name = decl.label or decl.name
+        self.shape = tuple(decl.shape) or (decl.size,)
+        self.data = np.zeros(decl.size, decl.dtype.np)
+        self.written = np.zeros(decl.size, bool)
+        self.writer: dict = {}  # slot -> (unit, line)
+        self.readers: dict = {}  # slot -> {unit: line}
+        self.atomics: dict = {}  # slot -> {unit: line}
+
+    def __repr__(self):
+        shown = np.where(self.written, self.data, np.nan if self.data.dtype.kind == "f" else 0)
+        return f"shared array {self.name} {self.shape} {self.data.dtype} (unwritten slots shown as nan/0):\n" \
+               f"{shown.reshape(self.shape)!r}"
+
+    def new_epoch(self):
+        """A cube barrier: every access before it is ordered before every access after it."""
+        self.writer.clear()
+        self.readers.clear()
+        self.atomics.clear()
+
+    # ---------------------------------------------------------------- checks
+    def slot(self, off, line: int) -> int:
+        off = int(off)
+        if 0 <= off < len(self.data):
+            return off
+        st = self.state
+        where = f" at {st.where(line)} ({st.describe_unit(st.unit)})"
+        axis_index = decode_axis_offset(off)
+        if axis_index is not None:
+            axis, index = axis_index
+            raise OutOfBoundsError(f"{st.name}: index {index} is out of bounds for axis {axis} of shared array "
+                                   f"'{self.name}', whose extent is {self.shape[axis]} (shape {self.shape}){where}")
+        raise OutOfBoundsError(f"{st.name}: index {off} is out of bounds for shared array '{self.name}' "
+                               f"({len(self.data)} elements){where}")
+
+    def _label(self, slot: int) -> str:
+        if len(self.shape) == 1:
+            return f"{self.name}[{slot}]"
+        return f"{self.name}[{', '.join(str(int(i)) for i in np.unravel_index(slot, self.shape))}]"
+
+    def _race(self, slot, other: tuple, other_did: str, unit: int, line: int, did: str):
+        st = self.state
+        ounit, oline = other
+        raise SharedMemoryRaceError(
+            f"{st.name}: shared-memory race on {self._label(slot)}: {st.describe_unit(ounit)} {other_did} it at "
+            f"{st.where(oline)} and {st.describe_unit(unit)} {did} it at {st.where(line)}, with no "
+            f"kd.sync_cube() between them; put a kd.sync_cube() between the two accesses (reached by every unit)")
+
+    def _others(self, table: dict, slot: int, unit: int):
+        for u, line in table.get(slot, {}).items():
+            if u != unit:
+                return u, line
+        return None
+
+    def note_read(self, slot: int, unit: int, line: int):
+        if not self.written[slot]:
+            st = self.state
+            raise UninitializedSharedReadError(
+                f"{st.name}: {st.describe_unit(unit)} reads {self._label(slot)} at {st.where(line)}, which no unit "
+                f"of its cube has written yet")
+        w = self.writer.get(slot)
+        if w is not None and w[0] != unit:
+            self._race(slot, w, "wrote", unit, line, "read")
+        a = self._others(self.atomics, slot, unit)
+        if a is not None:
+            self._race(slot, a, "atomically updated", unit, line, "read")
+        self.readers.setdefault(slot, {}).setdefault(unit, line)
+
+    def note_write(self, slot: int, unit: int, line: int):
+        w = self.writer.get(slot)
+        if w is not None and w[0] != unit:
+            self._race(slot, w, "wrote", unit, line, "wrote")
+        for table, did in ((self.readers, "read"), (self.atomics, "atomically updated")):
+            o = self._others(table, slot, unit)
+            if o is not None:
+                self._race(slot, o, did, unit, line, "wrote")
+        self.writer[slot] = (unit, line)
+        self.written[slot] = True
+
+    def note_atomic(self, slot: int, unit: int, line: int):
+        if not self.written[slot]:
+            st = self.state
+            raise UninitializedSharedReadError(
+                f"{st.name}: {st.describe_unit(unit)} atomically updates {self._label(slot)} at {st.where(line)}, "
+                f"which no unit of its cube has written yet")
+        w = self.writer.get(slot)
+        if w is not None and w[0] != unit:
+            self._race(slot, w, "wrote", unit, line, "atomically updated")
+        o = self._others(self.readers, slot, unit)
+        if o is not None:
+            self._race(slot, o, "read", unit, line, "atomically updated")
+        self.atomics.setdefault(slot, {}).setdefault(unit, line)
+
+    # ---------------------------------------------------------------- accesses from kernel code
+    def load(self, off):
+        line = caller_line()
+        s = self.slot(off, line)
+        self.note_read(s, self.state.unit, line)
+        return self.data[s]
+
+    def load_vec(self, off, lanes: int):
+        line = caller_line()
+        s = self.slot(off, line)
+        self.slot(s + lanes - 1, line)
+        for i in range(lanes):
+            self.note_read(s + i, self.state.unit, line)
+        return self.data[s:s + lanes].copy()
+
+    def store(self, off, value):
+        line = caller_line()
+        s = self.slot(off, line)
+        self.note_write(s, self.state.unit, line)
+        self.data[s] = value
+
+    def store_vec(self, off, value):
+        line = caller_line()
+        s = self.slot(off, line)
+        self.slot(s + len(value) - 1, line)
+        for i in range(len(value)):
+            self.note_write(s + i, self.state.unit, line)
+        self.data[s:s + len(value)] = value
+
+    def atomic(self, op: str, off, value, compare=None):
+        line = caller_line()
+        s = self.slot(off, line)
+        self.note_atomic(s, self.state.unit, line)
+        old = self.data[s]
+        self.data[s] = atomic_result(op, old, value, compare)
+        return old
+
+    def read_at(self, off, unit: int, line: int):
+        """A slot read by a fragment operation or group product of `unit` at `line`."""
+        self.state.unit = unit
+        s = self.slot(off, line)
+        self.note_read(s, unit, line)
+        return self.data[s]
+
+    def write_at(self, off, value, unit: int, line: int):
+        self.state.unit = unit
+        s = self.slot(off, line)
+        self.note_write(s, unit, line)
+        self.data[s] = value
