@@ -86,7 +86,7 @@ class TensorAccess:
             axis, index = axis_index
             raise OutOfBoundsError(f"{st.name}: index {index} is out of bounds for axis {axis} of tensor "
                                    f"'{self.name}', whose extent is {self.shape[axis]} (shape {self.shape}){where}")
-        raise OutOfBoundsError(f"{st.name}: element offset {off} is out of bounds for tensor '{self.name}' "
+        raise OutOfBoundsError(f"{st.name}: index {off} is out of bounds for tensor '{self.name}' "
                                f"(shape {self.shape}, {self.extent} elements reachable){where}")
 
     def load(self, off):

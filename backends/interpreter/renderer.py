@@ -31,7 +31,7 @@ _SPLIT = {
     ir.GroupMma: "s_frag_op",
     ir.GroupWait: "s_group_wait",
 }
-UNIT_ARGS = ("_kd", "_kd_cube", "_kd_grid", "_kd_unit", "_kd_flat", "_kd_lane", "_kd_frags")
+UNIT_ARGS = ("_kd", "_kd_cube", "_kd_grid", "_kd_unit", "_kd_flat", "_kd_plane", "_kd_lane", "_kd_frags")
 _MATH = {"exp": "np.exp", "exp2": "np.exp2", "exp2_fast": "np.exp2", "log": "np.log", "log2": "np.log2",
          "log1p": "np.log1p", "sqrt": "np.sqrt", "tanh": "np.tanh", "sin": "np.sin", "cos": "np.cos",
          "pow": "np.power", "abs": "np.abs", "floor": "np.floor", "ceil": "np.ceil", "isnan": "np.isnan",
@@ -242,8 +242,7 @@ class InterpreterRenderer(dispatch.SharedHandlers):
         if op == "%":
             return f"_kd.irem({a}, {b})" if not t.is_float else f"np.fmod({a}, {b})"
         if op in ("min", "max"):
-            fn = {"min": "fmin", "max": "fmax"}[op] if t.is_float else {"min": "minimum", "max": "maximum"}[op]
-            return f"np.{fn}({a}, {b})"
+            return f"np.{'minimum' if op == 'min' else 'maximum'}({a}, {b})"  # (NaN in, NaN out)
         if op == "pow":
             return f"np.power({a}, {b})"
         raise NotImplementedError(f"interpreter: binary operator {op}")
@@ -295,8 +294,8 @@ class InterpreterRenderer(dispatch.SharedHandlers):
         return f"{self.names[e.tensor]}.{'dims' if e.attr == 'shape' else 'steps'}[{e.axis}]"
 
     def e_position(self, e):
-        if e.kind == "unit_flat":
-            return "_kd_flat"
+        if e.kind in ("unit_flat", "plane_pos", "lane_pos"):
+            return {"unit_flat": "_kd_flat", "plane_pos": "_kd_plane", "lane_pos": "_kd_lane"}[e.kind]
         table = {"cube_pos": "_kd_cube", "cube_count": "_kd_grid", "unit_pos": "_kd_unit"}[e.kind]
         return f"{table}[{e.axis}]"
 

@@ -41,7 +41,7 @@ class CubeRunner:
         args = self.values + list(shared.values())
         units = [self.b.fn(self.b.helpers, cube_t, grid_t,
                            (np.int32(u % dx), np.int32(u // dx % dy), np.int32(u // (dx * dy))),
-                           np.int32(u), np.int32(u % P), tiles[u // P], *args) for u in range(n)]
+                           np.int32(u), np.int32(u // P), np.int32(u % P), tiles[u // P], *args) for u in range(n)]
         requests = [None] * n
 
         def advance(u, value=None):
