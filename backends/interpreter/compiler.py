@@ -26,8 +26,8 @@ def compile_rendering(rendering: Rendering, filename: str) -> types.CodeType:
 
 
 def unit_function(rendering: Rendering, filename: str) -> types.FunctionType:
-    """The unit generator `kd_unit` of a rendering, defined in a namespace of its constants."""
+    """The unit generator of a rendering (its only function), defined in a namespace of its constants."""
     namespace = {"np": np, "range": range, "int": int, "__name__": "kerneldsl_interpreted"}
     namespace.update({f"_kd_c{i}": v for i, v in enumerate(rendering.consts)})
     exec(compile_rendering(rendering, filename), namespace)  # noqa: S102  (our own generated code)
-    return namespace["kd_unit"]
+    return next(v for v in namespace.values() if isinstance(v, types.FunctionType))

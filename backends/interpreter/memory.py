@@ -153,6 +153,9 @@ class SharedArray:
         self.writer: dict = {}  # slot -> (unit, line)
         self.readers: dict = {}  # slot -> {unit: line}
         self.atomics: dict = {}  # slot -> {unit: line}
+        # reads of slots unwritten at the time, reported at the epoch's end unless another unit's
+        # write to the slot in the same epoch turns one into a race first (which says more)
+        self.unwritten_reads: list = []  # (slot, unit, line, what)
 
     def __repr__(self):
         shown = np.where(self.written, self.data, np.nan if self.data.dtype.kind == "f" else 0)
@@ -160,7 +163,15 @@ class SharedArray:
                f"{shown.reshape(self.shape)!r}"
 
     def new_epoch(self):
-        """A cube barrier: every access before it is ordered before every access after it."""
+        """A cube barrier (or the cube's end): every access before it is ordered before every
+        access after it. Reports the epoch's first read of an unwritten slot."""
+        if self.unwritten_reads:
+            slot, unit, line, what = self.unwritten_reads[0]
+            st = self.state
+            raise UninitializedSharedReadError(
+                f"{st.name}: {st.describe_unit(unit)} {what} {self._label(slot)} at {st.where(line)}, which no unit "
+                f"of its cube had written; write it first, with a kd.sync_cube() between the write and the read "
+                f"if another unit writes it")
         self.writer.clear()
         self.readers.clear()
         self.atomics.clear()
@@ -201,10 +212,7 @@ class SharedArray:
 
     def note_read(self, slot: int, unit: int, line: int):
         if not self.written[slot]:
-            st = self.state
-            raise UninitializedSharedReadError(
-                f"{st.name}: {st.describe_unit(unit)} reads {self._label(slot)} at {st.where(line)}, which no unit "
-                f"of its cube has written yet")
+            self.unwritten_reads.append((slot, unit, line, "reads"))
         w = self.writer.get(slot)
         if w is not None and w[0] != unit:
             self._race(slot, w, "wrote", unit, line, "read")
@@ -226,10 +234,7 @@ class SharedArray:
 
     def note_atomic(self, slot: int, unit: int, line: int):
         if not self.written[slot]:
-            st = self.state
-            raise UninitializedSharedReadError(
-                f"{st.name}: {st.describe_unit(unit)} atomically updates {self._label(slot)} at {st.where(line)}, "
-                f"which no unit of its cube has written yet")
+            self.unwritten_reads.append((slot, unit, line, "atomically updates"))
         w = self.writer.get(slot)
         if w is not None and w[0] != unit:
             self._race(slot, w, "wrote", unit, line, "atomically updated")

@@ -1,4 +1,4 @@
-"""IR -> Python source: one generator function that runs one unit of a cube.
+"""IR -> Python source: one generator function (named as the kernel) that runs one unit of a cube.
 
 Every generated line remembers the user's source line of the IR node it came from
 (`Rendering.lines`); compiler.py gives the compiled code those line numbers and the user's file
@@ -58,7 +58,7 @@ def py_name(name: str) -> str:
 
 
 class InterpreterRenderer(dispatch.SharedHandlers):
-    """Lowers a KernelIR to the text of `kd_unit`, a generator run once per unit."""
+    """Lowers a KernelIR to the text of a generator function named as the kernel, run once per unit."""
 
     dialect = "interpreter"
 
@@ -132,7 +132,7 @@ class InterpreterRenderer(dispatch.SharedHandlers):
     def render(self) -> Rendering:
         k = self.k
         params = [self.names[p.name] for p in k.params] + [self.names[s] for s in k.shared]
-        header = f"def kd_unit({', '.join(UNIT_ARGS + tuple(params))}):"
+        header = f"def {py_name(k.name)}({', '.join(UNIT_ARGS + tuple(params))}):  # one unit of a cube"
         for s in k.body:
             self.stmt(s)
         self.emit("return")

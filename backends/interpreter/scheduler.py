@@ -74,6 +74,8 @@ class CubeRunner:
             if progressed:
                 continue
             if all(r is _DONE for r in requests):
+                for sh in shared.values():
+                    sh.new_epoch()  # (reports unwritten reads of the last epoch)
                 return
             if all(r[0] == "barrier" for r in requests):
                 self._same_split(requests, range(n), "cube")
