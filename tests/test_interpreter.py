@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.backends.interpreter.memory import (DivergenceError, SharedMemoryRaceError,
-                                                   UninitializedSharedReadError)
+from kerneldsl import DivergenceError, SharedMemoryRaceError, UninitializedSharedReadError
 
 pytestmark = pytest.mark.feature("interpreter")
 

@@ -14,19 +14,7 @@ import sys
 
 import numpy as np
 
-from kerneldsl.errors import KernelError, OutOfBoundsError, decode_axis_offset
-
-
-class SharedMemoryRaceError(KernelError):
-    """Two units touched one shared slot, one of them writing, with no barrier between."""
-
-
-class UninitializedSharedReadError(KernelError):
-    """A unit read a shared slot no unit of its cube had written."""
-
-
-class DivergenceError(KernelError):
-    """Units of a cube (or plane) did not all reach the same barrier or plane operation."""
+from kerneldsl.errors import OutOfBoundsError, SharedMemoryRaceError, UninitializedSharedReadError, decode_axis_offset
 
 
 def caller_line() -> int:

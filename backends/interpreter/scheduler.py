@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kerneldsl import ir
+from kerneldsl.errors import DivergenceError
 
 from .collectives import FragmentOps, plane_op
-from .memory import DivergenceError, LaunchState, SharedArray
+from .memory import LaunchState, SharedArray
 
 _DONE = ("done", -1)
 
