@@ -17,6 +17,11 @@ import numpy as np
 from kerneldsl.errors import OutOfBoundsError, SharedMemoryRaceError, UninitializedSharedReadError, decode_axis_offset
 
 
+# which recorded accesses of another unit conflict with an access of each kind, and their verbs
+_CONFLICTS = {"read": ("write", "atomic"), "write": ("write", "read", "atomic"), "atomic": ("write", "read")}
+_VERB = {"read": "read", "write": "wrote", "atomic": "atomically updated"}
+
+
 def caller_line() -> int:
     """The line of the kernel statement making an access (the generated code's caller frame)."""
     return sys._getframe(2).f_lineno
@@ -129,8 +134,9 @@ def atomic_result(op: str, old, value, compare):
 class SharedArray:
     """One cube's shared array with the race and initialisation checks (see the module's rule).
 
-    Per slot, the accesses of the current barrier epoch: the last plain writer, the plain
-    readers, the atomic updaters (unit -> line). A barrier starts a new epoch."""
+    Per slot, the accesses of the current barrier epoch by kind (plain reads, plain writes,
+    atomic updates), each unit -> the line of its first such access. A barrier starts a new
+    epoch."""
 
     def __init__(self, state: LaunchState, decl):
         self.state = state
@@ -138,9 +144,7 @@ class SharedArray:
         self.shape = tuple(decl.shape) or (decl.size,)
         self.data = np.zeros(decl.size, decl.dtype.np)
         self.written = np.zeros(decl.size, bool)
-        self.writer: dict = {}  # slot -> (unit, line)
-        self.readers: dict = {}  # slot -> {unit: line}
-        self.atomics: dict = {}  # slot -> {unit: line}
+        self.seen: dict = {kind: {} for kind in _CONFLICTS}  # kind -> slot -> {unit: line}
         # reads of slots unwritten at the time, reported at the epoch's end unless another unit's
         # write to the slot in the same epoch turns one into a race first (which says more)
         self.unwritten_reads: list = []  # (slot, unit, line, what)
@@ -160,9 +164,8 @@ class SharedArray:
                 f"{st.name}: {st.describe_unit(unit)} {what} {self._label(slot)} at {st.where(line)}, which no unit "
                 f"of its cube had written; write it first, with a kd.sync_cube() between the write and the read "
                 f"if another unit writes it")
-        self.writer.clear()
-        self.readers.clear()
-        self.atomics.clear()
+        for table in self.seen.values():
+            table.clear()
 
     # ---------------------------------------------------------------- checks
     def slot(self, off, line: int) -> int:
@@ -198,85 +201,54 @@ class SharedArray:
                 return u, line
         return None
 
-    def note_read(self, slot: int, unit: int, line: int):
-        if not self.written[slot]:
-            self.unwritten_reads.append((slot, unit, line, "reads"))
-        w = self.writer.get(slot)
-        if w is not None and w[0] != unit:
-            self._race(slot, w, "wrote", unit, line, "read")
-        a = self._others(self.atomics, slot, unit)
-        if a is not None:
-            self._race(slot, a, "atomically updated", unit, line, "read")
-        self.readers.setdefault(slot, {}).setdefault(unit, line)
-
-    def note_write(self, slot: int, unit: int, line: int):
-        w = self.writer.get(slot)
-        if w is not None and w[0] != unit:
-            self._race(slot, w, "wrote", unit, line, "wrote")
-        for table, did in ((self.readers, "read"), (self.atomics, "atomically updated")):
-            o = self._others(table, slot, unit)
+    def note(self, slot: int, unit: int, line: int, kind: str):
+        """Record an access of `kind` ('read', 'write' or 'atomic') by `unit` at `line`, raising
+        SharedMemoryRaceError if another unit's access of this epoch conflicts with it."""
+        if kind != "write" and not self.written[slot]:
+            self.unwritten_reads.append((slot, unit, line, "reads" if kind == "read" else "atomically updates"))
+        for other in _CONFLICTS[kind]:
+            o = self._others(self.seen[other], slot, unit)
             if o is not None:
-                self._race(slot, o, did, unit, line, "wrote")
-        self.writer[slot] = (unit, line)
-        self.written[slot] = True
+                self._race(slot, o, _VERB[other], unit, line, _VERB[kind])
+        self.seen[kind].setdefault(slot, {}).setdefault(unit, line)
+        if kind == "write":
+            self.written[slot] = True
 
-    def note_atomic(self, slot: int, unit: int, line: int):
-        if not self.written[slot]:
-            self.unwritten_reads.append((slot, unit, line, "atomically updates"))
-        w = self.writer.get(slot)
-        if w is not None and w[0] != unit:
-            self._race(slot, w, "wrote", unit, line, "atomically updated")
-        o = self._others(self.readers, slot, unit)
-        if o is not None:
-            self._race(slot, o, "read", unit, line, "atomically updated")
-        self.atomics.setdefault(slot, {}).setdefault(unit, line)
+    def access(self, off, n: int, kind: str, unit: int, line: int) -> int:
+        """Check and record an access of `kind` by `unit` at `line` to slots off .. off + n - 1;
+        the first slot."""
+        self.state.unit = unit
+        s = self.slot(off, line)
+        self.slot(s + n - 1, line)
+        for i in range(n):
+            self.note(s + i, unit, line, kind)
+        return s
 
     # ---------------------------------------------------------------- accesses from kernel code
     def load(self, off):
-        line = caller_line()
-        s = self.slot(off, line)
-        self.note_read(s, self.state.unit, line)
-        return self.data[s]
+        return self.data[self.access(off, 1, "read", self.state.unit, caller_line())]
 
     def load_vec(self, off, lanes: int):
-        line = caller_line()
-        s = self.slot(off, line)
-        self.slot(s + lanes - 1, line)
-        for i in range(lanes):
-            self.note_read(s + i, self.state.unit, line)
+        s = self.access(off, lanes, "read", self.state.unit, caller_line())
         return self.data[s:s + lanes].copy()
 
     def store(self, off, value):
-        line = caller_line()
-        s = self.slot(off, line)
-        self.note_write(s, self.state.unit, line)
-        self.data[s] = value
+        self.data[self.access(off, 1, "write", self.state.unit, caller_line())] = value
 
     def store_vec(self, off, value):
-        line = caller_line()
-        s = self.slot(off, line)
-        self.slot(s + len(value) - 1, line)
-        for i in range(len(value)):
-            self.note_write(s + i, self.state.unit, line)
+        s = self.access(off, len(value), "write", self.state.unit, caller_line())
         self.data[s:s + len(value)] = value
 
     def atomic(self, op: str, off, value, compare=None):
-        line = caller_line()
-        s = self.slot(off, line)
-        self.note_atomic(s, self.state.unit, line)
+        s = self.access(off, 1, "atomic", self.state.unit, caller_line())
         old = self.data[s]
         self.data[s] = atomic_result(op, old, value, compare)
         return old
 
+    # ---------------------------------------------------------------- accesses of fragment operations
     def read_at(self, off, unit: int, line: int):
         """A slot read by a fragment operation or group product of `unit` at `line`."""
-        self.state.unit = unit
-        s = self.slot(off, line)
-        self.note_read(s, unit, line)
-        return self.data[s]
+        return self.data[self.access(off, 1, "read", unit, line)]
 
     def write_at(self, off, value, unit: int, line: int):
-        self.state.unit = unit
-        s = self.slot(off, line)
-        self.note_write(s, unit, line)
-        self.data[s] = value
+        self.data[self.access(off, 1, "write", unit, line)] = value

@@ -145,13 +145,16 @@ class InterpreterRenderer(dispatch.SharedHandlers):
     def s_assign(self, s):
         self.emit(f"{self.names[s.name]} = {self.x(s.value)}")
 
-    def s_store(self, s):
+    def _write(self, name: str, s):
+        """A (vector) store of `s.value` at `s.offset` into the tensor or shared array `name`."""
         method = "store_vec" if isinstance(s.value.dtype, VecType) else "store"
-        self.emit(f"{self.names[s.tensor]}.{method}({self.x(s.offset)}, {self.x(s.value)})")
+        self.emit(f"{self.names[name]}.{method}({self.x(s.offset)}, {self.x(s.value)})")
+
+    def s_store(self, s):
+        self._write(s.tensor, s)
 
     def s_shared_store(self, s):
-        method = "store_vec" if isinstance(s.value.dtype, VecType) else "store"
-        self.emit(f"{self.names[s.array]}.{method}({self.x(s.offset)}, {self.x(s.value)})")
+        self._write(s.array, s)
 
     def s_if(self, s):
         self.emit(f"if {self.x(s.cond)}:")
@@ -280,15 +283,17 @@ class InterpreterRenderer(dispatch.SharedHandlers):
             return f"{_MATH[e.fn]}({args})"
         return f"_kd.math_{e.fn}({args})"
 
-    def e_load(self, e):
+    def _read(self, name: str, e) -> str:
+        """A (vector) load of `e.offset` from the tensor or shared array `name`."""
         if isinstance(e.dtype, VecType):
-            return f"{self.names[e.tensor]}.load_vec({self.x(e.offset)}, {e.dtype.lanes})"
-        return f"{self.names[e.tensor]}.load({self.x(e.offset)})"
+            return f"{self.names[name]}.load_vec({self.x(e.offset)}, {e.dtype.lanes})"
+        return f"{self.names[name]}.load({self.x(e.offset)})"
+
+    def e_load(self, e):
+        return self._read(e.tensor, e)
 
     def e_shared_load(self, e):
-        if isinstance(e.dtype, VecType):
-            return f"{self.names[e.array]}.load_vec({self.x(e.offset)}, {e.dtype.lanes})"
-        return f"{self.names[e.array]}.load({self.x(e.offset)})"
+        return self._read(e.array, e)
 
     def e_tensor_dim(self, e):
         return f"{self.names[e.tensor]}.{'dims' if e.attr == 'shape' else 'steps'}[{e.axis}]"
