@@ -339,3 +339,27 @@ def test_the_interpreter_runs_only_where_tests_opt_in():
     every = kd.testing.runtime_choices("", ["cpu", "interpreter"], opt_in=True)
     assert [c.id for c in every] == ["cpu", "cpu-p8", "interpreter"]
     assert [c.id for c in kd.testing.runtime_choices("interpreter", ["cpu", "interpreter"])] == ["interpreter"]
+
+
+OPTED_IN = """
+import pytest
+import kerneldsl as kd
+
+@kd.testing.interpreted
+def test_opted_in(runtime):
+    assert runtime.name in ("cpu", "interpreter")
+
+def test_not_opted_in(runtime):
+    assert runtime.name == "cpu"
+"""
+
+
+def test_the_matrix_shows_the_interpreter_for_tests_that_opt_in(pytester, monkeypatch):
+    monkeypatch.setenv("KERNELDSL_RUNTIMES", "cpu,interpreter")
+    pytester.makepyfile(test_opt=OPTED_IN)
+    # in a subprocess: a run in this process would import pyopencl a second time (it aborts)
+    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["*test_opted_in?interpreter? PASSED*"])
+    assert "test_not_opted_in[interpreter]" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["feature*cpu*cpu-p8*interpreter*", "opt*pass*pass*pass*"])

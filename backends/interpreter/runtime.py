@@ -61,7 +61,7 @@ class InterpreterRuntime(CpuRuntime):
 
     @property
     def device_key(self):
-        return f"interpreter:{self.plane_dim}"
+        return "interpreter"  # host memory: every plane size shares it
 
     def __repr__(self):
         extra = "" if self.plane_dim == DEFAULT_PLANE_DIM else f", plane_dim={self.plane_dim}"
