@@ -89,13 +89,14 @@ class CubeRunner:
     def _line(self, s) -> int:
         return s.loc.line if s.loc is not None else 0
 
-    def _what(self, request) -> str:
+    def _what(self, request, many: bool = True) -> str:
+        """What a unit (`many`: units) at `request` does, as a verb phrase."""
         if request is _DONE:
-            return "have finished"
+            return "have finished" if many else "has finished"
         s = self.b.splits[request[1]]
         what = {"barrier": "kd.sync_cube()", "plane": f"plane operation {getattr(s, 'op', '')}"}.get(
             request[0], f"fragment operation {type(s).__name__}")
-        return f"wait at {what} at {self.state.where(self._line(s))}"
+        return f"{'wait' if many else 'waits'} at {what} at {self.state.where(self._line(s))}"
 
     def _same_split(self, reqs, units, scope: str) -> int:
         first = reqs[0][1]
@@ -112,8 +113,8 @@ class CubeRunner:
         """A message for a cube whose units cannot all proceed: who waits where."""
         groups: dict = {}
         for u, r in enumerate(requests):
-            groups.setdefault(self._what(r), []).append(u)
-        parts = [f"{_units(us)} {what}" for what, us in groups.items()]
+            groups.setdefault(r if r is _DONE else r[:2], []).append(u)
+        parts = [f"{_units(us)} {self._what(r, len(us) > 1)}" for r, us in groups.items()]
         return (f"{self.state.name}: cube {self.state.cube} cannot continue: " + "; ".join(parts) +
                 " (a barrier or plane operation must be reached by every unit of its cube or plane: keep it "
                 "out of branches that depend on the unit)")
