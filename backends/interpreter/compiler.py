@@ -28,6 +28,6 @@ def compile_rendering(rendering: Rendering, filename: str) -> types.CodeType:
 def unit_function(rendering: Rendering, filename: str) -> types.FunctionType:
     """The unit generator of a rendering (its only function), defined in a namespace of its constants."""
     namespace = {"np": np, "range": range, "int": int, "__name__": "kerneldsl_interpreted"}
-    namespace.update({f"_kd_c{i}": v for i, v in enumerate(rendering.consts)})
+    namespace.update(rendering.consts)
     exec(compile_rendering(rendering, filename), namespace)  # noqa: S102  (our own generated code)
     return next(v for v in namespace.values() if isinstance(v, types.FunctionType))

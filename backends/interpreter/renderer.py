@@ -46,7 +46,7 @@ class Rendering:
     source: str
     lines: list
     splits: list = field(default_factory=list)
-    consts: list = field(default_factory=list)
+    consts: dict = field(default_factory=dict)
 
 
 def py_name(name: str) -> str:
@@ -69,7 +69,7 @@ class InterpreterRenderer(dispatch.SharedHandlers):
         self.depth = 1
         self.cur_line = kir.loc.line if kir.loc is not None else 1
         self.splits: list = []
-        self.consts: list = []
+        self.consts: dict = {}  # module-level name -> value
         self._loops = 0
         self.names = self._name_table()
         self.stmt_handlers = dispatch.bind(self, {**dispatch.STATEMENTS, **_SPLIT})
@@ -121,13 +121,17 @@ class InterpreterRenderer(dispatch.SharedHandlers):
     def x(self, e) -> str:
         return dispatch.lower(self.expr_handlers, e, self.dialect)
 
-    def const(self, value) -> str:
-        self.consts.append(value)
-        return f"_kd_c{len(self.consts) - 1}"
+    def const(self, value, name: str | None = None) -> str:
+        """A module-level constant holding `value` (one per name; numbered when unnamed)."""
+        name = name or f"_kd_c{len(self.consts)}"
+        if name not in self.consts:
+            self.consts[name] = value
+        return name
 
     def dtype(self, t) -> str:
         """The numpy type of an IR type (of its lanes for a vector), as a module constant."""
-        return self.const((t.elem if isinstance(t, VecType) else t).np.type)
+        t = t.elem if isinstance(t, VecType) else t
+        return self.const(t.np.type, f"_kd_{t.name}")
 
     def render(self) -> Rendering:
         k = self.k
