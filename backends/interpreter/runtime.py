@@ -114,11 +114,11 @@ def _flat(t: Tensor) -> np.ndarray:
 
 def interpret_launch(kernel, grid, block, args, rt: Runtime):
     """`kernel[grid, block](*args)` meant for runtime `rt`, run on the interpreter at rt's plane
-    size: host tensors (cpu) are used in place; tensors of a device runtime are copied to the
-    host, and those the kernel writes copied back after the launch."""
+    size: host tensors (cpu) are used in place; the buffers of a device runtime's tensors are
+    copied to the host, and those the kernel changed copied back after the launch."""
     interp = get_runtime("interpreter", plane_dim=rt.plane_dim) if rt.plane_dim != DEFAULT_PLANE_DIM \
         else get_runtime("interpreter")
-    copies: dict = {}  # id(device buffer) -> (buffer, host buffer)
+    copies: dict = {}  # id(device buffer) -> (its runtime, the buffer, its host copy, its bytes before)
     moved = []
     for a in args:
         if not isinstance(a, Tensor):
@@ -128,15 +128,17 @@ def interpret_launch(kernel, grid, block, args, rt: Runtime):
         if not isinstance(buf.raw, np.ndarray):  # device memory: a host copy of the whole buffer
             if id(buf) not in copies:
                 a.runtime.synchronize()
+                before = np.array(a.runtime._download(buf, 0, buf.nbytes).view(np.uint8))
                 host = interp.allocate(buf.nbytes)
-                host.raw[:buf.nbytes] = a.runtime._download(buf, 0, buf.nbytes).view(np.uint8)
-                copies[id(buf)] = (a.runtime, buf, host)
+                host.raw[:buf.nbytes] = before
+                copies[id(buf)] = (a.runtime, buf, host, before)
             buf = copies[id(buf)][2]
         moved.append(Tensor(interp, buf, a.shape, a.dtype, a.strides, a.offset))
     kernel.launch(grid, block, *moved, runtime=interp)
-    for owner, device, host in copies.values():
-        if not device.readonly:
-            owner._upload(device, 0, host.raw[:device.nbytes])
+    for owner, device, host, before in copies.values():
+        after = host.raw[:device.nbytes]
+        if not np.array_equal(after, before):  # only buffers the kernel wrote go back
+            owner._upload(device, 0, after)
 
 
 def available() -> bool:
