@@ -364,3 +364,18 @@ def test_the_matrix_shows_the_interpreter_for_tests_that_opt_in(pytester, monkey
     result.stdout.fnmatch_lines(["*test_opted_in?interpreter? PASSED*"])
     assert "test_not_opted_in[interpreter]" not in result.stdout.str()
     result.stdout.fnmatch_lines(["feature*cpu*cpu-p8*interpreter*", "opt*pass*pass*pass*"])
+
+
+@kd.kernel
+def through_a_plane_op(out: kd.Tensor[kd.f32]):
+    t = kd.unit_pos_x()
+    buf = kd.shared(kd.f32, 4)
+    buf[t] = 1.0 * t
+    s = kd.plane_sum(1.0)                # a plane operation is no barrier for shared memory
+    out[t] = buf[(t + 3) % 4] + s
+
+
+def test_plane_operations_do_not_order_shared_memory():
+    rt = kd.runtime("interpreter", plane_dim=4)
+    with pytest.raises(SharedMemoryRaceError, match=r"buf\[3\]: unit 3 .* wrote it .* unit 0 .* read it"):
+        through_a_plane_op[1, 4](rt.zeros(4))

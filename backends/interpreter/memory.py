@@ -47,6 +47,18 @@ class LaunchState:
         return f"unit {unit} (unit_pos {pos}) of cube {self.cube}"
 
 
+def out_of_bounds(st: LaunchState, what: str, shape: tuple, off: int, line: int, size: str) -> OutOfBoundsError:
+    """The error of an access at element offset `off` outside `what` (of `shape`): per axis where
+    the front end encoded the failing axis and index in the offset (errors.decode_axis_offset)."""
+    where = f" at {st.where(line)} ({st.describe_unit(st.unit)})"
+    axis_index = decode_axis_offset(off)
+    if axis_index is not None:
+        axis, index = axis_index
+        return OutOfBoundsError(f"{st.name}: index {index} is out of bounds for axis {axis} of {what}, whose "
+                                f"extent is {shape[axis]} (shape {shape}){where}")
+    return OutOfBoundsError(f"{st.name}: index {off} is out of bounds for {what} (shape {shape}, {size}){where}")
+
+
 class TensorAccess:
     """A tensor parameter: its reachable elements as a flat numpy array from the tensor's base,
     read and written at element offsets (the IR's), each checked."""
@@ -72,15 +84,8 @@ class TensorAccess:
         return off
 
     def _fail(self, off: int, line: int):
-        st = self.state
-        where = f" at {st.where(line)} ({st.describe_unit(st.unit)})"
-        axis_index = decode_axis_offset(off)
-        if axis_index is not None:
-            axis, index = axis_index
-            raise OutOfBoundsError(f"{st.name}: index {index} is out of bounds for axis {axis} of tensor "
-                                   f"'{self.name}', whose extent is {self.shape[axis]} (shape {self.shape}){where}")
-        raise OutOfBoundsError(f"{st.name}: index {off} is out of bounds for tensor '{self.name}' "
-                               f"(shape {self.shape}, {self.extent} elements reachable){where}")
+        raise out_of_bounds(self.state, f"tensor '{self.name}'", self.shape, off, line,
+                            f"{self.extent} elements reachable")
 
     def load(self, off):
         return self.flat[self._check(off, 1)]
@@ -172,15 +177,8 @@ class SharedArray:
         off = int(off)
         if 0 <= off < len(self.data):
             return off
-        st = self.state
-        where = f" at {st.where(line)} ({st.describe_unit(st.unit)})"
-        axis_index = decode_axis_offset(off)
-        if axis_index is not None:
-            axis, index = axis_index
-            raise OutOfBoundsError(f"{st.name}: index {index} is out of bounds for axis {axis} of shared array "
-                                   f"'{self.name}', whose extent is {self.shape[axis]} (shape {self.shape}){where}")
-        raise OutOfBoundsError(f"{st.name}: index {off} is out of bounds for shared array '{self.name}' "
-                               f"({len(self.data)} elements){where}")
+        raise out_of_bounds(self.state, f"shared array '{self.name}'", self.shape, off, line,
+                            f"{len(self.data)} elements")
 
     def _label(self, slot: int) -> str:
         if len(self.shape) == 1:
