@@ -7,6 +7,7 @@ traceback through a kernel, and pdb inside one, show the kernel's file and lines
 from __future__ import annotations
 
 import ast
+import linecache
 import types
 
 import numpy as np
@@ -20,9 +21,20 @@ def compile_rendering(rendering: Rendering, filename: str) -> types.CodeType:
     lines = rendering.lines
     for node in ast.walk(tree):
         if "lineno" in node._attributes and getattr(node, "lineno", None) is not None:
-            node.lineno = node.end_lineno = lines[node.lineno - 1]
-            node.col_offset, node.end_col_offset = 0, 0  # columns of generated text mean nothing there
+            line = lines[node.lineno - 1]
+            node.lineno = node.end_lineno = line
+            # columns of the generated text mean nothing in the user's line: every node spans the
+            # whole statement there (tracebacks then print the line without carets)
+            node.col_offset, node.end_col_offset = _statement_columns(filename, line)
     return compile(tree, filename, "exec")
+
+
+def _statement_columns(filename: str, line: int) -> tuple:
+    """(first, end) columns (UTF-8 bytes, as ast counts) of the text of `line` in `filename`; (0, 0)
+    where it cannot be read."""
+    text = linecache.getline(filename, line).rstrip().encode()
+    body = text.lstrip()
+    return (len(text) - len(body), len(text)) if body else (0, 0)
 
 
 def unit_function(rendering: Rendering, filename: str) -> types.FunctionType:
