@@ -8,7 +8,6 @@ runtime are its own (mixing them with another runtime's is an error, as for any 
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -24,14 +23,6 @@ from .capabilities import DEFAULT_PLANE_DIM, capabilities
 from .memory import LaunchState, TensorAccess
 from .numerics import KernelHelpers
 from .scheduler import CubeRunner
-
-ENV_VAR = "KERNELDSL_INTERPRET"
-
-
-def interpret_all() -> bool:
-    """Whether $KERNELDSL_INTERPRET asks for every launch to run on the interpreter."""
-    return os.environ.get(ENV_VAR, "0").strip().lower() not in ("", "0", "false", "no")
-
 
 class InterpretedKernel:
     """A rendered and compiled kernel: its IR, the unit generator and its split statements."""
