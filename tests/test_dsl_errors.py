@@ -155,8 +155,8 @@ def test_inputs_are_not_modified(runtime, rng):
 
 def test_kernel_print(runtime, capfd):
     if runtime.capabilities.backend not in ("cpu", "interpreter"):
-        pytest.skip("captured printf output is checked on the cpu runtime (GPU printf goes to the driver's "
-                    "stdout buffer, flushed at synchronisation)")
+        pytest.skip("captured printf output is checked on the cpu and interpreter runtimes (GPU printf goes to the "
+                    "driver's stdout buffer, flushed at synchronisation)")
 
     @kd.kernel
     def hello(x: kd.Tensor[kd.f32]):
