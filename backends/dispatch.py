@@ -31,6 +31,7 @@ STATEMENTS = {
     ir.FragConvert: "s_frag_convert",
     ir.SharedDecl: "s_declared",  # declared at the kernel's top from KernelIR.shared
     ir.FragDecl: "s_declared",  # declared at the kernel's top from KernelIR.frags
+    ir.Breakpoint: "s_breakpoint",  # only for interpreted runtimes (the front end drops it elsewhere)
     ir.AsyncCopy: "s_needs_async_copy",  # the front end lowers kd.async_copy to a plain copy where
     ir.AsyncCommit: "s_needs_async_copy",  # Capabilities.async_copy is off; CUDA overrides these
     ir.AsyncWait: "s_needs_async_copy",
@@ -77,6 +78,11 @@ class SharedHandlers:
 
     def s_declared(self, s):
         """Shared arrays and fragments are declared at the kernel's top (KernelIR.shared, .frags)."""
+
+    def s_breakpoint(self, s):
+        raise UnsupportedFeatureError(
+            f"{self.dialect} renderer: breakpoint() reaches a renderer only where Capabilities.interpreted is "
+            f"set (the front end drops it for compiled back ends)", s.loc)
 
     def s_needs_async_copy(self, s):
         raise UnsupportedFeatureError(

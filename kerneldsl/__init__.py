@@ -17,8 +17,8 @@ from .capabilities import Capabilities
 from .dlpack import from_dlpack
 from .dtypes import (ALL_DTYPES, DType, VecType, as_dtype, bf16, boolean, f16, f32, f64, i32, i64, u8, u32,
                      vec)
-from .errors import (CompileError, KernelError, LaunchError, OutOfBoundsError, OutOfMemoryError, SourceLoc,
-                     UnsupportedFeatureError)
+from .errors import (CompileError, DivergenceError, KernelError, LaunchError, OutOfBoundsError, OutOfMemoryError,
+                     SharedMemoryRaceError, SourceLoc, UninitializedSharedReadError, UnsupportedFeatureError)
 from .frontend import func
 from .kernel import Kernel, SpecializedKernel, TensorType, kernel
 from .lang import (  # the in-kernel builtins, by name so that type checkers see them
@@ -45,7 +45,8 @@ bool = boolean  # noqa: A001  (kd.bool, as DESIGN.md spells the dtype)
 __all__ = [  # the public API, spelled out for type checkers (tests/test_authoring_api.py checks it)
     # the host API
     "__version__", "autotune", "Capabilities", "CompileError", "KernelError", "LaunchError", "OutOfBoundsError",
-    "SourceLoc", "UnsupportedFeatureError", "DType", "VecType", "ALL_DTYPES", "as_dtype", "bf16", "bool",
+    "SourceLoc", "UnsupportedFeatureError", "SharedMemoryRaceError", "UninitializedSharedReadError",
+    "DivergenceError", "DType", "VecType", "ALL_DTYPES", "as_dtype", "bf16", "bool",
     "bool_", "boolean", "f16", "f32", "f64", "i32", "i64", "u8", "u32", "vec", "Kernel", "SpecializedKernel",
     "TensorType", "kernel", "func", "Runtime", "RuntimeStatus", "RuntimeUnavailable", "available_runtimes",
     "runtime_report", "get_runtime", "runtime", "tensor", "empty", "zeros", "from_dlpack", "cube_max",

@@ -41,6 +41,8 @@ class Capabilities:
     mma_shapes: tuple = ((16, 16, 16),)
     mma_native: bool = False  # tensor cores (vs an exact emulation)
     group_mma_native: bool = False  # kd.group_mma reads shared memory itself (wgmma), vs plane by plane
+    interpreted: bool = False  # kernels run as Python (the interpreter): breakpoint() reaches the IR and
+    #                            every access is checked per axis, always
     async_copy: bool = False  # hardware global->shared copies (cp.async) for kd.async_copy, vs a plain copy
     # What operators tune for (never the back end's name):
     compute_units: int = 0  # cubes that run at once at full speed: CPU threads, CUDA multiprocessors,

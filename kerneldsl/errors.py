@@ -54,6 +54,20 @@ class OutOfBoundsError(KernelError, IndexError):
     """A tensor access outside its extent, caught with KERNELDSL_BOUNDS_CHECK=1."""
 
 
+class SharedMemoryRaceError(KernelError):
+    """The interpreter saw two units touch one shared slot, one of them writing, with no
+    kd.sync_cube() between them: names both units and both lines."""
+
+
+class UninitializedSharedReadError(KernelError):
+    """The interpreter saw a unit read a shared slot no unit of its cube had written."""
+
+
+class DivergenceError(KernelError):
+    """The interpreter saw units of a cube (or plane) not all reach the same barrier or plane
+    operation (on a GPU: a hang or garbage)."""
+
+
 class OutOfMemoryError(KernelError, MemoryError):
     """An allocation the runtime could not satisfy even after freeing its pool's cache: names
     the shape and dtype asked for, the bytes, and what the pool held. The same error on

@@ -28,7 +28,8 @@ class _Spec:
         self.args = args  # list of (name, kind, payload): ('tensor', (dtype, ndim, inner_contig)) | ('scalar', dtype) | ('const', value)
         self.cube_dim = cube_dim
         self.plane_dim = plane_dim
-        self.bounds_check = bounds_check
+        # an interpreted runtime checks every access (per axis), always
+        self.bounds_check = bounds_check or getattr(caps, "interpreted", False)
         self.caps = caps
 
 
@@ -245,6 +246,8 @@ class Frontend(ExpressionLowering):
             # compile-time binding: shared arrays, fragments, dtypes, tuples, and
             # numbers assigned once (so `HALF = BLOCK // 2` stays a constant)
             self.scope[name] = value
+            if isinstance(value, SharedRef) and not self.shared[value.name].label:
+                self.shared[value.name].label = name  # messages name the array as the kernel does
             return
         e = self.to_expr(value, node)
         irname = self.local_name(name)
@@ -445,6 +448,9 @@ class Frontend(ExpressionLowering):
                 term = it if stride == 1 else self.binop("*", it, make_const(stride, i64), node)
                 off = term if off is None else self.binop("+", term, off, node)
                 stride *= dim
+            if self.spec.bounds_check and getattr(self.spec.caps, "interpreted", False):
+                loc = self.loc(node)
+                off = self.axis_checked(items, [make_const(d, i64, loc) for d in shape], off, node)
             return off
         if len(items) == 1 and ref.ndim != 1:
             return items[0]  # flat offset from the base (memory order)
@@ -459,17 +465,20 @@ class Frontend(ExpressionLowering):
                 term = self.binop("*", it, st, node)
             off = term if off is None else self.binop("+", off, term, node)
         if self.spec.bounds_check and ref.ndim > 1:
-            off = self.axis_checked(ref, items, off, node)
+            loc = self.loc(node)
+            extents = [ir.Cast(i64, a=ir.TensorDim(i32, tensor=ref.name, attr="shape", axis=axis, loc=loc), loc=loc)
+                       for axis in range(ref.ndim)]
+            off = self.axis_checked(items, extents, off, node)
         return off
 
-    def axis_checked(self, ref, items, off, node) -> ir.Expr:
-        """`off` when every index is within its axis (bounds-checked launches), else an
+    def axis_checked(self, items, extents, off, node) -> ir.Expr:
+        """`off` when every index is within its axis' extent (bounds-checked launches), else an
         offset the flat bounds check rejects that spells the failing axis and index (see
         `errors.decode_axis_offset`): a[0, 5] of a (4, 3) tensor fails, not reads a[1, 2]."""
         loc = self.loc(node)
         result = off
-        for axis in reversed(range(ref.ndim)):
-            extent = ir.Cast(i64, a=ir.TensorDim(i32, tensor=ref.name, attr="shape", axis=axis, loc=loc), loc=loc)
+        for axis in reversed(range(len(items))):
+            extent = extents[axis]
             it = items[axis]
             ok = ir.Logic(boolean, op="and", a=ir.Cmp(boolean, op=">=", a=it, b=make_const(0, i64, loc), loc=loc),
                           b=ir.Cmp(boolean, op="<", a=it, b=extent, loc=loc), loc=loc)

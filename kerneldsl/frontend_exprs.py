@@ -438,6 +438,12 @@ class ExpressionLowering:
             return self.inline(fn, args, kwargs, node)
         if fn is range:
             raise self.error(node, "range() is only allowed as a for-loop iterator")
+        if fn is builtins.breakpoint:
+            if args or kwargs:
+                raise self.error(node, "breakpoint() in a kernel takes no arguments")
+            if getattr(self.spec.caps, "interpreted", False):  # pdb stops here on the interpreter;
+                self.emit(ir.Breakpoint(loc=self.loc(node)))  # compiled back ends ignore it
+            return None
         py = {builtins.min: "min", builtins.max: "max", builtins.abs: "abs", builtins.len: "len",
               builtins.float: "float", builtins.int: "int", builtins.bool: "bool", builtins.print: "print"}
         if fn in py:

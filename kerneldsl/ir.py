@@ -180,6 +180,8 @@ class SharedDecl(Stmt):
     name: str = ""
     dtype: DType = None
     size: int = 0
+    shape: tuple = ()  # the shape kd.shared was given (size is its product)
+    label: str = ""  # the kernel's name for the array (its first assignment), for messages
 
 
 @dataclass(eq=False)
@@ -227,6 +229,12 @@ class Continue(Stmt):
 @dataclass(eq=False)
 class Return(Stmt):
     """Ends the unit's execution of the kernel."""
+
+
+@dataclass(eq=False)
+class Breakpoint(Stmt):
+    """`breakpoint()` in a kernel body: reaches the IR only for runtimes whose Capabilities are
+    `interpreted` (pdb stops there); the front end drops it for compiled back ends."""
 
 
 @dataclass(eq=False)

@@ -49,6 +49,11 @@ def bounds_check_enabled() -> bool:
     return os.environ.get("KERNELDSL_BOUNDS_CHECK", "0") not in ("", "0", "false", "no")
 
 
+def interpret_enabled() -> bool:
+    """$KERNELDSL_INTERPRET: every launch runs on the interpreter runtime (docs/debugging.md)."""
+    return os.environ.get("KERNELDSL_INTERPRET", "0") not in ("", "0", "false", "no")
+
+
 @dataclass(frozen=True)
 class TensorType:
     """A tensor argument described by what a specialisation depends on, for
@@ -338,6 +343,9 @@ class Kernel:
 
     def launch(self, grid, block, *args, runtime=None):
         rt = self._pick_runtime(args, runtime)
+        if rt.kind != "interpreter" and interpret_enabled():
+            from .backends.interpreter.runtime import interpret_launch  # every launch through the interpreter
+            return interpret_launch(self, grid, block, args, rt)
         grid, block = launch_checks.launch_shape(self.__name__, grid, block, rt)
         spec_args, key = self._check_args(args, rt)
         bounds = bounds_check_enabled()

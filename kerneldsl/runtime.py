@@ -1,4 +1,4 @@
-"""Runtimes: where tensors live and kernels run ("cpu", "opencl[:N]", "cuda[:N]").
+"""Runtimes: where tensors live and kernels run ("cpu", "opencl[:N]", "cuda[:N]", "interpreter").
 
 `Runtime` holds what every back end shares (tensor creation, host transfers,
 the memory pool, and the kernel load pipeline: caches, render, dump, compile, wrap);
@@ -30,6 +30,7 @@ BACKENDS = {
     "cpu": "kerneldsl.backends.cpu.runtime",
     "opencl": "kerneldsl.backends.opencl.runtime",
     "cuda": "kerneldsl.backends.cuda.runtime",
+    "interpreter": "kerneldsl.backends.interpreter.runtime",  # Python over numpy, for debugging
 }
 _RUNTIMES: dict = {}
 _LOCK = threading.RLock()

@@ -8,7 +8,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl.errors import CompileError, OutOfBoundsError
 
-pytestmark = pytest.mark.feature("async_copy")
+pytestmark = [pytest.mark.feature("async_copy"), pytest.mark.interpreter]
 
 DTYPES = ["f32", "f16", "bf16", "i32"]
 

@@ -5,7 +5,7 @@ import pytest
 
 import kerneldsl as kd
 
-pytestmark = pytest.mark.feature("atomics")
+pytestmark = [pytest.mark.feature("atomics"), pytest.mark.interpreter]
 
 
 @kd.kernel

@@ -5,7 +5,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl.errors import CompileError
 
-pytestmark = pytest.mark.feature("control flow")
+pytestmark = [pytest.mark.feature("control flow"), pytest.mark.interpreter]
 
 
 @kd.kernel

@@ -8,7 +8,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl.errors import CompileError
 
-pytestmark = pytest.mark.feature("fragment elements")
+pytestmark = [pytest.mark.feature("fragment elements"), pytest.mark.interpreter]
 
 DTYPES = ["f16", "bf16"]
 

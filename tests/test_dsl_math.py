@@ -6,7 +6,7 @@ import pytest
 
 import kerneldsl as kd
 
-pytestmark = pytest.mark.feature("math")
+pytestmark = [pytest.mark.feature("math"), pytest.mark.interpreter]
 
 UNARY = {
     "exp": (kd.exp, np.exp, (-90, 90)),

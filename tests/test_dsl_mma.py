@@ -5,7 +5,7 @@ import pytest
 
 import kerneldsl as kd
 
-pytestmark = pytest.mark.feature("mma")
+pytestmark = [pytest.mark.feature("mma"), pytest.mark.interpreter]
 
 
 @kd.kernel

@@ -6,7 +6,7 @@ import pytest
 import kerneldsl as kd
 from reference import planes as ref
 
-pytestmark = pytest.mark.feature("plane ops")
+pytestmark = [pytest.mark.feature("plane ops"), pytest.mark.interpreter]
 
 CUBES = [1, 7, 32, 64, 100]
 

@@ -4,7 +4,7 @@ import pytest
 
 import kerneldsl as kd
 
-pytestmark = pytest.mark.feature("positions")
+pytestmark = [pytest.mark.feature("positions"), pytest.mark.interpreter]
 
 
 @kd.kernel

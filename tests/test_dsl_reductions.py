@@ -5,7 +5,7 @@ import pytest
 
 import kerneldsl as kd
 
-pytestmark = pytest.mark.feature("cube reductions")
+pytestmark = [pytest.mark.feature("cube reductions"), pytest.mark.interpreter]
 
 
 @kd.kernel

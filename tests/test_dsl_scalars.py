@@ -5,7 +5,7 @@ import pytest
 import kerneldsl as kd
 from conftest import tol
 
-pytestmark = pytest.mark.feature("scalars+casts")
+pytestmark = [pytest.mark.feature("scalars+casts"), pytest.mark.interpreter]
 
 FLOATS = ["f32", "f16", "bf16", "f64"]
 INTS = ["i32", "u32", "i64", "u8"]

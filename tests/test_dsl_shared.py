@@ -5,7 +5,7 @@ import pytest
 
 import kerneldsl as kd
 
-pytestmark = pytest.mark.feature("shared+sync_cube")
+pytestmark = [pytest.mark.feature("shared+sync_cube"), pytest.mark.interpreter]
 
 SIZES = [1, 7, 64, 1024]
 

@@ -4,7 +4,7 @@ import pytest
 
 import kerneldsl as kd
 
-pytestmark = pytest.mark.feature("vectors")
+pytestmark = [pytest.mark.feature("vectors"), pytest.mark.interpreter]
 
 
 @kd.kernel

@@ -8,6 +8,8 @@ import pytest
 
 import kerneldsl as kd
 
+pytestmark = pytest.mark.interpreter  # (the interpreter runs these too)
+
 
 @kd.kernel
 def mark_cubes(out: kd.Tensor[kd.i32, 3]):

@@ -204,7 +204,7 @@ def test_specialize_gives_source_and_binary_without_launching():
 
 
 def test_backends_are_one_table_of_lazily_imported_modules():
-    assert list(BACKENDS) == ["cpu", "opencl", "cuda"]
+    assert list(BACKENDS) == ["cpu", "opencl", "cuda", "interpreter"]
     assert all(path.startswith("kerneldsl.backends.") for path in BACKENDS.values())
-    with pytest.raises(ValueError, match="expected one of cpu, opencl, cuda"):
+    with pytest.raises(ValueError, match="expected one of cpu, opencl, cuda, interpreter"):
         kd.runtime("tpu")

@@ -2,7 +2,7 @@
 fails loudly naming the renderer and the node.
 
 The node list is derived from kerneldsl/ir.py (every Stmt and Expr subclass defined there),
-so a node added to the IR without a handler in the CPU, OpenCL or CUDA renderer fails here.
+so a node added to the IR without a handler in the CPU, OpenCL, CUDA or interpreter renderer fails here.
 """
 import inspect
 
@@ -13,6 +13,7 @@ from kerneldsl.analysis import check_kernel
 from kerneldsl.backends.cuda.capabilities import for_arch
 from kerneldsl.backends.cpu.renderer import CpuRenderer
 from kerneldsl.backends.cuda.renderer import CudaRenderer
+from kerneldsl.backends.interpreter.renderer import InterpreterRenderer
 from kerneldsl.backends.opencl.renderer import NativePlaneRenderer, OpenCLRenderer
 from kerneldsl.capabilities import Capabilities
 from kerneldsl.dtypes import boolean, i32
@@ -34,6 +35,7 @@ RENDERERS = {
     "opencl": (OpenCLRenderer, ("STATEMENT_HANDLERS",), ("EXPRESSION_HANDLERS",)),
     "opencl-subgroups": (NativePlaneRenderer, ("STATEMENT_HANDLERS",), ("EXPRESSION_HANDLERS",)),
     "cuda": (CudaRenderer, ("STATEMENT_HANDLERS",), ("EXPRESSION_HANDLERS",)),
+    "interpreter": (InterpreterRenderer, ("STATEMENT_HANDLERS",), ("EXPRESSION_HANDLERS",)),
 }
 
 
@@ -101,7 +103,10 @@ def _kernel(body) -> ir.KernelIR:
 def test_a_node_without_handler_fails_naming_renderer_and_node(renderer):
     cls = RENDERERS[renderer][0]
     k = _kernel([ir.Assign(name="v", value=ir.Const(i32, 1))])
-    r = CpuRenderer(k, check_kernel(k), _caps(cls)) if cls is CpuRenderer else cls(k, _caps(cls))
+    if cls is InterpreterRenderer:
+        r = cls(k)
+    else:
+        r = CpuRenderer(k, check_kernel(k), _caps(cls)) if cls is CpuRenderer else cls(k, _caps(cls))
     name = "cpu" if cls is CpuRenderer else r.dialect
     with pytest.raises(NotImplementedError, match=f"{name} renderer has no handler for IR node Unknown"):
         r.stmt(Unknown())
@@ -137,3 +142,11 @@ def test_native_plane_operations_order_memory(cls, primitives, fence):
     at = [i for i, line in enumerate(lines) if fence in line]
     assert len(at) == 1, "one fence: after the sum, none after elect (no memory, no exchange)"
     assert any("kd_b" in line or "__reduce" in line or "kd_plane_reduce" in line for line in lines[:at[0]])
+
+
+@pytest.mark.parametrize("cls", [OpenCLRenderer, CudaRenderer])
+def test_breakpoint_reaches_only_the_interpreter(cls):
+    """The front end emits Breakpoint only for interpreted runtimes; a compiled renderer says so."""
+    k = _kernel([ir.Breakpoint()])
+    with pytest.raises(UnsupportedFeatureError, match="breakpoint.*Capabilities.interpreted"):
+        cls(k, _caps(cls)).render()

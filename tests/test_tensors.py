@@ -5,7 +5,7 @@ import pytest
 
 import kerneldsl as kd
 
-pytestmark = pytest.mark.feature("tensors")
+pytestmark = [pytest.mark.feature("tensors"), pytest.mark.interpreter]
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16", "bf16", "f64", "i32", "u32", "i64", "u8", "bool"])

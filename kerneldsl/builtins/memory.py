@@ -23,7 +23,7 @@ def shared(fe, node, dtype, size):
         raise fe.error(node, f"shared memory of {used + total * dtype.itemsize} bytes exceeds the device's "
                              f"{limit} bytes per cube")
     name = fe.fresh("sh")
-    fe.shared[name] = ir.SharedDecl(name=name, dtype=dtype, size=total, loc=fe.loc(node))
+    fe.shared[name] = ir.SharedDecl(name=name, dtype=dtype, size=total, shape=shape, loc=fe.loc(node))
     return SharedRef(name, dtype, shape)
 
 

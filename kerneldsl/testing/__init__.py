@@ -2,7 +2,8 @@
 
 - the pytest plugin (enabled by installing rudnn): a `runtime` fixture over every available
   runtime, narrowed by $KERNELDSL_RUNTIMES, and the feature x runtime matrix after the run;
-- `feature(name)`: the marker naming a test's row in that matrix;
+- `feature(name)`: the marker naming a test's row in that matrix; `interpreted`: the marker that
+  runs a test on the interpreter runtime too (slow, so tests opt in);
 - `assert_runtimes_agree(kernel, grid, block, *args)`: one launch on every runtime, outputs
   compared; `assert_close(actual, expected)`: dtype-aware tolerances, NaN/inf matched exactly.
 
@@ -22,6 +23,16 @@ def feature(name: str):
         raise ValueError(f"kd.testing.feature needs a non-empty name, got {name!r}")
     import pytest
     return pytest.mark.feature(name)
+
+
+def __getattr__(name: str):
+    """`kd.testing.interpreted`: the marker that runs a test (or, as `pytestmark`, a module) on the
+    interpreter runtime too (slow: tests opt in). Made on first use: importing kd.testing does
+    not import pytest."""
+    if name == "interpreted":
+        import pytest
+        return pytest.mark.interpreter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["RuntimeChoice", "RuntimeSelectionError", "TOLERANCES", "assert_close", "assert_runtimes_agree",

@@ -13,6 +13,11 @@ ENV_VAR = "KERNELDSL_RUNTIMES"
 CPU_VARIANTS = (("cpu", {}), ("cpu-p8", {"plane_dim": 8}))
 
 
+# runtimes too slow for every test: a test (or module) opts in with the `interpreter` marker
+# (`kd.testing.interpreted`); assert_runtimes_agree includes them only when named
+OPT_IN = ("interpreter",)
+
+
 class RuntimeSelectionError(ValueError):
     """`$KERNELDSL_RUNTIMES` names a runtime this machine does not have (never a silent skip)."""
 
@@ -26,6 +31,11 @@ class RuntimeChoice:
     name: str
     options: dict = field(default_factory=dict, hash=False, compare=False)
     opened: object = field(default=None, hash=False, compare=False, repr=False)  # a runtime object given
+
+    @property
+    def opt_in(self) -> bool:
+        """Whether only tests that opt in run on this runtime (the interpreter: slow)."""
+        return self.name in OPT_IN
 
     def open(self):
         """The runtime object, `kd.runtime(name, **options)` (one per choice, reused)."""
@@ -50,14 +60,15 @@ def _normalise(entry: str) -> str:
     return entry[:-2] if entry.endswith(":0") else entry
 
 
-def runtime_choices(wanted: str | None = None, available: list | None = None) -> list:
+def runtime_choices(wanted: str | None = None, available: list | None = None, opt_in: bool = False) -> list:
     """The runtimes to test on, in order (the first is the reference of `assert_runtimes_agree`).
 
     `wanted` is a comma-separated list as in `$KERNELDSL_RUNTIMES` (read from the environment
     when None; empty means every available runtime). An entry that is a runtime name ("cpu",
     "opencl:1") selects every variant of it; an entry that is a test id ("cpu-p8") selects that
     variant only. An entry this machine lacks raises RuntimeSelectionError, naming what it has.
-    `available` defaults to `kd.available_runtimes()`."""
+    `available` defaults to `kd.available_runtimes()`. Opt-in runtimes (OPT_IN: the interpreter)
+    are left out unless `wanted` names them or `opt_in` is set."""
     if available is None:
         import kerneldsl as kd
         available = kd.available_runtimes()
@@ -66,7 +77,7 @@ def runtime_choices(wanted: str | None = None, available: list | None = None) ->
         wanted = os.environ.get(ENV_VAR, "")
     entries = [_normalise(w) for w in wanted.split(",") if w.strip()]
     if not entries:
-        return every
+        return [c for c in every if opt_in or not c.opt_in]
     picked, missing = [], []
     for entry in entries:
         match = [c for c in every if c.name == entry] or [c for c in every if c.id == entry]

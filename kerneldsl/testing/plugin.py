@@ -19,6 +19,8 @@ REASONLESS = ("", "Skipped", "unconditional skip")  # pytest's words for a skip 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "feature(name): the DSL feature or operator a test covers "
                                        "(its row in the feature x runtime matrix)")
+    config.addinivalue_line("markers", "interpreter: also run this test on the interpreter runtime (slow, so "
+                                       "tests opt in; kd.testing.interpreted)")
     config.stash[_MATRIX] = FeatureMatrix()
     if os.environ.get(ENV_VAR, "").strip():
         _choices(config)  # a runtime asked for and missing stops the run before any test
@@ -27,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _choices(config: pytest.Config) -> list:
     if _CHOICES not in config.stash:
         try:
-            config.stash[_CHOICES] = runtime_choices()
+            config.stash[_CHOICES] = runtime_choices(opt_in=True)
         except RuntimeSelectionError as e:
             raise pytest.UsageError(str(e)) from None
     return config.stash[_CHOICES]
@@ -46,9 +48,11 @@ def _parametrized_by_test(metafunc: pytest.Metafunc) -> bool:
 @pytest.hookimpl(tryfirst=True)  # the runtime leads the test id: test_x[cpu-...], as -k selections expect
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Every test that takes `runtime` (directly or through its fixtures) runs once per runtime
-    choice, with the choice's id ("cpu", "cpu-p8", "opencl:1", "cuda") in the test id."""
+    choice, with the choice's id ("cpu", "cpu-p8", "opencl:1", "cuda") in the test id. Opt-in runtimes
+    (the interpreter) only for tests marked `interpreter`."""
     if "runtime" in metafunc.fixturenames and not _parametrized_by_test(metafunc):
-        choices = _choices(metafunc.config)
+        opted = metafunc.definition.get_closest_marker("interpreter") is not None
+        choices = [c for c in _choices(metafunc.config) if opted or not c.opt_in]
         metafunc.parametrize("runtime", choices, ids=[c.id for c in choices], indirect=True)
 
 
