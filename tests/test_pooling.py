@@ -120,6 +120,27 @@ def test_max_pool_matches_torch(runtime, rng, torch, dtype):
         close(f32(dx), ref.max_backward(planes(x).shape, planes(g), planes(idx.numpy())).reshape(x.shape), dtype)
 
 
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("outs", [2, 3])
+def test_units_taking_several_outputs_match_torch(runtime, rng, torch, monkeypatch, outs):
+    """The unrolled-taps forward kernel with a unit taking `outs` neighbouring outputs of a row
+    (what GPUs run, tuning.outputs_per_unit), forced on this runtime: rows that end inside a
+    unit's group, padding at both edges, ties, a NaN, max with indices and avg."""
+    import rudnn.pooling as pooling
+    monkeypatch.setattr(pooling, "outputs_per_unit", lambda caps, width: outs)
+    x = rng.standard_normal((2, 3, 9, 23)).astype(np.float32)
+    x[0, 1, 4, 7] = x[0, 1, 4, 8]
+    x[1, 2, 3, 10] = np.nan
+    tx, xt = runtime.tensor(x), torch.from_numpy(x)
+    out, idx = P.max_pool2d_with_indices(tx, 3, 2, 1)
+    want, widx = torch.nn.functional.max_pool2d(xt, 3, 2, 1, return_indices=True)
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+    np.testing.assert_array_equal(idx.numpy(), widx.numpy())
+    avg = P.avg_pool2d(tx, (3, 2), (1, 2), (1, 1), count_include_pad=False)
+    close(avg.numpy(), torch.nn.functional.avg_pool2d(xt, (3, 2), (1, 2), (1, 1), count_include_pad=False).numpy(),
+          "f32")
+
+
 @pytest.mark.feature("pooling: nan")
 def test_max_pool_nan_wins_with_the_last_nan_index(runtime, torch):
     x = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) % 13

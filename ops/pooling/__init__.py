@@ -19,7 +19,7 @@ from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_taps
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import plane_mean
-from .tuning import element_plan, reduction_plan, unrolled_taps, vector_lanes
+from .tuning import element_plan, outputs_per_unit, reduction_plan, unrolled_taps, vector_lanes
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -109,11 +109,13 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
             return out, idx
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
     rows, width = total // p.axes[2].out, p.axes[2].out
-    plan = element_plan(rows, width)
     if unrolled_taps(p):
+        outs = outputs_per_unit(rt.capabilities, width)
+        plan = element_plan(rows, -(-width // outs))
         pool_forward_taps[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_unrolled_geometry(p),
-                                                 maximum, p.dims, p.count_include_pad, indices)
+                                                 maximum, p.dims, p.count_include_pad, indices, outs)
         return out, idx
+    plan = element_plan(rows, width)
     pool_forward[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p), maximum,
                                         p.adaptive, p.wide, p.dims, p.count_include_pad, indices)
     return out, idx
