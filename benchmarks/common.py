@@ -45,13 +45,23 @@ def table(rows, headers):
     return "\n".join(out)
 
 
+def queued_timing() -> bool:
+    """Whether $BENCH_TIMING asks every benchmark for device time alone ("queued"; see
+    queued_device_time) instead of events around each call (the default)."""
+    import os
+    return os.environ.get("BENCH_TIMING", "") == "queued"
+
+
 def median_device_time(rt, fn, reps: int) -> float:
     """Median seconds of `fn()` on a runtime, timed with its events where it has them
-    (CUDA), else by wall clock with a synchronise; one warm-up run first."""
+    (CUDA), else by wall clock with a synchronise; one warm-up run first. With
+    BENCH_TIMING=queued and events: device time alone (queued_device_time)."""
     import statistics
+    if queued_timing() and hasattr(rt, "elapsed_ms"):
+        return queued_device_time(rt, fn, reps)
     fn()
     rt.synchronize()
-    if not hasattr(rt, "record_event"):
+    if not hasattr(rt, "elapsed_ms"):
         return best_time(lambda: (fn(), rt.synchronize()), reps)
     times = []
     for _ in range(reps):
@@ -63,8 +73,11 @@ def median_device_time(rt, fn, reps: int) -> float:
 
 
 def median_torch_cuda_time(torch, fn, reps: int) -> float:
-    """Median seconds of `fn()` on torch's current CUDA stream, timed with CUDA events."""
+    """Median seconds of `fn()` on torch's current CUDA stream, timed with CUDA events
+    (BENCH_TIMING=queued: device time alone, queued_torch_cuda_time)."""
     import statistics
+    if queued_timing():
+        return queued_torch_cuda_time(torch, fn, reps)
     fn()
     torch.cuda.synchronize()
     times = []
@@ -79,9 +92,9 @@ def median_torch_cuda_time(torch, fn, reps: int) -> float:
 
 
 # ------------------------------------------------------------------ device time without the host
-# median_device_time brackets one call with events, so when the host takes longer to issue a
-# call than the device takes to run it (small kernels: rudnn's Python, torch's dispatcher) the
-# time measured is the host's. The functions below queue `calls` calls behind a spin kernel
+# median_device_time brackets one call with events: the host's work before the launch (rudnn's
+# validation and planning, torch's dispatcher, a Triton launcher) runs after the start event,
+# with the device idle, so it is counted; for small kernels it is most of the time measured. The functions below queue `calls` calls behind a spin kernel
 # that keeps the device busy until the host has issued them all; the events then see the
 # kernels back to back: device time alone, the figure kernel targets are about.
 _SPIN = None
