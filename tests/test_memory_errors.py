@@ -49,27 +49,32 @@ def test_pool_frees_its_cache_and_retries_once(runtime):
     real = pool._alloc
     pool._alloc = failing = _FailingOnce(real, pool)
     try:
-        t = runtime.empty(1 << 20, "u8")  # a new size: the first try fails, the retry succeeds
+        # too big for the cached small segment: the first try fails, the retry succeeds
+        t = runtime.empty(16 << 20, "u8")
     finally:
         pool._alloc = real
     assert failing.calls == 2 and pool.cached_bytes == 0
-    assert t.nbytes == 1 << 20
+    assert t.nbytes == 16 << 20
+    assert runtime.memory_stats()["num_alloc_retries"] >= 1
 
 
 def test_second_failure_names_what_the_pool_held(runtime):
     pool = runtime.pool
     pool.clear()
     held = runtime.empty(1 << 16, "u8")
-    del held
+    del held  # its 2 MiB segment of the small pool is now cached
+    assert pool.cached_bytes == 2 << 20
     real = pool._alloc
 
     def refuse(nbytes):
         raise MemoryError("simulated")
     pool._alloc = refuse
     try:
-        with pytest.raises(kd.OutOfMemoryError, match=r"pool held 64\.0 KiB of cached buffers, freed before one "
-                                                      r"retry"):
+        with pytest.raises(kd.OutOfMemoryError, match=r"3145728 bytes \(3\.0 MiB\) for a tensor of shape \(3, 262144\) "
+                           r"f32: .*pool held 2\.0 MiB of cached buffers, freed before one retry, and 0 B in live "
+                           r"tensors \(2\.0 MiB reserved"):
             runtime.empty((3, 1 << 18), "f32")
+        assert runtime.memory_stats()["num_ooms"] >= 1
     finally:
         pool._alloc = real
     assert runtime.empty(8).numpy().shape == (8,)

@@ -1,7 +1,8 @@
 """The `cpu` runtime: host memory, a JIT per kernel, cubes spread over a thread pool.
 
-Memory is 64-byte aligned numpy byte arrays from the shared pool. Launches run
-synchronously (the queue is drained before `launch` returns), each worker calling
+Memory is 64-byte aligned numpy byte arrays, split into blocks by the caching allocator.
+Launches run synchronously (the queue is drained before `launch` returns), so a stream
+(`rt.stream()`) is an ordered queue executed on the calling thread; each worker calling
 the compiled `kd_main` for a range of cube ids through ctypes, which releases
 the GIL for the duration of the call; the main thread waits interruptibly, so
 Ctrl-C stops a launch at its next cube boundary (launcher.py).
@@ -108,6 +109,11 @@ class CpuRuntime(Runtime):
 
     def _raw_free(self, raw):
         pass
+
+    def _allocator_options(self) -> dict:
+        # host memory is shared with everything else on the machine: keep at most 1 GiB of
+        # wholly free segments cached (the pool's limit before it split blocks)
+        return {"max_idle_bytes": 1 << 30}
 
     def _upload(self, buffer, byte_offset, host):
         buffer.raw[byte_offset:byte_offset + host.nbytes] = host.reshape(-1).view(np.uint8)
