@@ -9,6 +9,9 @@ def from_dlpack(obj, runtime=None):
     with `__dlpack__`). bf16 torch tensors are read through an int16 view, which DLPack's
     numpy importer accepts, and reinterpreted as ml_dtypes.bfloat16."""
     from .runtime import get_runtime
+    if not hasattr(obj, "__dlpack__") and hasattr(obj, "__cuda_array_interface__"):
+        from .interop import from_cuda_array_interface  # e.g. a numba device array
+        return from_cuda_array_interface(obj, runtime)
     device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
     if device != 1:
         rt = get_runtime(runtime or "cuda")

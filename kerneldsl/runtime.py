@@ -427,6 +427,16 @@ class Runtime:
     def dlpack_export(self, t, *args, **kwargs):
         raise BufferError(f"DLPack export is not available on the {self.name} runtime")
 
+    # ---------------------------------------------------------------- CUDA array interface
+    def cuda_array_interface(self, t) -> dict:
+        """`t.__cuda_array_interface__`: only CUDA tensors have one (AttributeError here, so
+        `hasattr` tells consumers to look for another protocol)."""
+        raise AttributeError(f"__cuda_array_interface__: a tensor of the {self.name} runtime is not in CUDA memory")
+
+    def from_cuda_array_interface(self, obj) -> Tensor:
+        raise BufferError(f"from_cuda_array_interface: the {self.name} runtime cannot view CUDA device memory; "
+                          f"use runtime='cuda'")
+
 
 def _compile_log():
     """The logger of compile events ("kerneldsl.compile", a child of "kerneldsl")."""

@@ -161,9 +161,12 @@ class CpuRuntime(Runtime):
     def dlpack_device(self, t):
         return (1, 0)  # kDLCPU
 
-    def dlpack_export(self, t, *args, **kwargs):
+    def dlpack_export(self, t, *args, stream=None, **kwargs):
         """numpy's DLPack capsule of `host_view(t)`: the capsule holds that array, which
-        holds the buffer, until the consumer's tensor is gone."""
+        holds the buffer, until the consumer's tensor is gone. Work on the cpu is finished
+        when it returns, so the only streams a consumer may name are None and -1."""
+        if stream is not None and stream != -1:
+            raise BufferError(f"__dlpack__(stream={stream!r}) on a cpu tensor: the CPU has no streams, pass None")
         return self.host_view(t).__dlpack__(*args, **kwargs)
 
     # -------------------------------------------------------------- kernels
