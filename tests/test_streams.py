@@ -379,3 +379,17 @@ def test_from_dlpack_takes_interface_only_objects_through_it():
         kd.from_dlpack(obj, runtime="cpu")
     with pytest.raises(TypeError, match="no __cuda_array_interface__"):
         interop.read_cuda_array_interface(object())
+
+
+def test_streams_doc_runs(tmp_path):
+    """The Python blocks of docs/streams-and-memory.md run as written."""
+    import re
+    import runpy
+    from pathlib import Path
+    doc = Path(__file__).resolve().parent.parent / "docs" / "streams-and-memory.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    assert blocks
+    for i, block in enumerate(blocks):
+        script = tmp_path / f"block{i}.py"
+        script.write_text(block)
+        runpy.run_path(str(script))
