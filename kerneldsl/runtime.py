@@ -122,8 +122,18 @@ class Runtime:
     def _init_streams(self):
         self._stream_local = threading.local()  # .current: this thread's stream inside use_stream
         self._streams = weakref.WeakSet()  # every stream of this runtime (rt.synchronize waits for each)
+        self._by_handle = weakref.WeakValueDictionary()  # stream key -> the one Stream object of that stream
         self._default_stream = self._make_default_stream()
-        self._streams.add(self._default_stream)
+        self._register(self._default_stream)
+
+    def _register(self, s: Stream) -> Stream:
+        self._streams.add(s)
+        self._by_handle[self._stream_key(s.handle)] = s
+        return s
+
+    def _stream_key(self, handle):
+        """Hook: a hashable key naming the stream `handle` (equal for two wrappers of one stream)."""
+        return handle
 
     def _make_default_stream(self) -> Stream:
         """Hook: the stream work goes to outside any `use_stream` (default: a HostStream)."""
@@ -141,17 +151,17 @@ class Runtime:
     def stream(self) -> Stream:
         """A new stream of this runtime (a CUDA stream, an OpenCL in-order queue; on cpu an
         ordered queue executed on the calling thread)."""
-        s = self._new_stream()
-        self._streams.add(s)
-        return s
+        return self._register(self._new_stream())
 
     def external_stream(self, handle) -> Stream:
         """Wrap another library's stream: on CUDA a CUstream as an int (e.g.
         `torch.cuda.current_stream().cuda_stream`), on OpenCL a pyopencl CommandQueue on this
-        runtime's context and device. The library keeps owning it."""
-        s = self._wrap_stream(handle)
-        self._streams.add(s)
-        return s
+        runtime's context and device. The library keeps owning it. Wrapping the same stream
+        again (or one of this runtime's own) gives the same Stream object, so the allocator's
+        per-stream free lists see one stream."""
+        wrapped = self._wrap_stream(handle)  # (validates the handle)
+        existing = self._by_handle.get(self._stream_key(wrapped.handle))
+        return existing if existing is not None else self._register(wrapped)
 
     def default_stream(self) -> Stream:
         """The stream work goes to outside any `use_stream`."""

@@ -247,7 +247,8 @@ def test_external_streams(runtime, rng):
         import pyopencl as cl
         queue = cl.CommandQueue(runtime.ctx, runtime.device)
         s = runtime.external_stream(queue)
-        assert s.handle is queue
+        assert s.handle is queue and runtime.external_stream(queue) is s  # one Stream per queue
+        assert runtime.external_stream(runtime.queue) is runtime.default_stream()
         with pytest.raises(TypeError, match="CommandQueue"):
             runtime.external_stream(5)
         foreign_context = cl.Context([runtime.device])
@@ -256,8 +257,9 @@ def test_external_streams(runtime, rng):
             runtime.external_stream(foreign)
     else:
         own = runtime.stream()
-        s = runtime.external_stream(own.handle)
-        assert s.handle == own.handle and s.external
+        assert runtime.external_stream(own.handle) is own  # one Stream object per CUstream
+        s = runtime.external_stream(2)  # the per-thread default stream
+        assert s.handle == 2 and s.external and runtime.external_stream(2) is s
         with pytest.raises(TypeError, match="CUstream"):
             runtime.external_stream("0x1")
     data = rng.standard_normal(N).astype(np.float32)

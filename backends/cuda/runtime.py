@@ -235,7 +235,7 @@ class CudaRuntime(CudaPipeline, Runtime):
 
     def _stream_of_consumer(self, handle: int):
         """The stream a consumer names in the DLPack / CUDA array interface protocols."""
-        return self._wrap_stream(handle)
+        return self.external_stream(handle)
 
     # -------------------------------------------------------------- memory
     def _raw_view(self, raw, offset, nbytes):

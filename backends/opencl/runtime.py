@@ -217,6 +217,9 @@ class OpenCLRuntime(Runtime):
     def _new_stream(self):
         return OpenCLStream(self, self._cl.CommandQueue(self.ctx, self.device))
 
+    def _stream_key(self, handle):
+        return handle.int_ptr  # two pyopencl objects of one queue share it
+
     def _wrap_stream(self, handle):
         cl = self._cl
         if not isinstance(handle, cl.CommandQueue):
