@@ -11,7 +11,10 @@ The scheme follows PyTorch's CUDA caching allocator:
   "large" segments (20 MiB for requests under 10 MiB, else the request rounded up to 2 MiB);
 - a free block is found best-fit among the blocks cached for the *same stream and pool*
   and split when the rest is worth keeping (>= granule in the small pool, > 1 MiB in the
-  large pool); freed neighbours in a segment coalesce again;
+  large pool); freed neighbours in a segment coalesce again, lazily: when an allocation
+  finds no cached block that fits (before a new segment is asked for) and in
+  `empty_cache`, so a size freed and asked for again is reused without a split and a merge
+  each time (Python pays for every block object made);
 - nothing is returned to the driver unless `empty_cache()` is called, an allocation fails
   (then the cache is emptied and the allocation retried once), or an optional
   `max_idle_bytes` caps the fully free segments kept (the cpu runtime caps host memory).
@@ -43,9 +46,9 @@ SEGMENT_ROUND = 2 << 20  # large segments of LARGE_REQUEST and more are rounded 
 FREE, ALLOCATED, PENDING = 0, 1, 2  # block states (PENDING: freed, waiting for other streams)
 
 # statistics kept with current / peak / cumulative allocated / freed, per pool, as PyTorch names them
-STAT_NAMES = ("allocation", "segment", "active", "allocated_bytes", "reserved_bytes", "active_bytes",
-              "requested_bytes")
-POOLS = ("all", "small_pool", "large_pool")
+STAT_NAMES = ("allocation", "allocated_bytes", "requested_bytes", "active", "active_bytes", "segment",
+              "reserved_bytes")
+ALLOCATION, ALLOCATED_BYTES, REQUESTED_BYTES, ACTIVE, ACTIVE_BYTES, SEGMENT, RESERVED_BYTES = range(7)
 
 
 def human_bytes(n: int) -> str:
@@ -105,22 +108,68 @@ class Block:
         return self.prev is None and self.next is None
 
 
-class _Stat:
-    """current / peak / cumulative allocated and freed of one statistic in one pool."""
+class Counters:
+    """current / peak / cumulative increases / cumulative decreases of every statistic of one
+    pool ("all", "small_pool" or "large_pool"), indexed as STAT_NAMES. The allocation and
+    free paths are written out: they run on every tensor made and collected."""
 
-    __slots__ = ("current", "peak", "allocated", "freed")
+    __slots__ = ("current", "peak", "increased", "decreased")
 
     def __init__(self):
-        self.current = self.peak = self.allocated = self.freed = 0
+        n = len(STAT_NAMES)
+        self.current, self.peak, self.increased, self.decreased = [0] * n, [0] * n, [0] * n, [0] * n
 
-    def add(self, delta: int):
-        self.current += delta
+    def change(self, i: int, delta: int):
+        v = self.current[i] = self.current[i] + delta
         if delta > 0:
-            self.allocated += delta
-            if self.current > self.peak:
-                self.peak = self.current
+            self.increased[i] += delta
+            if v > self.peak[i]:
+                self.peak[i] = v
         else:
-            self.freed -= delta
+            self.decreased[i] -= delta
+
+    def allocated(self, size: int, requested: int):
+        """A block handed out (allocation, active and their bytes, requested bytes)."""
+        cur, peak, inc = self.current, self.peak, self.increased
+        cur[0] += 1
+        cur[1] += size
+        cur[2] += requested
+        cur[3] += 1
+        cur[4] += size
+        inc[0] += 1
+        inc[1] += size
+        inc[2] += requested
+        inc[3] += 1
+        inc[4] += size
+        if cur[1] > peak[1]:  # (allocated bytes peak first: the others rise with it)
+            peak[1] = cur[1]
+        if cur[0] > peak[0]:
+            peak[0] = cur[0]
+        if cur[2] > peak[2]:
+            peak[2] = cur[2]
+        if cur[3] > peak[3]:
+            peak[3] = cur[3]
+        if cur[4] > peak[4]:
+            peak[4] = cur[4]
+
+    def freed(self, size: int, requested: int, still_active: bool):
+        """A block given back (still active while held back for other streams)."""
+        cur, dec = self.current, self.decreased
+        cur[0] -= 1
+        cur[1] -= size
+        cur[2] -= requested
+        dec[0] += 1
+        dec[1] += size
+        dec[2] += requested
+        if not still_active:
+            self.settled(size)
+
+    def settled(self, size: int):
+        """A freed block no longer active (its streams' work is done)."""
+        self.current[3] -= 1
+        self.current[4] -= size
+        self.decreased[3] += 1
+        self.decreased[4] += size
 
 
 class CachingAllocator:
@@ -144,7 +193,9 @@ class CachingAllocator:
         self._segments: dict = {}  # id(segment) -> segment
         self._freed: deque = deque()  # (block, streams) freed but not yet taken back
         self._pending: list = []  # (block, events): freed, waiting for other streams' work
-        self._stats = {name: {pool: _Stat() for pool in POOLS} for name in STAT_NAMES}
+        self._all = Counters()
+        self._small, self._large = Counters(), Counters()
+        self._stats = {"all": self._all, "small_pool": self._small, "large_pool": self._large}
         self.num_alloc_retries = 0
         self.num_ooms = 0
         self.num_device_alloc = 0
@@ -169,7 +220,8 @@ class CachingAllocator:
     # ------------------------------------------------------------------ allocate / free
     def allocate(self, nbytes: int, stream) -> Block:
         """A block of at least `nbytes` for work on `stream`; raises AllocationFailed."""
-        size = self.round_size(nbytes)
+        g = self.granule
+        size = max(g, (nbytes + g - 1) & ~(g - 1))  # round_size, inlined (every tensor comes here)
         small = size <= SMALL_REQUEST
         with self._lock:
             if self._freed:
@@ -177,13 +229,15 @@ class CachingAllocator:
             if self._pending:
                 self._collect_pending(wait=False)
             block = self._take_free(stream, small, size)
+            if block is None and self._coalesce(stream, small):
+                block = self._take_free(stream, small, size)
             if block is None:
                 block = self._new_segment(size, stream, small, nbytes)
             self._split(block, size, small)
             block.state = ALLOCATED
             block.requested = nbytes
-            self._count(small, allocation=1, active=1, allocated_bytes=block.size, active_bytes=block.size,
-                        requested_bytes=nbytes)
+            self._all.allocated(block.size, nbytes)
+            (self._small if small else self._large).allocated(block.size, nbytes)
         return block
 
     def view(self, block: Block):
@@ -198,8 +252,14 @@ class CachingAllocator:
     def free(self, block: Block, streams=None):
         """Give `block` back; `streams`: other streams that used it (their queued work is
         waited for, through events, before the block is reused)."""
-        self._freed.append((block, streams))
-        self._try_drain()
+        if self._lock.acquire(blocking=False):
+            try:
+                self._freed.append((block, streams))
+                self._drain()
+            finally:
+                self._lock.release()
+        else:
+            self._freed.append((block, streams))
 
     def _try_drain(self):
         """Take freed blocks back now unless the lock is held (by another thread, or by this
@@ -214,14 +274,14 @@ class CachingAllocator:
         freed = self._freed
         while freed:
             block, streams = freed.popleft()
-            small = block.segment.small
-            self._count(small, allocation=-1, allocated_bytes=-block.size, requested_bytes=-block.requested)
-            others = [s for s in streams if s is not block.stream] if streams else ()
-            if others:
+            others = [s for s in streams if s is not block.stream] if streams else None
+            held = bool(others)
+            self._all.freed(block.size, block.requested, held)
+            (self._small if block.segment.small else self._large).freed(block.size, block.requested, held)
+            if held:
                 block.state = PENDING
                 self._pending.append((block, [s.record_event() for s in others]))
             else:
-                self._count(small, active=-1, active_bytes=-block.size)
                 self._return(block)
 
     def _collect_pending(self, wait: bool):
@@ -234,27 +294,20 @@ class CachingAllocator:
             elif not all(e.query() for e in events):
                 keep.append((block, events))
                 continue
-            self._count(block.segment.small, active=-1, active_bytes=-block.size)
+            self._all.settled(block.size)
+            (self._small if block.segment.small else self._large).settled(block.size)
             self._return(block)
         self._pending = keep
 
     # ------------------------------------------------------------------ free lists
     def _list(self, stream, small: bool) -> list:
-        key = (stream, small)
-        lst = self._free_lists.get(key)
+        lst = self._free_lists.get((stream, small))
         if lst is None:
-            lst = self._free_lists[key] = []
+            lst = self._free_lists[(stream, small)] = []
         return lst
 
     def _insert(self, block: Block):
         bisect.insort(self._list(block.stream, block.segment.small), (block.size, block.serial, block))
-
-    def _remove(self, block: Block):
-        lst = self._list(block.stream, block.segment.small)
-        i = bisect.bisect_left(lst, (block.size, block.serial))
-        if i >= len(lst) or lst[i][2] is not block:
-            raise AssertionError("allocator: a free block is missing from its free list")
-        del lst[i]
 
     def _take_free(self, stream, small: bool, size: int):
         lst = self._free_lists.get((stream, small))
@@ -276,27 +329,39 @@ class CachingAllocator:
             self._insert(tail)
 
     def _return(self, block: Block):
-        """A freed block back on its stream's free list, merged with free neighbours."""
+        """A freed block back on its stream's free list. Neighbours are merged later, when
+        an allocation finds no cached block that fits (`_coalesce`): a block freed and asked
+        for again at the same size is then reused without a split and a merge each time."""
         block.state = FREE
-        for side in ("prev", "next"):
-            other = getattr(block, side)
-            if other is not None and other.state == FREE:
-                self._remove(other)
-                if side == "prev":
-                    block.offset = other.offset
-                    block.prev = other.prev
-                    if other.prev is not None:
-                        other.prev.next = block
-                else:
-                    block.next = other.next
-                    if other.next is not None:
-                        other.next.prev = block
-                block.size += other.size
-        if (block.whole_segment() and self.max_idle_bytes is not None
+        if (self.max_idle_bytes is not None and block.prev is None and block.next is None
                 and self.idle_bytes() > self.max_idle_bytes):
             self._release_segment(block.segment)
             return
         self._insert(block)
+
+    def _coalesce(self, stream, small: bool) -> bool:
+        """Merge adjacent free blocks on one free list (neighbours share a segment, hence the
+        list); whether any merged."""
+        lst = self._free_lists.get((stream, small))
+        if not lst:
+            return False
+        merged = []
+        for entry in lst:
+            block = entry[2]
+            if block.prev is not None and block.prev.state == FREE:
+                continue  # absorbed by the start of its run
+            after = block.next
+            while after is not None and after.state == FREE:
+                block.size += after.size
+                after = block.next = after.next
+                if after is not None:
+                    after.prev = block
+            merged.append((block.size, block.serial, block))
+        if len(merged) == len(lst):
+            return False
+        merged.sort()
+        self._free_lists[(stream, small)] = merged
+        return True
 
     # ------------------------------------------------------------------ segments
     def _new_segment(self, size: int, stream, small: bool, nbytes: int) -> Block:
@@ -316,12 +381,14 @@ class CachingAllocator:
         self.num_device_alloc += 1
         seg = Segment(raw, seg_size, stream, small)
         self._segments[id(seg)] = seg
-        self._count(small, segment=1, reserved_bytes=seg_size)
+        self._count(small, SEGMENT, 1)
+        self._count(small, RESERVED_BYTES, seg_size)
         return Block(seg, 0, seg_size)
 
     def _release_segment(self, seg: Segment):
         del self._segments[id(seg)]
-        self._count(seg.small, segment=-1, reserved_bytes=-seg.size)
+        self._count(seg.small, SEGMENT, -1)
+        self._count(seg.small, RESERVED_BYTES, -seg.size)
         self.num_device_free += 1
         self._free(seg.raw)
 
@@ -336,6 +403,8 @@ class CachingAllocator:
             self._synchronize()
         self._drain()
         self._collect_pending(wait=True)
+        for key in list(self._free_lists):
+            self._coalesce(*key)
         released = 0
         for key, lst in list(self._free_lists.items()):
             keep = []
@@ -352,29 +421,25 @@ class CachingAllocator:
     clear = empty_cache  # the name the pool had before it split blocks
 
     # ------------------------------------------------------------------ statistics
-    def _count(self, small: bool, **deltas):
-        pool = "small_pool" if small else "large_pool"
-        stats = self._stats
-        for name, delta in deltas.items():
-            per = stats[name]
-            per["all"].add(delta)
-            per[pool].add(delta)
+    def _count(self, small: bool, stat: int, delta: int):
+        self._all.change(stat, delta)
+        (self._small if small else self._large).change(stat, delta)
 
     @property
     def allocated_bytes(self) -> int:
         """Bytes of blocks handed out and not yet freed."""
-        return self._stats["allocated_bytes"]["all"].current
+        return self._all.current[ALLOCATED_BYTES]
 
     in_use_bytes = allocated_bytes
 
     @property
     def reserved_bytes(self) -> int:
         """Bytes of segments held from the driver."""
-        return self._stats["reserved_bytes"]["all"].current
+        return self._all.current[RESERVED_BYTES]
 
     def idle_bytes(self) -> int:
         """Reserved bytes in free blocks (reusable now, or releasable by empty_cache)."""
-        return self.reserved_bytes - self._stats["active_bytes"]["all"].current
+        return self.reserved_bytes - self._all.current[ACTIVE_BYTES]
 
     @property
     def cached_bytes(self) -> int:
@@ -392,10 +457,12 @@ class CachingAllocator:
             if self._pending:
                 self._collect_pending(wait=False)
             out = {}
-            for name, per in self._stats.items():
-                for pool, st in per.items():
-                    for field in ("current", "peak", "allocated", "freed"):
-                        out[f"{name}.{pool}.{field}"] = getattr(st, field)
+            for i, name in enumerate(STAT_NAMES):
+                for pool, c in self._stats.items():
+                    out[f"{name}.{pool}.current"] = c.current[i]
+                    out[f"{name}.{pool}.peak"] = c.peak[i]
+                    out[f"{name}.{pool}.allocated"] = c.increased[i]
+                    out[f"{name}.{pool}.freed"] = c.decreased[i]
             out.update(num_alloc_retries=self.num_alloc_retries, num_ooms=self.num_ooms,
                        num_device_alloc=self.num_device_alloc, num_device_free=self.num_device_free)
             return out
@@ -403,6 +470,5 @@ class CachingAllocator:
     def reset_peak_stats(self):
         """Set every peak to its current value."""
         with self._lock:
-            for per in self._stats.values():
-                for st in per.values():
-                    st.peak = st.current
+            for c in self._stats.values():
+                c.peak[:] = c.current

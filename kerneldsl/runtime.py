@@ -343,7 +343,7 @@ class Runtime:
         cache and tries once more, and a second failure raises `OutOfMemoryError` naming the
         request (`shape`, `dtype` where known) and what the pool held."""
         nbytes = max(int(nbytes), 1)
-        stream = self.current_stream()
+        stream = getattr(self._stream_local, "current", self._default_stream)  # current_stream(), inlined
         try:
             if nbytes > self.MAX_ALLOCATION:
                 raise AllocationFailed(nbytes, "past what a 64-bit size holds", 0, 0, 0)
@@ -358,7 +358,10 @@ class Runtime:
             else:
                 message = e.describe(self.name, what)
             raise OutOfMemoryError(message) from None
-        return Buffer(self.pool.view(block), block.size, self.pool, block=block, stream=stream)
+        made = block.view  # (offset, size, view) of the block's last range: pool.view(block), inlined
+        view = made[2] if made is not None and made[0] == block.offset and made[1] == block.size else \
+            self.pool.view(block)
+        return Buffer(view, block.size, self.pool, None, False, block, stream)
 
     def memory_stats(self) -> dict:
         """The caching allocator's statistics, named as PyTorch's `torch.cuda.memory_stats()`
