@@ -356,6 +356,10 @@ class CachingAllocator:
                 after = block.next = after.next
                 if after is not None:
                     after.prev = block
+            if (self.max_idle_bytes is not None and block.prev is None and block.next is None
+                    and self.idle_bytes() > self.max_idle_bytes):
+                self._release_segment(block.segment)
+                continue
             merged.append((block.size, block.serial, block))
         if len(merged) == len(lst):
             return False
