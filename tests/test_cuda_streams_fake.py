@@ -107,6 +107,10 @@ class FakeDriver:
         ctypes.memset(ptr, value, n)
         return (OK,)
 
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, s, params, extra):
+        self._log("cuLaunchKernel", int(s))
+        return (OK,)
+
     def cuPointerGetAttribute(self, attribute, ptr):
         assert attribute == real.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
         return OK, 0
@@ -259,3 +263,20 @@ def test_out_of_memory_after_the_retry(fake):
     st = rt.memory_stats()
     assert st["num_alloc_retries"] == 1 and st["num_ooms"] == 1 and keep.nbytes == 24 << 20
     assert st["reserved_bytes.all.current"] == 24 << 20  # the cached segment went back before the retry
+
+
+def test_launches_go_to_the_current_stream_and_record_it_on_their_memory(fake):
+    rt = make_runtime()
+    x = rt.zeros(8)
+    param = types.SimpleNamespace(name="x")
+    kir = types.SimpleNamespace(name="k", params=[param], bounds_check=False)
+    binary = types.SimpleNamespace(info=kir, args=[types.SimpleNamespace(kind="data", param=param)],
+                                   lock=threading.Lock(), slots=np.zeros(1, np.uint64), function=None,
+                                   dynamic_shared=0, params_ptr=0)
+    rt.launch(binary, (1, 1, 1), (32, 1, 1), [x])
+    assert fake.calls[-1] == ("cuLaunchKernel", (rt.default_stream().handle,)) and x.buffer.used_streams is None
+    s = rt.stream()
+    with rt.use_stream(s):
+        rt.launch(binary, (1, 1, 1), (32, 1, 1), [x])
+    assert fake.calls[-1] == ("cuLaunchKernel", (s.handle,))
+    assert binary.slots[0] == x.buffer.raw and x.buffer.streams() == [rt.default_stream(), s]
