@@ -327,8 +327,9 @@ def test_cuda_array_interface_only_on_cuda(runtime, rng):
     back = kd.from_cuda_array_interface(_Interface(view))
     np.testing.assert_array_equal(back.numpy(), t.numpy().T)
     assert back.buffer.raw == t.buffer.raw
-    b16 = runtime.tensor(np.ones(3, np.float32)).__cuda_array_interface__
-    assert b16["typestr"] == "<f4"
+    b16 = runtime.tensor(np.ones(3, np.float32), dtype="bf16")
+    assert b16.__cuda_array_interface__["typestr"] == "<V2"
+    assert kd.from_cuda_array_interface(b16).dtype is kd.bf16
 
 
 class _Interface:
