@@ -161,8 +161,11 @@ class Counters:
         dec[0] += 1
         dec[1] += size
         dec[2] += requested
-        if not still_active:
-            self.settled(size)
+        if not still_active:  # settled(size), inlined
+            cur[3] -= 1
+            cur[4] -= size
+            dec[3] += 1
+            dec[4] += size
 
     def settled(self, size: int):
         """A freed block no longer active (its streams' work is done)."""
@@ -254,8 +257,9 @@ class CachingAllocator:
         waited for, through events, before the block is reused)."""
         if self._lock.acquire(blocking=False):
             try:
-                self._freed.append((block, streams))
-                self._drain()
+                if self._freed:
+                    self._drain()
+                self._give_back(block, streams)
             finally:
                 self._lock.release()
         else:
@@ -273,16 +277,19 @@ class CachingAllocator:
     def _drain(self):
         freed = self._freed
         while freed:
-            block, streams = freed.popleft()
-            others = [s for s in streams if s is not block.stream] if streams else None
-            held = bool(others)
-            self._all.freed(block.size, block.requested, held)
-            (self._small if block.segment.small else self._large).freed(block.size, block.requested, held)
-            if held:
-                block.state = PENDING
-                self._pending.append((block, [s.record_event() for s in others]))
-            else:
-                self._return(block)
+            self._give_back(*freed.popleft())
+
+    def _give_back(self, block: Block, streams):
+        """A freed block: held back for the other streams that used it, or returned."""
+        others = [s for s in streams if s is not block.stream] if streams else None
+        held = bool(others)
+        self._all.freed(block.size, block.requested, held)
+        (self._small if block.segment.small else self._large).freed(block.size, block.requested, held)
+        if held:
+            block.state = PENDING
+            self._pending.append((block, [s.record_event() for s in others]))
+        else:
+            self._return(block)
 
     def _collect_pending(self, wait: bool):
         """Return pending blocks whose events completed (all of them, waiting, if `wait`)."""
@@ -337,7 +344,11 @@ class CachingAllocator:
                 and self.idle_bytes() > self.max_idle_bytes):
             self._release_segment(block.segment)
             return
-        self._insert(block)
+        key = (block.segment.stream, block.segment.small)  # _insert, inlined
+        lst = self._free_lists.get(key)
+        if lst is None:
+            lst = self._free_lists[key] = []
+        bisect.insort(lst, (block.size, block.serial, block))
 
     def _coalesce(self, stream, small: bool) -> bool:
         """Merge adjacent free blocks on one free list (neighbours share a segment, hence the
