@@ -1,8 +1,9 @@
 """Runtimes: where tensors live and kernels run ("cpu", "opencl[:N]", "cuda[:N]").
 
-`Runtime` holds what every back end shares (tensor creation, host transfers,
-the memory pool, and the kernel load pipeline: caches, render, dump, compile, wrap);
-a back end's `runtime.py` subclasses it with raw allocation, copies, the pipeline's
+`Runtime` holds what every back end shares (tensor creation, host transfers, streams
+and the current stream of each thread (streams.py), the caching allocator (allocator.py),
+and the kernel load pipeline: caches, render, dump, compile, wrap); a back end's
+`runtime.py` subclasses it with raw allocation, copies, its streams, the pipeline's
 hooks and launch. Back ends are named in one table (`BACKENDS`) and imported only
 when a runtime of theirs is asked for, so importing kerneldsl never touches a GPU
 driver or a compiler.
@@ -23,6 +24,7 @@ import numpy as np
 
 from . import cache
 from .dtypes import as_dtype
+from .errors import OutOfMemoryError
 from .allocator import AllocationFailed, CachingAllocator, human_bytes
 from .pipeline import LaunchInfo, Rendering
 from .streams import HostStream, Stream
@@ -344,20 +346,16 @@ class Runtime:
         request (`shape`, `dtype` where known) and what the pool held."""
         nbytes = max(int(nbytes), 1)
         stream = getattr(self._stream_local, "current", self._default_stream)  # current_stream(), inlined
+        if nbytes > self.MAX_ALLOCATION:
+            raise OutOfMemoryError(
+                f"the {self.name} runtime cannot allocate {nbytes} bytes ({human_bytes(nbytes)}) for "
+                f"{_request(shape, dtype)}: out of memory (past what a 64-bit size holds). Its memory pool held "
+                f"{human_bytes(self.pool.idle_bytes())} of cached buffers and {human_bytes(self.pool.allocated_bytes)} "
+                f"in live tensors")
         try:
-            if nbytes > self.MAX_ALLOCATION:
-                raise AllocationFailed(nbytes, "past what a 64-bit size holds", 0, 0, 0)
             block = self.pool.allocate(nbytes, stream)
         except AllocationFailed as e:
-            from .errors import OutOfMemoryError
-            what = f"a tensor of shape {tuple(shape)} {as_dtype(dtype).name}" if shape is not None else "a buffer"
-            if nbytes > self.MAX_ALLOCATION:
-                message = (f"the {self.name} runtime cannot allocate {nbytes} bytes ({human_bytes(nbytes)}) for "
-                           f"{what}: out of memory ({e.cause}). Its memory pool held {human_bytes(self.pool.idle_bytes())}"
-                           f" of cached buffers and {human_bytes(self.pool.allocated_bytes)} in live tensors")
-            else:
-                message = e.describe(self.name, what)
-            raise OutOfMemoryError(message) from None
+            raise OutOfMemoryError(e.describe(self.name, _request(shape, dtype))) from None
         made = block.view  # (offset, size, view) of the block's last range: pool.view(block), inlined
         view = made[2] if made is not None and made[0] == block.offset and made[1] == block.size else \
             self.pool.view(block)
@@ -449,6 +447,11 @@ class Runtime:
     def from_cuda_array_interface(self, obj) -> Tensor:
         raise BufferError(f"from_cuda_array_interface: the {self.name} runtime cannot view CUDA device memory; "
                           f"use runtime='cuda'")
+
+
+def _request(shape, dtype) -> str:
+    """What an allocation was for, in an OutOfMemoryError."""
+    return f"a tensor of shape {tuple(shape)} {as_dtype(dtype).name}" if shape is not None else "a buffer"
 
 
 def _compile_log():
