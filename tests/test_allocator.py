@@ -330,3 +330,58 @@ def test_out_of_memory_error_names_request_and_pool(runtime):
     finally:
         pool._alloc = real
     assert held.numpy().shape == (1 << 16,)
+
+
+def test_threads_allocating_and_freeing_leave_consistent_books():
+    import random
+    import threading
+    pool, dev, _ = allocator()
+    streams = [FakeStream(f"t{i}") for i in range(4)]
+    errors = []
+
+    def work(i):
+        rnd = random.Random(i)
+        live = []
+        try:
+            for _ in range(1500):
+                if live and rnd.random() < 0.5:
+                    pool.free(live.pop(rnd.randrange(len(live))), {streams[(i + 1) % 4]} if rnd.random() < 0.1 else None)
+                else:
+                    live.append(pool.allocate(rnd.choice([100, 4096, 700_000, 3 * MiB, 40 * MiB]), streams[i]))
+            for b in live:
+                pool.free(b)
+        except Exception as e:  # noqa: BLE001  (reported by the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for s in streams:
+        for e in s.events:
+            e.done = True
+    st = pool.memory_stats()
+    assert st["allocated_bytes.all.current"] == 0 and st["active_bytes.all.current"] == 0
+    assert st["allocation.all.current"] == 0 and st["requested_bytes.all.current"] == 0
+    assert st["allocated_bytes.all.allocated"] == st["allocated_bytes.all.freed"] > 0
+    assert pool.empty_cache() == st["reserved_bytes.all.current"] and dev.live == {}
+    assert pool.memory_stats()["reserved_bytes.all.current"] == 0
+
+
+def test_live_blocks_never_overlap():
+    import random
+    pool, dev, _ = allocator()
+    rnd = random.Random(7)
+    live = []
+    for step in range(3000):
+        if live and rnd.random() < 0.45:
+            pool.free(live.pop(rnd.randrange(len(live))))
+        else:
+            live.append(pool.allocate(rnd.choice([1, 513, 4096, 300_000, MiB, MiB + 1, 5 * MiB, 12 * MiB]), S))
+        if step % 100 == 0:
+            spans = sorted((address(pool, b), address(pool, b) + b.size) for b in live)
+            assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+            for b in live:
+                assert b.offset + b.size <= b.segment.size and b.size >= b.requested
