@@ -15,6 +15,7 @@ from . import autotune
 from .cache import cache_clear, cache_info, stats as cache_stats
 from .capabilities import Capabilities
 from .dlpack import from_dlpack
+from .interop import from_cuda_array_interface
 from .dtypes import (ALL_DTYPES, DType, VecType, as_dtype, bf16, boolean, f16, f32, f64, i32, i64, u8, u32,
                      vec)
 from .errors import (CompileError, DivergenceError, KernelError, LaunchError, OutOfBoundsError, OutOfMemoryError,
@@ -36,6 +37,7 @@ from .lang import (  # the in-kernel builtins, by name so that type checkers see
     vec_sum)  # noqa: A004
 from .lang import Const, PLANE_DIM, Tensor, inf, nan
 from .reductions import cube_max, cube_sum
+from .streams import Event, Stream
 from .runtime import (Runtime, RuntimeStatus, RuntimeUnavailable, available_runtimes, runtime_report, empty, get_runtime,
                       runtime, tensor, zeros)
 
@@ -49,7 +51,8 @@ __all__ = [  # the public API, spelled out for type checkers (tests/test_authori
     "DivergenceError", "DType", "VecType", "ALL_DTYPES", "as_dtype", "bf16", "bool",
     "bool_", "boolean", "f16", "f32", "f64", "i32", "i64", "u8", "u32", "vec", "Kernel", "SpecializedKernel",
     "TensorType", "kernel", "func", "Runtime", "RuntimeStatus", "RuntimeUnavailable", "available_runtimes",
-    "runtime_report", "get_runtime", "runtime", "tensor", "empty", "zeros", "from_dlpack", "cube_max",
+    "runtime_report", "get_runtime", "runtime", "tensor", "empty", "zeros", "from_dlpack", "Stream", "Event",
+    "from_cuda_array_interface", "cube_max",
     "cube_sum", "cache_stats", "cache_info", "cache_clear",
     # what kernels use: annotations, constants and the builtins (kerneldsl.lang)
     "Tensor", "Const", "PLANE_DIM", "inf", "nan", "abs", "async_commit", "async_copy", "async_wait",

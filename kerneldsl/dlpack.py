@@ -18,6 +18,9 @@ def from_dlpack(obj, runtime=None):
     """A kd tensor sharing memory with `obj` (a numpy array, a torch tensor, or anything with
     `__dlpack__`), on `runtime` (default: cpu for host memory, cuda for CUDA memory)."""
     from .runtime import get_runtime
+    if not hasattr(obj, "__dlpack__") and hasattr(obj, "__cuda_array_interface__"):
+        from .interop import from_cuda_array_interface  # e.g. a numba device array
+        return from_cuda_array_interface(obj, runtime)
     device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else dlpack_capsule.KDL_CPU
     if device != dlpack_capsule.KDL_CPU:
         rt = get_runtime(runtime or "cuda")

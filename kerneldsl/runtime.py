@@ -1,8 +1,9 @@
 """Runtimes: where tensors live and kernels run ("cpu", "opencl[:N]", "cuda[:N]", "interpreter").
 
-`Runtime` holds what every back end shares (tensor creation, host transfers,
-the memory pool, and the kernel load pipeline: caches, render, dump, compile, wrap);
-a back end's `runtime.py` subclasses it with raw allocation, copies, the pipeline's
+`Runtime` holds what every back end shares (tensor creation, host transfers, streams
+and the current stream of each thread (streams.py), the caching allocator (allocator.py),
+and the kernel load pipeline: caches, render, dump, compile, wrap); a back end's
+`runtime.py` subclasses it with raw allocation, copies, its streams, the pipeline's
 hooks and launch. Back ends are named in one table (`BACKENDS`) and imported only
 when a runtime of theirs is asked for, so importing kerneldsl never touches a GPU
 driver or a compiler.
@@ -14,7 +15,8 @@ import math
 import os
 import threading
 import time
-from collections import defaultdict
+import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -22,7 +24,10 @@ import numpy as np
 
 from . import cache
 from .dtypes import as_dtype
+from .errors import OutOfMemoryError
+from .allocator import AllocationFailed, CachingAllocator, human_bytes
 from .pipeline import LaunchInfo, Rendering
+from .streams import HostStream, Stream
 from .tensor import Tensor, contiguous_strides
 
 # every back end: runtime name -> the module with its runtime (`create`, `available`), imported lazily
@@ -36,90 +41,56 @@ _RUNTIMES: dict = {}
 _LOCK = threading.RLock()
 
 
-def _human_bytes(n: int) -> str:
-    for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} B"
-
-
 class RuntimeUnavailable(RuntimeError):
     """The runtime asked for cannot run here (no driver, no device, missing package)."""
 
 
-class MemoryPool:
-    """Reuses freed device buffers by size (rounded up to 256 bytes / powers of two),
-    so repeated launches do not pay for allocation."""
-
-    def __init__(self, alloc, free):
-        self._alloc = alloc
-        self._free = free
-        self._cache = defaultdict(list)
-        self._lock = threading.Lock()
-        self.cached_bytes = 0  # freed buffers kept for reuse
-        self.in_use_bytes = 0  # buffers handed out and not yet returned
-        self.limit = 1 << 30
-
-    @staticmethod
-    def bucket(nbytes: int) -> int:
-        n = max(256, nbytes)
-        if n <= 1 << 20:
-            return 1 << (n - 1).bit_length()
-        return (n + (1 << 20) - 1) & ~((1 << 20) - 1)
-
-    def allocate(self, nbytes: int):
-        size = self.bucket(nbytes)
-        with self._lock:
-            lst = self._cache.get(size)
-            if lst:
-                self.cached_bytes -= size
-                self.in_use_bytes += size
-                return lst.pop(), size
-        raw = self._alloc(size)
-        with self._lock:
-            self.in_use_bytes += size
-        return raw, size
-
-    def release(self, raw, size: int):
-        with self._lock:
-            self.in_use_bytes -= size
-            if self.cached_bytes + size <= self.limit:
-                self._cache[size].append(raw)
-                self.cached_bytes += size
-                return
-        self._free(raw)
-
-    def clear(self):
-        with self._lock:
-            for lst in self._cache.values():
-                for raw in lst:
-                    self._free(raw)
-            self._cache.clear()
-            self.cached_bytes = 0
-
-
 class Buffer:
-    """A pooled device allocation; returns itself to the pool when collected.
+    """Memory a tensor views: a block of the runtime's caching allocator (returned to it when
+    this is collected) or imported memory (`owner` keeps it alive).
 
     Anything that lets another library see the memory (a DLPack capsule, a numpy view)
     must hold a reference to this object: once it is collected the pool hands the memory
     to the next allocation. `readonly` marks imported memory its owner does not let us
-    write (launches that store to it are refused)."""
+    write (launches that store to it are refused). `stream` is the stream the memory was
+    allocated (or imported) on; `used_streams` the other streams that queued work on it
+    (recorded by launches and copies, like PyTorch's `record_stream`): the allocator does not
+    reuse the block before their work is done, and downloads wait for them."""
 
-    __slots__ = ("raw", "nbytes", "_pool", "owner", "readonly", "__weakref__")
+    __slots__ = ("raw", "nbytes", "_pool", "owner", "readonly", "block", "stream", "used_streams", "__weakref__")
 
-    def __init__(self, raw, nbytes, pool=None, owner=None, readonly: bool = False):
+    def __init__(self, raw, nbytes, pool=None, owner=None, readonly: bool = False, block=None, stream=None):
         self.raw = raw
         self.nbytes = nbytes
         self._pool = pool
         self.owner = owner  # keeps imported (DLPack) memory alive
         self.readonly = readonly
+        self.block = block  # the allocator's block (None: imported memory)
+        self.stream = stream
+        self.used_streams = None  # set of other streams, made on first use
+
+    def record_stream(self, stream) -> None:
+        """Note that work on `stream` uses this memory (a no-op for its own stream)."""
+        if stream is self.stream:
+            return
+        used = self.used_streams
+        if used is None:
+            self.used_streams = {stream}
+        else:
+            used.add(stream)
+
+    def streams(self) -> list:
+        """Every stream that may have queued work on this memory, its own first."""
+        out = [self.stream] if self.stream is not None else []
+        if self.used_streams:
+            out += [s for s in self.used_streams if s is not self.stream]
+        return out
 
     def __del__(self):
         pool = self._pool
         if pool is not None:
             try:
-                pool.release(self.raw, self.nbytes)
+                pool.free(self.block, self.used_streams)
             except Exception:  # noqa: BLE001  (interpreter shutdown)
                 pass
 
@@ -133,7 +104,9 @@ class Runtime:
         self.name = name
         self.capabilities = capabilities
         self._kernels: dict = {}
-        self.pool = MemoryPool(self._raw_alloc, self._raw_free)
+        self._init_streams()
+        self.pool = CachingAllocator(self._raw_alloc, self._raw_free, self._raw_view, synchronize=self.synchronize,
+                                     **self._allocator_options())
 
     # ---------------------------------------------------------------- identity
     @property
@@ -148,6 +121,91 @@ class Runtime:
     def __repr__(self):
         return f"kd.runtime({self.name!r})"
 
+    # ---------------------------------------------------------------- streams
+    def _init_streams(self):
+        self._stream_local = threading.local()  # .current: this thread's stream inside use_stream
+        self._streams = weakref.WeakSet()  # every stream of this runtime (rt.synchronize waits for each)
+        self._by_handle = weakref.WeakValueDictionary()  # stream key -> the one Stream object of that stream
+        self._default_stream = self._make_default_stream()
+        self._register(self._default_stream)
+
+    def _register(self, s: Stream) -> Stream:
+        self._streams.add(s)
+        self._by_handle[self._stream_key(s.handle)] = s
+        return s
+
+    def _stream_key(self, handle):
+        """Hook: a hashable key naming the stream `handle` (equal for two wrappers of one stream)."""
+        return handle
+
+    def _make_default_stream(self) -> Stream:
+        """Hook: the stream work goes to outside any `use_stream` (default: a HostStream)."""
+        return HostStream(self, default=True)
+
+    def _new_stream(self) -> Stream:
+        """Hook: a new stream (default: a HostStream, for runtimes whose launches are synchronous)."""
+        return HostStream(self)
+
+    def _wrap_stream(self, handle) -> Stream:
+        """Hook: a Stream wrapping another library's stream `handle`."""
+        raise ValueError(f"the {self.name} runtime runs work on the calling thread and has no external streams to "
+                         f"wrap (got {handle!r}); use rt.stream()")
+
+    def stream(self) -> Stream:
+        """A new stream of this runtime (a CUDA stream, an OpenCL in-order queue; on cpu an
+        ordered queue executed on the calling thread)."""
+        return self._register(self._new_stream())
+
+    def external_stream(self, handle) -> Stream:
+        """Wrap another library's stream: on CUDA a CUstream as an int (e.g.
+        `torch.cuda.current_stream().cuda_stream`), on OpenCL a pyopencl CommandQueue on this
+        runtime's context and device. The library keeps owning it. Wrapping the same stream
+        again (or one of this runtime's own) gives the same Stream object, so the allocator's
+        per-stream free lists see one stream."""
+        wrapped = self._wrap_stream(handle)  # (validates the handle)
+        existing = self._by_handle.get(self._stream_key(wrapped.handle))
+        return existing if existing is not None else self._register(wrapped)
+
+    def default_stream(self) -> Stream:
+        """The stream work goes to outside any `use_stream`."""
+        return self._default_stream
+
+    def current_stream(self) -> Stream:
+        """The stream this thread's launches, copies and allocations go to now."""
+        return getattr(self._stream_local, "current", self._default_stream)
+
+    @contextmanager
+    def use_stream(self, stream: Stream):
+        """`with rt.use_stream(s):` runs this thread's kernel launches, copies and rudnn
+        operators on this runtime on `s`; nests, and restores the previous stream on exit."""
+        if not isinstance(stream, Stream):
+            raise TypeError(f"use_stream takes a kd.Stream (rt.stream(), rt.external_stream(...)), got "
+                            f"{type(stream).__name__}")
+        if stream.runtime is not self:
+            raise ValueError(f"use_stream: {stream!r} belongs to {stream.runtime!r}, not to {self!r}; use "
+                             f"{stream.runtime!r}.use_stream(...) or a stream of {self!r}")
+        local = self._stream_local
+        previous = getattr(local, "current", self._default_stream)
+        local.current = stream
+        try:
+            yield stream
+        finally:
+            local.current = previous
+
+    def synchronize(self):
+        """Wait until the work queued on every stream of this runtime has finished."""
+        for s in list(self._streams):
+            s.synchronize()
+
+    def wait_for_buffer(self, buffer: Buffer):
+        """Before a host read of `buffer` on the current stream: wait for every other stream
+        that queued work on it (the stream it was allocated on and those launches used it
+        on); work on the current stream is ordered before the read anyway."""
+        current = self.current_stream()
+        for s in buffer.streams():
+            if s is not current:
+                s.synchronize()
+
     # ---------------------------------------------------------------- back-end hooks
     def _raw_alloc(self, nbytes):
         raise NotImplementedError
@@ -155,14 +213,21 @@ class Runtime:
     def _raw_free(self, raw):
         raise NotImplementedError
 
+    def _raw_view(self, raw, offset: int, nbytes: int):
+        """Hook: what kernels and copies are given for `nbytes` bytes at `offset` of a segment
+        `raw` from `_raw_alloc` (default: a slice, as of a numpy byte array)."""
+        return raw[offset:offset + nbytes]
+
+    def _allocator_options(self) -> dict:
+        """Hook: keyword arguments of this runtime's CachingAllocator (granule, max_segment,
+        max_idle_bytes)."""
+        return {}
+
     def _upload(self, buffer: Buffer, byte_offset: int, host: np.ndarray):
         raise NotImplementedError
 
     def _download(self, buffer: Buffer, byte_offset: int, nbytes: int) -> np.ndarray:
         raise NotImplementedError
-
-    def synchronize(self):
-        """Wait until every queued operation of this runtime has finished."""
 
     def launch(self, binary, grid, block, args):
         raise NotImplementedError
@@ -276,28 +341,42 @@ class Runtime:
     MAX_ALLOCATION = (1 << 63) - 1  # byte counts past an i64 fit no device
 
     def allocate(self, nbytes: int, shape=None, dtype=None) -> Buffer:
-        """A pooled buffer of at least `nbytes`. A back end signals exhaustion with
-        MemoryError; the pool then frees its cache and tries once more, and a second failure
-        raises `OutOfMemoryError` naming the request (`shape`, `dtype` where known)."""
+        """A pooled buffer of at least `nbytes` for work on the current stream. A back end
+        signals exhaustion with MemoryError; the pool then waits for every stream, frees its
+        cache and tries once more, and a second failure raises `OutOfMemoryError` naming the
+        request (`shape`, `dtype` where known) and what the pool held."""
         nbytes = max(int(nbytes), 1)
-        cached = self.pool.cached_bytes
-        cause = "past what a 64-bit size holds"
-        for retry in (False, True) if nbytes <= self.MAX_ALLOCATION else ():
-            try:
-                raw, size = self.pool.allocate(nbytes)
-                return Buffer(raw, size, self.pool)
-            except MemoryError as e:
-                cause = str(e).strip()
-                if not retry:
-                    self.synchronize()  # queued work may still use cached buffers
-                    self.pool.clear()
-        from .errors import OutOfMemoryError
-        retried = ", freed before one retry," if nbytes <= self.MAX_ALLOCATION else ""
-        what = f"a tensor of shape {tuple(shape)} {as_dtype(dtype).name}" if shape is not None else "a buffer"
-        raise OutOfMemoryError(
-            f"the {self.name} runtime cannot allocate {nbytes} bytes ({_human_bytes(nbytes)}) for {what}: "
-            f"out of memory{f' ({cause})' if cause else ''}. Its memory pool held {_human_bytes(cached)} of "
-            f"cached buffers{retried} and {_human_bytes(self.pool.in_use_bytes)} in live tensors") from None
+        stream = getattr(self._stream_local, "current", self._default_stream)  # current_stream(), inlined
+        if nbytes > self.MAX_ALLOCATION:
+            raise OutOfMemoryError(
+                f"the {self.name} runtime cannot allocate {nbytes} bytes ({human_bytes(nbytes)}) for "
+                f"{_request(shape, dtype)}: out of memory (past what a 64-bit size holds). Its memory pool held "
+                f"{human_bytes(self.pool.idle_bytes())} of cached buffers and {human_bytes(self.pool.allocated_bytes)} "
+                f"in live tensors")
+        try:
+            block = self.pool.allocate(nbytes, stream)
+        except AllocationFailed as e:
+            raise OutOfMemoryError(e.describe(self.name, _request(shape, dtype))) from None
+        made = block.view  # (offset, size, view) of the block's last range: pool.view(block), inlined
+        view = made[2] if made is not None and made[0] == block.offset and made[1] == block.size else \
+            self.pool.view(block)
+        return Buffer(view, block.size, self.pool, None, False, block, stream)
+
+    def memory_stats(self) -> dict:
+        """The caching allocator's statistics, named as PyTorch's `torch.cuda.memory_stats()`
+        ("allocated_bytes.all.current", "reserved_bytes.all.peak", "num_alloc_retries",
+        "num_ooms", ...; docs/streams-and-memory.md lists them)."""
+        return self.pool.memory_stats()
+
+    def reset_peak_memory_stats(self) -> None:
+        """Start every `.peak` statistic again from its current value."""
+        self.pool.reset_peak_stats()
+
+    def empty_cache(self) -> int:
+        """Wait for every stream, then return the allocator's wholly free segments to the
+        driver (live tensors keep theirs); the number of bytes released."""
+        self.synchronize()
+        return self.pool.empty_cache()
 
     def empty(self, shape, dtype="f32") -> Tensor:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -334,7 +413,9 @@ class Runtime:
         return t
 
     def to_numpy(self, t: Tensor) -> np.ndarray:
-        self.synchronize()
+        """A host copy: waits for every stream that queued work on the tensor's memory, then
+        copies on the current stream (see `wait_for_buffer`)."""
+        self.wait_for_buffer(t.buffer)
         item = t.dtype.itemsize
         if t.size == 0:
             return np.empty(t.shape, t.dtype.np)
@@ -357,6 +438,21 @@ class Runtime:
 
     def dlpack_export(self, t, *args, **kwargs):
         raise BufferError(f"DLPack export is not available on the {self.name} runtime")
+
+    # ---------------------------------------------------------------- CUDA array interface
+    def cuda_array_interface(self, t) -> dict:
+        """`t.__cuda_array_interface__`: only CUDA tensors have one (AttributeError here, so
+        `hasattr` tells consumers to look for another protocol)."""
+        raise AttributeError(f"__cuda_array_interface__: a tensor of the {self.name} runtime is not in CUDA memory")
+
+    def from_cuda_array_interface(self, obj) -> Tensor:
+        raise BufferError(f"from_cuda_array_interface: the {self.name} runtime cannot view CUDA device memory; "
+                          f"use runtime='cuda'")
+
+
+def _request(shape, dtype) -> str:
+    """What an allocation was for, in an OutOfMemoryError."""
+    return f"a tensor of shape {tuple(shape)} {as_dtype(dtype).name}" if shape is not None else "a buffer"
 
 
 def _compile_log():

@@ -189,3 +189,18 @@ class Tensor:
 
     def __dlpack_device__(self):
         return self.runtime.dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA array interface, version 3 (CUDA tensors only; kerneldsl/interop.py)."""
+        return self.runtime.cuda_array_interface(self)
+
+    def record_stream(self, stream) -> None:
+        """Note that work queued on `stream` uses this tensor's memory, as PyTorch's
+        `Tensor.record_stream`: its memory is not reused before that work is done. Launches
+        and copies of this runtime record their stream themselves; this is for work queued
+        by other libraries (e.g. on a stream from `rt.external_stream`)."""
+        from .streams import Stream
+        if not isinstance(stream, Stream) or stream.runtime is not self.runtime:
+            raise ValueError(f"record_stream takes a kd.Stream of {self.runtime!r}, got {stream!r}")
+        self.buffer.record_stream(stream)

@@ -3,10 +3,13 @@ MemoryError) naming the shape, dtype and bytes asked for and what the pool held,
 after the pool freed its cache and retried once; the runtime keeps working afterwards."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import kerneldsl as kd
+from kerneldsl.allocator import human_bytes
 
 
 @pytest.mark.parametrize("shape, dtype", [((1 << 48,), "f32"), ((1 << 20, 1 << 20, 1 << 10), "f16"),
@@ -28,48 +31,56 @@ def test_zeros_and_tensor_upload_raise_it_too(runtime):
 
 
 class _FailingOnce:
-    """A raw allocator that reports exhaustion while the pool holds cached buffers."""
+    """A raw allocator that reports exhaustion once, then allocates."""
 
-    def __init__(self, alloc, pool):
-        self.alloc, self.pool, self.calls = alloc, pool, 0
+    def __init__(self, alloc):
+        self.alloc, self.calls = alloc, 0
 
     def __call__(self, nbytes):
         self.calls += 1
-        if self.pool.cached_bytes:
+        if self.calls == 1:
             raise MemoryError("simulated: the device is full")
         return self.alloc(nbytes)
 
 
 def test_pool_frees_its_cache_and_retries_once(runtime):
     pool = runtime.pool
-    pool.clear()
-    cached = [runtime.empty(1 << 16, "u8") for _ in range(3)]
-    del cached  # three 64 KiB buffers now sit in the cache
-    assert pool.cached_bytes >= 3 << 16
+    cached = [runtime.empty(12 << 20, "u8") for _ in range(3)]
+    del cached  # three 12 MiB segments now sit wholly free in the cache
+    before = runtime.memory_stats()
+    assert pool.cached_bytes >= 36 << 20
     real = pool._alloc
-    pool._alloc = failing = _FailingOnce(real, pool)
+    pool._alloc = failing = _FailingOnce(real)
     try:
-        t = runtime.empty(1 << 20, "u8")  # a new size: the first try fails, the retry succeeds
+        t = runtime.empty(16 << 20, "u8")  # no cached block fits: the first try fails, the retry succeeds
     finally:
         pool._alloc = real
-    assert failing.calls == 2 and pool.cached_bytes == 0
-    assert t.nbytes == 1 << 20
+    after = runtime.memory_stats()
+    assert failing.calls == 2 and t.nbytes == 16 << 20
+    assert after["num_alloc_retries"] == before["num_alloc_retries"] + 1
+    assert after["num_device_free"] >= before["num_device_free"] + 3  # the cache went back before the retry
+    assert after["num_ooms"] == before["num_ooms"]
 
 
 def test_second_failure_names_what_the_pool_held(runtime):
     pool = runtime.pool
-    pool.clear()
-    held = runtime.empty(1 << 16, "u8")
-    del held
+    runtime.empty_cache()
+    held = runtime.empty(4 << 20, "u8")
+    del held  # its 20 MiB segment of the large pool is now cached
+    cached = pool.cached_bytes
+    assert cached >= 20 << 20
     real = pool._alloc
 
     def refuse(nbytes):
         raise MemoryError("simulated")
     pool._alloc = refuse
     try:
-        with pytest.raises(kd.OutOfMemoryError, match=r"pool held 64\.0 KiB of cached buffers, freed before one "
-                                                      r"retry"):
-            runtime.empty((3, 1 << 18), "f32")
+        live = human_bytes(pool.allocated_bytes)
+        with pytest.raises(kd.OutOfMemoryError, match=rf"25165824 bytes \(24\.0 MiB\) for a tensor of shape "
+                           rf"\(3, 2097152\) f32: .*pool held {re.escape(human_bytes(cached))} of cached buffers, "
+                           rf"freed before one retry, and {re.escape(live)} in live tensors \(.* reserved"):
+            runtime.empty((3, 1 << 21), "f32")  # more than the cached block holds
+        assert runtime.memory_stats()["num_ooms"] >= 1
     finally:
         pool._alloc = real
     assert runtime.empty(8).numpy().shape == (8,)

@@ -61,7 +61,7 @@ def test_bf16_host_arrays_use_ml_dtypes(runtime):
 
 
 def test_memory_is_pooled(runtime):
-    runtime.pool.clear()  # the pool keeps at most `limit` bytes: start from empty
+    runtime.empty_cache()  # start from an empty cache
     t = runtime.empty(1000, "f32")
     raw = t.buffer.raw
     del t

@@ -1,7 +1,8 @@
 """The `cpu` runtime: host memory, a JIT per kernel, cubes spread over a thread pool.
 
-Memory is 64-byte aligned numpy byte arrays from the shared pool. Launches run
-synchronously (the queue is drained before `launch` returns), each worker calling
+Memory is 64-byte aligned numpy byte arrays, split into blocks by the caching allocator.
+Launches run synchronously (the queue is drained before `launch` returns), so a stream
+(`rt.stream()`) is an ordered queue executed on the calling thread; each worker calling
 the compiled `kd_main` for a range of cube ids through ctypes, which releases
 the GIL for the duration of the call; the main thread waits interruptibly, so
 Ctrl-C stops a launch at its next cube boundary (launcher.py).
@@ -110,6 +111,11 @@ class CpuRuntime(Runtime):
     def _raw_free(self, raw):
         pass
 
+    def _allocator_options(self) -> dict:
+        # host memory is shared with everything else on the machine: keep at most 1 GiB of
+        # wholly free segments cached (the pool's limit before it split blocks)
+        return {"max_idle_bytes": 1 << 30}
+
     def _upload(self, buffer, byte_offset, host):
         buffer.raw[byte_offset:byte_offset + host.nbytes] = host.reshape(-1).view(np.uint8)
 
@@ -156,9 +162,13 @@ class CpuRuntime(Runtime):
     def dlpack_device(self, t):
         return (1, 0)  # kDLCPU
 
-    def dlpack_export(self, t, *args, **kwargs):
+    def dlpack_export(self, t, *args, stream=None, **kwargs):
         """The DLPack capsule of `host_view(t)` (numpy's, or ours for bf16): the capsule holds
-        that array, which holds the buffer, until the consumer's tensor is gone."""
+        that array, which holds the buffer, until the consumer's tensor is gone. Work on the
+        cpu is finished when it returns, so the only streams a consumer may name are None
+        and -1."""
+        if stream is not None and stream != -1:
+            raise BufferError(f"__dlpack__(stream={stream!r}) on a cpu tensor: the CPU has no streams, pass None")
         return export_host_array(self.host_view(t), t.dtype, *args, **kwargs)
 
     # -------------------------------------------------------------- kernels

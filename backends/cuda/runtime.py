@@ -1,10 +1,11 @@
 """The `cuda` runtime: the driver API through `cuda.bindings.driver`.
 
 One runtime per device: the device's primary context (the one PyTorch and CuPy
-use, so pointers are shared), one non-blocking stream on which every copy and
-launch is queued in order, device memory from `cuMemAlloc` through the shared
-pool, modules loaded from NVRTC cubins. `.numpy()` and `synchronize()` wait for
-the stream. Nothing here runs at `import kerneldsl`; a machine without a driver
+use, so pointers are shared), non-blocking streams (a default one, `rt.stream()`,
+and wrapped foreign ones) on which copies and launches are queued in order on the
+thread's current stream, device memory from `cuMemAlloc` split into blocks by the
+caching allocator, modules loaded from NVRTC cubins. `.numpy()` waits for the
+streams that used the tensor, `synchronize()` for every stream. Nothing here runs at `import kerneldsl`; a machine without a driver
 or device gets `RuntimeUnavailable` when the runtime is asked for.
 """
 from __future__ import annotations
@@ -16,7 +17,9 @@ import numpy as np
 
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import launch_args_from_json, scalar_bits
+from kerneldsl import interop
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
+from kerneldsl.streams import Event, Stream
 from kerneldsl.tensor import Tensor
 
 from . import compiler, dlpack
@@ -94,17 +97,65 @@ class CudaBinary:
         self.lock = threading.Lock()
 
 
-class CudaEvent:
-    """A recorded CUDA event; the driver's event is destroyed when this is collected."""
+class CudaEvent(Event):
+    """A CUDA event recorded on a stream; the driver's event is destroyed when this is collected."""
 
-    def __init__(self, handle):
-        self.handle = handle
+    __slots__ = ()
+
+    def synchronize(self):
+        self.stream.runtime._enter()
+        _check(_driver().cuEventSynchronize(self.handle), "cuEventSynchronize", LaunchError)
+
+    def query(self) -> bool:
+        self.stream.runtime._enter()
+        driver = _driver()
+        (err,) = driver.cuEventQuery(self.handle)
+        if err == driver.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _check((err,), "cuEventQuery", LaunchError)
+        return True
 
     def __del__(self):
         try:
             _driver().cuEventDestroy(self.handle)
         except Exception:  # noqa: BLE001  (interpreter shutdown)
             pass
+
+
+class CudaStream(Stream):
+    """A CUDA stream: `cu` the driver's CUstream, `handle` its address as an int (what torch's
+    `cuda_stream` and the DLPack protocol use). Streams made here are non-blocking (they do
+    not synchronize with the legacy default stream) and destroyed when collected."""
+
+    def __init__(self, runtime, cu, owned: bool, default: bool = False):
+        super().__init__(runtime, int(cu), external=not owned, default=default)
+        self.cu = cu
+        self._owned = owned
+
+    def synchronize(self):
+        self.runtime._enter()
+        _check(_driver().cuStreamSynchronize(self.cu), f"synchronizing {self.runtime.name}", LaunchError)
+
+    def record_event(self, timing: bool = False) -> CudaEvent:
+        """An event at the end of the work queued so far (`timing=True`: usable by elapsed_ms)."""
+        self.runtime._enter()
+        driver = _driver()
+        flags = driver.CUevent_flags.CU_EVENT_DEFAULT if timing else driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        ev = CudaEvent(self, _check(driver.cuEventCreate(int(flags)), "cuEventCreate"))
+        _check(driver.cuEventRecord(ev.handle, self.cu), "cuEventRecord")
+        return ev
+
+    def wait_event(self, event):
+        self._check_event(event)
+        self.runtime._enter()
+        _check(_driver().cuStreamWaitEvent(self.cu, event.handle, 0), "cuStreamWaitEvent")
+
+    def __del__(self):
+        if getattr(self, "_owned", False):
+            try:
+                _driver().cuStreamDestroy(self.cu)  # queued work still completes
+            except Exception:  # noqa: BLE001  (interpreter shutdown)
+                pass
 
 
 class CudaRuntime(CudaPipeline, Runtime):
@@ -140,8 +191,6 @@ class CudaRuntime(CudaPipeline, Runtime):
         self.context = _check(driver.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         self._local = threading.local()
         self._enter()
-        self.stream = _check(driver.cuStreamCreate(int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
-        self.stream_handle = int(self.stream)
         super().__init__("cuda" if index == 0 else f"cuda:{index}", caps)
         self._errbuf = None
 
@@ -163,7 +212,35 @@ class CudaRuntime(CudaPipeline, Runtime):
         _check(_driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         self._local.entered = True
 
+    # -------------------------------------------------------------- streams
+    def _create_cu_stream(self):
+        driver = _driver()
+        self._enter()
+        return _check(driver.cuStreamCreate(int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
+
+    def _make_default_stream(self):
+        return CudaStream(self, self._create_cu_stream(), owned=True, default=True)
+
+    def _new_stream(self):
+        return CudaStream(self, self._create_cu_stream(), owned=True)
+
+    def _wrap_stream(self, handle):
+        if isinstance(handle, bool) or not isinstance(handle, int):
+            raise TypeError(f"external_stream on {self.name} takes a CUstream as an int (e.g. "
+                            f"torch.cuda.current_stream().cuda_stream), got {type(handle).__name__}")
+        if handle < 0:
+            raise ValueError(f"external_stream: a CUstream handle is >= 0 (0 and 1: the legacy default stream, 2: "
+                             f"the per-thread default stream), got {handle}")
+        return CudaStream(self, _driver().CUstream(handle), owned=False)
+
+    def _stream_of_consumer(self, handle: int):
+        """The stream a consumer names in the DLPack / CUDA array interface protocols."""
+        return self.external_stream(handle)
+
     # -------------------------------------------------------------- memory
+    def _raw_view(self, raw, offset, nbytes):
+        return raw + offset  # a device pointer
+
     def _raw_alloc(self, nbytes):
         self._enter()
         driver = _driver()
@@ -177,37 +254,34 @@ class CudaRuntime(CudaPipeline, Runtime):
 
     def _upload(self, buffer, byte_offset, host):
         self._enter()
+        stream = self.current_stream()
+        buffer.record_stream(stream)
         host = np.ascontiguousarray(host)
-        _check(_driver().cuMemcpyHtoDAsync(buffer.raw + byte_offset, host.ctypes.data, host.nbytes, self.stream),
+        _check(_driver().cuMemcpyHtoDAsync(buffer.raw + byte_offset, host.ctypes.data, host.nbytes, stream.cu),
                "cuMemcpyHtoDAsync")
 
     def _download(self, buffer, byte_offset, nbytes):
         self._enter()
+        stream = self.current_stream()
         out = np.empty(nbytes, np.uint8)
-        _check(_driver().cuMemcpyDtoHAsync(out.ctypes.data, buffer.raw + byte_offset, nbytes, self.stream),
+        _check(_driver().cuMemcpyDtoHAsync(out.ctypes.data, buffer.raw + byte_offset, nbytes, stream.cu),
                "cuMemcpyDtoHAsync")
-        self.synchronize()
+        stream.synchronize()
         return out
 
     def _fill_zero(self, t):
         self._enter()
         n = t.size * t.dtype.itemsize
         if n:
-            _check(_driver().cuMemsetD8Async(t.buffer.raw + t.offset * t.dtype.itemsize, 0, n, self.stream),
+            stream = self.current_stream()
+            t.buffer.record_stream(stream)
+            _check(_driver().cuMemsetD8Async(t.buffer.raw + t.offset * t.dtype.itemsize, 0, n, stream.cu),
                    "cuMemsetD8Async")
-
-    def synchronize(self):
-        self._enter()
-        _check(_driver().cuStreamSynchronize(self.stream), f"synchronizing {self.name}", LaunchError)
 
     # -------------------------------------------------------------- events (timing)
     def record_event(self) -> "CudaEvent":
-        """A CUDA event recorded on this runtime's stream now (for timing)."""
-        self._enter()
-        driver = _driver()
-        ev = CudaEvent(_check(driver.cuEventCreate(int(driver.CUevent_flags.CU_EVENT_DEFAULT)), "cuEventCreate"))
-        _check(driver.cuEventRecord(ev.handle, self.stream), "cuEventRecord")
-        return ev
+        """A timing CUDA event recorded on the current stream now (see elapsed_ms)."""
+        return self.current_stream().record_event(timing=True)
 
     def elapsed_ms(self, start: "CudaEvent", end: "CudaEvent") -> float:
         """Milliseconds between two recorded events (waits for `end`)."""
@@ -220,25 +294,30 @@ class CudaRuntime(CudaPipeline, Runtime):
         return (dlpack.KDL_CUDA, self.index)
 
     def dlpack_export(self, t, stream=None, max_version=None, dl_device=None, copy=None):
+        """The DLPack stream protocol: the consumer names its stream (None: the legacy default
+        stream, 1 legacy, 2 per-thread default, > 2 a CUstream, -1 no synchronization) and
+        that stream is made to wait, through events, for the work queued on the tensor."""
         if dl_device is not None and tuple(dl_device) != self.dlpack_device(t):
             raise BufferError(f"DLPack export of a {self.name} tensor to device {tuple(dl_device)} needs a copy; "
                               f"use .numpy() or kd.runtime(...).tensor(...)")
+        if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int) or stream < -1
+                                   or stream == 0):
+            raise BufferError(f"__dlpack__(stream={stream!r}): a CUDA consumer passes None, -1 (no synchronization), "
+                              f"1 (legacy default stream), 2 (per-thread default stream) or a CUstream as an int; "
+                              f"0 is ambiguous and not allowed")
         if copy:
             t = t.clone()
         self._enter()
-        if stream is None:
-            self.synchronize()  # the consumer did not name a stream: make the data ready for any
-        elif stream != -1:
-            driver = _driver()
-            ev = _check(driver.cuEventCreate(int(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
-            _check(driver.cuEventRecord(ev, self.stream), "cuEventRecord")
-            _check(driver.cuStreamWaitEvent(int(stream), ev, 0), "cuStreamWaitEvent")
-            driver.cuEventDestroy(ev)  # released once the wait has been satisfied
+        if stream != -1:
+            consumer = self._stream_of_consumer(1 if stream is None else stream)
+            for producer in t.buffer.streams() or [self.current_stream()]:
+                consumer.wait_event(producer.record_event())
         versioned = max_version is not None and tuple(max_version) >= (1, 0)
         return dlpack.export_capsule(t, self.index, versioned)
 
     def from_dlpack(self, obj) -> Tensor:
-        """A tensor sharing memory with a CUDA array of another library (torch, cupy, ...)."""
+        """A tensor sharing memory with a CUDA array of another library (torch, cupy, ...); the
+        producer makes the current stream wait for its work (DLPack stream protocol)."""
         dev_type, dev_id = (int(v) for v in obj.__dlpack_device__())
         if dev_type != dlpack.KDL_CUDA:
             raise BufferError(f"from_dlpack: the {self.name} runtime takes CUDA device memory (DLPack device "
@@ -247,15 +326,46 @@ class CudaRuntime(CudaPipeline, Runtime):
             from kerneldsl.runtime import get_runtime
             return get_runtime(f"cuda:{dev_id}").from_dlpack(obj)
         self._enter()
+        stream = self.current_stream()
         try:
-            capsule = obj.__dlpack__(stream=self.stream_handle, max_version=(1, 0))
+            capsule = obj.__dlpack__(stream=stream.handle, max_version=(1, 0))
         except TypeError:  # a producer from before DLPack 1.0
-            capsule = obj.__dlpack__(stream=self.stream_handle)
+            capsule = obj.__dlpack__(stream=stream.handle)
         owner, data, _, dtype, shape, strides = dlpack.read_capsule(capsule, obj)
         size = int(np.prod(shape, dtype=np.int64)) if shape else 1
         extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if size else 0
-        buf = Buffer(data, extent * dtype.itemsize, None, owner=owner, readonly=owner.readonly)
+        buf = Buffer(data, extent * dtype.itemsize, None, owner=owner, readonly=owner.readonly, stream=stream)
         return Tensor(self, buf, shape, dtype, strides, 0)
+
+    # -------------------------------------------------------------- CUDA array interface
+    def cuda_array_interface(self, t) -> dict:
+        """`__cuda_array_interface__` (v3) of a tensor on this runtime; `stream` is the stream
+        its work was queued on (other streams that used it are made to wait first)."""
+        self._enter()
+        streams = t.buffer.streams() or [self.current_stream()]
+        for other in streams[1:]:
+            streams[0].wait_event(other.record_event())
+        data = t.buffer.raw + t.offset * t.dtype.itemsize if t.size else 0
+        return interop.cuda_array_interface(t, data, streams[0].handle)
+
+    def from_cuda_array_interface(self, obj) -> Tensor:
+        """A tensor sharing memory with `obj`'s `__cuda_array_interface__` (on this runtime's
+        device, or the device the pointer belongs to); the current stream waits for the
+        producer's stream when the interface names one."""
+        desc = interop.read_cuda_array_interface(obj)
+        self._enter()
+        if desc.data:
+            driver = _driver()
+            ordinal = _check(driver.cuPointerGetAttribute(
+                driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, desc.data), "cuPointerGetAttribute")
+            if int(ordinal) != self.index:
+                from kerneldsl.runtime import get_runtime
+                return get_runtime(f"cuda:{int(ordinal)}").from_cuda_array_interface(obj)
+        stream = self.current_stream()
+        if desc.stream is not None:
+            stream.wait_event(self._stream_of_consumer(desc.stream).record_event())
+        buf = Buffer(desc.data, desc.extent_bytes, None, owner=obj, readonly=desc.readonly, stream=stream)
+        return Tensor(self, buf, desc.shape, desc.dtype, desc.strides, 0)
 
     # -------------------------------------------------------------- kernels
     def wrap_binary(self, info, entry, rendering=None) -> CudaBinary:
@@ -288,6 +398,7 @@ class CudaRuntime(CudaPipeline, Runtime):
             raise ValueError(f"{kir.name}: block {tuple(block)} has {block[2]} units along z; CUDA allows at most 64")
         self._enter()
         driver = _driver()
+        stream = getattr(self._stream_local, "current", self._default_stream)
         values = {p.name: a for p, a in zip(kir.params, args)}
         with binary.lock:
             slots = binary.slots
@@ -296,11 +407,15 @@ class CudaRuntime(CudaPipeline, Runtime):
                 if kind == "errbuf":
                     err = self._error_buffer()
                     slots[i] = err.raw
-                    _check(driver.cuMemsetD8Async(err.raw, 0, 32, self.stream), "cuMemsetD8Async")
+                    err.record_stream(stream)
+                    _check(driver.cuMemsetD8Async(err.raw, 0, 32, stream.cu), "cuMemsetD8Async")
                     continue
                 v = values[a.param.name]
                 if kind == "data":
-                    slots[i] = v.buffer.raw + v.offset * v.dtype.itemsize
+                    buf = v.buffer
+                    if buf.stream is not stream:
+                        buf.record_stream(stream)  # the allocator and downloads wait for this stream
+                    slots[i] = buf.raw + v.offset * v.dtype.itemsize
                 elif kind == "extent":
                     slots[i] = v.extent()
                 elif kind == "shape":
@@ -314,7 +429,7 @@ class CudaRuntime(CudaPipeline, Runtime):
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
             # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
             _check(driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                         binary.dynamic_shared, self.stream, binary.params_ptr, 0),
+                                         binary.dynamic_shared, stream.cu, binary.params_ptr, 0),
                    f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
         if kir.bounds_check:
             rec = self._download(self._errbuf, 0, 32).view(np.int64)

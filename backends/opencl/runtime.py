@@ -1,8 +1,11 @@
-"""The `opencl` runtime: one device through pyopencl, an in-order queue, pooled cl.Buffers.
+"""The `opencl` runtime: one device through pyopencl, in-order queues as streams, pooled cl.Buffers.
 
 Devices are numbered across every platform, GPUs first, then accelerators, then CPUs
 (PoCL), so `kd.runtime("opencl")` is the GPU where there is one; `opencl:N` picks the
-N-th. Launches are queued; `.numpy()` and `synchronize()` wait for the queue.
+N-th. Launches are queued on the current stream (an in-order command queue on the runtime's
+context; `rt.stream()` makes more, events are markers); `.numpy()` waits for the streams that
+used the tensor, `synchronize()` for every stream. Blocks of the caching allocator's
+segments are sub-buffers.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from kerneldsl import ir
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import Rendering, launch_args_from_json, launch_args_to_json, scalar_value
 from kerneldsl.runtime import Runtime, RuntimeUnavailable
+from kerneldsl.streams import Event, Stream
 
 from . import compiler, platforms, renderer
 from .capabilities import EMULATED_PLANE_DIM, capabilities, device_label, sized_subgroups
@@ -102,6 +106,44 @@ class OpenCLBinary:
         self.lock = threading.Lock()
 
 
+class OpenCLEvent(Event):
+    """A marker enqueued on a stream's queue."""
+
+    __slots__ = ()
+
+    def synchronize(self):
+        self.stream.runtime._wait(self.handle, stream=self.stream)
+
+    def query(self) -> bool:
+        self.stream.queue.flush()  # a marker only completes once the queue is submitted
+        status = self.handle.command_execution_status
+        if status < 0:
+            raise LaunchError(f"a command on {self.stream.runtime.capabilities.device_name} failed with status {status}")
+        return status == self.stream.runtime._cl.command_execution_status.COMPLETE
+
+
+class OpenCLStream(Stream):
+    """An in-order command queue on the runtime's context. `launched` counts kernels enqueued
+    and `settled` those known to have finished (waits poll interruptibly while they differ)."""
+
+    def __init__(self, runtime, queue, external: bool = False, default: bool = False):
+        super().__init__(runtime, queue, external=external, default=default)
+        self.queue = queue
+        self.launched = 0
+        self.settled = 0
+
+    def synchronize(self):
+        self.runtime._wait(self.runtime._cl.enqueue_marker(self.queue), stream=self)
+
+    def record_event(self) -> OpenCLEvent:
+        return OpenCLEvent(self, self.runtime._cl.enqueue_marker(self.queue))
+
+    def wait_event(self, event):
+        self._check_event(event)
+        if event.stream is not self:
+            self.runtime._cl.enqueue_barrier(self.queue, wait_for=[event.handle])
+
+
 class OpenCLRuntime(Runtime):
     kind = "opencl"
 
@@ -123,11 +165,9 @@ class OpenCLRuntime(Runtime):
             self.native, plane_dim = None, EMULATED_PLANE_DIM
         self.forced_local = not native_planes
         caps = capabilities(self.platform, self.device, native_planes=self.native is not None, plane_dim=plane_dim)
-        super().__init__("opencl" if index == 0 else f"opencl:{index}", caps)
         self._cl = cl
+        super().__init__("opencl" if index == 0 else f"opencl:{index}", caps)
         self._pending_host: list = []  # host arrays of copies an interrupted wait left queued
-        self._launched = 0  # kernels enqueued
-        self._settled = 0  # of which every one is known to have finished
 
     @property
     def device_key(self):
@@ -159,44 +199,80 @@ class OpenCLRuntime(Runtime):
     def _raw_free(self, raw):
         raw.release()
 
+    def _raw_view(self, raw, offset, nbytes):
+        """A block of a segment: the segment itself, or a sub-buffer (offsets are multiples of
+        the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN, which `_allocator_options` asks for)."""
+        if offset == 0 and nbytes == raw.size:
+            return raw
+        return raw.get_sub_region(offset, nbytes)
+
+    def _allocator_options(self) -> dict:
+        return {"granule": max(512, int(self.device.mem_base_addr_align) // 8),
+                "max_segment": int(self.device.max_mem_alloc_size)}
+
+    # -------------------------------------------------------------- streams
+    def _make_default_stream(self):
+        return OpenCLStream(self, self.queue, default=True)
+
+    def _new_stream(self):
+        return OpenCLStream(self, self._cl.CommandQueue(self.ctx, self.device))
+
+    def _stream_key(self, handle):
+        return handle.int_ptr  # two pyopencl objects of one queue share it
+
+    def _wrap_stream(self, handle):
+        cl = self._cl
+        if not isinstance(handle, cl.CommandQueue):
+            raise TypeError(f"external_stream on {self.name} takes a pyopencl.CommandQueue, got {type(handle).__name__}")
+        if handle.context != self.ctx or handle.device != self.device:
+            raise ValueError(f"external_stream: the queue is on {handle.device.name!r} in another context; {self.name} "
+                             f"can only use queues on its own context (rt.ctx) and device ({self.device.name!r})")
+        if handle.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE:
+            raise ValueError("external_stream: the queue executes out of order; a stream must be an in-order queue")
+        return OpenCLStream(self, handle, external=True)
+
     def _upload(self, buffer, byte_offset, host):
+        stream = self.current_stream()
+        buffer.record_stream(stream)
         host = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
-        self._wait(self._cl.enqueue_copy(self.queue, buffer.raw, host, dst_offset=byte_offset, is_blocking=False),
-                   host)
+        self._wait(self._cl.enqueue_copy(stream.queue, buffer.raw, host, dst_offset=byte_offset, is_blocking=False),
+                   host, stream)
 
     def _download(self, buffer, byte_offset, nbytes):
+        stream = self.current_stream()
         out = np.empty(nbytes, np.uint8)
         if nbytes:
-            self._wait(self._cl.enqueue_copy(self.queue, out, buffer.raw, src_offset=byte_offset, is_blocking=False),
-                       out)
+            self._wait(self._cl.enqueue_copy(stream.queue, out, buffer.raw, src_offset=byte_offset,
+                                             is_blocking=False), out, stream)
         return out
 
     def _fill_zero(self, t):
         n = t.size * t.dtype.itemsize
         if n:
-            self._cl.enqueue_fill_buffer(self.queue, t.buffer.raw, np.uint8(0), 0, n)
+            stream = self.current_stream()
+            t.buffer.record_stream(stream)
+            self._cl.enqueue_fill_buffer(stream.queue, t.buffer.raw, np.uint8(0), 0, n)
 
-    def synchronize(self):
-        self._wait(self._cl.enqueue_marker(self.queue))
-
-    def _wait(self, event, host=None):
-        """Wait for `event`. While kernels may be ahead of it in the queue, the main thread
-        polls in short sleeps, so Ctrl-C raises KeyboardInterrupt even while a stuck kernel
-        holds the queue (the queued work carries on; `host`, memory a pending copy uses, is
-        kept alive for it). Other waits block, as they are short or cannot see signals."""
-        launched = self._launched  # kernels enqueued so far; the queue runs in order
-        if launched == self._settled or threading.current_thread() is not threading.main_thread():
+    def _wait(self, event, host=None, stream=None):
+        """Wait for `event` of `stream` (default: the current stream). While kernels may be
+        ahead of it in the queue, the main thread polls in short sleeps, so Ctrl-C raises
+        KeyboardInterrupt even while a stuck kernel holds the queue (the queued work carries
+        on; `host`, memory a pending copy uses, is kept alive for it). Other waits block, as
+        they are short or cannot see signals."""
+        stream = stream or self.current_stream()
+        launched = stream.launched  # kernels enqueued so far; the queue runs in order
+        if launched == stream.settled or threading.current_thread() is not threading.main_thread():
             event.wait()  # no kernel in the queue ahead of it (copies always finish), or not main
-            self._settled = max(self._settled, launched)
+            stream.settled = max(stream.settled, launched)
             return
-        self.queue.flush()
+        stream.queue.flush()
         complete = self._cl.command_execution_status.COMPLETE
         polls = 0
         try:
             while True:
                 status = event.command_execution_status
                 if status == complete:
-                    self._settled = max(self._settled, launched)
+                    stream.settled = max(stream.settled, launched)
                     return
                 if status < 0:
                     raise LaunchError(f"a command on {self.capabilities.device_name} failed with status {status}")
@@ -286,6 +362,7 @@ class OpenCLRuntime(Runtime):
 
     def launch(self, binary: OpenCLBinary, grid, block, args):
         kir = binary.info
+        stream = getattr(self._stream_local, "current", self._default_stream)
         values = []
         errbuf = None
         for a in binary.args:
@@ -296,7 +373,10 @@ class OpenCLRuntime(Runtime):
                 continue
             t = args[a.param.index]
             if kind == "data":
-                values.append(t.buffer.raw)
+                buf = t.buffer
+                if buf.stream is not stream:
+                    buf.record_stream(stream)  # the allocator and downloads wait for this stream
+                values.append(buf.raw)
             elif kind == "offset":
                 values.append(np.int64(t.offset))
             elif kind == "extent":
@@ -311,8 +391,8 @@ class OpenCLRuntime(Runtime):
         with binary.lock:
             binary.kernel.set_args(*values)
             try:
-                self._cl.enqueue_nd_range_kernel(self.queue, binary.kernel, gsize, tuple(block))
-                self._launched += 1
+                self._cl.enqueue_nd_range_kernel(stream.queue, binary.kernel, gsize, tuple(block))
+                stream.launched += 1
             except self._cl.Error as e:
                 units = block[0] * block[1] * block[2]
                 why = (f"; the driver reports at most {binary.reported_units} units per cube for this kernel "

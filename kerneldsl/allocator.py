@@ -1,0 +1,489 @@
+"""The caching allocator behind every runtime's memory: segments from the driver, split into blocks.
+
+A runtime hands it three hooks: `alloc(nbytes)` (a raw segment from the driver; MemoryError
+when the device is full), `free(raw)` and `view(raw, offset, nbytes)` (what a kernel is given
+for the bytes of a block: a pointer, a numpy slice, an OpenCL sub-buffer). Everything else is
+here and runtime-independent, so the cpu and OpenCL runtimes run the same code CI tests.
+
+The scheme follows PyTorch's CUDA caching allocator:
+- requests are rounded up to `granule` bytes (512, or more where the device asks for it);
+- requests up to 1 MiB come from 2 MiB "small" segments, larger ones from their own
+  "large" segments (20 MiB for requests under 10 MiB, else the request rounded up to 2 MiB);
+- a free block is found best-fit among the blocks cached for the *same stream and pool*
+  and split when the rest is worth keeping (>= granule in the small pool, > 1 MiB in the
+  large pool); freed neighbours in a segment coalesce again, lazily: when an allocation
+  finds no cached block that fits (before a new segment is asked for) and in
+  `empty_cache`, so a size freed and asked for again is reused without a split and a merge
+  each time (Python pays for every block object made);
+- nothing is returned to the driver unless `empty_cache()` is called, an allocation fails
+  (then the cache is emptied and the allocation retried once), or an optional
+  `max_idle_bytes` caps the fully free segments kept (the cpu runtime caps host memory).
+
+Streams: a block belongs to the stream it was allocated on and goes back to that stream's
+free lists; reusing it there is safe without a wait because that stream's work is ordered.
+A block also used on other streams (recorded by launches, like PyTorch's `record_stream`)
+is held back at free time until an event recorded on each of those streams has completed.
+
+`free` may be called from a destructor on any thread, also while this allocator is in the
+middle of an allocation on the same thread (garbage collection): it queues the block and
+returns it at once only if the lock is free, else the next call into the allocator does.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+from collections import deque
+from typing import Callable
+
+ROUND = 512  # every block is a multiple of this many bytes
+SMALL_REQUEST = 1 << 20  # requests up to this size use the small pool
+SMALL_SEGMENT = 2 << 20  # segment size of the small pool
+MEDIUM_SEGMENT = 20 << 20  # segment size for large-pool requests under LARGE_REQUEST
+LARGE_REQUEST = 10 << 20
+SEGMENT_ROUND = 2 << 20  # large segments of LARGE_REQUEST and more are rounded to this
+
+FREE, ALLOCATED, PENDING = 0, 1, 2  # block states (PENDING: freed, waiting for other streams)
+
+# statistics kept with current / peak / cumulative allocated / freed, per pool, as PyTorch names them
+STAT_NAMES = ("allocation", "allocated_bytes", "requested_bytes", "active", "active_bytes", "segment",
+              "reserved_bytes")
+ALLOCATION, ALLOCATED_BYTES, REQUESTED_BYTES, ACTIVE, ACTIVE_BYTES, SEGMENT, RESERVED_BYTES = range(7)
+
+
+def human_bytes(n: int) -> str:
+    """`n` bytes in the largest binary unit that keeps it >= 1 ("1.5 GiB")."""
+    for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
+class AllocationFailed(MemoryError):
+    """The driver refused a segment twice (before and after the cache was emptied). The
+    runtime turns this into `kd.OutOfMemoryError` naming the tensor asked for."""
+
+    def __init__(self, nbytes: int, cause: str, cached: int, allocated: int, reserved: int):
+        super().__init__(cause)
+        self.nbytes, self.cause, self.cached, self.allocated, self.reserved = nbytes, cause, cached, allocated, reserved
+
+    def describe(self, runtime: str, what: str) -> str:
+        """The message of the OutOfMemoryError: the size asked for and what the pool held."""
+        cause = f" ({self.cause})" if self.cause else ""
+        return (f"the {runtime} runtime cannot allocate {self.nbytes} bytes ({human_bytes(self.nbytes)}) for {what}: "
+                f"out of memory{cause}. Its memory pool held {human_bytes(self.cached)} of cached buffers, freed "
+                f"before one retry, and {human_bytes(self.allocated)} in live tensors ({human_bytes(self.reserved)} "
+                f"reserved from the device before the retry)")
+
+
+class Segment:
+    """One raw allocation from the driver."""
+
+    __slots__ = ("raw", "size", "stream", "small")
+
+    def __init__(self, raw, size: int, stream, small: bool):
+        self.raw, self.size, self.stream, self.small = raw, size, stream, small
+
+
+class Block:
+    """A byte range [offset, offset + size) of a segment, free or handed out; neighbours in
+    the segment are linked (`prev`, `next`) so freed ones can coalesce."""
+
+    __slots__ = ("segment", "offset", "size", "requested", "state", "prev", "next", "view", "serial")
+    _serials = itertools.count()
+
+    def __init__(self, segment: Segment, offset: int, size: int, before=None, after=None):
+        self.segment, self.offset, self.size = segment, offset, size
+        self.requested = 0
+        self.state = FREE
+        self.prev, self.next = before, after
+        self.view = None  # (offset, size, what `view` made for that range): reused when the range comes back
+        self.serial = next(Block._serials)
+
+    @property
+    def stream(self):
+        return self.segment.stream
+
+    def whole_segment(self) -> bool:
+        return self.prev is None and self.next is None
+
+
+class Counters:
+    """current / peak / cumulative increases / cumulative decreases of every statistic of one
+    pool ("all", "small_pool" or "large_pool"), indexed as STAT_NAMES. The allocation and
+    free paths are written out: they run on every tensor made and collected."""
+
+    __slots__ = ("current", "peak", "increased", "decreased")
+
+    def __init__(self):
+        n = len(STAT_NAMES)
+        self.current, self.peak, self.increased, self.decreased = [0] * n, [0] * n, [0] * n, [0] * n
+
+    def change(self, i: int, delta: int):
+        v = self.current[i] = self.current[i] + delta
+        if delta > 0:
+            self.increased[i] += delta
+            if v > self.peak[i]:
+                self.peak[i] = v
+        else:
+            self.decreased[i] -= delta
+
+    def allocated(self, size: int, requested: int):
+        """A block handed out (allocation, active and their bytes, requested bytes)."""
+        cur, peak, inc = self.current, self.peak, self.increased
+        cur[0] += 1
+        cur[1] += size
+        cur[2] += requested
+        cur[3] += 1
+        cur[4] += size
+        inc[0] += 1
+        inc[1] += size
+        inc[2] += requested
+        inc[3] += 1
+        inc[4] += size
+        if cur[1] > peak[1]:  # (allocated bytes peak first: the others rise with it)
+            peak[1] = cur[1]
+        if cur[0] > peak[0]:
+            peak[0] = cur[0]
+        if cur[2] > peak[2]:
+            peak[2] = cur[2]
+        if cur[3] > peak[3]:
+            peak[3] = cur[3]
+        if cur[4] > peak[4]:
+            peak[4] = cur[4]
+
+    def freed(self, size: int, requested: int, still_active: bool):
+        """A block given back (still active while held back for other streams)."""
+        cur, dec = self.current, self.decreased
+        cur[0] -= 1
+        cur[1] -= size
+        cur[2] -= requested
+        dec[0] += 1
+        dec[1] += size
+        dec[2] += requested
+        if not still_active:  # settled(size), inlined
+            cur[3] -= 1
+            cur[4] -= size
+            dec[3] += 1
+            dec[4] += size
+
+    def settled(self, size: int):
+        """A freed block no longer active (its streams' work is done)."""
+        self.current[3] -= 1
+        self.current[4] -= size
+        self.decreased[3] += 1
+        self.decreased[4] += size
+
+
+class CachingAllocator:
+    """Blocks of any size, reused per stream, split and coalesced inside driver segments."""
+
+    def __init__(self, alloc: Callable, free: Callable, view: Callable, *, synchronize: Callable | None = None,
+                 granule: int = ROUND, max_segment: int | None = None, max_idle_bytes: int | None = None):
+        """`synchronize()` waits for every stream of the runtime (called before cached segments
+        are returned to the driver on an allocation failure); `max_segment` is the largest
+        segment the driver allows (segments are cut down to the request there);
+        `max_idle_bytes` caps the bytes of wholly free segments kept (None: no cap)."""
+        if granule < 1 or granule & (granule - 1):
+            raise ValueError(f"granule must be a power of two, got {granule}")
+        self._alloc, self._free, self._view = alloc, free, view
+        self._synchronize = synchronize
+        self.granule = max(granule, ROUND)
+        self.max_segment = max_segment
+        self.max_idle_bytes = max_idle_bytes
+        self._lock = threading.Lock()
+        self._free_lists: dict = {}  # (stream, small) -> sorted [(size, serial, block)]
+        self._segments: dict = {}  # id(segment) -> segment
+        self._freed: deque = deque()  # (block, streams) freed but not yet taken back
+        self._pending: list = []  # (block, events): freed, waiting for other streams' work
+        self._all = Counters()
+        self._small, self._large = Counters(), Counters()
+        self._stats = {"all": self._all, "small_pool": self._small, "large_pool": self._large}
+        self.num_alloc_retries = 0
+        self.num_ooms = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
+
+    # ------------------------------------------------------------------ sizes
+    def round_size(self, nbytes: int) -> int:
+        g = self.granule
+        return max(g, (nbytes + g - 1) & ~(g - 1))
+
+    def segment_size(self, size: int) -> int:
+        if size <= SMALL_REQUEST:
+            seg = SMALL_SEGMENT
+        elif size < LARGE_REQUEST:
+            seg = MEDIUM_SEGMENT
+        else:
+            seg = (size + SEGMENT_ROUND - 1) & ~(SEGMENT_ROUND - 1)
+        if self.max_segment is not None and seg > self.max_segment:
+            seg = max(size, self.max_segment - self.max_segment % self.granule)
+        return seg
+
+    # ------------------------------------------------------------------ allocate / free
+    def allocate(self, nbytes: int, stream) -> Block:
+        """A block of at least `nbytes` for work on `stream`; raises AllocationFailed."""
+        g = self.granule
+        size = max(g, (nbytes + g - 1) & ~(g - 1))  # round_size, inlined (every tensor comes here)
+        small = size <= SMALL_REQUEST
+        with self._lock:
+            if self._freed:
+                self._drain()
+            if self._pending:
+                self._collect_pending(wait=False)
+            block = self._take_free(stream, small, size)
+            if block is None and self._coalesce(stream, small):
+                block = self._take_free(stream, small, size)
+            if block is None:
+                block = self._new_segment(size, stream, small, nbytes)
+            self._split(block, size, small)
+            block.state = ALLOCATED
+            block.requested = nbytes
+            self._all.allocated(block.size, nbytes)
+            (self._small if small else self._large).allocated(block.size, nbytes)
+        return block
+
+    def view(self, block: Block):
+        """What kernels are given for `block` (made once per range a block object takes)."""
+        made = block.view
+        if made is not None and made[0] == block.offset and made[1] == block.size:
+            return made[2]
+        v = self._view(block.segment.raw, block.offset, block.size)
+        block.view = (block.offset, block.size, v)
+        return v
+
+    def free(self, block: Block, streams=None):
+        """Give `block` back; `streams`: other streams that used it (their queued work is
+        waited for, through events, before the block is reused)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._freed:
+                    self._drain()
+                self._give_back(block, streams)
+            finally:
+                self._lock.release()
+        else:
+            self._freed.append((block, streams))
+
+    def _try_drain(self):
+        """Take freed blocks back now unless the lock is held (by another thread, or by this
+        one further up the stack: the next call into the allocator takes them then)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._lock.release()
+
+    def _drain(self):
+        freed = self._freed
+        while freed:
+            self._give_back(*freed.popleft())
+
+    def _give_back(self, block: Block, streams):
+        """A freed block: held back for the other streams that used it, or returned."""
+        others = [s for s in streams if s is not block.stream] if streams else None
+        held = bool(others)
+        self._all.freed(block.size, block.requested, held)
+        (self._small if block.segment.small else self._large).freed(block.size, block.requested, held)
+        if held:
+            block.state = PENDING
+            self._pending.append((block, [s.record_event() for s in others]))
+        else:
+            self._return(block)
+
+    def _collect_pending(self, wait: bool):
+        """Return pending blocks whose events completed (all of them, waiting, if `wait`)."""
+        keep = []
+        for block, events in self._pending:
+            if wait:
+                for e in events:
+                    e.synchronize()
+            elif not all(e.query() for e in events):
+                keep.append((block, events))
+                continue
+            self._all.settled(block.size)
+            (self._small if block.segment.small else self._large).settled(block.size)
+            self._return(block)
+        self._pending = keep
+
+    # ------------------------------------------------------------------ free lists
+    def _list(self, stream, small: bool) -> list:
+        lst = self._free_lists.get((stream, small))
+        if lst is None:
+            lst = self._free_lists[(stream, small)] = []
+        return lst
+
+    def _insert(self, block: Block):
+        bisect.insort(self._list(block.stream, block.segment.small), (block.size, block.serial, block))
+
+    def _take_free(self, stream, small: bool, size: int):
+        lst = self._free_lists.get((stream, small))
+        if not lst:
+            return None
+        i = bisect.bisect_left(lst, (size, -1))
+        if i == len(lst):
+            return None
+        return lst.pop(i)[2]
+
+    def _split(self, block: Block, size: int, small: bool):
+        rest = block.size - size
+        if rest >= self.granule if small else rest > SMALL_REQUEST:
+            tail = Block(block.segment, block.offset + size, rest, before=block, after=block.next)
+            if block.next is not None:
+                block.next.prev = tail
+            block.next = tail
+            block.size = size
+            self._insert(tail)
+
+    def _return(self, block: Block):
+        """A freed block back on its stream's free list. Neighbours are merged later, when
+        an allocation finds no cached block that fits (`_coalesce`): a block freed and asked
+        for again at the same size is then reused without a split and a merge each time."""
+        block.state = FREE
+        if (self.max_idle_bytes is not None and block.prev is None and block.next is None
+                and self.idle_bytes() > self.max_idle_bytes):
+            self._release_segment(block.segment)
+            return
+        key = (block.segment.stream, block.segment.small)  # _insert, inlined
+        lst = self._free_lists.get(key)
+        if lst is None:
+            lst = self._free_lists[key] = []
+        bisect.insort(lst, (block.size, block.serial, block))
+
+    def _coalesce(self, stream, small: bool) -> bool:
+        """Merge adjacent free blocks on one free list (neighbours share a segment, hence the
+        list); whether any merged."""
+        lst = self._free_lists.get((stream, small))
+        if not lst:
+            return False
+        merged = []
+        for entry in lst:
+            block = entry[2]
+            if block.prev is not None and block.prev.state == FREE:
+                continue  # absorbed by the start of its run
+            after = block.next
+            while after is not None and after.state == FREE:
+                block.size += after.size
+                after = block.next = after.next
+                if after is not None:
+                    after.prev = block
+            if (self.max_idle_bytes is not None and block.prev is None and block.next is None
+                    and self.idle_bytes() > self.max_idle_bytes):
+                self._release_segment(block.segment)
+                continue
+            merged.append((block.size, block.serial, block))
+        if len(merged) == len(lst):
+            return False
+        merged.sort()
+        self._free_lists[(stream, small)] = merged
+        return True
+
+    # ------------------------------------------------------------------ segments
+    def _new_segment(self, size: int, stream, small: bool, nbytes: int) -> Block:
+        seg_size = self.segment_size(size)
+        try:
+            raw = self._alloc(seg_size)
+        except MemoryError as first:
+            self.num_alloc_retries += 1
+            cached, allocated, reserved = self.idle_bytes(), self.allocated_bytes, self.reserved_bytes
+            self._empty_cache(wait_for_streams=True)
+            try:
+                raw = self._alloc(seg_size)
+            except MemoryError as second:
+                self.num_ooms += 1
+                raise AllocationFailed(nbytes, str(second).strip() or str(first).strip(), cached, allocated,
+                                       reserved) from None
+        self.num_device_alloc += 1
+        seg = Segment(raw, seg_size, stream, small)
+        self._segments[id(seg)] = seg
+        self._count(small, SEGMENT, 1)
+        self._count(small, RESERVED_BYTES, seg_size)
+        return Block(seg, 0, seg_size)
+
+    def _release_segment(self, seg: Segment):
+        del self._segments[id(seg)]
+        self._count(seg.small, SEGMENT, -1)
+        self._count(seg.small, RESERVED_BYTES, -seg.size)
+        self.num_device_free += 1
+        self._free(seg.raw)
+
+    def empty_cache(self) -> int:
+        """Return every wholly free segment to the driver (after waiting for blocks other
+        streams still used); the bytes released."""
+        with self._lock:
+            return self._empty_cache(wait_for_streams=False)
+
+    def _empty_cache(self, wait_for_streams: bool) -> int:
+        if wait_for_streams and self._synchronize is not None:
+            self._synchronize()
+        self._drain()
+        self._collect_pending(wait=True)
+        for key in list(self._free_lists):
+            self._coalesce(*key)
+        released = 0
+        for key, lst in list(self._free_lists.items()):
+            keep = []
+            for entry in lst:
+                block = entry[2]
+                if block.whole_segment():
+                    released += block.size
+                    self._release_segment(block.segment)
+                else:
+                    keep.append(entry)
+            self._free_lists[key] = keep
+        return released
+
+    clear = empty_cache  # the name the pool had before it split blocks
+
+    # ------------------------------------------------------------------ statistics
+    def _count(self, small: bool, stat: int, delta: int):
+        self._all.change(stat, delta)
+        (self._small if small else self._large).change(stat, delta)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of blocks handed out and not yet freed."""
+        return self._all.current[ALLOCATED_BYTES]
+
+    in_use_bytes = allocated_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes of segments held from the driver."""
+        return self._all.current[RESERVED_BYTES]
+
+    def idle_bytes(self) -> int:
+        """Reserved bytes in free blocks (reusable now, or releasable by empty_cache)."""
+        return self.reserved_bytes - self._all.current[ACTIVE_BYTES]
+
+    @property
+    def cached_bytes(self) -> int:
+        """Reserved bytes not in live tensors (`idle_bytes`, after taking back freed blocks)."""
+        self._try_drain()
+        return self.idle_bytes()
+
+    def memory_stats(self) -> dict:
+        """PyTorch's `torch.cuda.memory_stats()` keys where they mean the same:
+        "<stat>.<all|small_pool|large_pool>.<current|peak|allocated|freed>" for allocation,
+        segment, active (counts) and allocated_bytes, reserved_bytes, active_bytes,
+        requested_bytes; plus num_alloc_retries, num_ooms, num_device_alloc, num_device_free."""
+        with self._lock:
+            self._drain()
+            if self._pending:
+                self._collect_pending(wait=False)
+            out = {}
+            for i, name in enumerate(STAT_NAMES):
+                for pool, c in self._stats.items():
+                    out[f"{name}.{pool}.current"] = c.current[i]
+                    out[f"{name}.{pool}.peak"] = c.peak[i]
+                    out[f"{name}.{pool}.allocated"] = c.increased[i]
+                    out[f"{name}.{pool}.freed"] = c.decreased[i]
+            out.update(num_alloc_retries=self.num_alloc_retries, num_ooms=self.num_ooms,
+                       num_device_alloc=self.num_device_alloc, num_device_free=self.num_device_free)
+            return out
+
+    def reset_peak_stats(self):
+        """Set every peak to its current value."""
+        with self._lock:
+            for c in self._stats.values():
+                c.peak[:] = c.current

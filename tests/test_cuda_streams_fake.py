@@ -1,0 +1,282 @@
+"""The cuda runtime's streams, events, copies, DLPack stream protocol, CUDA array interface and
+allocator hooks against a fake driver (host memory behind device pointers, a log of driver
+calls), so their Python runs on machines without a GPU; the real driver is exercised by
+test_streams.py on a CUDA machine."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import threading
+import types
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+
+pytest.importorskip("cuda.bindings.driver", reason="the cuda runtime's module needs cuda-bindings")
+from cuda.bindings import driver as real  # noqa: E402  (enums and handle types only: no driver call)
+
+import kerneldsl.backends.cuda.runtime as cuda_rt  # noqa: E402
+from kerneldsl.backends.cuda.capabilities import for_arch  # noqa: E402
+from kerneldsl.runtime import Runtime  # noqa: E402
+
+pytestmark = pytest.mark.feature("streams")
+OK = real.CUresult.CUDA_SUCCESS
+
+
+class FakeDriver:
+    """The driver calls the cuda runtime makes, on host memory; `calls` logs (name, args)."""
+
+    def __init__(self, capacity: int = 1 << 40):
+        self.calls: list = []
+        self.memory: dict = {}  # address -> numpy array holding it
+        self.capacity = capacity
+        self.handles = iter(range(0x1000, 1 << 30, 0x10))
+        self.pending_events: set = set()  # events cuEventQuery reports not ready
+        for name in ("CUresult", "CUstream", "CUstream_flags", "CUevent_flags", "CUpointer_attribute"):
+            setattr(self, name, getattr(real, name))
+
+    def _log(self, name, *args):
+        self.calls.append((name, args))
+
+    def names(self):
+        return [c[0] for c in self.calls]
+
+    def cuCtxSetCurrent(self, ctx):
+        return (OK,)
+
+    def cuStreamCreate(self, flags):
+        self._log("cuStreamCreate", flags)
+        return OK, real.CUstream(next(self.handles))
+
+    def cuStreamDestroy(self, s):
+        self._log("cuStreamDestroy", int(s))
+        return (OK,)
+
+    def cuStreamSynchronize(self, s):
+        self._log("cuStreamSynchronize", int(s))
+        return (OK,)
+
+    def cuEventCreate(self, flags):
+        self._log("cuEventCreate", flags)
+        return OK, next(self.handles)
+
+    def cuEventRecord(self, ev, s):
+        self._log("cuEventRecord", ev, int(s))
+        return (OK,)
+
+    def cuEventQuery(self, ev):
+        return (real.CUresult.CUDA_ERROR_NOT_READY if ev in self.pending_events else OK,)
+
+    def cuEventSynchronize(self, ev):
+        self.pending_events.discard(ev)
+        return (OK,)
+
+    def cuEventDestroy(self, ev):
+        return (OK,)
+
+    def cuStreamWaitEvent(self, s, ev, flags):
+        self._log("cuStreamWaitEvent", int(s), ev)
+        return (OK,)
+
+    def cuMemAlloc(self, n):
+        if sum(a.nbytes for a in self.memory.values()) + n > self.capacity:
+            return real.CUresult.CUDA_ERROR_OUT_OF_MEMORY, 0
+        a = np.zeros(n, np.uint8)
+        self.memory[a.ctypes.data] = a
+        self._log("cuMemAlloc", n)
+        return OK, a.ctypes.data
+
+    def cuMemFree(self, ptr):
+        del self.memory[int(ptr)]
+        return (OK,)
+
+    def cuMemcpyHtoDAsync(self, dst, src, n, s):
+        self._log("cuMemcpyHtoDAsync", int(s))
+        ctypes.memmove(dst, src, n)
+        return (OK,)
+
+    def cuMemcpyDtoHAsync(self, dst, src, n, s):
+        self._log("cuMemcpyDtoHAsync", int(s))
+        ctypes.memmove(dst, src, n)
+        return (OK,)
+
+    def cuMemsetD8Async(self, ptr, value, n, s):
+        self._log("cuMemsetD8Async", int(s))
+        ctypes.memset(ptr, value, n)
+        return (OK,)
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, s, params, extra):
+        self._log("cuLaunchKernel", int(s))
+        return (OK,)
+
+    def cuPointerGetAttribute(self, attribute, ptr):
+        assert attribute == real.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        return OK, 0
+
+    def cuGetErrorName(self, err):
+        return OK, str(err).encode()
+
+    def cuGetErrorString(self, err):
+        return OK, b"fake"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    drv = FakeDriver()
+    monkeypatch.setattr(cuda_rt, "_driver", lambda: drv)
+    return drv
+
+
+def make_runtime() -> "cuda_rt.CudaRuntime":
+    """A CudaRuntime on the fake driver (its constructor's device queries skipped)."""
+    rt = object.__new__(cuda_rt.CudaRuntime)
+    rt.index, rt.context, rt._local = 0, None, threading.local()
+    Runtime.__init__(rt, "cuda", for_arch("sm_90"))
+    rt._errbuf = None
+    return rt
+
+
+def test_streams_are_non_blocking_cuda_streams(fake):
+    rt = make_runtime()
+    s = rt.stream()
+    flags = [args[0] for name, args in fake.calls if name == "cuStreamCreate"]
+    assert flags == [int(real.CUstream_flags.CU_STREAM_NON_BLOCKING)] * 2  # the default stream and s
+    assert isinstance(s.handle, int) and s.handle != rt.default_stream().handle
+    assert rt.external_stream(s.handle) is s and rt.external_stream(0).external
+    with pytest.raises(TypeError, match="CUstream as an int"):
+        rt.external_stream("0x10")
+    with pytest.raises(ValueError, match=">= 0"):
+        rt.external_stream(-3)
+    handle = s.handle
+    del s
+    gc.collect()
+    assert ("cuStreamDestroy", (handle,)) in fake.calls
+
+
+def test_copies_go_to_the_current_stream_and_reads_wait_for_producers(fake):
+    rt = make_runtime()
+    s = rt.stream()
+    with rt.use_stream(s):
+        t = rt.tensor(np.arange(6, dtype=np.float32))
+        z = rt.zeros(3)
+    assert t.buffer.stream is s
+    assert ("cuMemcpyHtoDAsync", (s.handle,)) in fake.calls and ("cuMemsetD8Async", (s.handle,)) in fake.calls
+    fake.calls.clear()
+    np.testing.assert_array_equal(t.numpy(), np.arange(6))  # on the default stream
+    d = rt.default_stream().handle
+    assert fake.calls == [("cuStreamSynchronize", (s.handle,)), ("cuMemcpyDtoHAsync", (d,)),
+                          ("cuStreamSynchronize", (d,))]
+    np.testing.assert_array_equal(z.numpy(), np.zeros(3))
+    fake.calls.clear()
+    rt.synchronize()
+    synced = {args[0] for name, args in fake.calls if name == "cuStreamSynchronize"}
+    assert {s.handle, d} <= synced
+
+
+def test_events(fake):
+    rt = make_runtime()
+    s, other = rt.stream(), rt.stream()
+    e = s.record_event()
+    assert ("cuEventCreate", (int(real.CUevent_flags.CU_EVENT_DISABLE_TIMING),)) in fake.calls
+    fake.pending_events.add(e.handle)
+    assert not e.query()
+    e.synchronize()
+    assert e.query()
+    other.wait_event(e)
+    assert fake.calls[-1] == ("cuStreamWaitEvent", (other.handle, e.handle))
+    timing = rt.record_event()
+    assert ("cuEventCreate", (int(real.CUevent_flags.CU_EVENT_DEFAULT),)) in fake.calls
+    assert timing.stream is rt.default_stream()
+
+
+def test_dlpack_export_makes_the_consumer_stream_wait(fake):
+    rt = make_runtime()
+    s = rt.stream()
+    with rt.use_stream(s):
+        t = rt.tensor(np.ones(4, np.float32))
+    t.record_stream(rt.stream())
+    fake.calls.clear()
+    t.__dlpack__(stream=0x7777)
+    waits = [args for name, args in fake.calls if name == "cuStreamWaitEvent"]
+    records = [args[1] for name, args in fake.calls if name == "cuEventRecord"]
+    assert len(waits) == 2 and all(w[0] == 0x7777 for w in waits)  # one per stream that used t
+    assert s.handle in records
+    fake.calls.clear()
+    t.__dlpack__()  # None: the legacy default stream waits
+    assert [args[0] for name, args in fake.calls if name == "cuStreamWaitEvent"] == [1, 1]
+    fake.calls.clear()
+    t.__dlpack__(stream=-1)
+    assert "cuStreamWaitEvent" not in fake.names()
+    with pytest.raises(BufferError, match="0 is ambiguous"):
+        t.__dlpack__(stream=0)
+
+
+def test_cuda_array_interface_round_trip(fake):
+    rt = make_runtime()
+    s = rt.stream()
+    with rt.use_stream(s):
+        t = rt.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    cai = t.T.__cuda_array_interface__
+    assert cai["stream"] == s.handle and cai["strides"] == (4, 16) and cai["version"] == 3
+    assert cai["data"] == (t.buffer.raw, False) and cai["typestr"] == "<f4"
+
+    class Foreign:
+        __cuda_array_interface__ = dict(cai, stream=0x5555)
+    fake.calls.clear()
+    back = kd.from_cuda_array_interface(Foreign(), runtime=rt)
+    assert back.buffer.raw == t.buffer.raw and back.buffer.stream is rt.default_stream()
+    assert ("cuEventRecord" in fake.names() and
+            ("cuStreamWaitEvent", (rt.default_stream().handle, fake.calls[-1][1][1])) == fake.calls[-1])
+    np.testing.assert_array_equal(back.numpy(), np.arange(12).reshape(3, 4).T)
+
+
+def test_memory_used_on_another_stream_waits_for_its_event(fake):
+    rt = make_runtime()
+    s = rt.stream()
+    t = rt.empty((16, 1 << 20), "u8")  # 16 MiB: a segment of its own
+    raw = t.buffer.raw
+    t.record_stream(s)
+    created = len(fake.calls)
+    del t
+    gc.collect()
+    recorded = [args for name, args in fake.calls[created:] if name == "cuEventRecord"]
+    assert [r[1] for r in recorded] == [s.handle]
+    fake.pending_events.add(recorded[0][0])
+    assert rt.empty((16, 1 << 20), "u8").buffer.raw != raw  # s may still use it
+    fake.pending_events.clear()
+    assert rt.empty((16, 1 << 20), "u8").buffer.raw == raw
+    a, b = rt.pool.allocate(4096, s), rt.pool.allocate(4096, s)
+    assert rt.pool.view(b) - rt.pool.view(a) == 4096 == b.offset - a.offset  # pointers into one segment
+
+
+def test_out_of_memory_after_the_retry(fake):
+    rt = make_runtime()
+    fake.capacity = 40 << 20
+    keep = rt.empty(24 << 20, "u8")
+    rt.empty(12 << 20, "u8")  # freed at once: cached
+    with pytest.raises(kd.OutOfMemoryError, match=r"cannot allocate 20971520 bytes .* held 12\.0 MiB of cached "
+                                                  r"buffers, freed before one retry, and 24\.0 MiB in live tensors "
+                                                  r"\(36\.0 MiB reserved"):
+        rt.empty(20 << 20, "u8")
+    st = rt.memory_stats()
+    assert st["num_alloc_retries"] == 1 and st["num_ooms"] == 1 and keep.nbytes == 24 << 20
+    assert st["reserved_bytes.all.current"] == 24 << 20  # the cached segment went back before the retry
+
+
+def test_launches_go_to_the_current_stream_and_record_it_on_their_memory(fake):
+    rt = make_runtime()
+    x = rt.zeros(8)
+    param = types.SimpleNamespace(name="x")
+    kir = types.SimpleNamespace(name="k", params=[param], bounds_check=False)
+    binary = types.SimpleNamespace(info=kir, args=[types.SimpleNamespace(kind="data", param=param)],
+                                   lock=threading.Lock(), slots=np.zeros(1, np.uint64), function=None,
+                                   dynamic_shared=0, params_ptr=0)
+    rt.launch(binary, (1, 1, 1), (32, 1, 1), [x])
+    assert fake.calls[-1] == ("cuLaunchKernel", (rt.default_stream().handle,)) and x.buffer.used_streams is None
+    s = rt.stream()
+    with rt.use_stream(s):
+        rt.launch(binary, (1, 1, 1), (32, 1, 1), [x])
+    assert fake.calls[-1] == ("cuLaunchKernel", (s.handle,))
+    assert binary.slots[0] == x.buffer.raw and x.buffer.streams() == [rt.default_stream(), s]
