@@ -124,7 +124,7 @@ def scalar_packer(dtype):
             if (kind is float and value == value) or (kind is int and -_EXACT_INT <= value <= _EXACT_INT):
                 try:
                     return unpack(pack(value))[0]
-                except OverflowError:  # past the dtype's range: numpy's inf
+                except (OverflowError, struct.error):  # past the range of the dtype: numpy gives inf
                     pass
             return scalar_bits(dtype, value)
         return float_bits
@@ -139,5 +139,12 @@ def scalar_value(dtype, value):
     return _UNSIGNED[dtype.itemsize](scalar_bits(dtype, value))
 
 
+def scalar_value_packer(dtype):
+    """A function `value -> scalar_value(dtype, value)` for one dtype (see `scalar_packer`)."""
+    bits, unsigned = scalar_packer(dtype), _UNSIGNED[dtype.itemsize]
+    return lambda value: unsigned(bits(value))
+
+
 __all__ = ["LaunchInfo", "LaunchArg", "Rendering", "launch_args_to_json", "launch_args_from_json",
-           "scalar_bits", "scalar_packer", "scalar_value"]
+           "scalar_bits", "scalar_packer", "scalar_value",
+           "scalar_value_packer"]

@@ -35,6 +35,9 @@ def _packed_strides(shape: tuple) -> tuple:
 
 
 _STRIDES: dict = {}  # shape (a tuple of ints) -> its contiguous strides
+# reshape targets met before (non-negative ints) -> (shape, contiguous strides, size); a target
+# equal to one of them (2.0 == 2) reshapes as it did, to the ints
+_RESHAPES: dict = {}
 
 
 class Tensor:
@@ -117,6 +120,12 @@ class Tensor:
     def reshape(self, *shape) -> "Tensor":
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        try:
+            known = _RESHAPES.get(shape)
+        except TypeError:  # an unhashable entry: the checks below word the error
+            known = None
+        if known is not None and known[2] == self.size and self.is_contiguous():
+            return self._view(known[0], known[1])
         shape = list(shape)
         if shape.count(-1) > 1:
             raise ValueError("reshape: only one dimension can be -1")
@@ -130,6 +139,8 @@ class Tensor:
         if not self.is_contiguous():
             raise ValueError("reshape of a non-contiguous view would need a copy; call .contiguous() first")
         shape = tuple(map(int, shape))
+        if len(_RESHAPES) < 4096:
+            _RESHAPES[shape] = (shape, _packed_strides(shape), math.prod(shape))
         return self._view(shape, _packed_strides(shape))
 
     view = reshape

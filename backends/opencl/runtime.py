@@ -15,7 +15,7 @@ import numpy as np
 
 from kerneldsl import ir
 from kerneldsl.errors import LaunchError
-from kerneldsl.pipeline import Rendering, launch_args_from_json, launch_args_to_json, scalar_value
+from kerneldsl.pipeline import Rendering, launch_args_from_json, launch_args_to_json, scalar_value_packer
 from kerneldsl.runtime import Runtime, RuntimeUnavailable
 
 from . import compiler, platforms, renderer
@@ -100,6 +100,10 @@ class OpenCLBinary:
         self.native = meta["native"]  # the plane primitives it was rendered with, or None
         self.kernel = kernel
         self.lock = threading.Lock()
+        # per argument: (kind, parameter index, axis, scalar packer); what the kernel was last given
+        self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
+                           scalar_value_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
+        self.last_key = None
 
 
 class OpenCLRuntime(Runtime):
@@ -286,30 +290,38 @@ class OpenCLRuntime(Runtime):
 
     def launch(self, binary: OpenCLBinary, grid, block, args):
         kir = binary.info
-        values = []
+        values, key = [], []  # key: what identifies each value (a buffer by its cl_mem handle)
         errbuf = None
-        for a in binary.args:
-            kind = a.kind
+        for kind, index, axis, packer in binary.plan:
             if kind == "errbuf":
                 errbuf = self.zeros(4, "i64")
                 values.append(errbuf.buffer.raw)
+                key.append(errbuf.buffer.raw.int_ptr)
                 continue
-            t = args[a.param.index]
+            t = args[index]
             if kind == "data":
-                values.append(t.buffer.raw)
-            elif kind == "offset":
-                values.append(np.int64(t.offset))
+                raw = t.buffer.raw
+                values.append(raw)
+                key.append(raw.int_ptr)
+                continue
+            if kind == "offset":
+                v = np.int64(t.offset)
             elif kind == "extent":
-                values.append(np.int64(t.extent()))
+                v = np.int64(t.extent())
             elif kind == "shape":
-                values.append(np.int64(t.shape[a.axis]))
+                v = np.int64(t.shape[axis])
             elif kind == "stride":
-                values.append(np.int64(t.strides[a.axis]))
+                v = np.int64(t.strides[axis])
             else:
-                values.append(scalar_value(a.param.dtype, t))
+                v = packer(t)
+            values.append(v)
+            key.append(v)
         gsize = tuple(g * b for g, b in zip(grid, block))
         with binary.lock:
-            binary.kernel.set_args(*values)
+            if key != binary.last_key:  # OpenCL kernel arguments persist: set them when they change
+                binary.last_key = None
+                binary.kernel.set_args(*values)
+                binary.last_key = key
             try:
                 self._cl.enqueue_nd_range_kernel(self.queue, binary.kernel, gsize, tuple(block))
                 self._launched += 1
