@@ -232,3 +232,21 @@ def test_opencl_arguments_are_reset_when_they_change():
     want_a[:20] = 3.0
     np.testing.assert_array_equal(a.numpy(), want_a)
     np.testing.assert_array_equal(b.numpy(), 4.0)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="os.fork is POSIX-only")
+def test_cpu_launches_in_a_forked_child():
+    import os
+    rt = kd.runtime("cpu")
+    out = rt.zeros(32)
+    fill[1, 32](out, 1.0, 32)  # the parent's worker threads exist now; a child has none of them
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fill[1, 32](out, 2.0, 32)
+            os._exit(0 if (out.numpy() == 2.0).all() else 1)
+        except BaseException:  # noqa: BLE001
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    np.testing.assert_array_equal(out.numpy(), 1.0)

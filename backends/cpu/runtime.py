@@ -136,6 +136,13 @@ class CpuRuntime(Runtime):
         self._pool_lock = threading.Lock()
         self._abandoned: list = []  # interrupted launches whose cubes never stopped (launcher.py)
         self._fast: FastWorker | None = None  # the main thread's one-worker launches (handoff.py)
+        forget = weakref.WeakMethod(self._forget_threads)
+        os.register_at_fork(after_in_child=lambda: forget() and forget()())
+
+    def _forget_threads(self):
+        """In a forked child: the parent's worker threads do not exist here; start new ones."""
+        self._pool = None
+        self._fast = None
 
     @property
     def device_key(self):
