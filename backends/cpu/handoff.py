@@ -251,9 +251,6 @@ class FastWorker:
             return bool(native.wait(self._addr, seq, self._wait_polls))
         return bool(self._native.post_wait(self._addr, seq, self._wait_polls))
 
-    def done(self, seq: int) -> bool:
-        return self._mail[DONE] == seq
-
     def sleep_until_done(self, seq: int, timeout: float | None = None) -> bool:
         """Block (in timed waits, so signal handlers run) until launch `seq` is done or
         `timeout` seconds passed; whether it is done."""
