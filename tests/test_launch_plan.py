@@ -194,7 +194,7 @@ def test_many_small_cpu_launches_from_two_threads():
 
     def work(j):
         try:
-            for i in range(200):
+            for i in range(rt.FAST_WORKER_AFTER + 200):
                 fill[2, 32](outs[j], float(i), 40)
                 assert outs[j].numpy()[39] == float(i)
         except BaseException as e:  # noqa: BLE001
@@ -210,7 +210,9 @@ def test_cpu_launches_after_the_worker_parked_and_longer_than_its_polling():
     from kerneldsl.backends.cpu import handoff
     rt = kd.runtime("cpu")
     out = rt.zeros(32)
-    fill[1, 32](out, 1.0, 32)
+    for _ in range(rt.FAST_WORKER_AFTER + 1):
+        fill[1, 32](out, 1.0, 32)
+    assert rt._fast is not None, "small launches of the main thread go to the fast worker by now"
     time.sleep(max(0.05, 20 * handoff.SERVE_SPIN_S))  # the worker has parked by now
     fill[1, 32](out, 2.0, 32)
     np.testing.assert_array_equal(out.numpy(), 2.0)

@@ -55,6 +55,27 @@ spin:
   ret void
 }}
 
+; poll *p up to `spins` times until (*p == v) is `equal`; whether it came to be (1) or not (0)
+define internal i64 @await(i64* %p, i64 %v, i1 %equal, i64 %spins) {{
+entry:
+  br label %poll
+poll:
+  %k = phi i64 [0, %entry], [%k1, %relaxed]
+  %now = load atomic i64, i64* %p acquire, align 8
+  %same = icmp eq i64 %now, %v
+  %met = icmp eq i1 %same, %equal
+  br i1 %met, label %yes, label %relaxed
+relaxed:
+  call void @relax(i64 %k)
+  %k1 = add i64 %k, 1
+  %more = icmp ult i64 %k1, %spins
+  br i1 %more, label %poll, label %no
+yes:
+  ret i64 1
+no:
+  ret i64 0
+}}
+
 ; worker: wait for a posted launch, run it, publish it done; returns the last seq run once idle
 ; for `spins` polls, -1 when asked to quit (fn = 0), or -2 - seq after a launch whose end the
 ; sleeping main thread must be woken for
@@ -69,20 +90,13 @@ entry:
   br label %idle
 idle:
   %seen = phi i64 [%last, %entry], [%cur, %ran]
-  br label %poll
-poll:
-  %k = phi i64 [0, %idle], [%k1, %relaxed]
-  %cur = load atomic i64, i64* %posted acquire, align 8
-  %new = icmp ne i64 %cur, %seen
-  br i1 %new, label %take, label %relaxed
-relaxed:
-  call void @relax(i64 %k)
-  %k1 = add i64 %k, 1
-  %more = icmp ult i64 %k1, %spins
-  br i1 %more, label %poll, label %park
+  %got = call i64 @await(i64* %posted, i64 %seen, i1 0, i64 %spins)
+  %new = icmp ne i64 %got, 0
+  br i1 %new, label %take, label %park
 park:
   ret i64 %seen
 take:
+  %cur = load atomic i64, i64* %posted acquire, align 8
   %fn = load i64, i64* %fnp, align 8
   %quit = icmp eq i64 %fn, 0
   br i1 %quit, label %leave, label %run
@@ -116,21 +130,8 @@ entry:
 define i64 @kd_wait(i64* %mail, i64 %seq, i64 %spins) {{
 entry:
   %done = getelementptr i64, i64* %mail, i64 {DONE}
-  br label %poll
-poll:
-  %k = phi i64 [0, %entry], [%k1, %relaxed]
-  %d = load atomic i64, i64* %done acquire, align 8
-  %fin = icmp eq i64 %d, %seq
-  br i1 %fin, label %yes, label %relaxed
-relaxed:
-  call void @relax(i64 %k)
-  %k1 = add i64 %k, 1
-  %more = icmp ult i64 %k1, %spins
-  br i1 %more, label %poll, label %no
-yes:
-  ret i64 1
-no:
-  ret i64 0
+  %r = call i64 @await(i64* %done, i64 %seq, i1 1, i64 %spins)
+  ret i64 %r
 }}
 
 ; main thread, about to sleep: announce it, then whether launch `seq` finished meanwhile (1)

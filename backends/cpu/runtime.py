@@ -136,6 +136,7 @@ class CpuRuntime(Runtime):
         self._pool_lock = threading.Lock()
         self._abandoned: list = []  # interrupted launches whose cubes never stopped (launcher.py)
         self._fast: FastWorker | None = None  # the main thread's one-worker launches (handoff.py)
+        self._small_launches = 0
         forget = weakref.WeakMethod(self._forget_threads)
         os.register_at_fork(after_in_child=lambda: forget() and forget()())
 
@@ -264,7 +265,7 @@ class CpuRuntime(Runtime):
             workers = 1
         argp = keep[0].buffer_info()[0]
         main = threading.current_thread() is threading.main_thread()
-        if main and workers == 1:
+        if main and workers == 1 and (self._fast is not None or self._wants_fast_worker()):
             self._run_handed_over(binary.address, argp, ncubes, control, keep)
             return
         parts = min(ncubes, workers * 8 if ncubes >= 64 * workers else workers)
@@ -281,13 +282,32 @@ class CpuRuntime(Runtime):
             if job.abandoned:
                 self._abandon(job, pool)
 
+    def _abandon(self, job: CubeLaunch, pool):
+        """A cancelled launch whose cubes did not stop: keep it (and the memory it uses) for
+        good, and give later launches fresh threads."""
+        self._abandoned.append(job)
+        with self._pool_lock:
+            if self._pool is pool:
+                self._pool = None
+        if pool is not None:
+            pool.retire()
+
+    FAST_WORKER_AFTER = 16  # one-worker launches of the main thread before the fast worker starts
+
+    def _wants_fast_worker(self) -> bool:
+        """Whether the main thread has made enough one-worker launches to start the fast worker
+        (its native handoff takes some ms to compile: a short script never pays for it)."""
+        self._small_launches += 1
+        if self._small_launches <= self.FAST_WORKER_AFTER:
+            return False
+        self._fast = FastWorker()
+        return True
+
     def _run_handed_over(self, fn_address: int, argp: int, ncubes: int, control, keep):
         """Run a one-worker launch on the fast worker and wait for it as `CubeLaunch.wait`
         does: Ctrl-C sets the cancel flag, waits up to GRACE_S for the cubes to stop, else
         abandons the launch (and the worker, which a fresh one replaces) and propagates."""
         worker = self._fast
-        if worker is None:
-            worker = self._fast = FastWorker()
         seq = worker.start(fn_address, argp, ncubes)
         try:
             if not worker.run(seq):
