@@ -157,8 +157,9 @@ class _Native:
     def __init__(self):
         tm = compiler.new_target_machine()
         x86 = llvm.get_process_triple().startswith(("x86_64", "i686", "i386"))
-        source = _IR.format(relax="call void @llvm.x86.sse2.pause()" if x86 else "",
-                            YIELD_EVERY=YIELD_EVERY, YIELD_MASK=YIELD_EVERY - 1, POSTED=POSTED, DONE=DONE, FN=FN, ARGP=ARGP, NCUBES=NCUBES, SLEEPING=SLEEPING)
+        source = _IR.format(relax="call void @llvm.x86.sse2.pause()" if x86 else "", YIELD_EVERY=YIELD_EVERY,
+                            YIELD_MASK=YIELD_EVERY - 1, POSTED=POSTED, DONE=DONE, FN=FN, ARGP=ARGP, NCUBES=NCUBES,
+                            SLEEPING=SLEEPING)
         mod = llvm.parse_assembly(source)
         mod.verify()
         self.engine = llvm.create_mcjit_compiler(mod, tm)
@@ -267,10 +268,3 @@ class FastWorker:
         finally:
             mail[SLEEPING] = 0
         return True
-
-    def quit(self):
-        """Let the thread end once it is free (a stuck one never is)."""
-        self._mail[FN] = 0
-        self._seq += 1
-        self._native.post_wait(self._addr, self._seq, 0)
-        self._unpark()
