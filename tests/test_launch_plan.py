@@ -176,7 +176,8 @@ def test_scalar_packers_match_scalar_bits(dtype):
     pack, value = scalar_packer(dtype), scalar_value_packer(dtype)
     rng = np.random.default_rng(0)  # and doubles across every exponent the narrow types round at
     randoms = [float(m) * 2.0 ** int(e) for m, e in zip(rng.standard_normal(3000), rng.integers(-160, 140, 3000))]
-    values = FLOATS + randoms if dtype.is_float else [0, 1, -1, 255, 256, 2 ** 31 - 1, -(2 ** 31), 2 ** 40, np.int64(-5)]
+    ints = [0, 1, -1, 255, 256, 2 ** 31 - 1, -(2 ** 31), 2 ** 40, np.int64(-5)]
+    values = FLOATS + randoms if dtype.is_float else ints
     if dtype is kd.boolean:
         values = [True, False, np.bool_(True)]
     with np.errstate(over="ignore", invalid="ignore"):
