@@ -214,8 +214,7 @@ def cache_clear(disk: bool = True, memory: bool = True) -> None:
         from .kernel import loaded_kernels
         from .runtime import loaded_runtimes
         for k in loaded_kernels():
-            with k._lock:
-                k._binaries.clear()
+            k.forget_binaries()
         for rt in loaded_runtimes():
             rt._kernels.clear()
     if disk and enabled():

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import cache, fingerprint, lang, launch_checks
+from . import cache, fingerprint, lang, launch_checks, launch_plan
 from .dtypes import DType, as_dtype
 from .errors import CompileError
 from .runtime import Runtime, get_runtime
@@ -39,14 +39,26 @@ _dims = launch_checks.dims  # grid / block parsing (the cuda compile-only paths 
 _MISSING = object()  # a parameter no launch argument gave
 
 
-@functools.lru_cache(maxsize=None)
-def _int_range(dtype: DType) -> tuple:
-    info = np.iinfo(dtype.np)
-    return int(info.min), int(info.max)
+_int_range = launch_checks.int_range
 
 
 def bounds_check_enabled() -> bool:
-    return os.environ.get("KERNELDSL_BOUNDS_CHECK", "0") not in ("", "0", "false", "no")
+    """Whether $KERNELDSL_BOUNDS_CHECK asks for bounds-checked kernels (read on every launch)."""
+    if _ENVIRON_DATA is not None:  # os.environ's own table: a missing key costs no KeyError
+        raw = _ENVIRON_DATA.get(_BOUNDS_KEY)
+        value = "0" if raw is None else os.environ.decodevalue(raw)
+    else:
+        value = os.environ.get("KERNELDSL_BOUNDS_CHECK", "0")
+    return value not in ("", "0", "false", "no")
+
+
+# os.environ keeps its variables in `_data` under `encodekey(name)` (CPython, every platform);
+# `os.environ.get` of a variable that is not set raises and catches a KeyError, about a µs
+try:
+    _ENVIRON_DATA = os.environ._data
+    _BOUNDS_KEY = os.environ.encodekey("KERNELDSL_BOUNDS_CHECK")
+except AttributeError:  # another Python: the public path
+    _ENVIRON_DATA = _BOUNDS_KEY = None
 
 
 def interpret_enabled() -> bool:
@@ -136,8 +148,10 @@ class Kernel:
         self.__wrapped__ = fn
         self._source = None
         self._binaries: dict = {}
+        self._plans: dict = {}  # launch signature -> LaunchPlan (launch_plan.py)
         self._lock = threading.Lock()
         self.params = self._read_params(fn)
+        self._kinds = tuple(kind for _, kind, _ in self.params)
         _KERNELS.add(self)
 
     @staticmethod
@@ -179,12 +193,7 @@ class Kernel:
     def __getitem__(self, launch):
         if not isinstance(launch, tuple) or len(launch) != 2:
             raise TypeError(f"launch {self.__name__} as {self.__name__}[grid, block](args...)")
-        grid, block = launch
-
-        def launcher(*args, runtime=None, **kwargs):
-            return self.launch(grid, block, *(self._bind(args, kwargs) if kwargs else args), runtime=runtime)
-        launcher.__name__ = launcher.__qualname__ = f"{self.__name__}[grid, block]"
-        return launcher
+        return _Launcher(self, *launch)
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple:
         """Positional arguments in parameter order from a launch's positional and keyword
@@ -342,13 +351,26 @@ class Kernel:
         return self.specialize(self._pick_runtime(args, runtime), *args, block=block).source()
 
     def launch(self, grid, block, *args, runtime=None):
+        bounds = bounds_check_enabled()
+        key = launch_plan.signature(self._kinds, args, runtime, block, bounds)
+        try:
+            plan = self._plans.get(key) if key is not None else None
+        except TypeError:  # an unhashable kd.Const: _check_args words the error
+            key = plan = None
+        if plan is None:
+            return self._launch_first(grid, block, args, runtime, bounds, key)
+        cache.count("memory_hits")
+        plan.launch(grid, args)
+
+    def _launch_first(self, grid, block, args, runtime, bounds, plan_key) -> None:
+        """A launch whose signature has no plan yet: every check, the binary (compiled if
+        needed), and a `LaunchPlan` kept for the next launch with this signature."""
         rt = self._pick_runtime(args, runtime)
         if rt.kind != "interpreter" and interpret_enabled():
             from .backends.interpreter.runtime import interpret_launch  # every launch through the interpreter
             return interpret_launch(self, grid, block, args, rt)
         grid, block = launch_checks.launch_shape(self.__name__, grid, block, rt)
         spec_args, key = self._check_args(args, rt)
-        bounds = bounds_check_enabled()
         binary = self._binaries.get((id(rt), key, block, bounds))
         if binary is None:
             for watcher in _WATCHERS:
@@ -358,9 +380,40 @@ class Kernel:
             cache.count("memory_hits")
         run_args = [a for (_, kind, _), a in zip(self.params, args) if kind != "const"]
         launch_checks.check_writable(binary.info, run_args)
+        if plan_key is not None:
+            self._plans[plan_key] = launch_plan.LaunchPlan(self, rt, block, binary)
         if grid[0] * grid[1] * grid[2] == 0:
             return
         rt.launch(binary, grid, block, run_args)
+
+    def forget_binaries(self) -> None:
+        """Drop the compiled binaries held in this process (and the launch plans using them)."""
+        with self._lock:
+            self._binaries.clear()
+            self._plans.clear()
+
+
+class _Launcher:
+    """`kernel[grid, block]`: call it with the kernel's arguments to launch."""
+
+    __slots__ = ("kernel", "grid", "block")
+
+    def __init__(self, kernel: Kernel, grid, block):
+        self.kernel = kernel
+        self.grid = grid
+        self.block = block
+
+    @property
+    def __name__(self) -> str:
+        return f"{self.kernel.__name__}[grid, block]"
+
+    def __repr__(self):
+        return f"<launch of kd.kernel {self.kernel.__name__} on grid {self.grid!r}, block {self.block!r}>"
+
+    def __call__(self, *args, runtime=None, **kwargs):
+        kernel = self.kernel
+        return kernel.launch(self.grid, self.block, *(kernel._bind(args, kwargs) if kwargs else args),
+                             runtime=runtime)
 
 
 _WATCHERS: list = []

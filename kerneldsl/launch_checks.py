@@ -2,20 +2,30 @@
 hundredth: the grid and cube shape are ints within the device's limits (`Capabilities.max_grid`,
 `max_grid_cubes`, `max_cube_dims`, `max_cube_units`), and no tensor the kernel stores to is
 read-only memory. `Kernel.launch` calls `launch_shape` before it looks up a binary and
-`check_writable` once it has one; both are cheap enough for every launch.
+`check_writable` once it has one; a repeated launch (launch_plan.py) checks its grid alone
+(`grid_shape`), with the same errors, and `check_writable`.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 
 _SHAPE_CACHE: dict = {}  # grid/block as given (exact ints only) -> (x, y, z)
+_GRID_CACHE: dict = {}  # runtime -> {grid as given (exact ints only) that passed its limits -> (x, y, z)}
 _AXES = "xyz"
 
 
-def _exact_ints(v) -> bool:
+@functools.lru_cache(maxsize=None)
+def int_range(dtype) -> tuple:
+    """(min, max) of an integer DType."""
+    info = np.iinfo(dtype.np)
+    return int(info.min), int(info.max)
+
+
+def exact_ints(v) -> bool:
     """Whether `v` is an int or a tuple of ints, by exact type: the only spellings memoised
     (2.0 == 2 and hash alike, so a float must never find an int's entry)."""
     if type(v) is int:
@@ -30,7 +40,7 @@ def _is_int(x) -> bool:
 def dims(v, what: str) -> tuple:
     """(x, y, z) of a grid or block given as an int or a tuple/list of 1-3 ints (not floats,
     not bools); missing axes are 1."""
-    memo = _exact_ints(v)
+    memo = exact_ints(v)
     if memo:
         hit = _SHAPE_CACHE.get(v)
         if hit is not None:
@@ -48,13 +58,19 @@ def dims(v, what: str) -> tuple:
     return out
 
 
+def _parsed(kernel_name: str, v, what: str) -> tuple:
+    """`dims` with errors that name the kernel."""
+    try:
+        return dims(v, what)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{kernel_name}[grid, block]: {e}") from None
+
+
 def launch_shape(kernel_name: str, grid, block, runtime) -> tuple:
     """The (grid, block) of a launch as (x, y, z) triples, refused with the limit named where
     the runtime's device cannot run it (cube ids past `max_grid` would wrap around)."""
-    try:
-        grid, block = dims(grid, "grid"), dims(block, "block")
-    except (TypeError, ValueError) as e:
-        raise type(e)(f"{kernel_name}[grid, block]: {e}") from None
+    grid = _parsed(kernel_name, grid, "grid")
+    block = _parsed(kernel_name, block, "block")
     caps = runtime.capabilities
     units = block[0] * block[1] * block[2]
     if units < 1 or units > caps.max_cube_units:
@@ -64,15 +80,44 @@ def launch_shape(kernel_name: str, grid, block, runtime) -> tuple:
         if block[axis] > caps.max_cube_dims[axis]:
             raise ValueError(f"{kernel_name}: block {block} has {block[axis]} units along {_AXES[axis]}; "
                              f"{runtime.name} allows at most {caps.max_cube_dims[axis]}")
-        if grid[axis] > caps.max_grid[axis]:
-            raise ValueError(f"{kernel_name}: grid {grid} has {grid[axis]} cubes along {_AXES[axis]}; "
-                             f"{runtime.name} allows at most {caps.max_grid[axis]} (larger cube ids do not fit its "
-                             f"position registers)")
-    cubes = math.prod(grid)
-    if cubes > caps.max_grid_cubes:
-        raise ValueError(f"{kernel_name}: grid {grid} has {cubes} cubes; {runtime.name} allows at most "
-                         f"{caps.max_grid_cubes} in one launch")
+        _check_grid_axis(kernel_name, grid, axis, runtime)
+    _check_grid_cubes(kernel_name, grid, runtime)
     return grid, block
+
+
+def grid_shape(kernel_name: str, grid, runtime) -> tuple:
+    """The grid of a launch whose cube shape already passed `launch_shape`, checked as
+    `launch_shape` checks it (the same errors); the grids that pass are remembered per runtime."""
+    memo = _GRID_CACHE.get(runtime)
+    if memo is not None and exact_ints(grid):
+        hit = memo.get(grid)
+        if hit is not None:
+            return hit
+    out = _parsed(kernel_name, grid, "grid")
+    for axis in range(3):
+        _check_grid_axis(kernel_name, out, axis, runtime)
+    _check_grid_cubes(kernel_name, out, runtime)
+    if exact_ints(grid):
+        memo = _GRID_CACHE.setdefault(runtime, {})
+        if len(memo) < 4096:
+            memo[grid] = out
+    return out
+
+
+def _check_grid_axis(kernel_name: str, grid: tuple, axis: int, runtime) -> None:
+    limit = runtime.capabilities.max_grid[axis]
+    if grid[axis] > limit:
+        raise ValueError(f"{kernel_name}: grid {grid} has {grid[axis]} cubes along {_AXES[axis]}; "
+                         f"{runtime.name} allows at most {limit} (larger cube ids do not fit its "
+                         f"position registers)")
+
+
+def _check_grid_cubes(kernel_name: str, grid: tuple, runtime) -> None:
+    cubes = math.prod(grid)
+    limit = runtime.capabilities.max_grid_cubes
+    if cubes > limit:
+        raise ValueError(f"{kernel_name}: grid {grid} has {cubes} cubes; {runtime.name} allows at most "
+                         f"{limit} in one launch")
 
 
 def check_writable(info, args) -> None:

@@ -8,6 +8,8 @@ back end's JSON metadata alone, so a warm process never builds IR.
 """
 from __future__ import annotations
 
+import functools
+import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -105,10 +107,44 @@ def scalar_bits(dtype, value) -> int:
     return int(value) & ((1 << (8 * dtype.itemsize)) - 1)
 
 
+_STRUCT_FORMATS = {f32: ("<f", "<I"), f64: ("<d", "<Q"), f16: ("<e", "<H")}
+_EXACT_INT = 1 << 53  # ints a double holds exactly (so packing them as Python floats rounds once, as numpy does)
+
+
+def scalar_packer(dtype):
+    """A function `value -> scalar_bits(dtype, value)` for one dtype, made once per kernel
+    parameter: plain Python floats and ints go through `struct` (a tenth of numpy's cost);
+    anything else, NaN and values out of range take `scalar_bits` itself."""
+    formats = _STRUCT_FORMATS.get(dtype)
+    if formats is not None:
+        pack, unpack = struct.Struct(formats[0]).pack, struct.Struct(formats[1]).unpack
+
+        def float_bits(value):
+            kind = type(value)
+            if (kind is float and value == value) or (kind is int and -_EXACT_INT <= value <= _EXACT_INT):
+                try:
+                    return unpack(pack(value))[0]
+                except (OverflowError, struct.error):  # past the range of the dtype: numpy gives inf
+                    pass
+            return scalar_bits(dtype, value)
+        return float_bits
+    if dtype is boolean or dtype is bf16:
+        return functools.partial(scalar_bits, dtype)
+    mask = (1 << (8 * dtype.itemsize)) - 1
+    return lambda value: int(value) & mask
+
+
 def scalar_value(dtype, value):
     """A numpy scalar with the bytes of a scalar argument (for APIs that take typed values)."""
     return _UNSIGNED[dtype.itemsize](scalar_bits(dtype, value))
 
 
+def scalar_value_packer(dtype):
+    """A function `value -> scalar_value(dtype, value)` for one dtype (see `scalar_packer`)."""
+    bits, unsigned = scalar_packer(dtype), _UNSIGNED[dtype.itemsize]
+    return lambda value: unsigned(bits(value))
+
+
 __all__ = ["LaunchInfo", "LaunchArg", "Rendering", "launch_args_to_json", "launch_args_from_json",
-           "scalar_bits", "scalar_value"]
+           "scalar_bits", "scalar_packer", "scalar_value",
+           "scalar_value_packer"]

@@ -15,11 +15,29 @@ from .dtypes import DType, as_dtype
 
 
 def contiguous_strides(shape) -> tuple:
+    """Row-major strides (in elements) of `shape`; an axis of size 0 counts as 1."""
     strides, acc = [], 1
     for s in reversed(shape):
         strides.append(acc)
         acc *= max(s, 1)
     return tuple(reversed(strides))
+
+
+def _packed_strides(shape: tuple) -> tuple:
+    """`contiguous_strides` of a tuple of Python ints, remembered (shapes repeat from call
+    to call)."""
+    strides = _STRIDES.get(shape)
+    if strides is None:
+        strides = contiguous_strides(shape)
+        if len(_STRIDES) < 4096:
+            _STRIDES[shape] = strides
+    return strides
+
+
+_STRIDES: dict = {}  # shape (a tuple of ints) -> its contiguous strides
+# reshape targets met before (non-negative ints) -> (shape, contiguous strides, size); a target
+# equal to one of them (2.0 == 2) reshapes as it did, to the ints
+_RESHAPES: dict = {}
 
 
 class Tensor:
@@ -34,10 +52,23 @@ class Tensor:
     def __init__(self, runtime, buffer, shape, dtype: DType, strides=None, offset: int = 0):
         self.runtime = runtime
         self.buffer = buffer
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = as_dtype(dtype)
-        self.strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
+        self.shape = tuple(map(int, shape))
+        self.dtype = dtype if type(dtype) is DType else as_dtype(dtype)
+        self.strides = tuple(map(int, strides)) if strides is not None else _packed_strides(self.shape)
         self.offset = int(offset)
+
+    @classmethod
+    def _of(cls, runtime, buffer, shape: tuple, dtype: DType, strides: tuple, offset: int) -> "Tensor":
+        """A tensor from parts already in their final form (tuples of ints, a DType, an int):
+        views of a tensor skip the conversions of `__init__`."""
+        t = object.__new__(cls)
+        t.runtime = runtime
+        t.buffer = buffer
+        t.shape = shape
+        t.dtype = dtype
+        t.strides = strides
+        t.offset = offset
+        return t
 
     # ------------------------------------------------------------------ facts
     @property
@@ -61,9 +92,10 @@ class Tensor:
         return self.buffer.readonly
 
     def is_contiguous(self) -> bool:
-        if self.size <= 1:
+        packed = _packed_strides(self.shape)
+        if self.strides == packed or self.size <= 1:
             return True
-        return all(st == cs for st, cs, n in zip(self.strides, contiguous_strides(self.shape), self.shape) if n != 1)
+        return all(st == cs for st, cs, n in zip(self.strides, packed, self.shape) if n != 1)
 
     def extent(self) -> int:
         """Elements reachable from the view's first element (what bounds checks allow)."""
@@ -80,13 +112,20 @@ class Tensor:
         return self.shape[0]
 
     # ------------------------------------------------------------------ views
-    def _view(self, shape, strides, offset=None):
-        return Tensor(self.runtime, self.buffer, shape, self.dtype, strides,
-                      self.offset if offset is None else offset)
+    def _view(self, shape: tuple, strides: tuple, offset: int | None = None):
+        """A view of the same buffer; `shape` and `strides` are tuples of ints."""
+        return Tensor._of(self.runtime, self.buffer, shape, self.dtype, strides,
+                          self.offset if offset is None else offset)
 
     def reshape(self, *shape) -> "Tensor":
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        try:
+            known = _RESHAPES.get(shape)
+        except TypeError:  # an unhashable entry: the checks below word the error
+            known = None
+        if known is not None and known[2] == self.size and self.is_contiguous():
+            return self._view(known[0], known[1])
         shape = list(shape)
         if shape.count(-1) > 1:
             raise ValueError("reshape: only one dimension can be -1")
@@ -99,7 +138,10 @@ class Tensor:
             raise ValueError(f"reshape: {self.shape} has {self.size} elements, {tuple(shape)} has {math.prod(shape)}")
         if not self.is_contiguous():
             raise ValueError("reshape of a non-contiguous view would need a copy; call .contiguous() first")
-        return self._view(tuple(shape), contiguous_strides(shape))
+        shape = tuple(map(int, shape))
+        if len(_RESHAPES) < 4096:
+            _RESHAPES[shape] = (shape, _packed_strides(shape), math.prod(shape))
+        return self._view(shape, _packed_strides(shape))
 
     view = reshape
 

@@ -50,7 +50,11 @@ class Checks:
 
     def at(self, where: str) -> "Checks":
         """The same checks with messages prefixed by `where: ` (e.g. the public function's name)."""
-        return Checks(self.error, where)
+        key = (self.error, where)
+        checks = _AT.get(key)
+        if checks is None:
+            checks = _AT[key] = Checks(self.error, where)
+        return checks
 
     def fail(self, message: str):
         """Raise the family error with `message` (prefixed by `where`)."""
@@ -84,7 +88,7 @@ class Checks:
             self.fail(f"{name} must be {expected or dtype_names(dtypes)}, got {t.dtype.name.upper()}")
 
     def shape(self, name: str, t: kd.Tensor, shape: tuple, what: str = "") -> None:
-        if tuple(t.shape) != tuple(shape):
+        if t.shape != shape and tuple(t.shape) != tuple(shape):
             self.fail(f"{name} must have shape {list(shape)}{self._note(what)}, got {list(t.shape)}")
 
     def same_dtype(self, name: str, t: kd.Tensor, ref_name: str, ref: kd.Tensor) -> None:
@@ -124,7 +128,8 @@ class Checks:
     def number(self, name: str, value, *, positive: bool = False) -> float:
         """A finite real number (not a bool; numpy scalars and objects with __float__ accepted),
         > 0 if `positive`; returned as a float."""
-        if isinstance(value, (bool, str)) or not (isinstance(value, numbers.Real) or hasattr(value, "__float__")):
+        if type(value) is not float and (isinstance(value, (bool, str)) or not (isinstance(value, numbers.Real)
+                                                                                or hasattr(value, "__float__"))):
             self.fail(f"{name} must be a number, got {value!r}")
         f = float(value)
         if not math.isfinite(f) or (positive and f <= 0):
@@ -151,6 +156,9 @@ class Checks:
 
     def _shape_note(self, shape, what: str) -> str:
         return f" of shape {list(shape)}{self._note(what)}" if shape is not None else ""
+
+
+_AT: dict = {}  # (error, where) -> Checks: `Checks.at` is called on every operator call
 
 
 def _article(noun: str) -> str:

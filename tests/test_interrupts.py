@@ -1,8 +1,9 @@
 """Ctrl-C stops a running launch: on the cpu runtime KeyboardInterrupt is raised and the
 runtime runs the next launch correctly, whether the kernel's cubes are merely slow (they stop
 at the next cube boundary) or one of them never ends (the launch is abandoned after a grace
-period); an OpenCL wait for a stuck queue is interruptible too. Each case runs in a child
-process that the test sends SIGINT, as a terminal would."""
+period), on the worker pool and on the fast worker of small launches; an OpenCL wait for a
+stuck queue is interruptible too. Each case runs in a child process that the test sends
+SIGINT, as a terminal would."""
 from __future__ import annotations
 
 import os
@@ -54,6 +55,8 @@ t0 = time.monotonic()
 try:
     if case == "slow":
         slow[1 << 20, 64](x, 1 << 20)      # minutes of work
+    elif case == "slow_small":
+        slow[512, 32](x, 1 << 24)          # one worker's share of cubes (the fast worker's), minutes of work
     else:
         stuck[1, 32](flag, out)
     {sync}
@@ -110,3 +113,20 @@ def test_ctrl_c_interrupts_an_opencl_wait(tmp_path):
     assert "interrupted after" in out, out
     seconds = float(out.split("interrupted after ")[1].split()[0])
     assert seconds < 1.0 + 5.0, out
+
+
+# the main thread's one-worker launches go to the cpu runtime's fast worker (handoff.py) once it
+# has made FAST_WORKER_AFTER of them: the same Ctrl-C behaviour there
+_WARM_FAST = "stuck[0, 32](flag, out); [twice[1, 32](x, x) for _ in range(40)]"
+
+
+def test_ctrl_c_stops_a_slow_handed_over_cpu_launch_at_a_cube_boundary(tmp_path):
+    out = _interrupt(tmp_path, "cpu", "slow_small", warm=_WARM_FAST)
+    assert "interrupted after" in out and "usable" in out, out
+    seconds = float(out.split("interrupted after ")[1].split()[0])
+    assert seconds < 1.0 + 5.0, out
+
+
+def test_ctrl_c_abandons_a_handed_over_cpu_launch_whose_cube_never_ends(tmp_path):
+    out = _interrupt(tmp_path, "cpu", "stuck", warm=_WARM_FAST)
+    assert "interrupted after" in out and "usable" in out, out

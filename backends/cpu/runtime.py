@@ -9,11 +9,13 @@ Ctrl-C stops a launch at its next cube boundary (launcher.py).
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import ctypes.util
 import functools
 import os
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -22,15 +24,35 @@ from kerneldsl import ir
 from kerneldsl.dlpack import export_host_array
 from kerneldsl.dtypes import as_dtype
 from kerneldsl.errors import LaunchError
-from kerneldsl.pipeline import Rendering, scalar_bits
+from kerneldsl.pipeline import Rendering, scalar_packer
 from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
 
 from . import abi, compiler
-from .launcher import CubeLaunch, CubeWorkers, run_on_threads
+from .abi import CANCEL_SLOT, CONTROL_SLOTS
+from .handoff import FastWorker
+from .launcher import GRACE_S, CubeLaunch, CubeWorkers, run_on_threads
 from .capabilities import DEFAULT_PLANE_DIM, capabilities
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_NO_CONTROL = array.array("q", [0] * CONTROL_SLOTS)
+_ADDRESSES: dict = {}  # id(host array) -> (weak reference to it, its data address)
+
+
+def _forget_address(key: int, ref) -> None:
+    if _ADDRESSES.get(key, (None,))[0] is ref:
+        del _ADDRESSES[key]
+
+
+def data_address(raw: np.ndarray) -> int:
+    """`raw.ctypes.data`, remembered per live array (numpy's lookup costs about a µs)."""
+    key = id(raw)
+    hit = _ADDRESSES.get(key)
+    if hit is not None and hit[0]() is raw:
+        return hit[1]
+    address = raw.ctypes.data
+    _ADDRESSES[key] = (weakref.ref(raw, functools.partial(_forget_address, key)), address)
+    return address
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,9 +80,33 @@ class CpuBinary:
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         self.engine.finalize_object()
-        self.fn = _KERNEL_FN(self.engine.get_function_address(abi.ENTRY))
+        self.address = self.engine.get_function_address(abi.ENTRY)
+        self.fn = _KERNEL_FN(self.address)
         self.info = info
         self.nslots = abi.total_slots(info.params)
+        # per runtime parameter: its item size for a tensor, else its scalar's bit packer
+        self._layout = tuple((p.dtype.itemsize, None) if isinstance(p, ir.TensorParam)
+                             else (0, scalar_packer(p.dtype)) for p in info.params)
+
+    def pack(self, grid, control_address: int, args) -> array.array:
+        """The argument slots of a launch (abi.py) as unsigned 64-bit words."""
+        words = [grid[0], grid[1], grid[2], control_address]
+        for (item, packer), a in zip(self._layout, args):
+            if packer is not None:
+                words.append(packer(a))
+                continue
+            shape, strides = a.shape, a.strides
+            extent = 1
+            for n, st in zip(shape, strides):
+                if n == 0:
+                    extent = 0
+                    break
+                extent += (n - 1) * st
+            words.append(data_address(a.buffer.raw) + a.offset * item)
+            words.append(extent)
+            words += shape
+            words += strides
+        return array.array("Q", words)
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,6 +137,15 @@ class CpuRuntime(Runtime):
         self._pool = None
         self._pool_lock = threading.Lock()
         self._abandoned: list = []  # interrupted launches whose cubes never stopped (launcher.py)
+        self._fast: FastWorker | None = None  # the main thread's one-worker launches (handoff.py)
+        self._small_launches = 0
+        forget = weakref.WeakMethod(self._forget_threads)
+        os.register_at_fork(after_in_child=lambda: forget() and forget()())
+
+    def _forget_threads(self):
+        """In a forked child: the parent's worker threads do not exist here; start new ones."""
+        self._pool = None
+        self._fast = None
 
     @property
     def device_key(self):
@@ -193,30 +248,14 @@ class CpuRuntime(Runtime):
 
     def launch(self, binary: CpuBinary, grid, block, args):
         kir = binary.info
-        slots = np.zeros(binary.nslots, np.int64)
-        bits = slots.view(np.uint64)  # scalar arguments: their bit patterns, zero-extended
-        control = np.zeros(abi.CONTROL_SLOTS, np.int64)  # bounds-error record and cancel flag
-        slots[0:3] = grid
-        slots[3] = control.ctypes.data
-        pos = abi.HEADER_SLOTS
-        keep = [slots, control]
-        for p, a in zip(kir.params, args):
-            if isinstance(p, ir.TensorParam):
-                item = a.dtype.itemsize
-                keep.append(a.buffer)
-                slots[pos] = a.buffer.raw.ctypes.data + a.offset * item
-                slots[pos + 1] = a.extent()
-                slots[pos + 2:pos + 2 + p.ndim] = a.shape
-                slots[pos + 2 + p.ndim:pos + 2 + 2 * p.ndim] = a.strides
-                pos += 2 + 2 * p.ndim
-            else:
-                bits[pos] = scalar_bits(p.dtype, a)
-                pos += 1
+        control = array.array("q", _NO_CONTROL)  # bounds-error record and cancel flag
+        slots = binary.pack(grid, control.buffer_info()[0], args)
+        keep = (slots, control, args)  # what the kernel touches, held while it may still run
         ncubes = grid[0] * grid[1] * grid[2]
         if binary.frame_bytes > self.CALLER_FRAME_LIMIT:
             self._run_cubes_big_stack(binary.fn, ncubes, binary.frame_bytes, control, keep)
         else:
-            self._run_cubes(binary.fn, ncubes, kir.cube_units, control, keep)
+            self._run_cubes(binary, ncubes, control, keep)
         if control[0]:
             self._raise_bounds(kir, args, control)
 
@@ -227,16 +266,21 @@ class CpuRuntime(Runtime):
     CALLER_FRAME_LIMIT = 1 << 20
     MAX_FRAME = 1 << 30
 
-    def _run_cubes(self, fn, ncubes, cube_units, control, keep):
+    def _run_cubes(self, binary: CpuBinary, ncubes, control, keep):
         """Spread cube ids over `threads` worker threads; chunks are taken from a shared
         counter so uneven cubes balance out. The main thread only waits (so Ctrl-C stops the
-        launch: launcher.py); another calling thread works on the launch as well."""
+        launch: launcher.py), handing a one-worker launch to its `FastWorker` (handoff.py);
+        another calling thread works on the launch as well."""
         workers = min(self.threads, ncubes)
-        if ncubes * cube_units < self.SMALL_LAUNCH_UNITS:
+        if ncubes * binary.info.cube_units < self.SMALL_LAUNCH_UNITS:
             workers = 1
-        parts = min(ncubes, workers * 8 if ncubes >= 64 * workers else workers)
-        job = CubeLaunch(fn, keep[0].ctypes.data, ncubes, parts, control, keep)
+        argp = keep[0].buffer_info()[0]
         main = threading.current_thread() is threading.main_thread()
+        if main and workers == 1 and (self._fast is not None or self._wants_fast_worker()):
+            self._run_handed_over(binary.address, argp, ncubes, control, keep)
+            return
+        parts = min(ncubes, workers * 8 if ncubes >= 64 * workers else workers)
+        job = CubeLaunch(binary.fn, argp, ncubes, parts, control, keep)
         pool = self._workers()
         if main:
             pool.submit(job, workers)
@@ -259,6 +303,37 @@ class CpuRuntime(Runtime):
         if pool is not None:
             pool.retire()
 
+    FAST_WORKER_AFTER = 16  # one-worker launches of the main thread before the fast worker starts
+
+    def _wants_fast_worker(self) -> bool:
+        """Whether the main thread has made enough one-worker launches to start the fast worker
+        (its native handoff takes some ms to compile: a short script never pays for it)."""
+        self._small_launches += 1
+        if self._small_launches <= self.FAST_WORKER_AFTER:
+            return False
+        self._fast = FastWorker()
+        return True
+
+    def _run_handed_over(self, fn_address: int, argp: int, ncubes: int, control, keep):
+        """Run a one-worker launch on the fast worker and wait for it as `CubeLaunch.wait`
+        does: Ctrl-C sets the cancel flag, waits up to GRACE_S for the cubes to stop, else
+        abandons the launch (and the worker, which a fresh one replaces) and propagates."""
+        worker = self._fast
+        seq = worker.start(fn_address, argp, ncubes)
+        try:
+            if not worker.run(seq):
+                worker.sleep_until_done(seq)
+        except BaseException:
+            control[CANCEL_SLOT] = 1
+            try:
+                stopped = worker.sleep_until_done(seq, GRACE_S)
+            except BaseException:  # a second Ctrl-C: stop waiting
+                stopped = False
+            if not stopped:
+                self._abandoned.append(keep)
+                self._fast = None
+            raise
+
     def _run_cubes_big_stack(self, fn, ncubes, frame, control, keep):
         """Cubes of a kernel whose frame could overflow an ordinary thread's stack: on
         threads made for this launch with room for the frame (and the JIT code's own calls)."""
@@ -267,7 +342,7 @@ class CpuRuntime(Runtime):
                               f"fragments and per-unit variables); the cpu runtime allows {self.MAX_FRAME >> 20} MiB: "
                               f"use fewer units per cube, smaller shared arrays or fewer fragments")
         workers = max(1, min(self.threads, ncubes))
-        job = CubeLaunch(fn, keep[0].ctypes.data, ncubes, workers, control, keep)
+        job = CubeLaunch(fn, keep[0].buffer_info()[0], ncubes, workers, control, keep)
         size = -(-(frame + (8 << 20)) // (1 << 20)) << 20
         try:
             run_on_threads(job, workers, size)

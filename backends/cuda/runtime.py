@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from kerneldsl.errors import LaunchError
-from kerneldsl.pipeline import launch_args_from_json, scalar_bits
+from kerneldsl.pipeline import launch_args_from_json, scalar_packer
 from kerneldsl import interop
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
 from kerneldsl.streams import Event, Stream
@@ -88,6 +88,9 @@ class CudaBinary:
         self.dynamic_shared = meta["dynamic_shared"]
         self.kind = meta["image"]  # 'cubin' or 'ptx'
         self.param_index = {p.name: i for i, p in enumerate(info.params)}
+        # per kernel parameter: (kind, launch argument index, axis, scalar packer), for launch
+        self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
+                           scalar_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
         # the parameter block, made once: one 8-byte slot per kernel parameter, and the
         # array of their addresses that cuLaunchKernel reads (refilled under the lock)
         n = len(self.args)
@@ -399,18 +402,16 @@ class CudaRuntime(CudaPipeline, Runtime):
         self._enter()
         driver = _driver()
         stream = getattr(self._stream_local, "current", self._default_stream)
-        values = {p.name: a for p, a in zip(kir.params, args)}
         with binary.lock:
             slots = binary.slots
-            for i, a in enumerate(binary.args):
-                kind = a.kind
+            for i, (kind, index, axis, packer) in enumerate(binary.plan):
                 if kind == "errbuf":
                     err = self._error_buffer()
                     slots[i] = err.raw
                     err.record_stream(stream)
                     _check(driver.cuMemsetD8Async(err.raw, 0, 32, stream.cu), "cuMemsetD8Async")
                     continue
-                v = values[a.param.name]
+                v = args[index]
                 if kind == "data":
                     buf = v.buffer
                     if buf.stream is not stream:
@@ -419,18 +420,19 @@ class CudaRuntime(CudaPipeline, Runtime):
                 elif kind == "extent":
                     slots[i] = v.extent()
                 elif kind == "shape":
-                    slots[i] = v.shape[a.axis]
+                    slots[i] = v.shape[axis]
                 elif kind == "stride":
-                    slots[i] = v.strides[a.axis]
+                    slots[i] = v.strides[axis]
                 elif kind == "scalar":
-                    slots[i] = scalar_bits(a.param.dtype, v)
+                    slots[i] = packer(v)
                 else:
                     raise LaunchError(f"{kir.name}: the cuda runtime cannot pass a kernel argument of kind {kind!r}")
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
             # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
-            _check(driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                         binary.dynamic_shared, stream.cu, binary.params_ptr, 0),
-                   f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
+            result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                           binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
+            if result[0] != driver.CUresult.CUDA_SUCCESS:  # (the message is formatted only on failure)
+                _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
         if kir.bounds_check:
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
             if rec[0]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from kerneldsl import ir
 from kerneldsl.errors import LaunchError
-from kerneldsl.pipeline import Rendering, launch_args_from_json, launch_args_to_json, scalar_value
+from kerneldsl.pipeline import Rendering, launch_args_from_json, launch_args_to_json, scalar_value_packer
 from kerneldsl.runtime import Runtime, RuntimeUnavailable
 from kerneldsl.streams import Event, Stream
 
@@ -104,6 +104,10 @@ class OpenCLBinary:
         self.native = meta["native"]  # the plane primitives it was rendered with, or None
         self.kernel = kernel
         self.lock = threading.Lock()
+        # per argument: (kind, parameter index, axis, scalar packer); what the kernel was last given
+        self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
+                           scalar_value_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
+        self.last_key = None
 
 
 class OpenCLEvent(Event):
@@ -363,33 +367,41 @@ class OpenCLRuntime(Runtime):
     def launch(self, binary: OpenCLBinary, grid, block, args):
         kir = binary.info
         stream = getattr(self._stream_local, "current", self._default_stream)
-        values = []
+        values, key = [], []  # key: what identifies each value (a buffer by its cl_mem handle)
         errbuf = None
-        for a in binary.args:
-            kind = a.kind
+        for kind, index, axis, packer in binary.plan:
             if kind == "errbuf":
                 errbuf = self.zeros(4, "i64")
                 values.append(errbuf.buffer.raw)
+                key.append(errbuf.buffer.raw.int_ptr)
                 continue
-            t = args[a.param.index]
+            t = args[index]
             if kind == "data":
                 buf = t.buffer
                 if buf.stream is not stream:
                     buf.record_stream(stream)  # the allocator and downloads wait for this stream
-                values.append(buf.raw)
-            elif kind == "offset":
-                values.append(np.int64(t.offset))
+                raw = buf.raw
+                values.append(raw)
+                key.append(raw.int_ptr)
+                continue
+            if kind == "offset":
+                v = np.int64(t.offset)
             elif kind == "extent":
-                values.append(np.int64(t.extent()))
+                v = np.int64(t.extent())
             elif kind == "shape":
-                values.append(np.int64(t.shape[a.axis]))
+                v = np.int64(t.shape[axis])
             elif kind == "stride":
-                values.append(np.int64(t.strides[a.axis]))
+                v = np.int64(t.strides[axis])
             else:
-                values.append(scalar_value(a.param.dtype, t))
+                v = packer(t)
+            values.append(v)
+            key.append(v)
         gsize = tuple(g * b for g, b in zip(grid, block))
         with binary.lock:
-            binary.kernel.set_args(*values)
+            if key != binary.last_key:  # OpenCL kernel arguments persist: set them when they change
+                binary.last_key = None
+                binary.kernel.set_args(*values)
+                binary.last_key = key
             try:
                 self._cl.enqueue_nd_range_kernel(stream.queue, binary.kernel, gsize, tuple(block))
                 stream.launched += 1
