@@ -271,6 +271,7 @@ def test_launches_go_to_the_current_stream_and_record_it_on_their_memory(fake):
     param = types.SimpleNamespace(name="x")
     kir = types.SimpleNamespace(name="k", params=[param], bounds_check=False)
     binary = types.SimpleNamespace(info=kir, args=[types.SimpleNamespace(kind="data", param=param)],
+                                   plan=(("data", 0, None, None),),  # (kind, parameter index, axis, packer)
                                    lock=threading.Lock(), slots=np.zeros(1, np.uint64), function=None,
                                    dynamic_shared=0, params_ptr=0)
     rt.launch(binary, (1, 1, 1), (32, 1, 1), [x])
