@@ -34,6 +34,7 @@ class FakeDriver:
         self.capacity = capacity
         self.handles = iter(range(0x1000, 1 << 30, 0x10))
         self.pending_events: set = set()  # events cuEventQuery reports not ready
+        self.destroyed_events: list = []  # events cuEventDestroy was given
         for name in ("CUresult", "CUstream", "CUstream_flags", "CUevent_flags", "CUpointer_attribute"):
             setattr(self, name, getattr(real, name))
 
@@ -74,6 +75,7 @@ class FakeDriver:
         return (OK,)
 
     def cuEventDestroy(self, ev):
+        self.destroyed_events.append(ev)  # (not in `calls`: tests read the last call made)
         return (OK,)
 
     def cuStreamWaitEvent(self, s, ev, flags):
@@ -153,6 +155,21 @@ def test_streams_are_non_blocking_cuda_streams(fake):
     del s
     gc.collect()
     assert ("cuStreamDestroy", (handle,)) in fake.calls
+
+
+def test_streams_and_events_outliving_the_fake_driver_are_destroyed_by_it(fake, monkeypatch):
+    """A stream or event is destroyed through the driver that made it: collected after this
+    test's fake is uninstalled, its fake handle must not reach the real driver (on a GPU
+    machine cuStreamDestroy of a fake handle crashed a later test's garbage collection)."""
+    rt = make_runtime()
+    s = rt.stream()
+    e = s.record_event()
+    handles = (s.handle, e.handle)
+    monkeypatch.undo()  # the real driver (or none) is back
+    del s, e
+    gc.collect()
+    assert ("cuStreamDestroy", (handles[0],)) in fake.calls
+    assert handles[1] in fake.destroyed_events
 
 
 def test_copies_go_to_the_current_stream_and_reads_wait_for_producers(fake):

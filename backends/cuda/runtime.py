@@ -101,9 +101,15 @@ class CudaBinary:
 
 
 class CudaEvent(Event):
-    """A CUDA event recorded on a stream; the driver's event is destroyed when this is collected."""
+    """A CUDA event recorded on a stream; the driver's event is destroyed when this is collected,
+    through the driver module that created it (`_destroy`: a test's fake driver stays in
+    charge of its fake handles after it is uninstalled; the real driver would crash on them)."""
 
-    __slots__ = ()
+    __slots__ = ("_destroy",)
+
+    def __init__(self, stream, handle, destroy):
+        super().__init__(stream, handle)
+        self._destroy = destroy
 
     def synchronize(self):
         self.stream.runtime._enter()
@@ -120,7 +126,7 @@ class CudaEvent(Event):
 
     def __del__(self):
         try:
-            _driver().cuEventDestroy(self.handle)
+            self._destroy(self.handle)
         except Exception:  # noqa: BLE001  (interpreter shutdown)
             pass
 
@@ -134,6 +140,8 @@ class CudaStream(Stream):
         super().__init__(runtime, int(cu), external=not owned, default=default)
         self.cu = cu
         self._owned = owned
+        # destroyed through the driver module that made it (see CudaEvent)
+        self._destroy = _driver().cuStreamDestroy if owned else None
 
     def synchronize(self):
         self.runtime._enter()
@@ -144,7 +152,7 @@ class CudaStream(Stream):
         self.runtime._enter()
         driver = _driver()
         flags = driver.CUevent_flags.CU_EVENT_DEFAULT if timing else driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
-        ev = CudaEvent(self, _check(driver.cuEventCreate(int(flags)), "cuEventCreate"))
+        ev = CudaEvent(self, _check(driver.cuEventCreate(int(flags)), "cuEventCreate"), driver.cuEventDestroy)
         _check(driver.cuEventRecord(ev.handle, self.cu), "cuEventRecord")
         return ev
 
@@ -154,9 +162,9 @@ class CudaStream(Stream):
         _check(_driver().cuStreamWaitEvent(self.cu, event.handle, 0), "cuStreamWaitEvent")
 
     def __del__(self):
-        if getattr(self, "_owned", False):
+        if getattr(self, "_destroy", None) is not None:
             try:
-                _driver().cuStreamDestroy(self.cu)  # queued work still completes
+                self._destroy(self.cu)  # queued work still completes
             except Exception:  # noqa: BLE001  (interpreter shutdown)
                 pass
 
