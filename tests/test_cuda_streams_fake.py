@@ -208,6 +208,26 @@ def test_events(fake):
     assert timing.stream is rt.default_stream()
 
 
+def test_dlpack_import_on_the_legacy_default_stream_names_it_1(fake):
+    """Importing under torch's default stream (handle 0, what rudnn.torch wraps) passes stream=1
+    to the producer: 0 is not allowed on CUDA (torch raises "unsupported stream on CUDA: 0")."""
+    rt = make_runtime()
+    seen = []
+
+    class Producer:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None, max_version=None):
+            seen.append(stream)
+            raise BufferError("stop here")
+
+    for handle, number in ((0, 1), (0x4242, 0x4242)):
+        with rt.use_stream(rt.external_stream(handle)), pytest.raises(BufferError, match="stop here"):
+            rt.from_dlpack(Producer())
+        assert seen[-1] == number
+
+
 def test_dlpack_export_makes_the_consumer_stream_wait(fake):
     rt = make_runtime()
     s = rt.stream()

@@ -338,10 +338,13 @@ class CudaRuntime(CudaPipeline, Runtime):
             return get_runtime(f"cuda:{dev_id}").from_dlpack(obj)
         self._enter()
         stream = self.current_stream()
+        # the protocol's number for our stream: the legacy default stream (handle 0, e.g. torch's
+        # default stream wrapped by rudnn.torch) is 1, since 0 is not allowed on CUDA
+        number = stream.handle if stream.handle != 0 else 1
         try:
-            capsule = obj.__dlpack__(stream=stream.handle, max_version=(1, 0))
+            capsule = obj.__dlpack__(stream=number, max_version=(1, 0))
         except TypeError:  # a producer from before DLPack 1.0
-            capsule = obj.__dlpack__(stream=stream.handle)
+            capsule = obj.__dlpack__(stream=number)
         owner, data, _, dtype, shape, strides = dlpack.read_capsule(capsule, obj)
         size = int(np.prod(shape, dtype=np.int64)) if shape else 1
         extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if size else 0
