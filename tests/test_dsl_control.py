@@ -251,3 +251,35 @@ def test_tuple_grown_in_a_branch_is_usable_there_and_an_error_after(runtime):
     np.testing.assert_allclose(y.numpy(), [6.0, 0.0])
     with pytest.raises(CompileError, match=r"tuple 'a' got new variables inside the run-time `if` at line \d+"):
         tuple_grown_in_branch[1, 1](x, y, 1, True)
+
+
+@kd.kernel
+def loop_variable_after(out: kd.Tensor[kd.i32], n: kd.i32, stop_at: kd.i32):
+    for i in range(n):
+        pass
+    out[0] = i          # noqa: F821 (the first value that failed the test, or the start: C's for)
+    for j in range(2, n, 3):
+        pass
+    out[1] = j          # noqa: F821
+    for k in range(n, 0, -2):
+        pass
+    out[2] = k          # noqa: F821
+    for m in range(n):
+        if m == stop_at:
+            break
+    out[3] = m          # noqa: F821 (a break keeps the value it broke at)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_a_loop_variable_after_its_loop_is_the_same_everywhere(runtime, n):
+    """Reading a counted loop's variable after the loop gives C's value on every runtime, the
+    interpreter included (Python's `for` would leave the last value, or no value for n = 0)."""
+    out = runtime.zeros(4, "i32")
+    loop_variable_after[1, 1](out, n, 2)
+    def c_end(start, stop, step):
+        v = start
+        while (v < stop) if step > 0 else (v > stop):
+            v += step
+        return v
+    np.testing.assert_array_equal(out.numpy(), [c_end(0, n, 1), c_end(2, n, 3), c_end(n, 0, -2),
+                                                2 if n > 2 else c_end(0, n, 1)])

@@ -168,13 +168,25 @@ class InterpreterRenderer(dispatch.SharedHandlers):
             self.block(s.orelse)
 
     def s_for(self, s):
-        i = f"_kd_i{self._loops}"
+        """A counted loop with the compiled back ends' semantics: bounds evaluated once, and
+        after a loop that ran to its end (no break) the variable holds the first value that
+        failed the test, or the start if the loop never ran (C's `for`; Python's would keep
+        the last value)."""
+        n = self._loops
         self._loops += 1
-        self.emit(f"for {i} in range(int({self.x(s.start)}), int({self.x(s.stop)}), int({self.x(s.step)})):")
+        i, lo, step = f"_kd_i{n}", f"_kd_lo{n}", f"_kd_step{n}"
+        var, cast = self.names[s.var], self.dtype(self.k.var_types.get(s.var, s.start.dtype))
+        self.emit(f"{lo}, {step} = int({self.x(s.start)}), int({self.x(s.step)})")
+        self.emit(f"{i} = None")
+        self.emit(f"for {i} in range({lo}, int({self.x(s.stop)}), {step}):")
         self.depth += 1
-        self.emit(f"{self.names[s.var]} = {self.dtype(self.k.var_types.get(s.var, s.start.dtype))}({i})")
+        self.emit(f"{var} = {cast}({i})")
         self.depth -= 1
         self.block(s.body)
+        self.emit("else:")
+        self.depth += 1
+        self.emit(f"{var} = {cast}({lo} if {i} is None else {i} + {step})")
+        self.depth -= 1
 
     def s_while(self, s):
         self.emit(f"while {self.x(s.cond)}:")
