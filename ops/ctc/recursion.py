@@ -90,6 +90,12 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             fill_outside(out_b, n, tn, L, T, B)
         else:
             fill_outside(out_a, n, tn, L, T, B)
+    # both planes start at -inf in every slot: the lanes past L (the planes' padding) then
+    # compute with defined values instead of reading memory no unit wrote (the interpreter
+    # runtime reports such reads); a slot's -inf and its first state come from one unit
+    for s0 in range(0, 2 * plane, B):
+        if s0 + u < 2 * plane:
+            buf[base + s0 + u] = -kd.inf
     if tn > 0:
         t0 = kd.select(rev, tn - 1, 0)
         for s0 in range(0, L, B):
