@@ -11,7 +11,7 @@ from __future__ import annotations
 from .version import __version__
 from . import source_tree  # noqa: F401  (kerneldsl.backends in a source checkout)
 from . import lang as _lang
-from . import autotune
+from . import autotune, replay
 from .cache import cache_clear, cache_info, stats as cache_stats
 from .capabilities import Capabilities
 from .dlpack import from_dlpack
@@ -46,7 +46,7 @@ bool = boolean  # noqa: A001  (kd.bool, as DESIGN.md spells the dtype)
 
 __all__ = [  # the public API, spelled out for type checkers (tests/test_authoring_api.py checks it)
     # the host API
-    "__version__", "autotune", "Capabilities", "CompileError", "KernelError", "LaunchError", "OutOfBoundsError",
+    "__version__", "autotune", "replay", "Capabilities", "CompileError", "KernelError", "LaunchError", "OutOfBoundsError",
     "SourceLoc", "UnsupportedFeatureError", "SharedMemoryRaceError", "UninitializedSharedReadError",
     "DivergenceError", "DType", "VecType", "ALL_DTYPES", "as_dtype", "bf16", "bool",
     "bool_", "boolean", "f16", "f32", "f64", "i32", "i64", "u8", "u32", "vec", "Kernel", "SpecializedKernel",

@@ -44,6 +44,8 @@ LARGE_REQUEST = 10 << 20
 SEGMENT_ROUND = 2 << 20  # large segments of LARGE_REQUEST and more are rounded to this
 
 FREE, ALLOCATED, PENDING = 0, 1, 2  # block states (PENDING: freed, waiting for other streams)
+ALLOC_EVENT, FREE_EVENT, SETTLE_EVENT = 0, 1, 2  # what the statistics log records (CachingAllocator._fold)
+LOG_LIMIT = 4096  # logged events folded into the statistics at the latest
 
 # statistics kept with current / peak / cumulative allocated / freed, per pool, as PyTorch names them
 STAT_NAMES = ("allocation", "allocated_bytes", "requested_bytes", "active", "active_bytes", "segment",
@@ -199,6 +201,7 @@ class CachingAllocator:
         self._all = Counters()
         self._small, self._large = Counters(), Counters()
         self._stats = {"all": self._all, "small_pool": self._small, "large_pool": self._large}
+        self._log: list = []  # (ALLOC_EVENT | FREE_EVENT | SETTLE_EVENT, size, requested, small[, held]) not yet counted
         self.num_alloc_retries = 0
         self.num_ooms = 0
         self.num_device_alloc = 0
@@ -239,8 +242,10 @@ class CachingAllocator:
             self._split(block, size, small)
             block.state = ALLOCATED
             block.requested = nbytes
-            self._all.allocated(block.size, nbytes)
-            (self._small if small else self._large).allocated(block.size, nbytes)
+            log = self._log  # statistics are folded in later, in order (`_fold`)
+            log.append((ALLOC_EVENT, block.size, nbytes, small))
+            if len(log) >= LOG_LIMIT:
+                self._fold()
         return block
 
     def view(self, block: Block):
@@ -283,8 +288,7 @@ class CachingAllocator:
         """A freed block: held back for the other streams that used it, or returned."""
         others = [s for s in streams if s is not block.stream] if streams else None
         held = bool(others)
-        self._all.freed(block.size, block.requested, held)
-        (self._small if block.segment.small else self._large).freed(block.size, block.requested, held)
+        self._log.append((FREE_EVENT, block.size, block.requested, block.segment.small, held))
         if held:
             block.state = PENDING
             self._pending.append((block, [s.record_event() for s in others]))
@@ -301,8 +305,7 @@ class CachingAllocator:
             elif not all(e.query() for e in events):
                 keep.append((block, events))
                 continue
-            self._all.settled(block.size)
-            (self._small if block.segment.small else self._large).settled(block.size)
+            self._log.append((SETTLE_EVENT, block.size, 0, block.segment.small))
             self._return(block)
         self._pending = keep
 
@@ -436,13 +439,37 @@ class CachingAllocator:
     clear = empty_cache  # the name the pool had before it split blocks
 
     # ------------------------------------------------------------------ statistics
+    def _fold(self):
+        """Apply the logged allocations, frees and settlements to the counters, in order (so
+        peaks are exact). Allocation and free only log: counting both pools' statistics on
+        every tensor made and collected cost about a µs."""
+        log = self._log
+        if not log:
+            return
+        everything, small_pool, large_pool = self._all, self._small, self._large
+        for event in log:
+            what, size, requested, small = event[0], event[1], event[2], event[3]
+            pool = small_pool if small else large_pool
+            if what == ALLOC_EVENT:
+                everything.allocated(size, requested)
+                pool.allocated(size, requested)
+            elif what == FREE_EVENT:
+                everything.freed(size, requested, event[4])
+                pool.freed(size, requested, event[4])
+            else:
+                everything.settled(size)
+                pool.settled(size)
+        log.clear()
+
     def _count(self, small: bool, stat: int, delta: int):
+        self._fold()
         self._all.change(stat, delta)
         (self._small if small else self._large).change(stat, delta)
 
     @property
     def allocated_bytes(self) -> int:
         """Bytes of blocks handed out and not yet freed."""
+        self._fold()
         return self._all.current[ALLOCATED_BYTES]
 
     in_use_bytes = allocated_bytes
@@ -450,6 +477,7 @@ class CachingAllocator:
     @property
     def reserved_bytes(self) -> int:
         """Bytes of segments held from the driver."""
+        self._fold()
         return self._all.current[RESERVED_BYTES]
 
     def idle_bytes(self) -> int:
@@ -471,6 +499,7 @@ class CachingAllocator:
             self._drain()
             if self._pending:
                 self._collect_pending(wait=False)
+            self._fold()
             out = {}
             for i, name in enumerate(STAT_NAMES):
                 for pool, c in self._stats.items():
@@ -485,5 +514,6 @@ class CachingAllocator:
     def reset_peak_stats(self):
         """Set every peak to its current value."""
         with self._lock:
+            self._fold()
             for c in self._stats.values():
                 c.peak[:] = c.current

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from . import cache
+from . import cache, replay
 
 FORMAT = 1
 
@@ -144,6 +144,9 @@ class Tuner:
 
     def _tune(self, key, candidates, label) -> str:
         text = _key_text(key)
+        rec = replay.active()
+        if rec is not None:  # the call being recorded also ran every candidate: not a record to replay
+            rec.refuse("autotuning")
         say = (lambda s: None) if self.quiet else (lambda s: (sys.stderr.write(s), sys.stderr.flush()))
         say(f"tuning {self.family} [{label or text}]: ")
         times: dict = {}

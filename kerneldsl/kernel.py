@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import cache, fingerprint, lang, launch_checks, launch_plan
+from . import cache, fingerprint, lang, launch_checks, launch_plan, replay
 from .dtypes import DType, as_dtype
 from .errors import CompileError
 from .runtime import Runtime, get_runtime
@@ -37,6 +37,7 @@ from .tensor import Tensor
 
 _dims = launch_checks.dims  # grid / block parsing (the cuda compile-only paths import it from here)
 _MISSING = object()  # a parameter no launch argument gave
+_REPLAY_LOCAL = replay._local
 
 
 _int_range = launch_checks.int_range
@@ -351,6 +352,14 @@ class Kernel:
         return self.specialize(self._pick_runtime(args, runtime), *args, block=block).source()
 
     def launch(self, grid, block, *args, runtime=None):
+        rec = _REPLAY_LOCAL.__dict__.get("recorder")  # replay.active(), inlined
+        if rec is not None:  # a replayable operator's first call: note the launch once it ran
+            self._launch(grid, block, args, runtime)
+            rec.launched(self, grid, block, args, runtime)
+            return None
+        return self._launch(grid, block, args, runtime)
+
+    def _launch(self, grid, block, args, runtime):
         bounds = bounds_check_enabled()
         key = launch_plan.signature(self._kinds, args, runtime, block, bounds)
         try:
@@ -361,6 +370,22 @@ class Kernel:
             return self._launch_first(grid, block, args, runtime, bounds, key)
         cache.count("memory_hits")
         plan.launch(grid, args)
+
+    def prepare(self, grid, block, args: tuple, runtime=None):
+        """The launch `self[grid, block](*args)` that just ran, as the runtime's `PreparedLaunch`
+        (replay.py): None where the launch has no plan to build one from, False for an empty grid."""
+        key = launch_plan.signature(self._kinds, args, runtime, block, bounds_check_enabled())
+        try:
+            plan = self._plans.get(key) if key is not None else None
+        except TypeError:
+            plan = None
+        if plan is None:
+            return None
+        grid = launch_checks.grid_shape(self.__name__, grid, plan.runtime)
+        if grid[0] * grid[1] * grid[2] == 0:
+            return False
+        run_args = list(args) if plan.run_index is None else [args[i] for i in plan.run_index]
+        return plan.runtime.prepare_launch(plan.binary, grid, plan.block, run_args), run_args
 
     def _launch_first(self, grid, block, args, runtime, bounds, plan_key) -> None:
         """A launch whose signature has no plan yet: every check, the binary (compiled if

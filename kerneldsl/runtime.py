@@ -22,13 +22,14 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import cache
-from .dtypes import as_dtype
+from . import cache, replay
+from .dtypes import DType, as_dtype
 from .errors import OutOfMemoryError
 from .allocator import AllocationFailed, CachingAllocator, human_bytes
 from .pipeline import LaunchInfo, Rendering
+from .prepared import PreparedLaunch
 from .streams import HostStream, Stream
-from .tensor import Tensor, contiguous_strides
+from .tensor import Tensor, contiguous_strides, packed_strides
 
 # every back end: runtime name -> the module with its runtime (`create`, `available`), imported lazily
 BACKENDS = {
@@ -232,6 +233,11 @@ class Runtime:
     def launch(self, binary, grid, block, args):
         raise NotImplementedError
 
+    def prepare_launch(self, binary, grid: tuple, block: tuple, args) -> PreparedLaunch:
+        """`launch(binary, grid, block, args)` made repeatable on tensors of the same layouts in
+        other memory (prepared.py); `grid` and `block` are checked three-axis tuples."""
+        return PreparedLaunch(self, binary, grid, block, args)
+
     # ---------------------------------------------------------------- kernel load pipeline
     source_ext = "txt"  # file extension of generated sources under $KERNELDSL_DUMP
 
@@ -360,7 +366,11 @@ class Runtime:
         made = block.view  # (offset, size, view) of the block's last range: pool.view(block), inlined
         view = made[2] if made is not None and made[0] == block.offset and made[1] == block.size else \
             self.pool.view(block)
-        return Buffer(view, block.size, self.pool, None, False, block, stream)
+        buffer = Buffer(view, block.size, self.pool, None, False, block, stream)
+        rec = replay._local.__dict__.get("recorder")  # replay.active(), inlined (every tensor comes here)
+        if rec is not None:
+            rec.allocated(self, buffer, nbytes)
+        return buffer
 
     def memory_stats(self) -> dict:
         """The caching allocator's statistics, named as PyTorch's `torch.cuda.memory_stats()`
@@ -380,15 +390,24 @@ class Runtime:
 
     def empty(self, shape, dtype="f32") -> Tensor:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        if any(s < 0 for s in shape):
-            raise ValueError(f"shape must be non-negative, got {shape}")
-        dtype = as_dtype(dtype)
-        n = math.prod(shape)
-        return Tensor(self, self.allocate(n * dtype.itemsize, shape, dtype), shape, dtype)
+        plain = True  # a tuple of non-negative Python ints: the tensor is made without conversions
+        for s in shape:
+            if type(s) is not int:
+                plain = False
+            if s < 0:
+                raise ValueError(f"shape must be non-negative, got {shape}")
+        dtype = dtype if type(dtype) is DType else as_dtype(dtype)
+        buffer = self.allocate(math.prod(shape) * dtype.itemsize, shape, dtype)
+        if plain:
+            return Tensor._of(self, buffer, shape, dtype, packed_strides(shape), 0)
+        return Tensor(self, buffer, shape, dtype)
 
     def zeros(self, shape, dtype="f32") -> Tensor:
         t = self.empty(shape, dtype)
         self._fill_zero(t)
+        rec = replay.active()
+        if rec is not None:
+            rec.zero_filled(t)
         return t
 
     def _fill_zero(self, t: Tensor):
@@ -396,6 +415,9 @@ class Runtime:
 
     def tensor(self, array, dtype=None) -> Tensor:
         """Upload a host array (anything numpy accepts) as a new contiguous tensor."""
+        rec = replay.active()
+        if rec is not None:  # the call being recorded passes host values to the device
+            rec.refuse("host upload")
         if isinstance(array, Tensor):
             array = array.numpy()
         a = np.asarray(array)
@@ -415,6 +437,9 @@ class Runtime:
     def to_numpy(self, t: Tensor) -> np.ndarray:
         """A host copy: waits for every stream that queued work on the tensor's memory, then
         copies on the current stream (see `wait_for_buffer`)."""
+        rec = replay.active()
+        if rec is not None:  # the call being recorded reads device values on the host
+            rec.refuse("host download")
         self.wait_for_buffer(t.buffer)
         item = t.dtype.itemsize
         if t.size == 0:

@@ -34,6 +34,7 @@ def _packed_strides(shape: tuple) -> tuple:
     return strides
 
 
+packed_strides = _packed_strides  # (the runtime's `empty` makes tensors with it)
 _STRIDES: dict = {}  # shape (a tuple of ints) -> its contiguous strides
 # reshape targets met before (non-negative ints) -> (shape, contiguous strides, size); a target
 # equal to one of them (2.0 == 2) reshapes as it did, to the ints

@@ -38,3 +38,11 @@ def pytest_collection_modifyitems(items):
         module = getattr(item, "module", None)
         if module is not None and item.get_closest_marker("feature") is None:
             item.add_marker(pytest.mark.feature(module.__name__.split(".")[-1].removeprefix("test_")))
+
+
+@pytest.fixture(autouse=True)
+def _no_replays_from_other_tests():
+    """Every test starts with no recorded operator calls (kerneldsl/replay.py): tests
+    monkeypatch tuning constants, which a record made before would not see."""
+    import kerneldsl as kd
+    kd.replay.clear()

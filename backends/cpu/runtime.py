@@ -25,6 +25,7 @@ from kerneldsl.dlpack import export_host_array
 from kerneldsl.dtypes import as_dtype
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import Rendering, scalar_packer
+from kerneldsl.prepared import PreparedLaunch
 from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
 
@@ -107,6 +108,35 @@ class CpuBinary:
             words += shape
             words += strides
         return array.array("Q", words)
+
+
+class CpuPreparedLaunch(PreparedLaunch):
+    """A cpu launch packed once (kerneldsl/prepared.py): `run` copies the argument words and
+    patches the control record's and each tensor's data address."""
+
+    __slots__ = ("words", "addresses", "ncubes")
+
+    def __init__(self, runtime, binary: CpuBinary, grid, block, args):
+        super().__init__(runtime, binary, grid, block, args)
+        self.words = binary.pack(grid, 0, args).tolist()
+        self.ncubes = grid[0] * grid[1] * grid[2]
+        self.addresses = []  # the word of each tensor argument's data address (abi.py's layout)
+        word = 4
+        for (item, packer), a in zip(binary._layout, args):
+            if packer is not None:
+                word += 1
+            else:
+                self.addresses.append(word)
+                word += 2 + 2 * len(a.shape)
+
+    def run(self, refs) -> None:
+        words = self.words.copy()
+        control = array.array("q", _NO_CONTROL)
+        words[3] = control.buffer_info()[0]
+        for word, (buffer, byte) in zip(self.addresses, refs):
+            words[word] = data_address(buffer.raw) + byte
+        self.runtime._execute(self.binary, self.ncubes, array.array("Q", words), control,
+                              lambda: self.arguments(refs))
 
 
 @functools.lru_cache(maxsize=None)
@@ -247,17 +277,23 @@ class CpuRuntime(Runtime):
             return self._pool
 
     def launch(self, binary: CpuBinary, grid, block, args):
-        kir = binary.info
         control = array.array("q", _NO_CONTROL)  # bounds-error record and cancel flag
         slots = binary.pack(grid, control.buffer_info()[0], args)
+        self._execute(binary, grid[0] * grid[1] * grid[2], slots, control, args)
+
+    def prepare_launch(self, binary: CpuBinary, grid, block, args):
+        return CpuPreparedLaunch(self, binary, grid, block, args)
+
+    def _execute(self, binary: CpuBinary, ncubes: int, slots, control, args):
+        """Run the cubes of a packed launch, then raise the bounds error it recorded, if any
+        (`args`: the launch's arguments, or a callable that makes them, for the message)."""
         keep = (slots, control, args)  # what the kernel touches, held while it may still run
-        ncubes = grid[0] * grid[1] * grid[2]
         if binary.frame_bytes > self.CALLER_FRAME_LIMIT:
             self._run_cubes_big_stack(binary.fn, ncubes, binary.frame_bytes, control, keep)
         else:
             self._run_cubes(binary, ncubes, control, keep)
         if control[0]:
-            self._raise_bounds(kir, args, control)
+            self._raise_bounds(binary.info, args() if callable(args) else args, control)
 
     SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a second worker costs more than it saves
     # A kernel's shared arrays, emulated fragments and per-unit variables live in its stack

@@ -17,6 +17,7 @@ import numpy as np
 
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import launch_args_from_json, scalar_packer
+from kerneldsl.prepared import PreparedLaunch
 from kerneldsl import interop
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
 from kerneldsl.streams import Event, Stream
@@ -428,16 +429,8 @@ class CudaRuntime(CudaPipeline, Runtime):
                     if buf.stream is not stream:
                         buf.record_stream(stream)  # the allocator and downloads wait for this stream
                     slots[i] = buf.raw + v.offset * v.dtype.itemsize
-                elif kind == "extent":
-                    slots[i] = v.extent()
-                elif kind == "shape":
-                    slots[i] = v.shape[axis]
-                elif kind == "stride":
-                    slots[i] = v.strides[axis]
-                elif kind == "scalar":
-                    slots[i] = packer(v)
                 else:
-                    raise LaunchError(f"{kir.name}: the cuda runtime cannot pass a kernel argument of kind {kind!r}")
+                    slots[i] = _slot_value(kir, kind, v, axis, packer)
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
             # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
             result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
@@ -448,6 +441,65 @@ class CudaRuntime(CudaPipeline, Runtime):
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
             if rec[0]:
                 self._raise_bounds(kir, args, rec)
+
+    def prepare_launch(self, binary: CudaBinary, grid, block, args):
+        if any(kind == "errbuf" for kind, _, _, _ in binary.plan):  # bounds-checked: the general path
+            return PreparedLaunch(self, binary, grid, block, args)
+        return CudaPreparedLaunch(self, binary, grid, block, args)
+
+
+def _slot_value(kir, kind: str, v, axis: int, packer) -> int:
+    """The parameter slot of a launch argument other than a tensor's data address."""
+    if kind == "extent":
+        return v.extent()
+    if kind == "shape":
+        return v.shape[axis]
+    if kind == "stride":
+        return v.strides[axis]
+    if kind == "scalar":
+        return packer(v)
+    raise LaunchError(f"{kir.name}: the cuda runtime cannot pass a kernel argument of kind {kind!r}")
+
+
+class CudaPreparedLaunch(PreparedLaunch):
+    """A cuda launch with its own parameter block, filled once (kerneldsl/prepared.py): `run`
+    writes each tensor's data address and launches on the current stream."""
+
+    __slots__ = ("slots", "params", "params_ptr", "data", "lock")
+
+    def __init__(self, runtime, binary: CudaBinary, grid, block, args):
+        super().__init__(runtime, binary, grid, block, args)
+        n = len(binary.args)
+        self.slots = np.zeros(max(n, 1), np.uint64)
+        self.params = self.slots.ctypes.data + 8 * np.arange(max(n, 1), dtype=np.uint64)
+        self.params_ptr = self.params.ctypes.data if n else 0
+        ref_of = {pos: r for r, pos in enumerate(self.tensors)}
+        data = []  # (slot, index into run's refs)
+        for i, (kind, index, axis, packer) in enumerate(binary.plan):
+            if kind == "data":
+                data.append((i, ref_of[index]))
+            else:
+                self.slots[i] = _slot_value(binary.info, kind, args[index], axis, packer)
+        self.data = tuple(data)
+        self.lock = threading.Lock()
+
+    def run(self, refs) -> None:
+        rt, binary, grid, block = self.runtime, self.binary, self.grid, self.block
+        rt._enter()
+        stream = getattr(rt._stream_local, "current", rt._default_stream)
+        driver = _driver()
+        slots = self.slots
+        with self.lock:
+            for i, r in self.data:
+                buffer, byte = refs[r]
+                if buffer.stream is not stream:
+                    buffer.record_stream(stream)
+                slots[i] = buffer.raw + byte
+            result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                           binary.dynamic_shared, stream.cu, self.params_ptr, 0)
+        if result[0] != driver.CUresult.CUDA_SUCCESS:
+            _check(result, f"launching {binary.info.name} (grid {grid}, block {block})", LaunchError)
+
 
 def available() -> bool:
     return any(status.available for status in report())

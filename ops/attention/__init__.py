@@ -11,6 +11,8 @@ rounding; `Autotune` times the valid ones once per shape bucket and remembers th
 """
 from __future__ import annotations
 
+from kerneldsl.replay import replayable
+
 from . import fallback, flash_mma, flash_unit, tuning
 from .options import AttentionModuleOptions, AttentionStrategy, BlackboxAcceleratedStrategy
 from .problem import AttentionSetupError, Problem, resolve_strategy, validate
@@ -40,6 +42,7 @@ def run_strategy(p: Problem, strategy: AttentionStrategy, tiling, out) -> None:
         flash_mma.run(p, out, dummy_mask, dummy_bias, tiling)
 
 
+@replayable
 def attention(query, key, value, mask=None, attn_bias=None, options: AttentionModuleOptions = _DEFAULT_OPTIONS,
               strategy=AttentionStrategy.Autotune):
     """Scaled dot-product attention; see the module docstring and SPEC §5."""

@@ -14,6 +14,8 @@ ones once per shape bucket and remembers the fastest.
 """
 from __future__ import annotations
 
+from kerneldsl.replay import replayable
+
 from . import direct, implicit_gemm, tuning
 from .options import ConvOptions, ConvStrategy
 from .problem import (ConvSetupError, as_5d, check_strategy, user_shape, validate_data_backward,
@@ -45,6 +47,7 @@ def _forward(fn, input, weight, bias, options, strategy, channels_last):  # noqa
     return out
 
 
+@replayable
 def conv_forward(input, weight, bias=None, options: ConvOptions = _DEFAULT_OPTIONS,  # noqa: A002
                  strategy: ConvStrategy = ConvStrategy.Autotune):
     """y[b, co, o] = bias[co] + sum over the group's input channels and the kernel taps of
@@ -52,12 +55,14 @@ def conv_forward(input, weight, bias=None, options: ConvOptions = _DEFAULT_OPTIO
     return _forward("conv_forward", input, weight, bias, options, strategy, False)
 
 
+@replayable
 def conv_forward_nhwc(input, weight, bias=None, options: ConvOptions = _DEFAULT_OPTIONS,  # noqa: A002
                       strategy: ConvStrategy = ConvStrategy.Autotune):
     """conv_forward with channels last: x [B, *S, Cin], w [Cout, *K, Cin/groups], y [B, *O, Cout]."""
     return _forward("conv_forward_nhwc", input, weight, bias, options, strategy, True)
 
 
+@replayable
 def conv_data_backward(out_grad, weight, in_shape, options: ConvOptions = _DEFAULT_OPTIONS,
                        strategy: ConvStrategy = ConvStrategy.Autotune):
     """The gradient of conv_forward w.r.t. its input (shape `in_shape`, NCHW), given the
@@ -75,6 +80,7 @@ def conv_data_backward(out_grad, weight, in_shape, options: ConvOptions = _DEFAU
     return out
 
 
+@replayable
 def conv_weight_backward(input, out_grad, weight_shape, options: ConvOptions = _DEFAULT_OPTIONS,  # noqa: A002
                          strategy: ConvStrategy = ConvStrategy.Autotune):
     """The gradient of conv_forward w.r.t. its weight (shape `weight_shape`, [Cout, Cin/groups,

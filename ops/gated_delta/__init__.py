@@ -17,6 +17,7 @@ the query's dtype, states F32; initial_state is never written.
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from .chunk_prepare import chunk_prepare
 from .chunk_sweep import chunk_sweep
@@ -31,6 +32,7 @@ PAD_UNITS = 256  # units per cube of the padding copy
 __all__ = ["GatedDeltaInput", "GatedDeltaOutput", "gated_delta_rule", "chunk_gated_delta_rule", "GatedDeltaError"]
 
 
+@replayable
 def gated_delta_rule(input: GatedDeltaInput) -> GatedDeltaOutput:  # noqa: A002
     """The recurrence of SPEC §3, one step after another."""
     p = validate("gated_delta_rule", input)
@@ -43,6 +45,7 @@ def gated_delta_rule(input: GatedDeltaInput) -> GatedDeltaOutput:  # noqa: A002
     return GatedDeltaOutput(out, final)
 
 
+@replayable
 def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDeltaOutput:  # noqa: A002
     """The same result as gated_delta_rule, computed chunk by chunk (WY/UT form)."""
     fn = "chunk_gated_delta_rule"

@@ -10,6 +10,7 @@ same whatever order the units run in; the grid gradient is a per-point sum over 
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from . import fixed_point as _fixed
 from . import sample as _sample
@@ -21,6 +22,7 @@ __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSa
            "grid_sample_backward"]
 
 
+@replayable
 def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -> kd.Tensor:
     """input [N, C, *S] sampled at grid [N, *So, dims] (x first, in [−1, 1]) -> [N, C, *So]."""
     p = sample_problem("grid_sample", input, grid, options)
@@ -37,6 +39,7 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     return out
 
 
+@replayable
 def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = GridSampleOptions()) -> tuple:
     """(grad_input, grad_grid) of grid_sample, both in the input's dtype; deterministic."""
     p = sample_problem("grid_sample_backward", input, grid, options, out_grad, backward=True)

@@ -10,6 +10,7 @@ input element's gradient from the outputs whose taps touch it, in a fixed order
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from . import resample as _resample
 from .options import InterpolateMode, InterpolateOptions
@@ -20,6 +21,7 @@ from .tuning import UNITS, axes, grid, touch_ranges
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
 
 
+@replayable
 def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     """input [N, C, *S] (1-3 spatial axes) resampled to [N, C, *output_size]."""
     p = resample_problem("interpolate", input, output_size, options)
@@ -35,6 +37,7 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     return out
 
 
+@replayable
 def interpolate_backward(input, out_grad, output_size, options: InterpolateOptions) -> kd.Tensor:
     """The gradient w.r.t. input of interpolate(input, output_size, options) given the
     gradient of its output: the exact adjoint of the forward map, in the input's dtype."""

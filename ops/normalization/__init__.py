@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from . import backward as _bwd
 from . import forward as _fwd
@@ -37,27 +38,32 @@ COL_TARGET_CUBES = 1024  # cubes the column-partial pass aims for (sets the rows
 SOFTMAX_SCRATCH = 32768  # f32 row of shared memory (128 KiB) a SIMD-lane softmax keeps its exps in (looped.py)
 
 
+@replayable
 def layer_norm(input, gamma, beta=None, epsilon=1e-5) -> kd.Tensor:
     """(x - mean)·rsqrt(var + eps)·gamma (+ beta) over the last axis."""
     return _norm("layer_norm", input, gamma, beta, epsilon, rms=False)[0]
 
 
+@replayable
 def layer_norm_with_stats(input, gamma, beta=None, epsilon=1e-5) -> tuple:
     """(out, mean, rstd); mean and rstd are F32 of the input's shape without the last axis."""
     return _norm("layer_norm_with_stats", input, gamma, beta, epsilon, rms=False)
 
 
+@replayable
 def rms_norm(input, gamma, epsilon=1e-6) -> kd.Tensor:
     """x·rsqrt(mean(x²) + eps)·gamma over the last axis."""
     return _norm("rms_norm", input, gamma, None, epsilon, rms=True)[0]
 
 
+@replayable
 def rms_norm_with_stats(input, gamma, epsilon=1e-6) -> tuple:
     """(out, rstd); rstd is F32 of the input's shape without the last axis."""
     out, _, rstd = _norm("rms_norm_with_stats", input, gamma, None, epsilon, rms=True)
     return out, rstd
 
 
+@replayable
 def softmax_last_axis(input) -> kd.Tensor:
     """exp(x - max) / Σ exp(x - max) over the last axis, computed in F32."""
     p = softmax_problem("softmax_last_axis", input)
@@ -85,11 +91,13 @@ def softmax_last_axis(input) -> kd.Tensor:
     return out
 
 
+@replayable
 def layer_norm_backward(input, gamma, grad, mean, rstd) -> tuple:
     """(dx, dgamma, dbeta) of layer_norm, from the forward pass's mean and rstd."""
     return _norm_backward("layer_norm_backward", input, gamma, grad, mean, rstd, rms=False)
 
 
+@replayable
 def rms_norm_backward(input, gamma, grad, rstd) -> tuple:
     """(dx, dgamma) of rms_norm, from the forward pass's rstd."""
     dx, dgamma, _ = _norm_backward("rms_norm_backward", input, gamma, grad, None, rstd, rms=True)

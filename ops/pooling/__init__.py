@@ -14,6 +14,7 @@ results are cast once to the input dtype; indices are I64 flat positions in a pl
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_taps
@@ -142,33 +143,39 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
 
 
 # ---------------------------------------------------------------------------- max pooling
+@replayable
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> kd.Tensor:  # noqa: A002
     """Max over windows of [N, C, L] (or [C, L]), as torch.nn.functional.max_pool1d."""
     return _max_pool("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode, False)
 
 
+@replayable
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> kd.Tensor:  # noqa: A002
     """Max over windows of [N, C, H, W] (or [C, H, W]), as torch.nn.functional.max_pool2d."""
     return _max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, False)
 
 
+@replayable
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> kd.Tensor:  # noqa: A002
     """Max over windows of [N, C, D, H, W] (or [C, D, H, W]), as torch.nn.functional.max_pool3d."""
     return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, False)
 
 
+@replayable
 def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                             ceil_mode=False) -> tuple:
     """(out, indices): max_pool1d and the I64 position of each maximum in its plane."""
     return _max_pool("max_pool1d_with_indices", 1, input, kernel_size, stride, padding, dilation, ceil_mode, True)
 
 
+@replayable
 def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                             ceil_mode=False) -> tuple:
     """(out, indices): max_pool2d and the I64 flat position (h·W + w) of each maximum in its plane."""
     return _max_pool("max_pool2d_with_indices", 2, input, kernel_size, stride, padding, dilation, ceil_mode, True)
 
 
+@replayable
 def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                             ceil_mode=False) -> tuple:
     """(out, indices): max_pool3d and the I64 flat position ((d·H + h)·W + w) of each maximum."""
@@ -176,6 +183,7 @@ def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation
 
 
 # ---------------------------------------------------------------------------- average pooling
+@replayable
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
                divisor_override=None) -> kd.Tensor:
     """Mean over windows of [N, C, L], as torch.nn.functional.avg_pool1d."""
@@ -183,6 +191,7 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                      divisor_override)
 
 
+@replayable
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
                divisor_override=None) -> kd.Tensor:
     """Mean over windows of [N, C, H, W], as torch.nn.functional.avg_pool2d."""
@@ -190,6 +199,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                      divisor_override)
 
 
+@replayable
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
                divisor_override=None) -> kd.Tensor:
     """Mean over windows of [N, C, D, H, W], as torch.nn.functional.avg_pool3d."""
@@ -198,37 +208,44 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 # ---------------------------------------------------------------------------- adaptive pooling
+@replayable
 def adaptive_avg_pool1d(input, output_size) -> kd.Tensor:  # noqa: A002
     """Mean over the bins [floor(i·L/O), ceil((i+1)·L/O)), as torch.nn.functional.adaptive_avg_pool1d."""
     return _adaptive("adaptive_avg_pool1d", 1, input, output_size, False)
 
 
+@replayable
 def adaptive_avg_pool2d(input, output_size) -> kd.Tensor:  # noqa: A002
     """Mean over adaptive bins of H and W; output_size 1 is global average pooling."""
     return _adaptive("adaptive_avg_pool2d", 2, input, output_size, False)
 
 
+@replayable
 def adaptive_avg_pool3d(input, output_size) -> kd.Tensor:  # noqa: A002
     """Mean over adaptive bins of D, H and W."""
     return _adaptive("adaptive_avg_pool3d", 3, input, output_size, False)
 
 
+@replayable
 def adaptive_max_pool1d(input, output_size) -> tuple:  # noqa: A002
     """(out, indices): max over adaptive bins of L, as torch.nn.functional.adaptive_max_pool1d."""
     return _adaptive("adaptive_max_pool1d", 1, input, output_size, True)
 
 
+@replayable
 def adaptive_max_pool2d(input, output_size) -> tuple:  # noqa: A002
     """(out, indices): max over adaptive bins of H and W."""
     return _adaptive("adaptive_max_pool2d", 2, input, output_size, True)
 
 
+@replayable
 def adaptive_max_pool3d(input, output_size) -> tuple:  # noqa: A002
     """(out, indices): max over adaptive bins of D, H and W."""
     return _adaptive("adaptive_max_pool3d", 3, input, output_size, True)
 
 
 # ---------------------------------------------------------------------------- backward
+@replayable
 def max_pool1d_backward(input, grad, indices, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                         ceil_mode=False) -> kd.Tensor:
     """The gradient w.r.t. input of max_pool1d, from the forward's indices."""
@@ -236,6 +253,7 @@ def max_pool1d_backward(input, grad, indices, kernel_size, stride=None, padding=
                               dilation, ceil_mode)
 
 
+@replayable
 def max_pool2d_backward(input, grad, indices, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                         ceil_mode=False) -> kd.Tensor:
     """The gradient w.r.t. input of max_pool2d, from the forward's indices."""
@@ -243,6 +261,7 @@ def max_pool2d_backward(input, grad, indices, kernel_size, stride=None, padding=
                               dilation, ceil_mode)
 
 
+@replayable
 def max_pool3d_backward(input, grad, indices, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
                         ceil_mode=False) -> kd.Tensor:
     """The gradient w.r.t. input of max_pool3d, from the forward's indices."""
@@ -250,6 +269,7 @@ def max_pool3d_backward(input, grad, indices, kernel_size, stride=None, padding=
                               dilation, ceil_mode)
 
 
+@replayable
 def avg_pool1d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
                         count_include_pad=True, divisor_override=None) -> kd.Tensor:
     """The gradient w.r.t. input of avg_pool1d."""
@@ -257,6 +277,7 @@ def avg_pool1d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_m
                               count_include_pad, divisor_override)
 
 
+@replayable
 def avg_pool2d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
                         count_include_pad=True, divisor_override=None) -> kd.Tensor:
     """The gradient w.r.t. input of avg_pool2d."""
@@ -264,6 +285,7 @@ def avg_pool2d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_m
                               count_include_pad, divisor_override)
 
 
+@replayable
 def avg_pool3d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
                         count_include_pad=True, divisor_override=None) -> kd.Tensor:
     """The gradient w.r.t. input of avg_pool3d."""
@@ -271,31 +293,37 @@ def avg_pool3d_backward(input, grad, kernel_size, stride=None, padding=0, ceil_m
                               count_include_pad, divisor_override)
 
 
+@replayable
 def adaptive_avg_pool1d_backward(input, grad, output_size=None) -> kd.Tensor:  # noqa: A002
     """The gradient w.r.t. input of adaptive_avg_pool1d (output_size defaults to grad's)."""
     return _adaptive_backward("adaptive_avg_pool1d_backward", 1, input, grad, None, output_size, False)
 
 
+@replayable
 def adaptive_avg_pool2d_backward(input, grad, output_size=None) -> kd.Tensor:  # noqa: A002
     """The gradient w.r.t. input of adaptive_avg_pool2d (output_size defaults to grad's)."""
     return _adaptive_backward("adaptive_avg_pool2d_backward", 2, input, grad, None, output_size, False)
 
 
+@replayable
 def adaptive_avg_pool3d_backward(input, grad, output_size=None) -> kd.Tensor:  # noqa: A002
     """The gradient w.r.t. input of adaptive_avg_pool3d (output_size defaults to grad's)."""
     return _adaptive_backward("adaptive_avg_pool3d_backward", 3, input, grad, None, output_size, False)
 
 
+@replayable
 def adaptive_max_pool1d_backward(input, grad, indices, output_size=None) -> kd.Tensor:  # noqa: A002
     """The gradient w.r.t. input of adaptive_max_pool1d, from the forward's indices."""
     return _adaptive_backward("adaptive_max_pool1d_backward", 1, input, grad, indices, output_size, True)
 
 
+@replayable
 def adaptive_max_pool2d_backward(input, grad, indices, output_size=None) -> kd.Tensor:  # noqa: A002
     """The gradient w.r.t. input of adaptive_max_pool2d, from the forward's indices."""
     return _adaptive_backward("adaptive_max_pool2d_backward", 2, input, grad, indices, output_size, True)
 
 
+@replayable
 def adaptive_max_pool3d_backward(input, grad, indices, output_size=None) -> kd.Tensor:  # noqa: A002
     """The gradient w.r.t. input of adaptive_max_pool3d, from the forward's indices."""
     return _adaptive_backward("adaptive_max_pool3d_backward", 3, input, grad, indices, output_size, True)

@@ -1,0 +1,292 @@
+"""Replayed operator calls: an operator's first call with one argument layout is recorded
+(its allocations, zero fills and kernel launches), later calls with the same layout replay
+the record instead of running the operator's Python again.
+
+An operator's host work (validation, plan choice, views, argument packing) depends only on
+its arguments' *layouts* — each tensor's runtime, dtype, shape, strides, offset, whether it
+is read-only and which other argument shares its memory — and on its plain arguments
+(numbers, strings, enums, dataclasses of them). `@replayable` keys a call on exactly those
+(`call_key`); a call whose key was recorded allocates the same buffers, launches the same
+kernels with the same grids, cube shapes and scalars on tensors rebuilt at the same places
+in the new call's memory, and returns results built the same way. Nothing is validated
+again: the recorded call was, and every check depends only on what the key fixes.
+
+A record is kept only when the first call was layout-pure as far as the runtime can see:
+a host upload (`rt.tensor`) or download (`rt.to_numpy`, `.numpy()`) during the call means
+its work may depend on tensor *values*, so the call is not recorded (it still runs). An
+operator opts in with the decorator only when its Python branches on nothing else (no
+global state other than the runtime's capabilities, `KERNELDSL_BOUNDS_CHECK` — part of the
+key — and autotuning choices, which the `kerneldsl.autotune` timing calls disqualify while
+they are being made). `KERNELDSL_REPLAY=0` turns replay off; `clear()` drops every record
+(the test suite does so between tests, since tests monkeypatch tuning constants).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import os
+import threading
+
+from .tensor import Tensor
+
+FUSE_LIMIT = 1 << 20  # a replayed call whose buffers total at most this takes them as one allocation
+FUSED_ALIGN = 256  # byte alignment of each buffer inside a fused allocation (what allocations give)
+MAX_RECORDS = 256  # records kept per operator (oldest dropped first): shapes of one model repeat
+_PLAIN = (int, float, bool, str, bytes, type(None))
+
+_local = threading.local()  # .recorder: the Recording of this thread's outermost replayable call
+_records: list = []  # every operator's record dict (for clear())
+
+
+def enabled() -> bool:
+    """$KERNELDSL_REPLAY is not "0" (read at each call: tests and users may change it)."""
+    return os.environ.get("KERNELDSL_REPLAY", "1") not in ("0", "false", "no", "")
+
+
+def clear() -> None:
+    """Forget every recorded call (the next call of each layout runs the operator again)."""
+    for r in _records:
+        r.clear()
+
+
+def active():
+    """The recording in progress on this thread, or None."""
+    return getattr(_local, "recorder", None)
+
+
+# ------------------------------------------------------------------------------ keys
+def _leaf_key(a, buffers: dict, position: list):
+    """The key part of one argument; raises _Unkeyed for arguments the key cannot hold."""
+    if type(a) is Tensor:
+        i = position[0]
+        position[0] += 1
+        alias = buffers.setdefault(id(a.buffer), i)
+        return (a.runtime, a.dtype, a.shape, a.strides, a.offset, a.buffer.readonly, alias)
+    if type(a) in _PLAIN:
+        return (type(a), a)
+    if isinstance(a, (tuple, list)):
+        return (type(a),) + tuple(_leaf_key(x, buffers, position) for x in a)
+    if isinstance(a, enum.Enum):
+        return (type(a), a)
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):  # keyed by its fields' values now
+        return (type(a),) + tuple(_leaf_key(getattr(a, f.name), buffers, position) for f in dataclasses.fields(a))
+    raise _Unkeyed
+
+
+class _Unkeyed(Exception):
+    """An argument whose layout a key cannot capture (the call runs without replay)."""
+
+
+def call_key(args: tuple, kwargs: dict):
+    """The replay key of a call (module docstring), or None where an argument has none."""
+    buffers: dict = {}
+    position = [0]
+    try:
+        key = [_leaf_key(a, buffers, position) for a in args]
+        if kwargs:
+            key += [(k, _leaf_key(v, buffers, position)) for k, v in sorted(kwargs.items())]
+    except _Unkeyed:
+        return None
+    from .kernel import bounds_check_enabled
+    key.append(bounds_check_enabled())
+    return tuple(key)
+
+
+def _tensor_leaves(obj, out: list) -> list:
+    """The tensors of a call's arguments in `call_key`'s order."""
+    if type(obj) is Tensor:
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            _tensor_leaves(x, out)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _tensor_leaves(getattr(obj, f.name), out)
+    return out
+
+
+# ------------------------------------------------------------------------------ recording
+class Recording:
+    """What one call did, in terms a replay can redo on other memory of the same layout."""
+
+    def __init__(self, inputs: list):
+        self.sources: dict = {}  # id(buffer) -> (kind, index, base byte offset)
+        self.held: list = []  # buffers referred to by id above (kept alive while recording)
+        for i, t in enumerate(inputs):
+            self._source(t.buffer, ("in", i, t.offset * t.dtype.itemsize))
+        self.allocations: list = []  # (runtime, nbytes)
+        self.steps: list = []  # ("launch", kernel, grid, block, argspecs, runtime) | ("zero", spec)
+        self.refused = None  # why the call cannot be replayed
+
+    def _source(self, buffer, where):
+        if id(buffer) not in self.sources:
+            self.sources[id(buffer)] = where
+            self.held.append(buffer)
+
+    def refuse(self, why: str) -> None:
+        if self.refused is None:
+            self.refused = why
+
+    def allocated(self, runtime, buffer, nbytes: int) -> None:
+        self._source(buffer, ("buf", len(self.allocations), 0))
+        self.allocations.append((runtime, nbytes))
+
+    def tensor_spec(self, t: Tensor) -> tuple:
+        """Where a tensor lies: (kind, index, byte offset from the source, shape, strides, dtype)."""
+        where = self.sources.get(id(t.buffer))
+        byte = t.offset * t.dtype.itemsize
+        if where is None:  # memory made before the call (a constant the operator keeps): held as is
+            self._source(t.buffer, ("ext", t.buffer, 0))
+            where = self.sources[id(t.buffer)]
+        kind, index, base = where
+        return (kind, index, byte - base, t.shape, t.strides, t.dtype, t.runtime)
+
+    def spec(self, value):
+        """A launch argument or result: tensors by place, tuples, lists and dataclasses by their
+        items, plain values as they are; anything else refuses the record (a replay would hand
+        back the recorded call's object)."""
+        if type(value) is Tensor:
+            return ("T", self.tensor_spec(value))
+        if type(value) in _PLAIN or isinstance(value, enum.Enum):
+            return ("V", value)
+        if type(value) in (tuple, list):
+            return ("S", type(value), tuple(self.spec(v) for v in value))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            fields = dataclasses.fields(value)
+            if all(f.init for f in fields):
+                return ("D", type(value), tuple((f.name, self.spec(getattr(value, f.name))) for f in fields))
+        self.refuse(f"a {type(value).__name__} among the results")
+        return ("V", None)
+
+    def zero_filled(self, t: Tensor) -> None:
+        self.steps.append(("zero", self.tensor_spec(t)))
+
+    def launched(self, kernel, grid, block, args: tuple, runtime) -> None:
+        """A launch that ran: kept as the runtime's prepared launch with where each tensor
+        argument lies, or (no launch plan to prepare from) as the launch call itself."""
+        prepared = kernel.prepare(grid, block, args, runtime)
+        if prepared is False:  # an empty grid: nothing ran, nothing to replay
+            return
+        if prepared is None:
+            self.steps.append(("launch", kernel, grid, block, tuple(self.spec(a) for a in args), runtime))
+            return
+        launch, run_args = prepared
+        self.steps.append(("run", launch, tuple(self.tensor_spec(a)[:3] for a in run_args if type(a) is Tensor)))
+
+    def program(self, result) -> "Program | None":
+        built = self.spec(result)
+        if self.refused is not None:
+            return None
+        return Program(tuple(self.allocations), tuple(self.steps), built)
+
+
+class Program:
+    """A recorded call: allocate, then run the steps, then build the result."""
+
+    __slots__ = ("allocations", "steps", "result", "fused")
+
+    def __init__(self, allocations: tuple, steps: tuple, result):
+        self.allocations = allocations
+        self.steps = steps
+        self.result = result
+        # small calls on one runtime take all their memory as one allocation (each costs µs of
+        # Python): the runtime, the total and each buffer's byte offset in it
+        self.fused = None
+        runtimes = {id(rt) for rt, _ in allocations}
+        if len(runtimes) == 1:
+            bases, total = [], 0
+            for _, nbytes in allocations:
+                bases.append(total)
+                total += -(-max(nbytes, 1) // FUSED_ALIGN) * FUSED_ALIGN
+            if total <= FUSE_LIMIT:
+                self.fused = (allocations[0][0], total, tuple(bases))
+
+    def run(self, inputs: list):
+        if self.fused is not None:
+            rt, total, bases = self.fused
+            whole = rt.allocate(total)
+            buffers = [(whole, base) for base in bases]
+        else:
+            buffers = [(rt.allocate(nbytes), 0) for rt, nbytes in self.allocations]
+        for step in self.steps:
+            if step[0] == "run":
+                step[1].run([_ref(s, inputs, buffers) for s in step[2]])
+            elif step[0] == "launch":
+                _, kernel, grid, block, specs, runtime = step
+                kernel.launch(grid, block, *[_build(s, inputs, buffers) for s in specs], runtime=runtime)
+            else:
+                t = _tensor(step[1], inputs, buffers)
+                t.runtime._fill_zero(t)
+        return _build(self.result, inputs, buffers)
+
+
+def _ref(spec: tuple, inputs: list, buffers: list) -> tuple:
+    """(Buffer, byte offset) of a tensor spec's first three fields in this call's memory."""
+    kind, index, delta = spec
+    if kind == "in":
+        src = inputs[index]
+        return src.buffer, src.offset * src.dtype.itemsize + delta
+    if kind == "buf":
+        buffer, base = buffers[index]
+        return buffer, base + delta
+    return index, delta
+
+
+def _tensor(spec: tuple, inputs: list, buffers: list) -> Tensor:
+    kind, index, delta, shape, strides, dtype, runtime = spec
+    if kind == "in":
+        src = inputs[index]
+        buffer, byte = src.buffer, src.offset * src.dtype.itemsize + delta
+    elif kind == "buf":
+        buffer, byte = buffers[index]
+        byte += delta
+    else:
+        buffer, byte = index, delta
+    return Tensor._of(runtime, buffer, shape, dtype, strides, byte // dtype.itemsize)
+
+
+def _build(spec, inputs: list, buffers: list):
+    tag = spec[0]
+    if tag == "T":
+        return _tensor(spec[1], inputs, buffers)
+    if tag == "V":
+        return spec[1]
+    if tag == "D":
+        return spec[1](**{name: _build(s, inputs, buffers) for name, s in spec[2]})
+    items = [_build(s, inputs, buffers) for s in spec[2]]
+    return tuple(items) if spec[1] is tuple else spec[1](items)
+
+
+# ------------------------------------------------------------------------------ decorator
+def replayable(fn):
+    """Replay `fn`'s calls per argument layout (module docstring). For operator entry points
+    whose host work depends only on the layouts and plain values of their arguments."""
+    records: dict = {}
+    _records.append(records)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if active() is not None or not enabled():  # inside another recorded call: it records our kernels
+            return fn(*args, **kwargs)
+        key = call_key(args, kwargs)
+        if key is None:
+            return fn(*args, **kwargs)
+        program = records.get(key)
+        inputs = _tensor_leaves((args, tuple(v for _, v in sorted(kwargs.items()))), [])
+        if program is not None:
+            return program.run(inputs)
+        rec = _local.recorder = Recording(inputs)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _local.recorder = None
+        program = rec.program(result)
+        if program is not None:
+            if len(records) >= MAX_RECORDS:
+                records.pop(next(iter(records)))
+            records[key] = program
+        return result
+
+    call.replay_records = records
+    return call

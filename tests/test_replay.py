@@ -1,0 +1,208 @@
+"""Replayed operator calls (kerneldsl/replay.py): a second call with the same argument layout
+replays the first call's allocations and launches on the new call's memory, and gives what
+running the operator again gives; what the key does not capture is never replayed."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl import replay
+from rudnn import normalization as N
+from rudnn import pooling as P
+
+from conftest import tol
+
+
+@kd.kernel
+def scale_into(x: kd.Tensor[kd.f32, 1], y: kd.Tensor[kd.f32, 1], s: kd.f32, n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        y[i] = x[i] * s
+
+
+@kd.kernel
+def add_in_place(x: kd.Tensor[kd.f32, 1], v: kd.f32, n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        x[i] = x[i] + v
+
+
+@replay.replayable
+def scaled_twice(x, s=2.0):
+    """y = x·s and z = y·s through a scratch tensor: two launches, three allocations."""
+    n = x.shape[0]
+    tmp = x.runtime.empty((n,), kd.f32)
+    y = x.runtime.empty((n,), kd.f32)
+    scale_into[(n + 63) // 64, 64](x, tmp, s, n)
+    scale_into[(n + 63) // 64, 64](tmp, y, s, n)
+    return y, n
+
+
+@replay.replayable
+def bump(x, v: float):
+    """x += v in place: the write lands in the caller's tensor on a replay too."""
+    add_in_place[(x.shape[0] + 63) // 64, 64](x, v, x.shape[0])
+    return None
+
+
+@replay.replayable
+def uploads(x):
+    """Passes host values to the device: never recorded."""
+    return x.runtime.tensor(np.arange(x.shape[0], dtype=np.float32))
+
+
+def launch_counter(monkeypatch) -> list:
+    calls = [0]
+    real = kd.Kernel.launch
+
+    def counting(self, *a, **k):
+        calls[0] += 1
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(kd.Kernel, "launch", counting)
+    return calls
+
+
+def test_a_replayed_call_runs_no_operator_python_and_gives_the_new_values(runtime, rng, monkeypatch):
+    calls = launch_counter(monkeypatch)
+    a, b = (rng.standard_normal(100).astype(np.float32) for _ in range(2))
+    y1, n1 = scaled_twice(runtime.tensor(a))
+    assert calls[0] == 2 and len(scaled_twice.replay_records) == 1
+    y2, n2 = scaled_twice(runtime.tensor(b))
+    assert calls[0] == 2  # replayed: no kernel launched through the Python launch path
+    np.testing.assert_allclose(y1.numpy(), a * 4, rtol=1e-6)
+    np.testing.assert_allclose(y2.numpy(), b * 4, rtol=1e-6)
+    assert (n1, n2) == (100, 100)
+    y3, _ = scaled_twice(runtime.tensor(b), 3.0)  # another scalar: another record
+    np.testing.assert_allclose(y3.numpy(), b * 9, rtol=1e-6)
+    assert len(scaled_twice.replay_records) == 2
+
+
+def test_results_of_one_replayed_call_do_not_share_elements(runtime):
+    x = runtime.tensor(np.ones(8, np.float32))
+    N.layer_norm_with_stats(x.reshape(2, 4), runtime.tensor(np.ones(4, np.float32)))
+    out, mean, rstd = N.layer_norm_with_stats(runtime.tensor(np.arange(8, dtype=np.float32)).reshape(2, 4),
+                                             runtime.tensor(np.ones(4, np.float32)))
+    np.testing.assert_allclose(mean.numpy(), [1.5, 5.5], rtol=1e-6)
+    assert rstd.numpy().shape == (2,) and out.numpy().shape == (2, 4)
+    spans = sorted((t.offset * t.dtype.itemsize, (t.offset + t.size) * t.dtype.itemsize, t.buffer)
+                   for t in (out, mean, rstd))
+    for (s0, e0, b0), (s1, _, b1) in zip(spans, spans[1:]):
+        assert b0 is not b1 or e0 <= s1
+
+
+def test_a_replay_writes_into_the_callers_tensor(runtime):
+    x = runtime.tensor(np.zeros(70, np.float32))
+    bump(x, 1.5)
+    y = runtime.tensor(np.full(70, 2.0, np.float32))
+    bump(y, 1.5)
+    assert len(bump.replay_records) == 1
+    np.testing.assert_array_equal(x.numpy(), np.full(70, 1.5, np.float32))
+    np.testing.assert_array_equal(y.numpy(), np.full(70, 3.5, np.float32))
+
+
+def test_views_at_another_offset_or_sharing_memory_are_other_layouts(runtime):
+    base = runtime.tensor(np.arange(200, dtype=np.float32))
+    y0, _ = scaled_twice(base[0:100])
+    y1, _ = scaled_twice(base[100:200])  # same shape and strides, another offset
+    np.testing.assert_allclose(y1.numpy(), np.arange(100, 200, dtype=np.float32) * 4, rtol=1e-6)
+    assert len(scaled_twice.replay_records) == 2
+    g = runtime.tensor(np.ones(4, np.float32))
+    x = runtime.tensor(np.arange(4, dtype=np.float32).reshape(1, 4))
+    a = N.layer_norm_backward(x, g, x, *N.layer_norm_with_stats(x, g)[1:])  # grad aliases input
+    dy = runtime.tensor(np.ones((1, 4), np.float32))
+    _, mean, rstd = N.layer_norm_with_stats(x, g)
+    b = N.layer_norm_backward(x, g, dy, mean, rstd)
+    assert len(N.layer_norm_backward.replay_records) == 2
+    assert not np.allclose(a[0].numpy(), b[0].numpy())
+
+
+def test_calls_that_read_host_values_or_return_other_objects_are_not_recorded(runtime):
+    x = runtime.tensor(np.ones(5, np.float32))
+    for _ in range(2):
+        np.testing.assert_array_equal(uploads(x).numpy(), np.arange(5, dtype=np.float32))
+    assert uploads.replay_records == {}
+
+    @replay.replayable
+    def boxed(t):
+        return {"y": scaled_twice(t)[0]}
+
+    first = boxed(x)["y"]
+    assert boxed.replay_records == {}
+    second = boxed(runtime.tensor(np.full(5, 2.0, np.float32)))["y"]
+    np.testing.assert_array_equal(first.numpy(), np.full(5, 4.0, np.float32))
+    np.testing.assert_array_equal(second.numpy(), np.full(5, 8.0, np.float32))
+
+
+def test_replay_off_and_bad_calls_still_checked(runtime, monkeypatch):
+    g = runtime.tensor(np.ones(4, np.float32))
+    x = runtime.tensor(np.ones((2, 4), np.float32))
+    N.layer_norm(x, g)
+    with pytest.raises(N.NormalizationError, match="gamma"):
+        N.layer_norm(x, runtime.tensor(np.ones(3, np.float32)))
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    calls = launch_counter(monkeypatch)
+    N.layer_norm(x, g)
+    assert calls[0] >= 1
+
+
+def test_bounds_checking_is_part_of_the_key(runtime, monkeypatch):
+    x = runtime.tensor(np.ones(10, np.float32))
+    scaled_twice(x)
+    monkeypatch.setenv("KERNELDSL_BOUNDS_CHECK", "1")
+    calls = launch_counter(monkeypatch)
+    y, _ = scaled_twice(x)  # not the unchecked record: the kernels launch (checked) again
+    np.testing.assert_array_equal(y.numpy(), np.full(10, 4.0, np.float32))
+    assert calls[0] == 2
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_operators_replayed_match_numpy(runtime, rng, dtype):
+    """Family entry points called twice on new values: the replay matches the references."""
+    t = tol(dtype)
+    for _ in range(2):
+        x = rng.standard_normal((3, 4, 9, 9)).astype(np.float32)
+        X = runtime.tensor(x, dtype=dtype)
+        xr = X.numpy().astype(np.float32)
+        y, idx = P.max_pool2d_with_indices(X, 3, 2, 1)
+        ref = np.full((3, 4, 5, 5), -np.inf, np.float32)
+        pad = np.pad(xr, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        for i in range(5):
+            for j in range(5):
+                ref[:, :, i, j] = pad[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(2, 3))
+        np.testing.assert_array_equal(y.numpy().astype(np.float32), ref)
+        assert idx.numpy().shape == (3, 4, 5, 5)
+        w = rng.standard_normal(9).astype(np.float32)
+        out = N.rms_norm(X, runtime.tensor(w)).numpy().astype(np.float32)
+        want = xr / np.sqrt((xr * xr).mean(-1, keepdims=True) + 1e-6) * w
+        np.testing.assert_allclose(out, want, *t)
+        sm = N.softmax_last_axis(X.permute(0, 1, 3, 2)).numpy().astype(np.float32)  # a copy in the call
+        e = np.exp(xr.transpose(0, 1, 3, 2) - xr.transpose(0, 1, 3, 2).max(-1, keepdims=True))
+        np.testing.assert_allclose(sm, e / e.sum(-1, keepdims=True), *t)
+    assert P.max_pool2d_with_indices.replay_records and N.softmax_last_axis.replay_records
+
+
+def test_threads_replay_one_record_at_once(runtime):
+    x = runtime.tensor(np.ones(300, np.float32))
+    scaled_twice(x)
+    results, errors = {}, []
+
+    def work(k):
+        try:
+            for _ in range(20):
+                y, _ = scaled_twice(runtime.tensor(np.full(300, float(k), np.float32)))
+                results[k] = y.numpy()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for k in range(1, 4):
+        np.testing.assert_array_equal(results[k], np.full(300, 4.0 * k, np.float32))
