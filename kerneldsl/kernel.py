@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import cache, fingerprint, lang, launch_checks, launch_plan, replay
+from . import cache, envflags, fingerprint, lang, launch_checks, launch_plan, replay
 from .dtypes import DType, as_dtype
 from .errors import CompileError
 from .runtime import Runtime, get_runtime
@@ -43,23 +43,7 @@ _REPLAY_LOCAL = replay._local
 _int_range = launch_checks.int_range
 
 
-def bounds_check_enabled() -> bool:
-    """Whether $KERNELDSL_BOUNDS_CHECK asks for bounds-checked kernels (read on every launch)."""
-    if _ENVIRON_DATA is not None:  # os.environ's own table: a missing key costs no KeyError
-        raw = _ENVIRON_DATA.get(_BOUNDS_KEY)
-        value = "0" if raw is None else os.environ.decodevalue(raw)
-    else:
-        value = os.environ.get("KERNELDSL_BOUNDS_CHECK", "0")
-    return value not in ("", "0", "false", "no")
-
-
-# os.environ keeps its variables in `_data` under `encodekey(name)` (CPython, every platform);
-# `os.environ.get` of a variable that is not set raises and catches a KeyError, about a µs
-try:
-    _ENVIRON_DATA = os.environ._data
-    _BOUNDS_KEY = os.environ.encodekey("KERNELDSL_BOUNDS_CHECK")
-except AttributeError:  # another Python: the public path
-    _ENVIRON_DATA = _BOUNDS_KEY = None
+bounds_check_enabled = envflags.bounds_check  # whether $KERNELDSL_BOUNDS_CHECK is on (read on every launch)
 
 
 def interpret_enabled() -> bool:

@@ -25,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import os
 import threading
 
+from . import envflags
 from .tensor import Tensor
 
 FUSE_LIMIT = 1 << 20  # a replayed call whose buffers total at most this takes them as one allocation
@@ -39,9 +39,8 @@ _local = threading.local()  # .recorder: the Recording of this thread's outermos
 _records: list = []  # every operator's record dict (for clear())
 
 
-def enabled() -> bool:
-    """$KERNELDSL_REPLAY is not "0" (read at each call: tests and users may change it)."""
-    return os.environ.get("KERNELDSL_REPLAY", "1") not in ("0", "false", "no", "")
+enabled = envflags.switch("KERNELDSL_REPLAY", True)
+enabled.__doc__ = "$KERNELDSL_REPLAY is not off (read at each call: tests and users may change it)."
 
 
 def clear() -> None:
@@ -56,21 +55,21 @@ def active():
 
 
 # ------------------------------------------------------------------------------ keys
-def _leaf_key(a, buffers: dict, position: list):
-    """The key part of one argument; raises _Unkeyed for arguments the key cannot hold."""
+def _leaf_key(a, buffers: dict, tensors: list):
+    """The key part of one argument (its tensors appended to `tensors`, in order); raises
+    _Unkeyed for arguments the key cannot hold."""
     if type(a) is Tensor:
-        i = position[0]
-        position[0] += 1
-        alias = buffers.setdefault(id(a.buffer), i)
+        alias = buffers.setdefault(id(a.buffer), len(tensors))
+        tensors.append(a)
         return (a.runtime, a.dtype, a.shape, a.strides, a.offset, a.buffer.readonly, alias)
     if type(a) in _PLAIN:
         return (type(a), a)
     if isinstance(a, (tuple, list)):
-        return (type(a),) + tuple(_leaf_key(x, buffers, position) for x in a)
+        return (type(a),) + tuple(_leaf_key(x, buffers, tensors) for x in a)
     if isinstance(a, enum.Enum):
         return (type(a), a)
     if dataclasses.is_dataclass(a) and not isinstance(a, type):  # keyed by its fields' values now
-        return (type(a),) + tuple(_leaf_key(getattr(a, f.name), buffers, position) for f in dataclasses.fields(a))
+        return (type(a),) + tuple(_leaf_key(getattr(a, f.name), buffers, tensors) for f in dataclasses.fields(a))
     raise _Unkeyed
 
 
@@ -78,32 +77,18 @@ class _Unkeyed(Exception):
     """An argument whose layout a key cannot capture (the call runs without replay)."""
 
 
-def call_key(args: tuple, kwargs: dict):
-    """The replay key of a call (module docstring), or None where an argument has none."""
+def call_key(args: tuple, kwargs: dict, tensors: list):
+    """The replay key of a call (module docstring), or None where an argument has none; the
+    call's tensors are appended to `tensors` in the key's order."""
     buffers: dict = {}
-    position = [0]
     try:
-        key = [_leaf_key(a, buffers, position) for a in args]
+        key = [_leaf_key(a, buffers, tensors) for a in args]
         if kwargs:
-            key += [(k, _leaf_key(v, buffers, position)) for k, v in sorted(kwargs.items())]
+            key += [(k, _leaf_key(v, buffers, tensors)) for k, v in sorted(kwargs.items())]
     except _Unkeyed:
         return None
-    from .kernel import bounds_check_enabled
-    key.append(bounds_check_enabled())
+    key.append(envflags.bounds_check())
     return tuple(key)
-
-
-def _tensor_leaves(obj, out: list) -> list:
-    """The tensors of a call's arguments in `call_key`'s order."""
-    if type(obj) is Tensor:
-        out.append(obj)
-    elif isinstance(obj, (tuple, list)):
-        for x in obj:
-            _tensor_leaves(x, out)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            _tensor_leaves(getattr(obj, f.name), out)
-    return out
 
 
 # ------------------------------------------------------------------------------ recording
@@ -209,9 +194,20 @@ class Program:
             buffers = [(whole, base) for base in bases]
         else:
             buffers = [(rt.allocate(nbytes), 0) for rt, nbytes in self.allocations]
+        places = [(t.buffer, t.offset * t.dtype.itemsize) for t in inputs]
         for step in self.steps:
-            if step[0] == "run":
-                step[1].run([_ref(s, inputs, buffers) for s in step[2]])
+            if step[0] == "run":  # (Buffer, byte offset) of each tensor argument in this call
+                refs = []
+                for kind, index, delta in step[2]:
+                    if kind == "in":
+                        buffer, byte = places[index]
+                        refs.append((buffer, byte + delta))
+                    elif kind == "buf":
+                        buffer, byte = buffers[index]
+                        refs.append((buffer, byte + delta))
+                    else:
+                        refs.append((index, delta))
+                step[1].run(refs)
             elif step[0] == "launch":
                 _, kernel, grid, block, specs, runtime = step
                 kernel.launch(grid, block, *[_build(s, inputs, buffers) for s in specs], runtime=runtime)
@@ -219,18 +215,6 @@ class Program:
                 t = _tensor(step[1], inputs, buffers)
                 t.runtime._fill_zero(t)
         return _build(self.result, inputs, buffers)
-
-
-def _ref(spec: tuple, inputs: list, buffers: list) -> tuple:
-    """(Buffer, byte offset) of a tensor spec's first three fields in this call's memory."""
-    kind, index, delta = spec
-    if kind == "in":
-        src = inputs[index]
-        return src.buffer, src.offset * src.dtype.itemsize + delta
-    if kind == "buf":
-        buffer, base = buffers[index]
-        return buffer, base + delta
-    return index, delta
 
 
 def _tensor(spec: tuple, inputs: list, buffers: list) -> Tensor:
@@ -267,13 +251,13 @@ def replayable(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if active() is not None or not enabled():  # inside another recorded call: it records our kernels
+        if _local.__dict__.get("recorder") is not None or not enabled():  # inside another recorded call: it records our kernels
             return fn(*args, **kwargs)
-        key = call_key(args, kwargs)
+        inputs: list = []
+        key = call_key(args, kwargs, inputs)
         if key is None:
             return fn(*args, **kwargs)
         program = records.get(key)
-        inputs = _tensor_leaves((args, tuple(v for _, v in sorted(kwargs.items()))), [])
         if program is not None:
             return program.run(inputs)
         rec = _local.recorder = Recording(inputs)

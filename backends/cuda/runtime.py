@@ -10,6 +10,7 @@ or device gets `RuntimeUnavailable` when the runtime is asked for.
 """
 from __future__ import annotations
 
+import array
 import functools
 import threading
 
@@ -23,7 +24,7 @@ from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
 from kerneldsl.streams import Event, Stream
 from kerneldsl.tensor import Tensor
 
-from . import compiler, dlpack
+from . import compiler, dlpack, fast_launch
 from .capabilities import from_device, sm_of
 from .compile_only import CudaPipeline
 
@@ -86,19 +87,25 @@ class CudaBinary:
         self.args = launch_args_from_json(meta["args"], info.params)  # what each kernel parameter is
         self.module = module
         self.function = function
+        self.handle = fast_launch.handle(function)  # the CUfunction as an integer, or None
         self.dynamic_shared = meta["dynamic_shared"]
         self.kind = meta["image"]  # 'cubin' or 'ptx'
         self.param_index = {p.name: i for i, p in enumerate(info.params)}
         # per kernel parameter: (kind, launch argument index, axis, scalar packer), for launch
         self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
                            scalar_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
-        # the parameter block, made once: one 8-byte slot per kernel parameter, and the
-        # array of their addresses that cuLaunchKernel reads (refilled under the lock)
-        n = len(self.args)
-        self.slots = np.zeros(max(n, 1), np.uint64)
-        self.params = self.slots.ctypes.data + 8 * np.arange(max(n, 1), dtype=np.uint64)
-        self.params_ptr = self.params.ctypes.data if n else 0
+        self.slots, self.params, self.params_ptr = parameter_block(len(self.args))  # refilled under the lock
         self.lock = threading.Lock()
+
+
+def parameter_block(n: int) -> tuple:
+    """(slots, params, params_ptr) for `n` kernel parameters: one 8-byte slot each, and the array
+    of their addresses that cuLaunchKernel reads (0 for no parameters). array.array, not numpy:
+    storing an int into it costs a third as much."""
+    slots = array.array("Q", bytes(8 * max(n, 1)))
+    base = slots.buffer_info()[0]
+    params = array.array("Q", [base + 8 * i for i in range(max(n, 1))])
+    return slots, params, (params.buffer_info()[0] if n else 0)
 
 
 class CudaEvent(Event):
@@ -431,12 +438,7 @@ class CudaRuntime(CudaPipeline, Runtime):
                     slots[i] = buf.raw + v.offset * v.dtype.itemsize
                 else:
                     slots[i] = _slot_value(kir, kind, v, axis, packer)
-            # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
-            # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
-            result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                           binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
-            if result[0] != driver.CUresult.CUDA_SUCCESS:  # (the message is formatted only on failure)
-                _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
+            _launch(driver, binary, grid, block, stream, binary.params_ptr)
         if kir.bounds_check:
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
             if rec[0]:
@@ -446,6 +448,25 @@ class CudaRuntime(CudaPipeline, Runtime):
         if any(kind == "errbuf" for kind, _, _, _ in binary.plan):  # bounds-checked: the general path
             return PreparedLaunch(self, binary, grid, block, args)
         return CudaPreparedLaunch(self, binary, grid, block, args)
+
+
+def _launch(driver, binary: CudaBinary, grid, block, stream, params_ptr: int) -> None:
+    """cuLaunchKernel of `binary` on `stream`: through ctypes on integers where the driver is
+    cuda-python's (fast_launch.py), else through the driver module; a failure raises LaunchError."""
+    fast = fast_launch.launcher(driver)
+    if fast is not None and binary.handle is not None:
+        err = fast(binary.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], binary.dynamic_shared,
+                   stream.handle, params_ptr, None)
+        if err:
+            _check((driver.CUresult(err),), f"launching {binary.info.name} (grid {tuple(grid)}, block {tuple(block)})",
+                   LaunchError)
+        return
+    # cuLaunchKernel reads parameter i from the address in params[i] (little-endian: the low
+    # bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
+    result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                   binary.dynamic_shared, stream.cu, params_ptr, 0)
+    if result[0] != driver.CUresult.CUDA_SUCCESS:  # (the message is formatted only on failure)
+        _check(result, f"launching {binary.info.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
 
 
 def _slot_value(kir, kind: str, v, axis: int, packer) -> int:
@@ -469,10 +490,7 @@ class CudaPreparedLaunch(PreparedLaunch):
 
     def __init__(self, runtime, binary: CudaBinary, grid, block, args):
         super().__init__(runtime, binary, grid, block, args)
-        n = len(binary.args)
-        self.slots = np.zeros(max(n, 1), np.uint64)
-        self.params = self.slots.ctypes.data + 8 * np.arange(max(n, 1), dtype=np.uint64)
-        self.params_ptr = self.params.ctypes.data if n else 0
+        self.slots, self.params, self.params_ptr = parameter_block(len(binary.args))
         ref_of = {pos: r for r, pos in enumerate(self.tensors)}
         data = []  # (slot, index into run's refs)
         for i, (kind, index, axis, packer) in enumerate(binary.plan):
@@ -495,10 +513,7 @@ class CudaPreparedLaunch(PreparedLaunch):
                 if buffer.stream is not stream:
                     buffer.record_stream(stream)
                 slots[i] = buffer.raw + byte
-            result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                           binary.dynamic_shared, stream.cu, self.params_ptr, 0)
-        if result[0] != driver.CUresult.CUDA_SUCCESS:
-            _check(result, f"launching {binary.info.name} (grid {grid}, block {block})", LaunchError)
+            _launch(driver, binary, grid, block, stream, self.params_ptr)
 
 
 def available() -> bool:
