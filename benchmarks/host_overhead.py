@@ -16,6 +16,7 @@ figure is the same median for the CPU eager equivalent on tensors of the same sh
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 import time
@@ -274,6 +275,22 @@ def measure(rt, fn, calls: int, reps: int) -> tuple:
     return enqueue, synced
 
 
+def replayed(family: str, op: str) -> str:
+    """Whether the operator's calls were replayed (kerneldsl/replay.py): "yes", "no: <why>" for
+    a refused record, "-" for an entry point that is not replayable (or not a function)."""
+    try:
+        fn = getattr(importlib.import_module(f"rudnn.{family}"), op, None)
+    except ImportError:  # the "kernel" row
+        fn = None
+    if fn is None or not hasattr(fn, "replay_records"):
+        return "-"
+    if not kd.replay.enabled():
+        return "off"
+    if fn.replay_records:
+        return "yes"
+    return "no: " + ", ".join(sorted(set(map(str, fn.replay_refusals.values())))) if fn.replay_refusals else "no"
+
+
 def default_runtimes() -> list:
     return kd.available_runtimes()
 
@@ -305,7 +322,7 @@ def main(argv=None) -> None:
             try:
                 cases = make(inputs)
             except Exception as e:  # noqa: BLE001  (a family that cannot run here: say so, go on)
-                rows.append([family, "-", f"set-up failed: {type(e).__name__}: {e}"[:80], "", "", ""])
+                rows.append([family, "-", f"set-up failed: {type(e).__name__}: {e}"[:80], "", "", "", ""])
                 continue
             for op, (ours, ref) in cases.items():
                 if only and family not in only and f"{family}.{op}" not in only:
@@ -313,7 +330,7 @@ def main(argv=None) -> None:
                 try:
                     enq, synced = measure(rt, ours, args.calls, args.reps)
                 except Exception as e:  # noqa: BLE001
-                    rows.append([family, op, f"failed: {type(e).__name__}: {e}"[:80], "", "", ""])
+                    rows.append([family, op, f"failed: {type(e).__name__}: {e}"[:80], "", "", "", ""])
                     continue
                 if ref is not None and (family, op) not in torch_cache:
                     ref()
@@ -321,11 +338,11 @@ def main(argv=None) -> None:
                 tus = torch_cache.get((family, op))
                 rows.append([family, op, f"{enq:.1f}", "" if synced is None else f"{synced:.1f}",
                              "" if tus is None else f"{tus:.1f}",
-                             "" if tus is None else f"{enq / tus:.1f}x"])
+                             "" if tus is None else f"{enq / tus:.1f}x", replayed(family, op)])
                 print(f"  {name} {family}.{op}: {enq:.1f} µs", file=sys.stderr, flush=True)
         print(f"\n## {name} ({rt.capabilities.device_name})")
         print(table(rows, ["family", "operator", "µs / call" if rt.kind == "cpu" else "enqueue µs",
-                           "synced µs", "torch cpu µs", "ours / torch"]))
+                           "synced µs", "torch cpu µs", "ours / torch", "replayed"]))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ MAX_RECORDS = 256  # records kept per operator (oldest dropped first): shapes of
 _PLAIN = (int, float, bool, str, bytes, type(None))
 
 _local = threading.local()  # .recorder: the Recording of this thread's outermost replayable call
-_records: list = []  # every operator's record dict (for clear())
+_records: list = []  # every operator's records and refusals (for clear())
 
 
 enabled = envflags.switch("KERNELDSL_REPLAY", True)
@@ -247,7 +247,8 @@ def replayable(fn):
     """Replay `fn`'s calls per argument layout (module docstring). For operator entry points
     whose host work depends only on the layouts and plain values of their arguments."""
     records: dict = {}
-    _records.append(records)
+    refusals: dict = {}
+    _records.extend((records, refusals))
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -266,11 +267,12 @@ def replayable(fn):
         finally:
             _local.recorder = None
         program = rec.program(result)
-        if program is not None:
-            if len(records) >= MAX_RECORDS:
-                records.pop(next(iter(records)))
-            records[key] = program
+        store = records if program is not None else refusals
+        if len(store) >= MAX_RECORDS:
+            store.pop(next(iter(store)))
+        store[key] = program if program is not None else rec.refused
         return result
 
-    call.replay_records = records
+    call.replay_records = records  # key -> Program
+    call.replay_refusals = refusals  # key -> why a call with that key was not recorded (it runs unrecorded)
     return call

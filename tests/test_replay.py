@@ -206,3 +206,42 @@ def test_threads_replay_one_record_at_once(runtime):
     assert not errors
     for k in range(1, 4):
         np.testing.assert_array_equal(results[k], np.full(300, 4.0 * k, np.float32))
+
+
+def _family_cases(rt, rng):
+    """(name, function, arguments maker): entry points of several launches, temporaries and
+    host-made constants, with fresh random values at every call."""
+    from rudnn import convolution as C
+    from rudnn import grid_sample as GS
+    from rudnn import interpolation as I
+    from rudnn import moe
+
+    def r(*shape):
+        return rt.tensor(rng.standard_normal(shape).astype(np.float32))
+
+    linear = I.InterpolateOptions(I.InterpolateMode.Linear)
+    return [
+        ("layer_norm_backward", N.layer_norm_backward,
+         lambda: (lambda x, g: (x, g, r(5, 12), *N.layer_norm_with_stats(x, g)[1:]))(r(5, 12), r(12))),
+        ("interpolate_backward", I.interpolate_backward, lambda: (r(2, 3, 5, 6), r(2, 3, 9, 11), (9, 11), linear)),
+        ("grid_sample_backward", GS.grid_sample_backward,
+         lambda: (r(2, 3, 5, 6), rt.tensor(rng.uniform(-1.1, 1.1, (2, 4, 7, 2)).astype(np.float32)), r(2, 3, 4, 7))),
+        ("conv_data_backward", C.conv_data_backward, lambda: (r(2, 4, 6, 6), r(4, 3, 3, 3), (2, 3, 8, 8))),
+        ("moe._route", moe.routing._route, lambda: (r(7, 16), moe.RoutingOptions(top_k=3, renormalize=True))),
+    ]
+
+
+def test_family_entry_points_replay_what_running_them_gives(runtime, rng, monkeypatch):
+    for name, fn, make in _family_cases(runtime, rng):
+        fn(*make())  # (a host-made constant is uploaded on the first call: that one is not recorded)
+        fn(*make())
+        args = make()
+        replayed = fn(*args)
+        assert fn.replay_records, f"{name}: not recorded ({fn.replay_refusals})"
+        monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+        direct = fn(*args)
+        monkeypatch.setenv("KERNELDSL_REPLAY", "1")
+        got = replayed if isinstance(replayed, tuple) else (replayed,)
+        want = direct if isinstance(direct, tuple) else (direct,)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)

@@ -411,13 +411,7 @@ class CudaRuntime(CudaPipeline, Runtime):
         return self._errbuf
 
     def launch(self, binary: CudaBinary, grid, block, args):
-        kir = binary.info
-        for axis, (g, lim) in enumerate(zip(grid, MAX_GRID)):
-            if g > lim:
-                raise ValueError(f"{kir.name}: grid {tuple(grid)} has {g} cubes along axis {'xyz'[axis]}; CUDA "
-                                 f"allows at most {lim}")
-        if block[2] > 64:
-            raise ValueError(f"{kir.name}: block {tuple(block)} has {block[2]} units along z; CUDA allows at most 64")
+        kir = binary.info  # (grid and block were checked against capabilities: kerneldsl/launch_checks.py)
         self._enter()
         driver = _driver()
         stream = getattr(self._stream_local, "current", self._default_stream)

@@ -49,10 +49,24 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
     g4 = _view4(out_grad.contiguous(), p.planes, ax, "size_out")
     d4 = _view4(dx, p.planes, ax, "size_in")
-    ranges = [rt.tensor(touch_ranges(a)) for a in ax]
+    ranges = [_touch_ranges(rt, a) for a in ax]
     tables, taps = _tables(rt, ax)
     _resample.resample_backward[grid(d4.shape), UNITS](g4, d4, *ranges, *tables, *taps, UNITS)
     return dx
+
+
+_RANGES: dict = {}  # (runtime, Axis) -> its touch ranges there: uploaded once, read by every backward call
+
+
+def _touch_ranges(rt, axis) -> kd.Tensor:
+    """The axis's touch ranges (tuning.touch_ranges) on `rt`, uploaded on first use: a later
+    call uploads nothing, so it can be replayed (kerneldsl/replay.py)."""
+    ranges = _RANGES.get((rt, axis))
+    if ranges is None:
+        ranges = rt.tensor(touch_ranges(axis))
+        if len(_RANGES) < 1024:
+            _RANGES[rt, axis] = ranges
+    return ranges
 
 
 def _tables(rt, ax: tuple) -> tuple:

@@ -9,6 +9,7 @@ cube per token (see `routing_kernels.py`).
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from . import routing_kernels as rk
 from .options import GroupRoutingOptions, RoutingOptions
@@ -100,6 +101,19 @@ class RoutingPlan:
 
 def route(logits: kd.Tensor, options: RoutingOptions) -> RoutingPlan:
     """Softmax over all experts in F32, then the top_k most probable (ties: lower id first)."""
+    return RoutingPlan(*_route(logits, options), logits.shape[1])
+
+
+def route_sigmoid_grouped(logits: kd.Tensor, bias: kd.Tensor | None, options: GroupRoutingOptions) -> RoutingPlan:
+    """Grouped sigmoid routing: p = sigmoid(logits), c = p + bias chooses the groups and
+    experts, p (renormalised if asked, times scale) weighs them. A row whose c holds a NaN
+    gets ids 0, 1, 2, ... and NaN weights."""
+    return RoutingPlan(*_route_sigmoid_grouped(logits, bias, options), logits.shape[1])
+
+
+@replayable
+def _route(logits: kd.Tensor, options: RoutingOptions) -> tuple:
+    """(ids, weights) of `route` (validated here: the wrapper reads only the checked shape)."""
     check_logits(logits)
     T, E = logits.shape
     check_routing_options(options, E)
@@ -108,21 +122,20 @@ def route(logits: kd.Tensor, options: RoutingOptions) -> RoutingPlan:
     ids = rt.empty((T, k), kd.u32)
     weights = rt.empty((T, k), logits.dtype)
     if T == 0:
-        return RoutingPlan(ids, weights, E)
+        return ids, weights
     if fits_plane(rt, logits, k):
         grid, block = plane_launch(rt, T)
         rk.softmax_topk_plane[grid, block](logits, ids, weights, options.renormalize)
-        return RoutingPlan(ids, weights, E)
+        return ids, weights
     probs = rt.empty((T, k), kd.f32)
     cache = _pow2_at_least(E, 32) if E <= SOFTMAX_CACHE else 0
     rk.softmax_topk[T, routing_units(E)](logits, ids, weights, probs, options.renormalize, cache)
-    return RoutingPlan(ids, weights, E)
+    return ids, weights
 
 
-def route_sigmoid_grouped(logits: kd.Tensor, bias: kd.Tensor | None, options: GroupRoutingOptions) -> RoutingPlan:
-    """Grouped sigmoid routing: p = sigmoid(logits), c = p + bias chooses the groups and
-    experts, p (renormalised if asked, times scale) weighs them. A row whose c holds a NaN
-    gets ids 0, 1, 2, ... and NaN weights."""
+@replayable
+def _route_sigmoid_grouped(logits: kd.Tensor, bias: kd.Tensor | None, options: GroupRoutingOptions) -> tuple:
+    """(ids, weights) of `route_sigmoid_grouped`."""
     check_logits(logits)
     T, E = logits.shape
     check_group_options(options, E)
@@ -133,7 +146,7 @@ def route_sigmoid_grouped(logits: kd.Tensor, bias: kd.Tensor | None, options: Gr
     ids = rt.empty((T, k), kd.u32)
     weights = rt.empty((T, k), logits.dtype)
     if T == 0:
-        return RoutingPlan(ids, weights, E)
+        return ids, weights
     bias_arg = bias if bias is not None else rt.empty((1,), kd.f32)
     log_lanes = group_lanes_log2(rt, logits, bias, options)
     if log_lanes is not None:
@@ -141,8 +154,8 @@ def route_sigmoid_grouped(logits: kd.Tensor, bias: kd.Tensor | None, options: Gr
         rk.sigmoid_grouped_plane[grid, block](logits, bias_arg, ids, weights, options.groups, options.selected_groups,
                                               float(options.scale), bias is not None, options.group_top_two,
                                               options.renormalize, log_lanes)
-        return RoutingPlan(ids, weights, E)
+        return ids, weights
     rk.sigmoid_grouped_topk[T, routing_units(E)](logits, bias_arg, ids, weights, options.groups,
                                                  options.selected_groups, float(options.scale), bias is not None,
                                                  options.group_top_two, options.renormalize, _pow2_at_least(E, 32))
-    return RoutingPlan(ids, weights, E)
+    return ids, weights
