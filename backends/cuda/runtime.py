@@ -24,12 +24,9 @@ from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
 from kerneldsl.streams import Event, Stream
 from kerneldsl.tensor import Tensor
 
-from . import compiler, dlpack, fast_launch
+from . import compiler, dlpack
 from .capabilities import from_device, sm_of
 from .compile_only import CudaPipeline
-
-MAX_GRID = (2 ** 31 - 1, 65535, 65535)
-
 
 # ---------------------------------------------------------------------------- driver access
 @functools.lru_cache(maxsize=None)
@@ -87,7 +84,6 @@ class CudaBinary:
         self.args = launch_args_from_json(meta["args"], info.params)  # what each kernel parameter is
         self.module = module
         self.function = function
-        self.handle = fast_launch.handle(function)  # the CUfunction as an integer, or None
         self.dynamic_shared = meta["dynamic_shared"]
         self.kind = meta["image"]  # 'cubin' or 'ptx'
         self.param_index = {p.name: i for i, p in enumerate(info.params)}
@@ -430,9 +426,20 @@ class CudaRuntime(CudaPipeline, Runtime):
                     if buf.stream is not stream:
                         buf.record_stream(stream)  # the allocator and downloads wait for this stream
                     slots[i] = buf.raw + v.offset * v.dtype.itemsize
+                elif kind == "extent":  # (_slot_value's cases, inlined on the launch path)
+                    slots[i] = v.extent()
+                elif kind == "shape":
+                    slots[i] = v.shape[axis]
+                elif kind == "stride":
+                    slots[i] = v.strides[axis]
                 else:
                     slots[i] = _slot_value(kir, kind, v, axis, packer)
-            _launch(driver, binary, grid, block, stream, binary.params_ptr)
+            # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
+            # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
+            result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                           binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
+            if result[0] != driver.CUresult.CUDA_SUCCESS:  # (the message is formatted only on failure)
+                _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
         if kir.bounds_check:
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
             if rec[0]:
@@ -442,25 +449,6 @@ class CudaRuntime(CudaPipeline, Runtime):
         if any(kind == "errbuf" for kind, _, _, _ in binary.plan):  # bounds-checked: the general path
             return PreparedLaunch(self, binary, grid, block, args)
         return CudaPreparedLaunch(self, binary, grid, block, args)
-
-
-def _launch(driver, binary: CudaBinary, grid, block, stream, params_ptr: int) -> None:
-    """cuLaunchKernel of `binary` on `stream`: through ctypes on integers where the driver is
-    cuda-python's (fast_launch.py), else through the driver module; a failure raises LaunchError."""
-    fast = fast_launch.launcher(driver)
-    if fast is not None and binary.handle is not None:
-        err = fast(binary.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], binary.dynamic_shared,
-                   stream.handle, params_ptr, None)
-        if err:
-            _check((driver.CUresult(err),), f"launching {binary.info.name} (grid {tuple(grid)}, block {tuple(block)})",
-                   LaunchError)
-        return
-    # cuLaunchKernel reads parameter i from the address in params[i] (little-endian: the low
-    # bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
-    result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                   binary.dynamic_shared, stream.cu, params_ptr, 0)
-    if result[0] != driver.CUresult.CUDA_SUCCESS:  # (the message is formatted only on failure)
-        _check(result, f"launching {binary.info.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
 
 
 def _slot_value(kir, kind: str, v, axis: int, packer) -> int:
@@ -480,34 +468,39 @@ class CudaPreparedLaunch(PreparedLaunch):
     """A cuda launch with its own parameter block, filled once (kerneldsl/prepared.py): `run`
     writes each tensor's data address and launches on the current stream."""
 
-    __slots__ = ("slots", "params", "params_ptr", "data", "lock")
+    __slots__ = ("slots", "params", "params_ptr", "data", "lock", "driver", "dims", "success")
 
     def __init__(self, runtime, binary: CudaBinary, grid, block, args):
         super().__init__(runtime, binary, grid, block, args)
         self.slots, self.params, self.params_ptr = parameter_block(len(binary.args))
-        ref_of = {pos: r for r, pos in enumerate(self.tensors)}
-        data = []  # (slot, index into run's refs)
+        slot_of = {}  # launch argument index -> its data slot
         for i, (kind, index, axis, packer) in enumerate(binary.plan):
             if kind == "data":
-                data.append((i, ref_of[index]))
+                slot_of[index] = i
             else:
                 self.slots[i] = _slot_value(binary.info, kind, args[index], axis, packer)
-        self.data = tuple(data)
+        self.data = tuple(slot_of[pos] for pos in self.tensors)  # run's refs[k] goes to slot data[k]
         self.lock = threading.Lock()
+        self.driver = _driver()
+        self.dims = (binary.function, *grid, *block, binary.dynamic_shared)
+        self.success = self.driver.CUresult.CUDA_SUCCESS
 
     def run(self, refs) -> None:
-        rt, binary, grid, block = self.runtime, self.binary, self.grid, self.block
-        rt._enter()
-        stream = getattr(rt._stream_local, "current", rt._default_stream)
-        driver = _driver()
+        rt = self.runtime
+        if not rt._local.__dict__.get("entered"):
+            rt._enter()
+        stream = rt._stream_local.__dict__.get("current")  # rt.current_stream(), inlined
+        if stream is None:
+            stream = rt._default_stream
         slots = self.slots
         with self.lock:
-            for i, r in self.data:
-                buffer, byte = refs[r]
+            for i, (buffer, byte) in zip(self.data, refs):
                 if buffer.stream is not stream:
                     buffer.record_stream(stream)
                 slots[i] = buffer.raw + byte
-            _launch(driver, binary, grid, block, stream, self.params_ptr)
+            result = self.driver.cuLaunchKernel(*self.dims, stream.cu, self.params_ptr, 0)
+        if result[0] != self.success:
+            _check(result, f"launching {self.binary.info.name} (grid {self.grid}, block {self.block})", LaunchError)
 
 
 def available() -> bool:
