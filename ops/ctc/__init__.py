@@ -14,6 +14,7 @@ import kerneldsl as kd
 import numpy as np
 
 from . import gradient as _grad
+from . import plane as _plane
 from . import recursion as _rec
 from .problem import REDUCTIONS, CtcError, CtcProblem, ctc_problem, grad_out_scale
 from .tuning import cube_units, grad_plan, recursion_plan
@@ -99,9 +100,14 @@ def _recursions(p: CtcProblem, samples, store: bool) -> tuple:
     nll = rt.empty((p.N,), kd.f32)
     if p.N == 0:
         return alpha, beta, nll
-    plan = recursion_plan(rt.capabilities, int(2 * p.target_lengths.max() + 1))
-    grid = (p.N, 2 if store else 1)
+    directions = 2 if store else 1
+    plan = recursion_plan(rt.capabilities, int(2 * p.target_lengths.max() + 1), p.N * directions)
     args = (p.log_probs, *samples, alpha, beta, nll)
+    if plan.per_lane:
+        per_cube = plan.samples_per_cube(rt.plane_dim)
+        _plane.ctc_plane[(-(-p.N // per_cube), directions), plan.units](*args, p.blank, plan.per_lane, store)
+        return alpha, beta, nll
+    grid = (p.N, directions)
     if plan.shared:
         _rec.ctc_shared[grid, plan.units](*args, p.blank, plan.plane, store, plan.units)
     else:

@@ -61,10 +61,10 @@ def store_state(out_a, out_b, rev, t, n, s, v, STORE):
 
 
 @kd.func
-def fill_outside(out, n, tn, L, T, B):
-    """-inf for every (t, s) of sample n outside t < tn, s < L (the stored alpha or beta)."""
+def fill_outside(out, n, tn, L, T, B, u):
+    """-inf for every (t, s) of sample n outside t < tn, s < L (the stored alpha or beta), by
+    B units of which this is unit u."""
     W = out.shape[2]
-    u = kd.unit_pos_x()
     for t in range(T):
         first = kd.select(t < tn, L, 0)
         for s0 in range(first, W, B):
@@ -87,9 +87,9 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
     T = lp.shape[0]
     if STORE:
         if rev:
-            fill_outside(out_b, n, tn, L, T, B)
+            fill_outside(out_b, n, tn, L, T, B, u)
         else:
-            fill_outside(out_a, n, tn, L, T, B)
+            fill_outside(out_a, n, tn, L, T, B, u)
     # both planes start at -inf in every slot: the lanes past L (the planes' padding) then
     # compute with defined values instead of reading memory no unit wrote (the interpreter
     # runtime reports such reads); a slot's -inf and its first state come from one unit
