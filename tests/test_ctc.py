@@ -187,7 +187,7 @@ def test_gpu_cube_shapes_run_here(runtime, rng, monkeypatch):
 
 def _plane_boundaries(rt):
     """Target widths S whose 2S + 1 states just fill, or just overflow, a plane of R = 2 states a
-    lane and a plane of the most states a lane (beyond it only the cube path runs)."""
+    lane (then R = 3) and a plane of the most states a lane (beyond it only the cube path runs)."""
     full = tuning.MAX_STATES_PER_LANE * rt.plane_dim
     return [(2 * rt.plane_dim - 2) // 2, 2 * rt.plane_dim // 2, (full - 2) // 2, full // 2]
 
@@ -206,8 +206,9 @@ def test_plane_and_cube_recursions_match_torch(runtime, rng, monkeypatch, which)
     want, want_grad = torch_loss_and_grad(lp, targets, il, tl, blank, "none", False, np.ones(5))
     fits = tuning.states_per_lane(runtime.capabilities, 2 * S + 1) > 0
     assert fits == (which != 3)
+    by_default = fits and not runtime.capabilities.units_are_simd_lanes  # the cpu runtime keeps the cube path
     assert R.recursion_plan(runtime.capabilities, 2 * S + 1, 5).per_lane == (tuning.states_per_lane(
-        runtime.capabilities, 2 * S + 1))
+        runtime.capabilities, 2 * S + 1) if by_default else 0)
     results = {}
     for on_planes in (True, False) if fits else (False,):
         monkeypatch.setattr(R, "recursion_plan", lambda caps, states, planes: tuning.recursion_plan(
@@ -232,6 +233,7 @@ def test_plane_path_needs_states_that_fit(runtime):
     full = tuning.MAX_STATES_PER_LANE * caps.plane_dim
     assert tuning.states_per_lane(caps, full) == tuning.MAX_STATES_PER_LANE
     assert tuning.states_per_lane(caps, 1) == 2
+    assert tuning.states_per_lane(caps, 2 * caps.plane_dim + 1) == 3
     with pytest.raises(ValueError, match=f"{full + 1} states do not fit a plane of {caps.plane_dim} lanes"):
         tuning.recursion_plan(caps, full + 1, 4, on_planes=True)
 

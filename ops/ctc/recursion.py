@@ -18,11 +18,15 @@ import kerneldsl as kd
 
 @kd.func
 def log_add3(a, b, c):
-    """log(e^a + e^b + e^c), -inf when all three are -inf."""
-    m = kd.max(kd.max(a, b), c)
+    """log(e^a + e^b + e^c), -inf when all three are -inf: the largest m plus log(1 + e^(x - m)
+    + e^(y - m)) of the other two (two exponentials, not three)."""
+    hi = kd.max(a, b)
+    m = kd.max(hi, c)
+    x = kd.min(hi, c)
+    y = kd.min(a, b)
     none = m == -kd.inf
     safe = kd.select(none, kd.f32(0.0), m)
-    s = safe + kd.log(kd.exp(a - safe) + kd.exp(b - safe) + kd.exp(c - safe))
+    s = safe + kd.log(kd.f32(1.0) + kd.exp(x - safe) + kd.exp(y - safe))
     return kd.select(none, -kd.inf, s)
 
 

@@ -20,11 +20,13 @@ GPU_MAX_UNITS = 1024
 SHARED_FRACTION = 2
 MAX_CLASS_CHUNK = 2048  # classes scattered per pass of the gradient kernel (8 KiB of shared F32)
 CUBES_PER_UNIT = 16     # gradient cubes aimed at per compute unit (several resident per GPU core hide barriers)
-# The plane path: R states a lane in registers (a power of two from 2), so up to 16 × 32 = 512
-# states (S <= 255) on a plane of 32; planes (samples) per cube: on a GPU as few as keep every
-# compute unit busy (each plane steps alone, so spreading them over the cores shortens nothing
-# but leaves none idle), at most GPU_MAX_PLANES; on the cpu runtime SIMD_PLANES (the planes of a
-# cube are one SIMD loop's lanes).
+# The plane path: R states a lane in registers (the fewest that hold 2S + 1, at least 2), so up
+# to 16 × 32 = 512 states (S <= 255) on a plane of 32. Planes (samples) per cube: on a GPU as
+# few as keep every compute unit busy (each plane steps on its own, so packing them only
+# shares a core), at most GPU_MAX_PLANES. The cpu runtime keeps the cube path unless a test
+# forces the plane path (then SIMD_PLANES a cube): there a step's R unrolled states a unit run
+# 2.2x slower than the cube path's blocks of states (T 500, N 64, S 100: 55-60 ms vs 24-27 ms
+# for the loss, 1-8 planes a cube alike, and as slow with the shuffles taken out).
 MAX_STATES_PER_LANE = 16
 GPU_MAX_PLANES = 4
 SIMD_PLANES = 4
@@ -64,7 +66,7 @@ def cube_units(caps, states: int) -> int:
 def states_per_lane(caps, states: int) -> int:
     """R of the plane path for `states` (the fewest, from 2, that hold them), 0 when even
     MAX_STATES_PER_LANE do not."""
-    r = _pow2_at_least(-(-states // caps.plane_dim), 2)
+    r = max(2, -(-states // caps.plane_dim))
     return r if r <= MAX_STATES_PER_LANE else 0
 
 
@@ -75,7 +77,7 @@ def recursion_plan(caps, states: int, planes: int = 1, shared_bytes: int | None 
     path (`on_planes` True, for states that fit)."""
     per_lane = states_per_lane(caps, states)
     if on_planes is None:
-        on_planes = per_lane > 0
+        on_planes = per_lane > 0 and not caps.units_are_simd_lanes
     if on_planes:
         if not per_lane:
             raise ValueError(f"{states} states do not fit a plane of {caps.plane_dim} lanes")
