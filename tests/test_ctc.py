@@ -158,6 +158,9 @@ def test_global_workspace_recursion(runtime, rng, monkeypatch):
     """States in a global workspace (what targets beyond the shared budget use) give the shared result."""
     lp, targets, il, tl = batch(rng, 14, 6, [5, 0, 3], [14, 6, 9], 3)
     args = on(runtime, lp, targets, il, tl)
+    monkeypatch.setattr(R, "recursion_plan", lambda caps, states, planes: tuning.recursion_plan(
+        caps, states, planes, on_planes=False))
+    assert R.recursion_plan(runtime.capabilities, 11, 3).shared
     shared = [t.numpy() for t in R.ctc_alpha_beta(*args, blank=3)]
     shared_grad = R.ctc_loss_backward(*args, 1.0, blank=3).numpy()
     monkeypatch.setattr(R, "recursion_plan", lambda caps, states, planes: tuning.recursion_plan(
@@ -225,7 +228,7 @@ def test_plane_and_cube_recursions_match_torch(runtime, rng, monkeypatch, which)
         for plane, cube in zip(results[True], results[False]):
             assert np.array_equal(plane == -np.inf, cube == -np.inf)
             fin = np.isfinite(cube)
-            np.testing.assert_allclose(plane[fin], cube[fin], rtol=1e-6, atol=1e-5)
+            np.testing.assert_allclose(plane[fin], cube[fin], rtol=1e-5, atol=1e-5)  # base 2 vs natural
 
 
 def test_plane_path_needs_states_that_fit(runtime):

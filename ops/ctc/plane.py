@@ -9,7 +9,13 @@ cube barrier runs per step. Each state's emission is loaded a step ahead. The pl
 cube step together up to the cube's longest input (the loop holds plane operations, so its
 bound is cube-uniform); a plane whose sample is shorter keeps its states from then on and
 stores nothing. The nll is a plane-level log-sum-exp of alpha's last two states
-(a plane_max, then a plane_sum of exp(x − max), with the −inf guard).
+(a plane_max, then a plane_sum of 2^(x − max), with the −inf guard).
+
+The states are kept in base 2 (log2 of the probabilities: emissions scaled by log2(e) as
+they load, outputs by ln 2 as they store), so a log-add is two exp2_fast and one log2: a
+step is R log-adds one after another on one plane, and transcendental throughput bounds it
+(natural exp and log cost about three times the instructions on CUDA). exp2_fast's flush
+of results below 2^-126 to zero loses nothing here: they are added to 1.
 
 Outputs, unreachable states (a true −inf) and the lanes past L (−inf, never feeding a state
 below L) are as in recursion.py, whose cube-wide path serves targets too long for a plane."""
@@ -17,22 +23,39 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .recursion import fill_outside, log_add3, state_info, store_state
+from .recursion import fill_outside, state_info, store_state
+
+LOG2E = 1.4426950408889634  # log2(e): natural log-probabilities to base 2
+LN2 = 0.6931471805599453    # ln(2): base 2 back to natural
+
+
+@kd.func
+def log2_add3(a, b, c):
+    """log2(2^a + 2^b + 2^c), -inf when all three are -inf: the largest m plus log2(1 +
+    2^(x - m) + 2^(y - m)) of the other two."""
+    hi = kd.max(a, b)
+    m = kd.max(hi, c)
+    x = kd.min(hi, c)
+    y = kd.min(a, b)
+    none = m == -kd.inf
+    safe = kd.select(none, kd.f32(0.0), m)
+    s = safe + kd.log2(kd.f32(1.0) + kd.exp2_fast(x - safe) + kd.exp2_fast(y - safe))
+    return kd.select(none, -kd.inf, s)
 
 
 @kd.func
 def emissions(lp, t, n, lab, R):
-    """lp[t, n, lab[j]] for the R states of a lane, as F32."""
+    """lp[t, n, lab[j]] for the R states of a lane, in base 2 (F32)."""
     e = ()
     for j in kd.unroll(R):
-        e = e + (kd.f32(lp[t, n, lab[j]]),)
+        e = e + (kd.f32(lp[t, n, lab[j]]) * kd.f32(LOG2E),)
     return e
 
 
 @kd.func
 def plane_log_sum_exp(x, R):
-    """log Σ exp over the R values x of every lane of the plane (a plane_max, then a plane_sum
-    of exp(x − max)); −inf when every value is −inf."""
+    """log2 Σ 2^x over the R values x of every lane of the plane (a plane_max, then a plane_sum
+    of 2^(x − max)); −inf when every value is −inf."""
     m = x[0]
     for j in kd.unroll(1, R):
         m = kd.max(m, x[j])
@@ -41,9 +64,9 @@ def plane_log_sum_exp(x, R):
     safe = kd.select(none, kd.f32(0.0), m)
     total = kd.f32(0.0)
     for j in kd.unroll(R):
-        total += kd.exp(x[j] - safe)
+        total += kd.exp2_fast(x[j] - safe)
     total = kd.plane_sum(total)
-    return kd.select(none, -kd.inf, safe + kd.log(total))
+    return kd.select(none, -kd.inf, safe + kd.log2(total))
 
 
 @kd.kernel
@@ -80,9 +103,9 @@ def ctc_plane(lp: kd.Tensor, labels: kd.Tensor[kd.i32, 1], offsets: kd.Tensor[kd
         lj, kj = state_info(labels, off, s, sn, L, blank, rev)
         v = -kd.inf
         if tn > 0 and s < L and ((rev and s >= L - 2) or (not rev and s < 2)):
-            v = kd.f32(lp[t0, n, lj])
+            v = kd.f32(lp[t0, n, lj]) * kd.f32(LOG2E)
         if STORE and tn > 0 and s < L:
-            store_state(out_a, out_b, rev, t0, n, s, v, STORE)
+            store_state(out_a, out_b, rev, t0, n, s, v * kd.f32(LN2), STORE)
         a = a + (v,)
         lab = lab + (lj,)
         skip = skip + (kj,)
@@ -106,9 +129,9 @@ def ctc_plane(lp: kd.Tensor, labels: kd.Tensor[kd.i32, 1], offsets: kd.Tensor[kd
             s = lane * R + j
             b = kd.select(rev, after[j + 1], before[j + 1])
             c = kd.select(skip[j], kd.select(rev, after[j + 2], before[j]), -kd.inf)
-            v = kd.select(s < L, log_add3(a[j], b, c) + nxt[j], -kd.inf)
+            v = kd.select(s < L, log2_add3(a[j], b, c) + nxt[j], -kd.inf)
             if STORE and on and s < L:
-                store_state(out_a, out_b, rev, t, n, s, v, STORE)
+                store_state(out_a, out_b, rev, t, n, s, v * kd.f32(LN2), STORE)
             new = new + (kd.select(on, v, a[j]),)
         a = new
         # the next step's emissions, loaded a step ahead (a step past the sample's end is
@@ -121,4 +144,4 @@ def ctc_plane(lp: kd.Tensor, labels: kd.Tensor[kd.i32, 1], offsets: kd.Tensor[kd
             ends = ends + (kd.select(s0 + j == L - 1 or s0 + j == L - 2, a[j], -kd.inf),)
         lse = plane_log_sum_exp(ends, R)
         if live and lane == 0:
-            nll[n] = kd.select(tn == 0, kd.select(sn == 0, kd.f32(0.0), kd.inf), -lse)
+            nll[n] = kd.select(tn == 0, kd.select(sn == 0, kd.f32(0.0), kd.inf), -lse * kd.f32(LN2))
