@@ -53,6 +53,14 @@ def emissions(lp, t, n, lab, R):
 
 
 @kd.func
+def store_lane(out, t, n, s0, L, v, R):
+    """States s0 .. s0 + R - 1 of step t (those below L) are v, in base 2: into out, natural."""
+    for j in kd.unroll(R):
+        if s0 + j < L:
+            out[t, n, s0 + j] = v[j] * kd.f32(LN2)
+
+
+@kd.func
 def plane_log_sum_exp(x, R):
     """log2 Σ 2^x over the R values x of every lane of the plane (a plane_max, then a plane_sum
     of 2^(x − max)); −inf when every value is −inf."""
@@ -126,14 +134,19 @@ def ctc_plane(lp: kd.Tensor, labels: kd.Tensor[kd.i32, 1], offsets: kd.Tensor[kd
         after = a + (o1, o2)    # beta: state s + k of slot j is after[j + k]
         new = ()
         for j in kd.unroll(R):
-            s = lane * R + j
             b = kd.select(rev, after[j + 1], before[j + 1])
             c = kd.select(skip[j], kd.select(rev, after[j + 2], before[j]), -kd.inf)
-            v = kd.select(s < L, log2_add3(a[j], b, c) + nxt[j], -kd.inf)
-            if STORE and on and s < L:
-                store_state(out_a, out_b, rev, t, n, s, v * kd.f32(LN2), STORE)
-            new = new + (kd.select(on, v, a[j]),)
-        a = new
+            new = new + (kd.select(lane * R + j < L, log2_add3(a[j], b, c) + nxt[j], -kd.inf),)
+        # stored after the R log-adds (no branch between them, so they overlap), then kept
+        if STORE and on:
+            if rev:
+                store_lane(out_b, t, n, lane * R, L, new, R)
+            else:
+                store_lane(out_a, t, n, lane * R, L, new, R)
+        kept = ()
+        for j in kd.unroll(R):
+            kept = kept + (kd.select(on, new[j], a[j]),)
+        a = kept
         # the next step's emissions, loaded a step ahead (a step past the sample's end is
         # clamped into the input: loaded, never used)
         nxt = emissions(lp, kd.clamp(kd.select(rev, tn - 2 - i, i + 1), 0, T - 1), n, lab, R)
