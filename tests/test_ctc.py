@@ -209,7 +209,7 @@ def test_plane_and_cube_recursions_match_torch(runtime, rng, monkeypatch, which)
     want, want_grad = torch_loss_and_grad(lp, targets, il, tl, blank, "none", False, np.ones(5))
     fits = tuning.states_per_lane(runtime.capabilities, 2 * S + 1) > 0
     assert fits == (which != 3)
-    by_default = fits and not runtime.capabilities.units_are_simd_lanes  # the cpu runtime keeps the cube path
+    by_default = fits and tuning.PLANE_PATH and not runtime.capabilities.units_are_simd_lanes
     assert R.recursion_plan(runtime.capabilities, 2 * S + 1, 5).per_lane == (tuning.states_per_lane(
         runtime.capabilities, 2 * S + 1) if by_default else 0)
     results = {}
@@ -231,8 +231,14 @@ def test_plane_and_cube_recursions_match_torch(runtime, rng, monkeypatch, which)
             np.testing.assert_allclose(plane[fin], cube[fin], rtol=1e-5, atol=1e-5)  # base 2 vs natural
 
 
-def test_plane_path_needs_states_that_fit(runtime):
+def test_plane_path_needs_states_that_fit(runtime, monkeypatch):
+    """R is the fewest states a lane that hold 2S + 1; the plane path runs by default only with
+    tuning.PLANE_PATH on, where the states fit, and never by default on the cpu runtime."""
     caps = runtime.capabilities
+    monkeypatch.setattr(tuning, "PLANE_PATH", True)
+    plane_by_default = not caps.units_are_simd_lanes
+    assert R.recursion_plan(caps, 2 * caps.plane_dim + 1, 64).per_lane == (3 if plane_by_default else 0)
+    assert R.recursion_plan(caps, tuning.MAX_STATES_PER_LANE * caps.plane_dim + 1, 64).per_lane == 0
     full = tuning.MAX_STATES_PER_LANE * caps.plane_dim
     assert tuning.states_per_lane(caps, full) == tuning.MAX_STATES_PER_LANE
     assert tuning.states_per_lane(caps, 1) == 2

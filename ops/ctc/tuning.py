@@ -1,8 +1,8 @@
 """How a CTC problem maps onto cubes, from the sizes and `runtime.capabilities` only: which
-recursion runs (plane.py: a sample's states in one plane's registers, R a lane, when 2S + 1
-fits R·PLANE_DIM for an R up to MAX_STATES_PER_LANE; else recursion.py: a cube per sample
-and direction, states in shared memory or a global workspace), its cube shape, and the
-cube shape of the gradient kernel."""
+recursion runs (recursion.py: a cube per sample and direction, states in shared memory or
+a global workspace, for any length; plane.py: a sample's states in one plane's registers,
+R a lane, for 2S + 1 up to MAX_STATES_PER_LANE·PLANE_DIM, when PLANE_PATH or a caller asks),
+its cube shape, and the cube shape of the gradient kernel."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,10 +23,21 @@ CUBES_PER_UNIT = 16     # gradient cubes aimed at per compute unit (several resi
 # The plane path: R states a lane in registers (the fewest that hold 2S + 1, at least 2), so up
 # to 16 × 32 = 512 states (S <= 255) on a plane of 32. Planes (samples) per cube: on a GPU as
 # few as keep every compute unit busy (each plane steps on its own, so packing them only
-# shares a core), at most GPU_MAX_PLANES. The cpu runtime keeps the cube path unless a test
-# forces the plane path (then SIMD_PLANES a cube): there a step's R unrolled states a unit run
-# 2.2x slower than the cube path's blocks of states (T 500, N 64, S 100: 55-60 ms vs 24-27 ms
-# for the loss, 1-8 planes a cube alike, and as slow with the shuffles taken out).
+# shares a core), at most GPU_MAX_PLANES; SIMD_PLANES on the cpu runtime.
+#
+# PLANE_PATH: whether the plane path runs by default where the states fit (off: only when
+# asked, as the tests and `benchmarks.ctc --plane-path` ask). Off because on every device
+# measured it was slower than, or even with, the cube path (2026-12-01, best-of wall times of
+# one call, T 500 N 64 C 32):
+# - H200, S 100 (R 7): alpha_beta 1.47 ms vs 0.60, loss + backward 2.52 vs 1.18, the loss
+#   alone 0.70 vs 0.73 (host time dominates it); S 30 (R 2): even (1.45 vs 1.42 both passes);
+#   N 256: 3.40 vs 2.95. Those runs stored each state from inside its log-add, branching
+#   between the R log-adds; the stores now follow them (not re-measured on a GPU).
+# - cpu runtime, S 100: the loss 47-60 ms vs 24-27 (1-8 planes a cube alike; as slow without
+#   the shuffles: the R log-adds a unit cost it, though the region loop is 16-wide SIMD).
+# - Intel's CPU OpenCL: the loss 22-24 ms vs 20-22, alpha_beta 52-63 vs 45-48.
+# The cpu runtime keeps the cube path even with PLANE_PATH on.
+PLANE_PATH = False
 MAX_STATES_PER_LANE = 16
 GPU_MAX_PLANES = 4
 SIMD_PLANES = 4
@@ -77,7 +88,7 @@ def recursion_plan(caps, states: int, planes: int = 1, shared_bytes: int | None 
     path (`on_planes` True, for states that fit)."""
     per_lane = states_per_lane(caps, states)
     if on_planes is None:
-        on_planes = per_lane > 0 and not caps.units_are_simd_lanes
+        on_planes = PLANE_PATH and per_lane > 0 and not caps.units_are_simd_lanes
     if on_planes:
         if not per_lane:
             raise ValueError(f"{states} states do not fit a plane of {caps.plane_dim} lanes")
