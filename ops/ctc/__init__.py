@@ -2,10 +2,12 @@
 with the semantics of torch.nn.functional.ctc_loss (SPEC §10), on every runtime.
 
 Each entry point validates its call into a problem (problem.py: targets packed back to
-back as I32 with per-sample offsets, unbatched input seen as N = 1), chooses the cube
-shapes (tuning.py) and launches the log-space recursions of recursion.py (one cube per
-sample and direction, states in shared memory or a global workspace), then the loss
-reduction or the gradient (gradient.py). Recursions run in F32; the loss and the
+back as I32 with per-sample offsets, unbatched input seen as N = 1), chooses the recursion
+and its cube shapes (tuning.py) and launches the log-space recursions: recursion.py (one
+cube per sample and direction, states in shared memory or a global workspace; the default,
+any length) or plane.py (one plane per sample and direction, states in registers; targets
+with 2S + 1 <= 16·PLANE_DIM, when tuning.PLANE_PATH or a test asks), then the loss
+reduction or the gradient (gradient.py, the same after either recursion). Recursions run in F32; the loss and the
 gradient are cast once to log_probs' dtype; alpha, beta and nll are F32.
 """
 from __future__ import annotations

@@ -7,10 +7,13 @@ The buffer is a shared array when two planes fit the device's shared memory
 (`ctc_shared`), else a slice of a global F32 workspace (`ctc_global`); the steps are the
 same device function over either. Unreachable states hold a true -inf (log-sum-exp with
 a -inf guard), so long sequences of tiny probabilities are never taken for impossible
-ones. State loops are uniform loops over
-blocks of B states (unit u takes state s0 + u), so on the cpu runtime the unit loop runs
-innermost as a SIMD loop. Cube y = 0 of a launch runs the direction `first`, y = 1 the other (alpha and
-beta of one call run side by side)."""
+ones. State loops are uniform loops over blocks of B states (unit u takes state s0 + u),
+so on the cpu runtime the unit loop runs innermost as a SIMD loop. Cube y = 0 of a launch
+runs alpha, y = 1 beta (alpha and beta of one call run side by side).
+
+This cube path serves any target length and is the default (tuning.py says why); plane.py
+keeps a short target's states in one plane's registers instead and uses this module's
+state rules and output helpers (state_info, fill_outside, store_state)."""
 from __future__ import annotations
 
 import kerneldsl as kd
