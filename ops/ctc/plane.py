@@ -23,24 +23,10 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .recursion import fill_outside, state_info, store_state
+from .recursion import fill_outside, log_add3, state_info, store_state
 
 LOG2E = 1.4426950408889634  # log2(e): natural log-probabilities to base 2
 LN2 = 0.6931471805599453    # ln(2): base 2 back to natural
-
-
-@kd.func
-def log2_add3(a, b, c):
-    """log2(2^a + 2^b + 2^c), -inf when all three are -inf: the largest m plus log2(1 +
-    2^(x - m) + 2^(y - m)) of the other two."""
-    hi = kd.max(a, b)
-    m = kd.max(hi, c)
-    x = kd.min(hi, c)
-    y = kd.min(a, b)
-    none = m == -kd.inf
-    safe = kd.select(none, kd.f32(0.0), m)
-    s = safe + kd.log2(kd.f32(1.0) + kd.exp2_fast(x - safe) + kd.exp2_fast(y - safe))
-    return kd.select(none, -kd.inf, s)
 
 
 @kd.func
@@ -136,7 +122,7 @@ def ctc_plane(lp: kd.Tensor, labels: kd.Tensor[kd.i32, 1], offsets: kd.Tensor[kd
         for j in kd.unroll(R):
             b = kd.select(rev, after[j + 1], before[j + 1])
             c = kd.select(skip[j], kd.select(rev, after[j + 2], before[j]), -kd.inf)
-            new = new + (kd.select(lane * R + j < L, log2_add3(a[j], b, c) + nxt[j], -kd.inf),)
+            new = new + (kd.select(lane * R + j < L, log_add3(a[j], b, c, True) + nxt[j], -kd.inf),)
         # stored after the R log-adds (no branch between them, so they overlap), then kept
         if STORE and on:
             if rev:

@@ -20,16 +20,20 @@ import kerneldsl as kd
 
 
 @kd.func
-def log_add3(a, b, c):
+def log_add3(a, b, c, BASE2):
     """log(e^a + e^b + e^c), -inf when all three are -inf: the largest m plus log(1 + e^(x - m)
-    + e^(y - m)) of the other two (two exponentials, not three)."""
+    + e^(y - m)) of the other two (two exponentials, not three). With BASE2 (a constant) the
+    logarithms are base 2, through exp2_fast and log2."""
     hi = kd.max(a, b)
     m = kd.max(hi, c)
     x = kd.min(hi, c)
     y = kd.min(a, b)
     none = m == -kd.inf
     safe = kd.select(none, kd.f32(0.0), m)
-    s = safe + kd.log(kd.f32(1.0) + kd.exp(x - safe) + kd.exp(y - safe))
+    if BASE2:
+        s = safe + kd.log2(kd.f32(1.0) + kd.exp2_fast(x - safe) + kd.exp2_fast(y - safe))
+    else:
+        s = safe + kd.log(kd.f32(1.0) + kd.exp(x - safe) + kd.exp(y - safe))
     return kd.select(none, -kd.inf, s)
 
 
@@ -146,7 +150,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             else:
                 b = kd.select(s >= 1, buf[src + kd.max(s - 1, 0)], -kd.inf)
                 c = kd.select(skip, buf[src + kd.max(s - 2, 0)], -kd.inf)
-            v = log_add3(a, b, c) + e
+            v = log_add3(a, b, c, False) + e
             buf[dst + s] = v
             if s < L:
                 store_state(out_a, out_b, rev, t, n, s, v, STORE)
@@ -160,7 +164,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             before = -kd.inf
             if sn > 0:
                 before = buf[last + L - 2]
-            nll[n] = -log_add3(end, before, -kd.inf)
+            nll[n] = -log_add3(end, before, -kd.inf, False)
 
 
 @kd.kernel
