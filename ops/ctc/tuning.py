@@ -36,6 +36,7 @@ CUBES_PER_UNIT = 16     # gradient cubes aimed at per compute unit (several resi
 # - cpu runtime, S 100: the loss 47-60 ms vs 24-27 (1-8 planes a cube alike; as slow without
 #   the shuffles: the R log-adds a unit cost it, though the region loop is 16-wide SIMD).
 # - Intel's CPU OpenCL: the loss 22-24 ms vs 20-22, alpha_beta 52-63 vs 45-48.
+# Both host runtimes lose at S 10, 30 and 60 too (benchmarks/RESULTS.md).
 # The cpu runtime keeps the cube path even with PLANE_PATH on.
 PLANE_PATH = False
 MAX_STATES_PER_LANE = 16
