@@ -6,6 +6,7 @@ with full input lengths and target lengths spread over [S/2, S].
     python -m benchmarks.ctc --quick                  # a smoke run (small shapes, 2 rounds)
     python -m benchmarks.ctc --runtimes cuda --reps 20
     python -m benchmarks.ctc --runtimes cpu --cases 500x64x32x100 --dtypes f32,bf16
+    python -m benchmarks.ctc --runtimes cuda --plane-path   # the plane-resident recursion where it fits
 
 Torch's OpenMP threads wait passively (OMP_WAIT_POLICY=PASSIVE unless set), so they do not
 spin on the cores our cpu runtime's workers need next. Both sides are called as a user calls them and timed by wall clock around one call and a
@@ -128,7 +129,11 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", default="f32")
     p.add_argument("--reps", type=int, default=5, help="rounds; each candidate keeps its best")
     p.add_argument("--quick", action="store_true", help="small shapes, 2 rounds (a smoke run)")
+    p.add_argument("--plane-path", action="store_true",
+                   help="run the plane-resident recursion where the states fit (rudnn.ctc.tuning.PLANE_PATH; "
+                        "not on the cpu runtime)")
     a = p.parse_args(argv)
+    ctc.tuning.PLANE_PATH = a.plane_path or ctc.tuning.PLANE_PATH
     torch = _torch()
     if torch is None:
         print("PyTorch is not installed: the baseline is F.ctc_loss (pip install torch)")

@@ -158,10 +158,15 @@ def test_global_workspace_recursion(runtime, rng, monkeypatch):
     """States in a global workspace (what targets beyond the shared budget use) give the shared result."""
     lp, targets, il, tl = batch(rng, 14, 6, [5, 0, 3], [14, 6, 9], 3)
     args = on(runtime, lp, targets, il, tl)
+    monkeypatch.setattr(R, "recursion_plan", lambda caps, states, planes: tuning.recursion_plan(
+        caps, states, planes, on_planes=False))
+    assert R.recursion_plan(runtime.capabilities, 11, 3).shared
     shared = [t.numpy() for t in R.ctc_alpha_beta(*args, blank=3)]
     shared_grad = R.ctc_loss_backward(*args, 1.0, blank=3).numpy()
-    monkeypatch.setattr(R, "recursion_plan", lambda caps, states: tuning.recursion_plan(caps, states, shared_bytes=0))
-    assert not R.recursion_plan(runtime.capabilities, 11).shared
+    monkeypatch.setattr(R, "recursion_plan", lambda caps, states, planes: tuning.recursion_plan(
+        caps, states, planes, shared_bytes=0, on_planes=False))
+    plan = R.recursion_plan(runtime.capabilities, 11, 3)
+    assert not plan.shared and not plan.per_lane
     for got, want in zip(R.ctc_alpha_beta(*args, blank=3), shared):
         np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_array_equal(R.ctc_loss_backward(*args, 1.0, blank=3).numpy(), shared_grad)
@@ -172,13 +177,74 @@ def test_gpu_cube_shapes_run_here(runtime, rng, monkeypatch):
     classes scattered in two passes of 32 (what C > 2048 does)."""
     monkeypatch.setattr(tuning, "cube_units", lambda caps, states: 256)
     monkeypatch.setattr(tuning, "MAX_CLASS_CHUNK", 32)
+    monkeypatch.setattr(R, "recursion_plan", lambda caps, states, planes: tuning.recursion_plan(
+        caps, states, planes, on_planes=False))
     lp, targets, il, tl = batch(rng, 16, 40, [9, 0, 30], [16, 5, 16], 7)
-    assert R.recursion_plan(runtime.capabilities, 61).units == 256
+    assert R.recursion_plan(runtime.capabilities, 61, 6).units == 256
     assert tuning.grad_plan(runtime.capabilities, 16, 3, 40, 61).class_chunk == 32
     args = on(runtime, lp, targets, il, tl)
     want, want_grad = torch_loss_and_grad(lp, targets, il, tl, 7, "sum", True, np.float64(1.0))
     close(R.ctc_loss(*args, blank=7, reduction="sum", zero_infinity=True).numpy(), want, "f32", scale=10.0)
     close(R.ctc_loss_backward(*args, 1.0, blank=7, reduction="sum", zero_infinity=True).numpy(), want_grad, "f32")
+
+
+def _plane_boundaries(rt):
+    """Target widths S whose 2S + 1 states just fill, or just overflow, a plane of R = 2 states a
+    lane (then R = 3) and a plane of the most states a lane (beyond it only the cube path runs)."""
+    full = tuning.MAX_STATES_PER_LANE * rt.plane_dim
+    return [(2 * rt.plane_dim - 2) // 2, 2 * rt.plane_dim // 2, (full - 2) // 2, full // 2]
+
+
+@pytest.mark.parametrize("which", range(4), ids=["R2-fits", "R2-overflows", "plane-fits", "plane-overflows"])
+def test_plane_and_cube_recursions_match_torch(runtime, rng, monkeypatch, which):
+    """The plane path (states in one plane's registers) and the cube path on the same inputs, at
+    the S where 2S + 1 just fits or just overflows a plane's R states a lane: PyTorch's loss and
+    gradient on both, and the same alpha, beta and nll. Five samples (two cubes of planes on the
+    cpu runtime, idle planes in the last) with an empty target, input length 0, repeated labels
+    and inputs of different lengths stepping in one cube."""
+    S = _plane_boundaries(runtime)[which]
+    T, C, blank = 2 * S + 2, 5, 1
+    lp, targets, il, tl = batch(rng, T, C, [S, 0, S // 2, 0, S - 1], [T, 7, T - 3, 0, T - 1], blank)
+    args = on(runtime, lp, targets, il, tl)
+    want, want_grad = torch_loss_and_grad(lp, targets, il, tl, blank, "none", False, np.ones(5))
+    fits = tuning.states_per_lane(runtime.capabilities, 2 * S + 1) > 0
+    assert fits == (which != 3)
+    by_default = fits and tuning.PLANE_PATH and not runtime.capabilities.units_are_simd_lanes
+    assert R.recursion_plan(runtime.capabilities, 2 * S + 1, 5).per_lane == (tuning.states_per_lane(
+        runtime.capabilities, 2 * S + 1) if by_default else 0)
+    results = {}
+    for on_planes in (True, False) if fits else (False,):
+        monkeypatch.setattr(R, "recursion_plan", lambda caps, states, planes: tuning.recursion_plan(
+            caps, states, planes, on_planes=on_planes))
+        assert (R.recursion_plan(runtime.capabilities, 2 * S + 1, 5).per_lane > 0) == on_planes
+        loss = R.ctc_loss(*args, blank=blank, reduction="none").numpy()
+        close(loss, want, "f32", scale=float(want[np.isfinite(want)].max()))
+        grad = R.ctc_loss_backward(*args, runtime.tensor(np.ones(5, np.float32)), blank=blank, reduction="none")
+        # F32 log-space sums over hundreds of steps (losses up to ~700) leave ~1e-3 in the
+        # occupancies, the same on both paths
+        close(grad.numpy(), want_grad, "f32", scale=max(2.0, float(want[np.isfinite(want)].max()) / 10))
+        results[on_planes] = [t.numpy() for t in R.ctc_alpha_beta(*args, blank=blank)]
+    if fits:
+        for plane, cube in zip(results[True], results[False]):
+            assert np.array_equal(plane == -np.inf, cube == -np.inf)
+            fin = np.isfinite(cube)
+            np.testing.assert_allclose(plane[fin], cube[fin], rtol=1e-5, atol=1e-5)  # base 2 vs natural
+
+
+def test_plane_path_needs_states_that_fit(runtime, monkeypatch):
+    """R is the fewest states a lane that hold 2S + 1; the plane path runs by default only with
+    tuning.PLANE_PATH on, where the states fit, and never by default on the cpu runtime."""
+    caps = runtime.capabilities
+    monkeypatch.setattr(tuning, "PLANE_PATH", True)
+    plane_by_default = not caps.units_are_simd_lanes
+    assert R.recursion_plan(caps, 2 * caps.plane_dim + 1, 64).per_lane == (3 if plane_by_default else 0)
+    assert R.recursion_plan(caps, tuning.MAX_STATES_PER_LANE * caps.plane_dim + 1, 64).per_lane == 0
+    full = tuning.MAX_STATES_PER_LANE * caps.plane_dim
+    assert tuning.states_per_lane(caps, full) == tuning.MAX_STATES_PER_LANE
+    assert tuning.states_per_lane(caps, 1) == 2
+    assert tuning.states_per_lane(caps, 2 * caps.plane_dim + 1) == 3
+    with pytest.raises(ValueError, match=f"{full + 1} states do not fit a plane of {caps.plane_dim} lanes"):
+        tuning.recursion_plan(caps, full + 1, 4, on_planes=True)
 
 
 @pytest.mark.feature("ctc: long targets")

@@ -2,10 +2,12 @@
 with the semantics of torch.nn.functional.ctc_loss (SPEC §10), on every runtime.
 
 Each entry point validates its call into a problem (problem.py: targets packed back to
-back as I32 with per-sample offsets, unbatched input seen as N = 1), chooses the cube
-shapes (tuning.py) and launches the log-space recursions of recursion.py (one cube per
-sample and direction, states in shared memory or a global workspace), then the loss
-reduction or the gradient (gradient.py). Recursions run in F32; the loss and the
+back as I32 with per-sample offsets, unbatched input seen as N = 1), chooses the recursion
+and its cube shapes (tuning.py) and launches the log-space recursions: recursion.py (one
+cube per sample and direction, states in shared memory or a global workspace; the default,
+any length) or plane.py (one plane per sample and direction, states in registers; targets
+with 2S + 1 <= 16·PLANE_DIM, when tuning.PLANE_PATH or a test asks), then the loss
+reduction or the gradient (gradient.py, the same after either recursion). Recursions run in F32; the loss and the
 gradient are cast once to log_probs' dtype; alpha, beta and nll are F32.
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ import kerneldsl as kd
 import numpy as np
 
 from . import gradient as _grad
+from . import plane as _plane
 from . import recursion as _rec
 from .problem import REDUCTIONS, CtcError, CtcProblem, ctc_problem, grad_out_scale
 from .tuning import cube_units, grad_plan, recursion_plan
@@ -99,9 +102,14 @@ def _recursions(p: CtcProblem, samples, store: bool) -> tuple:
     nll = rt.empty((p.N,), kd.f32)
     if p.N == 0:
         return alpha, beta, nll
-    plan = recursion_plan(rt.capabilities, int(2 * p.target_lengths.max() + 1))
-    grid = (p.N, 2 if store else 1)
+    directions = 2 if store else 1
+    plan = recursion_plan(rt.capabilities, int(2 * p.target_lengths.max() + 1), p.N * directions)
     args = (p.log_probs, *samples, alpha, beta, nll)
+    if plan.per_lane:
+        per_cube = plan.samples_per_cube(rt.plane_dim)
+        _plane.ctc_plane[(-(-p.N // per_cube), directions), plan.units](*args, p.blank, plan.per_lane, store)
+        return alpha, beta, nll
+    grid = (p.N, directions)
     if plan.shared:
         _rec.ctc_shared[grid, plan.units](*args, p.blank, plan.plane, store, plan.units)
     else:

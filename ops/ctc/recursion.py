@@ -7,22 +7,33 @@ The buffer is a shared array when two planes fit the device's shared memory
 (`ctc_shared`), else a slice of a global F32 workspace (`ctc_global`); the steps are the
 same device function over either. Unreachable states hold a true -inf (log-sum-exp with
 a -inf guard), so long sequences of tiny probabilities are never taken for impossible
-ones. State loops are uniform loops over
-blocks of B states (unit u takes state s0 + u), so on the cpu runtime the unit loop runs
-innermost as a SIMD loop. Cube y = 0 of a launch runs the direction `first`, y = 1 the other (alpha and
-beta of one call run side by side)."""
+ones. State loops are uniform loops over blocks of B states (unit u takes state s0 + u),
+so on the cpu runtime the unit loop runs innermost as a SIMD loop. Cube y = 0 of a launch
+runs alpha, y = 1 beta (alpha and beta of one call run side by side).
+
+This cube path serves any target length and is the default (tuning.py says why); plane.py
+keeps a short target's states in one plane's registers instead and uses this module's
+state rules and output helpers (state_info, fill_outside, store_state)."""
 from __future__ import annotations
 
 import kerneldsl as kd
 
 
 @kd.func
-def log_add3(a, b, c):
-    """log(e^a + e^b + e^c), -inf when all three are -inf."""
-    m = kd.max(kd.max(a, b), c)
+def log_add3(a, b, c, BASE2):
+    """log(e^a + e^b + e^c), -inf when all three are -inf: the largest m plus log(1 + e^(x - m)
+    + e^(y - m)) of the other two (two exponentials, not three). With BASE2 (a constant) the
+    logarithms are base 2, through exp2_fast and log2."""
+    hi = kd.max(a, b)
+    m = kd.max(hi, c)
+    x = kd.min(hi, c)
+    y = kd.min(a, b)
     none = m == -kd.inf
     safe = kd.select(none, kd.f32(0.0), m)
-    s = safe + kd.log(kd.exp(a - safe) + kd.exp(b - safe) + kd.exp(c - safe))
+    if BASE2:
+        s = safe + kd.log2(kd.f32(1.0) + kd.exp2_fast(x - safe) + kd.exp2_fast(y - safe))
+    else:
+        s = safe + kd.log(kd.f32(1.0) + kd.exp(x - safe) + kd.exp(y - safe))
     return kd.select(none, -kd.inf, s)
 
 
@@ -61,10 +72,10 @@ def store_state(out_a, out_b, rev, t, n, s, v, STORE):
 
 
 @kd.func
-def fill_outside(out, n, tn, L, T, B):
-    """-inf for every (t, s) of sample n outside t < tn, s < L (the stored alpha or beta)."""
+def fill_outside(out, n, tn, L, T, B, u):
+    """-inf for every (t, s) of sample n outside t < tn, s < L (the stored alpha or beta), by
+    B units of which this is unit u."""
     W = out.shape[2]
-    u = kd.unit_pos_x()
     for t in range(T):
         first = kd.select(t < tn, L, 0)
         for s0 in range(first, W, B):
@@ -87,9 +98,9 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
     T = lp.shape[0]
     if STORE:
         if rev:
-            fill_outside(out_b, n, tn, L, T, B)
+            fill_outside(out_b, n, tn, L, T, B, u)
         else:
-            fill_outside(out_a, n, tn, L, T, B)
+            fill_outside(out_a, n, tn, L, T, B, u)
     # both planes start at -inf in every slot: the lanes past L (the planes' padding) then
     # compute with defined values instead of reading memory no unit wrote (the interpreter
     # runtime reports such reads); a slot's -inf and its first state come from one unit
@@ -139,7 +150,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             else:
                 b = kd.select(s >= 1, buf[src + kd.max(s - 1, 0)], -kd.inf)
                 c = kd.select(skip, buf[src + kd.max(s - 2, 0)], -kd.inf)
-            v = log_add3(a, b, c) + e
+            v = log_add3(a, b, c, False) + e
             buf[dst + s] = v
             if s < L:
                 store_state(out_a, out_b, rev, t, n, s, v, STORE)
@@ -153,7 +164,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             before = -kd.inf
             if sn > 0:
                 before = buf[last + L - 2]
-            nll[n] = -log_add3(end, before, -kd.inf)
+            nll[n] = -log_add3(end, before, -kd.inf, False)
 
 
 @kd.kernel
