@@ -37,6 +37,7 @@ from .capabilities import DEFAULT_PLANE_DIM, capabilities
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _NO_CONTROL = array.array("q", [0] * CONTROL_SLOTS)
+_MAIN_THREAD = threading.main_thread().ident
 _ADDRESSES: dict = {}  # id(host array) -> (weak reference to it, its data address)
 
 
@@ -311,7 +312,7 @@ class CpuRuntime(Runtime):
         if ncubes * binary.info.cube_units < self.SMALL_LAUNCH_UNITS:
             workers = 1
         argp = keep[0].buffer_info()[0]
-        main = threading.current_thread() is threading.main_thread()
+        main = threading.get_ident() == _MAIN_THREAD  # (threading.current_thread() costs more)
         if main and workers == 1 and (self._fast is not None or self._wants_fast_worker()):
             self._run_handed_over(binary.address, argp, ncubes, control, keep)
             return
