@@ -14,6 +14,7 @@ from rudnn import normalization as N
 from rudnn import pooling as P
 
 from conftest import tol
+from family_checks import count_launches
 
 
 @kd.kernel
@@ -54,20 +55,8 @@ def uploads(x):
     return x.runtime.tensor(np.arange(x.shape[0], dtype=np.float32))
 
 
-def launch_counter(monkeypatch) -> list:
-    calls = [0]
-    real = kd.Kernel.launch
-
-    def counting(self, *a, **k):
-        calls[0] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(kd.Kernel, "launch", counting)
-    return calls
-
-
 def test_a_replayed_call_runs_no_operator_python_and_gives_the_new_values(runtime, rng, monkeypatch):
-    calls = launch_counter(monkeypatch)
+    calls = count_launches(monkeypatch)
     a, b = (rng.standard_normal(100).astype(np.float32) for _ in range(2))
     y1, n1 = scaled_twice(runtime.tensor(a))
     assert calls[0] == 2 and len(scaled_twice.replay_records) == 1
@@ -144,7 +133,7 @@ def test_replay_off_and_bad_calls_still_checked(runtime, monkeypatch):
     with pytest.raises(N.NormalizationError, match="gamma"):
         N.layer_norm(x, runtime.tensor(np.ones(3, np.float32)))
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
-    calls = launch_counter(monkeypatch)
+    calls = count_launches(monkeypatch)
     N.layer_norm(x, g)
     assert calls[0] >= 1
 
@@ -153,7 +142,7 @@ def test_bounds_checking_is_part_of_the_key(runtime, monkeypatch):
     x = runtime.tensor(np.ones(10, np.float32))
     scaled_twice(x)
     monkeypatch.setenv("KERNELDSL_BOUNDS_CHECK", "1")
-    calls = launch_counter(monkeypatch)
+    calls = count_launches(monkeypatch)
     y, _ = scaled_twice(x)  # not the unchecked record: the kernels launch (checked) again
     np.testing.assert_array_equal(y.numpy(), np.full(10, 4.0, np.float32))
     assert calls[0] == 2
