@@ -13,7 +13,8 @@ again: the recorded call was, and every check depends only on what the key fixes
 
 A record is kept only when the first call was layout-pure as far as the runtime can see:
 a host upload (`rt.tensor`) or download (`rt.to_numpy`, `.numpy()`) during the call means
-its work may depend on tensor *values*, so the call is not recorded (it still runs). An
+its work may depend on tensor *values*, and a stream switch (`rt.use_stream`) orders work a
+replay would not, so such a call is not recorded (it still runs). An
 operator opts in with the decorator only when its Python branches on nothing else (no
 global state other than the runtime's capabilities, `KERNELDSL_BOUNDS_CHECK` — part of the
 key — and autotuning choices, which the `kerneldsl.autotune` timing calls disqualify while

@@ -185,6 +185,9 @@ class Runtime:
         if stream.runtime is not self:
             raise ValueError(f"use_stream: {stream!r} belongs to {stream.runtime!r}, not to {self!r}; use "
                              f"{stream.runtime!r}.use_stream(...) or a stream of {self!r}")
+        rec = replay.active()
+        if rec is not None:  # the call being recorded orders work across streams: a replay would not
+            rec.refuse("a stream switch")
         local = self._stream_local
         previous = getattr(local, "current", self._default_stream)
         local.current = stream

@@ -119,6 +119,14 @@ def test_calls_that_read_host_values_or_return_other_objects_are_not_recorded(ru
     def boxed(t):
         return {"y": scaled_twice(t)[0]}
 
+    @replay.replayable
+    def on_a_side_stream(t):
+        with t.runtime.use_stream(t.runtime.stream()):
+            return scaled_twice(t)[0]
+
+    on_a_side_stream(x)
+    assert on_a_side_stream.replay_records == {} and "stream" in str(on_a_side_stream.replay_refusals)
+
     first = boxed(x)["y"]
     assert boxed.replay_records == {}
     second = boxed(runtime.tensor(np.full(5, 2.0, np.float32)))["y"]
