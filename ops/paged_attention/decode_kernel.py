@@ -1,0 +1,214 @@
+"""Flash-decoding kernel for paged GQA/MHA: the query heads of one KV head held in registers,
+each K and V row read once, coalesced, for all of them; F32 online softmax per lane group.
+
+A cube owns one query row, a chunk of HC query heads of one KV head, and one split of the
+row's visible tokens. Its planes are cut into lane groups of LPT lanes; a lane group is an
+independent token stream: every step it takes U consecutive tokens, and lane i of the group
+holds elements (c·LPT + i)·VEC .. + VEC of each row (c < D / (LPT·VEC)), so the group's load of
+a row is one contiguous read (VEC-element vector loads). The step's K and V rows are all
+loaded before any is used (U·(C + CV) loads in flight per lane). Scores: each lane's partial
+dot products for the HC heads, summed over the group's lanes by xor shuffles. The running max,
+sum and the lane's slice of the output accumulator are registers of the lane group.
+At the end the groups of a plane merge by xor shuffles (max-rescaled), the planes through
+shared memory; unsplit, the cube writes softmax·V, split, its unnormalised accumulator and
+(max, sum) to the F32 workspace (merge_kernel.py). Logits are in log2 units (log2(e) folded
+into the query)."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+
+def log2_int(n: int) -> int:
+    """log2 of a power of two (compile-time)."""
+    return n.bit_length() - 1
+
+
+@kd.func
+def load_chunk(x, off, VEC):
+    """VEC consecutive elements of x from element offset `off`, as a tuple of f32 (one vector
+    load when VEC > 1)."""
+    vals = ()
+    if VEC > 1:
+        vec = kd.load_vec(x, off, VEC)
+        for e in kd.unroll(VEC):
+            vals = vals + (kd.f32(vec[e]),)
+    else:
+        vals = (kd.f32(x[off]),)
+    return vals
+
+
+@kd.func
+def load_row(x, base, li, N, LPT, VEC):
+    """This lane's N·VEC elements of a row starting at `base`: chunks (c·LPT + li)·VEC."""
+    vals = ()
+    for c in kd.unroll(N):
+        vals = vals + load_chunk(x, base + (c * LPT + li) * VEC, VEC)
+    return vals
+
+
+@kd.func
+def group_sum(x, LPT):
+    """Sum of x over the LPT lanes of this lane's group (xor shuffles; given to all of them)."""
+    for b in kd.unroll(log2_int(LPT)):
+        x = x + kd.plane_shuffle_xor(x, 1 << b)
+    return x
+
+
+@kd.func
+def rescale(m_old, m_new):
+    """exp2(m_old - m_new), with m_new = -inf (nothing seen yet) taken as 0: never NaN."""
+    return kd.exp2_fast(m_old - kd.select(m_new == -kd.inf, kd.f32(0), m_new))
+
+
+@kd.kernel
+def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, lengths: kd.Tensor,
+                  seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
+                  qscale: kd.f32, causal: kd.i32, splits: kd.i32,
+                  D: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], LPT: kd.Const[int],
+                  VEC: kd.Const[int], U: kd.Const[int], SPLIT: kd.Const[bool]):
+    NP = kd.plane_count()
+    TPP = kd.PLANE_DIM // LPT          # token streams (lane groups) per plane
+    C = D // (LPT * VEC)               # K chunks per lane
+    CV = DV // (LPT * VEC)             # V chunks per lane
+    NE = C * VEC                       # K elements per lane
+    NV = CV * VEC                      # V elements per lane
+    NS = NP * TPP                      # token streams per cube
+    t = kd.unit_pos()
+    lane = kd.lane_pos()
+    li = lane % LPT
+    stream = kd.plane_pos() * TPP + lane // LPT
+    r = kd.cube_pos_x()
+    sp = kd.cube_pos_z()
+    Hq = q.shape[1]
+    Hkv = k.shape[2]
+    G = Hq // Hkv
+    chunks = (G + HC - 1) // HC
+    hk = kd.cube_pos_y() // chunks
+    h0 = hk * G + (kd.cube_pos_y() % chunks) * HC
+    hc = kd.min(HC, G - (kd.cube_pos_y() % chunks) * HC)  # heads of this chunk that exist
+    ps = k.shape[1]
+
+    # this lane's slice of the chunk's queries (heads past the chunk repeat the last: never stored)
+    qv = ()
+    for g in kd.unroll(HC):
+        row = load_row(q, (kd.i64(r) * Hq + kd.min(h0 + g, Hq - 1)) * D, li, C, LPT, VEC)
+        for e in kd.unroll(NE):
+            qv = qv + (row[e] * qscale,)
+    m = ()
+    l = ()
+    acc = ()
+    for g in kd.unroll(HC):
+        m = m + (-kd.inf,)
+        l = l + (kd.f32(0),)
+        for e in kd.unroll(NV):
+            acc = acc + (kd.f32(0),)
+
+    s = seq_ids[r]
+    vis = lengths[s]
+    if causal != 0:
+        vis = kd.min(vis, positions[r] + 1)
+    jb = kd.i32(kd.i64(vis) * sp // splits)
+    je = kd.i32(kd.i64(vis) * (sp + 1) // splits)
+    kst = kd.i64(k.stride(1))
+    vst = kd.i64(v.stride(1))
+    kb = kd.i64(hk) * k.stride(2)
+    vb = kd.i64(hk) * v.stride(2)
+    for j0 in range(jb, je, NS * U):
+        # ---- every K and V row of the step in flight before any is used
+        ks = ()
+        vs = ()
+        for u in kd.unroll(U):
+            j = kd.min(j0 + stream * U + u, je - 1)
+            prow = kd.i64(tables[s, j // ps] * ps + j % ps)
+            ks = ks + load_row(k, prow * kst + kb, li, C, LPT, VEC)
+            vs = vs + load_row(v, prow * vst + vb, li, CV, LPT, VEC)
+        # ---- scores of the step's tokens for every head, summed over the group's lanes
+        sc = ()
+        for u in kd.unroll(U):
+            live = j0 + stream * U + u < je
+            for g in kd.unroll(HC):
+                dot = kd.f32(0)
+                for e in kd.unroll(NE):
+                    dot = kd.fma(qv[g * NE + e], ks[u * NE + e], dot)
+                sc = sc + (kd.select(live, group_sum(dot, LPT), -kd.inf),)
+        # ---- online softmax per head, acc = acc·alpha + Σ_u p_u·V_u
+        m2 = ()
+        l2 = ()
+        acc2 = ()
+        for g in kd.unroll(HC):
+            mx = sc[g]
+            for u in kd.unroll(1, U):
+                mx = kd.max(mx, sc[u * HC + g])
+            mn = kd.max(m[g], mx)
+            alpha = rescale(m[g], mn)
+            mu = kd.select(mn == -kd.inf, kd.f32(0), mn)
+            pu = ()
+            tot = kd.f32(0)
+            for u in kd.unroll(U):
+                pu = pu + (kd.exp2_fast(sc[u * HC + g] - mu),)
+                tot = tot + pu[u]
+            for e in kd.unroll(NV):
+                a = acc[g * NV + e] * alpha
+                for u in kd.unroll(U):
+                    a = kd.fma(pu[u], vs[u * NV + e], a)
+                acc2 = acc2 + (a,)
+            m2 = m2 + (mn,)
+            l2 = l2 + (l[g] * alpha + tot,)
+        m = m2
+        l = l2
+        acc = acc2
+
+    # ---- merge the lane groups of each plane (xor shuffles across groups: same li, same elements)
+    for b in kd.unroll(log2_int(LPT), log2_int(kd.PLANE_DIM)):
+        m2 = ()
+        l2 = ()
+        acc2 = ()
+        for g in kd.unroll(HC):
+            mo = kd.plane_shuffle_xor(m[g], 1 << b)
+            lo = kd.plane_shuffle_xor(l[g], 1 << b)
+            mn = kd.max(m[g], mo)
+            a_mine = rescale(m[g], mn)
+            a_other = rescale(mo, mn)
+            for e in kd.unroll(NV):
+                acc2 = acc2 + (acc[g * NV + e] * a_mine + kd.plane_shuffle_xor(acc[g * NV + e], 1 << b) * a_other,)
+            m2 = m2 + (mn,)
+            l2 = l2 + (l[g] * a_mine + lo * a_other,)
+        m = m2
+        l = l2
+        acc = acc2
+
+    # ---- then the planes, through shared memory
+    msh = kd.shared(kd.f32, NP * HC)
+    lsh = kd.shared(kd.f32, NP * HC)
+    ash = kd.shared(kd.f32, NP * HC * DV)
+    w = kd.plane_pos()
+    if lane < LPT:
+        for g in kd.unroll(HC):
+            if li == 0:
+                msh[w * HC + g] = m[g]
+                lsh[w * HC + g] = l[g]
+            for c in kd.unroll(CV):
+                for e in kd.unroll(VEC):
+                    ash[(w * HC + g) * DV + (c * LPT + li) * VEC + e] = acc[g * NV + c * VEC + e]
+    kd.sync_cube()
+    for e0 in range(0, HC * DV, kd.cube_units()):
+        e = e0 + t
+        g = e // DV
+        d = e % DV
+        if g < hc:
+            mx = msh[g]
+            for pw in kd.unroll(1, NP):
+                mx = kd.max(mx, msh[pw * HC + g])
+            tot = kd.f32(0)
+            a = kd.f32(0)
+            for pw in kd.unroll(NP):
+                f = rescale(msh[pw * HC + g], mx)
+                tot = kd.fma(lsh[pw * HC + g], f, tot)
+                a = kd.fma(ash[(pw * HC + g) * DV + d], f, a)
+            if SPLIT:
+                work[r, h0 + g, sp, d] = a
+                if d == 0:
+                    work[r, h0 + g, sp, DV] = mx
+                    work[r, h0 + g, sp, DV + 1] = tot
+            else:
+                out[r, h0 + g, d] = kd.select(tot > 0.0, a / tot, kd.f32(0))
