@@ -13,6 +13,8 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
   GB/s counts the KV bytes each call must read once (the cache rows the queries see).
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
+--sweep (cuda): the GQA decode case on the decode kernel over launch shapes (lanes per token,
+tokens in flight, planes, splits), to pick tuning.py's defaults.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import time
 import numpy as np
 
 import kerneldsl as kd
-from rudnn.paged_attention import DevicePlan, HostPlan
+from rudnn.paged_attention import DevicePlan, HostPlan, SplitWorkspace, tuning
 
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
@@ -183,6 +185,48 @@ def bench_cuda(rt, quick, reps):
                 ["case", "shape", "ours ms", "unfused torch ms", "x unfused", "KV GB/s", "err"]))
 
 
+def sweep_decode(rt, quick, reps):
+    """The GQA decode case on the decode kernel for each (lanes per token, tokens per step,
+    planes) and split count: device time and KV GB/s."""
+    torch = torch_or_none()
+    if torch is None or not torch.cuda.is_available():
+        print("\ncuda runtime present but torch has no CUDA: no sweep")
+        return
+    rng = np.random.default_rng(0)
+    B, Hq, Hkv, L, D, page = (8, 32, 8, 1024, 128, 16) if quick else (64, 32, 8, 4096, 128, 16)
+    host = decode_plan(rng, B, L, page)
+    bf = torch.bfloat16
+    kp = torch.randn(host.pages, page, Hkv, D, device="cuda", dtype=bf)
+    vp = torch.randn(host.pages, page, Hkv, D, device="cuda", dtype=bf)
+    q = torch.randn(B, Hq, D, device="cuda", dtype=bf)
+    torch.cuda.synchronize()
+    tq, tk, tv = (kd.from_dlpack(x) for x in (q, kp, vp))
+    plan = DevicePlan.upload(host, tq)
+    scale = D ** -0.5
+    ref = plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32)
+    kv = 2 * B * L * Hkv * D * 2
+    saved = (tuning.DECODE_MAX_LANES, tuning.DECODE_TOKENS_PER_STEP, tuning.DECODE_PLANES)
+    rows = []
+    try:
+        for lanes in (8, 16):
+            for per_step in (2, 4, 8):
+                for planes in (2, 4, 8):
+                    tuning.DECODE_MAX_LANES, tuning.DECODE_TOKENS_PER_STEP, tuning.DECODE_PLANES = lanes, per_step, planes
+                    for splits in (1, 2, 4):
+                        ws = SplitWorkspace(tq, B, Hq, D, splits) if splits > 1 else None
+                        fn = (lambda: plan.attention(tq, tk, tv, scale, True)) if ws is None else (
+                            lambda: plan.attention_with_workspace(tq, tk, tv, scale, True, ws))
+                        t = median_device_time(rt, fn, reps)
+                        err = float(np.abs(fn().numpy().astype(np.float32) - ref).max())
+                        rows.append((lanes, per_step, planes, splits, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}",
+                                     f"{err:.1e}"))
+    finally:
+        tuning.DECODE_MAX_LANES, tuning.DECODE_TOKENS_PER_STEP, tuning.DECODE_PLANES = saved
+    rows.sort(key=lambda r: float(r[4]))
+    print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
+    print(table(rows, ["lanes/token", "tokens/step", "planes", "splits", "ms", "KV GB/s", "err vs default"]))
+
+
 # ------------------------------------------------------------------ cpu
 def bench_cpu(rt, quick, reps):
     torch = torch_or_none()
@@ -223,6 +267,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small shapes: a quick check that everything runs")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--sweep", action="store_true", help="cuda: the decode kernel over launch shapes")
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     args = ap.parse_args(argv)
     avail = kd.available_runtimes()
@@ -231,6 +276,8 @@ def main(argv=None):
     for name in names:
         if name.split(":")[0] not in avail:
             print(f"{name}: not available here ({avail})")
+        elif name.startswith("cuda") and args.sweep:
+            sweep_decode(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda"):
             bench_cuda(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cpu"):
