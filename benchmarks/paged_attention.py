@@ -19,6 +19,7 @@ tokens in flight, planes, splits), to pick tuning.py's defaults.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import numpy as np
@@ -205,26 +206,26 @@ def sweep_decode(rt, quick, reps):
     scale = D ** -0.5
     ref = plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32)
     kv = 2 * B * L * Hkv * D * 2
-    saved = (tuning.DECODE_MAX_LANES, tuning.DECODE_TOKENS_PER_STEP, tuning.DECODE_PLANES)
+    knobs = ("DECODE_MAX_LANES", "DECODE_TOKENS_PER_STEP", "DECODE_PLANES", "DECODE_PREFETCH")
+    saved = [getattr(tuning, n) for n in knobs]
     rows = []
     try:
-        for lanes in (8, 16):
-            for per_step in (2, 4, 8):
-                for planes in (2, 4, 8):
-                    tuning.DECODE_MAX_LANES, tuning.DECODE_TOKENS_PER_STEP, tuning.DECODE_PLANES = lanes, per_step, planes
-                    for splits in (1, 2, 4):
-                        ws = SplitWorkspace(tq, B, Hq, D, splits) if splits > 1 else None
-                        fn = (lambda: plan.attention(tq, tk, tv, scale, True)) if ws is None else (
-                            lambda: plan.attention_with_workspace(tq, tk, tv, scale, True, ws))
-                        t = median_device_time(rt, fn, reps)
-                        err = float(np.abs(fn().numpy().astype(np.float32) - ref).max())
-                        rows.append((lanes, per_step, planes, splits, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}",
-                                     f"{err:.1e}"))
+        for shape in itertools.product((8, 16), (2, 4, 8), (4, 8), (False, True)):
+            for n, value in zip(knobs, shape):
+                setattr(tuning, n, value)
+            for splits in (1, 2):
+                ws = SplitWorkspace(tq, B, Hq, D, splits) if splits > 1 else None
+                fn = (lambda: plan.attention(tq, tk, tv, scale, True)) if ws is None else (
+                    lambda: plan.attention_with_workspace(tq, tk, tv, scale, True, ws))
+                t = median_device_time(rt, fn, reps)
+                err = float(np.abs(fn().numpy().astype(np.float32) - ref).max())
+                rows.append((*shape[:3], int(shape[3]), splits, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
     finally:
-        tuning.DECODE_MAX_LANES, tuning.DECODE_TOKENS_PER_STEP, tuning.DECODE_PLANES = saved
-    rows.sort(key=lambda r: float(r[4]))
+        for n, value in zip(knobs, saved):
+            setattr(tuning, n, value)
+    rows.sort(key=lambda r: float(r[5]))
     print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
-    print(table(rows, ["lanes/token", "tokens/step", "planes", "splits", "ms", "KV GB/s", "err vs default"]))
+    print(table(rows, ["lanes/token", "tokens/step", "planes", "prefetch", "splits", "ms", "KV GB/s", "err vs default"]))
 
 
 # ------------------------------------------------------------------ cpu

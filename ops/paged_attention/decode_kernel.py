@@ -47,6 +47,28 @@ def load_row(x, base, li, N, LPT, VEC):
 
 
 @kd.func
+def step_rows(tables, s, j, je, PS, U):
+    """Physical rows (page · PS + slot, i64) of tokens j .. j + U - 1 of sequence s, each
+    clamped below je (a token past the split reads the last one; its score is masked)."""
+    rows = ()
+    for u in kd.unroll(U):
+        ju = kd.max(kd.min(j + u, je - 1), 0)
+        rows = rows + (kd.i64(tables[s, ju // PS]) * PS + ju % PS,)
+    return rows
+
+
+@kd.func
+def load_step(k, v, rows, kst, kb, vst, vb, li, C, CV, LPT, VEC, U):
+    """This lane's K and V elements of the step's U rows (f32 tuples)."""
+    ks = ()
+    vs = ()
+    for u in kd.unroll(U):
+        ks = ks + load_row(k, rows[u] * kst + kb, li, C, LPT, VEC)
+        vs = vs + load_row(v, rows[u] * vst + vb, li, CV, LPT, VEC)
+    return (ks, vs)
+
+
+@kd.func
 def group_sum(x, LPT):
     """Sum of x over the LPT lanes of this lane's group (xor shuffles; given to all of them)."""
     for b in kd.unroll(log2_int(LPT)):
@@ -65,7 +87,8 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
                   seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
                   qscale: kd.f32, causal: kd.i32, splits: kd.i32,
                   D: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], LPT: kd.Const[int],
-                  VEC: kd.Const[int], U: kd.Const[int], SPLIT: kd.Const[bool]):
+                  VEC: kd.Const[int], U: kd.Const[int], PS: kd.Const[int], PREFETCH: kd.Const[bool],
+                  SPLIT: kd.Const[bool]):
     NP = kd.plane_count()
     TPP = kd.PLANE_DIM // LPT          # token streams (lane groups) per plane
     C = D // (LPT * VEC)               # K chunks per lane
@@ -86,7 +109,6 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
     hk = kd.cube_pos_y() // chunks
     h0 = hk * G + (kd.cube_pos_y() % chunks) * HC
     hc = kd.min(HC, G - (kd.cube_pos_y() % chunks) * HC)  # heads of this chunk that exist
-    ps = k.shape[1]
 
     # this lane's slice of the chunk's queries (heads past the chunk repeat the last: never stored)
     qv = ()
@@ -113,15 +135,22 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
     vst = kd.i64(v.stride(1))
     kb = kd.i64(hk) * k.stride(2)
     vb = kd.i64(hk) * v.stride(2)
+    rows = step_rows(tables, s, jb + stream * U, je, PS, U)
+    ks = ()
+    vs = ()
+    if PREFETCH:
+        ks, vs = load_step(k, v, rows, kst, kb, vst, vb, li, C, CV, LPT, VEC, U)
     for j0 in range(jb, je, NS * U):
-        # ---- every K and V row of the step in flight before any is used
-        ks = ()
-        vs = ()
-        for u in kd.unroll(U):
-            j = kd.min(j0 + stream * U + u, je - 1)
-            prow = kd.i64(tables[s, j // ps] * ps + j % ps)
-            ks = ks + load_row(k, prow * kst + kb, li, C, LPT, VEC)
-            vs = vs + load_row(v, prow * vst + vb, li, CV, LPT, VEC)
+        # ---- the step's K and V rows all in flight before any is used (with PREFETCH loaded
+        # a step ahead); the next step's rows looked up meanwhile
+        if PREFETCH:
+            kc = ks
+            vc = vs
+            rows = step_rows(tables, s, j0 + NS * U + stream * U, je, PS, U)
+            ks, vs = load_step(k, v, rows, kst, kb, vst, vb, li, C, CV, LPT, VEC, U)
+        else:
+            kc, vc = load_step(k, v, rows, kst, kb, vst, vb, li, C, CV, LPT, VEC, U)
+            rows = step_rows(tables, s, j0 + NS * U + stream * U, je, PS, U)
         # ---- scores of the step's tokens for every head, summed over the group's lanes
         sc = ()
         for u in kd.unroll(U):
@@ -129,7 +158,7 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
             for g in kd.unroll(HC):
                 dot = kd.f32(0)
                 for e in kd.unroll(NE):
-                    dot = kd.fma(qv[g * NE + e], ks[u * NE + e], dot)
+                    dot = kd.fma(qv[g * NE + e], kc[u * NE + e], dot)
                 sc = sc + (kd.select(live, group_sum(dot, LPT), -kd.inf),)
         # ---- online softmax per head, acc = acc·alpha + Σ_u p_u·V_u
         m2 = ()
@@ -150,7 +179,7 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
             for e in kd.unroll(NV):
                 a = acc[g * NV + e] * alpha
                 for u in kd.unroll(U):
-                    a = kd.fma(pu[u], vs[u * NV + e], a)
+                    a = kd.fma(pu[u], vc[u * NV + e], a)
                 acc2 = acc2 + (a,)
             m2 = m2 + (mn,)
             l2 = l2 + (l[g] * alpha + tot,)

@@ -92,7 +92,7 @@ class DevicePlan:
         if kind == "decode":
             decode_kernel[lay.grid(p, splits), lay.units(p)](
                 p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
-                lay.lanes_per_token, lay.vector, lay.tokens_per_step, workspace is not None)
+                lay.lanes_per_token, lay.vector, lay.tokens_per_step, p.k.shape[1], lay.prefetch, workspace is not None)
         else:
             paged_kernel[lay.grid(p, splits), lay.units](
                 p.q, p.qp, p.k, p.kp, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.P,

@@ -83,6 +83,7 @@ DECODE_MAX_LANES = 16        # lanes per token row (a bf16 row of 128 is 16 lane
 DECODE_REGISTER_FLOATS = 128  # query + accumulator floats a lane may hold (HC·(D + Dv)/LPT)
 DECODE_TOKENS_PER_STEP = 4   # tokens a lane group has in flight per step
 DECODE_WAVES = 2             # automatic splits fill the device this many times
+DECODE_PREFETCH = False      # load the next step's K and V rows while this one is used
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class DecodeLaunch:
     vector: int  # VEC: elements per access
     tokens_per_step: int  # U
     chunks: int  # head chunks per KV head
+    prefetch: bool = False  # K/V rows loaded a step ahead
 
     def grid(self, p: Problem, splits: int) -> tuple:
         return (p.queries, p.Hkv * self.chunks, splits)
@@ -131,7 +133,7 @@ def decode_launch(p: Problem) -> DecodeLaunch | None:
         planes //= 2
     if 4 * planes * heads * (p.Dv + 2) > budget:
         return None
-    return DecodeLaunch(planes, heads, lanes, vec, DECODE_TOKENS_PER_STEP, chunks)
+    return DecodeLaunch(planes, heads, lanes, vec, DECODE_TOKENS_PER_STEP, chunks, DECODE_PREFETCH)
 
 
 def kernel_for(p: Problem) -> str:
