@@ -2,7 +2,7 @@
 each K and V row read once, coalesced, for all of them; F32 online softmax per lane group.
 
 A cube owns one query row, a chunk of HC query heads of one KV head, and one split of the
-row's visible tokens. Its planes are cut into lane groups of LPT lanes; a lane group is an
+row's visible tokens (grid x: row-major over (row, KV head, chunk); z: the split). Its planes are cut into lane groups of LPT lanes; a lane group is an
 independent token stream: every step it takes U consecutive tokens, and lane i of the group
 holds elements (c·LPT + i)·VEC .. + VEC of each row (c < D / (LPT·VEC)), so the group's load of
 a row is one contiguous read (VEC-element vector loads). The step's K and V rows are all
@@ -100,15 +100,18 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
     lane = kd.lane_pos()
     li = lane % LPT
     stream = kd.plane_pos() * TPP + lane // LPT
-    r = kd.cube_pos_x()
     sp = kd.cube_pos_z()
     Hq = q.shape[1]
     Hkv = k.shape[2]
     G = Hq // Hkv
     chunks = (G + HC - 1) // HC
-    hk = kd.cube_pos_y() // chunks
-    h0 = hk * G + (kd.cube_pos_y() % chunks) * HC
-    hc = kd.min(HC, G - (kd.cube_pos_y() % chunks) * HC)  # heads of this chunk that exist
+    # the cubes of one row's KV heads are neighbours in launch order, so the cubes running at
+    # once read whole token rows of the cache (all heads), not one head's slice of many
+    r = kd.cube_pos_x() // (Hkv * chunks)
+    hy = kd.cube_pos_x() % (Hkv * chunks)
+    hk = hy // chunks
+    h0 = hk * G + (hy % chunks) * HC
+    hc = kd.min(HC, G - (hy % chunks) * HC)  # heads of this chunk that exist
 
     # this lane's slice of the chunk's queries (heads past the chunk repeat the last: never stored)
     qv = ()

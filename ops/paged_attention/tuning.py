@@ -78,10 +78,10 @@ def auto_splits(p: Problem, lay, longest: int, waves: int = 2) -> int:
 
 
 # ---------------------------------------------------------------------------- the decode kernel
-DECODE_PLANES = 4            # planes per cube
+DECODE_PLANES = 8            # planes per cube
 DECODE_MAX_LANES = 16        # lanes per token row (a bf16 row of 128 is 16 lanes x 16 bytes)
 DECODE_REGISTER_FLOATS = 128  # query + accumulator floats a lane may hold (HC·(D + Dv)/LPT)
-DECODE_TOKENS_PER_STEP = 4   # tokens a lane group has in flight per step
+DECODE_TOKENS_PER_STEP = 2   # tokens a lane group has in flight per step
 DECODE_WAVES = 2             # automatic splits fill the device this many times
 DECODE_PREFETCH = False      # load the next step's K and V rows while this one is used
 
@@ -97,7 +97,7 @@ class DecodeLaunch:
     prefetch: bool = False  # K/V rows loaded a step ahead
 
     def grid(self, p: Problem, splits: int) -> tuple:
-        return (p.queries, p.Hkv * self.chunks, splits)
+        return (p.queries * p.Hkv * self.chunks, 1, splits)
 
     def units(self, p: Problem) -> int:
         return self.planes * p.runtime.capabilities.plane_dim
