@@ -69,11 +69,19 @@ def load_step(k, v, rows, kst, kb, vst, vb, li, C, CV, LPT, VEC, U):
 
 
 @kd.func
-def group_sum(x, LPT):
-    """Sum of x over the LPT lanes of this lane's group (xor shuffles; given to all of them)."""
+def group_sums(xs, LPT):
+    """Each value of the tuple xs summed over the LPT lanes of this lane's group (xor shuffles,
+    given to all of them). A level's shuffles are all issued before any result is used, so
+    the values' reductions overlap rather than wait on one another."""
     for b in kd.unroll(log2_int(LPT)):
-        x = x + kd.plane_shuffle_xor(x, 1 << b)
-    return x
+        ys = ()
+        for i in kd.unroll(len(xs)):
+            ys = ys + (kd.plane_shuffle_xor(xs[i], 1 << b),)
+        zs = ()
+        for i in kd.unroll(len(xs)):
+            zs = zs + (xs[i] + ys[i],)
+        xs = zs
+    return xs
 
 
 @kd.func
@@ -155,14 +163,19 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
             kc, vc = load_step(k, v, rows, kst, kb, vst, vb, li, C, CV, LPT, VEC, U)
             rows = step_rows(tables, s, j0 + NS * U + stream * U, je, PS, U)
         # ---- scores of the step's tokens for every head, summed over the group's lanes
-        sc = ()
+        dots = ()
         for u in kd.unroll(U):
-            live = j0 + stream * U + u < je
             for g in kd.unroll(HC):
                 dot = kd.f32(0)
                 for e in kd.unroll(NE):
                     dot = kd.fma(qv[g * NE + e], kc[u * NE + e], dot)
-                sc = sc + (kd.select(live, group_sum(dot, LPT), -kd.inf),)
+                dots = dots + (dot,)
+        dots = group_sums(dots, LPT)
+        sc = ()
+        for u in kd.unroll(U):
+            live = j0 + stream * U + u < je
+            for g in kd.unroll(HC):
+                sc = sc + (kd.select(live, dots[u * HC + g], -kd.inf),)
         # ---- online softmax per head, acc = acc·alpha + Σ_u p_u·V_u
         m2 = ()
         l2 = ()
