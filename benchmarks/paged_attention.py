@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 import kerneldsl as kd
-from rudnn.paged_attention import DevicePlan, HostPlan, SplitWorkspace, tuning
+from rudnn.paged_attention import DevicePlan, HostPlan, tuning
 
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
@@ -187,8 +187,8 @@ def bench_cuda(rt, quick, reps):
 
 
 def sweep_decode(rt, quick, reps):
-    """The GQA decode case on the decode kernel for each (lanes per token, tokens per step,
-    planes) and split count: device time and KV GB/s."""
+    """The GQA decode case on the decode kernel for each (lanes per token, vector bytes, tokens
+    per step, planes, prefetch): device time and KV GB/s (automatic splits)."""
     torch = torch_or_none()
     if torch is None or not torch.cuda.is_available():
         print("\ncuda runtime present but torch has no CUDA: no sweep")
@@ -206,26 +206,27 @@ def sweep_decode(rt, quick, reps):
     scale = D ** -0.5
     ref = plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32)
     kv = 2 * B * L * Hkv * D * 2
-    knobs = ("DECODE_MAX_LANES", "DECODE_TOKENS_PER_STEP", "DECODE_PLANES", "DECODE_PREFETCH")
+    knobs = ("DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP", "DECODE_PLANES",
+             "DECODE_PREFETCH")
     saved = [getattr(tuning, n) for n in knobs]
     rows = []
     try:
-        for shape in itertools.product((8, 16), (2, 4), (4, 8), (False,)):
+        shapes = [lv + rest for lv in ((8, 16), (16, 16), (32, 8))
+                  for rest in itertools.product((1, 2, 4), (4, 8), (False,))]
+        shapes += [(16, 16, u, 4, True) for u in (1, 2)]
+        for shape in shapes:
             for n, value in zip(knobs, shape):
                 setattr(tuning, n, value)
-            for splits in (1, 2):
-                ws = SplitWorkspace(tq, B, Hq, D, splits) if splits > 1 else None
-                fn = (lambda: plan.attention(tq, tk, tv, scale, True)) if ws is None else (
-                    lambda: plan.attention_with_workspace(tq, tk, tv, scale, True, ws))
-                t = median_device_time(rt, fn, reps)
-                err = float(np.abs(fn().numpy().astype(np.float32) - ref).max())
-                rows.append((*shape[:3], int(shape[3]), splits, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
+            t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
+            err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
+            rows.append((*shape[:4], int(shape[4]), f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
     finally:
         for n, value in zip(knobs, saved):
             setattr(tuning, n, value)
     rows.sort(key=lambda r: float(r[5]))
     print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
-    print(table(rows, ["lanes/token", "tokens/step", "planes", "prefetch", "splits", "ms", "KV GB/s", "err vs default"]))
+    print(table(rows, ["lanes/token", "vector bytes", "tokens/step", "planes", "prefetch", "ms", "KV GB/s",
+                       "err vs default"]))
 
 
 # ------------------------------------------------------------------ cpu

@@ -7,8 +7,10 @@ independent token stream: every step it takes U consecutive tokens, and lane i o
 holds elements (c·LPT + i)·VEC .. + VEC of each row (c < D / (LPT·VEC)), so the group's load of
 a row is one contiguous read (VEC-element vector loads). The step's K and V rows are all
 loaded before any is used (U·(C + CV) loads in flight per lane). Scores: each lane's partial
-dot products for the HC heads, summed over the group's lanes by xor shuffles. The running max,
-sum and the lane's slice of the output accumulator are registers of the lane group.
+dot products for the HC heads, summed over the group's lanes by xor shuffles (reduce-scatter
+then all-gather). The running max (moved lazily, as in FlashAttention-4: only when a score
+passes it by more than TAU), sum and the lane's slice of the output accumulator are registers
+of the lane group.
 At the end the groups of a plane merge by xor shuffles (max-rescaled), the planes through
 shared memory; unsplit, the cube writes softmax·V, split, its unnormalised accumulator and
 (max, sum) to the F32 workspace (merge_kernel.py). Logits are in log2 units (log2(e) folded
@@ -16,6 +18,8 @@ into the query)."""
 from __future__ import annotations
 
 import kerneldsl as kd
+
+TAU = 8.0  # lazy rescale threshold (log2 units): probabilities stay <= 256 between rescales
 
 
 def log2_int(n: int) -> int:
@@ -68,19 +72,60 @@ def load_step(k, v, rows, kst, kb, vst, vb, li, C, CV, LPT, VEC, U):
     return (ks, vs)
 
 
+def halvings(n: int, levels: int) -> int:
+    """Reduction levels that halve a tuple of n values (compile-time): while n stays even."""
+    h = 0
+    while h < levels and n % (2 << h) == 0:
+        h += 1
+    return h
+
+
 @kd.func
-def group_sums(xs, LPT):
-    """Each value of the tuple xs summed over the LPT lanes of this lane's group (xor shuffles,
-    given to all of them). A level's shuffles are all issued before any result is used, so
-    the values' reductions overlap rather than wait on one another."""
-    for b in kd.unroll(log2_int(LPT)):
-        ys = ()
+def group_sums(xs, LPT, li):
+    """Each value of the tuple xs summed over the LPT lanes of this lane's group (li: the lane
+    in its group), given to all of them. Reduce-scatter, then all-gather: at each of the first
+    levels a lane keeps half the values and sends its partner the other half (one shuffle per
+    kept value, not per value), the rest reduce whole; the gather then reverses the halving.
+    A level's shuffles are all issued before any result is used."""
+    L = log2_int(LPT)
+    H = halvings(len(xs), L)
+    for b in kd.unroll(L):
+        mask = 1 << (L - 1 - b)
+        if b < H:
+            half = len(xs) // 2
+            up = (li & mask) != 0
+            send = ()
+            keep = ()
+            for i in kd.unroll(half):
+                send = send + (kd.select(up, xs[i], xs[half + i]),)
+                keep = keep + (kd.select(up, xs[half + i], xs[i]),)
+            recv = ()
+            for i in kd.unroll(half):
+                recv = recv + (kd.plane_shuffle_xor(send[i], mask),)
+            zs = ()
+            for i in kd.unroll(half):
+                zs = zs + (keep[i] + recv[i],)
+            xs = zs
+        else:
+            ys = ()
+            for i in kd.unroll(len(xs)):
+                ys = ys + (kd.plane_shuffle_xor(xs[i], mask),)
+            zs = ()
+            for i in kd.unroll(len(xs)):
+                zs = zs + (xs[i] + ys[i],)
+            xs = zs
+    for b in kd.unroll(H):
+        mask = 1 << (L - H + b)
+        up = (li & mask) != 0
+        recv = ()
         for i in kd.unroll(len(xs)):
-            ys = ys + (kd.plane_shuffle_xor(xs[i], 1 << b),)
-        zs = ()
+            recv = recv + (kd.plane_shuffle_xor(xs[i], mask),)
+        lo = ()
+        hi = ()
         for i in kd.unroll(len(xs)):
-            zs = zs + (xs[i] + ys[i],)
-        xs = zs
+            lo = lo + (kd.select(up, recv[i], xs[i]),)
+            hi = hi + (kd.select(up, xs[i], recv[i]),)
+        xs = lo + hi
     return xs
 
 
@@ -170,36 +215,51 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
                 for e in kd.unroll(NE):
                     dot = kd.fma(qv[g * NE + e], kc[u * NE + e], dot)
                 dots = dots + (dot,)
-        dots = group_sums(dots, LPT)
+        dots = group_sums(dots, LPT, li)
         sc = ()
         for u in kd.unroll(U):
             live = j0 + stream * U + u < je
             for g in kd.unroll(HC):
                 sc = sc + (kd.select(live, dots[u * HC + g], -kd.inf),)
-        # ---- online softmax per head, acc = acc·alpha + Σ_u p_u·V_u
-        m2 = ()
-        l2 = ()
-        acc2 = ()
+        # ---- online softmax per head; the running max moves only when some head's step max
+        # exceeds it by more than TAU (then acc and l are rescaled), so p <= 2^TAU
+        mxs = ()
+        grow = False
         for g in kd.unroll(HC):
             mx = sc[g]
             for u in kd.unroll(1, U):
                 mx = kd.max(mx, sc[u * HC + g])
-            mn = kd.max(m[g], mx)
-            alpha = rescale(m[g], mn)
-            mu = kd.select(mn == -kd.inf, kd.f32(0), mn)
+            mxs = mxs + (mx,)
+            grow = grow | (mx > m[g] + TAU)
+        if grow:
+            m2 = ()
+            l2 = ()
+            acc2 = ()
+            for g in kd.unroll(HC):
+                mn = kd.max(m[g], mxs[g])
+                alpha = rescale(m[g], mn)
+                for e in kd.unroll(NV):
+                    acc2 = acc2 + (acc[g * NV + e] * alpha,)
+                m2 = m2 + (mn,)
+                l2 = l2 + (l[g] * alpha,)
+            m = m2
+            l = l2
+            acc = acc2
+        l2 = ()
+        acc2 = ()
+        for g in kd.unroll(HC):
+            mu = kd.select(m[g] == -kd.inf, kd.f32(0), m[g])
             pu = ()
-            tot = kd.f32(0)
+            tot = l[g]
             for u in kd.unroll(U):
                 pu = pu + (kd.exp2_fast(sc[u * HC + g] - mu),)
                 tot = tot + pu[u]
             for e in kd.unroll(NV):
-                a = acc[g * NV + e] * alpha
+                a = acc[g * NV + e]
                 for u in kd.unroll(U):
                     a = kd.fma(pu[u], vc[u * NV + e], a)
                 acc2 = acc2 + (a,)
-            m2 = m2 + (mn,)
-            l2 = l2 + (l[g] * alpha + tot,)
-        m = m2
+            l2 = l2 + (tot,)
         l = l2
         acc = acc2
 

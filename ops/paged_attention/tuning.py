@@ -80,6 +80,7 @@ def auto_splits(p: Problem, lay, longest: int, waves: int = 2) -> int:
 # ---------------------------------------------------------------------------- the decode kernel
 DECODE_PLANES = 8            # planes per cube
 DECODE_MAX_LANES = 16        # lanes per token row (a bf16 row of 128 is 16 lanes x 16 bytes)
+DECODE_VECTOR_BYTES = 16     # the widest access a lane makes
 DECODE_REGISTER_FLOATS = 128  # query + accumulator floats a lane may hold (HC·(D + Dv)/LPT)
 DECODE_TOKENS_PER_STEP = 2   # tokens a lane group has in flight per step
 DECODE_WAVES = 2             # automatic splits fill the device this many times
@@ -116,7 +117,7 @@ def decode_launch(p: Problem) -> DecodeLaunch | None:
     """The decode kernel's shape for attention problem p, or None where a lane cannot hold one
     query head's slice of q and of the accumulator in DECODE_REGISTER_FLOATS."""
     caps = p.runtime.capabilities
-    vec = max(1, min(8, caps.vector_bytes // p.dtype.itemsize))
+    vec = max(1, min(8, min(caps.vector_bytes, DECODE_VECTOR_BYTES) // p.dtype.itemsize))
     while vec > 1 and (p.D % vec or p.Dv % vec or not all(aligned(t, vec) for t in (p.q, p.k, p.v))):
         vec //= 2
     lanes = min(DECODE_MAX_LANES, caps.plane_dim)
