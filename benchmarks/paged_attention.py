@@ -13,13 +13,12 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
   GB/s counts the KV bytes each call must read once (the cache rows the queries see).
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
---sweep (cuda): the GQA decode case on the decode kernel over launch shapes (lanes per token,
-tokens in flight, planes, splits), to pick tuning.py's defaults.
+--sweep (cuda): the GQA decode case on the decode kernel over launch shapes (KV heads per cube,
+lanes per token, tokens in flight, planes, split waves), to pick tuning.py's defaults.
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 
 import numpy as np
@@ -187,8 +186,8 @@ def bench_cuda(rt, quick, reps):
 
 
 def sweep_decode(rt, quick, reps):
-    """The GQA decode case on the decode kernel for each (lanes per token, vector bytes, tokens
-    per step, planes, prefetch): device time and KV GB/s (automatic splits)."""
+    """The GQA decode case on the decode kernel for each (KV heads per cube, lanes per token,
+    vector bytes, tokens per step, planes, waves of the automatic split): device time and KV GB/s."""
     torch = torch_or_none()
     if torch is None or not torch.cuda.is_available():
         print("\ncuda runtime present but torch has no CUDA: no sweep")
@@ -206,27 +205,27 @@ def sweep_decode(rt, quick, reps):
     scale = D ** -0.5
     ref = plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32)
     kv = 2 * B * L * Hkv * D * 2
-    knobs = ("DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP", "DECODE_PLANES",
-             "DECODE_PREFETCH")
+    knobs = ("DECODE_HEAD_BLOCK", "DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP",
+             "DECODE_PLANES", "DECODE_WAVES")
+    shapes = [(1, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 3), (8, 16, 16, 2, 8, 4),
+              (8, 8, 16, 4, 8, 2), (8, 16, 16, 4, 8, 2), (8, 16, 16, 1, 8, 2), (8, 32, 8, 4, 8, 2),
+              (8, 32, 8, 4, 8, 3), (8, 16, 16, 2, 16, 2), (2, 16, 16, 2, 8, 2), (4, 16, 16, 2, 8, 2)]
     saved = [getattr(tuning, n) for n in knobs]
     rows = []
     try:
-        shapes = [lv + rest for lv in ((8, 16), (16, 16), (32, 8))
-                  for rest in itertools.product((1, 2, 4), (4, 8), (False,))]
-        shapes += [(16, 16, u, 4, True) for u in (1, 2)]
         for shape in shapes:
             for n, value in zip(knobs, shape):
                 setattr(tuning, n, value)
             t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
             err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
-            rows.append((*shape[:4], int(shape[4]), f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
+            rows.append((*shape, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
     finally:
         for n, value in zip(knobs, saved):
             setattr(tuning, n, value)
-    rows.sort(key=lambda r: float(r[5]))
+    rows.sort(key=lambda r: float(r[6]))
     print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
-    print(table(rows, ["lanes/token", "vector bytes", "tokens/step", "planes", "prefetch", "ms", "KV GB/s",
-                       "err vs default"]))
+    print(table(rows, ["KV heads/cube", "lanes/token", "vector bytes", "tokens/step", "planes", "waves", "ms",
+                       "KV GB/s", "err vs default"]))
 
 
 # ------------------------------------------------------------------ cpu

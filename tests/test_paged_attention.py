@@ -282,10 +282,12 @@ def test_decode_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
 
 
 @pytest.mark.parametrize("knob,value", [("DECODE_PREFETCH", True), ("DECODE_REGISTER_FLOATS", 16),
-                                        ("DECODE_PLANES", 1), ("DECODE_TOKENS_PER_STEP", 1)])
+                                        ("DECODE_PLANES", 1), ("DECODE_PLANES", 6), ("DECODE_TOKENS_PER_STEP", 1),
+                                        ("DECODE_HEAD_BLOCK", 1)])
 def test_decode_kernel_shapes(runtime, rng, monkeypatch, knob, value):
     """The decode kernel's other launch shapes: K/V loaded a step ahead, query heads in chunks
-    (a small register budget), one plane, one token a step."""
+    (a small register budget), one plane per KV head, three per KV head, one token a step, one
+    KV head per cube."""
     monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode")
     monkeypatch.setattr(tuning, knob, value)
     plan = random_plan(rng, 16, max_len=60)
@@ -297,6 +299,21 @@ def test_decode_kernel_shapes(runtime, rng, monkeypatch, knob, value):
     ws = SplitWorkspace(tq, Q, 8, 32, 3)
     assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.25, False, ws),
                    ref.paged_attention(plan, q, k, v, 0.25, False), "f32")
+
+
+def test_decode_split_choice():
+    """The decode kernel splits long rows as far as DECODE_WAVES cubes per compute unit allow
+    (rounded down), each split >= 256 tokens; enough cubes or short rows: no split."""
+    class P:
+        queries, Hkv, runtime = 64, 8, type("Rt", (), {"capabilities": type("Caps", (), {"compute_units": 132})})()
+
+    lay = tuning.DecodeLaunch(8, 4, 16, 8, 2, 1, False, 8)  # one cube per row
+    assert tuning.decode_splits(P, lay, 4096) == 4  # 64 cubes, 264 wanted: 256
+    assert tuning.decode_splits(P, lay, 300) == 1
+    P.queries = 4
+    assert tuning.decode_splits(P, lay, 4096) == 16  # 4096 / 256 tokens
+    P.queries = 512
+    assert tuning.decode_splits(P, lay, 100000) == 1
 
 
 def test_kernel_choice(runtime):

@@ -1,8 +1,10 @@
 """Flash-decoding kernel for paged GQA/MHA: the query heads of one KV head held in registers,
 each K and V row read once, coalesced, for all of them; F32 online softmax per lane group.
 
-A cube owns one query row, a chunk of HC query heads of one KV head, and one split of the
-row's visible tokens (grid x: row-major over (row, KV head, chunk); z: the split). Its planes are cut into lane groups of LPT lanes; a lane group is an
+A cube owns one query row, a block of HB neighbouring KV heads (plane w reads head w % HB, so
+the cube reads HB·D contiguous elements of each token row at once), a chunk of HC query heads
+of each, and one split of the row's visible tokens (grid x: row-major over (row, head block,
+chunk); z: the split). Its planes are cut into lane groups of LPT lanes; a lane group is an
 independent token stream: every step it takes U consecutive tokens, and lane i of the group
 holds elements (c·LPT + i)·VEC .. + VEC of each row (c < D / (LPT·VEC)), so the group's load of
 a row is one contiguous read (VEC-element vector loads). The step's K and V rows are all
@@ -12,7 +14,7 @@ then all-gather). The running max (moved lazily, as in FlashAttention-4: only wh
 passes it by more than TAU), sum and the lane's slice of the output accumulator are registers
 of the lane group.
 At the end the groups of a plane merge by xor shuffles (max-rescaled), the planes through
-shared memory; unsplit, the cube writes softmax·V, split, its unnormalised accumulator and
+shared memory (those reading one KV head); unsplit, the cube writes softmax·V, split, its unnormalised accumulator and
 (max, sum) to the F32 workspace (merge_kernel.py). Logits are in log2 units (log2(e) folded
 into the query)."""
 from __future__ import annotations
@@ -141,30 +143,34 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
                   qscale: kd.f32, causal: kd.i32, splits: kd.i32,
                   D: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], LPT: kd.Const[int],
                   VEC: kd.Const[int], U: kd.Const[int], PS: kd.Const[int], PREFETCH: kd.Const[bool],
-                  SPLIT: kd.Const[bool]):
+                  HB: kd.Const[int], SPLIT: kd.Const[bool]):
     NP = kd.plane_count()
+    PH = NP // HB                      # planes per KV head (plane w reads KV head w % HB of the block)
     TPP = kd.PLANE_DIM // LPT          # token streams (lane groups) per plane
     C = D // (LPT * VEC)               # K chunks per lane
     CV = DV // (LPT * VEC)             # V chunks per lane
     NE = C * VEC                       # K elements per lane
     NV = CV * VEC                      # V elements per lane
-    NS = NP * TPP                      # token streams per cube
+    NS = PH * TPP                      # token streams per KV head
     t = kd.unit_pos()
     lane = kd.lane_pos()
     li = lane % LPT
-    stream = kd.plane_pos() * TPP + lane // LPT
+    w = kd.plane_pos()
+    stream = (w // HB) * TPP + lane // LPT
     sp = kd.cube_pos_z()
     Hq = q.shape[1]
     Hkv = k.shape[2]
     G = Hq // Hkv
     chunks = (G + HC - 1) // HC
-    # the cubes of one row's KV heads are neighbours in launch order, so the cubes running at
-    # once read whole token rows of the cache (all heads), not one head's slice of many
-    r = kd.cube_pos_x() // (Hkv * chunks)
-    hy = kd.cube_pos_x() % (Hkv * chunks)
-    hk = hy // chunks
-    h0 = hk * G + (hy % chunks) * HC
-    hc = kd.min(HC, G - (hy % chunks) * HC)  # heads of this chunk that exist
+    # a cube reads HB neighbouring KV heads of the same tokens (their rows are contiguous in a
+    # page: the cube's planes read HB·D elements of each token row together)
+    per_row = (Hkv // HB) * chunks
+    r = kd.cube_pos_x() // per_row
+    hy = kd.cube_pos_x() % per_row
+    ch = hy % chunks
+    hk = (hy // chunks) * HB + w % HB
+    h0 = hk * G + ch * HC
+    hc = kd.min(HC, G - ch * HC)  # heads of this chunk that exist
 
     # this lane's slice of the chunk's queries (heads past the chunk repeat the last: never stored)
     qv = ()
@@ -282,11 +288,10 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
         l = l2
         acc = acc2
 
-    # ---- then the planes, through shared memory
+    # ---- then the planes of each KV head, through shared memory
     msh = kd.shared(kd.f32, NP * HC)
     lsh = kd.shared(kd.f32, NP * HC)
     ash = kd.shared(kd.f32, NP * HC * DV)
-    w = kd.plane_pos()
     if lane < LPT:
         for g in kd.unroll(HC):
             if li == 0:
@@ -296,24 +301,26 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
                 for e in kd.unroll(VEC):
                     ash[(w * HC + g) * DV + (c * LPT + li) * VEC + e] = acc[g * NV + c * VEC + e]
     kd.sync_cube()
-    for e0 in range(0, HC * DV, kd.cube_units()):
+    for e0 in range(0, HB * HC * DV, kd.cube_units()):
         e = e0 + t
-        g = e // DV
+        b = e // (HC * DV)          # KV head of the block
+        g = e // DV % HC
         d = e % DV
-        if g < hc:
-            mx = msh[g]
-            for pw in kd.unroll(1, NP):
-                mx = kd.max(mx, msh[pw * HC + g])
+        if (e < HB * HC * DV) & (g < hc):
+            mx = msh[b * HC + g]
+            for pw in kd.unroll(1, PH):
+                mx = kd.max(mx, msh[(pw * HB + b) * HC + g])
             tot = kd.f32(0)
             a = kd.f32(0)
-            for pw in kd.unroll(NP):
-                f = rescale(msh[pw * HC + g], mx)
-                tot = kd.fma(lsh[pw * HC + g], f, tot)
-                a = kd.fma(ash[(pw * HC + g) * DV + d], f, a)
+            for pw in kd.unroll(PH):
+                f = rescale(msh[(pw * HB + b) * HC + g], mx)
+                tot = kd.fma(lsh[(pw * HB + b) * HC + g], f, tot)
+                a = kd.fma(ash[((pw * HB + b) * HC + g) * DV + d], f, a)
+            h = ((hy // chunks) * HB + b) * G + ch * HC + g
             if SPLIT:
-                work[r, h0 + g, sp, d] = a
+                work[r, h, sp, d] = a
                 if d == 0:
-                    work[r, h0 + g, sp, DV] = mx
-                    work[r, h0 + g, sp, DV + 1] = tot
+                    work[r, h, sp, DV] = mx
+                    work[r, h, sp, DV + 1] = tot
             else:
-                out[r, h0 + g, d] = kd.select(tot > 0.0, a / tot, kd.f32(0))
+                out[r, h, d] = kd.select(tot > 0.0, a / tot, kd.f32(0))

@@ -16,7 +16,7 @@ from .problem import (CHECKS, Problem, validate_append, validate_attention, vali
                       validate_workspace)
 from . import tuning
 from .scores import LOG2E
-from .tuning import DECODE_WAVES, auto_splits, decode_launch, launch
+from .tuning import auto_splits, decode_launch, decode_splits, launch
 from .workspace import SplitWorkspace
 
 APPEND_UNITS = 128
@@ -83,7 +83,8 @@ class DevicePlan:
         if workspace is None:
             if p.causal not in self._longest:
                 self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
-            splits = auto_splits(p, lay, self._longest[p.causal], DECODE_WAVES if kind == "decode" else 2)
+            longest = self._longest[p.causal]
+            splits = decode_splits(p, lay, longest) if kind == "decode" else auto_splits(p, lay, longest)
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
         splits = 1 if workspace is None else workspace.splits
@@ -92,7 +93,8 @@ class DevicePlan:
         if kind == "decode":
             decode_kernel[lay.grid(p, splits), lay.units(p)](
                 p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
-                lay.lanes_per_token, lay.vector, lay.tokens_per_step, p.k.shape[1], lay.prefetch, workspace is not None)
+                lay.lanes_per_token, lay.vector, lay.tokens_per_step, p.k.shape[1], lay.prefetch, lay.head_block,
+                workspace is not None)
         else:
             paged_kernel[lay.grid(p, splits), lay.units](
                 p.q, p.qp, p.k, p.kp, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.P,

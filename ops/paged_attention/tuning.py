@@ -63,14 +63,14 @@ def vector_width(p: Problem, keys, dim: int) -> int:
     return width
 
 
-def auto_splits(p: Problem, lay, longest: int, waves: int = 2) -> int:
-    """Splits for a call without a workspace: 1 (unsplit) unless rows are long and too few
-    cubes would run to fill the device `waves` times; then enough to, each split getting at
-    least TOKENS_PER_SPLIT tokens."""
+def auto_splits(p: Problem, lay: Launch, longest: int) -> int:
+    """Splits for a call of the general kernel without a workspace: 1 (unsplit) unless rows
+    are long and too few cubes would run to fill the device twice; then enough to fill it
+    twice, each split getting at least TOKENS_PER_SPLIT tokens."""
     if longest < SPLIT_MIN_TOKENS:
         return 1
     cubes = p.queries * p.Hkv * lay.chunks
-    target = waves * p.runtime.capabilities.compute_units
+    target = 2 * p.runtime.capabilities.compute_units
     if cubes >= target:
         return 1
     splits = min(MAX_SPLITS, -(-target // cubes), longest // TOKENS_PER_SPLIT)
@@ -78,12 +78,13 @@ def auto_splits(p: Problem, lay, longest: int, waves: int = 2) -> int:
 
 
 # ---------------------------------------------------------------------------- the decode kernel
-DECODE_PLANES = 8            # planes per cube
+DECODE_PLANES = 8            # planes per cube (at least one per KV head of its block)
+DECODE_HEAD_BLOCK = 8        # the most KV heads a cube reads (neighbours in each token row)
 DECODE_MAX_LANES = 16        # lanes per token row (a bf16 row of 128 is 16 lanes x 16 bytes)
 DECODE_VECTOR_BYTES = 16     # the widest access a lane makes
 DECODE_REGISTER_FLOATS = 128  # query + accumulator floats a lane may hold (HC·(D + Dv)/LPT)
 DECODE_TOKENS_PER_STEP = 2   # tokens a lane group has in flight per step
-DECODE_WAVES = 2             # automatic splits fill the device this many times
+DECODE_WAVES = 2             # automatic splits: cubes per compute unit at most
 DECODE_PREFETCH = False      # load the next step's K and V rows while this one is used
 
 
@@ -96,9 +97,10 @@ class DecodeLaunch:
     tokens_per_step: int  # U
     chunks: int  # head chunks per KV head
     prefetch: bool = False  # K/V rows loaded a step ahead
+    head_block: int = 1  # HB: KV heads per cube
 
     def grid(self, p: Problem, splits: int) -> tuple:
-        return (p.queries * p.Hkv * self.chunks, 1, splits)
+        return (p.queries * (p.Hkv // self.head_block) * self.chunks, 1, splits)
 
     def units(self, p: Problem) -> int:
         return self.planes * p.runtime.capabilities.plane_dim
@@ -128,13 +130,30 @@ def decode_launch(p: Problem) -> DecodeLaunch | None:
         return None
     chunks = -(-p.group // max(1, DECODE_REGISTER_FLOATS // per_head))
     heads = -(-p.group // chunks)
-    planes = max(1, min(DECODE_PLANES, caps.max_cube_units // caps.plane_dim))
     budget = caps.max_shared_bytes if caps.shared_memory_emulated else min(caps.max_shared_bytes, STATIC_SHARED_LIMIT)
-    while planes > 1 and 4 * planes * heads * (p.Dv + 2) > budget:
-        planes //= 2
-    if 4 * planes * heads * (p.Dv + 2) > budget:
-        return None
-    return DecodeLaunch(planes, heads, lanes, vec, DECODE_TOKENS_PER_STEP, chunks, DECODE_PREFETCH)
+    most = caps.max_cube_units // caps.plane_dim
+    block = max(b for b in range(1, min(DECODE_HEAD_BLOCK, p.Hkv, most) + 1) if p.Hkv % b == 0)
+    while True:  # planes: a multiple of the head block, as many as DECODE_PLANES, the cube and shared memory allow
+        planes = block * max(1, min(DECODE_PLANES, most) // block)
+        while planes > block and 4 * planes * heads * (p.Dv + 2) > budget:
+            planes -= block
+        if 4 * planes * heads * (p.Dv + 2) <= budget:
+            return DecodeLaunch(planes, heads, lanes, vec, DECODE_TOKENS_PER_STEP, chunks, DECODE_PREFETCH, block)
+        if block == 1:
+            return None
+        block = max(b for b in range(1, block) if p.Hkv % b == 0)
+
+
+def decode_splits(p: Problem, lay: DecodeLaunch, longest: int) -> int:
+    """Splits of the decode kernel without a workspace: as many as keep the cubes within
+    DECODE_WAVES per compute unit (rounded down: a partial extra wave costs a whole one),
+    each split getting at least TOKENS_PER_SPLIT tokens; 1 below two."""
+    if longest < SPLIT_MIN_TOKENS:
+        return 1
+    gx, gy, _ = lay.grid(p, 1)
+    splits = min(MAX_SPLITS, DECODE_WAVES * p.runtime.capabilities.compute_units // (gx * gy),
+                 longest // TOKENS_PER_SPLIT)
+    return splits if splits >= 2 else 1
 
 
 def kernel_for(p: Problem) -> str:
