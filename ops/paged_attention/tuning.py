@@ -79,7 +79,7 @@ def auto_splits(p: Problem, lay: Launch, longest: int) -> int:
 
 # ---------------------------------------------------------------------------- the decode kernel
 DECODE_PLANES = 8            # planes per cube (at least one per KV head of its block)
-DECODE_HEAD_BLOCK = 8        # the most KV heads a cube reads (neighbours in each token row)
+DECODE_HEAD_BLOCK = 2        # the most KV heads a cube reads (neighbours in each token row)
 DECODE_MAX_LANES = 16        # lanes per token row (a bf16 row of 128 is 16 lanes x 16 bytes)
 DECODE_VECTOR_BYTES = 16     # the widest access a lane makes
 DECODE_REGISTER_FLOATS = 128  # query + accumulator floats a lane may hold (HC·(D + Dv)/LPT)
