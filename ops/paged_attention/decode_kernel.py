@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .paged_kernel import split_range
+
 TAU = 8.0  # lazy rescale threshold (log2 units): probabilities stay <= 256 between rescales
 
 
@@ -187,12 +189,7 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
         for e in kd.unroll(NV):
             acc = acc + (kd.f32(0),)
 
-    s = seq_ids[r]
-    vis = lengths[s]
-    if causal != 0:
-        vis = kd.min(vis, positions[r] + 1)
-    jb = kd.i32(kd.i64(vis) * sp // splits)
-    je = kd.i32(kd.i64(vis) * (sp + 1) // splits)
+    s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
     kst = kd.i64(k.stride(1))
     vst = kd.i64(v.stride(1))
     kb = kd.i64(hk) * k.stride(2)
