@@ -13,6 +13,8 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
   GB/s counts the KV bytes each call must read once (the cache rows the queries see).
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
+--sweep (cuda): the GQA decode case on the decode kernel over launch shapes (KV heads per cube,
+lanes per token, tokens in flight, planes, split waves), to pick tuning.py's defaults.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import time
 import numpy as np
 
 import kerneldsl as kd
-from rudnn.paged_attention import DevicePlan, HostPlan
+from rudnn.paged_attention import DevicePlan, HostPlan, tuning
 
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
@@ -183,6 +185,49 @@ def bench_cuda(rt, quick, reps):
                 ["case", "shape", "ours ms", "unfused torch ms", "x unfused", "KV GB/s", "err"]))
 
 
+def sweep_decode(rt, quick, reps):
+    """The GQA decode case on the decode kernel for each (KV heads per cube, lanes per token,
+    vector bytes, tokens per step, planes, waves of the automatic split): device time and KV GB/s."""
+    torch = torch_or_none()
+    if torch is None or not torch.cuda.is_available():
+        print("\ncuda runtime present but torch has no CUDA: no sweep")
+        return
+    rng = np.random.default_rng(0)
+    B, Hq, Hkv, L, D, page = (8, 32, 8, 1024, 128, 16) if quick else (64, 32, 8, 4096, 128, 16)
+    host = decode_plan(rng, B, L, page)
+    bf = torch.bfloat16
+    kp = torch.randn(host.pages, page, Hkv, D, device="cuda", dtype=bf)
+    vp = torch.randn(host.pages, page, Hkv, D, device="cuda", dtype=bf)
+    q = torch.randn(B, Hq, D, device="cuda", dtype=bf)
+    torch.cuda.synchronize()
+    tq, tk, tv = (kd.from_dlpack(x) for x in (q, kp, vp))
+    plan = DevicePlan.upload(host, tq)
+    scale = D ** -0.5
+    ref = plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32)
+    kv = 2 * B * L * Hkv * D * 2
+    knobs = ("DECODE_HEAD_BLOCK", "DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP",
+             "DECODE_PLANES", "DECODE_WAVES")
+    shapes = [(1, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 3), (8, 16, 16, 2, 8, 4),
+              (8, 8, 16, 4, 8, 2), (8, 16, 16, 4, 8, 2), (8, 16, 16, 1, 8, 2), (8, 32, 8, 4, 8, 2),
+              (8, 32, 8, 4, 8, 3), (8, 16, 16, 2, 16, 2), (2, 16, 16, 2, 8, 2), (4, 16, 16, 2, 8, 2)]
+    saved = [getattr(tuning, n) for n in knobs]
+    rows = []
+    try:
+        for shape in shapes:
+            for n, value in zip(knobs, shape):
+                setattr(tuning, n, value)
+            t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
+            err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
+            rows.append((*shape, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
+    finally:
+        for n, value in zip(knobs, saved):
+            setattr(tuning, n, value)
+    rows.sort(key=lambda r: float(r[6]))
+    print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
+    print(table(rows, ["KV heads/cube", "lanes/token", "vector bytes", "tokens/step", "planes", "waves", "ms",
+                       "KV GB/s", "err vs default"]))
+
+
 # ------------------------------------------------------------------ cpu
 def bench_cpu(rt, quick, reps):
     torch = torch_or_none()
@@ -223,6 +268,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small shapes: a quick check that everything runs")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--sweep", action="store_true", help="cuda: the decode kernel over launch shapes")
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     args = ap.parse_args(argv)
     avail = kd.available_runtimes()
@@ -231,6 +277,8 @@ def main(argv=None):
     for name in names:
         if name.split(":")[0] not in avail:
             print(f"{name}: not available here ({avail})")
+        elif name.startswith("cuda") and args.sweep:
+            sweep_decode(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda"):
             bench_cuda(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cpu"):

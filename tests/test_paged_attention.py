@@ -256,3 +256,77 @@ def test_wide_key_loads(runtime, rng, monkeypatch, dtype):
                                    (plan["pages"], 4, 1, 8))
     out = upload(plan, ts[0]).mla(*ts, 0.2, True)
     assert_matches(out, ref.paged_mla(plan, q, qp, lat, kp, 0.2, True), dtype)
+
+
+# ---------------------------------------------------------------------------- the decode kernel, forced
+DECODE_CASES = [(4, 4, 64, 64, "f32"), (8, 2, 128, 128, "bf16"), (8, 1, 64, 64, "f16"), (6, 3, 7, 9, "f32")]
+
+
+@pytest.mark.parametrize("hq,hkv,d,dv,dtype", DECODE_CASES)
+def test_decode_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
+    """decode_kernel.py on every runtime (where tuning would not pick it too): GQA ratios 1, 2,
+    4 and 8, D 64/128 and odd, ragged lengths with an empty sequence, causal or not, unsplit
+    and split over workspaces of 2 and 5 splits."""
+    monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode")
+    plan = random_plan(rng, 4, max_len=70, prefill=3)
+    Q = len(plan["positions"])
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, dtype, (Q, hq, d), (plan["pages"], 4, hkv, d),
+                                      (plan["pages"], 4, hkv, dv))
+    dev = upload(plan, tq)
+    for causal in (True, False):
+        expected = ref.paged_attention(plan, q, k, v, 0.3, causal)
+        assert_matches(dev.attention(tq, tk, tv, 0.3, causal), expected, dtype)
+        for splits in (2, 5):
+            ws = SplitWorkspace(tq, Q, hq, dv, splits)
+            assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.3, causal, ws), expected, dtype)
+
+
+@pytest.mark.parametrize("knob,value", [("DECODE_PREFETCH", True), ("DECODE_REGISTER_FLOATS", 16),
+                                        ("DECODE_PLANES", 1), ("DECODE_PLANES", 6), ("DECODE_TOKENS_PER_STEP", 1),
+                                        ("DECODE_HEAD_BLOCK", 1)])
+def test_decode_kernel_shapes(runtime, rng, monkeypatch, knob, value):
+    """The decode kernel's other launch shapes: K/V loaded a step ahead, query heads in chunks
+    (a small register budget), one plane per KV head, three per KV head, one token a step, one
+    KV head per cube."""
+    monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode")
+    monkeypatch.setattr(tuning, knob, value)
+    plan = random_plan(rng, 16, max_len=60)
+    Q = len(plan["positions"])
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, "f32", (Q, 8, 32), (plan["pages"], 16, 2, 32),
+                                      (plan["pages"], 16, 2, 32))
+    dev = upload(plan, tq)
+    assert_matches(dev.attention(tq, tk, tv, 0.25, True), ref.paged_attention(plan, q, k, v, 0.25, True), "f32")
+    ws = SplitWorkspace(tq, Q, 8, 32, 3)
+    assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.25, False, ws),
+                   ref.paged_attention(plan, q, k, v, 0.25, False), "f32")
+
+
+def test_decode_split_choice():
+    """The decode kernel splits long rows as far as DECODE_WAVES cubes per compute unit allow
+    (rounded down), each split >= 256 tokens; enough cubes or short rows: no split."""
+    class P:
+        queries, Hkv, runtime = 64, 8, type("Rt", (), {"capabilities": type("Caps", (), {"compute_units": 132})})()
+
+    lay = tuning.DecodeLaunch(8, 4, 16, 8, 2, 1, False, 8)  # one cube per row
+    assert tuning.decode_splits(P, lay, 4096) == 4  # 64 cubes, 264 wanted: 256
+    assert tuning.decode_splits(P, lay, 300) == 1
+    P.queries = 4
+    assert tuning.decode_splits(P, lay, 4096) == 16  # 4096 / 256 tokens
+    P.queries = 512
+    assert tuning.decode_splits(P, lay, 100000) == 1
+
+
+def test_kernel_choice(runtime):
+    """Attention takes the decode kernel where units are hardware threads, the general kernel
+    where they are vector lanes (the cpu runtime); MLA never takes the decode kernel."""
+    plan = upload(dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0], positions=[4]),
+                  runtime.zeros((1, 1)))
+    q = runtime.zeros((1, 8, 64))
+    cache = runtime.zeros((2, 4, 2, 64))
+    from rudnn.paged_attention.problem import validate_attention, validate_mla
+    p = validate_attention(plan, q, cache, cache, 1.0, True)
+    want = "general" if runtime.capabilities.units_are_simd_lanes else "decode"
+    assert tuning.kernel_for(p) == want
+    lat = runtime.zeros((2, 4, 1, 64))
+    m = validate_mla(plan, q, runtime.zeros((1, 8, 8)), lat, runtime.zeros((2, 4, 1, 8)), 1.0, True)
+    assert tuning.kernel_for(m) != "decode"

@@ -8,13 +8,15 @@ import numpy as np
 import kerneldsl as kd
 
 from .append_kernel import append_kernel
+from .decode_kernel import decode_kernel
 from .host_plan import HostPlan
 from .merge_kernel import merge_kernel
 from .paged_kernel import paged_kernel
 from .problem import (CHECKS, Problem, validate_append, validate_attention, validate_mla,
                       validate_workspace)
+from . import tuning
 from .scores import LOG2E
-from .tuning import auto_splits, launch
+from .tuning import auto_splits, decode_launch, decode_splits, launch
 from .workspace import SplitWorkspace
 
 APPEND_UNITS = 128
@@ -76,20 +78,27 @@ class DevicePlan:
         out = rt.empty(p.out_shape, p.dtype)
         if p.queries == 0:
             return out
-        lay = launch(p)
+        kind = tuning.kernel_for(p)  # looked up at call time: tests force each kernel
+        lay = decode_launch(p) if kind == "decode" else launch(p)
         if workspace is None:
             if p.causal not in self._longest:
                 self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
             longest = self._longest[p.causal]
-            splits = auto_splits(p, lay, longest)
+            splits = decode_splits(p, lay, longest) if kind == "decode" else auto_splits(p, lay, longest)
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
         splits = 1 if workspace is None else workspace.splits
         work = out if workspace is None else workspace.tensor
-        paged_kernel[lay.grid(p, splits), lay.units](
-            p.q, p.qp, p.k, p.kp, p.v, self.tables, self.lengths, self.sequence_ids, self.positions, out, work,
-            p.scale * LOG2E, int(p.causal), splits, p.D, p.P, p.Dv, lay.heads, lay.heads_per_load,
-            workspace is not None, lay.key_vector, lay.rope_vector)
+        meta = (self.tables, self.lengths, self.sequence_ids, self.positions)
+        if kind == "decode":
+            decode_kernel[lay.grid(p, splits), lay.units(p)](
+                p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
+                lay.lanes_per_token, lay.vector, lay.tokens_per_step, p.k.shape[1], lay.prefetch, lay.head_block,
+                workspace is not None)
+        else:
+            paged_kernel[lay.grid(p, splits), lay.units](
+                p.q, p.qp, p.k, p.kp, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.P,
+                p.Dv, lay.heads, lay.heads_per_load, workspace is not None, lay.key_vector, lay.rope_vector)
         if workspace is not None:
             merge_kernel[(p.queries, p.Hq), MERGE_UNITS](work, out, p.Dv)
         return out

@@ -27,6 +27,17 @@ def token_row(tables, s, j, ps):
 
 
 @kd.func
+def split_range(seq_ids, lengths, positions, r, causal, sp, splits):
+    """(sequence, first token, end token) of query row r's share `sp` of `splits`: its visible
+    tokens [0, L) or, causal, [0, min(L, position + 1)), cut into near-equal contiguous parts."""
+    s = seq_ids[r]
+    vis = lengths[s]
+    if causal != 0:
+        vis = kd.min(vis, positions[r] + 1)
+    return (s, kd.i32(kd.i64(vis) * sp // splits), kd.i32(kd.i64(vis) * (sp + 1) // splits))
+
+
+@kd.func
 def dot_rows(qs, k, koff, g0, D, GC, VEC):
     """(q[g0 + i] · k[koff : koff + D] for i < GC), q in shared memory (f32); with VEC, K is read
     VEC elements per access (D and koff multiples of VEC). Locals are fresh tuples built here:
@@ -133,12 +144,7 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
             ls[g0 + t] = 0.0
     kd.sync_cube()
 
-    s = seq_ids[r]
-    vis = lengths[s]
-    if causal != 0:
-        vis = kd.min(vis, positions[r] + 1)
-    jb = kd.i32(kd.i64(vis) * sp // splits)
-    je = kd.i32(kd.i64(vis) * (sp + 1) // splits)
+    s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
     kst = kd.i64(k.stride(1))
     kpst = kd.i64(kp.stride(1))
     vst = kd.i64(v.stride(1))

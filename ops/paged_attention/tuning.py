@@ -1,6 +1,9 @@
-"""Launch shape of the paged kernel, from the problem and `runtime.capabilities` only:
-units per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group
-as fit the shared memory), heads per K/V load (GC), and whether to split long rows."""
+"""Which kernel runs a paged-attention call and its launch shape, from the problem and
+`runtime.capabilities` only. The decode kernel (decode_kernel.py: lane groups, registers,
+coalesced rows) serves attention (P = 0) wherever units are hardware threads; the general
+kernel (paged_kernel.py) serves MLA and devices whose units are vector lanes, with units
+per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
+the shared memory) and heads per K/V load (GC). Long rows split when too few cubes run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,9 +64,9 @@ def vector_width(p: Problem, keys, dim: int) -> int:
 
 
 def auto_splits(p: Problem, lay: Launch, longest: int) -> int:
-    """Splits for a call without a workspace: 1 (unsplit) unless rows are long and too few
-    cubes would run to fill the device; then enough to fill it twice, each split getting at
-    least TOKENS_PER_SPLIT tokens."""
+    """Splits for a call of the general kernel without a workspace: 1 (unsplit) unless rows
+    are long and too few cubes would run to fill the device twice; then enough to fill it
+    twice, each split getting at least TOKENS_PER_SPLIT tokens."""
     if longest < SPLIT_MIN_TOKENS:
         return 1
     cubes = p.queries * p.Hkv * lay.chunks
@@ -72,3 +75,90 @@ def auto_splits(p: Problem, lay: Launch, longest: int) -> int:
         return 1
     splits = min(MAX_SPLITS, -(-target // cubes), longest // TOKENS_PER_SPLIT)
     return splits if splits >= 2 else 1
+
+
+# ---------------------------------------------------------------------------- the decode kernel
+DECODE_PLANES = 8            # planes per cube (at least one per KV head of its block)
+DECODE_HEAD_BLOCK = 2        # the most KV heads a cube reads (neighbours in each token row)
+DECODE_MAX_LANES = 16        # lanes per token row (a bf16 row of 128 is 16 lanes x 16 bytes)
+DECODE_VECTOR_BYTES = 16     # the widest access a lane makes
+DECODE_REGISTER_FLOATS = 128  # query + accumulator floats a lane may hold (HC·(D + Dv)/LPT)
+DECODE_TOKENS_PER_STEP = 2   # tokens a lane group has in flight per step
+DECODE_WAVES = 2             # automatic splits: cubes per compute unit at most
+DECODE_PREFETCH = False      # load the next step's K and V rows while this one is used
+
+
+@dataclass(frozen=True)
+class DecodeLaunch:
+    planes: int
+    heads: int  # HC: query heads per cube
+    lanes_per_token: int  # LPT: lanes of a group reading one row
+    vector: int  # VEC: elements per access
+    tokens_per_step: int  # U
+    chunks: int  # head chunks per KV head
+    prefetch: bool = False  # K/V rows loaded a step ahead
+    head_block: int = 1  # HB: KV heads per cube
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries * (p.Hkv // self.head_block) * self.chunks, 1, splits)
+
+    def units(self, p: Problem) -> int:
+        return self.planes * p.runtime.capabilities.plane_dim
+
+
+def aligned(t, elements: int) -> bool:
+    """t's first element sits on a multiple of `elements` elements (a vector load's alignment)."""
+    raw = t.buffer.raw
+    addr = raw if isinstance(raw, int) else getattr(getattr(raw, "ctypes", None), "data", None)
+    start = t.offset * t.dtype.itemsize
+    return start % (elements * t.dtype.itemsize) == 0 and (
+        addr is None or (addr + start) % (elements * t.dtype.itemsize) == 0)
+
+
+def decode_launch(p: Problem) -> DecodeLaunch | None:
+    """The decode kernel's shape for attention problem p, or None where a lane cannot hold one
+    query head's slice of q and of the accumulator in DECODE_REGISTER_FLOATS."""
+    caps = p.runtime.capabilities
+    vec = max(1, min(8, min(caps.vector_bytes, DECODE_VECTOR_BYTES) // p.dtype.itemsize))
+    while vec > 1 and (p.D % vec or p.Dv % vec or not all(aligned(t, vec) for t in (p.q, p.k, p.v))):
+        vec //= 2
+    lanes = min(DECODE_MAX_LANES, caps.plane_dim)
+    while lanes > 1 and (p.D % (lanes * vec) or p.Dv % (lanes * vec)):
+        lanes //= 2
+    per_head = (p.D + p.Dv) // lanes
+    if per_head > DECODE_REGISTER_FLOATS:
+        return None
+    chunks = -(-p.group // max(1, DECODE_REGISTER_FLOATS // per_head))
+    heads = -(-p.group // chunks)
+    budget = caps.max_shared_bytes if caps.shared_memory_emulated else min(caps.max_shared_bytes, STATIC_SHARED_LIMIT)
+    most = caps.max_cube_units // caps.plane_dim
+    block = max(b for b in range(1, min(DECODE_HEAD_BLOCK, p.Hkv, most) + 1) if p.Hkv % b == 0)
+    while True:  # planes: a multiple of the head block, as many as DECODE_PLANES, the cube and shared memory allow
+        planes = block * max(1, min(DECODE_PLANES, most) // block)
+        while planes > block and 4 * planes * heads * (p.Dv + 2) > budget:
+            planes -= block
+        if 4 * planes * heads * (p.Dv + 2) <= budget:
+            return DecodeLaunch(planes, heads, lanes, vec, DECODE_TOKENS_PER_STEP, chunks, DECODE_PREFETCH, block)
+        if block == 1:
+            return None
+        block = max(b for b in range(1, block) if p.Hkv % b == 0)
+
+
+def decode_splits(p: Problem, lay: DecodeLaunch, longest: int) -> int:
+    """Splits of the decode kernel without a workspace: as many as keep the cubes within
+    DECODE_WAVES per compute unit (rounded down: a partial extra wave costs a whole one),
+    each split getting at least TOKENS_PER_SPLIT tokens; 1 below two."""
+    if longest < SPLIT_MIN_TOKENS:
+        return 1
+    gx, gy, _ = lay.grid(p, 1)
+    splits = min(MAX_SPLITS, DECODE_WAVES * p.runtime.capabilities.compute_units // (gx * gy),
+                 longest // TOKENS_PER_SPLIT)
+    return splits if splits >= 2 else 1
+
+
+def kernel_for(p: Problem) -> str:
+    """'decode' (decode_kernel.py) for attention where units are hardware threads and the
+    launch fits; else 'general' (paged_kernel.py)."""
+    if p.P == 0 and not p.runtime.capabilities.units_are_simd_lanes and decode_launch(p) is not None:
+        return "decode"
+    return "general"
