@@ -151,3 +151,40 @@ def test_large_frames_run_on_threads_with_room(rng, threads):
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
     finally:
         rt.threads = saved
+
+
+@kd.kernel
+def spin_rows(x: kd.Tensor[kd.f32, 2], steps: kd.i32):
+    """Each cube walks its row `steps` times: few units, long cubes."""
+    r = kd.cube_pos_x()
+    u = kd.unit_pos_x()
+    acc = x[r, u]
+    for _ in range(steps):
+        acc = acc * 0.999 + 0.001
+    x[r, u] = acc
+
+
+def test_few_units_with_long_cubes_are_spread_over_the_workers(monkeypatch):
+    """A launch too small to wake a second worker runs on one; once one of its launches took
+    longer than LONG_LAUNCH_S, the kernel's later launches use every worker."""
+    rt = kd.runtime("cpu", threads=2)
+    spread = []
+    real = type(rt)._run_on_pool
+
+    def watching(self, binary, ncubes, workers, *rest):
+        spread.append(workers)
+        return real(self, binary, ncubes, workers, *rest)
+
+    monkeypatch.setattr(type(rt), "_run_on_pool", watching)
+    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 0.0)  # every one-worker launch counts as long
+    x = rt.tensor(np.zeros((4, 8), np.float32))
+    binary_of = lambda: next(iter(spin_rows._plans.values())).binary  # noqa: E731
+    spin_rows[4, 8](x, 10)
+    assert binary_of().long_cubes
+    spread.clear()
+    spin_rows[4, 8](x, 10)
+    assert spread == [2]
+    want = np.zeros((4, 8), np.float32)
+    for _ in range(20):
+        want = want * np.float32(0.999) + np.float32(0.001)
+    np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)

@@ -15,6 +15,7 @@ import ctypes.util
 import functools
 import os
 import threading
+import time
 import weakref
 
 import llvmlite.binding as llvm
@@ -86,6 +87,7 @@ class CpuBinary:
         self.fn = _KERNEL_FN(self.address)
         self.info = info
         self.nslots = abi.total_slots(info.params)
+        self.long_cubes = False  # learned: a one-worker launch of it took over LONG_LAUNCH_S (_run_cubes)
         # per runtime parameter: its item size for a tensor, else its scalar's bit packer
         self._layout = tuple((p.dtype.itemsize, None) if isinstance(p, ir.TensorParam)
                              else (0, scalar_packer(p.dtype)) for p in info.params)
@@ -296,7 +298,8 @@ class CpuRuntime(Runtime):
         if control[0]:
             self._raise_bounds(binary.info, args() if callable(args) else args, control)
 
-    SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a second worker costs more than it saves
+    SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a second worker costs more than it saves...
+    LONG_LAUNCH_S = 1e-3  # ...unless a launch of the kernel on one worker took longer than this
     # A kernel's shared arrays, emulated fragments and per-unit variables live in its stack
     # frame. The pool's threads run frames up to this size; larger ones run on threads
     # started with a stack to fit.
@@ -309,13 +312,21 @@ class CpuRuntime(Runtime):
         launch: launcher.py), handing a one-worker launch to its `FastWorker` (handoff.py);
         another calling thread works on the launch as well."""
         workers = min(self.threads, ncubes)
-        if ncubes * binary.info.cube_units < self.SMALL_LAUNCH_UNITS:
+        if ncubes * binary.info.cube_units < self.SMALL_LAUNCH_UNITS and not binary.long_cubes:
             workers = 1
         argp = keep[0].buffer_info()[0]
         main = threading.get_ident() == _MAIN_THREAD  # (threading.current_thread() costs more)
+        learn = workers == 1 and ncubes > 1 and self.threads > 1
+        start = time.perf_counter() if learn else 0.0
         if main and workers == 1 and (self._fast is not None or self._wants_fast_worker()):
             self._run_handed_over(binary.address, argp, ncubes, control, keep)
-            return
+        else:
+            self._run_on_pool(binary, ncubes, workers, main, argp, control, keep)
+        if learn and time.perf_counter() - start > self.LONG_LAUNCH_S:
+            binary.long_cubes = True  # few units, but long cubes: spread its next launches
+
+    def _run_on_pool(self, binary: CpuBinary, ncubes: int, workers: int, main: bool, argp: int, control, keep):
+        """A launch on `workers` threads of the pool (and this one, unless it is the main thread)."""
         parts = min(ncubes, workers * 8 if ncubes >= 64 * workers else workers)
         job = CubeLaunch(binary.fn, argp, ncubes, parts, control, keep)
         pool = self._workers()
