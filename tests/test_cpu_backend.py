@@ -165,8 +165,9 @@ def spin_rows(x: kd.Tensor[kd.f32, 2], steps: kd.i32):
 
 
 def test_few_units_with_long_cubes_are_spread_over_the_workers(monkeypatch):
-    """A launch too small to wake a second worker runs on one; once one of its launches took
-    longer than LONG_LAUNCH_S, the kernel's later launches use every worker."""
+    """A launch too small to wake a second worker runs on one; once SLOW_LAUNCHES of its
+    launches took longer than LONG_LAUNCH_S, the kernel's later launches use every worker,
+    until one of them is short."""
     rt = kd.runtime("cpu", threads=2)
     spread = []
     real = type(rt)._run_on_pool
@@ -180,11 +181,18 @@ def test_few_units_with_long_cubes_are_spread_over_the_workers(monkeypatch):
     x = rt.tensor(np.zeros((4, 8), np.float32))
     binary_of = lambda: next(iter(spin_rows._plans.values())).binary  # noqa: E731
     spin_rows[4, 8](x, 10)
-    assert binary_of().long_cubes
+    spin_rows[4, 8](x, 10)
+    assert binary_of().slow_launches == 2
     spread.clear()
     spin_rows[4, 8](x, 10)
     assert spread == [2]
+    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 1e9)  # a short spread launch: back to one worker
+    spin_rows[4, 8](x, 10)
+    assert binary_of().slow_launches == 0
+    spread.clear()
+    spin_rows[4, 8](x, 10)
+    assert 2 not in spread
     want = np.zeros((4, 8), np.float32)
-    for _ in range(20):
+    for _ in range(50):
         want = want * np.float32(0.999) + np.float32(0.001)
     np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)

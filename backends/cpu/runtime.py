@@ -87,7 +87,7 @@ class CpuBinary:
         self.fn = _KERNEL_FN(self.address)
         self.info = info
         self.nslots = abi.total_slots(info.params)
-        self.long_cubes = False  # learned: a one-worker launch of it took over LONG_LAUNCH_S (_run_cubes)
+        self.slow_launches = 0  # its one-worker launches that took over LONG_LAUNCH_S (_run_cubes)
         # per runtime parameter: its item size for a tensor, else its scalar's bit packer
         self._layout = tuple((p.dtype.itemsize, None) if isinstance(p, ir.TensorParam)
                              else (0, scalar_packer(p.dtype)) for p in info.params)
@@ -224,10 +224,14 @@ class CpuRuntime(Runtime):
             t = self.empty(array.shape, as_dtype(array.dtype))
             t.buffer.readonly = readonly
             return t
-        nbytes = item + sum((n - 1) * st for n, st in zip(array.shape, array.strides))
-        raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(array.ctypes.data))
+        if array.flags.c_contiguous:  # the common case: a byte view of the same memory, made by numpy
+            raw = array.reshape(-1).view(np.uint8)
+            nbytes = raw.nbytes
+        else:
+            nbytes = item + sum((n - 1) * st for n, st in zip(array.shape, array.strides))
+            raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(array.ctypes.data))
         buf = Buffer(raw, nbytes, None, owner=array, readonly=readonly)
-        return Tensor(self, buf, array.shape, as_dtype(array.dtype), [st // item for st in array.strides], 0)
+        return Tensor._of(self, buf, array.shape, as_dtype(array.dtype), tuple(st // item for st in array.strides), 0)
 
     @staticmethod
     def _view(t, base) -> np.ndarray:
@@ -299,7 +303,8 @@ class CpuRuntime(Runtime):
             self._raise_bounds(binary.info, args() if callable(args) else args, control)
 
     SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a second worker costs more than it saves...
-    LONG_LAUNCH_S = 1e-3  # ...unless a launch of the kernel on one worker took longer than this
+    LONG_LAUNCH_S = 2e-3  # ...unless SLOW_LAUNCHES launches of the kernel on one worker took longer
+    SLOW_LAUNCHES = 2     # than this each (two: one launch can be slow for reasons of its own)
     # A kernel's shared arrays, emulated fragments and per-unit variables live in its stack
     # frame. The pool's threads run frames up to this size; larger ones run on threads
     # started with a stack to fit.
@@ -312,18 +317,23 @@ class CpuRuntime(Runtime):
         launch: launcher.py), handing a one-worker launch to its `FastWorker` (handoff.py);
         another calling thread works on the launch as well."""
         workers = min(self.threads, ncubes)
-        if ncubes * binary.info.cube_units < self.SMALL_LAUNCH_UNITS and not binary.long_cubes:
+        small = ncubes * binary.info.cube_units < self.SMALL_LAUNCH_UNITS
+        if small and binary.slow_launches < self.SLOW_LAUNCHES:
             workers = 1
         argp = keep[0].buffer_info()[0]
         main = threading.get_ident() == _MAIN_THREAD  # (threading.current_thread() costs more)
-        learn = workers == 1 and ncubes > 1 and self.threads > 1
-        start = time.perf_counter() if learn else 0.0
+        timed = small and ncubes > 1 and self.threads > 1
+        start = time.perf_counter() if timed else 0.0
         if main and workers == 1 and (self._fast is not None or self._wants_fast_worker()):
             self._run_handed_over(binary.address, argp, ncubes, control, keep)
         else:
             self._run_on_pool(binary, ncubes, workers, main, argp, control, keep)
-        if learn and time.perf_counter() - start > self.LONG_LAUNCH_S:
-            binary.long_cubes = True  # few units, but long cubes: spread its next launches
+        if timed:  # few units but long cubes: spread the kernel's launches (and back, if they were not)
+            took = time.perf_counter() - start
+            if workers == 1 and took > self.LONG_LAUNCH_S:
+                binary.slow_launches += 1
+            elif workers > 1 and took < self.LONG_LAUNCH_S / 4:
+                binary.slow_launches = 0
 
     def _run_on_pool(self, binary: CpuBinary, ncubes: int, workers: int, main: bool, argp: int, control, keep):
         """A launch on `workers` threads of the pool (and this one, unless it is the main thread)."""

@@ -61,10 +61,19 @@ def session(first: torch.Tensor) -> Iterator[object]:
 
 
 def to_kd(rt, t: OpTensor):
-    """A kd tensor on `rt` sharing `t`'s memory (strided views keep their strides); None stays None."""
+    """A kd tensor on `rt` sharing `t`'s memory (strided views keep their strides); None stays None.
+    A host tensor of a dtype numpy has goes through `Tensor.numpy()` (a view, a third of
+    DLPack's import time); the rest through DLPack."""
     if t is None:
         return None
-    return kd.from_dlpack(t.detach(), rt)
+    t = t.detach()
+    if t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES and hasattr(rt, "wrap"):
+        return rt.wrap(t.numpy())
+    return kd.from_dlpack(t, rt)
+
+
+_HOST_VIEW_DTYPES = {"f32", "f16", "f64", "i32", "i64", "u8"}
+_NUMPY_DTYPES = {torch.float32, torch.float16, torch.float64, torch.int32, torch.int64, torch.uint8, torch.bool}
 
 
 def to_kd_u32(rt, t: torch.Tensor):
@@ -73,7 +82,10 @@ def to_kd_u32(rt, t: torch.Tensor):
 
 
 def to_torch(x) -> torch.Tensor:
-    """A torch tensor sharing the kd tensor's memory; U32 comes back as int32 (same bits)."""
+    """A torch tensor sharing the kd tensor's memory; U32 comes back as int32 (same bits). Host
+    memory of a dtype numpy has goes through the runtime's `host_view` (faster than DLPack)."""
+    if x.dtype.name in _HOST_VIEW_DTYPES and hasattr(x.runtime, "host_view"):
+        return torch.from_numpy(x.runtime.host_view(x))
     y = torch.from_dlpack(x)
     return y.view(torch.int32) if y.dtype == torch.uint32 else y
 
