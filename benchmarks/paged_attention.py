@@ -19,6 +19,7 @@ lanes per token, tokens in flight, planes, split waves), to pick tuning.py's def
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -30,6 +31,9 @@ from .common import best_time, machine, median_device_time, median_torch_cuda_ti
 
 
 def torch_or_none():
+    # torch's OpenMP threads otherwise spin after each call and take the cores from the cpu
+    # runtime's workers timed next (interleaved timing; as benchmarks/ctc.py)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import torch
     except ImportError:
