@@ -32,3 +32,4 @@ def switch(name: str, default: bool) -> Callable[[], bool]:
 
 
 bounds_check = switch("KERNELDSL_BOUNDS_CHECK", False)  # bounds-checked kernels (docs/debugging.md)
+interpret = switch("KERNELDSL_INTERPRET", False)  # every launch on the interpreter runtime (docs/debugging.md)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -46,9 +45,7 @@ _int_range = launch_checks.int_range
 bounds_check_enabled = envflags.bounds_check  # whether $KERNELDSL_BOUNDS_CHECK is on (read on every launch)
 
 
-def interpret_enabled() -> bool:
-    """$KERNELDSL_INTERPRET: every launch runs on the interpreter runtime (docs/debugging.md)."""
-    return os.environ.get("KERNELDSL_INTERPRET", "0") not in ("", "0", "false", "no")
+interpret_enabled = envflags.interpret  # $KERNELDSL_INTERPRET: every launch on the interpreter runtime
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ the record instead of running the operator's Python again.
 An operator's host work (validation, plan choice, views, argument packing) depends only on
 its arguments' *layouts* — each tensor's runtime, dtype, shape, strides, offset, whether it
 is read-only and which other argument shares its memory — and on its plain arguments
-(numbers, strings, enums, dataclasses of them). `@replayable` keys a call on exactly those
+(numbers, strings, enums, dataclasses of them); the key also holds the KERNELDSL_BOUNDS_CHECK
+and KERNELDSL_INTERPRET switches. `@replayable` keys a call on exactly those
 (`call_key`); a call whose key was recorded allocates the same buffers, launches the same
 kernels with the same grids, cube shapes and scalars on tensors rebuilt at the same places
 in the new call's memory, and returns results built the same way. Nothing is validated
@@ -88,7 +89,7 @@ def call_key(args: tuple, kwargs: dict, tensors: list):
             key += [(k, _leaf_key(v, buffers, tensors)) for k, v in sorted(kwargs.items())]
     except _Unkeyed:
         return None
-    key.append(envflags.bounds_check())
+    key.append((envflags.bounds_check(), envflags.interpret()))
     return tuple(key)
 
 

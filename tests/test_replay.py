@@ -156,6 +156,16 @@ def test_bounds_checking_is_part_of_the_key(runtime, monkeypatch):
     assert calls[0] == 2
 
 
+def test_the_interpreter_switch_is_part_of_the_key(runtime, monkeypatch):
+    x = runtime.tensor(np.ones(10, np.float32))
+    scaled_twice(x)
+    monkeypatch.setenv("KERNELDSL_INTERPRET", "1")
+    calls = count_launches(monkeypatch)
+    y, _ = scaled_twice(x)  # launched again (on the interpreter), not replayed
+    np.testing.assert_array_equal(y.numpy(), np.full(10, 4.0, np.float32))
+    assert calls[0] == 2
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_operators_replayed_match_numpy(runtime, rng, dtype):
     """Family entry points called twice on new values: the replay matches the references."""
