@@ -6,7 +6,8 @@ An operator's host work (validation, plan choice, views, argument packing) depen
 its arguments' *layouts* — each tensor's runtime, dtype, shape, strides, offset, whether it
 is read-only and which other argument shares its memory — and on its plain arguments
 (numbers, strings, enums, dataclasses of them); the key also holds the KERNELDSL_BOUNDS_CHECK
-and KERNELDSL_INTERPRET switches. `@replayable` keys a call on exactly those
+switch. Under KERNELDSL_INTERPRET (a debugging mode: every launch on the interpreter) calls
+are neither recorded nor replayed. `@replayable` keys a call on exactly those
 (`call_key`); a call whose key was recorded allocates the same buffers, launches the same
 kernels with the same grids, cube shapes and scalars on tensors rebuilt at the same places
 in the new call's memory, and returns results built the same way. Nothing is validated
@@ -89,7 +90,7 @@ def call_key(args: tuple, kwargs: dict, tensors: list):
             key += [(k, _leaf_key(v, buffers, tensors)) for k, v in sorted(kwargs.items())]
     except _Unkeyed:
         return None
-    key.append((envflags.bounds_check(), envflags.interpret()))
+    key.append(envflags.bounds_check())
     return tuple(key)
 
 
@@ -254,7 +255,7 @@ def replayable(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if _local.__dict__.get("recorder") is not None or not enabled():  # inside another recorded call: it records our kernels
+        if _local.__dict__.get("recorder") is not None or not enabled() or envflags.interpret():  # inside another recorded call: it records our kernels
             return fn(*args, **kwargs)
         inputs: list = []
         key = call_key(args, kwargs, inputs)
