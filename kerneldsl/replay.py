@@ -28,18 +28,24 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import sys
 import threading
+import weakref
 
 from . import envflags
 from .tensor import Tensor
 
 FUSE_LIMIT = 1 << 20  # a replayed call whose buffers total at most this takes them as one allocation
 FUSED_ALIGN = 256  # byte alignment of each buffer inside a fused allocation (what allocations give)
+SPARE_LIMIT = 16 << 20  # bytes of fused buffers records may hold for reuse, all records together
 MAX_RECORDS = 256  # records kept per operator (oldest dropped first): shapes of one model repeat
 _PLAIN = (int, float, bool, str, bytes, type(None))
 
 _local = threading.local()  # .recorder: the Recording of this thread's outermost replayable call
 _records: list = []  # every operator's records and refusals (for clear())
+_SPARE_LOCK = threading.Lock()
+_SPARES: "weakref.WeakSet[Program]" = weakref.WeakSet()  # records holding a spare buffer
+_spare_bytes = 0
 
 
 enabled = envflags.switch("KERNELDSL_REPLAY", True)
@@ -48,8 +54,21 @@ enabled.__doc__ = "$KERNELDSL_REPLAY is not off (read at each call: tests and us
 
 def clear() -> None:
     """Forget every recorded call (the next call of each layout runs the operator again)."""
+    release_spares()
     for r in _records:
         r.clear()
+
+
+def release_spares(runtime=None) -> None:
+    """Give back the fused buffers records hold for reuse (of one runtime, or all):
+    `Runtime.empty_cache` calls it before returning cached memory to the driver."""
+    global _spare_bytes
+    with _SPARE_LOCK:
+        for program in list(_SPARES):
+            if program.spare is not None and (runtime is None or program.fused[0] is runtime):
+                _spare_bytes -= program.fused[1]
+                program.spare = None
+                _SPARES.discard(program)
 
 
 def active():
@@ -172,7 +191,7 @@ class Recording:
 class Program:
     """A recorded call: allocate, then run the steps, then build the result."""
 
-    __slots__ = ("allocations", "steps", "result", "fused")
+    __slots__ = ("allocations", "steps", "result", "fused", "spare", "__weakref__")
 
     def __init__(self, allocations: tuple, steps: tuple, result):
         self.allocations = allocations
@@ -189,11 +208,37 @@ class Program:
                 total += -(-max(nbytes, 1) // FUSED_ALIGN) * FUSED_ALIGN
             if total <= FUSE_LIMIT:
                 self.fused = (allocations[0][0], total, tuple(bases))
+        self.spare = None  # the last call's fused buffer, reused once nothing else holds it
+
+    def _reuse(self, rt):
+        """The last call's fused buffer if its results are all gone and it was used on this
+        stream only (the stream orders the new work after the old, as the allocator's own
+        reuse does); else None."""
+        with _SPARE_LOCK:
+            buffer = self.spare
+            if buffer is None or sys.getrefcount(buffer) > 3:  # self.spare, `buffer`, the argument
+                return None
+            stream = rt._stream_local.__dict__.get("current") or rt._default_stream
+            if buffer.stream is not stream or buffer.used_streams:
+                return None
+            return buffer  # (still the spare: free again once this call's results are gone)
+
+    def _keep(self, buffer, nbytes: int) -> None:
+        """Hold `buffer` for reuse by the next call (within SPARE_LIMIT bytes for all records)."""
+        global _spare_bytes
+        with _SPARE_LOCK:
+            if self.spare is None and _spare_bytes + nbytes <= SPARE_LIMIT:
+                self.spare = buffer
+                _spare_bytes += nbytes
+                _SPARES.add(self)
 
     def run(self, inputs: list):
         if self.fused is not None:
             rt, total, bases = self.fused
-            whole = rt.allocate(total)
+            whole = self._reuse(rt) if self.spare is not None else None
+            if whole is None:
+                whole = rt.allocate(total)
+                self._keep(whole, total)
             buffers = [(whole, base) for base in bases]
         else:
             buffers = [(rt.allocate(nbytes), 0) for rt, nbytes in self.allocations]

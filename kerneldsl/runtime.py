@@ -387,7 +387,9 @@ class Runtime:
 
     def empty_cache(self) -> int:
         """Wait for every stream, then return the allocator's wholly free segments to the
-        driver (live tensors keep theirs); the number of bytes released."""
+        driver (live tensors keep theirs); the number of bytes released. Buffers that
+        replayed calls keep for reuse are given back first (kerneldsl/replay.py)."""
+        replay.release_spares(self)
         self.synchronize()
         return self.pool.empty_cache()
 

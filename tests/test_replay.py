@@ -259,3 +259,24 @@ def test_family_entry_points_replay_what_running_them_gives(runtime, rng, monkey
         want = direct if isinstance(direct, tuple) else (direct,)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+
+
+def test_a_replay_reuses_the_memory_of_results_that_are_gone_and_no_other(runtime, rng):
+    """A small replayed call keeps its fused buffer: the next call reuses it only once the
+    earlier results are gone, so results held at once never share memory."""
+    g = runtime.tensor(np.ones(16, np.float32))
+    xs = [rng.standard_normal((3, 16)).astype(np.float32) for _ in range(4)]
+    N.layer_norm(runtime.tensor(xs[0]), g)
+    held = [N.layer_norm(runtime.tensor(x), g) for x in xs]  # all alive together
+    assert len({id(t.buffer) for t in held}) == len(held)
+    for x, t in zip(xs, held):
+        want = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5)
+    del held
+    x = runtime.tensor(xs[0])
+    before = runtime.memory_stats()["allocation.all.allocated"]
+    for _ in range(20):
+        N.layer_norm(x, g).numpy()
+    assert runtime.memory_stats()["allocation.all.allocated"] - before < 10
+    runtime.empty_cache()  # gives the kept buffers back
+    assert all(p.spare is None for p in N.layer_norm.replay_records.values())
