@@ -45,6 +45,7 @@ class _FailingOnce:
 
 def test_pool_frees_its_cache_and_retries_once(runtime):
     pool = runtime.pool
+    runtime.empty_cache()  # earlier tests' cached segments (partly live ones too) out of the way
     cached = [runtime.empty(12 << 20, "u8") for _ in range(3)]
     del cached  # three 12 MiB segments now sit wholly free in the cache
     before = runtime.memory_stats()

@@ -67,7 +67,7 @@ def to_kd(rt, t: OpTensor):
     if t is None:
         return None
     t = t.detach()
-    if t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES and hasattr(rt, "wrap"):
+    if not t.is_cuda and t.dtype in _NUMPY_DTYPES and hasattr(rt, "wrap"):  # (rt's memory is host memory)
         return rt.wrap(t.numpy())
     return kd.from_dlpack(t, rt)
 
