@@ -8,6 +8,8 @@ one launch into a `PreparedLaunch`; `run(refs)` launches it with tensor argument
 `Runtime.launch`; a runtime whose argument packing is costly overrides `prepare_launch` to
 pack everything once and patch only the data addresses (the cpu and cuda runtimes).
 The grid is the checked three-axis grid; it is never empty (empty launches are not prepared).
+`Runtime.join_launches` may turn consecutive prepared launches into one that issues them
+together (the cuda runtime: one native call for all of them).
 """
 from __future__ import annotations
 

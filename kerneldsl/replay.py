@@ -195,7 +195,7 @@ class Program:
 
     def __init__(self, allocations: tuple, steps: tuple, result):
         self.allocations = allocations
-        self.steps = steps
+        self.steps = _joined(steps)
         self.result = result
         # small calls on one runtime take all their memory as one allocation (each costs µs of
         # Python): the runtime, the total and each buffer's byte offset in it
@@ -263,6 +263,35 @@ class Program:
                 t = _tensor(step[1], inputs, buffers)
                 t.runtime._fill_zero(t)
         return _build(self.result, inputs, buffers)
+
+
+def _joined(steps: tuple) -> tuple:
+    """The steps with each run of consecutive prepared launches on one runtime joined into one
+    where the runtime can issue them together (`Runtime.join_launches`)."""
+    out: list = []
+    group: list = []
+
+    def flush():
+        if len(group) > 1:
+            joined = group[0][1].runtime.join_launches([step[1] for step in group])
+            if joined is not None:
+                out.append(("run", joined, tuple(ref for step in group for ref in step[2])))
+                group.clear()
+                return
+        out.extend(group)
+        group.clear()
+
+    for step in steps:
+        if step[0] == "run" and (not group or step[1].runtime is group[0][1].runtime):
+            group.append(step)
+            continue
+        flush()
+        if step[0] == "run":
+            group.append(step)
+        else:
+            out.append(step)
+    flush()
+    return tuple(out)
 
 
 def _tensor(spec: tuple, inputs: list, buffers: list) -> Tensor:

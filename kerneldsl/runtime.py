@@ -241,6 +241,12 @@ class Runtime:
         other memory (prepared.py); `grid` and `block` are checked three-axis tuples."""
         return PreparedLaunch(self, binary, grid, block, args)
 
+    def join_launches(self, launches: list) -> "PreparedLaunch | None":
+        """Hook: one prepared launch that runs `launches` (this runtime's, in order) with their
+        refs concatenated, where issuing them together costs less than one by one; None (the
+        default) where it does not."""
+        return None
+
     # ---------------------------------------------------------------- kernel load pipeline
     source_ext = "txt"  # file extension of generated sources under $KERNELDSL_DUMP
 

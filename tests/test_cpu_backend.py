@@ -196,3 +196,55 @@ def test_few_units_with_long_cubes_are_spread_over_the_workers(monkeypatch):
     for _ in range(50):
         want = want * np.float32(0.999) + np.float32(0.001)
     np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)
+
+
+@kd.kernel
+def scale_by(x: kd.Tensor[kd.f32, 1], y: kd.Tensor[kd.f32, 1], s: kd.f32, n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        y[i] = x[i] * s
+
+
+def _three_scalings(x):
+    """y = x·2·3·5 through two scratch tensors: three launches a call."""
+    n, rt = x.shape[0], x.runtime
+    a, b, y = rt.empty((n,), kd.f32), rt.empty((n,), kd.f32), rt.empty((n,), kd.f32)
+    scale_by[(n + 63) // 64, 64](x, a, 2.0, n)
+    scale_by[(n + 63) // 64, 64](a, b, 3.0, n)
+    scale_by[(n + 63) // 64, 64](b, y, 5.0, n)
+    return y
+
+
+def test_a_replayed_launch_sequence_is_handed_over_once(monkeypatch):
+    """A replayed call's consecutive one-worker launches go to the fast worker in one handoff
+    (handoff.py's kd_run_sequence), in order; a sequence that took long runs one by one."""
+    from kerneldsl import replay
+    from kerneldsl.backends.cpu.runtime import CpuLaunchSequence
+    rt = kd.runtime("cpu", threads=2)
+    op = replay.replayable(_three_scalings)
+    handoffs = []
+    real = type(rt)._run_handed_over
+
+    def counting(self, *args):
+        handoffs.append(args[2])  # the handed-over launch's cube count (a sequence: its launches)
+        return real(self, *args)
+
+    monkeypatch.setattr(type(rt), "_run_handed_over", counting)
+    monkeypatch.setattr(rt, "FAST_WORKER_AFTER", 0, raising=False)
+    rng = np.random.default_rng(3)
+    op(rt.tensor(np.ones(100, np.float32)))  # recorded
+    (program,) = op.replay_records.values()
+    (step,) = [s for s in program.steps if s[0] == "run"]
+    assert isinstance(step[1], CpuLaunchSequence) and len(step[1].launches) == 3
+    for _ in range(3):
+        x = rng.standard_normal(100).astype(np.float32)
+        handoffs.clear()
+        y = op(rt.tensor(x))
+        np.testing.assert_allclose(y.numpy(), x * np.float32(30.0), rtol=1e-6)
+        assert handoffs == [3]  # one handoff of the three launches
+    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 0.0)  # the sequence counts as long: one by one from now on
+    op(rt.tensor(np.ones(100, np.float32)))
+    handoffs.clear()
+    x = rng.standard_normal(100).astype(np.float32)
+    np.testing.assert_allclose(op(rt.tensor(x)).numpy(), x * np.float32(30.0), rtol=1e-6)
+    assert not step[1].joined and 3 not in handoffs  # launched one by one (those counted long then spread)

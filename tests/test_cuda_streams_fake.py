@@ -137,6 +137,7 @@ def make_runtime() -> "cuda_rt.CudaRuntime":
     rt.index, rt.context, rt._local = 0, None, threading.local()
     Runtime.__init__(rt, "cuda", for_arch("sm_90"))
     rt._errbuf = None
+    rt._native = None  # launches through the fake's cuLaunchKernel (no native launcher for a fake driver)
     return rt
 
 
@@ -318,3 +319,33 @@ def test_launches_go_to_the_current_stream_and_record_it_on_their_memory(fake):
         rt.launch(binary, (1, 1, 1), (32, 1, 1), [x])
     assert fake.calls[-1] == ("cuLaunchKernel", (s.handle,))
     assert binary.slots[0] == x.buffer.raw and x.buffer.streams() == [rt.default_stream(), s]
+
+
+def test_launches_through_the_native_launcher_and_joined_replays(fake):
+    """With a native launcher (here on a stand-in cuLaunchKernel) a launch passes the current
+    stream and the data address, and a replayed call's consecutive launches are joined into
+    one native call whose launches keep their order."""
+    from kerneldsl.backends.cuda import launcher
+    from test_cuda_launcher import FakeLaunch
+    stand_in = FakeLaunch()
+    rt = make_runtime()
+    rt._native = launcher.NativeLauncher(stand_in.address)
+    x, y = rt.zeros(8), rt.zeros(8)
+    param = types.SimpleNamespace(name="x", index=0)
+    kir = types.SimpleNamespace(name="k", params=[param], bounds_check=False)
+    slots, params, params_ptr = cuda_rt.parameter_block(1)
+    binary = types.SimpleNamespace(info=kir, args=[types.SimpleNamespace(kind="data", param=param)],
+                                   plan=(("data", 0, None, None),), lock=threading.Lock(), slots=slots,
+                                   function=0x77, dynamic_shared=0, params_ptr=params_ptr,
+                                   descriptor=launcher.descriptor(0x77, (1, 1, 1), (1, 1, 1), 0, params_ptr))
+    binary.descriptor_ptr = binary.descriptor.buffer_info()[0]
+    s = rt.stream()
+    with rt.use_stream(s):
+        rt.launch(binary, (3, 1, 1), (32, 1, 1), [x])
+    assert stand_in.calls == [(0x77, (3, 1, 1), (32, 1, 1), 0, s.handle, x.buffer.raw, None)]
+    first, second = (rt.prepare_launch(binary, (n, 1, 1), (64, 1, 1), [x]) for n in (1, 2))
+    joined = rt.join_launches([first, second])
+    stand_in.calls.clear()
+    joined.run([(y.buffer, 4), (x.buffer, 8)])
+    assert stand_in.calls == [(0x77, (1, 1, 1), (64, 1, 1), 0, rt.default_stream().handle, y.buffer.raw + 4, None),
+                              (0x77, (2, 1, 1), (64, 1, 1), 0, rt.default_stream().handle, x.buffer.raw + 8, None)]

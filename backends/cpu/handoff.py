@@ -118,6 +118,32 @@ ran:
   br label %idle
 }}
 
+; a launch sequence as one handed-over "kernel": entries [start, end) of the table at %table,
+; each three words (fn, argp, ncubes), run in order as fn(argp, 0, ncubes)
+define void @kd_run_sequence(i64 %table, i64 %start, i64 %end) {{
+entry:
+  %t = inttoptr i64 %table to i64*
+  br label %loop
+loop:
+  %i = phi i64 [%start, %entry], [%i1, %body]
+  %more = icmp slt i64 %i, %end
+  br i1 %more, label %body, label %done
+body:
+  %at = mul i64 %i, 3
+  %fp = getelementptr i64, i64* %t, i64 %at
+  %fn = load i64, i64* %fp, align 8
+  %ap = getelementptr i64, i64* %fp, i64 1
+  %argp = load i64, i64* %ap, align 8
+  %np = getelementptr i64, i64* %fp, i64 2
+  %n = load i64, i64* %np, align 8
+  %f = inttoptr i64 %fn to void (i64, i64, i64)*
+  call void %f(i64 %argp, i64 0, i64 %n)
+  %i1 = add i64 %i, 1
+  br label %loop
+done:
+  ret void
+}}
+
 ; main thread: post launch `seq`, then poll up to `spins` times for it to be done (1) or not (0)
 define i64 @kd_post_wait(i64* %mail, i64 %seq, i64 %spins) {{
 entry:
@@ -169,6 +195,7 @@ class _Native:
         self.post_wait = _MAIL_FN(address("kd_post_wait"))
         self.wait = _MAIL_FN(address("kd_wait"))
         self.sleep_check = _CHECK_FN(address("kd_sleep_check"))
+        self.run_sequence = address("kd_run_sequence")  # handed over as a kernel (CpuLaunchSequence)
         self.polls_per_s = self._calibrate()
 
     def _calibrate(self) -> float:

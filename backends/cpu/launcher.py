@@ -109,6 +109,7 @@ class CubeWorkers:
             if job is None:
                 return
             job.run()
+            del job  # (held until the next job came, it kept the finished launch's buffers alive)
 
     def submit(self, job: CubeLaunch, copies: int):
         """Let `copies` threads work on `job` (each takes chunks until none is left)."""

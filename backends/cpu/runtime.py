@@ -33,6 +33,7 @@ from kerneldsl.tensor import Tensor
 from . import abi, compiler
 from .abi import CANCEL_SLOT, CONTROL_SLOTS
 from .handoff import FastWorker
+from .handoff import native as native_helpers
 from .launcher import GRACE_S, CubeLaunch, CubeWorkers, run_on_threads
 from .capabilities import DEFAULT_PLANE_DIM, capabilities
 
@@ -140,6 +141,49 @@ class CpuPreparedLaunch(PreparedLaunch):
             words[word] = data_address(buffer.raw) + byte
         self.runtime._execute(self.binary, self.ncubes, array.array("Q", words), control,
                               lambda: self.arguments(refs))
+
+
+class CpuLaunchSequence:
+    """Consecutive prepared launches (`Runtime.join_launches`) handed to the fast worker as one
+    when each is a one-worker launch: handoff.py's `kd_run_sequence` runs their kernels in
+    order, one handoff for all. Otherwise (another thread, a launch for several workers, no
+    fast worker yet), or for good once the sequence took long enough that one of its kernels
+    may want every worker (`CpuRuntime._run_cubes`), the launches run one by one."""
+
+    __slots__ = ("runtime", "launches", "counts", "joined")
+
+    def __init__(self, runtime, launches: list):
+        self.runtime = runtime
+        self.launches = launches
+        self.counts = tuple(len(p.addresses) for p in launches)  # refs per launch
+        self.joined = all(p.ncubes * p.binary.info.cube_units < runtime.SMALL_LAUNCH_UNITS
+                          and p.binary.frame_bytes <= runtime.CALLER_FRAME_LIMIT for p in launches)
+
+    def run(self, refs) -> None:
+        rt = self.runtime
+        if (self.joined and rt._fast is not None and threading.get_ident() == _MAIN_THREAD
+                and all(p.binary.slow_launches < rt.SLOW_LAUNCHES for p in self.launches)):
+            control = array.array("q", _NO_CONTROL)
+            table, packs, k = array.array("Q"), [], 0
+            for p, n in zip(self.launches, self.counts):
+                words = p.words.copy()
+                words[3] = control.buffer_info()[0]
+                for word, (buffer, byte) in zip(p.addresses, refs[k:k + n]):
+                    words[word] = data_address(buffer.raw) + byte
+                k += n
+                packed = array.array("Q", words)
+                packs.append(packed)
+                table.extend((p.binary.address, packed.buffer_info()[0], p.ncubes))
+            start = time.perf_counter()
+            rt._run_handed_over(native_helpers().run_sequence, table.buffer_info()[0], len(self.launches), control,
+                                (table, packs, control))
+            if time.perf_counter() - start > rt.LONG_LAUNCH_S:
+                self.joined = False
+            return
+        k = 0
+        for p, n in zip(self.launches, self.counts):
+            p.run(refs[k:k + n])
+            k += n
 
 
 @functools.lru_cache(maxsize=None)
@@ -290,6 +334,12 @@ class CpuRuntime(Runtime):
 
     def prepare_launch(self, binary: CpuBinary, grid, block, args):
         return CpuPreparedLaunch(self, binary, grid, block, args)
+
+    def join_launches(self, launches: list):
+        if len(launches) < 2 or not all(type(p) is CpuPreparedLaunch and not p.binary.info.bounds_check
+                                        for p in launches):
+            return None
+        return CpuLaunchSequence(self, launches)
 
     def _execute(self, binary: CpuBinary, ncubes: int, slots, control, args):
         """Run the cubes of a packed launch, then raise the bounds error it recorded, if any

@@ -19,12 +19,12 @@ import numpy as np
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import launch_args_from_json, scalar_packer
 from kerneldsl.prepared import PreparedLaunch
-from kerneldsl import interop
+from kerneldsl import envflags, interop
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
 from kerneldsl.streams import Event, Stream
 from kerneldsl.tensor import Tensor
 
-from . import compiler, dlpack
+from . import compiler, dlpack, launcher
 from .capabilities import from_device, sm_of
 from .compile_only import CudaPipeline
 
@@ -91,6 +91,9 @@ class CudaBinary:
         self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
                            scalar_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
         self.slots, self.params, self.params_ptr = parameter_block(len(self.args))  # refilled under the lock
+        # the native launcher's descriptor (launcher.py): its grid words are written per launch
+        self.descriptor = launcher.descriptor(int(function), (1, 1, 1), (1, 1, 1), self.dynamic_shared, self.params_ptr)
+        self.descriptor_ptr = self.descriptor.buffer_info()[0]
         self.lock = threading.Lock()
 
 
@@ -208,6 +211,9 @@ class CudaRuntime(CudaPipeline, Runtime):
         self._enter()
         super().__init__("cuda" if index == 0 else f"cuda:{index}", caps)
         self._errbuf = None
+        # launches through the JIT'd native launcher (launcher.py), or cuda-python's call where
+        # there is none or $KERNELDSL_CUDA_NATIVE_LAUNCH is off
+        self._native = launcher.get(driver) if envflags.switch("KERNELDSL_CUDA_NATIVE_LAUNCH", True)() else None
 
     @property
     def device_key(self):
@@ -436,9 +442,18 @@ class CudaRuntime(CudaPipeline, Runtime):
                     slots[i] = _slot_value(kir, kind, v, axis, packer)
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
             # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
-            result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                           binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
-            if result[0] != driver.CUresult.CUDA_SUCCESS:  # (the message is formatted only on failure)
+            native = self._native
+            if native is not None:
+                desc = binary.descriptor
+                desc[1], desc[2], desc[3], desc[4], desc[5], desc[6] = *grid, *block
+                code = native.launch_all(binary.descriptor_ptr, 1, stream.handle)
+                result = (driver.CUresult(code & 0xFFFFFFFF),) if code else None
+            else:
+                result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1],
+                                               block[2], binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
+                if result[0] == driver.CUresult.CUDA_SUCCESS:
+                    result = None
+            if result is not None:  # (the message is formatted only on failure)
                 _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
         if kir.bounds_check:
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
@@ -449,6 +464,11 @@ class CudaRuntime(CudaPipeline, Runtime):
         if any(kind == "errbuf" for kind, _, _, _ in binary.plan):  # bounds-checked: the general path
             return PreparedLaunch(self, binary, grid, block, args)
         return CudaPreparedLaunch(self, binary, grid, block, args)
+
+    def join_launches(self, launches: list):
+        if self._native is None or len(launches) < 2 or not all(type(p) is CudaPreparedLaunch for p in launches):
+            return None
+        return CudaLaunchSequence(self, launches)
 
 
 def _slot_value(kir, kind: str, v, axis: int, packer) -> int:
@@ -468,7 +488,8 @@ class CudaPreparedLaunch(PreparedLaunch):
     """A cuda launch with its own parameter block, filled once (kerneldsl/prepared.py): `run`
     writes each tensor's data address and launches on the current stream."""
 
-    __slots__ = ("slots", "params", "params_ptr", "data", "lock", "driver", "dims", "success")
+    __slots__ = ("slots", "params", "params_ptr", "data", "lock", "driver", "dims", "success", "native",
+                 "descriptor", "descriptor_ptr")
 
     def __init__(self, runtime, binary: CudaBinary, grid, block, args):
         super().__init__(runtime, binary, grid, block, args)
@@ -484,6 +505,9 @@ class CudaPreparedLaunch(PreparedLaunch):
         self.driver = _driver()
         self.dims = (binary.function, *grid, *block, binary.dynamic_shared)
         self.success = self.driver.CUresult.CUDA_SUCCESS
+        self.native = runtime._native
+        self.descriptor = launcher.descriptor(int(binary.function), grid, block, binary.dynamic_shared, self.params_ptr)
+        self.descriptor_ptr = self.descriptor.buffer_info()[0]
 
     def run(self, refs) -> None:
         rt = self.runtime
@@ -498,9 +522,53 @@ class CudaPreparedLaunch(PreparedLaunch):
                 if buffer.stream is not stream:
                     buffer.record_stream(stream)
                 slots[i] = buffer.raw + byte
-            result = self.driver.cuLaunchKernel(*self.dims, stream.cu, self.params_ptr, 0)
-        if result[0] != self.success:
-            _check(result, f"launching {self.binary.info.name} (grid {self.grid}, block {self.block})", LaunchError)
+            if self.native is not None:
+                code = self.native.launch_all(self.descriptor_ptr, 1, stream.handle)
+                if not code:
+                    return
+                result = (self.driver.CUresult(code & 0xFFFFFFFF),)
+            else:
+                result = self.driver.cuLaunchKernel(*self.dims, stream.cu, self.params_ptr, 0)
+                if result[0] == self.success:
+                    return
+        _check(result, f"launching {self.binary.info.name} (grid {self.grid}, block {self.block})", LaunchError)
+
+
+class CudaLaunchSequence:
+    """Consecutive prepared launches issued by one native call (launcher.py): `run(refs)` takes
+    the launches' refs one after the other, writes every data address, then launches them all
+    in order on the current stream."""
+
+    __slots__ = ("runtime", "launches", "patches", "descriptors", "descriptors_ptr", "lock")
+
+    def __init__(self, runtime, launches: list):
+        self.runtime = runtime
+        self.launches = launches
+        self.patches = tuple((p.slots, i) for p in launches for i in p.data)  # per ref: its slot
+        self.descriptors = array.array("Q")
+        for p in launches:
+            self.descriptors.extend(p.descriptor)
+        self.descriptors_ptr = self.descriptors.buffer_info()[0]
+        self.lock = threading.Lock()
+
+    def run(self, refs) -> None:
+        rt = self.runtime
+        if not rt._local.__dict__.get("entered"):
+            rt._enter()
+        stream = rt._stream_local.__dict__.get("current")
+        if stream is None:
+            stream = rt._default_stream
+        with self.lock:
+            for (slots, i), (buffer, byte) in zip(self.patches, refs):
+                if buffer.stream is not stream:
+                    buffer.record_stream(stream)
+                slots[i] = buffer.raw + byte
+            code = rt._native.launch_all(self.descriptors_ptr, len(self.launches), stream.handle)
+        if code:
+            index, result = launcher.failure(code)
+            p = self.launches[index]
+            _check((p.driver.CUresult(result),), f"launching {p.binary.info.name} (grid {p.grid}, block {p.block})",
+                   LaunchError)
 
 
 def available() -> bool:
