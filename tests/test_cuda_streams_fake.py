@@ -321,10 +321,10 @@ def test_launches_go_to_the_current_stream_and_record_it_on_their_memory(fake):
     assert binary.slots[0] == x.buffer.raw and x.buffer.streams() == [rt.default_stream(), s]
 
 
-def test_launches_through_the_native_launcher_and_joined_replays(fake):
-    """With a native launcher (here on a stand-in cuLaunchKernel) a launch passes the current
-    stream and the data address, and a replayed call's consecutive launches are joined into
-    one native call whose launches keep their order."""
+def test_joined_replay_launches_go_through_the_native_launcher(fake):
+    """With a native launcher (here on a stand-in cuLaunchKernel) a replayed call's consecutive
+    launches are joined into one native call that passes the current stream and each launch's
+    data addresses, launches in order."""
     from kerneldsl.backends.cuda import launcher
     from test_cuda_launcher import FakeLaunch
     stand_in = FakeLaunch()
@@ -333,19 +333,15 @@ def test_launches_through_the_native_launcher_and_joined_replays(fake):
     x, y = rt.zeros(8), rt.zeros(8)
     param = types.SimpleNamespace(name="x", index=0)
     kir = types.SimpleNamespace(name="k", params=[param], bounds_check=False)
-    slots, params, params_ptr = cuda_rt.parameter_block(1)
     binary = types.SimpleNamespace(info=kir, args=[types.SimpleNamespace(kind="data", param=param)],
-                                   plan=(("data", 0, None, None),), lock=threading.Lock(), slots=slots,
-                                   function=0x77, dynamic_shared=0, params_ptr=params_ptr,
-                                   descriptor=launcher.descriptor(0x77, (1, 1, 1), (1, 1, 1), 0, params_ptr))
-    binary.descriptor_ptr = binary.descriptor.buffer_info()[0]
-    s = rt.stream()
-    with rt.use_stream(s):
-        rt.launch(binary, (3, 1, 1), (32, 1, 1), [x])
-    assert stand_in.calls == [(0x77, (3, 1, 1), (32, 1, 1), 0, s.handle, x.buffer.raw, None)]
+                                   plan=(("data", 0, None, None),), function=0x77, dynamic_shared=0)
     first, second = (rt.prepare_launch(binary, (n, 1, 1), (64, 1, 1), [x]) for n in (1, 2))
     joined = rt.join_launches([first, second])
-    stand_in.calls.clear()
-    joined.run([(y.buffer, 4), (x.buffer, 8)])
-    assert stand_in.calls == [(0x77, (1, 1, 1), (64, 1, 1), 0, rt.default_stream().handle, y.buffer.raw + 4, None),
-                              (0x77, (2, 1, 1), (64, 1, 1), 0, rt.default_stream().handle, x.buffer.raw + 8, None)]
+    s = rt.stream()
+    with rt.use_stream(s):
+        joined.run([(y.buffer, 4), (x.buffer, 8)])
+    assert stand_in.calls == [(0x77, (1, 1, 1), (64, 1, 1), 0, s.handle, y.buffer.raw + 4, None),
+                              (0x77, (2, 1, 1), (64, 1, 1), 0, s.handle, x.buffer.raw + 8, None)]
+    assert y.buffer.streams() == [rt.default_stream(), s]
+    rt._native = None  # no native launcher: launches stay one by one
+    assert rt.join_launches([first, second]) is None

@@ -91,9 +91,6 @@ class CudaBinary:
         self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
                            scalar_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
         self.slots, self.params, self.params_ptr = parameter_block(len(self.args))  # refilled under the lock
-        # the native launcher's descriptor (launcher.py): its grid words are written per launch
-        self.descriptor = launcher.descriptor(int(function), (1, 1, 1), (1, 1, 1), self.dynamic_shared, self.params_ptr)
-        self.descriptor_ptr = self.descriptor.buffer_info()[0]
         self.lock = threading.Lock()
 
 
@@ -211,8 +208,9 @@ class CudaRuntime(CudaPipeline, Runtime):
         self._enter()
         super().__init__("cuda" if index == 0 else f"cuda:{index}", caps)
         self._errbuf = None
-        # launches through the JIT'd native launcher (launcher.py), or cuda-python's call where
-        # there is none or $KERNELDSL_CUDA_NATIVE_LAUNCH is off
+        # the JIT'd native launcher (launcher.py) that issues a replay's joined launches in one
+        # call; None (each launch through cuda-python) where there is none or
+        # $KERNELDSL_CUDA_NATIVE_LAUNCH is off
         self._native = launcher.get(driver) if envflags.switch("KERNELDSL_CUDA_NATIVE_LAUNCH", True)() else None
 
     @property
@@ -442,18 +440,9 @@ class CudaRuntime(CudaPipeline, Runtime):
                     slots[i] = _slot_value(kir, kind, v, axis, packer)
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
             # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
-            native = self._native
-            if native is not None:
-                desc = binary.descriptor
-                desc[1], desc[2], desc[3], desc[4], desc[5], desc[6] = *grid, *block
-                code = native.launch_all(binary.descriptor_ptr, 1, stream.handle)
-                result = (driver.CUresult(code & 0xFFFFFFFF),) if code else None
-            else:
-                result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1],
-                                               block[2], binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
-                if result[0] == driver.CUresult.CUDA_SUCCESS:
-                    result = None
-            if result is not None:  # (the message is formatted only on failure)
+            result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                           binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
+            if result[0] != driver.CUresult.CUDA_SUCCESS:  # (the message is formatted only on failure)
                 _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
         if kir.bounds_check:
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
@@ -488,8 +477,7 @@ class CudaPreparedLaunch(PreparedLaunch):
     """A cuda launch with its own parameter block, filled once (kerneldsl/prepared.py): `run`
     writes each tensor's data address and launches on the current stream."""
 
-    __slots__ = ("slots", "params", "params_ptr", "data", "lock", "driver", "dims", "success", "native",
-                 "descriptor", "descriptor_ptr")
+    __slots__ = ("slots", "params", "params_ptr", "data", "lock", "driver", "dims", "success", "descriptor")
 
     def __init__(self, runtime, binary: CudaBinary, grid, block, args):
         super().__init__(runtime, binary, grid, block, args)
@@ -505,9 +493,9 @@ class CudaPreparedLaunch(PreparedLaunch):
         self.driver = _driver()
         self.dims = (binary.function, *grid, *block, binary.dynamic_shared)
         self.success = self.driver.CUresult.CUDA_SUCCESS
-        self.native = runtime._native
+        # its words in a joined sequence's native call (CudaLaunchSequence; a lone launch goes
+        # through cuda-python: the H200 host measured both at 5.3 µs a prepared launch)
         self.descriptor = launcher.descriptor(int(binary.function), grid, block, binary.dynamic_shared, self.params_ptr)
-        self.descriptor_ptr = self.descriptor.buffer_info()[0]
 
     def run(self, refs) -> None:
         rt = self.runtime
@@ -522,16 +510,9 @@ class CudaPreparedLaunch(PreparedLaunch):
                 if buffer.stream is not stream:
                     buffer.record_stream(stream)
                 slots[i] = buffer.raw + byte
-            if self.native is not None:
-                code = self.native.launch_all(self.descriptor_ptr, 1, stream.handle)
-                if not code:
-                    return
-                result = (self.driver.CUresult(code & 0xFFFFFFFF),)
-            else:
-                result = self.driver.cuLaunchKernel(*self.dims, stream.cu, self.params_ptr, 0)
-                if result[0] == self.success:
-                    return
-        _check(result, f"launching {self.binary.info.name} (grid {self.grid}, block {self.block})", LaunchError)
+            result = self.driver.cuLaunchKernel(*self.dims, stream.cu, self.params_ptr, 0)
+        if result[0] != self.success:
+            _check(result, f"launching {self.binary.info.name} (grid {self.grid}, block {self.block})", LaunchError)
 
 
 class CudaLaunchSequence:
