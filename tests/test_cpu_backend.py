@@ -242,9 +242,17 @@ def test_a_replayed_launch_sequence_is_handed_over_once(monkeypatch):
         y = op(rt.tensor(x))
         np.testing.assert_allclose(y.numpy(), x * np.float32(30.0), rtol=1e-6)
         assert handoffs == [3]  # one handoff of the three launches
-    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 0.0)  # the sequence counts as long: one by one from now on
+    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 0.0)  # every run counts as long
     op(rt.tensor(np.ones(100, np.float32)))
+    assert step[1].joined  # one long run can be a hiccup
+    op(rt.tensor(np.ones(100, np.float32)))
+    assert not step[1].joined  # two in a row: one by one from now on
     handoffs.clear()
     x = rng.standard_normal(100).astype(np.float32)
     np.testing.assert_allclose(op(rt.tensor(x)).numpy(), x * np.float32(30.0), rtol=1e-6)
-    assert not step[1].joined and 3 not in handoffs  # launched one by one (those counted long then spread)
+    assert 3 not in handoffs  # launched one by one (those counted long then spread)
+    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 1e9)  # a short run one by one: joined again
+    for b in {p.binary for p in step[1].launches}:
+        b.slow_launches = 0
+    op(rt.tensor(x))
+    assert step[1].joined

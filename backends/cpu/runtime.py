@@ -147,43 +147,54 @@ class CpuLaunchSequence:
     """Consecutive prepared launches (`Runtime.join_launches`) handed to the fast worker as one
     when each is a one-worker launch: handoff.py's `kd_run_sequence` runs their kernels in
     order, one handoff for all. Otherwise (another thread, a launch for several workers, no
-    fast worker yet), or for good once the sequence took long enough that one of its kernels
-    may want every worker (`CpuRuntime._run_cubes`), the launches run one by one."""
+    fast worker yet) the launches run one by one; so they do while the sequence is *long*:
+    once SLOW_LAUNCHES joined runs in a row took over LONG_LAUNCH_S (one of its kernels may
+    want every worker, `CpuRuntime._run_cubes`), until a run one by one is short again."""
 
-    __slots__ = ("runtime", "launches", "counts", "joined")
+    __slots__ = ("runtime", "launches", "counts", "small", "slow")
 
     def __init__(self, runtime, launches: list):
         self.runtime = runtime
         self.launches = launches
         self.counts = tuple(len(p.addresses) for p in launches)  # refs per launch
-        self.joined = all(p.ncubes * p.binary.info.cube_units < runtime.SMALL_LAUNCH_UNITS
-                          and p.binary.frame_bytes <= runtime.CALLER_FRAME_LIMIT for p in launches)
+        self.small = all(p.ncubes * p.binary.info.cube_units < runtime.SMALL_LAUNCH_UNITS
+                         and p.binary.frame_bytes <= runtime.CALLER_FRAME_LIMIT for p in launches)
+        self.slow = 0  # joined runs in a row that took long
+
+    @property
+    def joined(self) -> bool:
+        """Whether the next run (from the main thread, with a fast worker) is handed over as one."""
+        return self.small and self.slow < self.runtime.SLOW_LAUNCHES
 
     def run(self, refs) -> None:
         rt = self.runtime
+        start = time.perf_counter()
         if (self.joined and rt._fast is not None and threading.get_ident() == _MAIN_THREAD
                 and all(p.binary.slow_launches < rt.SLOW_LAUNCHES for p in self.launches)):
-            control = array.array("q", _NO_CONTROL)
-            table, packs, k = array.array("Q"), [], 0
-            for p, n in zip(self.launches, self.counts):
-                words = p.words.copy()
-                words[3] = control.buffer_info()[0]
-                for word, (buffer, byte) in zip(p.addresses, refs[k:k + n]):
-                    words[word] = data_address(buffer.raw) + byte
-                k += n
-                packed = array.array("Q", words)
-                packs.append(packed)
-                table.extend((p.binary.address, packed.buffer_info()[0], p.ncubes))
-            start = time.perf_counter()
-            rt._run_handed_over(native_helpers().run_sequence, table.buffer_info()[0], len(self.launches), control,
-                                (table, packs, control))
-            if time.perf_counter() - start > rt.LONG_LAUNCH_S:
-                self.joined = False
+            self._hand_over(refs)
+            self.slow = self.slow + 1 if time.perf_counter() - start > rt.LONG_LAUNCH_S else 0
             return
         k = 0
         for p, n in zip(self.launches, self.counts):
             p.run(refs[k:k + n])
             k += n
+        if self.slow and time.perf_counter() - start < rt.LONG_LAUNCH_S / 4:
+            self.slow = 0  # short again: join from the next run
+
+    def _hand_over(self, refs) -> None:
+        control = array.array("q", _NO_CONTROL)
+        table, packs, k = array.array("Q"), [], 0
+        for p, n in zip(self.launches, self.counts):
+            words = p.words.copy()
+            words[3] = control.buffer_info()[0]
+            for word, (buffer, byte) in zip(p.addresses, refs[k:k + n]):
+                words[word] = data_address(buffer.raw) + byte
+            k += n
+            packed = array.array("Q", words)
+            packs.append(packed)
+            table.extend((p.binary.address, packed.buffer_info()[0], p.ncubes))
+        self.runtime._run_handed_over(native_helpers().run_sequence, table.buffer_info()[0], len(self.launches),
+                                      control, (table, packs, control))
 
 
 @functools.lru_cache(maxsize=None)
