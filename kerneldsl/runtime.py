@@ -422,7 +422,9 @@ class Runtime:
         return t
 
     def _fill_zero(self, t: Tensor):
-        self._upload(t.buffer, 0, np.zeros(t.size * t.dtype.itemsize, np.uint8))
+        """Zero a contiguous tensor's elements (which need not start its buffer: a replayed
+        call's tensors lie inside one fused allocation)."""
+        self._upload(t.buffer, t.offset * t.dtype.itemsize, np.zeros(t.size * t.dtype.itemsize, np.uint8))
 
     def tensor(self, array, dtype=None) -> Tensor:
         """Upload a host array (anything numpy accepts) as a new contiguous tensor."""

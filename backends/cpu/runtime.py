@@ -266,7 +266,8 @@ class CpuRuntime(Runtime):
         return buffer.raw[byte_offset:byte_offset + nbytes]
 
     def _fill_zero(self, t):
-        t.buffer.raw[: t.size * t.dtype.itemsize] = 0
+        start = t.offset * t.dtype.itemsize  # (a replay's tensors lie inside one fused buffer)
+        t.buffer.raw[start:start + t.size * t.dtype.itemsize] = 0
 
     def wrap(self, array: np.ndarray):
         """A tensor sharing `array`'s memory (no copy); used by DLPack import. A read-only

@@ -255,7 +255,7 @@ class OpenCLRuntime(Runtime):
         if n:
             stream = self.current_stream()
             t.buffer.record_stream(stream)
-            self._cl.enqueue_fill_buffer(stream.queue, t.buffer.raw, np.uint8(0), 0, n)
+            self._cl.enqueue_fill_buffer(stream.queue, t.buffer.raw, np.uint8(0), t.offset * t.dtype.itemsize, n)
 
     def _wait(self, event, host=None, stream=None):
         """Wait for `event` of `stream` (default: the current stream). While kernels may be

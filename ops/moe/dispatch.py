@@ -7,6 +7,7 @@ its slots' rows and weights listed in ascending expert-id order. Every
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from . import dispatch_kernels as dk
 from .problem import CHECKS, check_dispatch_input, check_tensor
@@ -74,25 +75,37 @@ class DispatchedTokens:
         if expert_output.dtype is not self._values.dtype:
             CHECKS.fail(f"expert_output must have the dtype of the dispatched values "
                         f"({self._values.dtype.name.upper()}), got {expert_output.dtype.name.upper()}")
-        T, W = self.plan.tokens(), expert_output.shape[1]
-        out = self.runtime.empty((T, W), expert_output.dtype)
-        if T == 0 or W == 0:
-            return out
-        dk.combine_rows[T, _units_for(W)](expert_output, self._pair_rows, self._pair_weights, out, self.plan.top_k())
-        return out
+        return _combine(expert_output, self._pair_rows, self._pair_weights, self.plan.tokens(), self.plan.top_k())
 
     def __repr__(self):
         return (f"DispatchedTokens(rows={self.rows()}, hidden={self._values.shape[1]}, "
                 f"experts={self.plan.experts()}, runtime={self.runtime.name!r})")
 
 
+@replayable
+def _combine(expert_output: kd.Tensor, pair_rows: kd.Tensor, pair_weights: kd.Tensor, T: int, k: int) -> kd.Tensor:
+    """`DispatchedTokens.combine` of a checked expert_output: [T, W], each token's k rows weighed."""
+    W = expert_output.shape[1]
+    out = expert_output.runtime.empty((T, W), expert_output.dtype)
+    if T == 0 or W == 0:
+        return out
+    dk.combine_rows[T, _units_for(W)](expert_output, pair_rows, pair_weights, out, k)
+    return out
+
+
 def dispatch(plan, input: kd.Tensor) -> DispatchedTokens:  # noqa: A002
     """Group the rows of `input` [T, H] by expert, one row per (token, slot)."""
     check_dispatch_input(input, plan)
-    rt = plan.runtime
+    return DispatchedTokens(plan, *_dispatch(input, plan.expert_indices(), plan.weights(), plan.experts()))
+
+
+@replayable
+def _dispatch(input: kd.Tensor, ids: kd.Tensor, weights: kd.Tensor, E: int) -> tuple:  # noqa: A002
+    """(values, row_experts, offsets, pair_rows, pair_weights) of `dispatch` for a checked input
+    and a plan's ids and weights [T, top_k] over E experts."""
+    rt = input.runtime
     T, H = input.shape
-    k, E = plan.top_k(), plan.experts()
-    R = T * k
+    R = T * ids.shape[1]
     values = rt.empty((R, H), input.dtype)
     row_experts = rt.empty((R,), kd.u32)
     pair_rows = rt.empty((R,), kd.u32)
@@ -100,11 +113,9 @@ def dispatch(plan, input: kd.Tensor) -> DispatchedTokens:  # noqa: A002
     counts = rt.zeros((E,), kd.u32)
     offsets = rt.zeros((E + 1,), kd.u32)
     if R == 0:
-        return DispatchedTokens(plan, values, row_experts, offsets, pair_rows, pair_weights)
-    ids = plan.expert_indices()
+        return values, row_experts, offsets, pair_rows, pair_weights
     rank = rt.empty((R,), kd.u32)
     dk.count_experts[-(-R // COUNT_UNITS), COUNT_UNITS](ids, counts, rank, R)
     exclusive_scan[1, SCAN_UNITS](counts, offsets, E, False, 1)
-    dk.place_rows[T, _units_for(H)](input, ids, plan.weights(), rank, offsets, values, row_experts, pair_rows,
-                                    pair_weights)
-    return DispatchedTokens(plan, values, row_experts, offsets, pair_rows, pair_weights)
+    dk.place_rows[T, _units_for(H)](input, ids, weights, rank, offsets, values, row_experts, pair_rows, pair_weights)
+    return values, row_experts, offsets, pair_rows, pair_weights
