@@ -152,6 +152,63 @@ def test_matrix_sweep_only_where_native(runtime):
     assert not matrix_sweep(caps, kd.bf16, 128, 128, 48)
 
 
+@pytest.mark.feature("gated_delta: planes kernel")
+@pytest.mark.parametrize("B,H,T,K,V,dtype", [(2, 3, 0, 20, 24, "f32"), (2, 3, 1, 20, 24, "bf16"), (1, 2, 3, 9, 33, "f32"),
+                                             (3, 1, 3, 40, 6, "f16"), (1, 2, 3, 33, 7, "f32"), (1, 1, 2, 300, 4, "f32")])
+def test_planes_kernel(runtime, rng, monkeypatch, launches, B, H, T, K, V, dtype):
+    """The K-rows-across-lanes kernel (recurrent_planes.py), which the entry point takes only
+    where plane sums are hardware instructions, forced here on every runtime: T 0/1/3, K ≠ V,
+    K not a multiple of the plane (rows past K), K beyond 8 rows a lane (fewer columns a
+    plane), V narrower than a plane's columns, and 4-, 2- and 1-wide column accesses."""
+    from rudnn import gated_delta as package
+    monkeypatch.setattr(package, "prefer_planes", lambda caps: True)
+    a = arrays(rng, B=B, H=H, T=T, K=K, V=V, dtype=dtype)
+    out, state = run(runtime, a)
+    if T:
+        check((out, state), a, dtype=dtype)
+    else:
+        assert out.shape == (B, H, 0, V) and np.array_equal(state, a[5])
+    assert set(launches) - {"_strided_copy"} == ({"gated_delta_recurrent_planes"} if T else set())
+
+
+@pytest.mark.feature("gated_delta: planes kernel")
+def test_planes_kernel_unaligned_state(runtime, rng, monkeypatch):
+    """An initial_state starting one element past a vector boundary: the planes kernel reads
+    and writes its columns one at a time, with the same result."""
+    from rudnn import gated_delta as package
+    from rudnn.gated_delta.tuning import plane_tiling
+    monkeypatch.setattr(package, "prefer_planes", lambda caps: True)
+    a = arrays(rng, B=1, H=2, T=5, K=12, V=16)
+    flat = runtime.tensor(np.concatenate([[0.0], a[5].reshape(-1)]).astype(np.float32))
+    s0 = flat[1:].reshape(a[5].shape)
+    assert s0.offset == 1
+    assert plane_tiling(runtime.capabilities, 12, 16, lambda w: s0.offset % w == 0).width == 1
+    res = gated_delta_rule(GatedDeltaInput(*(runtime.tensor(x) for x in a[:5]), s0, SCALE))
+    check((res.output.numpy(), res.final_state.numpy()), a)
+
+
+def test_plane_tiling_fits_registers(runtime):
+    """A lane of the planes kernel holds at most PLANE_STATE_FLOATS state values; its accesses
+    are as wide as V and the alignment allow; a K too tall for one column a lane gives None
+    (the row-group kernel runs it); the choice reads capabilities only."""
+    from rudnn.gated_delta.tuning import PLANE_COLUMNS, PLANE_STATE_FLOATS, plane_tiling, prefer_planes
+    caps = runtime.capabilities
+    lanes = caps.plane_dim
+    for K, V in ((128, 128), (256, 128), (20, 24), (9, 33), (40, 6), (500, 64)):
+        til = plane_tiling(caps, K, V, lambda w: True)
+        cols = til.width * til.vectors
+        assert -(-K // lanes) * cols <= PLANE_STATE_FLOATS and V % til.width == 0
+        assert til.columns == til.planes * cols
+    wide = plane_tiling(caps, 128, 128, lambda w: True)
+    cols = wide.width * wide.vectors
+    assert cols == min(PLANE_COLUMNS, PLANE_STATE_FLOATS // -(-128 // lanes))
+    assert wide.width == min(cols, caps.vector_bytes // 4)
+    narrow = plane_tiling(caps, 128, 128, lambda w: w <= 2)
+    assert narrow.width == min(2, wide.width) and narrow.width * narrow.vectors == cols
+    assert plane_tiling(caps, PLANE_STATE_FLOATS * lanes + 1, 8, lambda w: True) is None
+    assert prefer_planes(caps) == (caps.native_plane_ops and not caps.units_are_simd_lanes)
+
+
 # ---------------------------------------------------------------------------- errors
 @pytest.fixture
 def launches(monkeypatch):

@@ -3,9 +3,13 @@ capabilities only (no back end named)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 ROWS_PER_UNIT = 16   # state rows a unit of the recurrent kernel holds in registers (at most)
 TILE_COLUMNS = 32    # value columns per cube (a plane's width of coalesced state accesses)
+PLANE_COLUMNS = 8    # value columns a plane of the planes kernel owns (32 bytes of each F32 state row)
+PLANE_STATE_FLOATS = 64  # state values a lane of the planes kernel may hold in registers (at most)
+CUBE_PLANES = 4      # planes of a planes-kernel cube (adjacent column groups of one (b, h))
 SWEEP_UNITS = 256    # units of a chunk-sweep cube
 PREPARE_UNITS = 128  # units of a chunk-prepare cube
 
@@ -43,6 +47,49 @@ def recurrent_tiling(caps, K: int, V: int) -> Tiling:
     while bv * ks > caps.max_cube_units and bv > 1:
         bv //= 2
     return Tiling(bv, ks, -(-K // ks))
+
+
+@dataclass(frozen=True)
+class PlaneTiling:
+    """The planes kernel (recurrent_planes.py): cubes of `planes` planes, each over
+    width·vectors value columns read `width` columns (one access) at a time."""
+
+    planes: int
+    width: int
+    vectors: int
+
+    @property
+    def columns(self) -> int:
+        return self.planes * self.width * self.vectors
+
+    def grid(self, V: int, heads: int) -> int:
+        """One-dimensional: the tiles of one (b, h) adjacent."""
+        return -(-V // self.columns) * heads
+
+
+def prefer_planes(caps) -> bool:
+    """The recurrence runs with K rows across a plane's lanes (recurrent_planes.py) where plane
+    sums are hardware instructions and units are threads; on SIMD-lane units (each plane sum
+    a pass over the cube) and emulated planes the row-group kernel (recurrent.py) stays."""
+    return caps.native_plane_ops and not caps.units_are_simd_lanes
+
+
+def plane_tiling(caps, K: int, V: int, aligned: Callable[[int], bool]) -> PlaneTiling | None:
+    """Column groups of PLANE_COLUMNS (fewer for a narrow V, or for a tall K so a lane holds at
+    most PLANE_STATE_FLOATS state values), read in vectors as wide as the device prefers that
+    divide V and that `aligned(width)` allows for every tensor read or written in columns; None
+    where even one column a lane is too many rows."""
+    rows = -(-K // caps.plane_dim)
+    cols = _columns(min(V, PLANE_COLUMNS))
+    while cols > 1 and rows * cols > PLANE_STATE_FLOATS:
+        cols //= 2
+    if rows * cols > PLANE_STATE_FLOATS:
+        return None
+    width = min(cols, max(1, caps.vector_bytes // 4))
+    while width > 1 and (V % width or not aligned(width)):
+        width //= 2
+    planes = max(1, min(CUBE_PLANES, caps.max_cube_units // caps.plane_dim, -(-V // cols)))
+    return PlaneTiling(planes, width, cols // width)
 
 
 def sweep_shared_bytes(K: int, C: int, bv: int) -> int:
