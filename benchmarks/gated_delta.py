@@ -190,18 +190,21 @@ def bench_cuda(rt, quick, reps):
 # ------------------------------------------------------------------------------ recurrent shapes
 RECURRENT_SHAPES = [("decode", 256, 16, 1, 128, 128), ("decode T4", 64, 16, 4, 128, 128),
                     ("recurrent T1024", 4, 16, 1024, 128, 128)]
-PLANE_TILINGS = [(4, 4, 2), (1, 4, 2), (2, 4, 2), (8, 4, 2), (4, 4, 1), (4, 2, 4), (4, 1, 8)]  # (planes, width, vectors)
+PLANE_TILINGS = [(4, 4, 2, 1), (1, 4, 2, 1), (4, 4, 1, 4), (2, 4, 1, 4), (1, 4, 1, 4), (8, 4, 1, 4), (4, 4, 1, 2),
+                 (4, 4, 2, 2)]  # (planes, width, vectors, lanes a row)
 
 
 def bench_recurrent_kernels(rt, reps):
     """Each recurrent kernel on the GPU shapes (bf16): the row-group kernel (recurrent.py) and the
-    planes kernel (recurrent_planes.py) over PLANE_TILINGS, device time and state TB/s, each
+    planes kernel (recurrent_planes.py) as chosen and over PLANE_TILINGS, with and without the
+    prefetch of the next token, device time and state TB/s, each
     output against the row-group kernel's (max |diff|)."""
     from rudnn import gated_delta as package
     from rudnn.gated_delta.tuning import PlaneTiling
     real = package.prefer_planes, package.plane_tiling
-    variants = [("row groups", False, None)] + [(f"planes P{p} W{w} NV{n}", True, PlaneTiling(p, w, n))
-                                                for p, w, n in PLANE_TILINGS]
+    variants = [("row groups", False, None), ("planes (chosen)", True, None)]
+    variants += [(f"planes P{p} W{w} NV{n} LC{c}{' pre' if pre else ''}", True, PlaneTiling(p, w, n, c, pre))
+                 for p, w, n, c in PLANE_TILINGS for pre in (False, True)]
     rows = []
     try:
         for kind, B, H, T, K, V in RECURRENT_SHAPES:
@@ -211,7 +214,7 @@ def bench_recurrent_kernels(rt, reps):
             base = None
             for name, planes, til in variants:
                 package.prefer_planes = lambda caps, planes=planes: planes  # noqa: E731
-                package.plane_tiling = lambda caps, K, V, aligned, til=til: til  # noqa: E731
+                package.plane_tiling = (lambda caps, K, V, T, aligned, til=til: til) if til else real[1]
                 kd.replay.clear()
                 t = median_device_time(rt, lambda: gated_delta_rule(inp), reps)
                 out = gated_delta_rule(inp).output.numpy().astype(np.float32)

@@ -153,15 +153,20 @@ def test_matrix_sweep_only_where_native(runtime):
 
 
 @pytest.mark.feature("gated_delta: planes kernel")
+@pytest.mark.parametrize("layout", [1, 2], ids=["decode-layout", "tokens-layout"])
 @pytest.mark.parametrize("B,H,T,K,V,dtype", [(2, 3, 0, 20, 24, "f32"), (2, 3, 1, 20, 24, "bf16"), (1, 2, 3, 9, 33, "f32"),
                                              (3, 1, 3, 40, 6, "f16"), (1, 2, 3, 33, 7, "f32"), (1, 1, 2, 300, 4, "f32")])
-def test_planes_kernel(runtime, rng, monkeypatch, launches, B, H, T, K, V, dtype):
+def test_planes_kernel(runtime, rng, monkeypatch, launches, layout, B, H, T, K, V, dtype):
     """The K-rows-across-lanes kernel (recurrent_planes.py), which the entry point takes only
-    where plane sums are hardware instructions, forced here on every runtime: T 0/1/3, K ≠ V,
-    K not a multiple of the plane (rows past K), K beyond 8 rows a lane (fewer columns a
-    plane), V narrower than a plane's columns, and 4-, 2- and 1-wide column accesses."""
+    where plane shuffles are hardware instructions, forced here on every runtime in both its
+    shapes (one token: several lanes a row; several: a lane a row, the next token read
+    early), whatever T is: T 0/1/3, K ≠ V, K not a multiple of the rows a plane covers, K
+    beyond a lane's registers at full width (fewer columns or lanes), V narrower than a
+    plane's columns, and 4-, 2- and 1-wide column accesses."""
     from rudnn import gated_delta as package
+    real = package.plane_tiling
     monkeypatch.setattr(package, "prefer_planes", lambda caps: True)
+    monkeypatch.setattr(package, "plane_tiling", lambda caps, K, V, T, aligned: real(caps, K, V, layout, aligned))
     a = arrays(rng, B=B, H=H, T=T, K=K, V=V, dtype=dtype)
     out, state = run(runtime, a)
     if T:
@@ -182,31 +187,42 @@ def test_planes_kernel_unaligned_state(runtime, rng, monkeypatch):
     flat = runtime.tensor(np.concatenate([[0.0], a[5].reshape(-1)]).astype(np.float32))
     s0 = flat[1:].reshape(a[5].shape)
     assert s0.offset == 1
-    assert plane_tiling(runtime.capabilities, 12, 16, lambda w: s0.offset % w == 0).width == 1
+    assert plane_tiling(runtime.capabilities, 12, 16, 5, lambda w: s0.offset % w == 0).width == 1
     res = gated_delta_rule(GatedDeltaInput(*(runtime.tensor(x) for x in a[:5]), s0, SCALE))
     check((res.output.numpy(), res.final_state.numpy()), a)
 
 
 def test_plane_tiling_fits_registers(runtime):
     """A lane of the planes kernel holds at most PLANE_STATE_FLOATS state values; its accesses
-    are as wide as V and the alignment allow; a K too tall for one column a lane gives None
-    (the row-group kernel runs it); the choice reads capabilities only."""
-    from rudnn.gated_delta.tuning import PLANE_COLUMNS, PLANE_STATE_FLOATS, plane_tiling, prefer_planes
+    are as wide as V and the alignment allow; one token puts several lanes on a row (at most a
+    line a row an access), several tokens one lane a row and a prefetch; a K too tall for one
+    column a lane gives None (the row-group kernel runs it); the choice reads capabilities only."""
+    from rudnn.gated_delta.tuning import (LINE_BYTES, PLANE_STATE_FLOATS, PlaneTiling, plane_tiling,
+                                          prefer_planes)
     caps = runtime.capabilities
-    lanes = caps.plane_dim
-    for K, V in ((128, 128), (256, 128), (20, 24), (9, 33), (40, 6), (500, 64)):
-        til = plane_tiling(caps, K, V, lambda w: True)
-        cols = til.width * til.vectors
-        assert -(-K // lanes) * cols <= PLANE_STATE_FLOATS and V % til.width == 0
-        assert til.columns == til.planes * cols
-    wide = plane_tiling(caps, 128, 128, lambda w: True)
-    cols = wide.width * wide.vectors
-    assert cols == min(PLANE_COLUMNS, PLANE_STATE_FLOATS // -(-128 // lanes))
-    assert wide.width == min(cols, caps.vector_bytes // 4)
-    narrow = plane_tiling(caps, 128, 128, lambda w: w <= 2)
-    assert narrow.width == min(2, wide.width) and narrow.width * narrow.vectors == cols
-    assert plane_tiling(caps, PLANE_STATE_FLOATS * lanes + 1, 8, lambda w: True) is None
+    pd = caps.plane_dim
+    for T in (1, 5):
+        for K, V in ((128, 128), (256, 128), (20, 24), (9, 33), (40, 6), (500, 64)):
+            til = plane_tiling(caps, K, V, T, lambda w: True)
+            cols = til.width * til.vectors
+            assert pd % til.lanes == 0 and -(-K // (pd // til.lanes)) * cols <= PLANE_STATE_FLOATS
+            assert V % til.width == 0 and til.width <= 8 and til.columns == til.planes * til.lanes * cols and til.prefetch == (T > 1)
+            assert til.lanes * til.width * 4 <= LINE_BYTES and (T == 1 or til.lanes == 1)
+        narrow = plane_tiling(caps, 128, 128, T, lambda w: w <= 2)
+        assert narrow.width == min(2, plane_tiling(caps, 128, 128, T, lambda w: True).width)
+        assert plane_tiling(caps, PLANE_STATE_FLOATS * pd + 1, 8, T, lambda w: True) is None
     assert prefer_planes(caps) == (caps.native_plane_ops and not caps.units_are_simd_lanes)
+
+
+def test_plane_tiling_on_a_gpu_record():
+    """The shapes the H200 runs (an sm_90 capabilities record, no device needed): decode with 4
+    lanes a row of 16-byte accesses (64 bytes of a row an access, 16 rows a lane), several
+    tokens with a lane a row of 8 columns."""
+    from kerneldsl.backends.cuda.capabilities import for_arch
+    from rudnn.gated_delta.tuning import PlaneTiling, plane_tiling
+    caps = for_arch("sm_90")
+    assert plane_tiling(caps, 128, 128, 1, lambda w: True) == PlaneTiling(4, 4, 1, 4, False)
+    assert plane_tiling(caps, 128, 128, 2, lambda w: True) == PlaneTiling(4, 4, 2, 1, True)
 
 
 # ---------------------------------------------------------------------------- errors

@@ -45,12 +45,12 @@ def gated_delta_rule(input: GatedDeltaInput) -> GatedDeltaOutput:  # noqa: A002
     if p.T == 0:
         return GatedDeltaOutput(out, p.s0.clone())
     caps = p.runtime.capabilities
-    planes = plane_tiling(caps, p.K, p.V, lambda w: all(aligned(t, w) for t in (p.v, p.s0, out, final))
+    planes = plane_tiling(caps, p.K, p.V, p.T, lambda w: all(aligned(t, w) for t in (p.v, p.s0, out, final))
                           ) if prefer_planes(caps) else None
     if planes is not None:
         gated_delta_recurrent_planes[planes.grid(p.V, p.B * p.H), planes.planes * p.runtime.plane_dim](
             p.q, p.k, p.v, p.beta, p.g, p.s0, out, final, p.T, p.scale, p.K, p.V, planes.width, planes.vectors,
-            planes.planes)
+            planes.lanes, planes.planes, planes.prefetch)
         return GatedDeltaOutput(out, final)
     til = recurrent_tiling(caps, p.K, p.V)
     gated_delta_recurrent[til.grid(p.V, p.B * p.H), til.block](

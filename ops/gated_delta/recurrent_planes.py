@@ -53,18 +53,32 @@ def store_cols(x, off, t, W):
         kd.store_vec(x, off, kd.cast(kd.make_vec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]), x.dtype))
 
 
+def log2(n: int) -> int:
+    """log₂ of a power of two (run at compile time on constants)."""
+    return n.bit_length() - 1
+
+
 @kd.func
-def load_token(q, k, v, beta, g, tok, lane, c0, K, V, W, NV, RK):
+def rows_sum(x, LC):
+    """x summed over the lanes of this lane's column group (lanes equal modulo LC), given to each."""
+    for m in kd.unroll(log2(kd.PLANE_DIM // LC)):
+        x = x + kd.plane_shuffle_xor(x, LC << m)
+    return x
+
+
+@kd.func
+def load_token(q, k, v, beta, g, tok, rl, c0, K, V, W, NV, LC, RK):
     """Token `tok`'s inputs as this lane uses them: (e^g, β, its RK k and q rows (0 past K),
-    the plane's C values of v (clamped columns: in bounds, stored only where valid))."""
+    its W·NV values of v (clamped columns: in bounds, stored only where valid))."""
     d = kd.exp(g[tok])
     bt = kd.f32(beta[tok])
     kbase = tok * K
+    LR = kd.PLANE_DIM // LC
     kk = ()
     qq = ()
     for r in kd.unroll(RK):
-        row = lane + kd.PLANE_DIM * r
-        if K % kd.PLANE_DIM == 0:
+        row = rl + LR * r
+        if K % LR == 0:
             kk = kk + (kd.f32(k[kbase + row]),)
             qq = qq + (kd.f32(q[kbase + row]),)
         else:
@@ -72,7 +86,7 @@ def load_token(q, k, v, beta, g, tok, lane, c0, K, V, W, NV, RK):
             qq = qq + (kd.select(row < K, kd.f32(q[kbase + kd.min(row, K - 1)]), kd.f32(0)),)
     vv = ()
     for n in kd.unroll(NV):
-        vv = vv + load_f32(v, tok * V + kd.min(c0 + n * W, V - W), W)
+        vv = vv + load_f32(v, tok * V + kd.min(c0 + n * LC * W, V - W), W)
     return d, bt, kk, qq, vv
 
 
@@ -81,36 +95,46 @@ def gated_delta_recurrent_planes(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta:
                                  g: kd.Tensor[kd.f32], s0: kd.Tensor[kd.f32], out: kd.Tensor,
                                  s1: kd.Tensor[kd.f32], T: kd.i32, scale: kd.f32,
                                  K: kd.Const[int], V: kd.Const[int], W: kd.Const[int], NV: kd.Const[int],
-                                 P: kd.Const[int]):
-    """out[bh, t, cols] and s1[bh, :, cols] for the plane's C = W·NV columns (V a multiple of W;
-    the grid is one-dimensional, the column tiles of one (b, h) adjacent)."""
+                                 LC: kd.Const[int], P: kd.Const[int], PREFETCH: kd.Const[bool]):
+    """out[bh, t, cols] and s1[bh, :, cols] for the plane's LC·W·NV columns (V a multiple of W,
+    LC a power of two dividing PLANE_DIM; the grid is one-dimensional, the column tiles of one
+    (b, h) adjacent). Lane (rl, cl) = (lane // LC, lane % LC) holds rows rl + (PLANE_DIM/LC)·r
+    and, for n < NV, the W columns from c0 + n·LC·W: the LC lanes of a row read LC·W adjacent
+    columns in one access each."""
     C = W * NV
-    RK = (K + kd.PLANE_DIM - 1) // kd.PLANE_DIM
-    tiles = (V + P * C - 1) // (P * C)
+    LR = kd.PLANE_DIM // LC
+    RK = (K + LR - 1) // LR
+    tile = P * LC * C
+    tiles = (V + tile - 1) // tile
     lane = kd.lane_pos()
+    rl = lane // LC
     bh = kd.cube_pos_x() // tiles
-    c0 = kd.cube_pos_x() % tiles * (P * C) + kd.plane_pos() * C
+    c0 = kd.cube_pos_x() % tiles * tile + kd.plane_pos() * (LC * C) + lane % LC * W
     sbase = kd.i64(bh) * (K * V)
     s = ()
     for r in kd.unroll(RK):
-        row = lane + kd.PLANE_DIM * r
+        row = rl + LR * r
         for n in kd.unroll(NV):
-            vals = load_f32(s0, sbase + kd.min(row, K - 1) * V + kd.min(c0 + n * W, V - W), W)
+            vals = load_f32(s0, sbase + kd.min(row, K - 1) * V + kd.min(c0 + n * LC * W, V - W), W)
             for i in kd.unroll(W):
-                if K % kd.PLANE_DIM == 0:
+                if K % LR == 0:
                     s = s + (vals[i],)
                 else:
                     s = s + (kd.select(row < K, vals[i], kd.f32(0)),)
     row_t = kd.i64(bh) * T
-    d, bt, kk, qq, vv = load_token(q, k, v, beta, g, row_t, lane, c0, K, V, W, NV, RK)
+    if PREFETCH:
+        d, bt, kk, qq, vv = load_token(q, k, v, beta, g, row_t, rl, c0, K, V, W, NV, LC, RK)
     for t in range(T):
         tok = row_t + t
-        nxt = row_t + kd.min(t + 1, T - 1)  # the next token's inputs, read before this step's sums
-        d2, bt2, kk2, qq2, vv2 = load_token(q, k, v, beta, g, nxt, lane, c0, K, V, W, NV, RK)
+        if PREFETCH:  # the next token's inputs, read before this step's sums
+            d2, bt2, kk2, qq2, vv2 = load_token(q, k, v, beta, g, row_t + kd.min(t + 1, T - 1), rl, c0, K, V, W,
+                                                NV, LC, RK)
+        else:
+            d, bt, kk, qq, vv = load_token(q, k, v, beta, g, tok, rl, c0, K, V, W, NV, LC, RK)
         kq = kd.f32(0)
         for r in kd.unroll(RK):
             kq = kd.fma(kk[r], qq[r], kq)
-        kqs = kd.plane_sum(kq)
+        kqs = rows_sum(kq, LC)
         delta = ()
         o = ()
         for c in kd.unroll(C):
@@ -119,21 +143,22 @@ def gated_delta_recurrent_planes(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta:
             for r in kd.unroll(RK):
                 a = kd.fma(s[r * C + c], kk[r], a)
                 b = kd.fma(s[r * C + c], qq[r], b)
-            dc = bt * (vv[c] - d * kd.plane_sum(a))
+            dc = bt * (vv[c] - d * rows_sum(a, LC))
             delta = delta + (dc,)
-            o = o + (scale * kd.fma(dc, kqs, d * kd.plane_sum(b)),)
-        if lane == 0:
+            o = o + (scale * kd.fma(dc, kqs, d * rows_sum(b, LC)),)
+        if rl == 0:
             for n in kd.unroll(NV):
-                if c0 + n * W < V:
-                    store_cols(out, tok * V + c0 + n * W, part(o, n * W, W), W)
+                if c0 + n * LC * W < V:
+                    store_cols(out, tok * V + c0 + n * LC * W, part(o, n * W, W), W)
         s2 = ()
         for r in kd.unroll(RK):
             for c in kd.unroll(C):
                 s2 = s2 + (kd.fma(kk[r], delta[c], d * s[r * C + c]),)
         s = s2
-        d, bt, kk, qq, vv = d2, bt2, kk2, qq2, vv2
+        if PREFETCH:
+            d, bt, kk, qq, vv = d2, bt2, kk2, qq2, vv2
     for r in kd.unroll(RK):
-        row = lane + kd.PLANE_DIM * r
+        row = rl + LR * r
         for n in kd.unroll(NV):
-            if row < K and c0 + n * W < V:
-                store_cols(s1, sbase + row * V + c0 + n * W, part(s, r * C + n * W, W), W)
+            if row < K and c0 + n * LC * W < V:
+                store_cols(s1, sbase + row * V + c0 + n * LC * W, part(s, r * C + n * W, W), W)

@@ -7,8 +7,10 @@ from typing import Callable
 
 ROWS_PER_UNIT = 16   # state rows a unit of the recurrent kernel holds in registers (at most)
 TILE_COLUMNS = 32    # value columns per cube (a plane's width of coalesced state accesses)
-PLANE_COLUMNS = 8    # value columns a plane of the planes kernel owns (32 bytes of each F32 state row)
+PLANE_COLUMNS = 8    # value columns a lane of the planes kernel holds when it runs several tokens
 PLANE_STATE_FLOATS = 64  # state values a lane of the planes kernel may hold in registers (at most)
+VECTOR_LANES = 8     # the widest kd vector
+LINE_BYTES = 128     # bytes of one state row the lanes of a row read in one access (at most: a cache line)
 CUBE_PLANES = 4      # planes of a planes-kernel cube (adjacent column groups of one (b, h))
 SWEEP_UNITS = 256    # units of a chunk-sweep cube
 PREPARE_UNITS = 128  # units of a chunk-prepare cube
@@ -51,16 +53,20 @@ def recurrent_tiling(caps, K: int, V: int) -> Tiling:
 
 @dataclass(frozen=True)
 class PlaneTiling:
-    """The planes kernel (recurrent_planes.py): cubes of `planes` planes, each over
-    width·vectors value columns read `width` columns (one access) at a time."""
+    """The planes kernel (recurrent_planes.py): cubes of `planes` planes; in a plane, `lanes`
+    adjacent lanes share a row and each holds width·vectors value columns, read `width`
+    columns (one access) at a time; `prefetch`: the next token's inputs are read a step early."""
 
     planes: int
     width: int
     vectors: int
+    lanes: int = 1
+    prefetch: bool = False
 
     @property
     def columns(self) -> int:
-        return self.planes * self.width * self.vectors
+        """Value columns of one cube."""
+        return self.planes * self.lanes * self.width * self.vectors
 
     def grid(self, V: int, heads: int) -> int:
         """One-dimensional: the tiles of one (b, h) adjacent."""
@@ -69,27 +75,44 @@ class PlaneTiling:
 
 def prefer_planes(caps) -> bool:
     """The recurrence runs with K rows across a plane's lanes (recurrent_planes.py) where plane
-    sums are hardware instructions and units are threads; on SIMD-lane units (each plane sum
-    a pass over the cube) and emulated planes the row-group kernel (recurrent.py) stays."""
+    shuffles are hardware instructions and units are threads; on SIMD-lane units (each
+    shuffle a pass over the cube) and emulated planes the row-group kernel (recurrent.py) stays."""
     return caps.native_plane_ops and not caps.units_are_simd_lanes
 
 
-def plane_tiling(caps, K: int, V: int, aligned: Callable[[int], bool]) -> PlaneTiling | None:
-    """Column groups of PLANE_COLUMNS (fewer for a narrow V, or for a tall K so a lane holds at
-    most PLANE_STATE_FLOATS state values), read in vectors as wide as the device prefers that
-    divide V and that `aligned(width)` allows for every tensor read or written in columns; None
-    where even one column a lane is too many rows."""
-    rows = -(-K // caps.plane_dim)
-    cols = _columns(min(V, PLANE_COLUMNS))
-    while cols > 1 and rows * cols > PLANE_STATE_FLOATS:
-        cols //= 2
-    if rows * cols > PLANE_STATE_FLOATS:
-        return None
-    width = min(cols, max(1, caps.vector_bytes // 4))
+def plane_tiling(caps, K: int, V: int, T: int, aligned: Callable[[int], bool]) -> PlaneTiling | None:
+    """The planes kernel's shape: accesses as wide as the device prefers that divide V and that
+    `aligned(width)` allows for every tensor read or written in columns. One token (decode):
+    as many lanes a row as keep a lane's state within PLANE_STATE_FLOATS, up to a whole
+    LINE_BYTES line of the row an access (fewer lines an access: the state traffic is all
+    there is). Several tokens: one lane a row and PLANE_COLUMNS columns a lane (the fewest
+    steps of each K-sum), the next token read a step early. None where even one column a
+    lane is too many rows."""
+    pd = caps.plane_dim
+    cover = _columns(V)
+    width = max(1, min(caps.vector_bytes // 4, cover, VECTOR_LANES))
     while width > 1 and (V % width or not aligned(width)):
         width //= 2
-    planes = max(1, min(CUBE_PLANES, caps.max_cube_units // caps.plane_dim, -(-V // cols)))
-    return PlaneTiling(planes, width, cols // width)
+    if T > 1:
+        lanes, vectors = 1, max(1, min(PLANE_COLUMNS, cover) // width)
+    else:
+        lanes, vectors = max(1, min(pd, LINE_BYTES // 4 // width, cover // width)), 1
+
+    def floats(lanes, width, vectors):
+        return -(-K // (pd // lanes)) * width * vectors
+
+    while floats(lanes, width, vectors) > PLANE_STATE_FLOATS and lanes * vectors * width > 1:
+        if lanes > 1:
+            lanes //= 2
+        elif vectors > 1:
+            vectors //= 2
+        else:
+            width //= 2
+    if floats(lanes, width, vectors) > PLANE_STATE_FLOATS:
+        return None
+    per_plane = lanes * width * vectors
+    planes = max(1, min(CUBE_PLANES, caps.max_cube_units // pd, -(-V // per_plane)))
+    return PlaneTiling(planes, width, vectors, lanes, T > 1)
 
 
 def sweep_shared_bytes(K: int, C: int, bv: int) -> int:
