@@ -190,8 +190,7 @@ def bench_cuda(rt, quick, reps):
 # ------------------------------------------------------------------------------ recurrent shapes
 RECURRENT_SHAPES = [("decode", 256, 16, 1, 128, 128), ("decode T4", 64, 16, 4, 128, 128),
                     ("recurrent T1024", 4, 16, 1024, 128, 128)]
-PLANE_TILINGS = [(4, 4, 2, 1), (1, 4, 2, 1), (4, 4, 1, 4), (2, 4, 1, 4), (1, 4, 1, 4), (8, 4, 1, 4), (4, 4, 1, 2),
-                 (4, 4, 2, 2)]  # (planes, width, vectors, lanes a row)
+PLANE_TILINGS = [(1, 4, 4), (2, 4, 4), (4, 4, 4), (2, 4, 2), (2, 4, 1), (2, 4, 8), (2, 2, 8)]  # (planes, width, lanes)
 
 
 def bench_recurrent_kernels(rt, reps):
@@ -203,8 +202,8 @@ def bench_recurrent_kernels(rt, reps):
     from rudnn.gated_delta.tuning import PlaneTiling
     real = package.prefer_planes, package.plane_tiling
     variants = [("row groups", False, None), ("planes (chosen)", True, None)]
-    variants += [(f"planes P{p} W{w} NV{n} LC{c}{' pre' if pre else ''}", True, PlaneTiling(p, w, n, c, pre))
-                 for p, w, n, c in PLANE_TILINGS for pre in (False, True)]
+    variants += [(f"planes P{p} W{w} LC{c}{' pre' if pre else ''}", True, PlaneTiling(p, w, c, pre))
+                 for p, w, c in PLANE_TILINGS for pre in (False, True)]
     rows = []
     try:
         for kind, B, H, T, K, V in RECURRENT_SHAPES:
@@ -214,7 +213,7 @@ def bench_recurrent_kernels(rt, reps):
             base = None
             for name, planes, til in variants:
                 package.prefer_planes = lambda caps, planes=planes: planes  # noqa: E731
-                package.plane_tiling = (lambda caps, K, V, T, aligned, til=til: til) if til else real[1]
+                package.plane_tiling = (lambda caps, K, V, T, heads, aligned, til=til: til) if til else real[1]
                 kd.replay.clear()
                 t = median_device_time(rt, lambda: gated_delta_rule(inp), reps)
                 out = gated_delta_rule(inp).output.numpy().astype(np.float32)
