@@ -4,6 +4,7 @@ and the recurrent kernel (decode).
     python -m benchmarks.gated_delta                       # every runtime here
     python -m benchmarks.gated_delta --quick               # small shapes: a smoke run
     python -m benchmarks.gated_delta --runtimes cuda       # the H200 targets
+    python -m benchmarks.gated_delta --runtimes cuda --kernels   # recurrent kernels and their tilings
 
 CPU runtimes: chunked (chunk 64) next to our recurrent kernel and to numpy (float32): the
 same chunked WY/UT algorithm on BLAS matmuls, and the plain recurrence, at T 4096. Best wall
