@@ -4,6 +4,7 @@ and the recurrent kernel (decode).
     python -m benchmarks.gated_delta                       # every runtime here
     python -m benchmarks.gated_delta --quick               # small shapes: a smoke run
     python -m benchmarks.gated_delta --runtimes cuda       # the H200 targets
+    python -m benchmarks.gated_delta --runtimes cuda --kernels   # recurrent kernels and their tilings
 
 CPU runtimes: chunked (chunk 64) next to our recurrent kernel and to numpy (float32): the
 same chunked WY/UT algorithm on BLAS matmuls, and the plain recurrence, at T 4096. Best wall
@@ -187,16 +188,61 @@ def bench_cuda(rt, quick, reps):
                        "x baseline (>1: ours faster)", "ours", "ours GB/s (in+out+state)", "max |diff|"]))
 
 
+# ------------------------------------------------------------------------------ recurrent shapes
+RECURRENT_SHAPES = [("decode", 256, 16, 1, 128, 128), ("decode T4", 64, 16, 4, 128, 128),
+                    ("recurrent T1024", 4, 16, 1024, 128, 128)]
+PLANE_TILINGS = [(1, 4, 4), (2, 4, 4), (4, 4, 4), (2, 4, 2), (2, 4, 1), (2, 4, 8), (2, 2, 8)]  # (planes, width, lanes)
+
+
+def bench_recurrent_kernels(rt, reps):
+    """Each recurrent kernel on the GPU shapes (bf16): the row-group kernel (recurrent.py) and the
+    planes kernel (recurrent_planes.py) as chosen and over PLANE_TILINGS, with and without the
+    prefetch of the next token, device time and state TB/s, each
+    output against the row-group kernel's (max |diff|)."""
+    from rudnn import gated_delta as package
+    from rudnn.gated_delta.tuning import PlaneTiling
+    real = package.prefer_planes, package.plane_tiling
+    variants = [("row groups", False, None), ("planes (chosen)", True, None)]
+    variants += [(f"planes P{p} W{w} LC{c}{' pre' if pre else ''}", True, PlaneTiling(p, w, c, pre))
+                 for p, w, c in PLANE_TILINGS for pre in (False, True)]
+    rows = []
+    try:
+        for kind, B, H, T, K, V in RECURRENT_SHAPES:
+            a = inputs(np.random.default_rng(0), B, H, T, K, V)
+            dt = [rt.tensor(x.astype(kd.bf16.np)) for x in a[:4]]
+            inp = GatedDeltaInput(*dt, rt.tensor(a[4]), rt.tensor(a[5]), K ** -0.5)
+            base = None
+            for name, planes, til in variants:
+                package.prefer_planes = lambda caps, planes=planes: planes  # noqa: E731
+                package.plane_tiling = (lambda caps, K, V, T, heads, aligned, til=til: til) if til else real[1]
+                kd.replay.clear()
+                t = median_device_time(rt, lambda: gated_delta_rule(inp), reps)
+                out = gated_delta_rule(inp).output.numpy().astype(np.float32)
+                base = out if base is None else base
+                state = 2 * B * H * K * V * 4
+                rows.append((kind, f"[{B},{H},{T},{K},{V}]", name, f"{t * 1e3:.4f}", f"{state / t / 1e12:.2f}",
+                             f"{np.abs(out - base).max():.1e}"))
+    finally:
+        package.prefer_planes, package.plane_tiling = real
+        kd.replay.clear()
+    print(f"\n{rt.name} recurrent kernels: {rt.capabilities.device_name}; medians of {reps}")
+    print(table(rows, ["shape", "[B,H,T,K,V]", "kernel", "ms", "state TB/s", "max |diff| vs row groups"]))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small shapes: a quick check that everything runs")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
+    ap.add_argument("--kernels", action="store_true",
+                    help="only the recurrent kernels and their tilings on the GPU shapes (a tuning table)")
     args = ap.parse_args(argv)
     avail = kd.available_runtimes()
     t0 = time.perf_counter()
     for name in (n.strip() for n in (args.runtimes or ",".join(avail)).split(",")):
         bench = bench_cuda if name.startswith("cuda") else bench_cpu
+        if args.kernels:
+            bench = lambda rt, quick, reps: bench_recurrent_kernels(rt, reps)  # noqa: E731
         if name.split(":")[0] in avail:
             bench(kd.runtime(name), args.quick, args.reps)
         else:

@@ -3,6 +3,8 @@ recurrence, chunked == recurrent over chunk sizes and ragged T, continuation thr
 final_state, untouched initial_state, K ≠ V, extreme decays, strided views, and every
 error rule (raised before any launch). PyTorch has no gated delta op, so the float64
 numpy recurrence (tests/reference/gated_delta.py) is the only reference."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -150,6 +152,83 @@ def test_matrix_sweep_only_where_native(runtime):
     assert not matrix_sweep(caps, kd.f32, 128, 128, 64)
     assert not matrix_sweep(caps, kd.bf16, 120, 128, 64) and not matrix_sweep(caps, kd.bf16, 128, 80, 64)
     assert not matrix_sweep(caps, kd.bf16, 128, 128, 48)
+
+
+@pytest.mark.feature("gated_delta: planes kernel")
+@pytest.mark.parametrize("prefetch", [False, True], ids=["in-step", "prefetch"])
+@pytest.mark.parametrize("B,H,T,K,V,dtype", [(2, 3, 0, 20, 24, "f32"), (2, 3, 1, 20, 24, "bf16"), (1, 2, 3, 9, 33, "f32"),
+                                             (3, 1, 3, 40, 6, "f16"), (1, 2, 3, 33, 7, "f32"), (1, 1, 2, 300, 4, "f32"),
+                                             (1, 2, 4, 128, 64, "bf16")])
+def test_planes_kernel(runtime, rng, monkeypatch, launches, prefetch, B, H, T, K, V, dtype):
+    """The K-rows-across-lanes kernel (recurrent_planes.py), which the entry point takes only
+    on GPUs (hardware shuffles, shared memory on chip), forced here on every runtime, with the
+    next token read early and in its step: T 0/1/3/4, K ≠ V, K not a multiple of the rows a
+    plane covers, K beyond a lane's registers at full width (fewer lanes a row, narrower
+    accesses), V narrower than a plane's columns, 1-, 2-, 4- and 8-wide column accesses,
+    several lanes a row and one."""
+    from rudnn import gated_delta as package
+    real = package.plane_tiling
+    monkeypatch.setattr(package, "prefer_planes", lambda caps: True)
+    monkeypatch.setattr(package, "plane_tiling", lambda *args: dataclasses.replace(real(*args), prefetch=prefetch))
+    a = arrays(rng, B=B, H=H, T=T, K=K, V=V, dtype=dtype)
+    out, state = run(runtime, a)
+    if T:
+        check((out, state), a, dtype=dtype)
+    else:
+        assert out.shape == (B, H, 0, V) and np.array_equal(state, a[5])
+    assert set(launches) - {"_strided_copy"} == ({"gated_delta_recurrent_planes"} if T else set())
+
+
+@pytest.mark.feature("gated_delta: planes kernel")
+def test_planes_kernel_unaligned_state(runtime, rng, monkeypatch):
+    """An initial_state starting one element past a vector boundary: the planes kernel reads
+    and writes its columns one at a time, with the same result."""
+    from rudnn import gated_delta as package
+    from rudnn.gated_delta.tuning import plane_tiling
+    monkeypatch.setattr(package, "prefer_planes", lambda caps: True)
+    a = arrays(rng, B=1, H=2, T=5, K=12, V=16)
+    flat = runtime.tensor(np.concatenate([[0.0], a[5].reshape(-1)]).astype(np.float32))
+    s0 = flat[1:].reshape(a[5].shape)
+    assert s0.offset == 1
+    assert plane_tiling(runtime.capabilities, 12, 16, 5, 2, lambda w: s0.offset % w == 0).width == 1
+    res = gated_delta_rule(GatedDeltaInput(*(runtime.tensor(x) for x in a[:5]), s0, SCALE))
+    check((res.output.numpy(), res.final_state.numpy()), a)
+
+
+def test_plane_tiling_fits_registers(runtime):
+    """A lane of the planes kernel holds at most PLANE_STATE_FLOATS state values; its accesses
+    are as wide as V and the alignment allow, with up to a line of a row an access; a K too
+    tall for one column a lane gives None (the row-group kernel runs it); the choice reads
+    capabilities only."""
+    from rudnn.gated_delta.tuning import LINE_BYTES, PLANE_STATE_FLOATS, plane_tiling, prefer_planes
+    caps = runtime.capabilities
+    pd = caps.plane_dim
+    for K, V in ((128, 128), (256, 128), (20, 24), (9, 33), (40, 6), (500, 64)):
+        til = plane_tiling(caps, K, V, 3, 4, lambda w: True)
+        assert pd % til.lanes == 0 and -(-K // (pd // til.lanes)) * til.width <= PLANE_STATE_FLOATS
+        assert V % til.width == 0 and til.width <= 8 and til.lanes * til.width * 4 <= LINE_BYTES
+        assert til.columns == til.planes * til.lanes * til.width
+    narrow = plane_tiling(caps, 128, 128, 1, 4, lambda w: w <= 2)
+    assert narrow.width == min(2, plane_tiling(caps, 128, 128, 1, 4, lambda w: True).width)
+    assert plane_tiling(caps, PLANE_STATE_FLOATS * pd + 1, 8, 1, 4, lambda w: True) is None
+    assert prefer_planes(caps) == (caps.native_plane_ops and not caps.units_are_simd_lanes
+                                   and not caps.shared_memory_emulated)
+
+
+def test_plane_tiling_on_a_gpu_record():
+    """The shapes an H200 runs (an sm_90 record with its 132 multiprocessors, no device needed):
+    4 lanes of 16-byte accesses a row (64 bytes of a row an access, 16 rows a lane), 2 planes a
+    cube; the next token read early for one token and where the grid's planes run at once."""
+    from kerneldsl.backends.cuda.capabilities import for_arch
+    from rudnn.gated_delta.tuning import RESIDENT_PLANES, PlaneTiling, plane_tiling, prefer_planes
+    caps = dataclasses.replace(for_arch("sm_90"), compute_units=132)
+    assert prefer_planes(caps)
+    assert plane_tiling(caps, 128, 128, 1, 4096, lambda w: True) == PlaneTiling(2, 4, 4, True)
+    assert plane_tiling(caps, 128, 128, 4, 1024, lambda w: True) == PlaneTiling(2, 4, 4, False)
+    assert plane_tiling(caps, 128, 128, 1024, 64, lambda w: True) == PlaneTiling(2, 4, 4, True)
+    fits = 132 * RESIDENT_PLANES // 8  # (b, h) pairs whose 8 planes all run at once
+    assert plane_tiling(caps, 128, 128, 2, fits, lambda w: True).prefetch
+    assert not plane_tiling(caps, 128, 128, 2, fits + 1, lambda w: True).prefetch
 
 
 # ---------------------------------------------------------------------------- errors

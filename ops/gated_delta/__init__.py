@@ -5,8 +5,9 @@
 
 Per (b, h), an F32 K×V state S starts at initial_state and, for t = 0…T−1, is decayed by
 e^g_t, corrected towards v_t along k_t (δ = β_t·(v_t − Sᵀk_t), S += k_t ⊗ δ) and read by
-the scaled query. `gated_delta_rule` runs the recurrence (recurrent.py: state in
-registers, one pass over T, fast for decode); `chunk_gated_delta_rule` gives the same
+the scaled query. `gated_delta_rule` runs the recurrence (state in registers, one
+pass over T, fast for decode: recurrent_planes.py, K rows across a plane's lanes, on
+GPUs; recurrent.py, row groups and a shared-memory sum, elsewhere); `chunk_gated_delta_rule` gives the same
 result chunk-parallel: chunk_prepare.py solves every chunk's triangular system (WY/UT
 form) at once, chunk_sweep.py carries the state across chunks in order. Where the matrix
 primitive is on hardware for F16/BF16 inputs (and K, C, V fill whole tiles:
@@ -24,8 +25,11 @@ from .chunk_sweep import chunk_sweep
 from .chunk_sweep_mma import PLANES, chunk_sweep_mma
 from .chunk_prepare_mma import chunk_prepare_mma, pad_tokens
 from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
+from ..paged_attention.tuning import aligned
 from .recurrent import gated_delta_recurrent
-from .tuning import matrix_columns, matrix_sweep, prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling
+from .recurrent_planes import gated_delta_recurrent_planes
+from .tuning import (matrix_columns, matrix_sweep, plane_tiling, prefer_planes, prepare_units, recurrent_tiling,
+                     sweep_shared_bytes, sweep_tiling)
 
 PAD_UNITS = 256  # units per cube of the padding copy
 
@@ -39,7 +43,16 @@ def gated_delta_rule(input: GatedDeltaInput) -> GatedDeltaOutput:  # noqa: A002
     out, final = _outputs(p)
     if p.T == 0:
         return GatedDeltaOutput(out, p.s0.clone())
-    til = recurrent_tiling(p.runtime.capabilities, p.K, p.V)
+    caps = p.runtime.capabilities
+    heads = p.B * p.H
+    planes = plane_tiling(caps, p.K, p.V, p.T, heads, lambda w: all(aligned(t, w) for t in (p.v, p.s0, out, final))
+                          ) if prefer_planes(caps) else None
+    if planes is not None:
+        gated_delta_recurrent_planes[planes.grid(p.V, heads), planes.planes * p.runtime.plane_dim](
+            p.q, p.k, p.v, p.beta, p.g, p.s0, out, final, p.T, p.scale, p.K, p.V, planes.width, planes.lanes,
+            planes.planes, planes.prefetch)
+        return GatedDeltaOutput(out, final)
+    til = recurrent_tiling(caps, p.K, p.V)
     gated_delta_recurrent[til.grid(p.V, p.B * p.H), til.block](
         p.q, p.k, p.v, p.beta, p.g, p.s0, out, final, p.T, p.scale, p.K, p.V, til.rows, til.r, til.bv)
     return GatedDeltaOutput(out, final)

@@ -3,9 +3,15 @@ capabilities only (no back end named)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 ROWS_PER_UNIT = 16   # state rows a unit of the recurrent kernel holds in registers (at most)
 TILE_COLUMNS = 32    # value columns per cube (a plane's width of coalesced state accesses)
+PLANE_STATE_FLOATS = 64  # state values a lane of the planes kernel may hold in registers (at most)
+VECTOR_LANES = 8     # the widest kd vector
+LINE_BYTES = 128     # bytes of one state row the lanes of a row read in one access (at most: a cache line)
+CUBE_PLANES = 2      # planes of a planes-kernel cube (adjacent column groups of one (b, h))
+RESIDENT_PLANES = 16  # planes of the planes kernel a compute unit runs at once (about 128 registers a lane)
 SWEEP_UNITS = 256    # units of a chunk-sweep cube
 PREPARE_UNITS = 128  # units of a chunk-prepare cube
 
@@ -43,6 +49,69 @@ def recurrent_tiling(caps, K: int, V: int) -> Tiling:
     while bv * ks > caps.max_cube_units and bv > 1:
         bv //= 2
     return Tiling(bv, ks, -(-K // ks))
+
+
+@dataclass(frozen=True)
+class PlaneTiling:
+    """The planes kernel (recurrent_planes.py): cubes of `planes` planes; in a plane, `lanes`
+    adjacent lanes share a row, each over `width` value columns (one access a row);
+    `prefetch`: the next token's inputs are read a step early."""
+
+    planes: int
+    width: int
+    lanes: int
+    prefetch: bool
+
+    @property
+    def columns(self) -> int:
+        """Value columns of one cube."""
+        return self.planes * self.lanes * self.width
+
+    def grid(self, V: int, heads: int) -> int:
+        """One-dimensional: the tiles of one (b, h) adjacent."""
+        return -(-V // self.columns) * heads
+
+
+def prefer_planes(caps) -> bool:
+    """The recurrence runs with K rows across a plane's lanes (recurrent_planes.py) on GPUs:
+    plane shuffles are hardware instructions, units are threads and shared memory is on chip.
+    Elsewhere the row-group kernel (recurrent.py) stays: on SIMD-lane units each shuffle is a
+    pass over the cube, and where shared memory is ordinary cached memory (a CPU's OpenCL) its
+    shared-memory sums cost little: there it ran 1.3-4.4x faster than the planes kernel
+    (Intel's CPU OpenCL, benchmarks/RESULTS.md)."""
+    return caps.native_plane_ops and not caps.units_are_simd_lanes and not caps.shared_memory_emulated
+
+
+def plane_tiling(caps, K: int, V: int, T: int, heads: int, aligned: Callable[[int], bool]) -> PlaneTiling | None:
+    """The planes kernel's shape for `heads` (b, h) pairs of T tokens: accesses as wide as the
+    device prefers that divide V and that `aligned(width)` allows for every tensor read or
+    written in columns; as many lanes a row as keep a lane's state within PLANE_STATE_FLOATS,
+    up to a whole LINE_BYTES line of the row an access (the fewer lines an access, the fewer
+    cache passes: with 16 bytes a lane and a row the H200 decode ran at 1.4 TB/s, with 64 at
+    3.8). The next token is read a step early where the grid's planes all run at once (then
+    each step's latency is the time, not the state traffic) and for one token (its inputs
+    then load beside the state); None where even one column a lane is too many rows."""
+    pd = caps.plane_dim
+    cover = _columns(V)
+    width = max(1, min(caps.vector_bytes // 4, cover, VECTOR_LANES))
+    while width > 1 and (V % width or not aligned(width)):
+        width //= 2
+    lanes = max(1, min(pd, LINE_BYTES // 4 // width, cover // width))
+
+    def floats(lanes, width):
+        return -(-K // (pd // lanes)) * width
+
+    while floats(lanes, width) > PLANE_STATE_FLOATS and lanes * width > 1:
+        if lanes > 1:
+            lanes //= 2
+        else:
+            width //= 2
+    if floats(lanes, width) > PLANE_STATE_FLOATS:
+        return None
+    planes = max(1, min(CUBE_PLANES, caps.max_cube_units // pd, -(-V // (lanes * width))))
+    grid_planes = -(-V // (lanes * width)) * heads
+    prefetch = T == 1 or grid_planes <= caps.compute_units * RESIDENT_PLANES
+    return PlaneTiling(planes, width, lanes, prefetch)
 
 
 def sweep_shared_bytes(K: int, C: int, bv: int) -> int:
