@@ -4,7 +4,8 @@ the record instead of running the operator's Python again.
 
 An operator's host work (validation, plan choice, views, argument packing) depends only on
 its arguments' *layouts* — each tensor's runtime, dtype, shape, strides, offset, whether it
-is read-only and which other argument shares its memory — and on its plain arguments
+is read-only, which other argument shares its memory and, for imported memory, its
+address modulo 256 (vector widths follow alignment) — and on its plain arguments
 (numbers, strings, enums, dataclasses of them); the key also holds the KERNELDSL_BOUNDS_CHECK
 switch. Under KERNELDSL_INTERPRET (a debugging mode: every launch on the interpreter) calls
 are neither recorded nor replayed. `@replayable` keys a call on exactly those
@@ -81,9 +82,12 @@ def _leaf_key(a, buffers: dict, tensors: list):
     """The key part of one argument (its tensors appended to `tensors`, in order); raises
     _Unkeyed for arguments the key cannot hold."""
     if type(a) is Tensor:
-        alias = buffers.setdefault(id(a.buffer), len(tensors))
+        buffer = a.buffer
+        alias = buffers.setdefault(id(buffer), len(tensors))
         tensors.append(a)
-        return (a.runtime, a.dtype, a.shape, a.strides, a.offset, a.buffer.readonly, alias)
+        # imported memory may start anywhere; operators choose vector widths by alignment
+        place = 0 if buffer.block is not None else _address_low_bits(buffer.raw)
+        return (a.runtime, a.dtype, a.shape, a.strides, a.offset, buffer.readonly, alias, place)
     if type(a) in _PLAIN:
         return (type(a), a)
     if isinstance(a, (tuple, list)):
@@ -93,6 +97,15 @@ def _leaf_key(a, buffers: dict, tensors: list):
     if dataclasses.is_dataclass(a) and not isinstance(a, type):  # keyed by its fields' values now
         return (type(a),) + tuple(_leaf_key(getattr(a, f.name), buffers, tensors) for f in dataclasses.fields(a))
     raise _Unkeyed
+
+
+def _address_low_bits(raw) -> int:
+    """The low 8 bits of imported memory's address (alignment up to 256 bytes, which vector
+    width choices read), 0 where the runtime does not tell the address."""
+    if isinstance(raw, int):
+        return raw & 255
+    data = getattr(raw, "ctypes", None)  # a numpy array (the cpu runtime)
+    return data.data & 255 if data is not None else 0
 
 
 class _Unkeyed(Exception):

@@ -163,3 +163,14 @@ _AT: dict = {}  # (error, where) -> Checks: `Checks.at` is called on every opera
 
 def _article(noun: str) -> str:
     return noun if noun.split()[0] in ("a", "an", "one") else f"an {noun}" if noun[0] in "AEIOU" else f"a {noun}"
+
+
+def aligned(t: kd.Tensor, elements: int) -> bool:
+    """Whether t's first element sits on a multiple of `elements` elements (what a vector load
+    of that width needs). Memory whose address is not known here (an OpenCL buffer) counts
+    by its offset alone: such allocations start on 128-byte boundaries or better."""
+    raw = t.buffer.raw
+    addr = raw if isinstance(raw, int) else getattr(getattr(raw, "ctypes", None), "data", None)
+    start = t.offset * t.dtype.itemsize
+    width = elements * t.dtype.itemsize
+    return start % width == 0 and (addr is None or (addr + start) % width == 0)

@@ -324,3 +324,17 @@ def test_a_replay_zeroes_tensors_inside_its_fused_buffer(runtime, rng):
         np.testing.assert_array_equal(ones.numpy(), np.ones(100, np.float32))
         del y, ones  # (the next call may reuse the buffer)
     assert scaled_and_counted.replay_records
+
+
+def test_imported_memory_at_another_alignment_is_another_layout():
+    """Operators choose vector widths by where data starts (ops.validation.aligned), so the key
+    holds imported memory's address modulo 256; pool memory is always aligned."""
+    rt = kd.runtime("cpu")
+    base = np.zeros(64 + 16, np.float32)
+    keys = []
+    for start in (0, 1, 16):
+        view = base[start:start + 64]
+        keys.append(replay.call_key((rt.wrap(view),), {}, []))
+    assert len(set(keys)) == 3  # 0, 4 and 64 bytes further: three places modulo 256
+    pooled = [replay.call_key((rt.empty((64,), kd.f32),), {}, []) for _ in range(2)]
+    assert pooled[0] == pooled[1]

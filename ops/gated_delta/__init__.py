@@ -25,7 +25,7 @@ from .chunk_sweep import chunk_sweep
 from .chunk_sweep_mma import PLANES, chunk_sweep_mma
 from .chunk_prepare_mma import chunk_prepare_mma, pad_tokens
 from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
-from ..paged_attention.tuning import aligned
+from ..validation import aligned
 from .recurrent import gated_delta_recurrent
 from .recurrent_planes import gated_delta_recurrent_planes
 from .tuning import (matrix_columns, matrix_sweep, plane_tiling, prefer_planes, prepare_units, recurrent_tiling,
