@@ -165,17 +165,19 @@ def _as_gpu(caps):
 
 @pytest.mark.feature("pooling: torch")
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_row_vector_max_pooling_matches_torch(runtime, rng, torch, monkeypatch, dtype):
-    """rows.pool_max_rows (what GPUs run for max pooling over 1 or 2 axes without dilation),
-    forced on this runtime: values and indices bit for bit against torch, with ties, NaNs
-    (two in a window: the later one's index) and windows of -inf (the first position)."""
+def test_row_vector_pooling_matches_torch(runtime, rng, torch, monkeypatch, dtype):
+    """rows.pool_rows (what GPUs run for max and average pooling over 1 or 2 axes without
+    dilation), forced on this runtime: max values and indices bit for bit against torch,
+    with ties, NaNs (two in a window: the later one's index) and windows of -inf (the first
+    position); averages under each count_include_pad / divisor_override rule."""
     import rudnn.pooling as pooling
     from rudnn.pooling.problem import window_problem
     from rudnn.pooling.tuning import row_vector_outputs
     monkeypatch.setattr(pooling, "row_vector_outputs",
                         lambda caps, *a: row_vector_outputs(_as_gpu(caps), *a))
-    for shape, k, s, p, ceil in ROW_VECTOR_WINDOWS:
-        x = host(rng.standard_normal(shape), dtype)
+    for i, (shape, k, s, p, ceil) in enumerate(ROW_VECTOR_WINDOWS):
+        plain = host(rng.standard_normal(shape), dtype)
+        x = plain.copy()
         flat = x.reshape(-1)
         flat[::5] = flat[1]                     # ties: the first maximum in scan order wins
         flat[3] = flat[4] = np.nan              # neighbours: two NaNs in some window
@@ -192,6 +194,15 @@ def test_row_vector_max_pooling_matches_torch(runtime, rng, torch, monkeypatch, 
         np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
         np.testing.assert_array_equal(f32(fn("max_pool{d}d", shape)(tx, k, s, p, 1, ceil)), want.numpy(),
                                       err_msg=str(shape))
+
+        include, divisor = AVG_RULES[i % len(AVG_RULES)]
+        divisor = None if dims == 1 else divisor    # torch's avg_pool1d has no divisor_override
+        avg = fn("avg_pool{d}d", shape)(runtime.tensor(plain), k, s, p, ceil, include, divisor)
+        targs = {} if divisor is None else {"divisor_override": divisor}
+        wavg = tfn(torch, "avg_pool{d}d", shape)(torch.from_numpy(np.float32(plain)), k, s, p, ceil, include,
+                                                 **targs)
+        # the taps summed in torch's order in F32, rounded once
+        np.testing.assert_array_equal(avg.numpy(), host(wavg.numpy(), dtype), err_msg=str(shape))
 
 
 def test_row_vector_kernel_is_chosen_from_the_problem_and_capabilities(runtime):

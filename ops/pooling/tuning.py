@@ -76,8 +76,8 @@ def outputs_per_unit(caps, width: int) -> int:
 
 
 def row_vector_outputs(caps, problem, itemsize: int, offset: int) -> int:
-    """Outputs a unit of the row-vector max pooling kernel (rows.pool_max_rows) takes, or 0
-    where it does not apply. It serves max pooling over 1 or 2 axes without dilation on
+    """Outputs a unit of the row-vector pooling kernel (rows.pool_rows) takes, or 0 where it
+    does not apply. It serves max and average pooling over 1 or 2 axes without dilation on
     devices whose units are not SIMD lanes (a GPU: there the pooling kernels are instruction-
     bound), with windows small enough to unroll and sizes that let each unit read its row
     as one aligned vector of V = outputs·stride elements (V dividing 16 bytes, the row
