@@ -13,6 +13,28 @@ MAX_CUBES = 1024  # cubes of the abs-max pass (each strides over the tensor, the
 TAP_WEIGHT_BOUND = {GridSampleMode.Bilinear: 1.0, GridSampleMode.Nearest: 1.0, GridSampleMode.Bicubic: 2.0}
 
 
+# the channels-last forward (channels_last.py) where a grid point's channels fill at least
+# this many bytes: one memory line a tap (a warp's load then touches a line per grid point,
+# not one per point and channel)
+CHANNELS_LAST_MIN_BYTES = 128
+GRID_Z = 65535   # batch items of the transpose (one a grid z step)
+
+
+def channels_last_lanes(caps, channels: int, batch: int, itemsize: int) -> int:
+    """Channels a unit of the channels-last forward loads as one vector (L), or 0 where the
+    direct kernel serves: on devices whose units are SIMD lanes (no gathers across units
+    to save), channels filling fewer than CHANNELS_LAST_MIN_BYTES, or no L (dividing 16
+    bytes and the channels) with G = channels / L dividing UNITS."""
+    if caps.units_are_simd_lanes or channels * itemsize < CHANNELS_LAST_MIN_BYTES or batch > GRID_Z:
+        return 0
+    lanes = 16 // itemsize
+    while lanes >= 2:
+        if channels % lanes == 0 and UNITS % (channels // lanes) == 0:
+            return lanes
+        lanes //= 2
+    return 0
+
+
 def cubes(total: int) -> int:
     return -(-total // UNITS)
 
