@@ -17,7 +17,8 @@ from . import fixed_point as _fixed
 from . import sample as _sample
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from .problem import GridSampleError, sample_problem
-from .tuning import MAX_CUBES, UNITS, as_5d, channels_last_lanes, cubes, headroom
+from .tuning import (MAX_CUBES, UNITS, as_5d, channels_last_lanes, channels_last_vectors, cubes, headroom,
+                     transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -77,13 +78,15 @@ def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampl
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
     xl = x5.runtime.empty((x5.size,), x5.dtype)
-    tile = _last.TILE
-    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (tile, _last.TILE_ROWS)](
-        x5.reshape(x5.size), xl, c, spatial)
-    groups = c // lanes
+    v = transpose_lanes(c, spatial, x5.dtype.itemsize)
+    bx, by = _last.TILE_UNITS
+    tile = bx * v
+    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](x5.reshape(x5.size), xl, c, spatial, v)
+    vecs = channels_last_vectors(c, lanes)
+    groups = c // (lanes * vecs)
     _last.sample_channels_last[-(-points // (UNITS // groups)), UNITS](
-        xl, g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims,
-        lanes, groups)
+        xl, g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:], *_runtime_options(o),
+        o.mode.value, dims, lanes, vecs, groups)
 
 
 def _runtime_options(o: GridSampleOptions) -> tuple:

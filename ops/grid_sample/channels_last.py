@@ -14,29 +14,44 @@ import kerneldsl as kd
 from .coords import axis_taps
 from .sample import tap_layout
 
-TILE = 32       # the transpose's tile: TILE spatial positions × TILE channels a cube
-TILE_ROWS = 8   # units along y of the transpose's cube (each moves TILE / TILE_ROWS elements)
+TILE_UNITS = (32, 8)   # the transpose's cube: 32 units along a row, 8 rows at a time
 
 
 @kd.kernel
-def to_channels_last(x: kd.Tensor, xl: kd.Tensor, C: kd.i32, S: kd.i32):
-    """xl[n, s, c] = x[n, c, s] (both flat): cube (TILE, TILE_ROWS) moves a TILE × TILE tile of
-    batch item cube_pos_z, reading rows of x and writing rows of xl in order."""
-    tile = kd.shared(kd.f32, (TILE, TILE + 1))
+def to_channels_last(x: kd.Tensor, xl: kd.Tensor, C: kd.i32, S: kd.i32, V: kd.Const[int]):
+    """xl[n, s, c] = x[n, c, s] (both flat): a cube moves a T × T tile (T = 32·V) of batch item
+    cube_pos_z through shared memory, reading rows of x and writing rows of xl in order, V
+    consecutive elements a unit access (S and C multiples of V)."""
+    T = kd.cube_dim_x() * V
+    R = kd.cube_dim_y()
+    tile = kd.shared(x.dtype, (T, T + 1))
     n = kd.i64(kd.cube_pos_z())
-    s0 = kd.cube_pos_x() * TILE
-    c0 = kd.cube_pos_y() * TILE
+    s0 = kd.cube_pos_x() * T
+    c0 = kd.cube_pos_y() * T
     tx = kd.unit_pos_x()
     ty = kd.unit_pos_y()
-    for i in kd.unroll(TILE // TILE_ROWS):
-        c = c0 + ty + i * TILE_ROWS
-        if c < C and s0 + tx < S:
-            tile[ty + i * TILE_ROWS, tx] = kd.f32(x[(n * C + c) * S + s0 + tx])
+    for i in kd.unroll(T // R):
+        c = c0 + ty + i * R
+        if c < C and s0 + tx * V < S:
+            at = (n * C + c) * S + s0 + tx * V
+            if V == 1:
+                tile[ty + i * R, tx] = x[at]
+            else:
+                v = kd.load_vec(x, at, V)
+                for j in kd.unroll(V):
+                    tile[ty + i * R, tx * V + j] = v[j]
     kd.sync_cube()
-    for i in kd.unroll(TILE // TILE_ROWS):
-        s = s0 + ty + i * TILE_ROWS
-        if s < S and c0 + tx < C:
-            xl[(n * S + s) * C + c0 + tx] = tile[tx, ty + i * TILE_ROWS]
+    for i in kd.unroll(T // R):
+        s = s0 + ty + i * R
+        if s < S and c0 + tx * V < C:
+            at = (n * S + s) * C + c0 + tx * V
+            if V == 1:
+                xl[at] = tile[tx, ty + i * R]
+            elif V == 2:
+                kd.store_vec(xl, at, kd.make_vec(tile[tx * V, ty + i * R], tile[tx * V + 1, ty + i * R]))
+            else:
+                kd.store_vec(xl, at, kd.make_vec(tile[tx * V, ty + i * R], tile[tx * V + 1, ty + i * R],
+                                                 tile[tx * V + 2, ty + i * R], tile[tx * V + 3, ty + i * R]))
 
 
 @kd.func
@@ -54,12 +69,14 @@ def flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS
 @kd.kernel
 def sample_channels_last(xl: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, locations: kd.i32,
                          size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
-                         MODE: kd.Const[str], DIMS: kd.Const[int], L: kd.Const[int], G: kd.Const[int]):
-    """y [N, C, locations] (flat) sampled from xl [N, S, C] (flat, C = G·L channels) at the
-    points of grid [N·locations, DIMS] (flat): unit u of a cube takes channels (u % G)·L .. + L
-    of the cube's point u // G; the cube's 256 // G points then leave through shared memory,
-    a channel's points in order."""
-    C = G * L
+                         MODE: kd.Const[str], DIMS: kd.Const[int], L: kd.Const[int], VECS: kd.Const[int],
+                         G: kd.Const[int]):
+    """y [N, C, locations] (flat) sampled from xl [N, S, C] (flat, C = G·VECS·L channels) at
+    the points of grid [N·locations, DIMS] (flat): unit u of a cube takes channels (u % G)·K ..
+    + K (K = VECS·L, VECS vectors of L a tap) of the cube's point u // G; the cube's 256 // G
+    points then leave through shared memory, a channel's points in order."""
+    K = VECS * L
+    C = G * K
     UNITS = kd.cube_dim_x()
     PTS = UNITS // G
     stage = kd.shared(kd.f32, C * (PTS + 1))
@@ -71,26 +88,27 @@ def sample_channels_last(xl: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
     base = kd.i64(e // locations) * size_d * size_h * size_w
     acc = ()
-    for j in kd.unroll(L):
+    for j in kd.unroll(K):
         acc = acc + (kd.f32(0),)
     for a in kd.unroll(TZ):
         for b in kd.unroll(TX):
             for k in kd.unroll(TX):
                 ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
-                at = (base + (t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]) * C + chunk * L
-                v = kd.cast(kd.load_vec(xl, at, L), kd.f32)
+                at = (base + (t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]) * C + chunk * K
                 w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
                 summed = ()
-                for j in kd.unroll(L):
-                    summed = summed + (acc[j] + w * kd.select(ok, v[j], 0.0),)
+                for h in kd.unroll(VECS):
+                    v = kd.cast(kd.load_vec(xl, at + h * L, L), kd.f32)
+                    for j in kd.unroll(L):
+                        summed = summed + (acc[h * L + j] + w * kd.select(ok, v[j], 0.0),)
                 acc = summed
-    for j in kd.unroll(L):
-        stage[(chunk * L + j) * (PTS + 1) + u // G] = acc[j]
+    for j in kd.unroll(K):
+        stage[(chunk * K + j) * (PTS + 1) + u // G] = acc[j]
     kd.sync_cube()
     p = u % PTS                  # this unit's point in the store phase, the same for every i
     f = first + p
     m = f // locations
     at = (kd.i64(m) * C + u // PTS) * locations + f - m * locations
-    for i in kd.unroll(L):       # C·PTS = L·UNITS samples: channels u // PTS + i·UNITS / PTS
+    for i in kd.unroll(K):       # C·PTS = K·UNITS samples: channels u // PTS + i·UNITS / PTS
         if f < total:
             y[at + kd.i64(i * (UNITS // PTS)) * locations] = stage[(u // PTS + i * (UNITS // PTS)) * (PTS + 1) + p]

@@ -18,6 +18,8 @@ TAP_WEIGHT_BOUND = {GridSampleMode.Bilinear: 1.0, GridSampleMode.Nearest: 1.0, G
 # not one per point and channel)
 CHANNELS_LAST_MIN_BYTES = 128
 GRID_Z = 65535   # batch items of the transpose (one a grid z step)
+CHANNELS_LAST_VECTORS = 1   # vectors a unit of the channels-last forward loads a tap (where they divide)
+TRANSPOSE_LANES = 2         # elements a unit access of the transpose (where they divide the sizes)
 
 
 def channels_last_lanes(caps, channels: int, batch: int, itemsize: int) -> int:
@@ -33,6 +35,23 @@ def channels_last_lanes(caps, channels: int, batch: int, itemsize: int) -> int:
             return lanes
         lanes //= 2
     return 0
+
+
+def channels_last_vectors(channels: int, lanes: int) -> int:
+    """Vectors of `lanes` channels a unit of the channels-last forward loads a tap:
+    CHANNELS_LAST_VECTORS where the channels then split into a group of units dividing UNITS, else 1."""
+    k = CHANNELS_LAST_VECTORS * lanes
+    return CHANNELS_LAST_VECTORS if channels % k == 0 and UNITS % (channels // k) == 0 else 1
+
+
+def transpose_lanes(channels: int, spatial: int, itemsize: int) -> int:
+    """Elements a unit access of the channels-last transpose: TRANSPOSE_LANES (or fewer)
+    where they divide both the channels and the spatial size, and at most 8 bytes (its
+    tile of (32·V)² elements then fits the 48 KiB of static shared memory)."""
+    v = min(TRANSPOSE_LANES, 8 // itemsize)
+    while v > 1 and (channels % v or spatial % v):
+        v //= 2
+    return v
 
 
 def cubes(total: int) -> int:
