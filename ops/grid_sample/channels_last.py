@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from ..normalization.device import vec_of
 from .coords import axis_taps
 from .sample import tap_layout
 
@@ -45,13 +46,13 @@ def to_channels_last(x: kd.Tensor, xl: kd.Tensor, C: kd.i32, S: kd.i32, V: kd.Co
         s = s0 + ty + i * R
         if s < S and c0 + tx * V < C:
             at = (n * S + s) * C + c0 + tx * V
+            column = ()
+            for j in kd.unroll(V):
+                column = column + (tile[tx * V + j, ty + i * R],)
             if V == 1:
-                xl[at] = tile[tx, ty + i * R]
-            elif V == 2:
-                kd.store_vec(xl, at, kd.make_vec(tile[tx * V, ty + i * R], tile[tx * V + 1, ty + i * R]))
+                xl[at] = column[0]
             else:
-                kd.store_vec(xl, at, kd.make_vec(tile[tx * V, ty + i * R], tile[tx * V + 1, ty + i * R],
-                                                 tile[tx * V + 2, ty + i * R], tile[tx * V + 3, ty + i * R]))
+                kd.store_vec(xl, at, vec_of(column, V))
 
 
 @kd.func

@@ -11,6 +11,7 @@ torch's scan order, those outside masked to 0, divided as forward.average divide
 pooling kernels are instruction-bound on a GPU; these have few instructions an output."""
 import kerneldsl as kd
 
+from ..normalization.device import vec_of
 from .forward import average
 from .window import span
 
@@ -64,18 +65,6 @@ def first_max(best, at, v, p, INDICES):
     else:
         best = kd.max(best, v)
     return best, at
-
-
-@kd.func
-def as_vector(t, N):
-    """The N (2, 4 or 8) values of tuple t as one vector."""
-    if N == 2:
-        v = kd.make_vec(t[0], t[1])
-    elif N == 4:
-        v = kd.make_vec(t[0], t[1], t[2], t[3])
-    else:
-        v = kd.make_vec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7])
-    return v
 
 
 @kd.func
@@ -163,7 +152,7 @@ def pool_rows(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], units
     first_out = kd.i64(row) * OW + k * OUTS
     if live:
         if OW % OUTS == 0 and OUTS > 1:
-            kd.store_vec(out, first_out, as_vector(best, OUTS))
+            kd.store_vec(out, first_out, vec_of(best, OUTS))
         else:
             for j in kd.unroll(OUTS):
                 if k * OUTS + j < OW:
