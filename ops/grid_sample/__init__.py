@@ -73,8 +73,8 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,
                           lanes: int) -> None:
-    """The channels-last forward (channels_last.py): x5 [N, C, D, H, W] copied to [N, D·H·W, C],
-    then sampled by C / lanes units a grid point."""
+    """The channels-last forward (channels_last.py, where tuning.channels_last_lanes picks it):
+    x5 [N, C, D, H, W] copied to [N, D·H·W, C], then sampled by C / (lanes·vectors) units a point."""
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
     xl = x5.runtime.empty((x5.size,), x5.dtype)

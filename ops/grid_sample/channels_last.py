@@ -6,7 +6,9 @@ touches as many memory lines as the warp has grid points far apart (32 for a ran
 and the loads' line count, not the bytes, bounds the direct kernel (sample.sample_forward).
 Here G units share a grid point, each loading L channels of a tap as one vector, and a
 cube's samples pass through shared memory so its stores go out [N, C, points] in order.
-Same taps (coords.py) and the same sums, in the same order, as sample.channel_sample."""
+Same taps (coords.py) and the same sums, in the same order, as sample.channel_sample. It
+costs a temporary copy of the input; off by default (tuning.CHANNELS_LAST: on the H200 it
+halved a random grid's time but was slower than the direct kernel on an affine grid)."""
 from __future__ import annotations
 
 import kerneldsl as kd

@@ -17,6 +17,12 @@ TAP_WEIGHT_BOUND = {GridSampleMode.Bilinear: 1.0, GridSampleMode.Nearest: 1.0, G
 # this many bytes: one memory line a tap (a warp's load then touches a line per grid point,
 # not one per point and channel)
 CHANNELS_LAST_MIN_BYTES = 128
+# off by default: H200, bf16 [32, 64, 256²] (device time alone; its first form, a 32 × 32
+# transpose of single elements): random grid 0.683 ms against the direct kernel's 1.436
+# (torch 1.503: 2.20× / 1.05×), but affine grid 0.680 against 0.546 (torch 0.464): the
+# transpose alone took 0.383 ms (1.4 TB/s). The present transpose (V elements a unit
+# access, tiles in the input's dtype) was not measured on a GPU yet.
+CHANNELS_LAST = False
 GRID_Z = 65535   # batch items of the transpose (one a grid z step)
 CHANNELS_LAST_VECTORS = 1   # vectors a unit of the channels-last forward loads a tap (where they divide)
 TRANSPOSE_LANES = 2         # elements a unit access of the transpose (where they divide the sizes)
@@ -24,10 +30,11 @@ TRANSPOSE_LANES = 2         # elements a unit access of the transpose (where the
 
 def channels_last_lanes(caps, channels: int, batch: int, itemsize: int) -> int:
     """Channels a unit of the channels-last forward loads as one vector (L), or 0 where the
-    direct kernel serves: on devices whose units are SIMD lanes (no gathers across units
-    to save), channels filling fewer than CHANNELS_LAST_MIN_BYTES, or no L (dividing 16
-    bytes and the channels) with G = channels / L dividing UNITS."""
-    if caps.units_are_simd_lanes or channels * itemsize < CHANNELS_LAST_MIN_BYTES or batch > GRID_Z:
+    direct kernel serves: while CHANNELS_LAST is off, on devices whose units are SIMD lanes
+    (no gathers across units to save), channels filling fewer than CHANNELS_LAST_MIN_BYTES,
+    or no L (dividing 16 bytes and the channels) with G = channels / L dividing UNITS."""
+    if (not CHANNELS_LAST or caps.units_are_simd_lanes or channels * itemsize < CHANNELS_LAST_MIN_BYTES
+            or batch > GRID_Z):
         return 0
     lanes = 16 // itemsize
     while lanes >= 2:
