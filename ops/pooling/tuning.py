@@ -86,8 +86,8 @@ def row_vector_outputs(caps, problem, itemsize: int, offset: int) -> int:
     if caps.units_are_simd_lanes or problem.adaptive or problem.dims > 2 or not unrolled_taps(problem):
         return 0
     h, w = problem.axes[1], problem.axes[2]
-    if h.dilation != 1 or w.dilation != 1 or problem.planes * h.out * w.out >= 2**31:
-        return 0
+    if h.dilation != 1 or w.dilation != 1 or problem.planes * h.out * w.out >= 2**31 or h.size * w.size >= 2**31:
+        return 0   # (positions in a plane and unit numbers are 32-bit)
     lanes = 16 // itemsize
     while lanes >= 2:
         outs = lanes // w.stride
