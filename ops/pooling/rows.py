@@ -32,8 +32,9 @@ def inside(p, lo_risk, hi_risk, size):
 
 @kd.func
 def row_taps(x, line, col0, IW, V, LO, HI, LAST):
-    """(values as f32, their columns, whether each lies inside the row): input columns col0 + r, r = LO .. HI - 1 (compile-time)
-    of the row starting at `line`; those of the aligned vector [col0, col0 + V) in one load,
+    """(values as f32, their columns, whether each lies inside the row): input columns
+    col0 + r, r = LO .. HI - 1 (compile-time), of the row starting at `line`; those of the
+    aligned vector [col0, col0 + V) in one load,
     the others (the windows' reach past it) one by one, clamped into the row. LAST: the
     last unit of a row's col0 (compile-time), to know where a column may pass the row's end."""
     vec = kd.cast(kd.load_vec(x, line + col0, V), kd.f32)
