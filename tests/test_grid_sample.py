@@ -174,3 +174,71 @@ def test_forward_matches_numpy_reference(runtime, rng, mode):
             got = grid_sample(runtime.tensor(x), runtime.tensor(grid), GridSampleOptions(mode, pad, align)).numpy()
             want = ref.grid_sample(x, grid, mode.value, pad.value, align)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{pad} {align}")
+
+
+# ---------------------------------------------------------------------------- channels-last forward
+@needs_torch
+@pytest.mark.parametrize("dtype, tol, vectors, transpose", [("f32", dict(rtol=1e-5, atol=1e-5), 1, 2),
+                                                            ("f32", dict(rtol=1e-5, atol=1e-5), 2, 4),
+                                                            ("bf16", dict(rtol=4e-2, atol=4e-2), 1, 4)])
+def test_channels_last_forward_matches_torch(runtime, rng, monkeypatch, dtype, tol, vectors, transpose):
+    """channels_last.py (what GPUs run for many channels), forced on this runtime with few
+    channels, `vectors` vectors a unit and tap and `transpose` elements a transpose access
+    (where they divide): every mode × padding mode × align_corners in 2-D and 3-D, odd and
+    even sizes, points of a batch item straddling cubes, grids reaching outside, a NaN pixel;
+    the same samples as the direct kernel (bit for bit in F32; within a rounding of the
+    dtype otherwise, where a device may contract products differently)."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setattr(tuning, "CHANNELS_LAST", True)
+    monkeypatch.setattr(tuning, "CHANNELS_LAST_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "CHANNELS_LAST_VECTORS", vectors)
+    monkeypatch.setattr(tuning, "TRANSPOSE_LANES", transpose)
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")   # each call picks its kernel anew (no records)
+    forced = (lambda caps, *a: tuning.channels_last_lanes(dataclasses.replace(caps, units_are_simd_lanes=False), *a))
+    np_dtype = kd.as_dtype(dtype).np
+    cases = [(2, 16, (5, 7), (9, 6)), (2, 8, (9, 4), (3, 11)), (3, 8, (3, 4, 5), (2, 3, 4))]
+    for dims, c, size_in, size_out in cases:
+        x = rng.standard_normal((2, c, *size_in)).astype(np_dtype)
+        x[1, 2].flat[3] = np.nan
+        grid = rng.uniform(-1.25, 1.25, (2, *size_out, dims)).astype(np_dtype)
+        assert forced(runtime.capabilities, c, 2, x.dtype.itemsize) > 0
+        for mode in MODES if dims == 2 else (GridSampleMode.Bilinear, GridSampleMode.Nearest):
+            for pad in PADS:
+                for align in (False, True):
+                    opts = GridSampleOptions(mode, pad, align)
+                    monkeypatch.setattr(gs, "channels_last_lanes", forced)
+                    got = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
+                    monkeypatch.setattr(gs, "channels_last_lanes", lambda *a: 0)
+                    direct = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
+                    what = f"{opts} {size_in}->{size_out}"
+                    if dtype == "f32":
+                        np.testing.assert_array_equal(got, direct, err_msg=what)
+                    else:
+                        np.testing.assert_allclose(got.astype(np.float32), direct.astype(np.float32), rtol=2**-7,
+                                                   atol=2**-7, err_msg=what)
+                    want = torch.nn.functional.grid_sample(
+                        torch.from_numpy(x.astype(np.float64)), torch.from_numpy(grid.astype(np.float64)),
+                        mode=mode.value.lower(), padding_mode=pad.value.lower(), align_corners=align).numpy()
+                    np.testing.assert_allclose(got.astype(np.float64), want, **tol, err_msg=what)
+
+
+def test_channels_last_is_chosen_from_the_channels_and_capabilities(runtime, monkeypatch):
+    """tuning.channels_last_lanes: off by default; when on, vectors of up to 16 bytes whose
+    groups divide a cube, for channels filling a memory line, never where units are SIMD lanes."""
+    import dataclasses
+
+    from rudnn.grid_sample import tuning
+    from rudnn.grid_sample.tuning import channels_last_lanes
+    gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
+    cpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True)
+    assert channels_last_lanes(gpu, 64, 32, 2) == 0
+    monkeypatch.setattr(tuning, "CHANNELS_LAST", True)
+    assert channels_last_lanes(gpu, 64, 32, 2) == 8       # bf16: 8 units a point
+    assert channels_last_lanes(gpu, 64, 32, 4) == 4       # f32: 16 units a point
+    assert channels_last_lanes(gpu, 96, 32, 4) == 0       # 24 or 48 groups do not divide 256
+    assert channels_last_lanes(gpu, 32, 32, 2) == 0       # 64 bytes a point: the direct kernel
+    assert channels_last_lanes(gpu, 64, 70000, 2) == 0    # more batch items than the transpose's grid
+    assert channels_last_lanes(cpu, 64, 32, 2) == 0

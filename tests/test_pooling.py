@@ -4,6 +4,8 @@ torch is exact), float64 numpy references, NaN inputs, odd and size-1 axes, down
 upsampling adaptive bins, non-contiguous and unbatched inputs, global average pooling
 (the row reduction), both backward kernels (unrolled taps and loops), every error rule
 before any launch."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -139,6 +141,96 @@ def test_units_taking_several_outputs_match_torch(runtime, rng, torch, monkeypat
     avg = P.avg_pool2d(tx, (3, 2), (1, 2), (1, 1), count_include_pad=False)
     close(avg.numpy(), torch.nn.functional.avg_pool2d(xt, (3, 2), (1, 2), (1, 1), count_include_pad=False).numpy(),
           "f32")
+
+
+# (shape [N, C, *S], kernel_size, stride, padding, ceil_mode): every case takes the row-vector
+# kernel in f32 (4-lane vectors) and in f16/bf16 (8 lanes): padding on both edges, ceil mode,
+# stride 1 and 2, windows of 2 to 5 columns, odd heights, rows whose last unit is partial
+ROW_VECTOR_WINDOWS = [
+    ((2, 3, 9, 16), 3, 2, 1, False),
+    ((1, 2, 7, 24), 3, 2, 0, True),
+    ((2, 2, 5, 8), 2, 2, 0, True),
+    ((1, 3, 6, 16), (3, 3), 1, 1, False),
+    ((2, 2, 7, 32), (3, 5), (2, 1), (1, 2), True),
+    ((1, 2, 4, 24), (2, 4), (1, 2), (1, 1), False),
+    ((2, 3, 1, 8), (1, 3), 1, (0, 1), False),
+    ((2, 3, 16), 3, 2, 1, False),
+]
+
+
+def _as_gpu(caps):
+    """caps as a device whose units are not SIMD lanes (the row-vector kernel's condition)."""
+    return dataclasses.replace(caps, units_are_simd_lanes=False)
+
+
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_vector_pooling_matches_torch(runtime, rng, torch, monkeypatch, dtype):
+    """rows.pool_rows (what GPUs run for max and average pooling over 1 or 2 axes without
+    dilation), forced on this runtime: max values and indices bit for bit against torch,
+    with ties, NaNs (two in a window: the later one's index) and windows of -inf (the first
+    position); averages under each count_include_pad / divisor_override rule."""
+    import rudnn.pooling as pooling
+    from rudnn.pooling.problem import window_problem
+    from rudnn.pooling.tuning import row_vector_outputs
+    monkeypatch.setattr(pooling, "row_vector_outputs",
+                        lambda caps, *a: row_vector_outputs(_as_gpu(caps), *a))
+    for i, (shape, k, s, p, ceil) in enumerate(ROW_VECTOR_WINDOWS):
+        plain = host(rng.standard_normal(shape), dtype)
+        x = plain.copy()
+        flat = x.reshape(-1)
+        flat[::5] = flat[1]                     # ties: the first maximum in scan order wins
+        flat[3] = flat[4] = np.nan              # neighbours: two NaNs in some window
+        flat[-6:] = -np.inf                     # windows of -inf at the end
+        flat[-1] = flat[len(flat) // 2] = np.nan
+        tx = runtime.tensor(x)
+        dims = len(shape) - 2
+        problem = window_problem("max_pool", dims, tx, k, s, p, 1, ceil)
+        assert row_vector_outputs(_as_gpu(runtime.capabilities), problem, tx.dtype.itemsize, 0) > 0, shape
+        out, idx = fn("max_pool{d}d_with_indices", shape)(tx, k, s, p, 1, ceil)
+        want, widx = tfn(torch, "max_pool{d}d", shape)(torch.from_numpy(np.float32(x)), k, s, p, 1, ceil,
+                                                       return_indices=True)
+        np.testing.assert_array_equal(f32(out), want.numpy(), err_msg=str(shape))
+        np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
+        np.testing.assert_array_equal(f32(fn("max_pool{d}d", shape)(tx, k, s, p, 1, ceil)), want.numpy(),
+                                      err_msg=str(shape))
+
+        include, divisor = AVG_RULES[i % len(AVG_RULES)]
+        divisor = None if dims == 1 else divisor    # torch's avg_pool1d has no divisor_override
+        avg = fn("avg_pool{d}d", shape)(runtime.tensor(plain), k, s, p, ceil, include, divisor)
+        targs = {} if divisor is None else {"divisor_override": divisor}
+        wavg = tfn(torch, "avg_pool{d}d", shape)(torch.from_numpy(np.float32(plain)), k, s, p, ceil, include,
+                                                 **targs)
+        # the taps summed in torch's order in F32, rounded once
+        np.testing.assert_array_equal(avg.numpy(), host(wavg.numpy(), dtype), err_msg=str(shape))
+
+
+def test_row_vector_kernel_is_chosen_from_the_problem_and_capabilities(runtime):
+    """tuning.row_vector_outputs: the widest 16-byte-or-less vector a row allows, and none on
+    devices whose units are SIMD lanes, for dilation, 3-D or adaptive pooling, misaligned
+    inputs, or a last vector that would leave the row."""
+    from rudnn.pooling.problem import adaptive_problem, window_problem
+    from rudnn.pooling.tuning import row_vector_outputs
+    gpu = _as_gpu(runtime.capabilities)
+
+    def outs(shape, k, s, p, d=1, ceil=False, dtype=kd.bf16, offset=0, caps=gpu):
+        x = runtime.empty(shape, dtype)
+        return row_vector_outputs(caps, window_problem("max_pool", len(shape) - 2, x, k, s, p, d, ceil),
+                                  dtype.itemsize, offset)
+
+    assert outs((64, 64, 112, 112), 3, 2, 1) == 4            # 8 bf16 a row vector, stride 2
+    assert outs((64, 64, 112, 112), 3, 2, 1, dtype=kd.f32) == 2
+    assert outs((1, 1, 8, 8), 3, 1, 1) == 8
+    assert outs((1, 1, 8, 28), 3, 2, 1) == 2                  # 8 lanes would pass the row's end
+    assert outs((1, 1, 9, 16), 3, 2, 1, ceil=True) == 0       # ceil mode's extra output: 9·2 > 16
+    assert outs((1, 1, 8, 12), 3, 3, 0) == 0                  # no vector width is a multiple of 3
+    assert outs((1, 1, 8, 16), 3, 2, 1, d=2) == 0
+    assert outs((1, 1, 8, 16), 3, 2, 1, offset=2) == 1 and outs((1, 1, 8, 16), 3, 2, 1, offset=1) == 0
+    assert outs((1, 1, 4, 8, 16), 3, 2, 1) == 0
+    simd = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True)
+    assert outs((64, 64, 112, 112), 3, 2, 1, caps=simd) == 0
+    adaptive = adaptive_problem("adaptive_max_pool", 2, runtime.empty((1, 1, 8, 16), kd.bf16), 4)
+    assert row_vector_outputs(gpu, adaptive, 2, 0) == 0
 
 
 @pytest.mark.feature("pooling: nan")

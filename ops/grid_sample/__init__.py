@@ -12,11 +12,13 @@ from __future__ import annotations
 import kerneldsl as kd
 from kerneldsl.replay import replayable
 
+from . import channels_last as _last
 from . import fixed_point as _fixed
 from . import sample as _sample
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from .problem import GridSampleError, sample_problem
-from .tuning import MAX_CUBES, UNITS, as_5d, cubes, headroom
+from .tuning import (MAX_CUBES, UNITS, as_5d, channels_last_lanes, channels_last_vectors, cubes, headroom,
+                     transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -34,6 +36,10 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     o = p.options
     x5, y5 = as_5d(input.contiguous(), p.dims, 2), as_5d(out, p.dims, 2)
     g5 = as_5d(grid.contiguous(), p.dims, 1)
+    lanes = channels_last_lanes(rt.capabilities, input.shape[1], input.shape[0], input.dtype.itemsize)
+    if lanes:
+        _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes)
+        return out
     _sample.sample_forward[cubes(points), UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value,
                                                  p.dims, UNITS)
     return out
@@ -63,6 +69,24 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
         room, UNITS)
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
+
+
+def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,
+                          lanes: int) -> None:
+    """The channels-last forward (channels_last.py, where tuning.channels_last_lanes picks it):
+    x5 [N, C, D, H, W] copied to [N, D·H·W, C], then sampled by C / (lanes·vectors) units a point."""
+    n, c = x5.shape[:2]
+    spatial = x5.size // (n * c)
+    xl = x5.runtime.empty((x5.size,), x5.dtype)
+    v = transpose_lanes(c, spatial, x5.dtype.itemsize)
+    bx, by = _last.TILE_UNITS
+    tile = bx * v
+    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](x5.reshape(x5.size), xl, c, spatial, v)
+    vecs = channels_last_vectors(c, lanes)
+    groups = c // (lanes * vecs)
+    _last.sample_channels_last[-(-points // (UNITS // groups)), UNITS](
+        xl, g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:], *_runtime_options(o),
+        o.mode.value, dims, lanes, vecs, groups)
 
 
 def _runtime_options(o: GridSampleOptions) -> tuple:

@@ -13,6 +13,54 @@ MAX_CUBES = 1024  # cubes of the abs-max pass (each strides over the tensor, the
 TAP_WEIGHT_BOUND = {GridSampleMode.Bilinear: 1.0, GridSampleMode.Nearest: 1.0, GridSampleMode.Bicubic: 2.0}
 
 
+# the channels-last forward (channels_last.py) where a grid point's channels fill at least
+# this many bytes: one memory line a tap (a warp's load then touches a line per grid point,
+# not one per point and channel)
+CHANNELS_LAST_MIN_BYTES = 128
+# off by default: H200, bf16 [32, 64, 256²] (device time alone; its first form, a 32 × 32
+# transpose of single elements): random grid 0.683 ms against the direct kernel's 1.436
+# (torch 1.503: 2.20× / 1.05×), but affine grid 0.680 against 0.546 (torch 0.464): the
+# transpose alone took 0.383 ms (1.4 TB/s). The present transpose (V elements a unit
+# access, tiles in the input's dtype) was not measured on a GPU yet.
+CHANNELS_LAST = False
+GRID_Z = 65535   # batch items of the transpose (one a grid z step)
+CHANNELS_LAST_VECTORS = 1   # vectors a unit of the channels-last forward loads a tap (where they divide)
+TRANSPOSE_LANES = 2         # elements a unit access of the transpose (where they divide the sizes)
+
+
+def channels_last_lanes(caps, channels: int, batch: int, itemsize: int) -> int:
+    """Channels a unit of the channels-last forward loads as one vector (L), or 0 where the
+    direct kernel serves: while CHANNELS_LAST is off, on devices whose units are SIMD lanes
+    (no gathers across units to save), channels filling fewer than CHANNELS_LAST_MIN_BYTES,
+    or no L (dividing 16 bytes and the channels) with G = channels / L dividing UNITS."""
+    if (not CHANNELS_LAST or caps.units_are_simd_lanes or channels * itemsize < CHANNELS_LAST_MIN_BYTES
+            or batch > GRID_Z):
+        return 0
+    lanes = 16 // itemsize
+    while lanes >= 2:
+        if channels % lanes == 0 and UNITS % (channels // lanes) == 0:
+            return lanes
+        lanes //= 2
+    return 0
+
+
+def channels_last_vectors(channels: int, lanes: int) -> int:
+    """Vectors of `lanes` channels a unit of the channels-last forward loads a tap:
+    CHANNELS_LAST_VECTORS where the channels then split into a group of units dividing UNITS, else 1."""
+    k = CHANNELS_LAST_VECTORS * lanes
+    return CHANNELS_LAST_VECTORS if channels % k == 0 and UNITS % (channels // k) == 0 else 1
+
+
+def transpose_lanes(channels: int, spatial: int, itemsize: int) -> int:
+    """Elements a unit access of the channels-last transpose: TRANSPOSE_LANES (or fewer)
+    where they divide both the channels and the spatial size, and at most 8 bytes (its
+    tile of (32·V)² elements then fits the 48 KiB of static shared memory)."""
+    v = min(TRANSPOSE_LANES, 8 // itemsize)
+    while v > 1 and (channels % v or spatial % v):
+        v //= 2
+    return v
+
+
 def cubes(total: int) -> int:
     return -(-total // UNITS)
 

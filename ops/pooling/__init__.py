@@ -5,7 +5,9 @@ spatial axes, with indices and backward passes, with torch.nn.functional's seman
 Each entry point validates its call into a problem (problem.py: the input seen as
 [planes, D, H, W], 1- and 2-D calls padded with leading axes of 1, so one code path
 serves every rank), returns empty results for zero planes without launching, and
-launches forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled),
+launches rows.pool_rows (max and average pooling over 1 or 2 axes on GPUs: a unit takes a
+few outputs of a row and reads each input row as one aligned vector; sizes compile-time),
+forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled),
 reduction.plane_mean (global average pooling, a row reduction) or
 backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
 that cover it: deterministic, no atomics). Sums are F32 and
@@ -20,7 +22,9 @@ from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_taps
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import plane_mean
-from .tuning import element_plan, outputs_per_unit, reduction_plan, unrolled_taps, vector_lanes
+from .rows import pool_rows
+from .tuning import (ELEMENT_UNITS, GRID_Y, element_plan, outputs_per_unit, reduction_plan, row_vector_outputs,
+                     unrolled_taps, vector_lanes)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -109,6 +113,8 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
             plane_mean[plan.grid, plan.block](flat_in, out.reshape(total), p.planes, p.in_spatial, lanes, plan.seg)
             return out, idx
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
+    if _rows(p, flat_in, out.reshape(total), sink, maximum, indices):
+        return out, idx
     rows, width = total // p.axes[2].out, p.axes[2].out
     if unrolled_taps(p):
         outs = outputs_per_unit(rt.capabilities, width)
@@ -120,6 +126,21 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
     pool_forward[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p), maximum,
                                         p.adaptive, p.wide, p.dims, p.count_include_pad, indices)
     return out, idx
+
+
+def _rows(p: PoolProblem, flat_in, flat_out, sink, maximum: bool, indices: bool) -> bool:
+    """Launch rows.pool_rows where it applies (tuning.row_vector_outputs); False where not."""
+    outs = row_vector_outputs(p.runtime.capabilities, p, flat_in.dtype.itemsize, flat_in.offset)
+    if outs == 0:
+        return False
+    h, w = p.axes[1], p.axes[2]
+    units = p.planes * h.out * -(-w.out // outs)
+    cubes = -(-units // ELEMENT_UNITS)
+    gy = -(-cubes // GRID_Y)
+    pool_rows[(-(-cubes // gy), gy), ELEMENT_UNITS](flat_in, flat_out, sink, units, p.divisor, h.size, w.size, h.out,
+                                                    w.out, h.kernel, w.kernel, h.stride, w.stride, h.padding,
+                                                    w.padding, outs, maximum, p.count_include_pad, indices)
+    return True
 
 
 def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:

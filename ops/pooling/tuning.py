@@ -75,6 +75,29 @@ def outputs_per_unit(caps, width: int) -> int:
     return OUTPUTS_PER_UNIT
 
 
+def row_vector_outputs(caps, problem, itemsize: int, offset: int) -> int:
+    """Outputs a unit of the row-vector pooling kernel (rows.pool_rows) takes, or 0 where it
+    does not apply. It serves max and average pooling over 1 or 2 axes without dilation on
+    devices whose units are not SIMD lanes (a GPU: there the pooling kernels are instruction-
+    bound), with windows small enough to unroll and sizes that let each unit read its row
+    as one aligned vector of V = outputs·stride elements (V dividing 16 bytes, the row
+    width and the input's offset, and the last unit's vector inside the row): the widest
+    such vector."""
+    if caps.units_are_simd_lanes or problem.adaptive or problem.dims > 2 or not unrolled_taps(problem):
+        return 0
+    h, w = problem.axes[1], problem.axes[2]
+    if h.dilation != 1 or w.dilation != 1 or problem.planes * h.out * w.out >= 2**31 or h.size * w.size >= 2**31:
+        return 0   # (positions in a plane and unit numbers are 32-bit)
+    lanes = 16 // itemsize
+    while lanes >= 2:
+        outs = lanes // w.stride
+        if (lanes % w.stride == 0 and w.size % lanes == 0 and offset % lanes == 0
+                and -(-w.out // outs) * lanes <= w.size):
+            return outs
+        lanes //= 2
+    return 0
+
+
 def vector_lanes(itemsize: int, *counts: int) -> int:
     """The widest chunk (<= 16 bytes) that divides every count, so every vector access is
     aligned: a power of two, as the gcd with 16 // itemsize is."""
