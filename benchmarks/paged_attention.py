@@ -14,8 +14,9 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
 --gqa-only (cuda): the GQA decode case alone (for a profiler).
---sweep (cuda): the GQA decode case on the decode kernel over launch shapes (KV heads per cube,
-lanes per token, tokens in flight, planes, split waves), to pick tuning.py's defaults.
+--sweep (cuda): the GQA decode case over the launch shapes of the kernel tuning.py picks for it
+(decode_mma.py: planes, ring stages, split waves; decode_kernel.py: KV heads per cube, lanes per
+token, vector bytes, tokens in flight, planes, split waves), to pick tuning.py's defaults.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import numpy as np
 
 import kerneldsl as kd
 from rudnn.paged_attention import DevicePlan, HostPlan, tuning
+from rudnn.paged_attention.problem import validate_attention
 
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
@@ -214,11 +216,16 @@ def sweep_decode(rt, quick, reps):
     scale = D ** -0.5
     ref = plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32)
     kv = 2 * B * L * Hkv * D * 2
-    knobs = ("DECODE_HEAD_BLOCK", "DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP",
-             "DECODE_PLANES", "DECODE_WAVES")
-    shapes = [(1, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 3), (8, 16, 16, 2, 8, 4),
-              (8, 8, 16, 4, 8, 2), (8, 16, 16, 4, 8, 2), (8, 16, 16, 1, 8, 2), (8, 32, 8, 4, 8, 2),
-              (8, 32, 8, 4, 8, 3), (8, 16, 16, 2, 16, 2), (2, 16, 16, 2, 8, 2), (4, 16, 16, 2, 8, 2)]
+    if tuning.kernel_for(validate_attention(plan, tq, tk, tv, scale, True)) == "decode_mma":
+        knobs = ("DECODE_MMA_PLANES", "DECODE_MMA_STAGES", "DECODE_MMA_WAVES")
+        shapes = [(1, 4, 4), (1, 4, 8), (1, 4, 12), (1, 3, 4), (1, 3, 8), (1, 6, 4), (2, 4, 4), (2, 4, 8),
+                  (2, 3, 4), (2, 3, 8), (2, 2, 4), (4, 2, 4), (4, 2, 8), (4, 3, 4), (1, 2, 8), (8, 2, 4)]
+    else:
+        knobs = ("DECODE_HEAD_BLOCK", "DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP",
+                 "DECODE_PLANES", "DECODE_WAVES")
+        shapes = [(1, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 3), (8, 16, 16, 2, 8, 4),
+                  (8, 8, 16, 4, 8, 2), (8, 16, 16, 4, 8, 2), (8, 16, 16, 1, 8, 2), (8, 32, 8, 4, 8, 2),
+                  (8, 32, 8, 4, 8, 3), (8, 16, 16, 2, 16, 2), (2, 16, 16, 2, 8, 2), (4, 16, 16, 2, 8, 2)]
     saved = [getattr(tuning, n) for n in knobs]
     rows = []
     try:
@@ -228,13 +235,13 @@ def sweep_decode(rt, quick, reps):
             t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
             err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
             rows.append((*shape, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
+            print("  ", rows[-1], flush=True)
     finally:
         for n, value in zip(knobs, saved):
             setattr(tuning, n, value)
-    rows.sort(key=lambda r: float(r[6]))
+    rows.sort(key=lambda r: float(r[len(knobs)]))
     print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
-    print(table(rows, ["KV heads/cube", "lanes/token", "vector bytes", "tokens/step", "planes", "waves", "ms",
-                       "KV GB/s", "err vs default"]))
+    print(table(rows, [n.removeprefix("DECODE_").lower() for n in knobs] + ["ms", "KV GB/s", "err vs default"]))
 
 
 # ------------------------------------------------------------------ cpu

@@ -309,6 +309,55 @@ def test_decode_kernel_shapes(runtime, rng, monkeypatch, knob, value):
                    ref.paged_attention(plan, q, k, v, 0.25, False), "f32")
 
 
+# ---------------------------------------------------------------------------- the decode kernel on the matrix primitive, forced
+MMA_CASES = [(8, 2, 128, 128, "bf16"), (8, 1, 64, 64, "f16"), (6, 3, 24, 40, "bf16"), (36, 2, 32, 16, "f16")]
+MMA_SKIP = ("the matrix primitive is emulated plane-collectively here: one case of decode_mma.py on this runtime "
+            "(compile time); every case runs on the other runtimes")
+
+
+@pytest.mark.parametrize("hq,hkv,d,dv,dtype", MMA_CASES)
+def test_decode_mma_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
+    """decode_mma.py on every runtime (tensor cores on CUDA, the emulation elsewhere): GQA
+    ratios 4, 8, 2 and 18 (two head chunks, the second partial), D and Dv multiples of 8 but
+    not of 16, page size 4 (a 16-token tile spans pages), ragged lengths with an empty
+    sequence, causal or not, unsplit and split, one plane and a two-slot ring."""
+    if runtime.capabilities.units_are_simd_lanes and (hq, hkv, d, dv, dtype) != MMA_CASES[0]:
+        pytest.skip(MMA_SKIP)
+    monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode_mma")
+    plan = random_plan(rng, 4, max_len=70, prefill=3)
+    Q = len(plan["positions"])
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, dtype, (Q, hq, d), (plan["pages"], 4, hkv, d),
+                                      (plan["pages"], 4, hkv, dv))
+    dev = upload(plan, tq)
+    for causal in (True, False):
+        expected = ref.paged_attention(plan, q, k, v, 0.3, causal)
+        assert_matches(dev.attention(tq, tk, tv, 0.3, causal), expected, dtype)
+        ws = SplitWorkspace(tq, Q, hq, dv, 3)
+        assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.3, causal, ws), expected, dtype)
+    if not runtime.capabilities.units_are_simd_lanes:
+        monkeypatch.setattr(tuning, "DECODE_MMA_PLANES", 1)
+        monkeypatch.setattr(tuning, "DECODE_MMA_STAGES", 2)
+        assert_matches(dev.attention(tq, tk, tv, 0.3, True), ref.paged_attention(plan, q, k, v, 0.3, True), dtype)
+
+
+def test_mma_launch_choice(runtime):
+    """decode_mma.py takes f16/bf16 attention with rows of whole 16-byte chunks, where the
+    matrix primitive runs on hardware; f32, D % 8 != 0 and MLA go elsewhere."""
+    plan = upload(dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0], positions=[4]),
+                  runtime.zeros((1, 1)))
+    from rudnn.paged_attention.problem import validate_attention
+    for dtype, d, fits in (("bf16", 64, True), ("f16", 24, True), ("f32", 64, False), ("bf16", 12, False)):
+        p = validate_attention(plan, runtime.zeros((1, 8, d), dtype), runtime.zeros((2, 4, 2, d), dtype),
+                               runtime.zeros((2, 4, 2, d), dtype), 1.0, True)
+        lay = tuning.mma_decode_launch(p)
+        assert (lay is not None) == fits
+        if fits:
+            assert (lay.heads, lay.chunks) == (4, 1)
+            assert tuning.mma_shared_bytes(p, lay.planes, lay.heads, lay.stages) <= runtime.capabilities.max_shared_bytes
+        native = runtime.capabilities.mma_native and fits
+        assert (tuning.kernel_for(p) == "decode_mma") == native
+
+
 def test_decode_split_choice():
     """The decode kernel splits long rows as far as DECODE_WAVES cubes per compute unit allow
     (rounded down), each split >= 256 tokens; enough cubes or short rows: no split."""
