@@ -218,8 +218,8 @@ def sweep_decode(rt, quick, reps):
     kv = 2 * B * L * Hkv * D * 2
     if tuning.kernel_for(validate_attention(plan, tq, tk, tv, scale, True)) == "decode_mma":
         knobs = ("DECODE_MMA_PLANES", "DECODE_MMA_STAGES", "DECODE_MMA_WAVES")
-        shapes = [(1, 4, 4), (1, 4, 8), (1, 4, 12), (1, 3, 4), (1, 3, 8), (1, 6, 4), (2, 4, 4), (2, 4, 8),
-                  (2, 3, 4), (2, 3, 8), (2, 2, 4), (4, 2, 4), (4, 2, 8), (4, 3, 4), (1, 2, 8), (8, 2, 4)]
+        shapes = [(1, None, 4), (1, 5, 4), (1, 4, 4), (1, 3, 4), (1, 2, 4), (1, 6, 4), (1, 4, 8), (1, 5, 8),
+                  (2, 2, 4), (2, 3, 4), (2, 4, 4), (2, 4, 8), (4, 2, 4), (4, 2, 8)]
     else:
         knobs = ("DECODE_HEAD_BLOCK", "DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP",
                  "DECODE_PLANES", "DECODE_WAVES")

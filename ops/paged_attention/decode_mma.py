@@ -61,9 +61,11 @@ def fetch_rows(dst, at, RS, src, tables, s, j0, je, hk, PS, DIM):
         col = (c % NC) * CHUNK
         j = j0 + row
         jc = kd.max(kd.min(j, je - 1), 0)
-        token = kd.i64(tables[s, jc // PS]) * PS + jc % PS
-        kd.async_copy(dst, at + row * RS + col, src, token * src.stride(1) + kd.i64(hk) * src.stride(2) + kd.min(col, DIM - CHUNK),
-                      CHUNK, (c < 16 * NC) & (j < je) & (col < DIM))
+        if c < 16 * NC:  # a false predicate still writes (zeros): lanes past the tile copy nothing
+            token = kd.i64(tables[s, jc // PS]) * PS + jc % PS
+            kd.async_copy(dst, at + row * RS + col, src,
+                          token * src.stride(1) + kd.i64(hk) * src.stride(2) + kd.min(col, DIM - CHUNK), CHUNK,
+                          (j < je) & (col < DIM))
 
 
 @kd.func
@@ -122,8 +124,9 @@ def decode_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tenso
         c = kd.unit_pos() + i * kd.cube_units()
         g = c // NQC
         col = (c % NQC) * CHUNK
-        kd.async_copy(q_sh, g * KS + col, q, (kd.i64(r) * Hq + h0 + kd.min(g, hc - 1)) * D + kd.min(col, D - CHUNK),
-                      CHUNK, (c < 16 * NQC) & (g < hc) & (col < D))
+        if c < 16 * NQC:
+            kd.async_copy(q_sh, g * KS + col, q, (kd.i64(r) * Hq + h0 + kd.min(g, hc - 1)) * D + kd.min(col, D - CHUNK),
+                          CHUNK, (g < hc) & (col < D))
     kd.async_commit()
     s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
     step = 16 * NP
