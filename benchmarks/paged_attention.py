@@ -13,7 +13,7 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
   GB/s counts the KV bytes each call must read once (the cache rows the queries see).
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
---gqa-only (cuda): the GQA decode case alone (for a profiler).
+--gqa-only (cuda): the GQA decode case alone (for a profiler). --kernel NAME: force a kernel for attention.
 --sweep (cuda): the GQA decode case over the launch shapes of the kernel tuning.py picks for it
 (decode_mma.py: planes, ring stages, split waves; decode_kernel.py: KV heads per cube, lanes per
 token, vector bytes, tokens in flight, planes, split waves), to pick tuning.py's defaults.
@@ -286,8 +286,12 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--sweep", action="store_true", help="cuda: the decode kernel over launch shapes")
     ap.add_argument("--gqa-only", action="store_true", help="cuda: only the GQA decode case (for profiling)")
+    ap.add_argument("--kernel", choices=("decode_mma", "decode", "general"), default=None,
+                    help="force this kernel for attention (default: tuning.kernel_for's choice)")
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     args = ap.parse_args(argv)
+    if args.kernel:
+        tuning.kernel_for = lambda p, kind=args.kernel: kind if p.P == 0 else "general"
     avail = kd.available_runtimes()
     names = [n.strip() for n in args.runtimes.split(",")] if args.runtimes else avail
     t0 = time.perf_counter()

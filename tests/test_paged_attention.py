@@ -358,6 +358,27 @@ def test_mma_launch_choice(runtime):
         assert (tuning.kernel_for(p) == "decode_mma") == native
 
 
+def test_mma_ring_depth():
+    """The ring is as deep as keeps every cube of an unsplit launch resident (H200-like
+    numbers: 132 units of 227 KiB); with more cubes than any depth allows, the default."""
+    caps = type("Caps", (), {"compute_units": 132, "max_shared_bytes": 227 * 1024})()
+    dt = type("Dt", (), {"itemsize": 2})()
+
+    class P:
+        queries, Hkv, D, Dv, dtype, runtime = 64, 8, 128, 128, dt, type("Rt", (), {"capabilities": caps})()
+
+    def resident(stages):
+        return 132 * (caps.max_shared_bytes // (tuning.mma_shared_bytes(P, 1, 4, stages) + tuning.SHARED_RESERVED))
+
+    stages = tuning.mma_stages(P, 1, 4, 1)  # 512 cubes
+    assert resident(stages) >= 512 and (stages == tuning.DECODE_MMA_MAX_STAGES or resident(stages + 1) < 512)
+    assert stages == 5
+    P.queries = 8  # 64 cubes: the deepest ring
+    assert tuning.mma_stages(P, 1, 4, 1) == tuning.DECODE_MMA_MAX_STAGES
+    P.queries = 4096  # 32768 cubes: many waves whatever the depth
+    assert tuning.mma_stages(P, 1, 4, 1) == tuning.DECODE_MMA_DEFAULT_STAGES
+
+
 def test_decode_split_choice():
     """The decode kernel splits long rows as far as DECODE_WAVES cubes per compute unit allow
     (rounded down), each split >= 256 tokens; enough cubes or short rows: no split."""
