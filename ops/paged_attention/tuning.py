@@ -1,6 +1,8 @@
 """Which kernel runs a paged-attention call and its launch shape, from the problem and
-`runtime.capabilities` only. The decode kernel (decode_kernel.py: lane groups, registers,
-coalesced rows) serves attention (P = 0) wherever units are hardware threads; the general
+`runtime.capabilities` only. Attention (P = 0) in f16/bf16 with rows of whole 16-byte chunks
+runs decode_mma.py (the matrix primitive, K/V through async-copy rings) where the matrix
+primitive is native; other attention where units are hardware threads runs the decode
+kernel (decode_kernel.py: lane groups, registers, coalesced rows); the general
 kernel (paged_kernel.py) serves MLA and devices whose units are vector lanes, with units
 per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
 the shared memory) and heads per K/V load (GC). Long rows split when too few cubes run."""
