@@ -274,6 +274,13 @@ def test_decode_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
     if runtime.capabilities.units_are_simd_lanes and (hq, hkv, d, dv, dtype) not in DECODE_CASES[:2]:
         pytest.skip(SIMD_LANES_SKIP)
     monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode")
+    check_forced_kernel(runtime, rng, hq, hkv, d, dv, dtype, (2, 5))
+
+
+def check_forced_kernel(runtime, rng, hq, hkv, d, dv, dtype, split_counts):
+    """The kernel tuning.kernel_for is patched to give, on a random plan of page size 4,
+    causal or not, unsplit and over workspaces of `split_counts` splits; returns the plan
+    and its tensors."""
     plan = random_plan(rng, 4, max_len=70, prefill=3)
     Q = len(plan["positions"])
     (q, k, v), (tq, tk, tv) = tensors(runtime, rng, dtype, (Q, hq, d), (plan["pages"], 4, hkv, d),
@@ -282,9 +289,10 @@ def test_decode_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
     for causal in (True, False):
         expected = ref.paged_attention(plan, q, k, v, 0.3, causal)
         assert_matches(dev.attention(tq, tk, tv, 0.3, causal), expected, dtype)
-        for splits in (2, 5):
+        for splits in split_counts:
             ws = SplitWorkspace(tq, Q, hq, dv, splits)
             assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.3, causal, ws), expected, dtype)
+    return plan, dev, (q, k, v), (tq, tk, tv)
 
 
 @pytest.mark.parametrize("knob,value", [("DECODE_PREFETCH", True), ("DECODE_REGISTER_FLOATS", 16),
@@ -320,20 +328,11 @@ def test_decode_mma_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
     """decode_mma.py on every runtime (tensor cores on CUDA, the emulation elsewhere): GQA
     ratios 4, 8, 2 and 18 (two head chunks, the second partial), D and Dv multiples of 8 but
     not of 16, page size 4 (a 16-token tile spans pages), ragged lengths with an empty
-    sequence, causal or not, unsplit and split, one plane and a two-slot ring."""
+    sequence, causal or not, unsplit and split; then one plane and a two-slot ring."""
     if runtime.capabilities.units_are_simd_lanes and (hq, hkv, d, dv, dtype) != MMA_CASES[0]:
         pytest.skip(MMA_SKIP)
     monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode_mma")
-    plan = random_plan(rng, 4, max_len=70, prefill=3)
-    Q = len(plan["positions"])
-    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, dtype, (Q, hq, d), (plan["pages"], 4, hkv, d),
-                                      (plan["pages"], 4, hkv, dv))
-    dev = upload(plan, tq)
-    for causal in (True, False):
-        expected = ref.paged_attention(plan, q, k, v, 0.3, causal)
-        assert_matches(dev.attention(tq, tk, tv, 0.3, causal), expected, dtype)
-        ws = SplitWorkspace(tq, Q, hq, dv, 3)
-        assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.3, causal, ws), expected, dtype)
+    plan, dev, (q, k, v), (tq, tk, tv) = check_forced_kernel(runtime, rng, hq, hkv, d, dv, dtype, (3,))
     if not runtime.capabilities.units_are_simd_lanes:
         monkeypatch.setattr(tuning, "DECODE_MMA_PLANES", 1)
         monkeypatch.setattr(tuning, "DECODE_MMA_STAGES", 2)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from ..attention.flash_regs import row_combine
+from .decode_kernel import merge_planes, rescale
 from .paged_kernel import split_range
 
 TAU = 8.0  # lazy rescale threshold (log2 units): P <= 256 between rescales, exact in f16/bf16
@@ -66,25 +68,6 @@ def fetch_rows(dst, at, RS, src, tables, s, j0, je, hk, PS, DIM):
             kd.async_copy(dst, at + row * RS + col, src,
                           token * src.stride(1) + kd.i64(hk) * src.stride(2) + kd.min(col, DIM - CHUNK), CHUNK,
                           (j < je) & (col < DIM))
-
-
-@kd.func
-def row_combine(x, f, MAX):
-    """Max (MAX) or sum of x over the lanes holding one row of fragment f."""
-    masks = kd.fragment_row_lanes(f)
-    for b in kd.unroll(len(masks)):
-        y = kd.plane_shuffle_xor(x, masks[b])
-        if MAX:
-            x = kd.max(x, y)
-        else:
-            x = x + y
-    return x
-
-
-@kd.func
-def rescale(m_old, m_new):
-    """exp2(m_old - m_new), with m_new = -inf (nothing seen yet) taken as 0: never NaN."""
-    return kd.exp2_fast(m_old - kd.select(m_new == -kd.inf, kd.f32(0), m_new))
 
 
 @kd.kernel
@@ -245,19 +228,4 @@ def decode_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tenso
         g = e // DV
         d = e % DV
         if (e < HC * DV) & (g < hc):
-            mx = msh[g]
-            for pw in kd.unroll(1, NP):
-                mx = kd.max(mx, msh[pw * HC + g])
-            tot = kd.f32(0)
-            a = kd.f32(0)
-            for pw in kd.unroll(NP):
-                f = rescale(msh[pw * HC + g], mx)
-                tot = kd.fma(lsh[pw * HC + g], f, tot)
-                a = kd.fma(osh[(pw * HC + g) * DV + d], f, a)
-            if SPLIT:
-                work[r, h0 + g, sp, d] = a
-                if d == 0:
-                    work[r, h0 + g, sp, DV] = mx
-                    work[r, h0 + g, sp, DV + 1] = tot
-            else:
-                out[r, h0 + g, d] = kd.select(tot > 0.0, a / tot, kd.f32(0))
+            merge_planes(msh, lsh, osh, 0, g, d, NP, 1, HC, DV, out, work, r, h0 + g, sp, SPLIT)
