@@ -13,8 +13,10 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
   GB/s counts the KV bytes each call must read once (the cache rows the queries see).
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
---sweep (cuda): the GQA decode case on the decode kernel over launch shapes (KV heads per cube,
-lanes per token, tokens in flight, planes, split waves), to pick tuning.py's defaults.
+--gqa-only (cuda): the GQA decode case alone (for a profiler). --kernel NAME: force a kernel for attention.
+--sweep (cuda): the GQA decode case over the launch shapes of the kernel tuning.py picks for it
+(decode_mma.py: planes, ring stages, split waves; decode_kernel.py: KV heads per cube, lanes per
+token, vector bytes, tokens in flight, planes, split waves), to pick tuning.py's defaults.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 
 import kerneldsl as kd
 from rudnn.paged_attention import DevicePlan, HostPlan, tuning
+from rudnn.paged_attention.problem import validate_attention
 
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
@@ -64,7 +67,7 @@ def row(name, shape, t, base, kv_bytes, err, extra=()):
 
 
 # ------------------------------------------------------------------ cuda
-def bench_cuda(rt, quick, reps):
+def bench_cuda(rt, quick, reps, gqa_only=False):
     torch = torch_or_none()
     if torch is None or not torch.cuda.is_available():
         print("\ncuda runtime present but torch has no CUDA: skipping the GPU table")
@@ -115,6 +118,10 @@ def bench_cuda(rt, quick, reps):
     kv = 2 * B * L * Hkv * D * 2
     rows = [row("GQA decode", f"B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page}", t, (dense, gathered), kv,
                 (got - want).abs().max().item(), (f"{kv / t / 3.4e12:.0%}",))]
+    if gqa_only:  # one case: what a profiler run (ncu -k regex:decode) needs
+        print(table(rows, ["case", "shape", "ours ms", "sdpa dense (cuDNN) ms", "gather+sdpa ms", "x dense",
+                           "x gather", "KV GB/s", "err", "of 3.4 TB/s"]))
+        return
 
     # mixed prefill + decode
     Bd, Ld, Bp, Lp = (4, 512, 2, 128) if quick else (32, 2048, 4, 512)
@@ -209,11 +216,16 @@ def sweep_decode(rt, quick, reps):
     scale = D ** -0.5
     ref = plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32)
     kv = 2 * B * L * Hkv * D * 2
-    knobs = ("DECODE_HEAD_BLOCK", "DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP",
-             "DECODE_PLANES", "DECODE_WAVES")
-    shapes = [(1, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 3), (8, 16, 16, 2, 8, 4),
-              (8, 8, 16, 4, 8, 2), (8, 16, 16, 4, 8, 2), (8, 16, 16, 1, 8, 2), (8, 32, 8, 4, 8, 2),
-              (8, 32, 8, 4, 8, 3), (8, 16, 16, 2, 16, 2), (2, 16, 16, 2, 8, 2), (4, 16, 16, 2, 8, 2)]
+    if tuning.kernel_for(validate_attention(plan, tq, tk, tv, scale, True)) == "decode_mma":
+        knobs = ("DECODE_MMA_PLANES", "DECODE_MMA_STAGES", "DECODE_MMA_WAVES")
+        shapes = [(1, None, 4), (1, 5, 4), (1, 4, 4), (1, 3, 4), (1, 2, 4), (1, 6, 4), (1, 4, 8), (1, 5, 8),
+                  (2, 2, 4), (2, 3, 4), (2, 4, 4), (2, 4, 8), (4, 2, 4), (4, 2, 8)]
+    else:
+        knobs = ("DECODE_HEAD_BLOCK", "DECODE_MAX_LANES", "DECODE_VECTOR_BYTES", "DECODE_TOKENS_PER_STEP",
+                 "DECODE_PLANES", "DECODE_WAVES")
+        shapes = [(1, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 3), (8, 16, 16, 2, 8, 4),
+                  (8, 8, 16, 4, 8, 2), (8, 16, 16, 4, 8, 2), (8, 16, 16, 1, 8, 2), (8, 32, 8, 4, 8, 2),
+                  (8, 32, 8, 4, 8, 3), (8, 16, 16, 2, 16, 2), (2, 16, 16, 2, 8, 2), (4, 16, 16, 2, 8, 2)]
     saved = [getattr(tuning, n) for n in knobs]
     rows = []
     try:
@@ -223,13 +235,13 @@ def sweep_decode(rt, quick, reps):
             t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
             err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
             rows.append((*shape, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
+            print("  ", rows[-1], flush=True)
     finally:
         for n, value in zip(knobs, saved):
             setattr(tuning, n, value)
-    rows.sort(key=lambda r: float(r[6]))
+    rows.sort(key=lambda r: float(r[len(knobs)]))
     print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
-    print(table(rows, ["KV heads/cube", "lanes/token", "vector bytes", "tokens/step", "planes", "waves", "ms",
-                       "KV GB/s", "err vs default"]))
+    print(table(rows, [n.removeprefix("DECODE_").lower() for n in knobs] + ["ms", "KV GB/s", "err vs default"]))
 
 
 # ------------------------------------------------------------------ cpu
@@ -273,8 +285,13 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small shapes: a quick check that everything runs")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--sweep", action="store_true", help="cuda: the decode kernel over launch shapes")
+    ap.add_argument("--gqa-only", action="store_true", help="cuda: only the GQA decode case (for profiling)")
+    ap.add_argument("--kernel", choices=("decode_mma", "decode", "general"), default=None,
+                    help="force this kernel for attention (default: tuning.kernel_for's choice)")
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     args = ap.parse_args(argv)
+    if args.kernel:
+        tuning.kernel_for = lambda p, kind=args.kernel: kind if p.P == 0 else "general"
     avail = kd.available_runtimes()
     names = [n.strip() for n in args.runtimes.split(",")] if args.runtimes else avail
     t0 = time.perf_counter()
@@ -284,7 +301,7 @@ def main(argv=None):
         elif name.startswith("cuda") and args.sweep:
             sweep_decode(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda"):
-            bench_cuda(kd.runtime(name), args.quick, args.reps)
+            bench_cuda(kd.runtime(name), args.quick, args.reps, args.gqa_only)
         elif name.startswith("cpu"):
             bench_cpu(kd.runtime(name), args.quick, args.reps)
         else:

@@ -274,6 +274,13 @@ def test_decode_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
     if runtime.capabilities.units_are_simd_lanes and (hq, hkv, d, dv, dtype) not in DECODE_CASES[:2]:
         pytest.skip(SIMD_LANES_SKIP)
     monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode")
+    check_forced_kernel(runtime, rng, hq, hkv, d, dv, dtype, (2, 5))
+
+
+def check_forced_kernel(runtime, rng, hq, hkv, d, dv, dtype, split_counts):
+    """The kernel tuning.kernel_for is patched to give, on a random plan of page size 4,
+    causal or not, unsplit and over workspaces of `split_counts` splits; returns the plan
+    and its tensors."""
     plan = random_plan(rng, 4, max_len=70, prefill=3)
     Q = len(plan["positions"])
     (q, k, v), (tq, tk, tv) = tensors(runtime, rng, dtype, (Q, hq, d), (plan["pages"], 4, hkv, d),
@@ -282,9 +289,10 @@ def test_decode_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
     for causal in (True, False):
         expected = ref.paged_attention(plan, q, k, v, 0.3, causal)
         assert_matches(dev.attention(tq, tk, tv, 0.3, causal), expected, dtype)
-        for splits in (2, 5):
+        for splits in split_counts:
             ws = SplitWorkspace(tq, Q, hq, dv, splits)
             assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.3, causal, ws), expected, dtype)
+    return plan, dev, (q, k, v), (tq, tk, tv)
 
 
 @pytest.mark.parametrize("knob,value", [("DECODE_PREFETCH", True), ("DECODE_REGISTER_FLOATS", 16),
@@ -307,6 +315,67 @@ def test_decode_kernel_shapes(runtime, rng, monkeypatch, knob, value):
     ws = SplitWorkspace(tq, Q, 8, 32, 3)
     assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.25, False, ws),
                    ref.paged_attention(plan, q, k, v, 0.25, False), "f32")
+
+
+# ---------------------------------------------------------------------------- the decode kernel on the matrix primitive, forced
+MMA_CASES = [(8, 2, 128, 128, "bf16"), (8, 1, 64, 64, "f16"), (6, 3, 24, 40, "bf16"), (36, 2, 32, 16, "f16")]
+MMA_SKIP = ("the matrix primitive is emulated plane-collectively here: one case of decode_mma.py (D 64) on this runtime "
+            "(compile time); every case runs on the other runtimes")
+
+
+@pytest.mark.parametrize("hq,hkv,d,dv,dtype", MMA_CASES)
+def test_decode_mma_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
+    """decode_mma.py on every runtime (tensor cores on CUDA, the emulation elsewhere): GQA
+    ratios 4, 8, 2 and 18 (two head chunks, the second partial), D and Dv multiples of 8 but
+    not of 16, page size 4 (a 16-token tile spans pages), ragged lengths with an empty
+    sequence, causal or not, unsplit and split; then one plane and a two-slot ring."""
+    if runtime.capabilities.units_are_simd_lanes and (hq, hkv, d, dv, dtype) != MMA_CASES[1]:
+        pytest.skip(MMA_SKIP)
+    monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode_mma")
+    plan, dev, (q, k, v), (tq, tk, tv) = check_forced_kernel(runtime, rng, hq, hkv, d, dv, dtype, (3,))
+    if not runtime.capabilities.units_are_simd_lanes:
+        monkeypatch.setattr(tuning, "DECODE_MMA_PLANES", 1)
+        monkeypatch.setattr(tuning, "DECODE_MMA_STAGES", 2)
+        assert_matches(dev.attention(tq, tk, tv, 0.3, True), ref.paged_attention(plan, q, k, v, 0.3, True), dtype)
+
+
+def test_mma_launch_choice(runtime):
+    """decode_mma.py takes f16/bf16 attention with rows of whole 16-byte chunks, where the
+    matrix primitive runs on hardware; f32, D % 8 != 0 and MLA go elsewhere."""
+    plan = upload(dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0], positions=[4]),
+                  runtime.zeros((1, 1)))
+    from rudnn.paged_attention.problem import validate_attention
+    for dtype, d, fits in (("bf16", 64, True), ("f16", 24, True), ("f32", 64, False), ("bf16", 12, False)):
+        p = validate_attention(plan, runtime.zeros((1, 8, d), dtype), runtime.zeros((2, 4, 2, d), dtype),
+                               runtime.zeros((2, 4, 2, d), dtype), 1.0, True)
+        lay = tuning.mma_decode_launch(p)
+        assert (lay is not None) == fits
+        if fits:
+            assert (lay.heads, lay.chunks) == (4, 1)
+            assert tuning.mma_shared_bytes(p, lay.planes, lay.heads, lay.stages) <= runtime.capabilities.max_shared_bytes
+        native = runtime.capabilities.mma_native and fits
+        assert (tuning.kernel_for(p) == "decode_mma") == native
+
+
+def test_mma_ring_depth():
+    """The ring is as deep as keeps every cube of an unsplit launch resident (H200-like
+    numbers: 132 units of 227 KiB); with more cubes than any depth allows, the default."""
+    caps = type("Caps", (), {"compute_units": 132, "max_shared_bytes": 227 * 1024})()
+    dt = type("Dt", (), {"itemsize": 2})()
+
+    class P:
+        queries, Hkv, D, Dv, dtype, runtime = 64, 8, 128, 128, dt, type("Rt", (), {"capabilities": caps})()
+
+    def resident(stages):
+        return 132 * (caps.max_shared_bytes // (tuning.mma_shared_bytes(P, 1, 4, stages) + tuning.SHARED_RESERVED))
+
+    stages = tuning.mma_stages(P, 1, 4, 1)  # 512 cubes
+    assert resident(stages) >= 512 and (stages == tuning.DECODE_MMA_MAX_STAGES or resident(stages + 1) < 512)
+    assert stages == 5
+    P.queries = 8  # 64 cubes: the deepest ring
+    assert tuning.mma_stages(P, 1, 4, 1) == tuning.DECODE_MMA_MAX_STAGES
+    P.queries = 4096  # 32768 cubes: many waves whatever the depth
+    assert tuning.mma_stages(P, 1, 4, 1) == tuning.DECODE_MMA_DEFAULT_STAGES
 
 
 def test_decode_split_choice():

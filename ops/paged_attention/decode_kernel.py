@@ -139,6 +139,29 @@ def rescale(m_old, m_new):
     return kd.exp2_fast(m_old - kd.select(m_new == -kd.inf, kd.f32(0), m_new))
 
 
+@kd.func
+def merge_planes(msh, lsh, ash, b, g, d, PH, HB, HC, DV, out, work, r, h, sp, SPLIT):
+    """Element d of head g's output from the PH planes pw·HB + b that read its KV head (their
+    max, sum and accumulator in shared memory, [plane, HC(, DV)]), max-rescaled; stored to
+    out[r, h, d] normalised, or SPLIT to the workspace with the (max, sum) of split sp."""
+    mx = msh[b * HC + g]
+    for pw in kd.unroll(1, PH):
+        mx = kd.max(mx, msh[(pw * HB + b) * HC + g])
+    tot = kd.f32(0)
+    a = kd.f32(0)
+    for pw in kd.unroll(PH):
+        f = rescale(msh[(pw * HB + b) * HC + g], mx)
+        tot = kd.fma(lsh[(pw * HB + b) * HC + g], f, tot)
+        a = kd.fma(ash[((pw * HB + b) * HC + g) * DV + d], f, a)
+    if SPLIT:
+        work[r, h, sp, d] = a
+        if d == 0:
+            work[r, h, sp, DV] = mx
+            work[r, h, sp, DV + 1] = tot
+    else:
+        out[r, h, d] = kd.select(tot > 0.0, a / tot, kd.f32(0))
+
+
 @kd.kernel
 def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, lengths: kd.Tensor,
                   seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
@@ -304,20 +327,5 @@ def decode_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, l
         g = e // DV % HC
         d = e % DV
         if (e < HB * HC * DV) & (g < hc):
-            mx = msh[b * HC + g]
-            for pw in kd.unroll(1, PH):
-                mx = kd.max(mx, msh[(pw * HB + b) * HC + g])
-            tot = kd.f32(0)
-            a = kd.f32(0)
-            for pw in kd.unroll(PH):
-                f = rescale(msh[(pw * HB + b) * HC + g], mx)
-                tot = kd.fma(lsh[(pw * HB + b) * HC + g], f, tot)
-                a = kd.fma(ash[((pw * HB + b) * HC + g) * DV + d], f, a)
-            h = ((hy // chunks) * HB + b) * G + ch * HC + g
-            if SPLIT:
-                work[r, h, sp, d] = a
-                if d == 0:
-                    work[r, h, sp, DV] = mx
-                    work[r, h, sp, DV + 1] = tot
-            else:
-                out[r, h, d] = kd.select(tot > 0.0, a / tot, kd.f32(0))
+            merge_planes(msh, lsh, ash, b, g, d, PH, HB, HC, DV, out, work, r,
+                         ((hy // chunks) * HB + b) * G + ch * HC + g, sp, SPLIT)

@@ -9,6 +9,7 @@ import kerneldsl as kd
 
 from .append_kernel import append_kernel
 from .decode_kernel import decode_kernel
+from .decode_mma import decode_mma_kernel
 from .host_plan import HostPlan
 from .merge_kernel import merge_kernel
 from .paged_kernel import paged_kernel
@@ -16,7 +17,7 @@ from .problem import (CHECKS, Problem, validate_append, validate_attention, vali
                       validate_workspace)
 from . import tuning
 from .scores import LOG2E
-from .tuning import auto_splits, decode_launch, decode_splits, launch
+from .tuning import auto_splits, decode_launch, decode_splits, launch, mma_decode_launch
 from .workspace import SplitWorkspace
 
 APPEND_UNITS = 128
@@ -79,18 +80,25 @@ class DevicePlan:
         if p.queries == 0:
             return out
         kind = tuning.kernel_for(p)  # looked up at call time: tests force each kernel
-        lay = decode_launch(p) if kind == "decode" else launch(p)
+        lay = {"decode": decode_launch, "decode_mma": mma_decode_launch}.get(kind, launch)(p)
         if workspace is None:
             if p.causal not in self._longest:
                 self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
             longest = self._longest[p.causal]
-            splits = decode_splits(p, lay, longest) if kind == "decode" else auto_splits(p, lay, longest)
+            if kind == "general":
+                splits = auto_splits(p, lay, longest)
+            else:
+                splits = decode_splits(p, lay, longest, tuning.DECODE_MMA_WAVES if kind == "decode_mma" else None)
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
         splits = 1 if workspace is None else workspace.splits
         work = out if workspace is None else workspace.tensor
         meta = (self.tables, self.lengths, self.sequence_ids, self.positions)
-        if kind == "decode":
+        if kind == "decode_mma":
+            decode_mma_kernel[lay.grid(p, splits), lay.units(p)](
+                p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
+                p.k.shape[1], lay.stages, workspace is not None)
+        elif kind == "decode":
             decode_kernel[lay.grid(p, splits), lay.units(p)](
                 p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
                 lay.lanes_per_token, lay.vector, lay.tokens_per_step, p.k.shape[1], lay.prefetch, lay.head_block,

@@ -1,6 +1,8 @@
 """Which kernel runs a paged-attention call and its launch shape, from the problem and
-`runtime.capabilities` only. The decode kernel (decode_kernel.py: lane groups, registers,
-coalesced rows) serves attention (P = 0) wherever units are hardware threads; the general
+`runtime.capabilities` only. Attention (P = 0) in f16/bf16 with rows of whole 16-byte chunks
+runs decode_mma.py (the matrix primitive, K/V through async-copy rings) where the matrix
+primitive is native; other attention where units are hardware threads runs the decode
+kernel (decode_kernel.py: lane groups, registers, coalesced rows); the general
 kernel (paged_kernel.py) serves MLA and devices whose units are vector lanes, with units
 per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
 the shared memory) and heads per K/V load (GC). Long rows split when too few cubes run."""
@@ -144,21 +146,93 @@ def decode_launch(p: Problem) -> DecodeLaunch | None:
         block = max(b for b in range(1, block) if p.Hkv % b == 0)
 
 
-def decode_splits(p: Problem, lay: DecodeLaunch, longest: int) -> int:
-    """Splits of the decode kernel without a workspace: as many as keep the cubes within
-    DECODE_WAVES per compute unit (rounded down: a partial extra wave costs a whole one),
-    each split getting at least TOKENS_PER_SPLIT tokens; 1 below two."""
+def decode_splits(p: Problem, lay, longest: int, waves: int | None = None) -> int:
+    """Splits of a decode kernel (`lay`: DecodeLaunch or MmaDecodeLaunch) without a workspace:
+    as many as keep the cubes within `waves` (default DECODE_WAVES) per compute unit (rounded
+    down: a partial extra wave costs a whole one), each split getting at least
+    TOKENS_PER_SPLIT tokens; 1 below two."""
     if longest < SPLIT_MIN_TOKENS:
         return 1
     gx, gy, _ = lay.grid(p, 1)
-    splits = min(MAX_SPLITS, DECODE_WAVES * p.runtime.capabilities.compute_units // (gx * gy),
+    splits = min(MAX_SPLITS, (waves or DECODE_WAVES) * p.runtime.capabilities.compute_units // (gx * gy),
                  longest // TOKENS_PER_SPLIT)
     return splits if splits >= 2 else 1
 
 
+# ---------------------------------------------------------------- the decode kernel on the matrix primitive
+DECODE_MMA_PLANES = 1   # planes per cube, each with its own tiles of 16 tokens
+DECODE_MMA_STAGES = None  # ring slots per plane (copies run STAGES - 1 tiles ahead); None: mma_stages
+DECODE_MMA_MAX_STAGES = 6
+DECODE_MMA_DEFAULT_STAGES = 4
+DECODE_MMA_WAVES = 4    # automatic splits: cubes per compute unit at most
+SHARED_RESERVED = 1024  # shared memory the driver keeps per cube (CUDA: 1 KiB)
+MMA_MAX_HEADS = 16      # query heads per cube: the rows of one m16n16k16 tile
+
+
+@dataclass(frozen=True)
+class MmaDecodeLaunch:
+    planes: int
+    heads: int  # HC: query heads per cube (rows of the A operand that exist)
+    chunks: int  # head chunks per KV head
+    stages: int  # ring slots per plane
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries * p.Hkv * self.chunks, 1, splits)
+
+    def units(self, p: Problem) -> int:
+        return self.planes * p.runtime.capabilities.plane_dim
+
+
+def mma_shared_bytes(p: Problem, planes: int, heads: int, stages: int) -> int:
+    """Shared memory of decode_mma.py: the K/V rings and Q tile (rows padded by 16 bytes),
+    the planes' merge arrays."""
+    dp, dvp = -(-p.D // 16) * 16, -(-p.Dv // 16) * 16
+    ring = p.dtype.itemsize * (stages * planes * 16 * (dp + 8 + dvp + 8) + 16 * (dp + 8))
+    return ring + 4 * planes * heads * (p.Dv + 2)
+
+
+def mma_decode_launch(p: Problem) -> MmaDecodeLaunch | None:
+    """decode_mma.py's shape for attention problem p, or None where the matrix primitive does
+    not take its dtype or rows are not whole 16-byte chunks (D, Dv, alignment)."""
+    caps = p.runtime.capabilities
+    if (p.P != 0 or p.dtype not in caps.mma_dtypes or (16, 16, 16) not in caps.mma_shapes or p.dtype.itemsize != 2
+            or p.D % 8 or p.Dv % 8 or not all(aligned(t, 8) for t in (p.q, p.k, p.v))):
+        return None
+    chunks = -(-p.group // MMA_MAX_HEADS)
+    heads = -(-p.group // chunks)
+    planes = max(1, min(DECODE_MMA_PLANES, caps.max_cube_units // caps.plane_dim))
+    stages = max(2, DECODE_MMA_STAGES or mma_stages(p, planes, heads, chunks))
+    while mma_shared_bytes(p, planes, heads, stages) > caps.max_shared_bytes:
+        if stages > 2:
+            stages -= 1
+        elif planes > 1:
+            planes -= 1
+        else:
+            return None
+    return MmaDecodeLaunch(planes, heads, chunks, stages)
+
+
+def mma_stages(p: Problem, planes: int, heads: int, chunks: int) -> int:
+    """The deepest ring (up to DECODE_MMA_MAX_STAGES) with which every cube of an unsplit
+    launch is resident at once, counting a compute unit's shared memory as max_shared_bytes
+    (a ring too deep for that leaves a second, partial wave: measured 0.65 against 0.35 ms);
+    DECODE_MMA_DEFAULT_STAGES when no depth does (many waves anyway)."""
+    caps = p.runtime.capabilities
+    cubes = p.queries * p.Hkv * chunks
+    for stages in range(DECODE_MMA_MAX_STAGES, 1, -1):
+        per_unit = caps.max_shared_bytes // (mma_shared_bytes(p, planes, heads, stages) + SHARED_RESERVED)
+        if per_unit * caps.compute_units >= cubes:
+            return stages
+    return DECODE_MMA_DEFAULT_STAGES
+
+
 def kernel_for(p: Problem) -> str:
-    """'decode' (decode_kernel.py) for attention where units are hardware threads and the
+    """'decode_mma' (decode_mma.py) for attention where the matrix primitive runs on hardware
+    and the launch fits; 'decode' (decode_kernel.py) where units are hardware threads and its
     launch fits; else 'general' (paged_kernel.py)."""
-    if p.P == 0 and not p.runtime.capabilities.units_are_simd_lanes and decode_launch(p) is not None:
+    caps = p.runtime.capabilities
+    if p.P == 0 and caps.mma_native and mma_decode_launch(p) is not None:
+        return "decode_mma"
+    if p.P == 0 and not caps.units_are_simd_lanes and decode_launch(p) is not None:
         return "decode"
     return "general"
