@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..validation import aligned
 from .problem import Problem
 
 STATIC_SHARED_LIMIT = 48 * 1024  # statically sized shared arrays stay under every device's default
@@ -106,15 +107,6 @@ class DecodeLaunch:
 
     def units(self, p: Problem) -> int:
         return self.planes * p.runtime.capabilities.plane_dim
-
-
-def aligned(t, elements: int) -> bool:
-    """t's first element sits on a multiple of `elements` elements (a vector load's alignment)."""
-    raw = t.buffer.raw
-    addr = raw if isinstance(raw, int) else getattr(getattr(raw, "ctypes", None), "data", None)
-    start = t.offset * t.dtype.itemsize
-    return start % (elements * t.dtype.itemsize) == 0 and (
-        addr is None or (addr + start) % (elements * t.dtype.itemsize) == 0)
 
 
 def decode_launch(p: Problem) -> DecodeLaunch | None:
