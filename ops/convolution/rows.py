@@ -1,53 +1,72 @@
-"""The forward pass for runtimes whose units are SIMD lanes (the CPU): a cube is one vector of
-consecutive output pixels along an output row, and each unit keeps a register block of KB
-output channels.
+"""The convolution plan for runtimes whose units are SIMD lanes (the CPU): a cube is one
+vector of consecutive output positions along a row, and each unit keeps a register block of
+KB output channels.
 
-The input is first copied, as f32 and channel-major ([B, C, D', H', W'] whatever the
+The source is first copied, as f32 and channel-major ([B, C, D', H', W'] whatever the
 caller's layout), into a zero-padded buffer large enough that every tap of every unit of
 every cube reads inside it: the kernel then needs no bounds test, clamp or select, and a
-tap's read at stride 1 is affine in the unit index (one vector load). Each loaded input
-vector feeds KB fused multiply-adds against weights that are uniform over the cube (one
-broadcast each). Kernel size, stride and dilation are compile-time, so the taps unroll; the
+tap's read at stride 1 is affine in the unit index (one vector load). Each loaded vector
+feeds KB fused multiply-adds against weights that are uniform over the cube (one broadcast
+each). Kernel size, stride and dilation are compile-time, so the taps unroll; the
 accumulators stay in vector registers because the cube is exactly one vector wide.
+
+The data backward pass is the same kernel run as a stride-1 convolution of the output
+gradient with the flipped, transposed weights (`TRANSPOSED`); for a stride above 1 the copy
+spreads the gradient out with zeros between its values (each a stride apart).
 """
 from __future__ import annotations
 
 import kerneldsl as kd
 
-KB = 16    # output channels per unit (the register block)
+MAX_KB = 16      # output channels per unit with 32 vector registers (AVX-512)
+MAX_KB_NARROW = 8  # with 16 vector registers (not measured here: no such host)
 
 
 @kd.kernel
-def pad_input(x: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple]):
-    """xp[b, c, z, y, i] = x[b, c, z − PD, y − PH, i − PW] as f32, 0 outside x; one cube per
+def pad_source(src: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple]):
+    """xp[b, c, z, y, i] = src[b, c, (z − QD)/SD, (y − QH)/SH, (i − QW)/SW] as f32 where each
+    quotient is whole and inside src, else 0; P = (QD, QH, QW, SD, SH, SW). One cube per
     (row of xp, channel, batch), units along the row."""
-    Dp, Hp, Wp = xp.shape[2], xp.shape[3], xp.shape[4]
-    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    Hp, Wp = xp.shape[3], xp.shape[4]
+    D, H, W = src.shape[2], src.shape[3], src.shape[4]
     z = kd.cube_pos_x() // Hp
     yy = kd.cube_pos_x() % Hp
     c = kd.cube_pos_y()
     b = kd.cube_pos_z()
-    iz = z - P[0]
-    iy = yy - P[1]
-    row_in = iz >= 0 and iz < D and iy >= 0 and iy < H
+    tz = z - P[0]
+    ty = yy - P[1]
+    iz = tz // P[3]
+    iy = ty // P[4]
+    row_in = tz >= 0 and iz * P[3] == tz and iz < D and ty >= 0 and iy * P[4] == ty and iy < H
     for i in range(kd.unit_pos_x(), Wp, kd.cube_dim_x()):
-        ix = i - P[2]
-        inside = row_in and ix >= 0 and ix < W
-        v = kd.select(inside, kd.f32(x[b, c, kd.clamp(iz, 0, D - 1), kd.clamp(iy, 0, H - 1),
-                                       kd.clamp(ix, 0, W - 1)]), 0.0)
-        xp[b, c, z, yy, i] = v
+        tx = i - P[2]
+        ix = tx // P[5]
+        inside = row_in and tx >= 0 and ix * P[5] == tx and ix < W
+        xp[b, c, z, yy, i] = kd.select(inside, kd.f32(src[b, c, kd.clamp(iz, 0, D - 1), kd.clamp(iy, 0, H - 1),
+                                                          kd.clamp(ix, 0, W - 1)]), 0.0)
+
+
+@kd.func
+def tap_weight(w, g, co, c, kz, ky, kx, red, outs, G, TRANSPOSED):
+    """The weight joining reduction channel c to output channel co (both within group g) at a
+    tap: w[co, c, k], or for the transposed pass w[c, co, K − 1 − k] (flipped taps)."""
+    if TRANSPOSED:
+        v = kd.f32(w[g * red + c, co, G[9] - 1 - kz, G[10] - 1 - ky, G[11] - 1 - kx])
+    else:
+        v = kd.f32(w[g * outs + co, c, kz, ky, kx])
+    return v
 
 
 @kd.kernel
-def forward_rows(xp: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
-                 G: kd.Const[tuple]):
-    """y[b, co, o] = bias[co] + sum_{c, k} xp[b, g·Cg + c, o·S + k·Dil]·w[co, c, k] over the
-    padded input; grid (output rows x vectors a row, groups x KB-channel blocks, batch)."""
+def convolve_rows(xp: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
+                  G: kd.Const[tuple], KB: kd.Const[int], TRANSPOSED: kd.Const[bool]):
+    """y[b, g·outs + co, o] = bias + sum_{c < red, k} xp[b, g·red + c, o·S + k·Dil]·weight(co, c, k)
+    over the padded source; grid (output rows x vectors a row, groups x KB-channel blocks, batch)."""
     OH, OW = y.shape[3], y.shape[4]
-    Cg = w.shape[1]
-    Kg = y.shape[1] // (xp.shape[1] // Cg)
+    outs = w.shape[1] if TRANSPOSED else y.shape[1] // (xp.shape[1] // w.shape[1])
+    red = xp.shape[1] // (y.shape[1] // w.shape[1]) if TRANSPOSED else w.shape[1]
     per_row = (OW + kd.cube_dim_x() - 1) // kd.cube_dim_x()
-    nb = (Kg + KB - 1) // KB
+    nb = (outs + KB - 1) // KB
     g = kd.cube_pos_y() // nb
     k0 = kd.cube_pos_y() % nb * KB
     b = kd.cube_pos_z()
@@ -57,25 +76,25 @@ def forward_rows(xp: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS
     ow = kd.cube_pos_x() % per_row * kd.cube_dim_x() + kd.unit_pos_x()
     cos = ()
     for i in kd.unroll(KB):
-        cos = cos + (g * Kg + kd.min(k0 + i, Kg - 1),)
+        cos = cos + (kd.min(k0 + i, outs - 1),)
     acc = (kd.f32(0),) * KB
-    for c in range(Cg):
-        ci = g * Cg + c
+    for c in range(red):
         for kz in kd.unroll(G[9]):
             for ky in kd.unroll(G[10]):
                 for kx in kd.unroll(G[11]):
-                    v = xp[b, ci, od * G[0] + kz * G[6], oh * G[1] + ky * G[7], ow * G[2] + kx * G[8]]
+                    v = xp[b, g * red + c, od * G[0] + kz * G[6], oh * G[1] + ky * G[7], ow * G[2] + kx * G[8]]
                     nxt = ()
                     for i in kd.unroll(KB):
-                        nxt = nxt + (acc[i] + v * kd.f32(w[cos[i], c, kz, ky, kx]),)
+                        nxt = nxt + (kd.fma(v, tap_weight(w, g, cos[i], c, kz, ky, kx, red, outs, G, TRANSPOSED),
+                                            acc[i]),)
                     acc = nxt
     if ow < OW:
         for i in kd.unroll(KB):
-            if k0 + i < Kg:
+            if k0 + i < outs:
                 r = acc[i]
                 if HAS_BIAS:
-                    r = r + kd.f32(bias[cos[i]])
-                y[b, cos[i], od, oh, ow] = r
+                    r = r + kd.f32(bias[g * outs + cos[i]])
+                y[b, g * outs + cos[i], od, oh, ow] = r
 
 
 def lanes(rt) -> int:
@@ -83,23 +102,48 @@ def lanes(rt) -> int:
     return max(1, rt.capabilities.vector_bytes // 4)
 
 
-def padded_shape(g, units: int) -> tuple:
-    """[B, C, D', H', W'] of the padded copy: every window of every output position (the
-    last row's vector rounded up to `units`) lies inside it."""
-    OW = (g.O[2] + units - 1) // units * units
-    O = (g.O[0], g.O[1], OW)
-    return (g.B, g.C, *((o - 1) * s + (r - 1) * d + 1 for o, s, r, d in zip(O, g.stride, g.R, g.dil)))
+def block(rt, outs: int) -> int:
+    """KB: as many output channels a unit as the vector registers hold, spread evenly over
+    the blocks so that few clamped (wasted) channels remain (a depthwise pass gets 1)."""
+    most = MAX_KB if rt.capabilities.vector_bytes >= 64 else MAX_KB_NARROW
+    blocks = (outs + most - 1) // most
+    return (outs + blocks - 1) // blocks
 
 
-def run_forward(p, y5, dummy) -> None:
-    """y5 (a [B, K, OD, OH, OW] view) = the forward convolution of p, through a padded copy."""
-    g = p.geo
-    rt = p.runtime
+def padded_extent(out: tuple, stride: tuple, R: tuple, dil: tuple, units: int) -> tuple:
+    """(D', H', W') of a padded source that holds every window of every output position (the
+    last vector of a row rounded up to `units`)."""
+    out = (out[0], out[1], (out[2] + units - 1) // units * units)
+    return tuple((o - 1) * s + (r - 1) * d + 1 for o, s, r, d in zip(out, stride, R, dil))
+
+
+def convolve(rt, src, w, out5, shift: tuple, spread: tuple, G: tuple, transposed: bool, bias=None) -> None:
+    """out5 = the convolution of `src` (copied into a padded f32 buffer: source position t lands
+    at t·spread + shift) with weights w under geometry G (stride, _, dilation, kernel), plus bias."""
     units = lanes(rt)
-    shape = padded_shape(g, units)
+    B, C = src.shape[0], src.shape[1]
+    O = tuple(out5.shape[2:])
+    shape = (B, C, *padded_extent(O, G[0:3], G[9:12], G[6:9], units))
     xp = rt.empty(shape, "f32")
-    pad_input[(shape[2] * shape[3], g.C, g.B), units](p.x, xp, g.pad)
-    per_row = (g.O[2] + units - 1) // units
-    grid = (g.O[0] * g.O[1] * per_row, g.groups * ((g.Kg + KB - 1) // KB), g.B)
-    bias = p.bias if p.bias is not None else dummy
-    forward_rows[grid, units](xp, p.w, bias, y5, p.bias is not None, g.consts())
+    pad_source[(shape[2] * shape[3], C, B), units](src, xp, (*shift, *spread))
+    outs = w.shape[1] if transposed else out5.shape[1] // (C // w.shape[1])
+    groups = out5.shape[1] // outs
+    KB = block(rt, outs)
+    grid = (O[0] * O[1] * ((O[2] + units - 1) // units), groups * ((outs + KB - 1) // KB), B)
+    has_bias = bias is not None
+    convolve_rows[grid, units](xp, w, bias if has_bias else w, out5, has_bias, G, KB, transposed)  # w: never read
+
+
+def run_forward(p, y5) -> None:
+    """y5 (a [B, K, OD, OH, OW] view) = the forward convolution of p."""
+    g = p.geo
+    convolve(p.runtime, p.x, p.w, y5, g.pad, (1, 1, 1), g.consts(), False, p.bias)
+
+
+def run_data_backward(p, dx5) -> None:
+    """dx5 (a [B, C, D, H, W] view) = the input gradient of p: a stride-1 convolution of the
+    gradient spread out by the stride, with the flipped, transposed weights."""
+    g = p.geo
+    shift = tuple((r - 1) * d - q for r, d, q in zip(g.R, g.dil, g.pad))
+    G = (1, 1, 1, 0, 0, 0, *g.dil, *g.R)
+    convolve(p.runtime, p.dy, p.w, dx5, shift, g.stride, G, True)
