@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .gather import split_tap
+
 MAX_KB = 16      # output channels per unit with 32 vector registers (AVX-512)
 MAX_KB_NARROW = 8  # with 16 vector registers (not measured here: no such host)
 
@@ -46,55 +48,74 @@ def pad_source(src: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple]):
                                                           kd.clamp(ix, 0, W - 1)]), 0.0)
 
 
+@kd.kernel
+def pack_weights(w: kd.Tensor, wp: kd.Tensor, outs: kd.i32, G: kd.Const[tuple], KB: kd.Const[int],
+                 TRANSPOSED: kd.Const[bool]):
+    """wp[g·nb + j, c, tap, i] = the f32 weight joining reduction channel c to output channel
+    j·KB + i of group g (0 past the group's channels): w[co, c, k], or for the transposed pass
+    w[c, co, K − 1 − k] (flipped taps). One cube per (block, c), units over (tap, i)."""
+    red = wp.shape[1]
+    nb = (outs + KB - 1) // KB
+    g = kd.cube_pos_x() // nb
+    co = kd.cube_pos_x() % nb * KB
+    c = kd.cube_pos_y()
+    for j in range(kd.unit_pos_x(), wp.shape[2] * KB, kd.cube_dim_x()):
+        kz, ky, kx = split_tap(j // KB, G)
+        o = co + j % KB
+        live = o < outs
+        o = kd.min(o, outs - 1)
+        if TRANSPOSED:
+            v = kd.f32(w[g * red + c, o, G[9] - 1 - kz, G[10] - 1 - ky, G[11] - 1 - kx])
+        else:
+            v = kd.f32(w[g * outs + o, c, kz, ky, kx])
+        wp[kd.cube_pos_x(), c, j // KB, j % KB] = kd.select(live, v, 0.0)
+
+
 @kd.func
-def tap_weight(w, g, co, c, kz, ky, kx, red, outs, G, TRANSPOSED):
-    """The weight joining reduction channel c to output channel co (both within group g) at a
-    tap: w[co, c, k], or for the transposed pass w[c, co, K − 1 − k] (flipped taps)."""
-    if TRANSPOSED:
-        v = kd.f32(w[g * red + c, co, G[9] - 1 - kz, G[10] - 1 - ky, G[11] - 1 - kx])
-    else:
-        v = kd.f32(w[g * outs + co, c, kz, ky, kx])
-    return v
+def channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB):
+    """acc[i] + sum over the taps of xp[b, c0 + c, o·S + k·Dil]·wp[gb, c, k, i] (KB sums)."""
+    for kz in kd.unroll(G[9]):
+        for ky in kd.unroll(G[10]):
+            for kx in kd.unroll(G[11]):
+                v = xp[b, c0 + c, od * G[0] + kz * G[6], oh * G[1] + ky * G[7], ow * G[2] + kx * G[8]]
+                tap = (kz * G[10] + ky) * G[11] + kx
+                nxt = ()
+                for i in kd.unroll(KB):
+                    nxt = nxt + (kd.fma(v, wp[gb, c, tap, i], acc[i]),)
+                acc = nxt
+    return acc
 
 
 @kd.kernel
-def convolve_rows(xp: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
-                  G: kd.Const[tuple], KB: kd.Const[int], TRANSPOSED: kd.Const[bool]):
-    """y[b, g·outs + co, o] = bias + sum_{c < red, k} xp[b, g·red + c, o·S + k·Dil]·weight(co, c, k)
-    over the padded source; grid (output rows x vectors a row, groups x KB-channel blocks, batch)."""
+def convolve_rows(xp: kd.Tensor, wp: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
+                  G: kd.Const[tuple], KB: kd.Const[int]):
+    """y[b, g·outs + j·KB + i, o] = bias + sum_{c, k} xp[b, g·red + c, o·S + k·Dil]·wp[g·nb + j, c, k, i]
+    over the padded source and packed weights; grid (output rows x vectors a row, groups x
+    KB-channel blocks, batch)."""
     OH, OW = y.shape[3], y.shape[4]
-    outs = w.shape[1] if TRANSPOSED else y.shape[1] // (xp.shape[1] // w.shape[1])
-    red = xp.shape[1] // (y.shape[1] // w.shape[1]) if TRANSPOSED else w.shape[1]
+    red = wp.shape[1]
+    outs = y.shape[1] // (xp.shape[1] // red)
     per_row = (OW + kd.cube_dim_x() - 1) // kd.cube_dim_x()
     nb = (outs + KB - 1) // KB
-    g = kd.cube_pos_y() // nb
-    k0 = kd.cube_pos_y() % nb * KB
+    gb = kd.cube_pos_y()
+    ch0 = gb // nb * outs + gb % nb * KB
     b = kd.cube_pos_z()
     row = kd.cube_pos_x() // per_row
     od = row // OH
     oh = row % OH
-    ow = kd.cube_pos_x() % per_row * kd.cube_dim_x() + kd.unit_pos_x()
-    cos = ()
-    for i in kd.unroll(KB):
-        cos = cos + (kd.min(k0 + i, outs - 1),)
+    # i64: the vectoriser then needs no run-time check that a tap's i32 column does not wrap
+    ow = kd.i64(kd.cube_pos_x() % per_row * kd.cube_dim_x()) + kd.unit_pos_x()
+    c0 = gb // nb * red
     acc = (kd.f32(0),) * KB
     for c in range(red):
-        for kz in kd.unroll(G[9]):
-            for ky in kd.unroll(G[10]):
-                for kx in kd.unroll(G[11]):
-                    v = xp[b, g * red + c, od * G[0] + kz * G[6], oh * G[1] + ky * G[7], ow * G[2] + kx * G[8]]
-                    nxt = ()
-                    for i in kd.unroll(KB):
-                        nxt = nxt + (kd.fma(v, tap_weight(w, g, cos[i], c, kz, ky, kx, red, outs, G, TRANSPOSED),
-                                            acc[i]),)
-                    acc = nxt
+        acc = channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB)
     if ow < OW:
         for i in kd.unroll(KB):
-            if k0 + i < outs:
+            if gb % nb * KB + i < outs:
                 r = acc[i]
                 if HAS_BIAS:
-                    r = r + kd.f32(bias[g * outs + cos[i]])
-                y[b, g * outs + cos[i], od, oh, ow] = r
+                    r = r + kd.f32(bias[ch0 + i])
+                y[b, ch0 + i, od, oh, ow] = r
 
 
 def lanes(rt) -> int:
@@ -127,11 +148,13 @@ def convolve(rt, src, w, out5, shift: tuple, spread: tuple, G: tuple, transposed
     xp = rt.empty(shape, "f32")
     pad_source[(shape[2] * shape[3], C, B), units](src, xp, (*shift, *spread))
     outs = w.shape[1] if transposed else out5.shape[1] // (C // w.shape[1])
-    groups = out5.shape[1] // outs
-    KB = block(rt, outs)
-    grid = (O[0] * O[1] * ((O[2] + units - 1) // units), groups * ((outs + KB - 1) // KB), B)
+    red = C // (out5.shape[1] // outs)
+    blocks = out5.shape[1] // outs * ((outs + (KB := block(rt, outs)) - 1) // KB)
+    wp = rt.empty((blocks, red, G[9] * G[10] * G[11], KB), "f32")
+    pack_weights[(blocks, red), units](w, wp, outs, G, KB, transposed)
+    grid = (O[0] * O[1] * ((O[2] + units - 1) // units), blocks, B)
     has_bias = bias is not None
-    convolve_rows[grid, units](xp, w, bias if has_bias else w, out5, has_bias, G, KB, transposed)  # w: never read
+    convolve_rows[grid, units](xp, wp, bias if has_bias else wp, out5, has_bias, G, KB)  # wp: never read as bias
 
 
 def run_forward(p, y5) -> None:
