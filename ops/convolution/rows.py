@@ -40,12 +40,17 @@ def pad_source(src: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple]):
     iz = tz // P[3]
     iy = ty // P[4]
     row_in = tz >= 0 and iz * P[3] == tz and iz < D and ty >= 0 and iy * P[4] == ty and iy < H
-    for i in range(kd.unit_pos_x(), Wp, kd.cube_dim_x()):
+    iz = kd.clamp(iz, 0, D - 1)
+    iy = kd.clamp(iy, 0, H - 1)
+    for i0 in range(0, Wp, kd.cube_dim_x()):   # uniform: the unit loop inside vectorises
+        i = kd.i64(i0) + kd.unit_pos_x()
         tx = i - P[2]
         ix = tx // P[5]
-        inside = row_in and tx >= 0 and ix * P[5] == tx and ix < W
-        xp[b, c, z, yy, i] = kd.select(inside, kd.f32(src[b, c, kd.clamp(iz, 0, D - 1), kd.clamp(iy, 0, H - 1),
-                                                          kd.clamp(ix, 0, W - 1)]), 0.0)
+        v = kd.f32(0)
+        if row_in and tx >= 0 and ix * P[5] == tx and ix < W:
+            v = kd.f32(src[b, c, iz, iy, ix])    # a masked load, unit-affine at spread 1
+        if i < Wp:
+            xp[b, c, z, yy, i] = v
 
 
 @kd.kernel
@@ -86,6 +91,14 @@ def channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB):
     return acc
 
 
+@kd.func
+def store_sum(y, bias, r, b, co, od, oh, ow, HAS_BIAS):
+    """y[b, co, od, oh, ow] = r (+ bias[co])."""
+    if HAS_BIAS:
+        r = r + kd.f32(bias[co])
+    y[b, co, od, oh, ow] = r
+
+
 @kd.kernel
 def convolve_rows(xp: kd.Tensor, wp: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
                   G: kd.Const[tuple], KB: kd.Const[int]):
@@ -98,6 +111,10 @@ def convolve_rows(xp: kd.Tensor, wp: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, H
     per_row = (OW + kd.cube_dim_x() - 1) // kd.cube_dim_x()
     nb = (outs + KB - 1) // KB
     gb = kd.cube_pos_y()
+    # ch0, od and oh are assigned twice so that they are not rematerialised (recomputed, with
+    # their divisions, at each use): a division under the store's condition would keep the
+    # vectoriser from turning the guarded stores into masked vector stores
+    ch0, od, oh = 0, 0, 0
     ch0 = gb // nb * outs + gb % nb * KB
     b = kd.cube_pos_z()
     row = kd.cube_pos_x() // per_row
@@ -109,13 +126,10 @@ def convolve_rows(xp: kd.Tensor, wp: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, H
     acc = (kd.f32(0),) * KB
     for c in range(red):
         acc = channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB)
-    if ow < OW:
-        for i in kd.unroll(KB):
-            if gb % nb * KB + i < outs:
-                r = acc[i]
-                if HAS_BIAS:
-                    r = r + kd.f32(bias[ch0 + i])
-                y[b, ch0 + i, od, oh, ow] = r
+    live = kd.min(outs - gb % nb * KB, KB)    # channels of the block inside the group
+    for i in kd.unroll(KB):
+        if i < live and ow < OW:
+            store_sum(y, bias, acc[i], b, ch0 + i, od, oh, ow, HAS_BIAS)
 
 
 def lanes(rt) -> int:
