@@ -1,18 +1,21 @@
-"""The convolution plan for runtimes whose units are SIMD lanes (the CPU): a cube is one
-vector of consecutive output positions along a row, and each unit keeps a register block of
-KB output channels.
+"""`Direct`'s plan for runtimes whose units are SIMD lanes (the CPU; tuning.direct_plan): a
+cube is one vector of consecutive output positions along a row, and each unit keeps a
+register block of KB output channels, for the forward and the data backward pass.
 
-The source is first copied, as f32 and channel-major ([B, C, D', H', W'] whatever the
-caller's layout), into a zero-padded buffer large enough that every tap of every unit of
-every cube reads inside it: the kernel then needs no bounds test, clamp or select, and a
-tap's read at stride 1 is affine in the unit index (one vector load). Each loaded vector
-feeds KB fused multiply-adds against weights that are uniform over the cube (one broadcast
-each). Kernel size, stride and dilation are compile-time, so the taps unroll; the
-accumulators stay in vector registers because the cube is exactly one vector wide.
-
-The data backward pass is the same kernel run as a stride-1 convolution of the output
-gradient with the flipped, transposed weights (`TRANSPOSED`); for a stride above 1 the copy
-spreads the gradient out with zeros between its values (each a stride apart).
+- The source is first copied, as f32 and channel-major ([B, C, D', H', W'] whatever the
+  caller's layout and strides), into a zero-padded buffer that holds every window of every
+  unit of every cube: the kernel needs no bounds test, clamp or select, and a tap's read at
+  stride 1 is affine in the unit index (one vector load).
+- The weights are packed as f32 [groups x channel blocks, reduction channel, tap, KB] (zeros
+  past a group's channels), so a tap's KB weights are contiguous and uniform over the cube:
+  each is one broadcast operand of a fused multiply-add, each loaded input vector feeds KB.
+- Kernel size, stride and dilation are compile-time, so the taps unroll; the cube is exactly
+  one vector wide, so the KB sums live in vector registers for the whole reduction (the
+  unit loop runs once per reduction channel, lifted inside the channel loop).
+- The data backward pass is the same kernel run as a stride-1 convolution of the output
+  gradient with the flipped, transposed weights (pack_weights' TRANSPOSED); for a stride
+  above 1 the copy spreads the gradient out with zeros between its values (a stride apart),
+  which costs stride^rank more products than the gather form but keeps every read a vector.
 """
 from __future__ import annotations
 
@@ -139,7 +142,7 @@ def lanes(rt) -> int:
 
 def block(rt, outs: int) -> int:
     """KB: as many output channels a unit as the vector registers hold, spread evenly over
-    the blocks so that few clamped (wasted) channels remain (a depthwise pass gets 1)."""
+    the blocks so that few padded (wasted) channels remain (a depthwise pass gets 1)."""
     most = MAX_KB if rt.capabilities.vector_bytes >= 64 else MAX_KB_NARROW
     blocks = (outs + most - 1) // most
     return (outs + blocks - 1) // blocks
@@ -163,12 +166,14 @@ def convolve(rt, src, w, out5, shift: tuple, spread: tuple, G: tuple, transposed
     pad_source[(shape[2] * shape[3], C, B), units](src, xp, (*shift, *spread))
     outs = w.shape[1] if transposed else out5.shape[1] // (C // w.shape[1])
     red = C // (out5.shape[1] // outs)
-    blocks = out5.shape[1] // outs * ((outs + (KB := block(rt, outs)) - 1) // KB)
+    KB = block(rt, outs)
+    blocks = out5.shape[1] // outs * ((outs + KB - 1) // KB)
     wp = rt.empty((blocks, red, G[9] * G[10] * G[11], KB), "f32")
     pack_weights[(blocks, red), units](w, wp, outs, G, KB, transposed)
     grid = (O[0] * O[1] * ((O[2] + units - 1) // units), blocks, B)
     has_bias = bias is not None
-    convolve_rows[grid, units](xp, wp, bias if has_bias else wp, out5, has_bias, G, KB)  # wp: never read as bias
+    # without a bias, wp stands in for it (never read)
+    convolve_rows[grid, units](xp, wp, bias if has_bias else wp, out5, has_bias, G, KB)
 
 
 def run_forward(p, y5) -> None:
