@@ -23,8 +23,9 @@ import kerneldsl as kd
 
 from .gather import split_tap
 
-MAX_KB = 16      # output channels per unit with 32 vector registers (AVX-512)
-MAX_KB_NARROW = 8  # with 16 vector registers (not measured here: no such host)
+ACCUMULATORS = 16         # f32 sums a unit keeps, with 32 vector registers (AVX-512)
+ACCUMULATORS_NARROW = 8   # with 16 vector registers (AVX2; not measured here: no such host)
+ROWS = 4                  # output rows a unit owns (kernels taller than one row)
 
 
 @kd.kernel
@@ -80,16 +81,21 @@ def pack_weights(w: kd.Tensor, wp: kd.Tensor, outs: kd.i32, G: kd.Const[tuple], 
 
 
 @kd.func
-def channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB):
-    """acc[i] + sum over the taps of xp[b, c0 + c, o·S + k·Dil]·wp[gb, c, k, i] (KB sums)."""
+def channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB, PR):
+    """acc[r·KB + i] + sum over the taps of xp[b, c0 + c, (od, oh + r, ow)·S + k·Dil]·wp[gb, c, k, i]
+    for PR output rows r and KB channels i."""
     for kz in kd.unroll(G[9]):
         for ky in kd.unroll(G[10]):
             for kx in kd.unroll(G[11]):
-                v = xp[b, c0 + c, od * G[0] + kz * G[6], oh * G[1] + ky * G[7], ow * G[2] + kx * G[8]]
                 tap = (kz * G[10] + ky) * G[11] + kx
+                vs = ()
+                for r in kd.unroll(PR):
+                    vs = vs + (xp[b, c0 + c, od * G[0] + kz * G[6], (oh + r) * G[1] + ky * G[7],
+                                  ow * G[2] + kx * G[8]],)
                 nxt = ()
-                for i in kd.unroll(KB):
-                    nxt = nxt + (kd.fma(v, wp[gb, c, tap, i], acc[i]),)
+                for r in kd.unroll(PR):
+                    for i in kd.unroll(KB):
+                        nxt = nxt + (kd.fma(vs[r], wp[gb, c, tap, i], acc[r * KB + i]),)
                 acc = nxt
     return acc
 
@@ -104,7 +110,7 @@ def store_sum(y, bias, r, b, co, od, oh, ow, HAS_BIAS):
 
 @kd.kernel
 def convolve_rows(xp: kd.Tensor, wp: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
-                  G: kd.Const[tuple], KB: kd.Const[int]):
+                  G: kd.Const[tuple], KB: kd.Const[int], PR: kd.Const[int]):
     """y[b, g·outs + j·KB + i, o] = bias + sum_{c, k} xp[b, g·red + c, o·S + k·Dil]·wp[g·nb + j, c, k, i]
     over the padded source and packed weights; grid (output rows x vectors a row, groups x
     KB-channel blocks, batch)."""
@@ -121,18 +127,19 @@ def convolve_rows(xp: kd.Tensor, wp: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, H
     ch0 = gb // nb * outs + gb % nb * KB
     b = kd.cube_pos_z()
     row = kd.cube_pos_x() // per_row
-    od = row // OH
-    oh = row % OH
+    od = row // ((OH + PR - 1) // PR)
+    oh = row % ((OH + PR - 1) // PR) * PR
     # i64: the vectoriser then needs no run-time check that a tap's i32 column does not wrap
     ow = kd.i64(kd.cube_pos_x() % per_row * kd.cube_dim_x()) + kd.unit_pos_x()
     c0 = gb // nb * red
-    acc = (kd.f32(0),) * KB
+    acc = (kd.f32(0),) * (KB * PR)
     for c in range(red):
-        acc = channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB)
+        acc = channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB, PR)
     live = kd.min(outs - gb % nb * KB, KB)    # channels of the block inside the group
-    for i in kd.unroll(KB):
-        if i < live and ow < OW:
-            store_sum(y, bias, acc[i], b, ch0 + i, od, oh, ow, HAS_BIAS)
+    for r in kd.unroll(PR):
+        for i in kd.unroll(KB):
+            if i < live and ow < OW and oh + r < OH:
+                store_sum(y, bias, acc[r * KB + i], b, ch0 + i, od, oh + r, ow, HAS_BIAS)
 
 
 def lanes(rt) -> int:
@@ -140,18 +147,23 @@ def lanes(rt) -> int:
     return max(1, rt.capabilities.vector_bytes // 4)
 
 
-def block(rt, outs: int) -> int:
-    """KB: as many output channels a unit as the vector registers hold, spread evenly over
-    the blocks so that few padded (wasted) channels remain (a depthwise pass gets 1)."""
-    most = MAX_KB if rt.capabilities.vector_bytes >= 64 else MAX_KB_NARROW
+def blocking(rt, outs: int, OH: int, KH: int) -> tuple:
+    """(KB, PR): a unit's register block of KB output channels x PR output rows, ACCUMULATORS
+    sums at most. Several rows where the kernel is more than one row tall (neighbouring
+    output rows read the same input rows, so each loaded vector serves several taps and each
+    loaded weight several rows); KB spread evenly over the channel blocks so that few padded
+    (wasted) channels remain."""
+    budget = ACCUMULATORS if rt.capabilities.vector_bytes >= 64 else ACCUMULATORS_NARROW
+    PR = max(1, min(ROWS, OH)) if KH > 1 else 1
+    most = max(1, budget // PR)
     blocks = (outs + most - 1) // most
-    return (outs + blocks - 1) // blocks
+    return (outs + blocks - 1) // blocks, PR
 
 
-def padded_extent(out: tuple, stride: tuple, R: tuple, dil: tuple, units: int) -> tuple:
+def padded_extent(out: tuple, stride: tuple, R: tuple, dil: tuple, units: int, PR: int = 1) -> tuple:
     """(D', H', W') of a padded source that holds every window of every output position (the
-    last vector of a row rounded up to `units`)."""
-    out = (out[0], out[1], (out[2] + units - 1) // units * units)
+    rows rounded up to PR, the last vector of a row to `units`)."""
+    out = (out[0], (out[1] + PR - 1) // PR * PR, (out[2] + units - 1) // units * units)
     return tuple((o - 1) * s + (r - 1) * d + 1 for o, s, r, d in zip(out, stride, R, dil))
 
 
@@ -161,19 +173,19 @@ def convolve(rt, src, w, out5, shift: tuple, spread: tuple, G: tuple, transposed
     units = lanes(rt)
     B, C = src.shape[0], src.shape[1]
     O = tuple(out5.shape[2:])
-    shape = (B, C, *padded_extent(O, G[0:3], G[9:12], G[6:9], units))
-    xp = rt.empty(shape, "f32")
-    pad_source[(shape[2] * shape[3], C, B), units](src, xp, (*shift, *spread))
     outs = w.shape[1] if transposed else out5.shape[1] // (C // w.shape[1])
     red = C // (out5.shape[1] // outs)
-    KB = block(rt, outs)
+    KB, PR = blocking(rt, outs, O[1], G[10])
+    shape = (B, C, *padded_extent(O, G[0:3], G[9:12], G[6:9], units, PR))
+    xp = rt.empty(shape, "f32")
+    pad_source[(shape[2] * shape[3], C, B), units](src, xp, (*shift, *spread))
     blocks = out5.shape[1] // outs * ((outs + KB - 1) // KB)
     wp = rt.empty((blocks, red, G[9] * G[10] * G[11], KB), "f32")
     pack_weights[(blocks, red), units](w, wp, outs, G, KB, transposed)
-    grid = (O[0] * O[1] * ((O[2] + units - 1) // units), blocks, B)
+    grid = (O[0] * ((O[1] + PR - 1) // PR) * ((O[2] + units - 1) // units), blocks, B)
     has_bias = bias is not None
     # without a bias, wp stands in for it (never read)
-    convolve_rows[grid, units](xp, wp, bias if has_bias else wp, out5, has_bias, G, KB)
+    convolve_rows[grid, units](xp, wp, bias if has_bias else wp, out5, has_bias, G, KB, PR)
 
 
 def run_forward(p, y5) -> None:
