@@ -195,11 +195,13 @@ def test_autotune_times_and_persists_per_bucket(runtime, rng, monkeypatch, tmp_p
 
 # ---------------------------------------------------------------------------- the SIMD-lane plan
 # rows.py, forced on every runtime (Direct takes it where units are SIMD lanes): rows with a
-# partial last vector, channel blocks that do not fill the last block (K 35: 3 x 12), the
-# data backward's spread (stride) and shifts (padding, dilation, kernel), 1x1 and depthwise
+# partial last vector, channel blocks that do not fill the last block (K 35: 9 x 4; the
+# data backward's Cin/groups 17: 5 x 4), units of 4 output rows with a partial last group
+# (OH 9; data backward H 11), the data backward's spread (stride) and shifts (padding,
+# dilation, kernel), 1x1 and depthwise
 ROWS_CASES = {
-    "2d-tail-blocks-pad-dil": ((2, 3, 6, 37), (35, 3, 3, 2), 1, (2, 0), (1, 2), 1),
-    "2d-stride2-groups": ((1, 6, 11, 9), (6, 3, 3, 3), 2, 1, 1, 2),
+    "2d-tail-blocks-pad-dil": ((2, 3, 7, 37), (35, 3, 3, 2), 1, (2, 0), (1, 2), 1),
+    "2d-stride2-groups": ((1, 34, 11, 9), (6, 17, 3, 3), 2, 1, 1, 2),
     "2d-depthwise-dil-stride": ((1, 5, 9, 19), (5, 1, 3, 3), (1, 2), 2, 2, 5),
     "2d-1x1-stride2": ((2, 7, 5, 18), (9, 7, 1, 1), 2, 0, 1, 1),
     "3d-pad-stride": ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), (2, 1, 2), (0, 2, 1), 1, 1),

@@ -151,12 +151,14 @@ def lanes(rt) -> int:
 
 def blocking(rt, outs: int, OH: int, KH: int) -> tuple:
     """(KB, PR): a unit's register block of KB output channels x PR output rows, ACCUMULATORS
-    sums at most. Several rows where the kernel is more than one row tall (neighbouring
+    sums at most, KB spread evenly over the channel blocks so that few padded (wasted)
+    channels remain. ROWS rows where the kernel is more than one row tall (neighbouring
     output rows read the same input rows, so each loaded vector serves several taps and each
-    loaded weight several rows); KB spread evenly over the channel blocks so that few padded
-    (wasted) channels remain."""
+    loaded weight several rows) and the channels alone would fill the block: with fewer
+    channels, rows would grow the unrolled body (and its compile time, 2-3x on the test
+    shapes) past the one-row plan's."""
     budget = ACCUMULATORS if rt.capabilities.vector_bytes >= 64 else ACCUMULATORS_NARROW
-    PR = max(1, min(ROWS, OH)) if KH > 1 else 1
+    PR = max(1, min(ROWS, OH)) if KH > 1 and outs >= budget else 1
     most = max(1, budget // PR)
     blocks = (outs + most - 1) // most
     return (outs + blocks - 1) // blocks, PR
