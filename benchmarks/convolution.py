@@ -16,13 +16,15 @@ CUDA events (median of --reps); every result is checked against torch first (rel
 
 CPU runtimes: f32 3x3, N 8, C = K = 64, 56² (the issue's CPU case) next to torch CPU
 (oneDNN) in NCHW and channels_last and numpy im2col + matmul (forward), and torch's
-conv2d_input (data backward); best wall time of --reps. `--plans rows,units` times Direct's
+conv2d_input (data backward); best wall time of --reps; torch's OpenMP threads wait passively
+(OMP_WAIT_POLICY=PASSIVE unless set) so that they do not spin on the cores our runtime needs. `--plans rows,units` times Direct's
 two plans one after the other in one process (an A/B on a busy machine).
 "ratio" is baseline time / ours (above 1: ours is faster).
 """
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 
@@ -46,6 +48,9 @@ TDTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 def _torch():
+    # torch's OpenMP threads otherwise spin after each call and take the cores from the cpu
+    # runtime's workers that run next (as in benchmarks/ctc.py)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import torch
         return torch
