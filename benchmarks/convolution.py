@@ -15,12 +15,16 @@ gradients (ours: `conv_data_backward` / `conv_weight_backward`, NCHW). Both side
 CUDA events (median of --reps); every result is checked against torch first (relative L2 error).
 
 CPU runtimes: f32 3x3, N 8, C = K = 64, 56² (the issue's CPU case) next to torch CPU
-(oneDNN) in NCHW and channels_last and numpy im2col + matmul; best wall time of --reps.
+(oneDNN) in NCHW and channels_last and numpy im2col + matmul (forward), and torch's
+conv2d_input (data backward); best wall time of --reps; torch's OpenMP threads wait passively
+(OMP_WAIT_POLICY=PASSIVE unless set) so that they do not spin on the cores our runtime needs. `--plans rows,units` times Direct's
+two plans one after the other in one process (an A/B on a busy machine).
 "ratio" is baseline time / ours (above 1: ours is faster).
 """
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 
@@ -44,6 +48,9 @@ TDTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 def _torch():
+    # torch's OpenMP threads otherwise spin after each call and take the cores from the cpu
+    # runtime's workers that run next (as in benchmarks/ctc.py)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import torch
         return torch
@@ -127,6 +134,16 @@ def im2col_conv(x, w, R, pad):
     return np.matmul(w.reshape(w.shape[0], -1), cols.reshape(N, C * R * R, H * W)).reshape(N, -1, H, W)
 
 
+def use_plan(plan):
+    """Make Direct run `plan` ('rows' or 'units'; None: the device's own choice) from now on."""
+    from kerneldsl import replay
+    from rudnn.convolution import tuning
+    if not hasattr(tuning, "_chosen_plan"):
+        tuning._chosen_plan = tuning.direct_plan
+    tuning.direct_plan = tuning._chosen_plan if plan is None else (lambda p, pass_name: plan)
+    replay.clear()  # recorded calls hold the launches of the plan they ran
+
+
 def cpu_rows(args, torch, rt):
     rows = []
     for name, shape in CPU_SHAPES.items():
@@ -139,25 +156,40 @@ def cpu_rows(args, torch, rt):
         w = (rng.standard_normal((K, C, R, R)) / np.sqrt(C * R * R)).astype(np.float32)
         opts = options(shape)
         want = im2col_conv(x, w, R, R // 2)
-        kx, kw = rt.tensor(x), rt.tensor(w)
+        dy = rng.standard_normal(want.shape).astype(np.float32)
+        kx, kw, kdy = rt.tensor(x), rt.tensor(w), rt.tensor(dy)
         kxl, kwl = rt.tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1))), rt.tensor(np.ascontiguousarray(w.transpose(0, 2, 3, 1)))
-        base = {"numpy im2col": lambda: im2col_conv(x, w, R, R // 2)}
+        base = {"forward": {"numpy im2col": lambda: im2col_conv(x, w, R, R // 2)}, "data": {}}
+        want_dx = None
         if torch is not None:
-            tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+            tx, tw, tdy = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(dy)
             txl, twl = tx.to(memory_format=torch.channels_last), tw.to(memory_format=torch.channels_last)
-            base["torch NCHW"] = lambda: torch.nn.functional.conv2d(tx, tw, None, 1, R // 2)
-            base["torch NHWC"] = lambda: torch.nn.functional.conv2d(txl, twl, None, 1, R // 2)
-        base_t = {k: best_time(f, args.reps) for k, f in base.items()}
+            base["forward"]["torch NCHW"] = lambda: torch.nn.functional.conv2d(tx, tw, None, 1, R // 2)
+            base["forward"]["torch NHWC"] = lambda: torch.nn.functional.conv2d(txl, twl, None, 1, R // 2)
+            base["data"]["torch NCHW"] = lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tdy, 1, R // 2)
+            want_dx = base["data"]["torch NCHW"]().numpy()
+        cases = []
         for st in args.strategies:
-            for layout, fn in (("NCHW", lambda: conv_forward(kx, kw, None, opts, ConvStrategy[st])),
-                               ("NHWC", lambda: conv_forward_nhwc(kxl, kwl, None, opts, ConvStrategy[st]))):
-                got = fn().numpy()
-                err = rel_err(got if layout == "NCHW" else got.transpose(0, 3, 1, 2), want)
+            if "forward" in args.passes:
+                cases += [("forward NCHW", st, lambda st=st: conv_forward(kx, kw, None, opts, ConvStrategy[st]),
+                           lambda got: rel_err(got, want)),
+                          ("forward NHWC", st, lambda st=st: conv_forward_nhwc(kxl, kwl, None, opts, ConvStrategy[st]),
+                           lambda got: rel_err(got.transpose(0, 3, 1, 2), want))]
+            if "data" in args.passes and want_dx is not None:
+                cases.append(("data NCHW", st, lambda st=st: conv_data_backward(kdy, kw, x.shape, opts, ConvStrategy[st]),
+                              lambda got: rel_err(got, want_dx)))
+        base_t = {pss: {k: best_time(f, args.reps) for k, f in b.items()} for pss, b in base.items()}
+        for plan in args.plans:
+            use_plan(plan)
+            for pss, st, fn, err_of in cases:
+                err = err_of(fn().numpy())
                 t = best_time(lambda: (fn(), rt.synchronize()), args.reps)
-                for bname, tb in base_t.items():
-                    rows.append((f"{name} N{N}", rt.name, "f32", f"forward {layout}", st, f"{t * 1e3:.2f}", bname,
+                label = st if plan is None else f"{st} ({plan})"
+                for bname, tb in base_t[pss.split()[0]].items():
+                    rows.append((f"{name} N{N}", rt.name, "f32", pss, label, f"{t * 1e3:.2f}", bname,
                                  f"{tb * 1e3:.2f}", f"{tb / t:.2f}x", f"{flops(shape) / t / 1e9:.1f}", f"{err:.1e}"))
                     print(*rows[-1], flush=True)
+        use_plan(None)
     return rows
 
 
@@ -170,10 +202,14 @@ def main(argv=None):
     ap.add_argument("--shapes", default="", help="comma list of GPU shape names (default: all)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="a smoke run: small batch, 3 reps")
+    ap.add_argument("--plans", default="", help="CPU runtimes: comma list of Direct plans to time one after the "
+                    "other in this process (rows: the SIMD-lane plan, units: a unit per output position; "
+                    "default: the device's own choice)")
     args = ap.parse_args(argv)
     args.dtypes, args.passes = args.dtypes.split(","), args.passes.split(",")
     args.strategies = args.strategies.split(",")
     args.shapes = [s for s in args.shapes.split(",") if s]
+    args.plans = [p for p in args.plans.split(",") if p] or [None]
     if args.quick:
         args.reps = min(args.reps, 3)
     torch = _torch()

@@ -42,8 +42,8 @@ def close(got, want, dtype):
     np.testing.assert_allclose(got, want, rtol=TOL[dtype], atol=TOL[dtype] * mag)
 
 
-def make(rng, case, dtype="f32", bias=True):
-    xs, ws, st, pd, dl, g = CASES[case]
+def make(rng, case, dtype="f32", bias=True, cases=CASES):
+    xs, ws, st, pd, dl, g = cases[case]
     x = host(rng.standard_normal(xs), dtype)
     w = host(rng.standard_normal(ws), dtype)
     b = host(rng.standard_normal(ws[0]), dtype) if bias else None
@@ -191,6 +191,73 @@ def test_autotune_times_and_persists_per_bucket(runtime, rng, monkeypatch, tmp_p
     assert tuner.tuned == 1
     conv_data_backward(runtime.tensor(dy, dtype="bf16"), tw, x.shape, opts)   # another pass: its own key
     assert tuner.tuned == 2
+
+
+# ---------------------------------------------------------------------------- the SIMD-lane plan
+# rows.py, forced on every runtime (Direct takes it where units are SIMD lanes): rows with a
+# partial last vector, channel blocks that do not fill the last block (K 35: 9 x 4; the
+# data backward's Cin/groups 17: 5 x 4), units of 4 output rows with a partial last group
+# (OH 9; data backward H 11), the data backward's spread (stride) and shifts (padding,
+# dilation, kernel), 1x1 and depthwise
+ROWS_CASES = {
+    "2d-tail-blocks-pad-dil": ((2, 3, 7, 37), (35, 3, 3, 2), 1, (2, 0), (1, 2), 1),
+    "2d-stride2-groups": ((1, 34, 11, 9), (6, 17, 3, 3), 2, 1, 1, 2),
+    "2d-depthwise-dil-stride": ((1, 5, 9, 19), (5, 1, 3, 3), (1, 2), 2, 2, 5),
+    "2d-1x1-stride2": ((2, 7, 5, 18), (9, 7, 1, 1), 2, 0, 1, 1),
+    "3d-pad-stride": ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), (2, 1, 2), (0, 2, 1), 1, 1),
+}
+
+
+@pytest.fixture
+def rows_plan(monkeypatch):
+    """Direct's forward and data backward run the SIMD-lane plan (fails if the other runs)."""
+    from rudnn.convolution import direct, tuning
+    monkeypatch.setattr(tuning, "direct_plan", lambda p, pass_name: "rows")
+    for name in ("run_forward", "run_data_backward"):
+        monkeypatch.setattr(direct, name, lambda *a: pytest.fail("Direct did not take the rows plan"))
+
+
+@pytest.mark.parametrize("case", list(ROWS_CASES))
+def test_rows_plan(runtime, rng, rows_plan, case):
+    """Forward in both layouts (with bias) and the data backward against the float64 reference."""
+    x, w, b, opts, y_ref, dy, geo = make(rng, case, cases=ROWS_CASES)
+    t = runtime.tensor
+    close(conv_forward(t(x), t(w), t(b), opts, Direct).numpy(), y_ref, "f32")
+    yl = conv_forward_nhwc(t(channels_last(x)), t(channels_last(w)), t(b), opts, Direct)
+    close(np.moveaxis(yl.numpy(), -1, 1), y_ref, "f32")
+    close(conv_data_backward(t(dy), t(w), x.shape, opts, Direct).numpy(), ref.data_backward(dy, w, x.shape, *geo),
+          "f32")
+
+
+def test_rows_plan_half_precision_strided(runtime, rng, rows_plan, dtype="bf16"):
+    """BF16 views (a channel slice and a spatial step, NHWC with a strided channel axis, a
+    strided output gradient) through the f32 copies, with F32 accumulation (F16 and BF16
+    inputs reach the plan through test_half_precision where Direct takes it)."""
+    x_full = host(rng.standard_normal((2, 9, 14, 8)), dtype)
+    w = host(rng.standard_normal((6, 3, 3, 3)), dtype)
+    x = x_full[:, 1:7, ::2]
+    opts = ConvOptions(padding=(1, 2), groups=2)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    y_ref = ref.forward(x, w, None, 1, (1, 2), 1, 2)
+    close(conv_forward(t(x_full)[:, 1:7, ::2], t(w), None, opts).numpy(), y_ref, dtype)
+    xl = t(channels_last(x_full))[:, ::2, :, 1:7]
+    close(np.moveaxis(conv_forward_nhwc(xl, t(channels_last(w)), None, opts).numpy(), -1, 1), y_ref, dtype)
+    dy2 = host(rng.standard_normal((*y_ref.shape[:3], 2 * y_ref.shape[3])), dtype)
+    close(conv_data_backward(t(dy2)[..., ::2], t(w), x.shape, opts).numpy(),
+          ref.data_backward(dy2[..., ::2], w, x.shape, 1, (1, 2), 1, 2), dtype)
+
+
+def test_direct_plan_follows_capabilities(runtime, rng, monkeypatch):
+    """Direct takes the rows plan exactly where a cube's units are SIMD lanes (never by name)."""
+    from rudnn.convolution import direct, rows
+    ran = []
+    for module, plan in ((rows, "rows"), (direct, "units")):
+        for name in ("run_forward", "run_data_backward"):
+            monkeypatch.setattr(module, name, lambda *a, plan=plan: ran.append(plan))
+    x, w, b, opts, y_ref, dy, geo = make(rng, "2d-3x3")
+    conv_forward(runtime.tensor(x), runtime.tensor(w), None, opts, Direct)
+    conv_data_backward(runtime.tensor(dy), runtime.tensor(w), x.shape, opts, Direct)
+    assert ran == ["rows" if runtime.capabilities.units_are_simd_lanes else "units"] * 2
 
 
 # ---------------------------------------------------------------------------- PyTorch

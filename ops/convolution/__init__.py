@@ -8,15 +8,17 @@ backward passes (SPEC §6).
 
 x [B, Cin, *S], w [Cout, Cin/groups, *K] -> y [B, Cout, *O] (conv_forward_nhwc: x [B, *S, Cin],
 w [Cout, *K, Cin/groups] -> y [B, *O, Cout]); F32/F16/BF16 with F32 accumulation. `Direct`
-covers every configuration; `ImplicitGemm` runs a GEMM over the implicit im2col matrix where
-it covers the call (tuning.py says when) and `Direct` otherwise; `Autotune` times the valid
-ones once per shape bucket and remembers the fastest.
+covers every configuration (where a cube's units are SIMD lanes, the CPU, its forward and
+data backward take the row-vector plan of rows.py: tuning.direct_plan); `ImplicitGemm` runs
+a GEMM over the implicit im2col matrix where it covers the call (tuning.py says when) and
+`Direct` otherwise; `Autotune` times the valid ones once per shape bucket and remembers the
+fastest.
 """
 from __future__ import annotations
 
 from kerneldsl.replay import replayable
 
-from . import direct, implicit_gemm, tuning
+from . import direct, implicit_gemm, rows, tuning
 from .options import ConvOptions, ConvStrategy
 from .problem import (ConvSetupError, as_5d, check_strategy, user_shape, validate_data_backward,
                       validate_forward, validate_weight_backward)
@@ -33,6 +35,22 @@ def _dummy(rt):
     return d[1]
 
 
+def _direct_forward(p, y5) -> None:
+    """The `Direct` forward pass, through the plan tuning.direct_plan picks for the device."""
+    if tuning.direct_plan(p, "forward") == "rows":
+        rows.run_forward(p, y5)
+    else:
+        direct.run_forward(p, y5, _dummy(p.runtime))
+
+
+def _direct_data_backward(p, dx5) -> None:
+    """The `Direct` data backward pass, through the plan tuning.direct_plan picks."""
+    if tuning.direct_plan(p, "data") == "rows":
+        rows.run_data_backward(p, dx5)
+    else:
+        direct.run_data_backward(p, dx5)
+
+
 def _forward(fn, input, weight, bias, options, strategy, channels_last):  # noqa: A002
     p = validate_forward(fn, input, weight, bias, options, channels_last)
     strategy = check_strategy(strategy)
@@ -41,7 +59,7 @@ def _forward(fn, input, weight, bias, options, strategy, channels_last):  # noqa
     if out.size == 0:
         return out
     y5 = as_5d(out, g.rank, channels_last)
-    runners = {"Direct": lambda: direct.run_forward(p, y5, _dummy(p.runtime)),
+    runners = {"Direct": lambda: _direct_forward(p, y5),
                "ImplicitGemm": lambda: implicit_gemm.run_forward(p, y5, _dummy(p.runtime))}
     runners[tuning.resolve(p, "forward", strategy, runners)]()
     return out
@@ -74,7 +92,7 @@ def conv_data_backward(out_grad, weight, in_shape, options: ConvOptions = _DEFAU
     if out.size == 0:
         return out
     dx5 = as_5d(out, g.rank, False)
-    runners = {"Direct": lambda: direct.run_data_backward(p, dx5),
+    runners = {"Direct": lambda: _direct_data_backward(p, dx5),
                "ImplicitGemm": lambda: implicit_gemm.run_data_backward(p, dx5)}
     runners[tuning.resolve(p, "data", strategy, runners)]()
     return out

@@ -1,0 +1,207 @@
+"""`Direct`'s plan for runtimes whose units are SIMD lanes (the CPU; tuning.direct_plan): a
+cube is one vector of consecutive output columns, and each unit keeps a register block of
+KB output channels x PR output rows (`blocking`), for the forward and the data backward pass.
+
+- The source is first copied, as f32 and channel-major ([B, C, D', H', W'] whatever the
+  caller's layout and strides), into a zero-padded buffer that holds every window of every
+  unit of every cube: the kernel needs no bounds test, clamp or select, and a tap's read at
+  stride 1 is affine in the unit index (one vector load).
+- The weights are packed as f32 [groups x channel blocks, reduction channel, tap, KB] (zeros
+  past a group's channels), so a tap's KB weights are contiguous and uniform over the cube:
+  each is one broadcast operand of PR fused multiply-adds, each loaded input vector feeds KB.
+- Kernel size, stride and dilation are compile-time, so the taps unroll; the cube is exactly
+  one vector wide, so the KB x PR sums live in vector registers for the whole reduction
+  (the unit loop, lifted inside the channel loop, runs once per reduction channel).
+- Measured on the 2-core AMD EPYC (Zen 5) dev box, 3x3 f32 at 56², C = K = 64: 16 sums a
+  unit (4 channels x 4 rows) beat 16 x 1, 8 x 2 and 2 x 8 by 8-15%; 24 or 32 sums spill.
+- The data backward pass is the same kernel run as a stride-1 convolution of the output
+  gradient with the flipped, transposed weights (pack_weights' TRANSPOSED); for a stride
+  above 1 the copy spreads the gradient out with zeros between its values (a stride apart),
+  which costs stride^rank more products than the gather form but keeps every read a vector.
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .gather import split_tap
+
+ACCUMULATORS = 16         # f32 sums a unit keeps, with 32 vector registers (AVX-512)
+ACCUMULATORS_NARROW = 8   # with 16 vector registers (AVX2; not measured here: no such host)
+ROWS = 4                  # output rows a unit owns (kernels taller than one row)
+
+
+@kd.kernel
+def pad_source(src: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple]):
+    """xp[b, c, z, y, i] = src[b, c, (z − QD)/SD, (y − QH)/SH, (i − QW)/SW] as f32 where each
+    quotient is whole and inside src, else 0; P = (QD, QH, QW, SD, SH, SW). One cube per
+    (row of xp, channel, batch), units along the row."""
+    Hp, Wp = xp.shape[3], xp.shape[4]
+    D, H, W = src.shape[2], src.shape[3], src.shape[4]
+    z = kd.cube_pos_x() // Hp
+    yy = kd.cube_pos_x() % Hp
+    c = kd.cube_pos_y()
+    b = kd.cube_pos_z()
+    tz = z - P[0]
+    ty = yy - P[1]
+    iz = tz // P[3]
+    iy = ty // P[4]
+    row_in = tz >= 0 and iz * P[3] == tz and iz < D and ty >= 0 and iy * P[4] == ty and iy < H
+    iz = kd.clamp(iz, 0, D - 1)
+    iy = kd.clamp(iy, 0, H - 1)
+    for i0 in range(0, Wp, kd.cube_dim_x()):   # uniform: the unit loop inside vectorises
+        i = kd.i64(i0) + kd.unit_pos_x()
+        tx = i - P[2]
+        ix = tx // P[5]
+        v = kd.f32(0)
+        if row_in and tx >= 0 and ix * P[5] == tx and ix < W:
+            v = kd.f32(src[b, c, iz, iy, ix])    # a masked load, unit-affine at spread 1
+        if i < Wp:
+            xp[b, c, z, yy, i] = v
+
+
+@kd.kernel
+def pack_weights(w: kd.Tensor, wp: kd.Tensor, outs: kd.i32, G: kd.Const[tuple], KB: kd.Const[int],
+                 TRANSPOSED: kd.Const[bool]):
+    """wp[g·nb + j, c, tap, i] = the f32 weight joining reduction channel c to output channel
+    j·KB + i of group g (0 past the group's channels): w[co, c, k], or for the transposed pass
+    w[c, co, K − 1 − k] (flipped taps). One cube per (block, c), units over (tap, i)."""
+    red = wp.shape[1]
+    nb = (outs + KB - 1) // KB
+    g = kd.cube_pos_x() // nb
+    co = kd.cube_pos_x() % nb * KB
+    c = kd.cube_pos_y()
+    for j in range(kd.unit_pos_x(), wp.shape[2] * KB, kd.cube_dim_x()):
+        kz, ky, kx = split_tap(j // KB, G)
+        o = co + j % KB
+        live = o < outs
+        o = kd.min(o, outs - 1)
+        if TRANSPOSED:
+            v = kd.f32(w[g * red + c, o, G[9] - 1 - kz, G[10] - 1 - ky, G[11] - 1 - kx])
+        else:
+            v = kd.f32(w[g * outs + o, c, kz, ky, kx])
+        wp[kd.cube_pos_x(), c, j // KB, j % KB] = kd.select(live, v, 0.0)
+
+
+@kd.func
+def channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB, PR):
+    """acc[r·KB + i] + sum over the taps of xp[b, c0 + c, (od, oh + r, ow)·S + k·Dil]·wp[gb, c, k, i]
+    for PR output rows r and KB channels i."""
+    for kz in kd.unroll(G[9]):
+        for ky in kd.unroll(G[10]):
+            for kx in kd.unroll(G[11]):
+                tap = (kz * G[10] + ky) * G[11] + kx
+                vs = ()
+                for r in kd.unroll(PR):
+                    vs = vs + (xp[b, c0 + c, od * G[0] + kz * G[6], (oh + r) * G[1] + ky * G[7],
+                                  ow * G[2] + kx * G[8]],)
+                nxt = ()
+                for r in kd.unroll(PR):
+                    for i in kd.unroll(KB):
+                        nxt = nxt + (kd.fma(vs[r], wp[gb, c, tap, i], acc[r * KB + i]),)
+                acc = nxt
+    return acc
+
+
+@kd.func
+def store_sum(y, bias, r, b, co, od, oh, ow, HAS_BIAS):
+    """y[b, co, od, oh, ow] = r (+ bias[co])."""
+    if HAS_BIAS:
+        r = r + kd.f32(bias[co])
+    y[b, co, od, oh, ow] = r
+
+
+@kd.kernel
+def convolve_rows(xp: kd.Tensor, wp: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
+                  G: kd.Const[tuple], KB: kd.Const[int], PR: kd.Const[int]):
+    """y[b, g·outs + j·KB + i, o] = bias + sum_{c, k} xp[b, g·red + c, o·S + k·Dil]·wp[g·nb + j, c, k, i]
+    over the padded source and packed weights; grid (output rows x vectors a row, groups x
+    KB-channel blocks, batch)."""
+    OH, OW = y.shape[3], y.shape[4]
+    red = wp.shape[1]
+    outs = y.shape[1] // (xp.shape[1] // red)
+    per_row = (OW + kd.cube_dim_x() - 1) // kd.cube_dim_x()
+    nb = (outs + KB - 1) // KB
+    gb = kd.cube_pos_y()
+    # ch0, od and oh are assigned twice so that they are not rematerialised (recomputed, with
+    # their divisions, at each use): a division under the store's condition would keep the
+    # vectoriser from turning the guarded stores into masked vector stores
+    ch0, od, oh = 0, 0, 0
+    ch0 = gb // nb * outs + gb % nb * KB
+    b = kd.cube_pos_z()
+    row = kd.cube_pos_x() // per_row
+    od = row // ((OH + PR - 1) // PR)
+    oh = row % ((OH + PR - 1) // PR) * PR
+    # i64: the vectoriser then needs no run-time check that a tap's i32 column does not wrap
+    ow = kd.i64(kd.cube_pos_x() % per_row * kd.cube_dim_x()) + kd.unit_pos_x()
+    c0 = gb // nb * red
+    acc = (kd.f32(0),) * (KB * PR)
+    for c in range(red):
+        acc = channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB, PR)
+    live = kd.min(outs - gb % nb * KB, KB)    # channels of the block inside the group
+    for r in kd.unroll(PR):
+        for i in kd.unroll(KB):
+            if i < live and ow < OW and oh + r < OH:
+                store_sum(y, bias, acc[r * KB + i], b, ch0 + i, od, oh + r, ow, HAS_BIAS)
+
+
+def lanes(rt) -> int:
+    """Units per cube: one vector of f32."""
+    return max(1, rt.capabilities.vector_bytes // 4)
+
+
+def blocking(rt, outs: int, OH: int, KH: int) -> tuple:
+    """(KB, PR): a unit's register block of KB output channels x PR output rows, ACCUMULATORS
+    sums at most, KB spread evenly over the channel blocks so that few padded (wasted)
+    channels remain. ROWS rows where the kernel is more than one row tall (neighbouring
+    output rows read the same input rows, so each loaded vector serves several taps and each
+    loaded weight several rows) and the channels alone would fill the block: with fewer
+    channels, rows would grow the unrolled body (and its compile time, 2-3x on the test
+    shapes) past the one-row plan's."""
+    budget = ACCUMULATORS if rt.capabilities.vector_bytes >= 64 else ACCUMULATORS_NARROW
+    PR = max(1, min(ROWS, OH)) if KH > 1 and outs >= budget else 1
+    most = max(1, budget // PR)
+    blocks = (outs + most - 1) // most
+    return (outs + blocks - 1) // blocks, PR
+
+
+def padded_extent(out: tuple, stride: tuple, R: tuple, dil: tuple, units: int, PR: int = 1) -> tuple:
+    """(D', H', W') of a padded source that holds every window of every output position (the
+    rows rounded up to PR, the last vector of a row to `units`)."""
+    out = (out[0], (out[1] + PR - 1) // PR * PR, (out[2] + units - 1) // units * units)
+    return tuple((o - 1) * s + (r - 1) * d + 1 for o, s, r, d in zip(out, stride, R, dil))
+
+
+def convolve(rt, src, w, out5, shift: tuple, spread: tuple, G: tuple, transposed: bool, bias=None) -> None:
+    """out5 = the convolution of `src` (copied into a padded f32 buffer: source position t lands
+    at t·spread + shift) with weights w under geometry G (stride, _, dilation, kernel), plus bias."""
+    units = lanes(rt)
+    B, C = src.shape[0], src.shape[1]
+    O = tuple(out5.shape[2:])
+    outs = w.shape[1] if transposed else out5.shape[1] // (C // w.shape[1])
+    red = C // (out5.shape[1] // outs)
+    KB, PR = blocking(rt, outs, O[1], G[10])
+    shape = (B, C, *padded_extent(O, G[0:3], G[9:12], G[6:9], units, PR))
+    xp = rt.empty(shape, "f32")
+    pad_source[(shape[2] * shape[3], C, B), units](src, xp, (*shift, *spread))
+    blocks = out5.shape[1] // outs * ((outs + KB - 1) // KB)
+    wp = rt.empty((blocks, red, G[9] * G[10] * G[11], KB), "f32")
+    pack_weights[(blocks, red), units](w, wp, outs, G, KB, transposed)
+    grid = (O[0] * ((O[1] + PR - 1) // PR) * ((O[2] + units - 1) // units), blocks, B)
+    has_bias = bias is not None
+    # without a bias, wp stands in for it (never read)
+    convolve_rows[grid, units](xp, wp, bias if has_bias else wp, out5, has_bias, G, KB, PR)
+
+
+def run_forward(p, y5) -> None:
+    """y5 (a [B, K, OD, OH, OW] view) = the forward convolution of p."""
+    g = p.geo
+    convolve(p.runtime, p.x, p.w, y5, g.pad, (1, 1, 1), g.consts(), False, p.bias)
+
+
+def run_data_backward(p, dx5) -> None:
+    """dx5 (a [B, C, D, H, W] view) = the input gradient of p: a stride-1 convolution of the
+    gradient spread out by the stride, with the flipped, transposed weights."""
+    g = p.geo
+    shift = tuple((r - 1) * d - q for r, d, q in zip(g.R, g.dil, g.pad))
+    G = (1, 1, 1, 0, 0, 0, *g.dil, *g.R)
+    convolve(p.runtime, p.dy, p.w, dx5, shift, g.stride, G, True)
