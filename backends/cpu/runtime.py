@@ -43,6 +43,14 @@ _MAIN_THREAD = threading.main_thread().ident
 _ADDRESSES: dict = {}  # id(host array) -> (weak reference to it, its data address)
 
 
+def _keep_forever(launch) -> None:
+    """Keep what an abandoned launch (launcher.py: Ctrl-C, a cube that never ends) uses alive
+    until the process ends, interpreter shutdown included: its cubes still run and read that
+    memory. A list on the runtime is freed while Python shuts down, with the thread still
+    running (a test's child process crashed at exit once nothing else held the memory)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(launch))
+
+
 def _forget_address(key: int, ref) -> None:
     if _ADDRESSES.get(key, (None,))[0] is ref:
         del _ADDRESSES[key]
@@ -224,7 +232,6 @@ class CpuRuntime(Runtime):
         self.threads = threads or os.cpu_count() or 1
         self._pool = None
         self._pool_lock = threading.Lock()
-        self._abandoned: list = []  # interrupted launches whose cubes never stopped (launcher.py)
         self._fast: FastWorker | None = None  # the main thread's one-worker launches (handoff.py)
         self._small_launches = 0
         forget = weakref.WeakMethod(self._forget_threads)
@@ -416,7 +423,7 @@ class CpuRuntime(Runtime):
     def _abandon(self, job: CubeLaunch, pool):
         """A cancelled launch whose cubes did not stop: keep it (and the memory it uses) for
         good, and give later launches fresh threads."""
-        self._abandoned.append(job)
+        _keep_forever(job)
         with self._pool_lock:
             if self._pool is pool:
                 self._pool = None
@@ -450,7 +457,7 @@ class CpuRuntime(Runtime):
             except BaseException:  # a second Ctrl-C: stop waiting
                 stopped = False
             if not stopped:
-                self._abandoned.append(keep)
+                _keep_forever(keep)
                 self._fast = None
             raise
 
