@@ -477,3 +477,28 @@ def test_mixed_runtimes_name_both(runtime):
     g = other.tensor(np.ones((1, 2, 2, 2), np.float32))
     with pytest.raises(PoolingError, match=f"{other.name}.*{runtime.name}"):
         P.avg_pool2d_backward(x, g, 2)
+
+
+def test_row_vector_pooling_skips_memory_that_starts_off_its_vectors(monkeypatch):
+    """Imported memory may start at any address: where the input's first element is not on a
+    vector boundary the row-vector kernel is not used (its vector loads would be misaligned
+    on a GPU) and the result is still torch's."""
+    import rudnn.pooling as pooling
+    from rudnn.pooling.tuning import row_vector_outputs
+    rt = kd.runtime("cpu")
+    monkeypatch.setattr(pooling, "row_vector_outputs", lambda caps, *a: row_vector_outputs(_as_gpu(caps), *a))
+    launched = []
+    real = pooling._rows
+    monkeypatch.setattr(pooling, "_rows", lambda *a: launched.append(real(*a)) or launched[-1])
+    base = np.arange(1 + 2 * 3 * 8 * 16, dtype=np.float32)[::-1].copy()
+    for start, used in ((0, True), (1, False)):
+        x = base[start:start + 2 * 3 * 8 * 16].reshape(2, 3, 8, 16)
+        launched.clear()
+        out = pooling.max_pool2d(rt.wrap(x), 3, 2, 1)
+        assert launched == [used], start
+        want = np.full((2, 3, 4, 8), -np.inf, np.float32)
+        padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        for i in range(3):
+            for j in range(3):
+                want = np.maximum(want, padded[:, :, i:i + 8:2, j:j + 16:2])
+        np.testing.assert_array_equal(out.numpy(), want)

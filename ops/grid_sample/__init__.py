@@ -16,6 +16,7 @@ from . import channels_last as _last
 from . import fixed_point as _fixed
 from . import sample as _sample
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
+from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from .tuning import (MAX_CUBES, UNITS, as_5d, channels_last_lanes, channels_last_vectors, cubes, headroom,
                      transpose_lanes)
@@ -79,6 +80,8 @@ def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampl
     spatial = x5.size // (n * c)
     xl = x5.runtime.empty((x5.size,), x5.dtype)
     v = transpose_lanes(c, spatial, x5.dtype.itemsize)
+    while v > 1 and not aligned(x5, v):  # (imported memory may start anywhere)
+        v //= 2
     bx, by = _last.TILE_UNITS
     tile = bx * v
     _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](x5.reshape(x5.size), xl, c, spatial, v)

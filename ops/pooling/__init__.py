@@ -22,6 +22,7 @@ from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_taps
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import plane_mean
+from ..validation import aligned
 from .rows import pool_rows
 from .tuning import (ELEMENT_UNITS, GRID_Y, element_plan, outputs_per_unit, reduction_plan, row_vector_outputs,
                      unrolled_taps, vector_lanes)
@@ -131,7 +132,7 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
 def _rows(p: PoolProblem, flat_in, flat_out, sink, maximum: bool, indices: bool) -> bool:
     """Launch rows.pool_rows where it applies (tuning.row_vector_outputs); False where not."""
     outs = row_vector_outputs(p.runtime.capabilities, p, flat_in.dtype.itemsize, flat_in.offset)
-    if outs == 0:
+    if outs == 0 or not aligned(flat_in, outs * p.axes[2].stride):  # (imported memory may start anywhere)
         return False
     h, w = p.axes[1], p.axes[2]
     units = p.planes * h.out * -(-w.out // outs)
