@@ -35,6 +35,10 @@ STATEMENTS = {
     ir.AsyncCopy: "s_needs_async_copy",  # the front end lowers kd.async_copy to a plain copy where
     ir.AsyncCommit: "s_needs_async_copy",  # Capabilities.async_copy is off; CUDA overrides these
     ir.AsyncWait: "s_needs_async_copy",
+    ir.BarrierInit: "s_needs_bulk_copy",  # the front end emulates arrival barriers and bulk copies where
+    ir.BarrierArrive: "s_needs_bulk_copy",  # Capabilities.bulk_copy is off; CUDA overrides these
+    ir.BarrierWait: "s_needs_bulk_copy",
+    ir.BulkCopy: "s_needs_bulk_copy",
 }
 EXPRESSIONS = {
     ir.Const: "e_const",
@@ -88,6 +92,12 @@ class SharedHandlers:
         raise UnsupportedFeatureError(
             f"{self.dialect} renderer: {type(s).__name__} reaches a renderer only where Capabilities.async_copy "
             f"is set (the front end lowers kd.async_copy to a plain copy elsewhere)", s.loc)
+
+
+    def s_needs_bulk_copy(self, s):
+        raise UnsupportedFeatureError(
+            f"{self.dialect} renderer: {type(s).__name__} reaches a renderer only where Capabilities.bulk_copy "
+            f"is set (the front end emulates arrival barriers and bulk copies elsewhere)", s.loc)
 
 
 def printf_format(parts: list, convert) -> tuple:

@@ -1,5 +1,6 @@
 """DSL kernels on the cuda runtime next to PyTorch, in one process: a streaming copy, a row
-reduction, and a bf16 GEMM through the matrix primitive (tensor cores).
+reduction, and a bf16 GEMM through the matrix primitive (tensor cores): plane fragments fed by
+async copies, and group products fed by bulk tensor copies (bulk_gemm.py).
 
     python -m benchmarks.dsl_gpu [--quick] [--reps N]
 
@@ -15,6 +16,7 @@ import argparse
 
 import kerneldsl as kd
 
+from . import bulk_gemm
 from .common import median_device_time, median_torch_cuda_time, table
 
 VEC = 4  # f32 lanes per wide access (16 bytes)
@@ -202,7 +204,9 @@ PIPELINED = {name: _parse_config(name) for name in _PIPELINED_NAMES}
 
 
 def gemm(a, b, c, config="128x128x64/w64x64/s3/g8"):
-    """Launch one GEMM configuration (a PIPELINED name)."""
+    """Launch one GEMM configuration (a PIPELINED or bulk_gemm.CONFIGS name)."""
+    if config in bulk_gemm.CONFIGS:
+        return bulk_gemm.gemm(a, b, c, config)
     M, K = a.shape
     N = b.shape[1]
     BM, BN, BK, WM, WN, S, G = PIPELINED[config]
@@ -292,14 +296,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--gemm", default=",".join(PIPELINED),
+    ap.add_argument("--gemm", default=",".join([*PIPELINED, *bulk_gemm.CONFIGS]),
                     help="comma-separated GEMM configurations (%(default)s)")
     ap.add_argument("--only", default="copy,row sum,gemm", help="which benchmarks to run (%(default)s)")
     args = ap.parse_args(argv)
     configs = [c for c in args.gemm.split(",") if c]
-    unknown = [c for c in configs if c not in PIPELINED]
+    unknown = [c for c in configs if c not in PIPELINED and c not in bulk_gemm.CONFIGS]
     if unknown:
-        ap.error(f"unknown GEMM configurations {unknown}; known: {sorted(PIPELINED)}")
+        ap.error(f"unknown GEMM configurations {unknown}; known: {sorted([*PIPELINED, *bulk_gemm.CONFIGS])}")
     import torch
     rt = kd.runtime("cuda")
     dev = torch.device(f"cuda:{rt.index}")

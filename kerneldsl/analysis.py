@@ -97,20 +97,22 @@ class Uniformity:
 
 def _split_name(s) -> str:
     if isinstance(s, ir.Barrier):
-        return "kd.sync_cube()"
+        return s.origin or "kd.sync_cube()"
     if isinstance(s, ir.PlaneOp):
         return f"kd.plane_{s.op}()"
+    if isinstance(s, ir.BarrierWait):
+        return "kd.barrier_wait()"
     return "a matrix fragment operation"
 
 
 def check_kernel(k: ir.KernelIR) -> Uniformity:
     """Raise CompileError for split points under non-uniform control flow."""
     u = Uniformity(k)
-    has_split = ir.contains(k.body, ir.SPLIT_STMTS)
+    has_split = ir.contains(k.body, ir.UNIFORM_STMTS)
 
     def walk(stmts, ctrl, why):
         for s in stmts:
-            if isinstance(s, ir.SPLIT_STMTS) and not ctrl:
+            if isinstance(s, ir.UNIFORM_STMTS) and not ctrl:
                 where = f" (the condition at line {why.line} depends on the unit)" if why is not None else ""
                 raise CompileError(f"{_split_name(s)} must be reached by every unit of the cube, but it is "
                                    f"under non-uniform control flow{where}", s.loc)
@@ -123,7 +125,7 @@ def check_kernel(k: ir.KernelIR) -> Uniformity:
                 exprs = (s.start, s.stop, s.step) if isinstance(s, ir.For) else (s.cond,)
                 c = ctrl and all(u.expr(e) for e in exprs)
                 w = why if c or not ctrl else s.loc
-                if c and ir.contains(s.body, ir.SPLIT_STMTS):
+                if c and ir.contains(s.body, ir.UNIFORM_STMTS):
                     for bad in u.nonuniform_exits(s.body, True):
                         raise CompileError("break/continue under non-uniform control flow in a loop that "
                                            "contains barriers or plane operations", bad.loc)

@@ -44,6 +44,8 @@ class Frontend(ExpressionLowering):
         self.var_types: dict = {}
         self.shared: dict = {}
         self.frags: dict = {}
+        self.bulk_sources: set = set()  # tensor parameters kd.bulk_copy reads
+        self.barrier_arrays: list = []  # every kd.arrival_barriers array (BarrierRef), for the checker
         self.blocks: list = [[]]
         self.loops: list = []  # stack of 'runtime' / 'unrolled'
         self.loop_counters: dict = {}  # IR name of each enclosing run-time loop's variable -> its line
@@ -146,11 +148,22 @@ class Frontend(ExpressionLowering):
         self.param_names = {p.name for p in params}
         self.multi_assigned = multi_assigned_names(fdef)
         self.block(fdef.body)
+        self.check_barrier_waits()
         return ir.KernelIR(
             name=fdef.name, params=params, body=self.blocks[0], cube_dim=self.spec.cube_dim,
             plane_dim=self.spec.plane_dim, loc=self.loc(fdef), bounds_check=self.spec.bounds_check,
             var_types=self.var_types, shared=self.shared, frags=self.frags,
+            bulk_sources=tuple(sorted(self.bulk_sources)),
         )
+
+    def check_barrier_waits(self):
+        """A wait on arrival barriers that no unit arrives at and no copy completes would never
+        return on hardware barriers: refuse it at the first such wait."""
+        for bars in self.barrier_arrays:
+            if bars.waits and not bars.used:
+                raise CompileError(f"kernel {self.kernel_name}: kd.barrier_wait on arrival barriers that nothing "
+                                   f"arrives at (no kd.barrier_arrive, kd.barrier_expect or kd.bulk_copy names "
+                                   f"them): the wait would never return", bars.waits[0])
 
     # ------------------------------------------------------------------ statements
     def block(self, stmts):

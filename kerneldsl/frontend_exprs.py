@@ -40,7 +40,8 @@ _PURE_NODES = (ir.Const, ir.Var, ir.BinOp, ir.UnOp, ir.Cmp, ir.Select, ir.Cast, 
 
 
 _COLLECTIVES = (ir.Barrier, ir.PlaneOp, ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMma,
-                ir.FragSet, ir.FragConvert, ir.GroupMma, ir.GroupWait, ir.AsyncCopy, ir.AsyncCommit, ir.AsyncWait)
+                ir.FragSet, ir.FragConvert, ir.GroupMma, ir.GroupWait, ir.AsyncCopy, ir.AsyncCommit, ir.AsyncWait,
+                ir.BarrierInit, ir.BarrierArrive, ir.BarrierWait, ir.BulkCopy)
 
 
 def _unsafe(*values) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import types
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import ir
 from .dtypes import DType
@@ -52,6 +52,16 @@ class TileRef:
 
 
 @dataclass
+class BarrierRef:
+    """kd.arrival_barriers(n): the shared array holding n arrival barriers, and what the
+    kernel does with them (for the checker: a wait on barriers nothing arrives at)."""
+    name: str
+    count: int
+    used: set = field(default_factory=set)  # 'arrive' (kd.barrier_arrive/expect) and 'copy' (kd.bulk_copy)
+    waits: list = field(default_factory=list)  # SourceLoc of each kd.barrier_wait
+
+
+@dataclass
 class VarRef:
     """A run-time variable (a scalar parameter or a local): its IR name and dtype."""
     name: str  # IR name
@@ -89,6 +99,8 @@ def describe(v) -> str:
         return f"fragment {v.name}"
     if isinstance(v, TileRef):
         return f"shared tile of {v.tile.src}"
+    if isinstance(v, BarrierRef):
+        return f"arrival barriers {v.name}"
     if isinstance(v, types.ModuleType):
         return f"module {v.__name__}"
     return repr(v)
@@ -96,4 +108,4 @@ def describe(v) -> str:
 
 def is_array_ref(v) -> bool:
     """A whole tensor, shared array or fragment: something to index, not a value."""
-    return isinstance(v, (TensorRef, SharedRef, FragRef, TileRef))
+    return isinstance(v, (TensorRef, SharedRef, FragRef, TileRef, BarrierRef))

@@ -241,6 +241,7 @@ class Breakpoint(Stmt):
 class Barrier(Stmt):
     """kd.sync_cube(): all units of the cube arrive before any continues; shared memory
     written before it is visible after it."""
+    origin: str = ""  # the builtin that made it where not kd.sync_cube() (for messages)
 
 
 PLANE_REDUCE_OPS = ("sum", "prod", "min", "max")
@@ -452,7 +453,58 @@ class AsyncWait(Stmt):
     pending: int = 0
 
 
+@dataclass(eq=False)
+class BarrierInit(Stmt):
+    """Set up arrival barrier `index` of the shared barrier array `array` for `count` arrivals
+    a phase. Only for devices with `Capabilities.bulk_copy` (native barriers); elsewhere the
+    front end writes the emulation (kerneldsl/builtins/arrival.py) with shared stores and atomics."""
+    array: str = ""
+    index: Expr = None
+    count: Expr = None
+
+
+@dataclass(eq=False)
+class BarrierArrive(Stmt):
+    """Arrive at barrier `index`; with `nbytes`, also announce that many bytes of bulk copies
+    to this phase (arrive.expect_tx). Native barriers only (see BarrierInit)."""
+    array: str = ""
+    index: Expr = None
+    nbytes: Expr | None = None
+
+
+@dataclass(eq=False)
+class BarrierWait(Stmt):
+    """Wait until barrier `index`'s phase of parity `parity` (i32, 0 or 1) has completed.
+    Native barriers only (where emulated the front end emits a Barrier); placed like a
+    split statement (uniform control flow) so that a kernel means the same everywhere."""
+    array: str = ""
+    index: Expr = None
+    parity: Expr = None
+
+
+@dataclass(eq=False)
+class BulkCopy(Stmt):
+    """Copy the `rows` x `cols` box of the 2-D tensor `src` whose first element is
+    (row, col) (i32; zeros for the part outside the tensor) into shared array `dst` from
+    element `dst_offset` in the group-tile layout (kd.tile_offset for `rows` rows), and deliver
+    its bytes to barrier `index` of `barriers`. Native bulk copies only (`Capabilities.bulk_copy`);
+    elsewhere the front end emits the copy as loads and stores and counts the bytes down itself."""
+    dst: str = ""
+    dst_offset: Expr = None
+    src: str = ""
+    row: Expr = None
+    col: Expr = None
+    rows: int = 8
+    cols: int = 16
+    barriers: str = ""
+    index: Expr = None
+    dtype: DType = None
+
+
 SPLIT_STMTS = (Barrier, PlaneOp, FragFill, FragLoad, FragStore, FragMma, GroupMma, GroupWait)
+# statements every unit of a cube must reach (the checker's placement rule): the split
+# statements, and arrival-barrier waits (a cube barrier where the barriers are emulated)
+UNIFORM_STMTS = SPLIT_STMTS + (BarrierWait,)
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -487,6 +539,7 @@ class KernelIR:
     var_types: dict = field(default_factory=dict)  # every local variable -> Type
     shared: dict = field(default_factory=dict)  # shared array -> SharedDecl
     frags: dict = field(default_factory=dict)  # fragment -> FragType
+    bulk_sources: tuple = ()  # tensor parameters kd.bulk_copy reads (launches check their layout)
 
     @property
     def cube_units(self) -> int:
@@ -542,6 +595,14 @@ def stmt_exprs(s: Stmt):
         return [s.value]
     if isinstance(s, GroupMma):
         return [t.offset for t in (s.a_tile, s.b_tile) if t is not None]
+    if isinstance(s, BarrierInit):
+        return [s.index, s.count]
+    if isinstance(s, BarrierArrive):
+        return [e for e in (s.index, s.nbytes) if e is not None]
+    if isinstance(s, BarrierWait):
+        return [s.index, s.parity]
+    if isinstance(s, BulkCopy):
+        return [s.dst_offset, s.row, s.col, s.index]
     return []
 
 

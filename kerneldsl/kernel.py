@@ -386,6 +386,8 @@ class Kernel:
             cache.count("memory_hits")
         run_args = [a for (_, kind, _), a in zip(self.params, args) if kind != "const"]
         launch_checks.check_writable(binary.info, run_args)
+        if binary.info.bulk_sources:
+            launch_checks.check_bulk_sources(binary.info, run_args)
         if plan_key is not None:
             self._plans[plan_key] = launch_plan.LaunchPlan(self, rt, block, binary)
         if grid[0] * grid[1] * grid[2] == 0:

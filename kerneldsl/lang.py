@@ -32,6 +32,9 @@ from .builtins.fragment_elements import (fragment_len, fragment_row, fragment_co
     fragment_row_slots, fragment_row_lanes, fragment_get, fragment_set, fragment_convert)  # noqa: F401
 from .builtins.group import (group_fragment_acc, group_fragment_a, shared_tile, tile_offset, group_mma,
     group_wait)  # noqa: F401
+from .builtins.arrival import (arrival_barriers, barrier_init, barrier_arrive, barrier_expect,
+    barrier_wait)  # noqa: F401
+from .builtins.bulk_copy import bulk_copy  # noqa: F401
 from .builtins.debug import print  # noqa: F401,A004
 from .tensor import Tensor  # noqa: F401  (kd.Tensor[...] -> an annotation)
 

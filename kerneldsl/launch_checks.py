@@ -128,3 +128,31 @@ def check_writable(info, args) -> None:
             name = info.params[i].name
             raise ValueError(f"{info.name}: argument {name} is read-only memory (imported from a read-only "
                              f"array) and the kernel writes to it; pass a writable copy (.clone())")
+
+
+def check_bulk_sources(info, args) -> None:
+    """Refuse a launch whose kd.bulk_copy sources the copy engine could not read (on every
+    runtime, so that a kernel that runs on one runs on all). `info` is the binary's LaunchInfo."""
+    for i in info.bulk_sources:
+        check_bulk_source(args[i], info.name, info.params[i].name)
+
+
+def check_bulk_source(t, kernel: str, param: str) -> None:
+    """A kd.bulk_copy source: 2-D, rows of contiguous elements each starting on a 16-byte
+    boundary, fewer than 2^32 elements along an axis (the copy engine's rules)."""
+    from .errors import LaunchError
+    itemsize = t.dtype.itemsize
+    if t.ndim != 2 or (t.shape[1] > 1 and t.strides[1] != 1):
+        raise LaunchError(f"{kernel}: kd.bulk_copy reads tensor {param} as rows of contiguous elements, but its "
+                          f"shape is {t.shape} with strides {t.strides}")
+    if t.shape[0] > 1 and (t.strides[0] * itemsize) % 16:
+        raise LaunchError(f"{kernel}: kd.bulk_copy needs the rows of tensor {param} a multiple of 16 bytes apart, but "
+                          f"its row stride is {t.strides[0]} elements ({t.strides[0] * itemsize} bytes)")
+    raw = t.buffer.raw
+    addr = raw if isinstance(raw, int) else getattr(getattr(raw, "ctypes", None), "data", 0)
+    if (addr + t.offset * itemsize) % 16:
+        raise LaunchError(f"{kernel}: kd.bulk_copy needs tensor {param} to start on a 16-byte boundary (its first "
+                          f"element is {t.offset} elements into memory at an address that is not)")
+    if max(t.shape) >= 1 << 32:
+        raise LaunchError(f"{kernel}: kd.bulk_copy reads fewer than 2^32 elements along an axis; tensor {param} has "
+                          f"shape {t.shape}")

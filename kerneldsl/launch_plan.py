@@ -55,7 +55,7 @@ class LaunchPlan:
     """A checked launch of one kernel with one signature: its runtime, cube shape, binary,
     which arguments reach the binary (the non-`kd.Const` ones), and the per-call checks left."""
 
-    __slots__ = ("kernel", "runtime", "block", "binary", "run_index", "scalars", "written")
+    __slots__ = ("kernel", "runtime", "block", "binary", "run_index", "scalars", "written", "bulk")
 
     def __init__(self, kernel, runtime, block: tuple, binary):
         self.kernel = kernel
@@ -67,6 +67,7 @@ class LaunchPlan:
         self.scalars = tuple((i, name, dtype, _scalar_passes(dtype))
                              for i, (name, kind, dtype) in enumerate(kernel.params) if kind == SCALAR)
         self.written = binary.info.written
+        self.bulk = binary.info.bulk_sources
 
     def launch(self, grid, args: tuple) -> None:
         """Check what the signature leaves open, then launch (nothing for an empty grid)."""
@@ -80,6 +81,8 @@ class LaunchPlan:
         run_args = list(args) if self.run_index is None else [args[i] for i in self.run_index]
         if self.written:
             launch_checks.check_writable(self.binary.info, run_args)
+        if self.bulk:
+            launch_checks.check_bulk_sources(self.binary.info, run_args)
         if grid[0] * grid[1] * grid[2] == 0:
             return
         rt.launch(self.binary, grid, self.block, run_args)

@@ -30,6 +30,7 @@ class LaunchInfo:
     bounds_check: bool = False
     loc: SourceLoc | None = None
     written: tuple = ()  # indices of the tensor parameters the kernel writes (read-only checks)
+    bulk_sources: tuple = ()  # indices of the tensor parameters kd.bulk_copy reads (layout checks)
 
     @property
     def cube_units(self) -> int:
@@ -41,14 +42,16 @@ class LaunchInfo:
         """The launch facts of a specialised kernel."""
         names = ir.written_tensors(kir.body)
         written = tuple(p.index for p in kir.params if isinstance(p, ir.TensorParam) and p.name in names)
-        return cls(kir.name, tuple(kir.params), tuple(kir.cube_dim), bool(kir.bounds_check), kir.loc, written)
+        bulk = tuple(p.index for p in kir.params if isinstance(p, ir.TensorParam) and p.name in kir.bulk_sources)
+        return cls(kir.name, tuple(kir.params), tuple(kir.cube_dim), bool(kir.bounds_check), kir.loc, written, bulk)
 
     def to_json(self) -> dict:
         params = [[p.name, "tensor", p.dtype.name, p.ndim] if isinstance(p, ir.TensorParam)
                   else [p.name, "scalar", p.dtype.name, 0] for p in self.params]
         loc = None if self.loc is None else [self.loc.filename, self.loc.line, self.loc.col]
         return {"name": self.name, "params": params, "cube_dim": list(self.cube_dim),
-                "bounds_check": self.bounds_check, "loc": loc, "written": list(self.written)}
+                "bounds_check": self.bounds_check, "loc": loc, "written": list(self.written),
+                "bulk_sources": list(self.bulk_sources)}
 
     @classmethod
     def from_json(cls, d: dict) -> "LaunchInfo":
@@ -56,7 +59,8 @@ class LaunchInfo:
                        else ir.ScalarParam(name, as_dtype(dt), i)
                        for i, (name, kind, dt, ndim) in enumerate(d["params"]))
         loc = None if d["loc"] is None else SourceLoc(*d["loc"])
-        return cls(d["name"], params, tuple(d["cube_dim"]), bool(d["bounds_check"]), loc, tuple(d["written"]))
+        return cls(d["name"], params, tuple(d["cube_dim"]), bool(d["bounds_check"]), loc, tuple(d["written"]),
+                   tuple(d.get("bulk_sources", ())))
 
 
 class LaunchArg(NamedTuple):

@@ -6,6 +6,7 @@ from kerneldsl.capabilities import I32_MAX, Capabilities, default_atomics
 from kerneldsl.dtypes import bf16, f16
 
 WGMMA_SM = 90  # wgmma exists on sm_90a only (not on later archs), so elsewhere kd.group_mma runs on mma.sync
+BULK_COPY_SM = 90  # the tensor memory accelerator (cp.async.bulk.tensor) and mbarrier transaction counts
 MIN_SM = 80  # mma.sync m16n8k16 with bf16 and cvt.rn.bf16.f32 need Ampere or newer
 WARP = 32
 STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel's shared memory must be dynamic (opt-in)
@@ -56,6 +57,7 @@ def for_arch(arch, device_name: str | None = None, max_shared_bytes: int | None 
         mma_native=True,
         group_mma_native=sm == WGMMA_SM,
         async_copy=True,  # cp.async: sm_80 and newer, which MIN_SM already requires
+        bulk_copy=sm >= BULK_COPY_SM,
         compute_units=multiprocessors,
         shared_memory_emulated=False,
         vector_bytes=16,  # 128-bit loads and stores

@@ -21,7 +21,7 @@ class CudaPipeline:
         from . import renderer  # only when something is compiled: a warm process never renders
         out = renderer.render(kir, self.capabilities)
         yield Rendering(out.source, {"symbol": out.name, "args": launch_args_to_json(out.args),
-                                     "dynamic_shared": out.dynamic_shared}, out)
+                                     "dynamic_shared": out.dynamic_shared, "tensor_maps": out.tensor_maps}, out)
 
     def compile_rendering(self, rendering, info) -> bytes:
         kind, image = compiler.compile_source(rendering.source, info.name, self.sm, rendering.rendered.filename)

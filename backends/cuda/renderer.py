@@ -18,6 +18,7 @@ from kerneldsl.dtypes import bf16, boolean, f16, f32, f64, i32, i64, u32
 from kerneldsl.errors import UnsupportedFeatureError
 
 from ..clike import STATEMENT_HANDLERS, CLikeRenderer, Rendered
+from .bulk import TMAP_STRUCT, BulkCopies
 from .capabilities import STATIC_SHARED_LIMIT, WARP
 
 _ATOMIC_FN = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax", "exchange": "atomicExch",
@@ -31,9 +32,10 @@ class CudaRendered(Rendered):
     """A rendered kernel plus what the CUDA runtime needs at load and launch."""
     dynamic_shared: int = 0  # bytes of dynamic shared memory to ask for (0: all static)
     filename: str = "kernel.cu"  # the source's name in NVRTC messages outside #line regions
+    tensor_maps: list = None  # [parameter index, box rows] per 'tmap' argument (bulk.py)
 
 
-class CudaRenderer(CLikeRenderer):
+class CudaRenderer(BulkCopies, CLikeRenderer):
     dialect = "cuda"
     kernel_prefix = 'extern "C" __global__ void'
     helper_prefix = "static __device__ __forceinline__"
@@ -50,7 +52,9 @@ class CudaRenderer(CLikeRenderer):
     template_dirs = (str(Path(__file__).resolve().parent / "templates"),)
     template_name = "kernel.cu.j2"
     STATEMENT_HANDLERS = {**STATEMENT_HANDLERS, ir.AsyncCopy: "s_async_copy", ir.AsyncCommit: "s_async_commit",
-                          ir.AsyncWait: "s_async_wait"}
+                          ir.AsyncWait: "s_async_wait", ir.BarrierInit: "s_barrier_init",
+                          ir.BarrierArrive: "s_barrier_arrive", ir.BarrierWait: "s_barrier_wait",
+                          ir.BulkCopy: "s_bulk_copy"}
 
     def __init__(self, k: ir.KernelIR, caps):
         super().__init__(k, caps)
@@ -63,8 +67,10 @@ class CudaRenderer(CLikeRenderer):
                 f"{WARP} units per cube on {caps.device_name}, got {self.U}", k.loc)
         self.dynamic = sum(d.dtype.itemsize * d.size for d in k.shared.values()) > STATIC_SHARED_LIMIT
         self.group_products = ir.contains(k.body, ir.GroupMma)
-        # swizzled tiles (kd.group_mma): the swizzle reads address bits 4-7 of each array
-        self.shared_align = 256 if self.group_products else 16
+        self._setup_tensor_maps()
+        # swizzled tiles (kd.group_mma): the swizzle reads address bits 4-7 of each array; bulk
+        # copies write them through the copy engine, which wants arrays on 1024-byte boundaries
+        self.shared_align = 1024 if self.tensor_maps else 256 if self.group_products else 16
         self.local_decl = f"__shared__ __align__({self.shared_align})"
         if caps.group_mma_native and self.group_products:
             # wgmma reads shared memory through the async proxy: order the cube's earlier
@@ -72,6 +78,14 @@ class CudaRenderer(CLikeRenderer):
             self.barrier_stmt = 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); __syncthreads();'
 
     # ------------------------------------------------------------------ skeleton
+    def kernel_args(self) -> list:
+        return super().kernel_args() + self.tensor_map_args()
+
+    def arg_decl(self, a) -> str:
+        if a.kind == "tmap":  # the map by value, read by the copy engine from the parameter space
+            return f"const __grid_constant__ kd_tmap {a.cname}"
+        return super().arg_decl(a)
+
     def kernel_attributes(self) -> str:
         return f"__launch_bounds__({self.U}) "
 
@@ -173,6 +187,8 @@ class CudaRenderer(CLikeRenderer):
         if name == "kd_exp2_fast_f32":
             return ("static __device__ __forceinline__ float kd_exp2_fast_f32(float x) { float r; "
                     'asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }')
+        if name == "kd_tmap":
+            return TMAP_STRUCT
         if name == "kd_exp2_fast_f64":
             return "static __device__ __forceinline__ double kd_exp2_fast_f64(double x) { return exp2(x); }"
         if name in ("kd_max_f32", "kd_min_f32"):  # one instruction that keeps NaN (sm_80+)
@@ -508,7 +524,8 @@ class CudaRenderer(CLikeRenderer):
     # ------------------------------------------------------------------ result
     def render(self) -> CudaRendered:
         out = super().render()
-        return CudaRendered(**vars(out), dynamic_shared=self.dynamic_shared_bytes(), filename=f"{self.k.name}.cu")
+        return CudaRendered(**vars(out), dynamic_shared=self.dynamic_shared_bytes(), filename=f"{self.k.name}.cu",
+                            tensor_maps=self.tensor_map_boxes())
 
 
 def render(k: ir.KernelIR, caps) -> CudaRendered:

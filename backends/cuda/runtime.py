@@ -27,6 +27,7 @@ from kerneldsl.tensor import Tensor
 from . import compiler, dlpack, launcher
 from .capabilities import from_device, sm_of
 from .compile_only import CudaPipeline
+from .tensor_maps import TensorMaps
 
 # ---------------------------------------------------------------------------- driver access
 @functools.lru_cache(maxsize=None)
@@ -91,6 +92,7 @@ class CudaBinary:
         self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
                            scalar_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
         self.slots, self.params, self.params_ptr = parameter_block(len(self.args))  # refilled under the lock
+        self.tensor_maps = meta.get("tensor_maps") or []  # [parameter index, box rows] per 'tmap' argument
         self.lock = threading.Lock()
 
 
@@ -208,6 +210,7 @@ class CudaRuntime(CudaPipeline, Runtime):
         self._enter()
         super().__init__("cuda" if index == 0 else f"cuda:{index}", caps)
         self._errbuf = None
+        self._tensor_maps = TensorMaps(driver)  # kd.bulk_copy sources' maps, encoded at first use
         # the JIT'd native launcher (launcher.py) that issues a replay's joined launches in one
         # call; None (each launch through cuda-python) where there is none or
         # $KERNELDSL_CUDA_NATIVE_LAUNCH is off
@@ -436,6 +439,9 @@ class CudaRuntime(CudaPipeline, Runtime):
                     slots[i] = v.shape[axis]
                 elif kind == "stride":
                     slots[i] = v.strides[axis]
+                elif kind == "tmap":  # passed by value: the parameter's address is the map's own
+                    binary.params[i] = self._tensor_maps.address(
+                        v, binary.tensor_maps[axis][1], kir.name, kir.params[index].name)
                 else:
                     slots[i] = _slot_value(kir, kind, v, axis, packer)
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
@@ -450,7 +456,8 @@ class CudaRuntime(CudaPipeline, Runtime):
                 self._raise_bounds(kir, args, rec)
 
     def prepare_launch(self, binary: CudaBinary, grid, block, args):
-        if any(kind == "errbuf" for kind, _, _, _ in binary.plan):  # bounds-checked: the general path
+        # bounds-checked, or with tensor maps (encoded per tensor address): the general path
+        if any(kind in ("errbuf", "tmap") for kind, _, _, _ in binary.plan):
             return PreparedLaunch(self, binary, grid, block, args)
         return CudaPreparedLaunch(self, binary, grid, block, args)
 

@@ -97,10 +97,14 @@ def tile_offset(fe, node, row, col, rows):
     rows = fe.ct(rows, node, "kd.tile_offset rows")
     if not isinstance(rows, int) or rows <= 0 or rows % 8:
         raise fe.error(node, f"kd.tile_offset: rows must be a positive multiple of 8, got {rows!r}")
-    r = coerce(fe.to_expr(row, node), i32)
-    c = coerce(fe.to_expr(col, node), i32)
-    k = lambda v: make_const(v, i32, fe.loc(node))  # noqa: E731
-    op = lambda o, a, b: ir.BinOp(i32, op=o, a=a, b=b)  # noqa: E731
+    return tile_offset_expr(coerce(fe.to_expr(row, node), i32), coerce(fe.to_expr(col, node), i32), rows,
+                            fe.loc(node))
+
+
+def tile_offset_expr(r: ir.Expr, c: ir.Expr, rows: int, loc) -> ir.Expr:
+    """kd.tile_offset(r, c, rows) as an i32 expression (r and c i32)."""
+    k = lambda v: make_const(v, i32, loc)  # noqa: E731
+    op = lambda o, a, b: ir.BinOp(i32, op=o, a=a, b=b, loc=loc)  # noqa: E731
     band = op("*", op("/", c, k(16)), k(rows * 16))
     half = op("^", op("%", op("/", c, k(8)), k(2)), op("%", op("/", r, k(4)), k(2)))
     inner = op("+", op("*", half, k(8)), op("%", c, k(8)))

@@ -1,0 +1,76 @@
+"""Arrival barriers (`mbarrier`) and bulk tensor copies (TMA) for devices with
+`Capabilities.bulk_copy` (sm_90 and newer), mixed into CudaRenderer.
+
+A bulk copy reads its source through a tensor map: one per (tensor, box rows) the kernel
+copies, passed by value as a `__grid_constant__` kernel argument of kind 'tmap' that the
+runtime encodes at launch (runtime.py, tensor_maps.py). The box is 16 columns (32 bytes) by
+`rows` with the 32-byte swizzle, so each copy lands as one band of the group-tile layout
+(kd.tile_offset); a copy of `cols` columns is cols / 16 such boxes.
+"""
+from __future__ import annotations
+
+from kerneldsl import ir
+
+from ..clike import KernelArg
+
+BAND = 16  # columns of one box: 32 bytes of 16-bit elements, the width of the 32-byte swizzle
+TMAP_STRUCT = "struct __align__(64) kd_tmap { unsigned long long v[16]; };"
+
+
+class BulkCopies:
+    """Renderer hooks for ir.BarrierInit/Arrive/Wait and ir.BulkCopy, and the tensor-map arguments."""
+
+    def _setup_tensor_maps(self):
+        """Give every (source tensor, box rows) of the kernel's bulk copies a map argument."""
+        self.tensor_maps = {}  # (tensor name, rows) -> map index
+        for s in ir.walk_stmts(self.k.body):
+            if isinstance(s, ir.BulkCopy):
+                self.tensor_maps.setdefault((s.src, s.rows), len(self.tensor_maps))
+
+    def tensor_map_args(self) -> list:
+        params = {p.name: p for p in self.k.tensor_params()}
+        return [KernelArg("tmap", f"kd_map{j}", params[src], j) for (src, _), j in self.tensor_maps.items()]
+
+    def tensor_map_boxes(self) -> list:
+        """[parameter index, box rows] per map argument, in map order (the runtime encodes them)."""
+        params = {p.name: p for p in self.k.tensor_params()}
+        return [[params[src].index, rows] for (src, rows) in self.tensor_maps]
+
+    def _bar(self, array: str, index) -> str:
+        return f"(unsigned)__cvta_generic_to_shared({self.shared(array)} + ({self.x(index)}))"
+
+    def s_barrier_init(self, s):
+        self.emit(f'asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"({self._bar(s.array, s.index)}), '
+                  f'"r"({self.x(s.count)}) : "memory");')
+        # make the set-up barrier visible to the copy engine (the async proxy) as well
+        self.emit('asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
+
+    def s_barrier_arrive(self, s):
+        bar = self._bar(s.array, s.index)
+        if s.nbytes is None:
+            self.emit(f'asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"({bar}) : "memory");')
+        else:
+            self.emit(f'asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"({bar}), '
+                      f'"r"({self.x(s.nbytes)}) : "memory");')
+
+    def s_barrier_wait(self, s):
+        # try_wait gives up after a time limit of the hardware's: ask again until the phase is done
+        self.emit(f"{{ const unsigned kd_ba = {self._bar(s.array, s.index)}; unsigned kd_ok = 0; do {{ "
+                  f'asm volatile("{{ .reg .pred kd_p; mbarrier.try_wait.parity.shared::cta.b64 kd_p, [%1], %2; '
+                  f'selp.u32 %0, 1, 0, kd_p; }}" : "=r"(kd_ok) : "r"(kd_ba), "r"({self.x(s.parity)}) : "memory"); '
+                  f"}} while (!kd_ok); }}")
+
+    def s_bulk_copy(self, s):
+        self.need("kd_tmap")
+        j = self.tensor_maps[(s.src, s.rows)]
+        lines = [f"const unsigned kd_sa = (unsigned)__cvta_generic_to_shared({self.shared(s.dst)} + "
+                 f"({self.x(s.dst_offset)}));",
+                 f"const unsigned kd_ba = {self._bar(s.barriers, s.index)};",
+                 f"const int kd_r = {self.x(s.row)}, kd_c = {self.x(s.col)};"]
+        band_bytes = s.rows * BAND * s.dtype.itemsize
+        for band in range(s.cols // BAND):
+            lines.append('asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx'
+                         '::bytes [%0], [%1, {%2, %3}], [%4];" :: '
+                         f'"r"(kd_sa + {band * band_bytes}u), "l"((unsigned long long)&kd_map{j}), '
+                         f'"r"(kd_c + {band * BAND}), "r"(kd_r), "r"(kd_ba) : "memory");')
+        self.emit("{ " + " ".join(lines) + " }")
