@@ -60,19 +60,34 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
                 issue_stage(sa, sb, a, b, full, s, s, m0, n0, BN, BK)
     acc = kd.group_fragment_acc(64, BN)
     kd.fill_fragment(acc, 0.0)
+    # ring positions kept as counters, never divided: a division or remainder of a possibly
+    # negative value between a product's issue and its wait made ptxas serialise the products
+    slot = 0       # the stage step kt reads, and the parity of its `full` phase
+    phase = 0
+    last = 0       # the stage step kt - 1 read
+    refill = 0     # the next stage to refill, and the parity of its `empty` phase
+    rphase = 0
     for kt in range(KT):
-        slot = kt % S
-        kd.barrier_wait(full, slot, (kt // S) % 2)
+        kd.barrier_wait(full, slot, phase)
         kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK),
                      kd.shared_tile(sb, slot * (BK * BN), BK, BN))
         kd.group_wait(1)  # the product of step kt - 1 is done: its stage is free for this plane
         if kt >= 1 and kd.lane_pos() == 0:
-            kd.barrier_arrive(empty, (kt - 1) % S)
-        old = kt - LAG  # refill the stage read at step `old` with tile old + S
-        if old >= 0 and old + S < KT:
-            kd.barrier_wait(empty, old % S, (old // S) % 2)
+            kd.barrier_arrive(empty, last)
+        last = slot
+        slot += 1
+        if slot == S:
+            slot = 0
+            phase ^= 1
+        # refill the stage read at step kt - LAG with tile kt - LAG + S
+        if kt >= LAG and kt - LAG + S < KT:
+            kd.barrier_wait(empty, refill, rphase)
             if u == 0:
-                issue_stage(sa, sb, a, b, full, old % S, old + S, m0, n0, BN, BK)
+                issue_stage(sa, sb, a, b, full, refill, kt - LAG + S, m0, n0, BN, BK)
+            refill += 1
+            if refill == S:
+                refill = 0
+                rphase ^= 1
     kd.group_wait(0)
     for i in kd.unroll(kd.fragment_len(acc)):
         r = m0 + g * 64 + kd.fragment_row(acc, i)

@@ -54,11 +54,11 @@ class BulkCopies:
                       f'"r"({self.x(s.nbytes)}) : "memory");')
 
     def s_barrier_wait(self, s):
-        # try_wait gives up after a time limit of the hardware's: ask again until the phase is done
-        self.emit(f"{{ const unsigned kd_ba = {self._bar(s.array, s.index)}; unsigned kd_ok = 0; do {{ "
-                  f'asm volatile("{{ .reg .pred kd_p; mbarrier.try_wait.parity.shared::cta.b64 kd_p, [%1], %2; '
-                  f'selp.u32 %0, 1, 0, kd_p; }}" : "=r"(kd_ok) : "r"(kd_ba), "r"({self.x(s.parity)}) : "memory"); '
-                  f"}} while (!kd_ok); }}")
+        # try_wait gives up after a time limit of the hardware's: ask again until the phase is
+        # done. The loop stays inside the asm (its labels are local to the braces): a C loop
+        # here, between a group product's issue and its wait, made ptxas serialise wgmma
+        self.emit(f'asm volatile("{{ .reg .pred kd_p; kd_wait: mbarrier.try_wait.parity.shared::cta.b64 kd_p, [%0], %1; '
+                  f'@!kd_p bra kd_wait; }}" :: "r"({self._bar(s.array, s.index)}), "r"({self.x(s.parity)}) : "memory");')
 
     def s_bulk_copy(self, s):
         self.need("kd_tmap")

@@ -95,7 +95,10 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
 
     def plane_setup(self) -> list:
         full, tail = divmod(self.U, WARP)
-        out = ["const int kd_plane = kd_unit >> 5;", "const int kd_lane = kd_unit & 31;"]
+        # the plane index through an unsigned shift, so the compiler knows it is never negative:
+        # `plane // 4` is then a shift too. With the signed form, a group index computed from it
+        # made ptxas serialise every wgmma of a loop (warning C7514, benchmarks/RESULTS.md)
+        out = ["const int kd_plane = (int)((unsigned)kd_unit >> 5);", "const int kd_lane = kd_unit & 31;"]
         if tail == 0:
             out += ["const int kd_nlanes = 32;", "const unsigned kd_mask = 0xffffffffu;"]
         else:  # the last plane is partial: its mask names only the lanes that exist
