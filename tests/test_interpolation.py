@@ -7,7 +7,9 @@ import pytest
 
 import kerneldsl as kd
 from family_checks import assert_each_rejected, foreign
+import rudnn.interpolation as interpolation_package
 from reference import interpolation as ref
+from rudnn.interpolation.tuning import plan_forward
 from rudnn.interpolation import InterpolateMode, InterpolateOptions, InterpolationError, interpolate, \
     interpolate_backward
 
@@ -52,6 +54,32 @@ def test_forward_and_backward_match_torch(runtime, rng, mode, dims):
             dx = interpolate_backward(runtime.tensor(x), runtime.tensor(g), size_out, opts).numpy()
             np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-5,
                                        err_msg=f"backward {size_in}->{size_out} {align}")
+
+
+@needs_torch
+@pytest.mark.parametrize("outs, planes", [(1, 1), (1, 3), (2, 8), (4, 2)])
+def test_every_forward_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, planes):
+    """The forward kernel forced to each launch shape (outputs and planes a unit, vector
+    stores where the width allows) on any runtime: odd plane counts that leave a group part
+    full, widths that are and are not multiples of `outs`, size-1 axes, down- and upsampling,
+    1-3 spatial axes and a non-contiguous input, against torch (nearest: bit for bit)."""
+    monkeypatch.setattr(interpolation_package, "forward_plan", lambda caps, shape: plan_forward(shape, outs, planes))
+    cases = [((5, 7), (11, 4)), ((1, 6), (3, 6)), ((9, 2), (4, 1)), ((8, 8), (16, 16)), ((3, 5), (3, 9)),
+             ((7,), (16,)), ((3, 4, 5), (6, 3, 7))]
+    for mode in (M.Linear, M.Nearest):
+        for align in aligns(mode):
+            for size_in, size_out in cases:
+                base = rng.standard_normal((3, 5, *size_in)).astype(np.float32)
+                x = runtime.tensor(base).permute(1, 0, *range(2, base.ndim))   # [5, 3, ...], not contiguous
+                want = np.ascontiguousarray(base.swapaxes(0, 1))
+                kw = {} if mode is M.Nearest else {"align_corners": align}
+                ty = F.interpolate(torch.tensor(want), size=size_out, mode=TORCH_MODE[mode, len(size_in)], **kw)
+                got = interpolate(x, size_out, InterpolateOptions(mode, align)).numpy()
+                msg = f"{mode} {size_in}->{size_out} align={align}"
+                if mode is M.Nearest:
+                    np.testing.assert_array_equal(got, ty.numpy(), err_msg=msg)
+                else:
+                    np.testing.assert_allclose(got, ty.numpy(), **F32_TOL, err_msg=msg)
 
 
 @pytest.mark.parametrize("mode, dims", [(M.Lanczos3, 1), (M.Lanczos3, 2), (M.Lanczos3, 3), (M.Bicubic, 1),

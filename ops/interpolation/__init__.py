@@ -16,7 +16,7 @@ from . import resample as _resample
 from .options import InterpolateMode, InterpolateOptions
 from .problem import InterpolationError, resample_problem
 from .taps import TAPS
-from .tuning import UNITS, axes, grid, touch_ranges
+from .tuning import UNITS, axes, forward_plan, grid, touch_ranges
 
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
 
@@ -33,7 +33,9 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     x4 = _view4(input.contiguous(), p.planes, ax, "size_in")
     y4 = _view4(out, p.planes, ax, "size_out")
     tables, taps = _tables(rt, ax)
-    _resample.resample_forward[grid(y4.shape), UNITS](x4, y4, *tables, *taps, UNITS)
+    plan = forward_plan(rt.capabilities, y4.shape)
+    _resample.resample_forward[plan.grid, plan.bx](x4, y4, *tables, y4.shape[1] * y4.shape[2], *taps, plan.outs,
+                                                   plan.planes, plan.vec, plan.bx)
     return out
 
 

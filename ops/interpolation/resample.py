@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from ..normalization.device import vec_of
 from .taps import axis_taps
 
 
@@ -52,18 +53,59 @@ def weight_on(idx, w, j, i, T):
 @kd.kernel
 def resample_forward(x: kd.Tensor, y: kd.Tensor, id_: kd.Tensor[kd.i32, 2], wd: kd.Tensor[kd.f32, 2],
                      ih: kd.Tensor[kd.i32, 2], wh: kd.Tensor[kd.f32, 2], iw: kd.Tensor[kd.i32, 2],
-                     ww: kd.Tensor[kd.f32, 2], TD: kd.Const[int], TH: kd.Const[int], TW: kd.Const[int],
+                     ww: kd.Tensor[kd.f32, 2], rows: kd.i32, TD: kd.Const[int], TH: kd.Const[int],
+                     TW: kd.Const[int], OUTS: kd.Const[int], PLANES: kd.Const[int], VEC: kd.Const[bool],
                      BX: kd.Const[int]):
-    p, od, oh, ow = row_and_column(y, BX)
-    if ow < y.shape[3]:
-        acc = kd.f32(0)
-        for a in kd.unroll(TD):
-            for b in kd.unroll(TH):
-                row = kd.f32(0)
-                for c in kd.unroll(TW):
-                    row += ww[ow, c] * kd.f32(x[p, id_[od, a], ih[oh, b], iw[ow, c]])
-                acc += wd[od, a] * wh[oh, b] * row
-        y[p, od, oh, ow] = acc
+    """y = x resampled, both contiguous [planes, D, H, W]. Cube x is output row r (of the
+    `rows` = D·H a plane) of plane group g (planes g·PLANES ..); cube y and the unit pick
+    OUTS neighbouring columns. A unit reads its row's and its columns' taps once and reuses
+    them in each of its PLANES planes (torch's kernel loops over planes the same way);
+    VEC (the host checked the width is a multiple of OUTS): its OUTS outputs are stored as
+    one vector."""
+    g = kd.cube_pos_x() // rows
+    r = kd.cube_pos_x() - g * rows
+    od = r // y.shape[2]
+    oh = r - od * y.shape[2]
+    W = y.shape[3]
+    ow0 = (kd.cube_pos_y() * BX + kd.unit_pos_x()) * OUTS
+    line_offsets = ()   # in-plane offset of each (depth, height) tap's input row, and its weight
+    line_weights = ()
+    for a in kd.unroll(TD):
+        for b in kd.unroll(TH):
+            line_offsets = line_offsets + ((id_[od, a] * x.shape[2] + ih[oh, b]) * x.shape[3],)
+            line_weights = line_weights + (wd[od, a] * wh[oh, b],)
+    columns = ()        # each output's width taps: input column and weight (the last column for units past W)
+    column_weights = ()
+    for j in kd.unroll(OUTS):
+        ow = kd.min(ow0 + j, W - 1)
+        for c in kd.unroll(TW):
+            columns = columns + (iw[ow, c],)
+            column_weights = column_weights + (ww[ow, c],)
+    plane_in = x.shape[1] * x.shape[2] * x.shape[3]
+    plane_out = y.shape[1] * y.shape[2] * W
+    at_out = r * W + ow0
+    for q in kd.unroll(PLANES):
+        p = g * PLANES + q
+        if p < x.shape[0]:
+            base = kd.i64(p) * plane_in
+            outs = ()
+            for j in kd.unroll(OUTS):
+                acc = kd.f32(0)
+                for t in kd.unroll(TD * TH):
+                    row = kd.f32(0)
+                    for c in kd.unroll(TW):
+                        k = j * TW + c
+                        row += column_weights[k] * kd.f32(x[base + line_offsets[t] + columns[k]])
+                    acc += line_weights[t] * row
+                outs = outs + (acc,)
+            first = kd.i64(p) * plane_out + at_out
+            if VEC:
+                if ow0 < W:
+                    kd.store_vec(y, first, vec_of(outs, OUTS))
+            else:
+                for j in kd.unroll(OUTS):
+                    if ow0 + j < W:
+                        y[first + j] = outs[j]
 
 
 @kd.kernel

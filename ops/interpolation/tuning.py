@@ -8,7 +8,13 @@ import numpy as np
 
 from .options import InterpolateMode
 
-UNITS = 256            # units per cube (one element per unit)
+UNITS = 256            # units per cube (at most; one element per unit in the backward kernel)
+# the forward kernel (resample.resample_forward) on devices whose units are hardware threads:
+# OUTS neighbouring outputs of a row and FORWARD_PLANES planes a unit, so each unit reads its
+# taps once for OUTS·PLANES outputs; fewer planes where the grid would not fill the device
+FORWARD_OUTS = 2
+FORWARD_PLANES = 8
+FILL_UNITS = 2048      # units a compute unit keeps resident (an H200 SM: 2048 threads)
 ROUNDING = 1e-5        # relative margin of touch_ranges' source coordinates (F32 is ~6e-8)
 TAP_REACH = {"Off": (0, 0), "Nearest": (0, 0), "NearestExact": (0, 0), "Linear": (0, 1), "Bicubic": (-1, 2),
              "Lanczos3": (-2, 3)}
@@ -71,3 +77,42 @@ def touch_ranges(axis: Axis) -> np.ndarray:
 def grid(shape: tuple) -> tuple:
     """Cubes of a [planes, D, H, W] launch: one a row along x, the row's columns along y."""
     return (shape[0] * shape[1] * shape[2], -(-shape[3] // UNITS))
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """resample_forward's launch: `outs` neighbouring outputs and `planes` planes a unit,
+    `vec` (outputs stored as one vector), `bx` units a cube along the row, the grid."""
+
+    outs: int
+    planes: int
+    vec: bool
+    bx: int
+    grid: tuple
+
+    @property
+    def units(self) -> int:
+        return self.grid[0] * self.grid[1] * self.bx
+
+
+def forward_plan(caps, shape: tuple) -> ForwardPlan:
+    """The forward launch for output [planes, D, H, W]. Where units are SIMD lanes (the cpu
+    runtime) a unit takes one output a plane (the loop over units is the vector); elsewhere
+    FORWARD_OUTS outputs in FORWARD_PLANES planes, halving the planes while the grid holds
+    fewer than FILL_UNITS units a compute unit."""
+    outs = 1 if caps.units_are_simd_lanes else FORWARD_OUTS
+    group = min(FORWARD_PLANES, shape[0])
+    while group > 1 and plan_forward(shape, outs, group).units < caps.compute_units * FILL_UNITS:
+        group //= 2
+    return plan_forward(shape, outs, group)
+
+
+def plan_forward(shape: tuple, outs: int, planes: int) -> ForwardPlan:
+    """The launch of output [planes, D, H, W] with `outs` outputs and `planes` planes a unit:
+    the fewest units a cube (a power of two, 32 to UNITS) that cover a row, one vector store
+    where the row width is a multiple of `outs`."""
+    rows, width = shape[1] * shape[2], shape[3]
+    per_row = -(-width // outs)
+    bx = min(UNITS, max(32, 1 << (per_row - 1).bit_length()))
+    return ForwardPlan(outs, planes, outs > 1 and width % outs == 0, bx,
+                       (-(-shape[0] // planes) * rows, -(-per_row // bx)))
