@@ -57,15 +57,19 @@ def test_forward_and_backward_match_torch(runtime, rng, mode, dims):
 
 
 @needs_torch
-@pytest.mark.parametrize("outs, planes", [(1, 1), (1, 3), (2, 8), (4, 2)])
-def test_every_forward_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, planes):
+@pytest.mark.parametrize("outs, planes, wide", [(1, 1, False), (1, 3, True), (2, 8, False), (4, 2, True)])
+def test_every_forward_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, planes, wide):
     """The forward kernel forced to each launch shape (outputs and planes a unit, vector
     stores where the width allows) on any runtime: odd plane counts that leave a group part
     full, widths that are and are not multiples of `outs`, size-1 axes, down- and upsampling,
-    1-3 spatial axes and a non-contiguous input, against torch (nearest: bit for bit)."""
-    monkeypatch.setattr(interpolation_package, "forward_plan", lambda caps, shape: plan_forward(shape, outs, planes))
+    1-3 spatial axes and a non-contiguous input, with 32- and 64-bit (`wide`) index arithmetic,
+    against torch (nearest: bit for bit)."""
+    elements = (lambda n: 2**31) if wide else (lambda n: n)
+    monkeypatch.setattr(interpolation_package, "forward_plan",
+                        lambda caps, shape, n: plan_forward(shape, elements(n), outs, planes))
     cases = [((5, 7), (11, 4)), ((1, 6), (3, 6)), ((9, 2), (4, 1)), ((8, 8), (16, 16)), ((3, 5), (3, 9)),
              ((7,), (16,)), ((3, 4, 5), (6, 3, 7))]
+    assert plan_forward((1, 1, 1, 1), elements(1), outs, planes).wide is wide
     for mode in (M.Linear, M.Nearest):
         for align in aligns(mode):
             for size_in, size_out in cases:

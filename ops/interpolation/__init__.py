@@ -33,9 +33,9 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     x4 = _view4(input.contiguous(), p.planes, ax, "size_in")
     y4 = _view4(out, p.planes, ax, "size_out")
     tables, taps = _tables(rt, ax)
-    plan = forward_plan(rt.capabilities, y4.shape)
+    plan = forward_plan(rt.capabilities, y4.shape, x4.numel)
     _resample.resample_forward[plan.grid, plan.bx](x4, y4, *tables, y4.shape[1] * y4.shape[2], *taps, plan.outs,
-                                                   plan.planes, plan.vec, plan.bx)
+                                                   plan.planes, plan.vec, plan.wide, plan.bx)
     return out
 
 

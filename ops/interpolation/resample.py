@@ -55,13 +55,15 @@ def resample_forward(x: kd.Tensor, y: kd.Tensor, id_: kd.Tensor[kd.i32, 2], wd: 
                      ih: kd.Tensor[kd.i32, 2], wh: kd.Tensor[kd.f32, 2], iw: kd.Tensor[kd.i32, 2],
                      ww: kd.Tensor[kd.f32, 2], rows: kd.i32, TD: kd.Const[int], TH: kd.Const[int],
                      TW: kd.Const[int], OUTS: kd.Const[int], PLANES: kd.Const[int], VEC: kd.Const[bool],
-                     BX: kd.Const[int]):
+                     WIDE: kd.Const[bool], BX: kd.Const[int]):
     """y = x resampled, both contiguous [planes, D, H, W]. Cube x is output row r (of the
     `rows` = D·H a plane) of plane group g (planes g·PLANES ..); cube y and the unit pick
     OUTS neighbouring columns. A unit reads its row's and its columns' taps once and reuses
     them in each of its PLANES planes (torch's kernel loops over planes the same way);
     VEC (the host checked the width is a multiple of OUTS): its OUTS outputs are stored as
-    one vector."""
+    one vector. Every plane's values are computed before any is stored, so the loads of all
+    planes can be in flight together (a store between them would order them: x and y are
+    not known apart). WIDE: element offsets need 64 bits (else 32-bit index arithmetic)."""
     g = kd.cube_pos_x() // rows
     r = kd.cube_pos_x() - g * rows
     od = r // y.shape[2]
@@ -84,28 +86,33 @@ def resample_forward(x: kd.Tensor, y: kd.Tensor, id_: kd.Tensor[kd.i32, 2], wd: 
     plane_in = x.shape[1] * x.shape[2] * x.shape[3]
     plane_out = y.shape[1] * y.shape[2] * W
     at_out = r * W + ow0
+    values = ()         # every plane's outputs, all loads first: no store comes between them
+    for q in kd.unroll(PLANES):
+        p = kd.min(g * PLANES + q, x.shape[0] - 1)   # (a group's planes past the last read the last)
+        base = kd.i64(p) * plane_in if WIDE else p * plane_in
+        for j in kd.unroll(OUTS):
+            acc = kd.f32(0)
+            for t in kd.unroll(TD * TH):
+                row = kd.f32(0)
+                for c in kd.unroll(TW):
+                    k = j * TW + c
+                    row += column_weights[k] * kd.f32(x[base + (line_offsets[t] + columns[k])])
+                acc += line_weights[t] * row
+            values = values + (acc,)
     for q in kd.unroll(PLANES):
         p = g * PLANES + q
         if p < x.shape[0]:
-            base = kd.i64(p) * plane_in
-            outs = ()
-            for j in kd.unroll(OUTS):
-                acc = kd.f32(0)
-                for t in kd.unroll(TD * TH):
-                    row = kd.f32(0)
-                    for c in kd.unroll(TW):
-                        k = j * TW + c
-                        row += column_weights[k] * kd.f32(x[base + line_offsets[t] + columns[k]])
-                    acc += line_weights[t] * row
-                outs = outs + (acc,)
-            first = kd.i64(p) * plane_out + at_out
+            first = (kd.i64(p) * plane_out if WIDE else p * plane_out) + at_out
             if VEC:
+                mine = ()
+                for j in kd.unroll(OUTS):
+                    mine = mine + (values[q * OUTS + j],)
                 if ow0 < W:
-                    kd.store_vec(y, first, vec_of(outs, OUTS))
+                    kd.store_vec(y, first, vec_of(mine, OUTS))
             else:
                 for j in kd.unroll(OUTS):
                     if ow0 + j < W:
-                        y[first + j] = outs[j]
+                        y[first + j] = values[q * OUTS + j]
 
 
 @kd.kernel

@@ -89,30 +89,32 @@ class ForwardPlan:
     vec: bool
     bx: int
     grid: tuple
+    wide: bool = False   # element offsets of the input or output reach 2**31: 64-bit index arithmetic
 
     @property
     def units(self) -> int:
         return self.grid[0] * self.grid[1] * self.bx
 
 
-def forward_plan(caps, shape: tuple) -> ForwardPlan:
-    """The forward launch for output [planes, D, H, W]. Where units are SIMD lanes (the cpu
+def forward_plan(caps, shape: tuple, in_elements: int) -> ForwardPlan:
+    """The forward launch for output [planes, D, H, W] of an input of `in_elements`. Where units are SIMD lanes (the cpu
     runtime) a unit takes one output a plane (the loop over units is the vector); elsewhere
     FORWARD_OUTS outputs in FORWARD_PLANES planes, halving the planes while the grid holds
     fewer than FILL_UNITS units a compute unit."""
     outs = 1 if caps.units_are_simd_lanes else FORWARD_OUTS
     group = min(FORWARD_PLANES, shape[0])
-    while group > 1 and plan_forward(shape, outs, group).units < caps.compute_units * FILL_UNITS:
+    while group > 1 and plan_forward(shape, in_elements, outs, group).units < caps.compute_units * FILL_UNITS:
         group //= 2
-    return plan_forward(shape, outs, group)
+    return plan_forward(shape, in_elements, outs, group)
 
 
-def plan_forward(shape: tuple, outs: int, planes: int) -> ForwardPlan:
+def plan_forward(shape: tuple, in_elements: int, outs: int, planes: int) -> ForwardPlan:
     """The launch of output [planes, D, H, W] with `outs` outputs and `planes` planes a unit:
     the fewest units a cube (a power of two, 32 to UNITS) that cover a row, one vector store
     where the row width is a multiple of `outs`."""
     rows, width = shape[1] * shape[2], shape[3]
     per_row = -(-width // outs)
     bx = min(UNITS, max(32, 1 << (per_row - 1).bit_length()))
+    wide = max(in_elements, shape[0] * rows * width) >= 2**31
     return ForwardPlan(outs, planes, outs > 1 and width % outs == 0, bx,
-                       (-(-shape[0] // planes) * rows, -(-per_row // bx)))
+                       (-(-shape[0] // planes) * rows, -(-per_row // bx)), wide)
