@@ -3,10 +3,10 @@
 
 Each entry point validates its call (problem.py), returns an empty result for N·C = 0
 without launching, views input and output as [planes, D, H, W] (copying strided inputs to
-contiguous), and launches resample.py: the forward kernel gathers each output's taps
-(taps.py), F32 accumulation, one cast to the input dtype; the backward kernel gathers each
-input element's gradient from the outputs whose taps touch it, in a fixed order
-(deterministic, no atomics)."""
+contiguous), and launches resample.py with a plan from tuning.py: the forward kernel
+gathers each output's taps (taps.py), F32 accumulation, one cast to the input dtype; the
+backward kernel gathers each input element's gradient from the outputs whose taps touch
+it, in a fixed order (deterministic, no atomics)."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -16,7 +16,7 @@ from . import resample as _resample
 from .options import InterpolateMode, InterpolateOptions
 from .problem import InterpolationError, resample_problem
 from .taps import TAPS
-from .tuning import UNITS, axes, forward_plan, grid, touch_ranges
+from .tuning import UNITS, axes, backward_plan, forward_plan, touch_ranges
 
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
 
@@ -53,7 +53,9 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     d4 = _view4(dx, p.planes, ax, "size_in")
     ranges = [_touch_ranges(rt, a) for a in ax]
     tables, taps = _tables(rt, ax)
-    _resample.resample_backward[grid(d4.shape), UNITS](g4, d4, *ranges, *tables, *taps, UNITS)
+    plan = backward_plan(rt.capabilities, d4.shape, g4.numel)
+    _resample.resample_backward[plan.grid, plan.bx](g4, d4, *ranges, *tables, d4.shape[1] * d4.shape[2], *taps,
+                                                    plan.planes, plan.wide, plan.bx)
     return dx
 
 

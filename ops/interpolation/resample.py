@@ -1,14 +1,16 @@
 """The interpolation kernels. `axis_table` writes each axis's taps once ([O, T] indices and
-F32 weights, from taps.py); the forward kernel (one unit per output element) and the
-backward kernel (one unit per input element) then only read tables, so no element repeats
-the source-coordinate arithmetic (divisions, sines).
+F32 weights, from taps.py); the forward kernel (outputs) and the backward kernel (input
+elements) then only read tables, so no element repeats the source-coordinate arithmetic
+(divisions, sines).
 
 Both work on 4-D contiguous views [planes, D, H, W] (an input with fewer spatial axes has
-leading axes of size 1, mode "Off"); a cube covers part of one row (plane, d, h), so the
-row's index arithmetic and its depth/height taps are uniform over the cube. The backward
-kernel visits, along each axis, only the outputs [lo, hi] that tuning.touch_ranges lists
-for the input index and weighs each with the table entries that land on it: a fixed-order
-sum per input element, so the result never depends on launch order (no atomics)."""
+leading axes of size 1, mode "Off"). A cube covers part of one row (d, h) of a group of
+planes, so the row's index arithmetic and its depth/height taps are uniform over the cube,
+and a unit reuses its taps in each plane of the group, as torch's kernels loop over planes
+with the same weights and offsets. The backward kernel visits, along each axis, only the
+outputs [lo, hi] that tuning.touch_ranges lists for the input index and weighs each with
+the table entries that land on it: a fixed-order sum per input element, so the result
+never depends on launch order (no atomics)."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -28,17 +30,6 @@ def axis_table(idx: kd.Tensor[kd.i32, 2], w: kd.Tensor[kd.f32, 2], size_in: kd.i
         for k in kd.unroll(T):
             idx[j, k] = taps[k]
             w[j, k] = taps[T + k]
-
-
-@kd.func
-def row_and_column(t, BX):
-    """(plane, d, h, w) of this unit in the 4-D tensor t: cube x is one row (plane, d, h),
-    uniform over the cube, so the index arithmetic runs once a cube; cube y and the unit
-    pick the column w."""
-    r = kd.cube_pos_x()
-    h = r % t.shape[2]
-    r = r // t.shape[2]
-    return (r // t.shape[1], r % t.shape[1], h, kd.cube_pos_y() * BX + kd.unit_pos_x())
 
 
 @kd.func
@@ -119,19 +110,50 @@ def resample_forward(x: kd.Tensor, y: kd.Tensor, id_: kd.Tensor[kd.i32, 2], wd: 
 def resample_backward(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd.Tensor[kd.i32, 1],
                       rw: kd.Tensor[kd.i32, 1], id_: kd.Tensor[kd.i32, 2], wd: kd.Tensor[kd.f32, 2],
                       ih: kd.Tensor[kd.i32, 2], wh: kd.Tensor[kd.f32, 2], iw: kd.Tensor[kd.i32, 2],
-                      ww: kd.Tensor[kd.f32, 2], TD: kd.Const[int], TH: kd.Const[int], TW: kd.Const[int],
-                      BX: kd.Const[int]):
-    p, i_d, i_h, i_w = row_and_column(dx, BX)
-    if i_w < dx.shape[3]:
-        acc = kd.f32(0)
-        for jd in range(rd[2 * i_d], rd[2 * i_d + 1] + 1):
-            a = weight_on(id_, wd, jd, i_d, TD)
-            if a != 0.0:
-                for jh in range(rh[2 * i_h], rh[2 * i_h + 1] + 1):
-                    b = weight_on(ih, wh, jh, i_h, TH)
-                    if b != 0.0:
-                        row = kd.f32(0)
-                        for jw in range(rw[2 * i_w], rw[2 * i_w + 1] + 1):
-                            row += weight_on(iw, ww, jw, i_w, TW) * kd.f32(g[p, jd, jh, jw])
-                        acc += a * b * row
-        dx[p, i_d, i_h, i_w] = acc
+                      ww: kd.Tensor[kd.f32, 2], rows: kd.i32, TD: kd.Const[int], TH: kd.Const[int],
+                      TW: kd.Const[int], PLANES: kd.Const[int], WIDE: kd.Const[bool], BX: kd.Const[int]):
+    """dx = the adjoint of the forward map applied to g, both contiguous [planes, D, H, W]
+    (dx the input's shape). Cube x is input row r (of the `rows` = D·H a plane) of plane group
+    c (planes c·PLANES ..); cube y and the unit pick the column. A unit walks the outputs
+    whose taps can touch its element once, weighing each as the tables say, and sums each of
+    its PLANES planes in that fixed order; all stores come after all loads. WIDE: element
+    offsets need 64 bits."""
+    c = kd.cube_pos_x() // rows
+    r = kd.cube_pos_x() - c * rows
+    i_d = r // dx.shape[2]
+    i_h = r - i_d * dx.shape[2]
+    W = dx.shape[3]
+    i_w = kd.cube_pos_y() * BX + kd.unit_pos_x()
+    col = kd.min(i_w, W - 1)   # units past the row compute the last column's sums and store nothing
+    plane_g = g.shape[1] * g.shape[2] * g.shape[3]
+    bases = ()
+    acc = ()
+    for q in kd.unroll(PLANES):
+        p = kd.min(c * PLANES + q, g.shape[0] - 1)   # (a group's planes past the last read the last)
+        bases = bases + ((kd.i64(p) * plane_g if WIDE else p * plane_g),)
+        acc = acc + (kd.f32(0),)
+    for jd in range(rd[2 * i_d], rd[2 * i_d + 1] + 1):
+        a = weight_on(id_, wd, jd, i_d, TD)
+        if a != 0.0:
+            for jh in range(rh[2 * i_h], rh[2 * i_h + 1] + 1):
+                b = weight_on(ih, wh, jh, i_h, TH)
+                if b != 0.0:
+                    line = (jd * g.shape[2] + jh) * g.shape[3]
+                    row = ()
+                    for q in kd.unroll(PLANES):
+                        row = row + (kd.f32(0),)
+                    for jw in range(rw[2 * col], rw[2 * col + 1] + 1):
+                        w = weight_on(iw, ww, jw, col, TW)
+                        summed = ()
+                        for q in kd.unroll(PLANES):
+                            summed = summed + (row[q] + w * kd.f32(g[bases[q] + (line + jw)]),)
+                        row = summed
+                    summed = ()
+                    for q in kd.unroll(PLANES):
+                        summed = summed + (acc[q] + a * b * row[q],)
+                    acc = summed
+    plane_dx = dx.shape[1] * dx.shape[2] * W
+    for q in kd.unroll(PLANES):
+        p = c * PLANES + q
+        if p < dx.shape[0] and i_w < W:
+            dx[(kd.i64(p) * plane_dx if WIDE else p * plane_dx) + (r * W + i_w)] = acc[q]

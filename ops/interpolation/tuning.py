@@ -8,12 +8,12 @@ import numpy as np
 
 from .options import InterpolateMode
 
-UNITS = 256            # units per cube (at most; one element per unit in the backward kernel)
-# the forward kernel (resample.resample_forward) on devices whose units are hardware threads:
-# OUTS neighbouring outputs of a row and FORWARD_PLANES planes a unit, so each unit reads its
-# taps once for OUTS·PLANES outputs; fewer planes where the grid would not fill the device
+UNITS = 256            # units per cube (at most)
+# a unit of the resample kernels takes UNIT_PLANES planes (fewer where the grid would not
+# fill the device), reading its taps once for all; a forward unit on devices whose units are
+# hardware threads also FORWARD_OUTS neighbouring outputs of a row
 FORWARD_OUTS = 2
-FORWARD_PLANES = 8
+UNIT_PLANES = 8
 FILL_UNITS = 2048      # units a compute unit keeps resident (an H200 SM: 2048 threads)
 ROUNDING = 1e-5        # relative margin of touch_ranges' source coordinates (F32 is ~6e-8)
 TAP_REACH = {"Off": (0, 0), "Nearest": (0, 0), "NearestExact": (0, 0), "Linear": (0, 1), "Bicubic": (-1, 2),
@@ -74,47 +74,54 @@ def touch_ranges(axis: Axis) -> np.ndarray:
     return np.stack([lo, hi], axis=1).reshape(-1).astype(np.int32)
 
 
-def grid(shape: tuple) -> tuple:
-    """Cubes of a [planes, D, H, W] launch: one a row along x, the row's columns along y."""
-    return (shape[0] * shape[1] * shape[2], -(-shape[3] // UNITS))
-
-
 @dataclass(frozen=True)
-class ForwardPlan:
-    """resample_forward's launch: `outs` neighbouring outputs and `planes` planes a unit,
-    `vec` (outputs stored as one vector), `bx` units a cube along the row, the grid."""
+class LaunchPlan:
+    """A resample kernel's launch: `outs` neighbouring elements of a row and `planes` planes
+    a unit, `vec` (outputs stored as one vector), `bx` units a cube along the row, the grid
+    (x: rows of plane groups, y: a row's cubes), `wide` (64-bit element offsets)."""
 
     outs: int
     planes: int
     vec: bool
     bx: int
     grid: tuple
-    wide: bool = False   # element offsets of the input or output reach 2**31: 64-bit index arithmetic
+    wide: bool = False
 
     @property
     def units(self) -> int:
         return self.grid[0] * self.grid[1] * self.bx
 
 
-def forward_plan(caps, shape: tuple, in_elements: int) -> ForwardPlan:
-    """The forward launch for output [planes, D, H, W] of an input of `in_elements`. Where units are SIMD lanes (the cpu
-    runtime) a unit takes one output a plane (the loop over units is the vector); elsewhere
-    FORWARD_OUTS outputs in FORWARD_PLANES planes, halving the planes while the grid holds
-    fewer than FILL_UNITS units a compute unit."""
-    outs = 1 if caps.units_are_simd_lanes else FORWARD_OUTS
-    group = min(FORWARD_PLANES, shape[0])
-    while group > 1 and plan_forward(shape, in_elements, outs, group).units < caps.compute_units * FILL_UNITS:
+def forward_plan(caps, shape: tuple, in_elements: int) -> LaunchPlan:
+    """resample_forward's launch for output [planes, D, H, W] of an input of `in_elements`:
+    one output a plane where units are SIMD lanes (the cpu runtime: the loop over units is
+    the vector), else FORWARD_OUTS outputs (a vector store where the width allows)."""
+    return _fill(caps, shape, in_elements, 1 if caps.units_are_simd_lanes else FORWARD_OUTS)
+
+
+def backward_plan(caps, shape: tuple, grad_elements: int) -> LaunchPlan:
+    """resample_backward's launch for the gradient [planes, D, H, W] of the input, the
+    output's gradient having `grad_elements`: one element a unit."""
+    return _fill(caps, shape, grad_elements, 1)
+
+
+def _fill(caps, shape: tuple, other_elements: int, outs: int) -> LaunchPlan:
+    """UNIT_PLANES planes a unit, halved while the grid holds fewer than FILL_UNITS units
+    a compute unit."""
+    group = min(UNIT_PLANES, shape[0])
+    while group > 1 and plan_launch(shape, other_elements, outs, group).units < caps.compute_units * FILL_UNITS:
         group //= 2
-    return plan_forward(shape, in_elements, outs, group)
+    return plan_launch(shape, other_elements, outs, group)
 
 
-def plan_forward(shape: tuple, in_elements: int, outs: int, planes: int) -> ForwardPlan:
-    """The launch of output [planes, D, H, W] with `outs` outputs and `planes` planes a unit:
-    the fewest units a cube (a power of two, 32 to UNITS) that cover a row, one vector store
-    where the row width is a multiple of `outs`."""
+def plan_launch(shape: tuple, other_elements: int, outs: int, planes: int) -> LaunchPlan:
+    """The launch over [planes, D, H, W] (the tensor a unit writes; `other_elements` in the
+    one it reads) with `outs` elements and `planes` planes a unit: the fewest units a cube
+    (a power of two, 32 to UNITS) that cover a row, one vector store where the row width is
+    a multiple of `outs`."""
     rows, width = shape[1] * shape[2], shape[3]
     per_row = -(-width // outs)
     bx = min(UNITS, max(32, 1 << (per_row - 1).bit_length()))
-    wide = max(in_elements, shape[0] * rows * width) >= 2**31
-    return ForwardPlan(outs, planes, outs > 1 and width % outs == 0, bx,
-                       (-(-shape[0] // planes) * rows, -(-per_row // bx)), wide)
+    wide = max(other_elements, shape[0] * rows * width) >= 2**31
+    return LaunchPlan(outs, planes, outs > 1 and width % outs == 0, bx,
+                      (-(-shape[0] // planes) * rows, -(-per_row // bx)), wide)
