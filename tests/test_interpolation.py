@@ -66,9 +66,9 @@ def test_every_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, plane
     (`wide`) index arithmetic, against torch (nearest's forward: bit for bit)."""
     elements = (lambda n: 2**31) if wide else (lambda n: n)
     monkeypatch.setattr(interpolation_package, "forward_plan",
-                        lambda caps, shape, n: plan_launch(shape, elements(n), outs, planes))
+                        lambda caps, shape, n, *_: plan_launch(shape, elements(n), outs, planes))
     monkeypatch.setattr(interpolation_package, "backward_plan",
-                        lambda caps, shape, n: plan_launch(shape, elements(n), 1, planes))
+                        lambda caps, shape, n, *_: plan_launch(shape, elements(n), 1, planes))
     assert plan_launch((1, 1, 1, 1), elements(1), outs, planes).wide is wide
     cases = [((5, 7), (11, 4)), ((1, 6), (3, 6)), ((9, 2), (4, 1)), ((8, 8), (16, 16)), ((3, 5), (3, 9)),
              ((7,), (16,)), ((3, 4, 5), (6, 3, 7))]

@@ -33,7 +33,7 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     x4 = _view4(input.contiguous(), p.planes, ax, "size_in")
     y4 = _view4(out, p.planes, ax, "size_out")
     tables, taps = _tables(rt, ax)
-    plan = forward_plan(rt.capabilities, y4.shape, x4.numel)
+    plan = forward_plan(rt.capabilities, y4.shape, x4.numel, input.dtype.itemsize)
     _resample.resample_forward[plan.grid, plan.bx](x4, y4, *tables, y4.shape[1] * y4.shape[2], *taps, plan.outs,
                                                    plan.planes, plan.vec, plan.wide, plan.bx)
     return out
@@ -53,7 +53,7 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     d4 = _view4(dx, p.planes, ax, "size_in")
     ranges = [_touch_ranges(rt, a) for a in ax]
     tables, taps = _tables(rt, ax)
-    plan = backward_plan(rt.capabilities, d4.shape, g4.numel)
+    plan = backward_plan(rt.capabilities, d4.shape, g4.numel, taps[0] * taps[1] * taps[2])
     _resample.resample_backward[plan.grid, plan.bx](g4, d4, *ranges, *tables, d4.shape[1] * d4.shape[2], *taps,
                                                     plan.planes, plan.wide, plan.bx)
     return dx
