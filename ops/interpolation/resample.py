@@ -106,18 +106,59 @@ def resample_forward(x: kd.Tensor, y: kd.Tensor, id_: kd.Tensor[kd.i32, 2], wd: 
                         y[first + j] = values[q * OUTS + j]
 
 
+@kd.func
+def line_sums(g, bases, line, lo, hi, iw, ww, col, TW, SPAN, PLANES):
+    """Each plane's weighted sum of the outputs lo..hi (in order) of one output line of g
+    for input column `col`. SPAN > 0 (the host's bound on hi - lo + 1): unrolled, a column
+    past hi reading column hi and leaving the sums as they were, so every load can be in
+    flight at once; SPAN 0: a loop."""
+    row = ()
+    for q in kd.unroll(PLANES):
+        row = row + (kd.f32(0),)
+    if SPAN > 0:
+        for k in kd.unroll(SPAN):
+            jw = kd.max(kd.min(lo + k, hi), 0)   # (hi < lo, even -1, where no output touches the input)
+            w = weight_on(iw, ww, jw, col, TW)
+            summed = ()
+            for q in kd.unroll(PLANES):
+                summed = summed + (kd.select(lo + k <= hi, row[q] + w * kd.f32(g[bases[q] + (line + jw)]), row[q]),)
+            row = summed
+    else:
+        for jw in range(lo, hi + 1):
+            w = weight_on(iw, ww, jw, col, TW)
+            summed = ()
+            for q in kd.unroll(PLANES):
+                summed = summed + (row[q] + w * kd.f32(g[bases[q] + (line + jw)]),)
+            row = summed
+    return row
+
+
+@kd.func
+def add_line(acc, live, a, g, bases, jd, jh, i_h, ih, wh, TH, lo_w, hi_w, iw, ww, col, TW, SPAN_W, PLANES):
+    """acc (each plane's sum) plus output line (jd, jh)'s share, weighted a · b (b: that line's
+    weight on input row i_h), where `live` and b is not 0 (else acc as it was)."""
+    b = weight_on(ih, wh, jh, i_h, TH)
+    row = line_sums(g, bases, (jd * g.shape[2] + jh) * g.shape[3], lo_w, hi_w, iw, ww, col, TW, SPAN_W, PLANES)
+    summed = ()
+    for q in kd.unroll(PLANES):
+        summed = summed + (kd.select(live and b != 0.0, acc[q] + a * b * row[q], acc[q]),)
+    return summed
+
+
 @kd.kernel
 def resample_backward(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd.Tensor[kd.i32, 1],
                       rw: kd.Tensor[kd.i32, 1], id_: kd.Tensor[kd.i32, 2], wd: kd.Tensor[kd.f32, 2],
                       ih: kd.Tensor[kd.i32, 2], wh: kd.Tensor[kd.f32, 2], iw: kd.Tensor[kd.i32, 2],
                       ww: kd.Tensor[kd.f32, 2], rows: kd.i32, TD: kd.Const[int], TH: kd.Const[int],
-                      TW: kd.Const[int], PLANES: kd.Const[int], WIDE: kd.Const[bool], BX: kd.Const[int]):
+                      TW: kd.Const[int], SPAN_H: kd.Const[int], SPAN_W: kd.Const[int], PLANES: kd.Const[int],
+                      WIDE: kd.Const[bool], BX: kd.Const[int]):
     """dx = the adjoint of the forward map applied to g, both contiguous [planes, D, H, W]
     (dx the input's shape). Cube x is input row r (of the `rows` = D·H a plane) of plane group
     c (planes c·PLANES ..); cube y and the unit pick the column. A unit walks the outputs
     whose taps can touch its element once, weighing each as the tables say, and sums each of
-    its PLANES planes in that fixed order; all stores come after all loads. WIDE: element
-    offsets need 64 bits."""
+    its PLANES planes in that fixed order; all stores come after all loads. SPAN_H, SPAN_W:
+    the host's bound on the outputs a height / width index touches (unrolled), 0 for a loop.
+    WIDE: element offsets need 64 bits."""
     c = kd.cube_pos_x() // rows
     r = kd.cube_pos_x() - c * rows
     i_d = r // dx.shape[2]
@@ -125,6 +166,8 @@ def resample_backward(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh:
     W = dx.shape[3]
     i_w = kd.cube_pos_y() * BX + kd.unit_pos_x()
     col = kd.min(i_w, W - 1)   # units past the row compute the last column's sums and store nothing
+    lo_w = rw[2 * col]
+    hi_w = rw[2 * col + 1]
     plane_g = g.shape[1] * g.shape[2] * g.shape[3]
     bases = ()
     acc = ()
@@ -135,23 +178,16 @@ def resample_backward(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh:
     for jd in range(rd[2 * i_d], rd[2 * i_d + 1] + 1):
         a = weight_on(id_, wd, jd, i_d, TD)
         if a != 0.0:
-            for jh in range(rh[2 * i_h], rh[2 * i_h + 1] + 1):
-                b = weight_on(ih, wh, jh, i_h, TH)
-                if b != 0.0:
-                    line = (jd * g.shape[2] + jh) * g.shape[3]
-                    row = ()
-                    for q in kd.unroll(PLANES):
-                        row = row + (kd.f32(0),)
-                    for jw in range(rw[2 * col], rw[2 * col + 1] + 1):
-                        w = weight_on(iw, ww, jw, col, TW)
-                        summed = ()
-                        for q in kd.unroll(PLANES):
-                            summed = summed + (row[q] + w * kd.f32(g[bases[q] + (line + jw)]),)
-                        row = summed
-                    summed = ()
-                    for q in kd.unroll(PLANES):
-                        summed = summed + (acc[q] + a * b * row[q],)
-                    acc = summed
+            lo_h = rh[2 * i_h]
+            hi_h = rh[2 * i_h + 1]
+            if SPAN_H > 0:   # (a line past hi_h reads line hi_h and adds nothing)
+                for k in kd.unroll(SPAN_H):
+                    acc = add_line(acc, lo_h + k <= hi_h, a, g, bases, jd, kd.max(kd.min(lo_h + k, hi_h), 0), i_h, ih,
+                                   wh, TH, lo_w, hi_w, iw, ww, col, TW, SPAN_W, PLANES)
+            else:
+                for jh in range(lo_h, hi_h + 1):
+                    acc = add_line(acc, True, a, g, bases, jd, jh, i_h, ih, wh, TH, lo_w, hi_w, iw, ww, col, TW,
+                                   SPAN_W, PLANES)
     plane_dx = dx.shape[1] * dx.shape[2] * W
     for q in kd.unroll(PLANES):
         p = c * PLANES + q

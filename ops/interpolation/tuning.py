@@ -21,6 +21,9 @@ UNITS = 256            # units per cube (at most)
 FORWARD_OUTS = 4
 UNIT_PLANES = 8
 ONE_TAP_BACKWARD_PLANES = 4
+# the backward kernel unrolls its walk along the height and width axes where no input index
+# is touched by more than this many outputs there (×2 upsampling: 2 nearest, 3 linear)
+MAX_UNROLLED_SPAN = 4
 FILL_UNITS = 2048      # units a compute unit keeps resident (an H200 SM: 2048 threads)
 ROUNDING = 1e-5        # relative margin of touch_ranges' source coordinates (F32 is ~6e-8)
 TAP_REACH = {"Off": (0, 0), "Nearest": (0, 0), "NearestExact": (0, 0), "Linear": (0, 1), "Bicubic": (-1, 2),
@@ -79,6 +82,13 @@ def touch_ranges(axis: Axis) -> np.ndarray:
     lo = np.searchsorted(t_max, i, side="left")
     hi = np.searchsorted(t_min, i, side="right") - 1
     return np.stack([lo, hi], axis=1).reshape(-1).astype(np.int32)
+
+
+def unrolled_span(ranges: np.ndarray) -> int:
+    """The most outputs any input index of an axis is touched by (touch_ranges' [lo, hi]
+    pairs), if at most MAX_UNROLLED_SPAN (the backward kernel unrolls that walk), else 0."""
+    span = int((ranges[1::2] - ranges[0::2]).max()) + 1
+    return span if span <= MAX_UNROLLED_SPAN else 0
 
 
 @dataclass(frozen=True)
