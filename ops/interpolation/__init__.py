@@ -53,7 +53,7 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     d4 = _view4(dx, p.planes, ax, "size_in")
     ranges, spans = zip(*(_touch_ranges(rt, a) for a in ax))
     tables, taps = _tables(rt, ax)
-    plan = backward_plan(rt.capabilities, d4.shape, g4.numel, taps[0] * taps[1] * taps[2])
+    plan = backward_plan(rt.capabilities, d4.shape, g4.numel, taps[0] * taps[1] * taps[2], spans[2] > 0)
     _resample.resample_backward[plan.grid, plan.bx](g4, d4, *ranges, *tables, d4.shape[1] * d4.shape[2], *taps,
                                                     spans[1], spans[2], plan.planes, plan.wide, plan.bx)
     return dx

@@ -107,14 +107,16 @@ def resample_forward(x: kd.Tensor, y: kd.Tensor, id_: kd.Tensor[kd.i32, 2], wd: 
 
 
 @kd.func
-def line_sums(g, bases, line, lo, hi, iw, ww, col, TW, SPAN, PLANES):
-    """Each plane's weighted sum of the outputs lo..hi (in order) of one output line of g
-    for input column `col`. SPAN > 0 (the host's bound on hi - lo + 1): unrolled, a column
+def line_sums(g, bases, line, rw, iw, ww, col, TW, SPAN, PLANES):
+    """Each plane's weighted sum of the outputs lo..hi (in order; rw's range for input column
+    `col`) of one output line of g for that column. SPAN > 0 (the host's bound on hi - lo + 1): unrolled, a column
     past hi reading column hi and leaving the sums as they were, so every load can be in
     flight at once; SPAN 0: a loop."""
     row = ()
     for q in kd.unroll(PLANES):
         row = row + (kd.f32(0),)
+    lo = rw[2 * col]
+    hi = rw[2 * col + 1]
     if SPAN > 0:
         for k in kd.unroll(SPAN):
             jw = kd.max(kd.min(lo + k, hi), 0)   # (hi < lo, even -1, where no output touches the input)
@@ -134,11 +136,12 @@ def line_sums(g, bases, line, lo, hi, iw, ww, col, TW, SPAN, PLANES):
 
 
 @kd.func
-def add_line(acc, live, a, g, bases, jd, jh, i_h, ih, wh, TH, lo_w, hi_w, iw, ww, col, TW, SPAN_W, PLANES):
+def add_line(acc, live, a, g, bases, jd, jh, i_h, ih, wh, TH, rw, iw, ww, col, TW, SPAN_W, PLANES):
     """acc (each plane's sum) plus output line (jd, jh)'s share, weighted a · b (b: that line's
-    weight on input row i_h), where `live` and b is not 0 (else acc as it was)."""
+    weight on input row i_h), where `live` and b is not 0 (else acc as it was; the line is
+    read either way, so an unrolled walk has no branch)."""
     b = weight_on(ih, wh, jh, i_h, TH)
-    row = line_sums(g, bases, (jd * g.shape[2] + jh) * g.shape[3], lo_w, hi_w, iw, ww, col, TW, SPAN_W, PLANES)
+    row = line_sums(g, bases, (jd * g.shape[2] + jh) * g.shape[3], rw, iw, ww, col, TW, SPAN_W, PLANES)
     summed = ()
     for q in kd.unroll(PLANES):
         summed = summed + (kd.select(live and b != 0.0, acc[q] + a * b * row[q], acc[q]),)
@@ -166,8 +169,6 @@ def resample_backward(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh:
     W = dx.shape[3]
     i_w = kd.cube_pos_y() * BX + kd.unit_pos_x()
     col = kd.min(i_w, W - 1)   # units past the row compute the last column's sums and store nothing
-    lo_w = rw[2 * col]
-    hi_w = rw[2 * col + 1]
     plane_g = g.shape[1] * g.shape[2] * g.shape[3]
     bases = ()
     acc = ()
@@ -183,11 +184,17 @@ def resample_backward(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh:
             if SPAN_H > 0:   # (a line past hi_h reads line hi_h and adds nothing)
                 for k in kd.unroll(SPAN_H):
                     acc = add_line(acc, lo_h + k <= hi_h, a, g, bases, jd, kd.max(kd.min(lo_h + k, hi_h), 0), i_h, ih,
-                                   wh, TH, lo_w, hi_w, iw, ww, col, TW, SPAN_W, PLANES)
-            else:
+                                   wh, TH, rw, iw, ww, col, TW, SPAN_W, PLANES)
+            else:              # a line of weight 0 (the ranges' margin) is skipped, not read
                 for jh in range(lo_h, hi_h + 1):
-                    acc = add_line(acc, True, a, g, bases, jd, jh, i_h, ih, wh, TH, lo_w, hi_w, iw, ww, col, TW,
-                                   SPAN_W, PLANES)
+                    b = weight_on(ih, wh, jh, i_h, TH)
+                    if b != 0.0:
+                        row = line_sums(g, bases, (jd * g.shape[2] + jh) * g.shape[3], rw, iw, ww, col, TW, SPAN_W,
+                                        PLANES)
+                        summed = ()
+                        for q in kd.unroll(PLANES):
+                            summed = summed + (acc[q] + a * b * row[q],)
+                        acc = summed
     plane_dx = dx.shape[1] * dx.shape[2] * W
     for q in kd.unroll(PLANES):
         p = c * PLANES + q

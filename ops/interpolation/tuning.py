@@ -16,13 +16,16 @@ UNITS = 256            # units per cube (at most)
 # bilinear / nearest): f32 1×1 3.64 / 2.98 ms, 1×8 1.21 / 0.71, 2×8 1.09 / 0.67, 4×4 1.32 /
 # 0.66, 4×8 1.07 / 0.67; bf16 1×1 3.70 / 3.03, 2×8 1.03 / 0.53, 4×8 0.90 / 0.41 (torch: f32
 # 2.01 / 1.35, bf16 1.72 / 1.17). Backward, planes a unit 1 / 4 / 8: bilinear f32 5.12 / 1.91
-# / 1.40 ms, bf16 4.98 / 1.76 / 1.36; nearest f32 1.96 / 0.77 / 0.90, bf16 1.94 / 0.81 / 0.82:
-# one-tap modes take ONE_TAP_BACKWARD_PLANES.
+# / 1.40 ms, bf16 4.98 / 1.76 / 1.36; nearest f32 1.96 / 0.77 / 0.90, bf16 1.94 / 0.81 / 0.82
+# (one-tap modes walking their columns in a loop take ONE_TAP_BACKWARD_PLANES); nearest with
+# the walk unrolled (span 2), 4 / 8 planes: f32 0.72 / 0.67 ms, bf16 0.64 / 0.51 (torch 0.82 /
+# 0.74). Bilinear ×2 (span 5) walks in a loop: unrolled with 5 lines read each, it was slower.
 FORWARD_OUTS = 4
 UNIT_PLANES = 8
 ONE_TAP_BACKWARD_PLANES = 4
 # the backward kernel unrolls its walk along the height and width axes where no input index
-# is touched by more than this many outputs there (×2 upsampling: 2 nearest, 3 linear)
+# is touched by more than this many outputs there (×2 upsampling: 2 nearest, 5 linear with
+# touch_ranges' margin); measured on the H200 at span 2 only
 MAX_UNROLLED_SPAN = 4
 FILL_UNITS = 2048      # units a compute unit keeps resident (an H200 SM: 2048 threads)
 ROUNDING = 1e-5        # relative margin of touch_ranges' source coordinates (F32 is ~6e-8)
@@ -118,11 +121,13 @@ def forward_plan(caps, shape: tuple, in_elements: int, itemsize: int) -> LaunchP
     return _fill(caps, shape, in_elements, outs, UNIT_PLANES)
 
 
-def backward_plan(caps, shape: tuple, grad_elements: int, taps: int) -> LaunchPlan:
+def backward_plan(caps, shape: tuple, grad_elements: int, taps: int, unrolled: bool) -> LaunchPlan:
     """resample_backward's launch for the gradient [planes, D, H, W] of the input, the
-    output's gradient having `grad_elements` and each output `taps` taps: one element a
-    unit, UNIT_PLANES planes (ONE_TAP_BACKWARD_PLANES for one tap)."""
-    return _fill(caps, shape, grad_elements, 1, UNIT_PLANES if taps > 1 else ONE_TAP_BACKWARD_PLANES)
+    output's gradient having `grad_elements` and each output `taps` taps, the walk along the
+    width `unrolled` or not: one element a unit, UNIT_PLANES planes (ONE_TAP_BACKWARD_PLANES
+    for one tap walked in a loop)."""
+    planes = UNIT_PLANES if taps > 1 or unrolled else ONE_TAP_BACKWARD_PLANES
+    return _fill(caps, shape, grad_elements, 1, planes)
 
 
 def _fill(caps, shape: tuple, other_elements: int, outs: int, planes: int) -> LaunchPlan:
