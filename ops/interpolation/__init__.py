@@ -69,7 +69,7 @@ def _touch_ranges(rt, axis) -> tuple:
     entry = _RANGES.get((rt, axis))
     if entry is None:
         host = touch_ranges(axis)
-        entry = (rt.tensor(host), unrolled_span(host))
+        entry = (rt.tensor(host), unrolled_span(rt.capabilities, host))
         if len(_RANGES) < 1024:
             _RANGES[rt, axis] = entry
     return entry
