@@ -1,5 +1,5 @@
-"""rudnn's spatial operators next to PyTorch: pooling (this file's cases), forward and
-backward, on the shapes vision models run. GB/s counts every tensor read or written once
+"""rudnn's spatial operators next to PyTorch: pooling and ×2 interpolation (this file's
+cases), forward and backward, on the shapes vision models run. GB/s counts every tensor read or written once
 (input, output, indices, gradients).
 
     python -m benchmarks.spatial                          # cuda if here (with torch CUDA), else cpu
@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 import kerneldsl as kd
+import rudnn.interpolation as I
 import rudnn.pooling as P
 
 from .common import (best_time, machine, median_device_time, median_torch_cuda_time, queued_device_time,
@@ -183,9 +184,48 @@ def max_pool3d(ctx) -> Bench:
                  lambda: F.max_pool3d(xt, 3, 2, 1), _nbytes(x) + _nbytes(out))
 
 
+# ------------------------------------------------------------------------ interpolation cases
+def _upsample(ctx, mode: str, backward: bool) -> Bench:
+    """F.interpolate ×2 of [32, 64, 256²] (issue 19's H200 shape; quick: [2, 8, 48²]),
+    bilinear (align_corners False) or nearest; backward: the aten backward op directly."""
+    x, xt = ctx.randn((2, 8, 48, 48) if ctx.quick else (32, 64, 256, 256))
+    size = (2 * x.shape[2], 2 * x.shape[3])
+    opts = I.InterpolateOptions(I.InterpolateMode.Linear if mode == "bilinear" else I.InterpolateMode.Nearest)
+    moved = 5 * _nbytes(x)
+    if not backward:
+        kw = {"align_corners": False} if mode == "bilinear" else {}
+        return Bench(f"interpolate {mode} x2", str(list(x.shape)), lambda: I.interpolate(x, size, opts),
+                     lambda: ctx.torch.nn.functional.interpolate(xt, size=size, mode=mode, **kw), moved)
+    g, gt = ctx.randn((*x.shape[:2], *size), seed=1)
+    aten = ctx.torch.ops.aten
+    if mode == "bilinear":
+        theirs = lambda: aten.upsample_bilinear2d_backward(gt, list(size), list(x.shape), False)  # noqa: E731
+    else:
+        theirs = lambda: aten.upsample_nearest2d_backward(gt, list(size), list(x.shape))  # noqa: E731
+    return Bench(f"interpolate {mode} x2 backward", str(list(x.shape)),
+                 lambda: I.interpolate_backward(x, g, size, opts), theirs, moved)
+
+
+def interpolate_bilinear(ctx) -> Bench:
+    return _upsample(ctx, "bilinear", False)
+
+
+def interpolate_bilinear_backward(ctx) -> Bench:
+    return _upsample(ctx, "bilinear", True)
+
+
+def interpolate_nearest(ctx) -> Bench:
+    return _upsample(ctx, "nearest", False)
+
+
+def interpolate_nearest_backward(ctx) -> Bench:
+    return _upsample(ctx, "nearest", True)
+
+
 CASES = {f.__name__: f for f in (max_pool2d, max_pool2d_with_indices, max_pool2d_backward, avg_pool2d,
                                  avg_pool2d_backward, global_avg, global_avg_resnet_head, global_avg_backward,
-                                 adaptive_avg_pool2d, adaptive_max_pool2d, max_pool3d)}
+                                 adaptive_avg_pool2d, adaptive_max_pool2d, max_pool3d, interpolate_bilinear,
+                                 interpolate_bilinear_backward, interpolate_nearest, interpolate_nearest_backward)}
 
 
 # ------------------------------------------------------------------------------ running

@@ -7,7 +7,9 @@ import pytest
 
 import kerneldsl as kd
 from family_checks import assert_each_rejected, foreign
+import rudnn.interpolation as interpolation_package
 from reference import interpolation as ref
+from rudnn.interpolation.tuning import plan_launch
 from rudnn.interpolation import InterpolateMode, InterpolateOptions, InterpolationError, interpolate, \
     interpolate_backward
 
@@ -52,6 +54,45 @@ def test_forward_and_backward_match_torch(runtime, rng, mode, dims):
             dx = interpolate_backward(runtime.tensor(x), runtime.tensor(g), size_out, opts).numpy()
             np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-5,
                                        err_msg=f"backward {size_in}->{size_out} {align}")
+
+
+@needs_torch
+@pytest.mark.parametrize("outs, planes, wide", [(1, 1, False), (1, 3, True), (2, 8, False), (4, 2, True)])
+def test_every_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, planes, wide):
+    """The forward and backward kernels forced to each launch shape (elements and planes a
+    unit, forward vector stores where the width allows) on any runtime: odd plane counts that
+    leave a group part full, widths that are and are not multiples of `outs`, size-1 axes,
+    down- and upsampling, 1-3 spatial axes and non-contiguous inputs, with 32- and 64-bit
+    (`wide`) index arithmetic, against torch (nearest's forward: bit for bit)."""
+    elements = (lambda n: 2**31) if wide else (lambda n: n)
+    monkeypatch.setattr(interpolation_package, "forward_plan",
+                        lambda caps, shape, n, *_: plan_launch(shape, elements(n), outs, planes))
+    monkeypatch.setattr(interpolation_package, "backward_plan",
+                        lambda caps, shape, n, *_: plan_launch(shape, elements(n), 1, planes))
+    assert plan_launch((1, 1, 1, 1), elements(1), outs, planes).wide is wide
+    cases = [((5, 7), (11, 4)), ((1, 6), (3, 6)), ((9, 2), (4, 1)), ((8, 8), (16, 16)), ((3, 5), (3, 9)),
+             ((7,), (16,)), ((3, 4, 5), (6, 3, 7))]
+    for mode in (M.Linear, M.Nearest):
+        for align in aligns(mode):
+            for size_in, size_out in cases:
+                base = rng.standard_normal((3, 5, *size_in)).astype(np.float32)
+                g_base = rng.standard_normal((3, 5, *size_out)).astype(np.float32)
+                swap = (1, 0, *range(2, base.ndim))
+                x = runtime.tensor(base).permute(*swap)   # [5, 3, ...], not contiguous
+                g = runtime.tensor(g_base).permute(*swap)
+                tx = torch.tensor(np.ascontiguousarray(base.transpose(swap)), requires_grad=True)
+                kw = {} if mode is M.Nearest else {"align_corners": align}
+                ty = F.interpolate(tx, size=size_out, mode=TORCH_MODE[mode, len(size_in)], **kw)
+                ty.backward(torch.tensor(np.ascontiguousarray(g_base.transpose(swap))))
+                opts = InterpolateOptions(mode, align)
+                got = interpolate(x, size_out, opts).numpy()
+                msg = f"{mode} {size_in}->{size_out} align={align}"
+                if mode is M.Nearest:
+                    np.testing.assert_array_equal(got, ty.detach().numpy(), err_msg=msg)
+                else:
+                    np.testing.assert_allclose(got, ty.detach().numpy(), **F32_TOL, err_msg=msg)
+                dx = interpolate_backward(x, g, size_out, opts).numpy()
+                np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg="backward " + msg)
 
 
 @pytest.mark.parametrize("mode, dims", [(M.Lanczos3, 1), (M.Lanczos3, 2), (M.Lanczos3, 3), (M.Bicubic, 1),

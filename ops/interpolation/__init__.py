@@ -3,10 +3,10 @@
 
 Each entry point validates its call (problem.py), returns an empty result for N·C = 0
 without launching, views input and output as [planes, D, H, W] (copying strided inputs to
-contiguous), and launches resample.py: the forward kernel gathers each output's taps
-(taps.py), F32 accumulation, one cast to the input dtype; the backward kernel gathers each
-input element's gradient from the outputs whose taps touch it, in a fixed order
-(deterministic, no atomics)."""
+contiguous), and launches resample.py with a plan from tuning.py: the forward kernel
+gathers each output's taps (taps.py), F32 accumulation, one cast to the input dtype; the
+backward kernel gathers each input element's gradient from the outputs whose taps touch
+it, in a fixed order (deterministic, no atomics)."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -16,7 +16,7 @@ from . import resample as _resample
 from .options import InterpolateMode, InterpolateOptions
 from .problem import InterpolationError, resample_problem
 from .taps import TAPS
-from .tuning import UNITS, axes, grid, touch_ranges
+from .tuning import UNITS, axes, backward_plan, forward_plan, touch_ranges, unrolled_span
 
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
 
@@ -33,7 +33,9 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     x4 = _view4(input.contiguous(), p.planes, ax, "size_in")
     y4 = _view4(out, p.planes, ax, "size_out")
     tables, taps = _tables(rt, ax)
-    _resample.resample_forward[grid(y4.shape), UNITS](x4, y4, *tables, *taps, UNITS)
+    plan = forward_plan(rt.capabilities, y4.shape, x4.numel, input.dtype.itemsize)
+    _resample.resample_forward[plan.grid, plan.bx](x4, y4, *tables, y4.shape[1] * y4.shape[2], *taps, plan.outs,
+                                                   plan.planes, plan.vec, plan.wide, plan.bx)
     return out
 
 
@@ -49,24 +51,28 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
     g4 = _view4(out_grad.contiguous(), p.planes, ax, "size_out")
     d4 = _view4(dx, p.planes, ax, "size_in")
-    ranges = [_touch_ranges(rt, a) for a in ax]
+    ranges, spans = zip(*(_touch_ranges(rt, a) for a in ax))
     tables, taps = _tables(rt, ax)
-    _resample.resample_backward[grid(d4.shape), UNITS](g4, d4, *ranges, *tables, *taps, UNITS)
+    plan = backward_plan(rt.capabilities, d4.shape, g4.numel, taps[0] * taps[1] * taps[2], spans[2] > 0)
+    _resample.resample_backward[plan.grid, plan.bx](g4, d4, *ranges, *tables, d4.shape[1] * d4.shape[2], *taps,
+                                                    spans[1], spans[2], plan.planes, plan.wide, plan.bx)
     return dx
 
 
-_RANGES: dict = {}  # (runtime, Axis) -> its touch ranges there: uploaded once, read by every backward call
+_RANGES: dict = {}  # (runtime, Axis) -> its touch ranges there and their span: uploaded once
 
 
-def _touch_ranges(rt, axis) -> kd.Tensor:
-    """The axis's touch ranges (tuning.touch_ranges) on `rt`, uploaded on first use: a later
-    call uploads nothing, so it can be replayed (kerneldsl/replay.py)."""
-    ranges = _RANGES.get((rt, axis))
-    if ranges is None:
-        ranges = rt.tensor(touch_ranges(axis))
+def _touch_ranges(rt, axis) -> tuple:
+    """The axis's touch ranges (tuning.touch_ranges) on `rt`, uploaded on first use (a later
+    call uploads nothing, so it can be replayed: kerneldsl/replay.py), and the span the
+    backward kernel unrolls (tuning.unrolled_span)."""
+    entry = _RANGES.get((rt, axis))
+    if entry is None:
+        host = touch_ranges(axis)
+        entry = (rt.tensor(host), unrolled_span(rt.capabilities, host))
         if len(_RANGES) < 1024:
-            _RANGES[rt, axis] = ranges
-    return ranges
+            _RANGES[rt, axis] = entry
+    return entry
 
 
 def _tables(rt, ax: tuple) -> tuple:
