@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .tile_order import grouped_tile
+
 GROUPS = 2  # consumer groups a cube
 BM = 64 * GROUPS
 
@@ -42,13 +44,7 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
     empty = kd.arrival_barriers(S)
     u = kd.unit_pos_x()
     g = kd.plane_pos() // 4
-    pid = kd.cube_pos_x()
-    tiles_m = M // BM
-    width = GROUP * (N // BN)
-    first = (pid // width) * GROUP
-    rows_here = kd.min(tiles_m - first, GROUP)
-    m0 = (first + (pid % width) % rows_here) * BM
-    n0 = ((pid % width) // rows_here) * BN
+    m0, n0 = grouped_tile(kd.cube_pos_x(), M, N, BM, BN, GROUP)
     if u == 0:
         for s in kd.unroll(S):
             kd.barrier_init(full, s, 1)

@@ -18,6 +18,7 @@ import kerneldsl as kd
 
 from . import bulk_gemm
 from .common import median_device_time, median_torch_cuda_time, table
+from .tile_order import grouped_tile
 
 VEC = 4  # f32 lanes per wide access (16 bytes)
 
@@ -136,14 +137,7 @@ def gemm_pipelined(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Ten
     plane = kd.plane_pos()
     pm = (plane // (BN // WN)) * WM
     pn = (plane % (BN // WN)) * WN
-    # grouped order: consecutive cubes walk GROUP row tiles down one column tile, then the next
-    pid = kd.cube_pos_x()
-    tiles_m = M // BM
-    width = GROUP * (N // BN)
-    first = (pid // width) * GROUP
-    rows_here = kd.min(tiles_m - first, GROUP)
-    m0 = (first + (pid % width) % rows_here) * BM
-    n0 = ((pid % width) // rows_here) * BN
+    m0, n0 = grouped_tile(kd.cube_pos_x(), M, N, BM, BN, GROUP)  # grouped order (tile_order.py)
     ar = t // (BK // 8)
     ac = (t % (BK // 8)) * 8
     br = t // (BN // 8)
