@@ -6,7 +6,9 @@ A cube is two groups (8 planes): group g computes rows 64g .. 64g + 63 of the cu
 of A (one a group) and a BK x BN tile of B, all landing on the stage's `full` barrier. Each
 plane arrives at the stage's `empty` barrier once its group's product that read the stage
 is done (kd.group_wait(1) one step later); the stage is refilled LAG steps after it was
-read, when `empty` says both groups are through with it. On the H200 the copies are the
+read, when `empty` says both groups are through with it. A persistent launch (one cube a
+compute unit) walks several tiles as one stream of k steps, so the next tile's copies are in
+flight during this one's epilogue. On the H200 the copies are the
 tensor memory accelerator and the barriers mbarriers; elsewhere both are emulated, so the
 same kernel gives the same answers on every runtime (tests/test_dsl_bulk_copy.py).
 """
@@ -29,74 +31,107 @@ def issue_stage(sa, sb, a, b, full, slot, tile, m0, n0, BN, BK):
     kd.bulk_copy(sb, slot * (BK * BN), b, tile * BK, n0, BK, BN, full, slot)
 
 
+@kd.func
+def tile_origin(i, M, N, BN, GROUP):
+    """(first row, first column) of this cube's i-th tile: tiles pid, pid + cubes, ... in the
+    grouped order."""
+    return grouped_tile(kd.cube_pos_x() + i * kd.cube_count_x(), M, N, BM, BN, GROUP)
+
+
 @kd.kernel
 def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BN: kd.Const[int],
               BK: kd.Const[int], S: kd.Const[int], LAG: kd.Const[int], GROUP: kd.Const[int]):
-    """c = a @ b for M % 128 == N % BN == K % BK == 0 (grouped cube order as gemm_pipelined)."""
+    """c = a @ b for M % 128 == N % BN == K % BK == 0. A cube computes the tiles pid, pid +
+    cubes, ... (one with a cube a tile, several when persistent) as one stream of k steps
+    through the ring: the copies of the next tile start while this one's last products run,
+    and its epilogue overlaps them."""
     kd.static_assert(kd.cube_units() == GROUPS * 4 * kd.PLANE_DIM, "launch two groups (8 planes) a cube")
     kd.static_assert(1 <= LAG < S, "a stage is refilled 1 .. S-1 steps after it was read")
     M = a.shape[0]
     N = b.shape[1]
     KT = a.shape[1] // BK
+    cubes = kd.cube_count_x()
+    mine = ((M // BM) * (N // BN) - kd.cube_pos_x() + cubes - 1) // cubes  # tiles of this cube
+    total = mine * KT  # k steps in its stream
     sa = kd.shared(kd.bf16, S * BM * BK)
     sb = kd.shared(kd.bf16, S * BK * BN)
     full = kd.arrival_barriers(S)
     empty = kd.arrival_barriers(S)
     u = kd.unit_pos_x()
     g = kd.plane_pos() // 4
-    m0, n0 = grouped_tile(kd.cube_pos_x(), M, N, BM, BN, GROUP)
     if u == 0:
         for s in kd.unroll(S):
             kd.barrier_init(full, s, 1)
             kd.barrier_init(empty, s, GROUPS * 4)  # one arrival a plane
     kd.sync_cube()
+    # unit 0's copy position in the stream: k tile pk of its tile ptile, at (pm0, pn0)
+    pk = 0
+    ptile = 0
+    pm0, pn0 = tile_origin(0, M, N, BN, GROUP)
     if u == 0:
         for s in kd.unroll(S):
-            if s < KT:
-                issue_stage(sa, sb, a, b, full, s, s, m0, n0, BN, BK)
+            if s < total:
+                issue_stage(sa, sb, a, b, full, s, pk, pm0, pn0, BN, BK)
+                pk += 1
+                if pk == KT:
+                    pk = 0
+                    ptile += 1
+                    pm0, pn0 = tile_origin(ptile, M, N, BN, GROUP)
     acc = kd.group_fragment_acc(64, BN)
     kd.fill_fragment(acc, 0.0)
     # ring positions kept as counters, never divided: a division or remainder of a possibly
     # negative value between a product's issue and its wait made ptxas serialise the products
-    slot = 0       # the stage step kt reads, and the parity of its `full` phase
+    slot = 0       # the stage step j reads, and the parity of its `full` phase
     phase = 0
-    last = 0       # the stage step kt - 1 read
+    last = 0       # the stage step j - 1 read
     refill = 0     # the next stage to refill, and the parity of its `empty` phase
     rphase = 0
-    for kt in range(KT):
-        kd.barrier_wait(full, slot, phase)
-        kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK),
-                     kd.shared_tile(sb, slot * (BK * BN), BK, BN))
-        kd.group_wait(1)  # the product of step kt - 1 is done: its stage is free for this plane
-        if kt >= 1 and kd.lane_pos() == 0:
-            kd.barrier_arrive(empty, last)
-        last = slot
-        slot += 1
-        if slot == S:
-            slot = 0
-            phase ^= 1
-        # refill the stage read at step kt - LAG with tile kt - LAG + S
-        if kt >= LAG and kt - LAG + S < KT:
-            kd.barrier_wait(empty, refill, rphase)
-            if u == 0:
-                issue_stage(sa, sb, a, b, full, refill, kt - LAG + S, m0, n0, BN, BK)
-            refill += 1
-            if refill == S:
-                refill = 0
-                rphase ^= 1
-    kd.group_wait(0)
-    for i in kd.unroll(kd.fragment_len(acc)):
-        r = m0 + g * 64 + kd.fragment_row(acc, i)
-        col = n0 + kd.fragment_col(acc, i)
-        c[r, col] = kd.fragment_get(acc, i)
+    j = 0          # the step of the stream
+    for t in range(mine):
+        for kt in range(KT):
+            kd.barrier_wait(full, slot, phase)
+            kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK),
+                         kd.shared_tile(sb, slot * (BK * BN), BK, BN))
+            kd.group_wait(1)  # the product of step j - 1 is done: its stage is free for this plane
+            if j >= 1 and kd.lane_pos() == 0:
+                kd.barrier_arrive(empty, last)
+            last = slot
+            slot += 1
+            if slot == S:
+                slot = 0
+                phase ^= 1
+            # refill the stage read at step j - LAG with step j - LAG + S of the stream
+            if j >= LAG and j - LAG + S < total:
+                kd.barrier_wait(empty, refill, rphase)
+                if u == 0:
+                    issue_stage(sa, sb, a, b, full, refill, pk, pm0, pn0, BN, BK)
+                    pk += 1
+                    if pk == KT:
+                        pk = 0
+                        ptile += 1
+                        pm0, pn0 = tile_origin(ptile, M, N, BN, GROUP)
+                refill += 1
+                if refill == S:
+                    refill = 0
+                    rphase ^= 1
+            j += 1
+        # the tile's products are done: write it out (the next tile's copies are in flight)
+        kd.group_wait(0)
+        m0, n0 = tile_origin(t, M, N, BN, GROUP)
+        for i in kd.unroll(kd.fragment_len(acc)):
+            c[m0 + g * 64 + kd.fragment_row(acc, i), n0 + kd.fragment_col(acc, i)] = kd.fragment_get(acc, i)
+        kd.fill_fragment(acc, 0.0)
 
 
-CONFIGS = {  # name -> (BN, BK, stages, lag, group)
-    "bulk 128x256x64/s4/l2/g8": (256, 64, 4, 2, 8),
-    "bulk 128x256x64/s4/l1/g8": (256, 64, 4, 1, 8),
-    "bulk 128x128x64/s6/l2/g8": (128, 64, 6, 2, 8),
-    "bulk 128x256x32/s6/l2/g8": (256, 32, 6, 2, 8),
-    "bulk 128x64x16/s3/l1/g8": (64, 16, 3, 1, 8),  # small: fits the emulation's shared memory (tests)
+CONFIGS = {  # name -> (BN, BK, stages, lag, group, persistent: one cube per compute unit)
+    "bulk 128x256x64/s4/l2/g8": (256, 64, 4, 2, 8, False),
+    "bulk 128x256x64/s4/l1/g8": (256, 64, 4, 1, 8, False),
+    "bulk 128x256x64/s4/l2/g8/persistent": (256, 64, 4, 2, 8, True),
+    "bulk 128x256x64/s4/l1/g8/persistent": (256, 64, 4, 1, 8, True),
+    "bulk 128x128x64/s6/l2/g8": (128, 64, 6, 2, 8, False),
+    "bulk 128x256x32/s6/l2/g8": (256, 32, 6, 2, 8, False),
+    "bulk 128x64x16/s3/l1/g8": (64, 16, 3, 1, 8, False),  # small: fits the emulation's shared memory
+    "bulk 128x64x16/s3/l1/g8/persistent": (64, 16, 3, 1, 8, True),  # (tests)
 }
 
 
@@ -104,7 +139,10 @@ def gemm(a, b, c, config="bulk 128x256x64/s4/l2/g8"):
     """Launch one configuration of CONFIGS."""
     M, K = a.shape
     N = b.shape[1]
-    BN, BK, S, LAG, G = CONFIGS[config]
+    BN, BK, S, LAG, G, persistent = CONFIGS[config]
     if M % BM or N % BN or K % BK:
         raise ValueError(f"gemm {config} needs M % {BM}, N % {BN}, K % {BK} == 0, got {M}x{K} @ {K}x{N}")
-    gemm_bulk[(N // BN) * (M // BM), GROUPS * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, LAG, G)
+    cubes = (N // BN) * (M // BM)
+    if persistent:
+        cubes = min(cubes, max(a.runtime.capabilities.compute_units, 1))
+    gemm_bulk[cubes, GROUPS * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, LAG, G)

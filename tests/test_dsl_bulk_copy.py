@@ -60,15 +60,16 @@ def test_a_strided_view_is_copied_by_its_rows(runtime, rng):
 
 
 def test_a_gemm_fed_by_a_ring_of_bulk_copies(runtime, rng):
-    """Stages handed over only by full/empty barriers through several phases (7 k steps over rings
-    of 3, 4 and 6 stages), two groups reading each stage: equal to numpy's product."""
+    """Stages handed over only by full/empty barriers through several phases (7 k steps a tile
+    over rings of 3, 4 and 6 stages; persistent cubes carry the ring from tile to tile), two
+    groups reading each stage: equal to numpy's product."""
     from benchmarks.bulk_gemm import CONFIGS, gemm
-    configs = ["bulk 128x64x16/s3/l1/g8"]  # what the emulations' shared memory holds
+    configs = ["bulk 128x64x16/s3/l1/g8", "bulk 128x64x16/s3/l1/g8/persistent"]  # what emulations hold
     if runtime.capabilities.bulk_copy:
-        configs += ["bulk 128x256x32/s6/l2/g8", "bulk 128x256x64/s4/l2/g8"]
+        configs += ["bulk 128x256x32/s6/l2/g8", "bulk 128x256x64/s4/l2/g8", "bulk 128x256x64/s4/l1/g8/persistent"]
     for config in configs:
         BN, BK = CONFIGS[config][:2]
-        M, N, K = 128, 2 * BN, 7 * BK
+        M, N, K = 256, 2 * BN, 7 * BK  # 4 tiles: a persistent cube walks several
         a = rng.standard_normal((M, K)).astype(kd.bf16.np)
         b = rng.standard_normal((K, N)).astype(kd.bf16.np)
         c = runtime.zeros((M, N), kd.f32)
