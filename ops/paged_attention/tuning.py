@@ -218,11 +218,71 @@ def mma_stages(p: Problem, planes: int, heads: int, chunks: int) -> int:
     return DECODE_MMA_DEFAULT_STAGES
 
 
+# ---------------------------------------------------------------- MLA decode on the matrix primitive
+MLA_HEAD_GROUPS = 1   # groups of 16 query heads per cube (planes along the heads)
+MLA_R_PARTS = 4       # slices of R per head group (planes along the latent)
+MLA_TILES = 1         # tiles of 16 tokens per step
+MLA_STAGES = 4        # ring slots (copies run STAGES - 1 steps ahead)
+MLA_WAVES = 2         # automatic splits: cubes per compute unit at most
+
+
+@dataclass(frozen=True)
+class MlaLaunch:
+    head_groups: int  # HG
+    r_parts: int      # RP
+    tiles: int        # NT
+    stages: int
+    chunks: int       # head chunks of 16·HG per query row
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries * self.chunks, 1, splits)
+
+    def units(self, p: Problem) -> int:
+        return self.head_groups * self.r_parts * p.runtime.capabilities.plane_dim
+
+
+def mla_shared_bytes(p: Problem, groups: int, parts: int, tiles: int, stages: int) -> int:
+    """Shared memory of mla_mma.py: the ring and query rows ([latent | kp] padded to the
+    planes' contraction slices, plus 16 bytes), the partial scores."""
+    rw = -(-p.Dv // 16) * 16
+    width = -(-(rw // 16 + -(-p.P // 16)) // parts) * parts * 16 + 8
+    return p.dtype.itemsize * width * (stages * 16 * tiles + 16 * groups) + 4 * groups * parts * tiles * 256
+
+
+def mla_mma_launch(p: Problem) -> MlaLaunch | None:
+    """mla_mma.py's shape for MLA problem p, or None where the matrix primitive does not take
+    its dtype or rows are not whole 16-byte chunks (R, P, alignment). R parts: the most, up to
+    MLA_R_PARTS, that divide R's tiles of 16; head groups: up to MLA_HEAD_GROUPS, no more than
+    the heads need and the cube holds."""
+    caps = p.runtime.capabilities
+    if (p.P == 0 or p.dtype not in caps.mma_dtypes or (16, 16, 16) not in caps.mma_shapes or p.dtype.itemsize != 2
+            or p.Dv % 8 or p.P % 8 or not all(aligned(t, 8) for t in (p.q, p.qp, p.k, p.kp))):
+        return None
+    most = caps.max_cube_units // caps.plane_dim
+    tiles_r = -(-p.Dv // 16)
+    parts = max(d for d in range(1, min(MLA_R_PARTS, most) + 1) if tiles_r % d == 0)
+    groups = max(1, min(MLA_HEAD_GROUPS, -(-p.Hq // 16), most // parts))
+    tiles, stages = max(1, MLA_TILES), max(2, MLA_STAGES)
+    while mla_shared_bytes(p, groups, parts, tiles, stages) > caps.max_shared_bytes:
+        if stages > 2:
+            stages -= 1
+        elif tiles > 1:
+            tiles -= 1
+        elif groups > 1:
+            groups -= 1
+        else:
+            return None
+    return MlaLaunch(groups, parts, tiles, stages, -(-p.Hq // (16 * groups)))
+
+
 def kernel_for(p: Problem) -> str:
     """'decode_mma' (decode_mma.py) for attention where the matrix primitive runs on hardware
-    and the launch fits; 'decode' (decode_kernel.py) where units are hardware threads and its
-    launch fits; else 'general' (paged_kernel.py)."""
+    and the launch fits; 'mla_mma' (mla_mma.py) for MLA on the same terms; 'decode'
+    (decode_kernel.py) for attention where units are hardware threads and its launch fits;
+    else 'general' (paged_kernel.py)."""
     caps = p.runtime.capabilities
+    if p.P > 0 and caps.mma_native and mla_mma_launch(p) is not None:
+        return "mla_mma"
     if p.P == 0 and caps.mma_native and mma_decode_launch(p) is not None:
         return "decode_mma"
     if p.P == 0 and not caps.units_are_simd_lanes and decode_launch(p) is not None:

@@ -1,0 +1,227 @@
+"""Paged MLA decode on the matrix primitive: all query heads of a chunk share every latent load.
+
+MLA has one KV head whose keys are [latent | kp] and whose values are the latent, so per
+tile of TT = 16·NT tokens the scores are a [heads, R + P] × [R + P, TT] product and the
+output update a [heads, TT] × [TT, R] one. A cube owns one query row, HB = 16·HG query heads
+(HG head groups, the rows of one m16n16k16 tile each; rows past the heads are zeros, never
+stored) and one split of the row's visible tokens (grid x: row-major over (row, head chunk);
+z: the split). Its planes are HG × RP: plane (hg, rp) holds head group hg's accumulator for
+the rp-th of RP equal slices of R (an H × R F32 accumulator is too big for one plane's
+registers) and, for the scores, the rp-th slice of the contraction over [latent | kp]:
+it writes its partial scores to shared memory, and after a barrier every plane of the group
+sums the RP partials in one order, so the group's planes hold bit-identical scores and keep
+identical running (max, sum) without talking again. Tiles come in through a ring of STAGES
+slots filled by `kd.async_copy` by the whole cube (each 16-byte chunk of a row found through
+the page table; tokens past the split and columns past R or P zero-filled), STAGES - 1 tiles
+ahead. Softmax as in decode_mma.py (log2 units, lazy rescale, P rounded to the input dtype).
+Unsplit, each plane writes its slice of O / l; split, its unnormalised slice and (by the
+rp = 0 plane) the (max, sum) to the F32 workspace (merge_kernel.py)."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from ..attention.flash_regs import row_combine
+from .decode_kernel import rescale
+from .decode_mma import CHUNK, TAU
+from .paged_kernel import split_range
+
+
+@kd.func
+def fetch_band(dst, at, RS, c0, CW, src, tables, s, j0, je, PS, DIM, ROWS):
+    """Start copying columns [0, CW) (CW a multiple of 8) of the rows of tokens j0 .. j0 +
+    ROWS - 1 of sequence s (src [pages, PS, 1, DIM]) to dst[at + row·RS + c0 + column], the
+    whole cube sharing the 16-byte chunks; columns from DIM on and tokens from je on zero-filled."""
+    NC = CW // CHUNK
+    for i in kd.unroll((ROWS * NC + kd.cube_units() - 1) // kd.cube_units()):
+        c = kd.unit_pos() + i * kd.cube_units()
+        row = c // NC
+        col = c % NC * CHUNK
+        j = j0 + row
+        jc = kd.max(kd.min(j, je - 1), 0)
+        if c < ROWS * NC:  # a false predicate still writes (zeros): units past the band copy nothing
+            token = kd.i64(tables[s, jc // PS]) * PS + jc % PS
+            kd.async_copy(dst, at + row * RS + c0 + col, src, token * src.stride(1) + kd.min(col, DIM - CHUNK),
+                          CHUNK, (j < je) & (col < DIM))
+
+
+@kd.func
+def fetch_query_band(dst, RS, c0, CW, src, r, h0, ROWS, DIM):
+    """Start copying columns [0, CW) of heads h0 .. h0 + ROWS - 1 of query row r (src
+    [queries, H, DIM]) to dst[row·RS + c0 + column]; heads past H and columns past DIM zero-filled."""
+    NC = CW // CHUNK
+    H = src.shape[1]
+    for i in kd.unroll((ROWS * NC + kd.cube_units() - 1) // kd.cube_units()):
+        c = kd.unit_pos() + i * kd.cube_units()
+        row = c // NC
+        col = c % NC * CHUNK
+        h = h0 + row
+        if c < ROWS * NC:
+            kd.async_copy(dst, row * RS + c0 + col, src,
+                          (kd.i64(r) * H + kd.min(h, H - 1)) * DIM + kd.min(col, DIM - CHUNK), CHUNK,
+                          (h < H) & (col < DIM))
+
+
+@kd.kernel
+def mla_mma_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor, tables: kd.Tensor,
+                   lengths: kd.Tensor, seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
+                   qscale: kd.f32, causal: kd.i32, splits: kd.i32,
+                   R: kd.Const[int], P: kd.Const[int], HG: kd.Const[int], NT: kd.Const[int], PS: kd.Const[int],
+                   STAGES: kd.Const[int], SPLIT: kd.Const[bool]):
+    DT = lat.dtype
+    NP = kd.plane_count()
+    RP = NP // HG
+    RW = (R + 15) // 16 * 16               # the latent band of a shared row (also the values)
+    KCP = (RW // 16 + (P + 15) // 16 + RP - 1) // RP  # contraction chunks of 16 per plane
+    KW = KCP * RP * 16                     # a shared row: [latent | kp | zeros]
+    VC = RW // 16 // RP                    # output tiles of 16 columns per plane
+    ST = KW + 8                            # shared row stride, padded by 16 bytes against bank conflicts
+    TT = 16 * NT                           # tokens per step
+    TILE = TT * ST
+    HB = 16 * HG
+    w = kd.plane_pos()
+    hg = w // RP
+    rp = w % RP
+    sp = kd.cube_pos_z()
+    H = q.shape[1]
+    chunks = (H + HB - 1) // HB
+    r = kd.cube_pos_x() // chunks
+    h0 = kd.cube_pos_x() % chunks * HB
+
+    ring = kd.shared(DT, STAGES * TILE)   # slot i: the [latent | kp] rows of step i's TT tokens
+    q_sh = kd.shared(DT, HB * ST)         # [q | qp] of the chunk's heads, same row layout
+    part = kd.shared(kd.f32, NP * TT * 16)  # each plane's partial scores of the step, [plane][TT/16][16×16]
+
+    # ---- the chunk's queries, then the first STAGES - 1 tiles
+    fetch_query_band(q_sh, ST, 0, RW, q, r, h0, HB, R)
+    fetch_query_band(q_sh, ST, RW, KW - RW, qp, r, h0, HB, P)
+    kd.async_commit()
+    s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
+    for st in kd.unroll(STAGES - 1):
+        fetch_band(ring, st * TILE, ST, 0, RW, lat, tables, s, jb + st * TT, je, PS, R, TT)
+        fetch_band(ring, st * TILE, ST, RW, KW - RW, kp, tables, s, jb + st * TT, je, PS, P, TT)
+        kd.async_commit()
+    kd.async_wait(STAGES - 1)
+    kd.sync_cube()
+
+    qf = ()
+    for c in kd.unroll(KCP):
+        f = kd.fragment_a(DT, 16, 16, 16)
+        kd.load_fragment(f, q_sh, hg * 16 * ST + (rp * KCP + c) * 16, ST)
+        qf = qf + (f,)
+    of = ()
+    for v in kd.unroll(VC):
+        o = kd.fragment_acc(16, 16, 16)
+        kd.fill_fragment(o, 0.0)
+        of = of + (o,)
+    sfs = ()
+    for t in kd.unroll(NT):
+        sfs = sfs + (kd.fragment_acc(16, 16, 16),)
+    sf = sfs[0]
+    pf = kd.fragment_a(DT, 16, 16, 16)
+    kf = kd.fragment_b(DT, 16, 16, 16, layout="col")
+    vf = kd.fragment_b(DT, 16, 16, 16)
+    NS = kd.fragment_row_slots(sf)
+    NE = kd.fragment_len(sf)
+    m = ()
+    l = ()
+    for n in kd.unroll(NS):
+        m = m + (-kd.inf,)
+        l = l + (kd.f32(0),)
+
+    for i in range(0, (je - jb + TT - 1) // TT):
+        kd.async_wait(STAGES - 2)  # this unit's copies of step i are in ...
+        kd.sync_cube()             # ... every unit's are; slot i - 1 and the partials of step i - 1 are read
+        nxt = i + STAGES - 1
+        at = nxt % STAGES * TILE
+        fetch_band(ring, at, ST, 0, RW, lat, tables, s, jb + nxt * TT, je, PS, R, TT)
+        fetch_band(ring, at, ST, RW, KW - RW, kp, tables, s, jb + nxt * TT, je, PS, P, TT)
+        kd.async_commit()
+        cur = i % STAGES * TILE
+        j0 = jb + i * TT
+        # ---- this plane's share of S = [q | qp]·[latent | kp]ᵀ, to shared memory
+        for t in kd.unroll(NT):
+            kd.fill_fragment(sfs[t], 0.0)
+            for c in kd.unroll(KCP):
+                kd.load_fragment(kf, ring, cur + t * 16 * ST + (rp * KCP + c) * 16, ST)
+                kd.mma(sfs[t], qf[c], kf)
+            for e in kd.unroll(NE):
+                part[(w * NT + t) * 256 + kd.fragment_row(sfs[t], e) * 16 + kd.fragment_col(sfs[t], e)] = \
+                    kd.fragment_get(sfs[t], e)
+        kd.sync_cube()
+        # ---- the group's RP partials summed in one order, logits in log2 units, tokens past the split masked
+        for t in kd.unroll(NT):
+            for e in kd.unroll(NE):
+                at_e = t * 256 + kd.fragment_row(sfs[t], e) * 16 + kd.fragment_col(sfs[t], e)
+                x = part[hg * RP * NT * 256 + at_e]
+                for o in kd.unroll(1, RP):
+                    x = x + part[(hg * RP + o) * NT * 256 + at_e]
+                ok = j0 + t * 16 + kd.fragment_col(sfs[t], e) < je
+                kd.fragment_set(sfs[t], e, kd.select(ok, x * qscale, -kd.inf))
+        # ---- row maxima over the step; the running max moves only when a row's grows by more than TAU
+        mts = ()
+        grow = False
+        for sl in kd.unroll(NS):
+            mx = -kd.inf
+            for t in kd.unroll(NT):
+                for e in kd.unroll(NE):
+                    if kd.fragment_row_slot(sf, e) == sl:
+                        mx = kd.max(mx, kd.fragment_get(sfs[t], e))
+            mx = row_combine(mx, sf, True)
+            mts = mts + (mx,)
+            grow = grow | (mx > m[sl] + TAU)
+        if kd.plane_any(grow):
+            m2 = ()
+            l2 = ()
+            alpha = ()
+            for sl in kd.unroll(NS):
+                mn = kd.max(m[sl], mts[sl])
+                a = rescale(m[sl], mn)
+                alpha = alpha + (a,)
+                m2 = m2 + (mn,)
+                l2 = l2 + (l[sl] * a,)
+            for v in kd.unroll(VC):
+                for e in kd.unroll(NE):
+                    kd.fragment_set(of[v], e, kd.fragment_get(of[v], e) * alpha[kd.fragment_row_slot(of[v], e)])
+            m = m2
+            l = l2
+        # ---- P = exp2(S - m) in place, the lane's part of each row sum; O += P·V on this plane's slice
+        l2 = ()
+        for sl in kd.unroll(NS):
+            mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])
+            tot = l[sl]
+            for t in kd.unroll(NT):
+                for e in kd.unroll(NE):
+                    if kd.fragment_row_slot(sf, e) == sl:
+                        p = kd.exp2_fast(kd.fragment_get(sfs[t], e) - mu)
+                        kd.fragment_set(sfs[t], e, p)
+                        tot = tot + p
+            l2 = l2 + (tot,)
+        l = l2
+        for t in kd.unroll(NT):
+            kd.fragment_convert(pf, sfs[t])
+            for v in kd.unroll(VC):
+                kd.load_fragment(vf, ring, cur + t * 16 * ST + (rp * VC + v) * 16, ST)
+                kd.mma(of[v], pf, vf)
+    kd.async_wait(0)
+
+    # ---- this plane's slice of the output (split: unnormalised, and the group's (max, sum) once)
+    lt = ()
+    for sl in kd.unroll(NS):
+        lt = lt + (row_combine(l[sl], sf, False),)
+    for v in kd.unroll(VC):
+        for e in kd.unroll(NE):
+            h = h0 + hg * 16 + kd.fragment_row(of[v], e)
+            d = (rp * VC + v) * 16 + kd.fragment_col(of[v], e)
+            x = kd.fragment_get(of[v], e)
+            if (h < H) & (d < R):
+                if SPLIT:
+                    work[r, h, sp, d] = x
+                else:
+                    tot = lt[kd.fragment_row_slot(of[v], e)]
+                    out[r, h, d] = kd.select(tot > 0.0, x / tot, kd.f32(0))
+    if SPLIT:
+        for e in kd.unroll(NE):
+            h = h0 + hg * 16 + kd.fragment_row(sf, e)
+            if (h < H) & (rp == 0) & (kd.fragment_col(sf, e) == 0):
+                work[r, h, sp, R] = m[kd.fragment_row_slot(sf, e)]
+                work[r, h, sp, R + 1] = lt[kd.fragment_row_slot(sf, e)]
