@@ -13,6 +13,7 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
   GB/s counts the KV bytes each call must read once (the cache rows the queries see).
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
+--mla-sweep (cuda): the MLA decode case over mla_mma.py's launch shapes.
 --gqa-only (cuda): the GQA decode case alone (for a profiler). --kernel NAME: force a kernel for attention.
 --sweep (cuda): the GQA decode case over the launch shapes of the kernel tuning.py picks for it
 (decode_mma.py: planes, ring stages, split waves; decode_kernel.py: KV heads per cube, lanes per
@@ -28,7 +29,7 @@ import numpy as np
 
 import kerneldsl as kd
 from rudnn.paged_attention import DevicePlan, HostPlan, tuning
-from rudnn.paged_attention.problem import validate_attention
+from rudnn.paged_attention.problem import validate_attention, validate_mla
 
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
@@ -168,32 +169,85 @@ def bench_cuda(rt, quick, reps, gqa_only=False):
                        "x gather", "KV GB/s", "err", "of 3.4 TB/s"]))
 
     # MLA decode
-    B, H, R, P, L, page = (4, 128, 512, 64, 1024, 64) if quick else (32, 128, 512, 64, 4096, 64)
-    host = decode_plan(rng, B, L, page)
-    lat = torch.randn(host.pages, page, 1, R, device=dev, dtype=bf)
-    kpe = torch.randn(host.pages, page, 1, P, device=dev, dtype=bf)
-    q = torch.randn(B, H, R, device=dev, dtype=bf)
-    qp = torch.randn(B, H, P, device=dev, dtype=bf)
-    idx = torch.from_numpy(dense_index(host, B)).to(dev)
-    lat_d = lat[idx].reshape(B, L, R).contiguous()
-    kv_d = torch.cat([lat_d, kpe[idx].reshape(B, L, P)], dim=2).contiguous()  # [B, L, R + P]
-    qcat = torch.cat([q, qp], dim=2)
-    scale = (128 + 64) ** -0.5
-
-    def unfused():
-        s = torch.bmm(qcat, kv_d.transpose(1, 2)) * scale
-        return torch.bmm(torch.softmax(s.float(), dim=-1).to(bf), lat_d)
-
-    want = unfused().float()
-    tq, tqp, tl, tkp = to_kd(q, qp, lat, kpe)
-    plan = DevicePlan.upload(host, tq)
-    t, got = ours_time(lambda: plan.mla(tq, tqp, tl, tkp, scale, True))
-    base = tt(unfused)
-    kv = B * L * (R + P) * 2
-    print(f"\nMLA decode (target: >= 2x unfused PyTorch)")
-    print(table([row("MLA decode", f"B{B} H{H} R{R} P{P} L{L} p{page}", t, (base,), kv,
-                     (got - want).abs().max().item())],
+    case = MlaCase(torch, rng, quick)
+    want = case.unfused().float()
+    torch.cuda.synchronize()
+    t, got = ours_time(case.ours)
+    base = tt(case.unfused)
+    print(f"\nMLA decode (target: >= 2x unfused PyTorch; kernel {case.kernel})")
+    print(table([row("MLA decode", case.shape, t, (base,), case.kv, (got - want).abs().max().item())],
                 ["case", "shape", "ours ms", "unfused torch ms", "x unfused", "KV GB/s", "err"]))
+
+
+class MlaCase:
+    """The MLA decode case (B 32, 128 heads, R 512, P 64, L 4096, page 64; smaller with
+    --quick) on shuffled pages: our call, unfused PyTorch on the dense latent cache (bmm ->
+    softmax -> bmm), the KV bytes read once."""
+
+    def __init__(self, torch, rng, quick):
+        B, H, R, P, L, page = (4, 128, 512, 64, 1024, 64) if quick else (32, 128, 512, 64, 4096, 64)
+        dev, bf = "cuda", torch.bfloat16
+        host = decode_plan(rng, B, L, page)
+        lat = torch.randn(host.pages, page, 1, R, device=dev, dtype=bf)
+        kpe = torch.randn(host.pages, page, 1, P, device=dev, dtype=bf)
+        q = torch.randn(B, H, R, device=dev, dtype=bf)
+        qp = torch.randn(B, H, P, device=dev, dtype=bf)
+        idx = torch.from_numpy(dense_index(host, B)).to(dev)
+        self.lat_d = lat[idx].reshape(B, L, R).contiguous()
+        self.kv_d = torch.cat([self.lat_d, kpe[idx].reshape(B, L, P)], dim=2).contiguous()  # [B, L, R + P]
+        self.qcat = torch.cat([q, qp], dim=2)
+        self.scale = (128 + 64) ** -0.5
+        self.torch = torch
+        torch.cuda.synchronize()  # kerneldsl runs on its own stream: inputs must be ready
+        self.args = [kd.from_dlpack(x) for x in (q, qp, lat, kpe)]
+        self.plan = DevicePlan.upload(host, self.args[0])
+        self.shape = f"B{B} H{H} R{R} P{P} L{L} p{page}"
+        self.kv = B * L * (R + P) * 2
+        self.kernel = tuning.kernel_for(validate_mla(self.plan, *self.args, self.scale, True))
+
+    def ours(self):
+        return self.plan.mla(*self.args, self.scale, True)
+
+    def unfused(self):
+        torch = self.torch
+        s = torch.bmm(self.qcat, self.kv_d.transpose(1, 2)) * self.scale
+        return torch.bmm(torch.softmax(s.float(), dim=-1).to(torch.bfloat16), self.lat_d)
+
+
+def sweep_mla(rt, quick, reps):
+    """The MLA decode case on mla_mma.py for each (head groups, R parts, tiles per step, ring
+    stages, waves of the automatic split): device time, KV GB/s, and the error against the
+    unfused PyTorch result."""
+    torch = torch_or_none()
+    if torch is None or not torch.cuda.is_available():
+        print("\ncuda runtime present but torch has no CUDA: no sweep")
+        return
+    case = MlaCase(torch, np.random.default_rng(0), quick)
+    want = case.unfused().float()
+    base = median_torch_cuda_time(torch, case.unfused, reps)
+    knobs = ("MLA_HEAD_GROUPS", "MLA_R_PARTS", "MLA_TILES", "MLA_STAGES", "MLA_WAVES")
+    shapes = [(1, 4, 1, 4, 2), (1, 4, 1, 4, 4), (1, 4, 1, 3, 4), (2, 4, 1, 4, 2), (2, 4, 1, 3, 4), (2, 4, 1, 2, 4),
+              (1, 8, 1, 4, 4), (1, 8, 1, 3, 2), (2, 8, 1, 3, 2), (4, 4, 1, 2, 2), (1, 4, 2, 3, 4)]
+    saved = [getattr(tuning, n) for n in knobs]
+    rows = []
+    try:
+        for shape in shapes:
+            for n, value in zip(knobs, shape):
+                setattr(tuning, n, value)
+            try:
+                t = median_device_time(rt, case.ours, reps)
+                err = (torch.from_dlpack(case.ours()).float() - want).abs().max().item()
+            except Exception as e:  # noqa: BLE001 - a shape the device refuses (registers) is a row, not the end
+                print("  ", shape, f"failed: {str(e).splitlines()[0][:120]}", flush=True)
+                continue
+            rows.append((*shape, f"{t * 1e3:.3f}", f"{base / t:.2f}", f"{case.kv / t / 1e9:.0f}", f"{err:.1e}"))
+            print("  ", rows[-1], flush=True)
+    finally:
+        for n, value in zip(knobs, saved):
+            setattr(tuning, n, value)
+    rows.sort(key=lambda r: float(r[len(knobs)]))
+    print(f"\nMLA kernel sweep: {case.shape} bf16, unfused torch {base * 1e3:.3f} ms, medians of {reps}")
+    print(table(rows, [n.removeprefix("MLA_").lower() for n in knobs] + ["ms", "x unfused", "KV GB/s", "err"]))
 
 
 def sweep_decode(rt, quick, reps):
@@ -285,6 +339,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small shapes: a quick check that everything runs")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--sweep", action="store_true", help="cuda: the decode kernel over launch shapes")
+    ap.add_argument("--mla-sweep", action="store_true", help="cuda: the MLA decode kernel over launch shapes")
     ap.add_argument("--gqa-only", action="store_true", help="cuda: only the GQA decode case (for profiling)")
     ap.add_argument("--kernel", choices=("decode_mma", "decode", "general"), default=None,
                     help="force this kernel for attention (default: tuning.kernel_for's choice)")
@@ -298,6 +353,8 @@ def main(argv=None):
     for name in names:
         if name.split(":")[0] not in avail:
             print(f"{name}: not available here ({avail})")
+        elif name.startswith("cuda") and args.mla_sweep:
+            sweep_mla(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda") and args.sweep:
             sweep_decode(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda"):
