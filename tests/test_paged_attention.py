@@ -407,3 +407,54 @@ def test_kernel_choice(runtime):
     lat = runtime.zeros((2, 4, 1, 64))
     m = validate_mla(plan, q, runtime.zeros((1, 8, 8)), lat, runtime.zeros((2, 4, 1, 8)), 1.0, True)
     assert tuning.kernel_for(m) != "decode"
+
+
+# ---------------------------------------------------------------------------- MLA on the matrix primitive, forced
+# (heads, R, P, dtype, page size, head groups, tiles per step): one head chunk with 11 rows past the
+# heads, two chunks (the second partial), R of three tiles (three R parts), page sizes 1/4/16/64
+MLA_MMA_CASES = [(5, 32, 16, "bf16", 4, 1, 1), (20, 64, 8, "f16", 1, 1, 2), (24, 48, 24, "bf16", 16, 2, 1),
+                 (3, 16, 64, "f16", 64, 1, 1)]
+MLA_MMA_SKIP = ("the matrix primitive is emulated plane-collectively here: one case of mla_mma.py on this runtime "
+                "(compile time); every case runs on the other runtimes")
+
+
+@pytest.mark.parametrize("h,r,p,dtype,page_size,groups,tiles", MLA_MMA_CASES)
+def test_mla_mma_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, groups, tiles):
+    """mla_mma.py on every runtime (tensor cores on CUDA, the emulation elsewhere) against the
+    float64 reference: ragged lengths with an empty sequence, prefill rows, causal or not,
+    unsplit and split over a workspace of 3 (some splits empty)."""
+    if runtime.capabilities.units_are_simd_lanes and (h, r, p, dtype, page_size) != MLA_MMA_CASES[0][:5]:
+        pytest.skip(MLA_MMA_SKIP)
+    monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_mma")
+    monkeypatch.setattr(tuning, "MLA_HEAD_GROUPS", groups)
+    monkeypatch.setattr(tuning, "MLA_TILES", tiles)
+    plan = random_plan(rng, page_size, max_len=50, prefill=3)
+    Q = len(plan["positions"])
+    (q, qp, lat, kp), (tq, tqp, tlat, tkp) = tensors(runtime, rng, dtype, (Q, h, r), (Q, h, p),
+                                                     (plan["pages"], page_size, 1, r), (plan["pages"], page_size, 1, p))
+    dev = upload(plan, tq)
+    for causal in (True, False):
+        expected = ref.paged_mla(plan, q, qp, lat, kp, 0.2, causal)
+        assert_matches(dev.mla(tq, tqp, tlat, tkp, 0.2, causal), expected, dtype)
+        ws = SplitWorkspace(tq, Q, h, r, 3)
+        assert_matches(dev.mla_with_workspace(tq, tqp, tlat, tkp, 0.2, causal, ws), expected, dtype)
+
+
+def test_mla_mma_launch_choice(runtime):
+    """mla_mma.py takes f16/bf16 MLA with R and P whole 16-byte chunks where the matrix
+    primitive runs on hardware; R parts divide R's tiles of 16; f32 and odd widths go elsewhere."""
+    plan = upload(dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0], positions=[4]),
+                  runtime.zeros((1, 1)))
+    from rudnn.paged_attention.problem import validate_mla
+    for dtype, h, r, p, parts in (("bf16", 128, 512, 64, 4), ("f16", 8, 48, 8, 3), ("f32", 8, 64, 16, None),
+                                  ("bf16", 8, 64, 12, None), ("bf16", 8, 20, 16, None)):
+        m = validate_mla(plan, runtime.zeros((1, h, r), dtype), runtime.zeros((1, h, p), dtype),
+                         runtime.zeros((2, 4, 1, r), dtype), runtime.zeros((2, 4, 1, p), dtype), 1.0, True)
+        lay = tuning.mla_mma_launch(m)
+        assert (lay is None) == (parts is None)
+        if lay is not None:
+            assert lay.r_parts == min(parts, runtime.capabilities.max_cube_units // runtime.capabilities.plane_dim)
+            assert lay.chunks == -(-h // (16 * lay.head_groups))
+            assert tuning.mla_shared_bytes(m, lay.head_groups, lay.r_parts, lay.tiles, lay.stages) \
+                <= runtime.capabilities.max_shared_bytes
+        assert (tuning.kernel_for(m) == "mla_mma") == (lay is not None and runtime.capabilities.mma_native)
