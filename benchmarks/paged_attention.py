@@ -226,8 +226,8 @@ def sweep_mla(rt, quick, reps):
     want = case.unfused().float()
     base = median_torch_cuda_time(torch, case.unfused, reps)
     knobs = ("MLA_HEAD_GROUPS", "MLA_R_PARTS", "MLA_TILES", "MLA_STAGES", "MLA_WAVES")
-    shapes = [(1, 4, 1, 4, 2), (1, 4, 1, 4, 4), (1, 4, 1, 3, 4), (2, 4, 1, 4, 2), (2, 4, 1, 3, 4), (2, 4, 1, 2, 4),
-              (1, 8, 1, 4, 4), (1, 8, 1, 3, 2), (2, 8, 1, 3, 2), (4, 4, 1, 2, 2), (1, 4, 2, 3, 4)]
+    shapes = [(2, 4, 1, 4, 2), (2, 4, 1, 3, 1), (2, 4, 2, 3, 2), (2, 4, 2, 2, 2), (1, 4, 1, 4, 4), (1, 4, 2, 3, 4),
+              (4, 4, 1, 2, 2), (2, 8, 1, 3, 2), (2, 8, 2, 2, 2)]
     saved = [getattr(tuning, n) for n in knobs]
     rows = []
     try:

@@ -27,21 +27,40 @@ from .paged_kernel import split_range
 
 
 @kd.func
-def fetch_band(dst, at, RS, c0, CW, src, tables, s, j0, je, PS, DIM, ROWS):
-    """Start copying columns [0, CW) (CW a multiple of 8) of the rows of tokens j0 .. j0 +
-    ROWS - 1 of sequence s (src [pages, PS, 1, DIM]) to dst[at + row·RS + c0 + column], the
-    whole cube sharing the 16-byte chunks; columns from DIM on and tokens from je on zero-filled."""
-    NC = CW // CHUNK
+def band_tokens(tables, s, j0, je, PS, NC, ROWS):
+    """The physical rows (page · PS + slot) of the tokens whose chunks this unit copies in a
+    band of NC chunks a row (chunk c = unit + i·units: row c // NC; tokens clamped into
+    [0, je)), all looked up before any copy is issued, so the loads overlap."""
+    rows = ()
     for i in kd.unroll((ROWS * NC + kd.cube_units() - 1) // kd.cube_units()):
+        j = j0 + (kd.unit_pos() + i * kd.cube_units()) // NC
+        jc = kd.max(kd.min(j, je - 1), 0)
+        rows = rows + (kd.i64(tables[s, jc // PS]) * PS + jc % PS,)
+    return rows
+
+
+@kd.func
+def copy_band(dst, at, RS, c0, NC, src, rows, j0, je, DIM, ROWS):
+    """Start copying this unit's 16-byte chunks of a band (`rows` from band_tokens) from src
+    ([pages, PS, 1, DIM]) to dst[at + row·RS + c0 + column]; columns from DIM on and tokens
+    from je on zero-filled."""
+    for i in kd.unroll(len(rows)):
         c = kd.unit_pos() + i * kd.cube_units()
         row = c // NC
         col = c % NC * CHUNK
-        j = j0 + row
-        jc = kd.max(kd.min(j, je - 1), 0)
         if c < ROWS * NC:  # a false predicate still writes (zeros): units past the band copy nothing
-            token = kd.i64(tables[s, jc // PS]) * PS + jc % PS
-            kd.async_copy(dst, at + row * RS + c0 + col, src, token * src.stride(1) + kd.min(col, DIM - CHUNK),
-                          CHUNK, (j < je) & (col < DIM))
+            kd.async_copy(dst, at + row * RS + c0 + col, src, rows[i] * src.stride(1) + kd.min(col, DIM - CHUNK),
+                          CHUNK, (j0 + row < je) & (col < DIM))
+
+
+@kd.func
+def fetch_tile(ring, at, ST, RW, KW, lat, kp, tables, s, j0, je, PS, R, P, ROWS):
+    """Start copying the [latent | kp] rows of tokens j0 .. j0 + ROWS - 1 of sequence s into
+    the ring from `at` (latent in columns [0, RW), kp in [RW, KW), the rest zeros)."""
+    lrows = band_tokens(tables, s, j0, je, PS, RW // CHUNK, ROWS)
+    prows = band_tokens(tables, s, j0, je, PS, (KW - RW) // CHUNK, ROWS)
+    copy_band(ring, at, ST, 0, RW // CHUNK, lat, lrows, j0, je, R, ROWS)
+    copy_band(ring, at, ST, RW, (KW - RW) // CHUNK, kp, prows, j0, je, P, ROWS)
 
 
 @kd.func
@@ -97,8 +116,7 @@ def mla_mma_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor, t
     kd.async_commit()
     s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
     for st in kd.unroll(STAGES - 1):
-        fetch_band(ring, st * TILE, ST, 0, RW, lat, tables, s, jb + st * TT, je, PS, R, TT)
-        fetch_band(ring, st * TILE, ST, RW, KW - RW, kp, tables, s, jb + st * TT, je, PS, P, TT)
+        fetch_tile(ring, st * TILE, ST, RW, KW, lat, kp, tables, s, jb + st * TT, je, PS, R, P, TT)
         kd.async_commit()
     kd.async_wait(STAGES - 1)
     kd.sync_cube()
@@ -132,9 +150,7 @@ def mla_mma_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor, t
         kd.async_wait(STAGES - 2)  # this unit's copies of step i are in ...
         kd.sync_cube()             # ... every unit's are; slot i - 1 and the partials of step i - 1 are read
         nxt = i + STAGES - 1
-        at = nxt % STAGES * TILE
-        fetch_band(ring, at, ST, 0, RW, lat, tables, s, jb + nxt * TT, je, PS, R, TT)
-        fetch_band(ring, at, ST, RW, KW - RW, kp, tables, s, jb + nxt * TT, je, PS, P, TT)
+        fetch_tile(ring, nxt % STAGES * TILE, ST, RW, KW, lat, kp, tables, s, jb + nxt * TT, je, PS, R, P, TT)
         kd.async_commit()
         cur = i % STAGES * TILE
         j0 = jb + i * TT
