@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from ..attention.blocks import slot
 from ..attention.flash_regs import row_combine
 from .decode_kernel import rescale
 from .decode_mma import CHUNK, TAU
@@ -42,21 +43,23 @@ def band_tokens(tables, s, j0, je, PS, NC, ROWS):
 @kd.func
 def copy_band(dst, at, RS, c0, NC, src, rows, j0, je, DIM, ROWS):
     """Start copying this unit's 16-byte chunks of a band (`rows` from band_tokens) from src
-    ([pages, PS, 1, DIM]) to dst[at + row·RS + c0 + column]; columns from DIM on and tokens
+    ([pages, PS, 1, DIM]) to column c0 + column of dst's tile at `at` (row stride RS > 0, or
+    RS = -ROWS: kd.tile_offset's layout, see blocks.slot); columns from DIM on and tokens
     from je on zero-filled."""
     for i in kd.unroll(len(rows)):
         c = kd.unit_pos() + i * kd.cube_units()
         row = c // NC
         col = c % NC * CHUNK
         if c < ROWS * NC:  # a false predicate still writes (zeros): units past the band copy nothing
-            kd.async_copy(dst, at + row * RS + c0 + col, src, rows[i] * src.stride(1) + kd.min(col, DIM - CHUNK),
+            kd.async_copy(dst, slot(at, row, c0 + col, RS, 0), src, rows[i] * src.stride(1) + kd.min(col, DIM - CHUNK),
                           CHUNK, (j0 + row < je) & (col < DIM))
 
 
 @kd.func
 def fetch_tile(ring, at, ST, RW, KW, lat, kp, tables, s, j0, je, PS, R, P, ROWS):
     """Start copying the [latent | kp] rows of tokens j0 .. j0 + ROWS - 1 of sequence s into
-    the ring from `at` (latent in columns [0, RW), kp in [RW, KW), the rest zeros)."""
+    the ring's tile at `at` (layout ST as in copy_band; latent in columns [0, RW), kp in
+    [RW, KW), the rest zeros)."""
     lrows = band_tokens(tables, s, j0, je, PS, RW // CHUNK, ROWS)
     prows = band_tokens(tables, s, j0, je, PS, (KW - RW) // CHUNK, ROWS)
     copy_band(ring, at, ST, 0, RW // CHUNK, lat, lrows, j0, je, R, ROWS)
@@ -66,7 +69,8 @@ def fetch_tile(ring, at, ST, RW, KW, lat, kp, tables, s, j0, je, PS, R, P, ROWS)
 @kd.func
 def fetch_query_band(dst, RS, c0, CW, src, r, h0, ROWS, DIM):
     """Start copying columns [0, CW) of heads h0 .. h0 + ROWS - 1 of query row r (src
-    [queries, H, DIM]) to dst[row·RS + c0 + column]; heads past H and columns past DIM zero-filled."""
+    [queries, H, DIM]) to column c0 + column of dst's tile (layout RS as in copy_band);
+    heads past H and columns past DIM zero-filled."""
     NC = CW // CHUNK
     H = src.shape[1]
     for i in kd.unroll((ROWS * NC + kd.cube_units() - 1) // kd.cube_units()):
@@ -75,7 +79,7 @@ def fetch_query_band(dst, RS, c0, CW, src, r, h0, ROWS, DIM):
         col = c % NC * CHUNK
         h = h0 + row
         if c < ROWS * NC:
-            kd.async_copy(dst, row * RS + c0 + col, src,
+            kd.async_copy(dst, slot(0, row, c0 + col, RS, 0), src,
                           (kd.i64(r) * H + kd.min(h, H - 1)) * DIM + kd.min(col, DIM - CHUNK), CHUNK,
                           (h < H) & (col < DIM))
 

@@ -219,10 +219,10 @@ def mma_stages(p: Problem, planes: int, heads: int, chunks: int) -> int:
 
 
 # ---------------------------------------------------------------- MLA decode on the matrix primitive
-MLA_HEAD_GROUPS = 1   # groups of 16 query heads per cube (planes along the heads)
+MLA_HEAD_GROUPS = 2   # groups of 16 query heads per cube (planes along the heads)
 MLA_R_PARTS = 4       # slices of R per head group (planes along the latent)
-MLA_TILES = 1         # tiles of 16 tokens per step
-MLA_STAGES = 4        # ring slots (copies run STAGES - 1 steps ahead)
+MLA_TILES = 2         # tiles of 16 tokens per step
+MLA_STAGES = 3        # ring slots (copies run STAGES - 1 steps ahead)
 MLA_WAVES = 2         # automatic splits: cubes per compute unit at most
 
 
@@ -275,12 +275,74 @@ def mla_mma_launch(p: Problem) -> MlaLaunch | None:
     return MlaLaunch(groups, parts, tiles, stages, -(-p.Hq // (16 * groups)))
 
 
+# ---------------------------------------------------------------- MLA decode on group products
+MLA_GROUP_TOKENS = 32      # tokens per step (N)
+MLA_GROUP_STAGES = 3       # ring slots (at least 3: tile j + 1 lands while S_j+1 and P_j·V_j read two)
+MLA_GROUP_MIN_GROUPS = 1   # groups (R slices of at most 256 columns) a cube has at least ...
+MLA_GROUP_MAX_GROUPS = 2   # ... and at most
+MLA_GROUP_WAVES = 1        # automatic splits: cubes per compute unit at most
+GROUP_ROWS = 64            # query heads per cube
+
+
+@dataclass(frozen=True)
+class MlaGroupLaunch:
+    groups: int   # NG: R slices (and contraction slices), 4 planes each
+    tokens: int   # N
+    stages: int
+    chunks: int   # head chunks of 64 per query row
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries * self.chunks, 1, splits)
+
+    def units(self, p: Problem) -> int:
+        return 4 * self.groups * p.runtime.capabilities.plane_dim
+
+
+def mla_group_shared_bytes(p: Problem, groups: int, tokens: int, stages: int) -> int:
+    """Shared memory of mla_group.py: Q and the ring ([latent | kp] rows padded to the groups'
+    contraction slices), the partial scores."""
+    rw = -(-p.Dv // 16) * 16
+    width = -(-(rw // 16 + -(-p.P // 16)) // groups) * groups * 16
+    return p.dtype.itemsize * width * (GROUP_ROWS + stages * tokens) + 4 * groups * GROUP_ROWS * tokens
+
+
+def mla_group_launch(p: Problem) -> MlaGroupLaunch | None:
+    """mla_group.py's shape for MLA problem p, or None where mla_mma_launch finds no shape,
+    R needs more than MLA_GROUP_MAX_GROUPS slices of at most 256 columns (the fewest from
+    MLA_GROUP_MIN_GROUPS on that divide R's tiles of 16), shared memory does not hold Q and three slots, or (where the
+    primitive is emulated) a slice or step is not whole planes wide (the emulation's row
+    slots then differ between S and O)."""
+    if mla_mma_launch(p) is None:
+        return None
+    caps = p.runtime.capabilities
+    tiles_r = -(-p.Dv // 16)
+    groups = next((g for g in range(MLA_GROUP_MIN_GROUPS, MLA_GROUP_MAX_GROUPS + 1)
+                   if tiles_r % g == 0 and 16 * tiles_r // g <= 256), None)
+    if groups is None or 4 * groups * caps.plane_dim > caps.max_cube_units:
+        return None
+    pd = caps.plane_dim
+    tokens, stages = MLA_GROUP_TOKENS, max(3, MLA_GROUP_STAGES)
+    while mla_group_shared_bytes(p, groups, tokens, stages) > caps.max_shared_bytes:
+        if stages > 3:
+            stages -= 1
+        elif tokens > 16:
+            tokens -= 16
+        else:
+            return None
+    if not caps.mma_native and not all(n % pd == 0 for n in (tokens, 16 * tiles_r // groups)):
+        return None
+    return MlaGroupLaunch(groups, tokens, stages, -(-p.Hq // GROUP_ROWS))
+
+
 def kernel_for(p: Problem) -> str:
     """'decode_mma' (decode_mma.py) for attention where the matrix primitive runs on hardware
-    and the launch fits; 'mla_mma' (mla_mma.py) for MLA on the same terms; 'decode'
+    and the launch fits; for MLA 'mla_group' (mla_group.py) where group products do and its
+    launch fits, else 'mla_mma' (mla_mma.py) on decode_mma's terms; 'decode'
     (decode_kernel.py) for attention where units are hardware threads and its launch fits;
     else 'general' (paged_kernel.py)."""
     caps = p.runtime.capabilities
+    if p.P > 0 and caps.group_mma_native and mla_group_launch(p) is not None:
+        return "mla_group"
     if p.P > 0 and caps.mma_native and mla_mma_launch(p) is not None:
         return "mla_mma"
     if p.P == 0 and caps.mma_native and mma_decode_launch(p) is not None:
