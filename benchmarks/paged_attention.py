@@ -13,7 +13,7 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
   GB/s counts the KV bytes each call must read once (the cache rows the queries see).
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
---mla-sweep (cuda): the MLA decode case over mla_mma.py's launch shapes.
+--mla-sweep (cuda): the MLA decode case over the launch shapes of the kernel tuning.py picks for it.
 --gqa-only (cuda): the GQA decode case alone (for a profiler). --kernel NAME: force a kernel for attention.
 --sweep (cuda): the GQA decode case over the launch shapes of the kernel tuning.py picks for it
 (decode_mma.py: planes, ring stages, split waves; decode_kernel.py: KV heads per cube, lanes per
@@ -215,9 +215,10 @@ class MlaCase:
 
 
 def sweep_mla(rt, quick, reps):
-    """The MLA decode case on mla_mma.py for each (head groups, R parts, tiles per step, ring
-    stages, waves of the automatic split): device time, KV GB/s, and the error against the
-    unfused PyTorch result."""
+    """The MLA decode case on the kernel tuning.py picks for it over its launch shapes
+    (mla_group.py: tokens per step, ring stages, split waves; mla_mma.py: head groups, R
+    parts, tiles per step, ring stages, split waves): device time, KV GB/s, and the error
+    against the unfused PyTorch result."""
     torch = torch_or_none()
     if torch is None or not torch.cuda.is_available():
         print("\ncuda runtime present but torch has no CUDA: no sweep")
@@ -225,9 +226,12 @@ def sweep_mla(rt, quick, reps):
     case = MlaCase(torch, np.random.default_rng(0), quick)
     want = case.unfused().float()
     base = median_torch_cuda_time(torch, case.unfused, reps)
-    knobs = ("MLA_HEAD_GROUPS", "MLA_R_PARTS", "MLA_TILES", "MLA_STAGES", "MLA_WAVES")
-    shapes = [(2, 4, 1, 4, 2), (2, 4, 1, 3, 1), (2, 4, 2, 3, 2), (2, 4, 2, 2, 2), (1, 4, 1, 4, 4), (1, 4, 2, 3, 4),
-              (4, 4, 1, 2, 2), (2, 8, 1, 3, 2), (2, 8, 2, 2, 2)]
+    if case.kernel == "mla_group":
+        knobs = ("MLA_GROUP_TOKENS", "MLA_GROUP_STAGES", "MLA_GROUP_WAVES")
+        shapes = [(32, 3, 1), (16, 4, 1), (16, 3, 1), (16, 6, 1), (32, 3, 2), (16, 4, 2)]
+    else:
+        knobs = ("MLA_HEAD_GROUPS", "MLA_R_PARTS", "MLA_TILES", "MLA_STAGES", "MLA_WAVES")
+        shapes = [(2, 4, 2, 3, 2), (2, 4, 1, 3, 1), (2, 4, 1, 4, 2), (2, 4, 2, 2, 2), (1, 4, 1, 4, 4), (4, 4, 1, 2, 2)]
     saved = [getattr(tuning, n) for n in knobs]
     rows = []
     try:
@@ -246,7 +250,7 @@ def sweep_mla(rt, quick, reps):
         for n, value in zip(knobs, saved):
             setattr(tuning, n, value)
     rows.sort(key=lambda r: float(r[len(knobs)]))
-    print(f"\nMLA kernel sweep: {case.shape} bf16, unfused torch {base * 1e3:.3f} ms, medians of {reps}")
+    print(f"\nMLA kernel sweep ({case.kernel}): {case.shape} bf16, unfused torch {base * 1e3:.3f} ms, medians of {reps}")
     print(table(rows, [n.removeprefix("MLA_").lower() for n in knobs] + ["ms", "x unfused", "KV GB/s", "err"]))
 
 

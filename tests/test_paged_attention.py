@@ -428,6 +428,13 @@ def test_mla_mma_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, gr
     monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_mma")
     monkeypatch.setattr(tuning, "MLA_HEAD_GROUPS", groups)
     monkeypatch.setattr(tuning, "MLA_TILES", tiles)
+    check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
+
+
+def check_forced_mla(runtime, rng, h, r, p, dtype, page_size):
+    """The MLA kernel tuning.kernel_for is patched to give, on a random plan of `page_size`
+    (ragged lengths, an empty sequence, prefill rows), causal or not, unsplit and over a
+    workspace of 3 splits (some empty), against the float64 reference."""
     plan = random_plan(rng, page_size, max_len=50, prefill=3)
     Q = len(plan["positions"])
     (q, qp, lat, kp), (tq, tqp, tlat, tkp) = tensors(runtime, rng, dtype, (Q, h, r), (Q, h, p),
@@ -440,21 +447,57 @@ def test_mla_mma_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, gr
         assert_matches(dev.mla_with_workspace(tq, tqp, tlat, tkp, 0.2, causal, ws), expected, dtype)
 
 
-def test_mla_mma_launch_choice(runtime):
-    """mla_mma.py takes f16/bf16 MLA with R and P whole 16-byte chunks where the matrix
-    primitive runs on hardware; R parts divide R's tiles of 16; f32 and odd widths go elsewhere."""
+# (heads, R, P, dtype, page size, R slices at least, ring stages): one head chunk with 59 rows
+# past the heads, two R slices (and score partials), two head chunks (the second partial)
+# with a four-slot ring, page sizes 1/4/16/64
+MLA_GROUP_CASES = [(5, 64, 16, "bf16", 4, 1, 3), (40, 64, 24, "f16", 64, 2, 3), (70, 32, 8, "bf16", 1, 1, 4),
+                   (3, 128, 64, "f16", 16, 2, 4)]
+
+
+@pytest.mark.parametrize("h,r,p,dtype,page_size,groups,stages", MLA_GROUP_CASES)
+def test_mla_group_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, groups, stages):
+    """mla_group.py on every runtime (wgmma on the H200, mma.sync on other CUDA devices, the
+    emulation elsewhere): see check_forced_mla."""
+    if runtime.capabilities.units_are_simd_lanes and (h, r, p, dtype, page_size) != MLA_GROUP_CASES[0][:5]:
+        pytest.skip(MLA_MMA_SKIP.replace("mla_mma.py", "mla_group.py"))
+    monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_group")
+    monkeypatch.setattr(tuning, "MLA_GROUP_MIN_GROUPS", groups)
+    monkeypatch.setattr(tuning, "MLA_GROUP_STAGES", stages)
+    check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
+
+
+def test_mla_launch_choice(runtime):
+    """MLA in f16/bf16 with R and P whole 16-byte chunks has launch shapes on the matrix
+    primitive (mla_mma.py: R parts dividing R's tiles of 16; mla_group.py: R in the fewest
+    slices of <= 256 columns, at most two, whole planes wide where the primitive is
+    emulated); it runs on mla_group.py where group products are native, else on mla_mma.py
+    where the matrix primitive is; f32, odd widths and the rest go to the general kernel."""
     plan = upload(dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0], positions=[4]),
                   runtime.zeros((1, 1)))
+    caps = runtime.capabilities
     from rudnn.paged_attention.problem import validate_mla
-    for dtype, h, r, p, parts in (("bf16", 128, 512, 64, 4), ("f16", 8, 48, 8, 3), ("f32", 8, 64, 16, None),
-                                  ("bf16", 8, 64, 12, None), ("bf16", 8, 20, 16, None)):
+    for dtype, h, r, p, parts, groups in (("bf16", 128, 512, 64, 4, 2), ("f16", 8, 48, 8, 3, 1),
+                                          ("bf16", 70, 1024, 16, 4, None), ("f32", 8, 64, 16, None, None),
+                                          ("bf16", 8, 64, 12, None, None), ("bf16", 8, 20, 16, None, None)):
         m = validate_mla(plan, runtime.zeros((1, h, r), dtype), runtime.zeros((1, h, p), dtype),
                          runtime.zeros((2, 4, 1, r), dtype), runtime.zeros((2, 4, 1, p), dtype), 1.0, True)
         lay = tuning.mla_mma_launch(m)
         assert (lay is None) == (parts is None)
         if lay is not None:
-            assert lay.r_parts == min(parts, runtime.capabilities.max_cube_units // runtime.capabilities.plane_dim)
+            assert lay.r_parts == min(parts, caps.max_cube_units // caps.plane_dim)
             assert lay.chunks == -(-h // (16 * lay.head_groups))
             assert tuning.mla_shared_bytes(m, lay.head_groups, lay.r_parts, lay.tiles, lay.stages) \
-                <= runtime.capabilities.max_shared_bytes
-        assert (tuning.kernel_for(m) == "mla_mma") == (lay is not None and runtime.capabilities.mma_native)
+                <= caps.max_shared_bytes
+        if groups is not None and not caps.mma_native and (r // groups) % caps.plane_dim:
+            groups = None
+        group = tuning.mla_group_launch(m)
+        assert (group and group.groups) == groups
+        if group is not None:
+            assert group.chunks == -(-h // 64)
+            assert tuning.mla_group_shared_bytes(m, group.groups, group.tokens, group.stages) <= caps.max_shared_bytes
+        want = "general"
+        if caps.group_mma_native and group is not None:
+            want = "mla_group"
+        elif caps.mma_native and lay is not None:
+            want = "mla_mma"
+        assert tuning.kernel_for(m) == want
