@@ -14,6 +14,7 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
 --mla-sweep (cuda): the MLA decode case over the launch shapes of the kernel tuning.py picks for it.
+--mla-only (cuda): the MLA decode case alone (for a profiler).
 --gqa-only (cuda): the GQA decode case alone (for a profiler). --kernel NAME: force a kernel for attention.
 --sweep (cuda): the GQA decode case over the launch shapes of the kernel tuning.py picks for it
 (decode_mma.py: planes, ring stages, split waves; decode_kernel.py: KV heads per cube, lanes per
@@ -68,7 +69,7 @@ def row(name, shape, t, base, kv_bytes, err, extra=()):
 
 
 # ------------------------------------------------------------------ cuda
-def bench_cuda(rt, quick, reps, gqa_only=False):
+def bench_cuda(rt, quick, reps, gqa_only=False, mla_only=False):
     torch = torch_or_none()
     if torch is None or not torch.cuda.is_available():
         print("\ncuda runtime present but torch has no CUDA: skipping the GPU table")
@@ -96,6 +97,10 @@ def bench_cuda(rt, quick, reps, gqa_only=False):
         out = fn()
         rt.synchronize()
         return t, torch.from_dlpack(out).float()
+
+    if mla_only:  # one case: what a profiler run (ncu -k regex:mla) needs
+        bench_mla(torch, rng, quick, tt, ours_time)
+        return
 
     # GQA decode
     B, Hq, Hkv, L, D, page = (8, 32, 8, 1024, 128, 16) if quick else (64, 32, 8, 4096, 128, 16)
@@ -168,7 +173,11 @@ def bench_cuda(rt, quick, reps, gqa_only=False):
     print(table(rows, ["case", "shape", "ours ms", "sdpa dense (cuDNN) ms", "gather+sdpa ms", "x dense",
                        "x gather", "KV GB/s", "err", "of 3.4 TB/s"]))
 
-    # MLA decode
+    bench_mla(torch, rng, quick, tt, ours_time)
+
+
+def bench_mla(torch, rng, quick, tt, ours_time):
+    """The MLA decode row: ours (the kernel tuning.py picks) next to unfused PyTorch."""
     case = MlaCase(torch, rng, quick)
     want = case.unfused().float()
     torch.cuda.synchronize()
@@ -216,7 +225,7 @@ class MlaCase:
 
 def sweep_mla(rt, quick, reps):
     """The MLA decode case on the kernel tuning.py picks for it over its launch shapes
-    (mla_group.py: tokens per step, ring stages, split waves; mla_mma.py: head groups, R
+    (mla_group.py: R slices (groups) at least and at most, tokens per step, ring stages, split waves; mla_mma.py: head groups, R
     parts, tiles per step, ring stages, split waves): device time, KV GB/s, and the error
     against the unfused PyTorch result."""
     torch = torch_or_none()
@@ -227,8 +236,10 @@ def sweep_mla(rt, quick, reps):
     want = case.unfused().float()
     base = median_torch_cuda_time(torch, case.unfused, reps)
     if case.kernel == "mla_group":
-        knobs = ("MLA_GROUP_TOKENS", "MLA_GROUP_STAGES", "MLA_GROUP_WAVES")
-        shapes = [(32, 3, 1), (16, 4, 1), (16, 3, 1), (16, 6, 1), (32, 3, 2), (16, 4, 2)]
+        knobs = ("MLA_GROUP_MIN_GROUPS", "MLA_GROUP_MAX_GROUPS", "MLA_GROUP_TOKENS", "MLA_GROUP_STAGES",
+                 "MLA_GROUP_WAVES")
+        shapes = [(1, 2, 16, 4, 1), (4, 4, 16, 4, 1), (4, 4, 16, 3, 1), (4, 4, 32, 3, 1), (1, 2, 16, 6, 1),
+                  (4, 4, 16, 4, 2), (1, 2, 32, 3, 1)]
     else:
         knobs = ("MLA_HEAD_GROUPS", "MLA_R_PARTS", "MLA_TILES", "MLA_STAGES", "MLA_WAVES")
         shapes = [(2, 4, 2, 3, 2), (2, 4, 1, 3, 1), (2, 4, 1, 4, 2), (2, 4, 2, 2, 2), (1, 4, 1, 4, 4), (4, 4, 1, 2, 2)]
@@ -344,6 +355,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--sweep", action="store_true", help="cuda: the decode kernel over launch shapes")
     ap.add_argument("--mla-sweep", action="store_true", help="cuda: the MLA decode kernel over launch shapes")
+    ap.add_argument("--mla-only", action="store_true", help="cuda: only the MLA decode case (for profiling)")
     ap.add_argument("--gqa-only", action="store_true", help="cuda: only the GQA decode case (for profiling)")
     ap.add_argument("--kernel", choices=("decode_mma", "decode", "general"), default=None,
                     help="force this kernel for attention (default: tuning.kernel_for's choice)")
@@ -362,7 +374,7 @@ def main(argv=None):
         elif name.startswith("cuda") and args.sweep:
             sweep_decode(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda"):
-            bench_cuda(kd.runtime(name), args.quick, args.reps, args.gqa_only)
+            bench_cuda(kd.runtime(name), args.quick, args.reps, args.gqa_only, args.mla_only)
         elif name.startswith("cpu"):
             bench_cpu(kd.runtime(name), args.quick, args.reps)
         else:
