@@ -225,9 +225,9 @@ class MlaCase:
 
 def sweep_mla(rt, quick, reps):
     """The MLA decode case on the kernel tuning.py picks for it over its launch shapes
-    (mla_group.py: R slices (groups) at least and at most, tokens per step, ring stages, split waves; mla_mma.py: head groups, R
-    parts, tiles per step, ring stages, split waves): device time, KV GB/s, and the error
-    against the unfused PyTorch result."""
+    (mla_group.py: R slices at least and at most, tokens per step, ring stages, split waves;
+    mla_mma.py: head groups, R parts, tiles per step, ring stages, split waves): device time,
+    KV GB/s, and the error against the unfused PyTorch result."""
     torch = torch_or_none()
     if torch is None or not torch.cuda.is_available():
         print("\ncuda runtime present but torch has no CUDA: no sweep")
@@ -261,7 +261,8 @@ def sweep_mla(rt, quick, reps):
         for n, value in zip(knobs, saved):
             setattr(tuning, n, value)
     rows.sort(key=lambda r: float(r[len(knobs)]))
-    print(f"\nMLA kernel sweep ({case.kernel}): {case.shape} bf16, unfused torch {base * 1e3:.3f} ms, medians of {reps}")
+    print(f"\nMLA kernel sweep ({case.kernel}): {case.shape} bf16, unfused torch {base * 1e3:.3f} ms, "
+          f"medians of {reps}")
     print(table(rows, [n.removeprefix("MLA_").lower() for n in knobs] + ["ms", "x unfused", "KV GB/s", "err"]))
 
 

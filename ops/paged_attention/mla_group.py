@@ -26,13 +26,15 @@ from .mla_mma import fetch_query_band, fetch_tile
 from .paged_kernel import split_range
 
 GROUP_ROWS = 64  # query heads a cube: the rows of a group fragment
+PART_STRIDE = GROUP_ROWS + 4  # partial scores are stored token-major, 68 floats a token: a plane's 8 rows x 4
+#                               column pairs of an accumulator fall in 32 different banks (2·68 = 8 mod 32)
 
 
 @kd.func
 def store_partial(part, sacc, grp, N):
-    """This group's partial scores (the group fragment sacc, 64 x N) to part[grp]."""
+    """This group's partial scores (the group fragment sacc, 64 x N) to part[grp], token-major."""
     for e in kd.unroll(kd.fragment_len(sacc)):
-        part[(grp * GROUP_ROWS + kd.fragment_row(sacc, e)) * N + kd.fragment_col(sacc, e)] = kd.fragment_get(sacc, e)
+        part[(grp * N + kd.fragment_col(sacc, e)) * PART_STRIDE + kd.fragment_row(sacc, e)] = kd.fragment_get(sacc, e)
 
 
 @kd.kernel
@@ -57,7 +59,7 @@ def mla_group_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor,
 
     q_sh = kd.shared(DT, GROUP_ROWS * KW)
     ring = kd.shared(DT, STAGES * SLOT)              # slot i % STAGES: the rows of step i's N tokens
-    part = kd.shared(kd.f32, NG * GROUP_ROWS * N)    # each group's partial scores of a step
+    part = kd.shared(kd.f32, NG * N * PART_STRIDE)   # each group's partial scores of a step
 
     # ---- Q, then the first STAGES - 1 tiles; S_0's partial
     fetch_query_band(q_sh, -GROUP_ROWS, 0, RW, q, r, h0, GROUP_ROWS, R)
@@ -95,10 +97,10 @@ def mla_group_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor,
         j0 = jb + jt * N
         # ---- S_jt: the partials summed in group order, logits in log2 units, tokens past the split masked
         for e in kd.unroll(NE):
-            at = kd.fragment_row(sacc, e) * N + kd.fragment_col(sacc, e)
+            at = kd.fragment_col(sacc, e) * PART_STRIDE + kd.fragment_row(sacc, e)
             x = part[at]
             for g in kd.unroll(1, NG):
-                x = x + part[g * GROUP_ROWS * N + at]
+                x = x + part[g * N * PART_STRIDE + at]
             kd.fragment_set(sacc, e, kd.select(j0 + kd.fragment_col(sacc, e) < je, x * qscale, -kd.inf))
         # ---- row maxima; the running max moves only when a row's grows by more than TAU
         mts = ()

@@ -26,16 +26,34 @@ from .decode_kernel import rescale
 from .decode_mma import CHUNK, TAU
 from .paged_kernel import split_range
 
+PART_STRIDE = 20  # partial scores are stored token-major, 20 floats a token: a plane's 8 rows x 4 column
+#                   pairs of an accumulator fall in 32 different banks (2·20 = 8 mod 32)
+
 
 @kd.func
-def band_tokens(tables, s, j0, je, PS, NC, ROWS):
+def chunk_place(c, NC, ROWS, RS):
+    """(row, column) of chunk c of a band of ROWS rows of NC 16-byte chunks: row-major where
+    rows have a stride (RS > 0); in kd.tile_offset's layout (RS < 0) band-major, the two
+    chunks of a row's 16 columns and then the next row's, so a plane's copies fill
+    consecutive 32-byte rows of one band (row-major, its 32-byte pieces would sit a band
+    apart, all in the same eight banks: 16-way conflicts, measured by ncu on the H200)."""
+    row = c // NC
+    col = c % NC * CHUNK
+    if RS < 0:
+        row = c // 2 % ROWS
+        col = (c // (2 * ROWS) * 2 + c % 2) * CHUNK
+    return row, col
+
+
+@kd.func
+def band_tokens(tables, s, j0, je, PS, NC, ROWS, RS):
     """The physical rows (page · PS + slot) of the tokens whose chunks this unit copies in a
-    band of NC chunks a row (chunk c = unit + i·units: row c // NC; tokens clamped into
-    [0, je)), all looked up before any copy is issued, so the loads overlap."""
+    band of NC chunks a row (chunk c = unit + i·units, placed by chunk_place; tokens clamped
+    into [0, je)), all looked up before any copy is issued, so the loads overlap."""
     rows = ()
     for i in kd.unroll((ROWS * NC + kd.cube_units() - 1) // kd.cube_units()):
-        j = j0 + (kd.unit_pos() + i * kd.cube_units()) // NC
-        jc = kd.max(kd.min(j, je - 1), 0)
+        row, col = chunk_place(kd.unit_pos() + i * kd.cube_units(), NC, ROWS, RS)
+        jc = kd.max(kd.min(j0 + row, je - 1), 0)
         rows = rows + (kd.i64(tables[s, jc // PS]) * PS + jc % PS,)
     return rows
 
@@ -48,11 +66,10 @@ def copy_band(dst, at, RS, c0, NC, src, rows, j0, je, DIM, ROWS):
     from je on zero-filled."""
     for i in kd.unroll(len(rows)):
         c = kd.unit_pos() + i * kd.cube_units()
-        row = c // NC
-        col = c % NC * CHUNK
+        row, col = chunk_place(c, NC, ROWS, RS)
         if c < ROWS * NC:  # a false predicate still writes (zeros): units past the band copy nothing
-            kd.async_copy(dst, slot(at, row, c0 + col, RS, 0), src, rows[i] * src.stride(1) + kd.min(col, DIM - CHUNK),
-                          CHUNK, (j0 + row < je) & (col < DIM))
+            kd.async_copy(dst, slot(at, row, c0 + col, RS, 0), src,
+                          rows[i] * src.stride(1) + kd.min(col, DIM - CHUNK), CHUNK, (j0 + row < je) & (col < DIM))
 
 
 @kd.func
@@ -60,8 +77,8 @@ def fetch_tile(ring, at, ST, RW, KW, lat, kp, tables, s, j0, je, PS, R, P, ROWS)
     """Start copying the [latent | kp] rows of tokens j0 .. j0 + ROWS - 1 of sequence s into
     the ring's tile at `at` (layout ST as in copy_band; latent in columns [0, RW), kp in
     [RW, KW), the rest zeros)."""
-    lrows = band_tokens(tables, s, j0, je, PS, RW // CHUNK, ROWS)
-    prows = band_tokens(tables, s, j0, je, PS, (KW - RW) // CHUNK, ROWS)
+    lrows = band_tokens(tables, s, j0, je, PS, RW // CHUNK, ROWS, ST)
+    prows = band_tokens(tables, s, j0, je, PS, (KW - RW) // CHUNK, ROWS, ST)
     copy_band(ring, at, ST, 0, RW // CHUNK, lat, lrows, j0, je, R, ROWS)
     copy_band(ring, at, ST, RW, (KW - RW) // CHUNK, kp, prows, j0, je, P, ROWS)
 
@@ -112,7 +129,7 @@ def mla_mma_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor, t
 
     ring = kd.shared(DT, STAGES * TILE)   # slot i: the [latent | kp] rows of step i's TT tokens
     q_sh = kd.shared(DT, HB * ST)         # [q | qp] of the chunk's heads, same row layout
-    part = kd.shared(kd.f32, NP * TT * 16)  # each plane's partial scores of the step, [plane][TT/16][16×16]
+    part = kd.shared(kd.f32, NP * TT * PART_STRIDE)  # each plane's partial scores, [plane][token][head]
 
     # ---- the chunk's queries, then the first STAGES - 1 tiles
     fetch_query_band(q_sh, ST, 0, RW, q, r, h0, HB, R)
@@ -165,16 +182,16 @@ def mla_mma_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor, t
                 kd.load_fragment(kf, ring, cur + t * 16 * ST + (rp * KCP + c) * 16, ST)
                 kd.mma(sfs[t], qf[c], kf)
             for e in kd.unroll(NE):
-                part[(w * NT + t) * 256 + kd.fragment_row(sfs[t], e) * 16 + kd.fragment_col(sfs[t], e)] = \
-                    kd.fragment_get(sfs[t], e)
+                at_e = (t * 16 + kd.fragment_col(sfs[t], e)) * PART_STRIDE + kd.fragment_row(sfs[t], e)
+                part[w * TT * PART_STRIDE + at_e] = kd.fragment_get(sfs[t], e)
         kd.sync_cube()
         # ---- the group's RP partials summed in one order, logits in log2 units, tokens past the split masked
         for t in kd.unroll(NT):
             for e in kd.unroll(NE):
-                at_e = t * 256 + kd.fragment_row(sfs[t], e) * 16 + kd.fragment_col(sfs[t], e)
-                x = part[hg * RP * NT * 256 + at_e]
+                at_e = (t * 16 + kd.fragment_col(sfs[t], e)) * PART_STRIDE + kd.fragment_row(sfs[t], e)
+                x = part[hg * RP * TT * PART_STRIDE + at_e]
                 for o in kd.unroll(1, RP):
-                    x = x + part[(hg * RP + o) * NT * 256 + at_e]
+                    x = x + part[(hg * RP + o) * TT * PART_STRIDE + at_e]
                 ok = j0 + t * 16 + kd.fragment_col(sfs[t], e) < je
                 kd.fragment_set(sfs[t], e, kd.select(ok, x * qscale, -kd.inf))
         # ---- row maxima over the step; the running max moves only when a row's grows by more than TAU

@@ -246,7 +246,7 @@ def mla_shared_bytes(p: Problem, groups: int, parts: int, tiles: int, stages: in
     planes' contraction slices, plus 16 bytes), the partial scores."""
     rw = -(-p.Dv // 16) * 16
     width = -(-(rw // 16 + -(-p.P // 16)) // parts) * parts * 16 + 8
-    return p.dtype.itemsize * width * (stages * 16 * tiles + 16 * groups) + 4 * groups * parts * tiles * 256
+    return p.dtype.itemsize * width * (stages * 16 * tiles + 16 * groups) + 4 * groups * parts * tiles * 16 * 20
 
 
 def mla_mma_launch(p: Problem) -> MlaLaunch | None:
@@ -303,15 +303,15 @@ def mla_group_shared_bytes(p: Problem, groups: int, tokens: int, stages: int) ->
     contraction slices), the partial scores."""
     rw = -(-p.Dv // 16) * 16
     width = -(-(rw // 16 + -(-p.P // 16)) // groups) * groups * 16
-    return p.dtype.itemsize * width * (GROUP_ROWS + stages * tokens) + 4 * groups * GROUP_ROWS * tokens
+    return p.dtype.itemsize * width * (GROUP_ROWS + stages * tokens) + 4 * groups * (GROUP_ROWS + 4) * tokens
 
 
 def mla_group_launch(p: Problem) -> MlaGroupLaunch | None:
     """mla_group.py's shape for MLA problem p, or None where mla_mma_launch finds no shape,
     R needs more than MLA_GROUP_MAX_GROUPS slices of at most 256 columns (the fewest from
-    MLA_GROUP_MIN_GROUPS on that divide R's tiles of 16), shared memory does not hold Q and three slots, or (where the
-    primitive is emulated) a slice or step is not whole planes wide (the emulation's row
-    slots then differ between S and O)."""
+    MLA_GROUP_MIN_GROUPS on that divide R's tiles of 16), shared memory does not hold Q and
+    three slots, or (where the primitive is emulated) a slice is not whole planes wide (the emulation's row slots then
+    differ between S and O; steps are rounded up to whole planes there)."""
     if mla_mma_launch(p) is None:
         return None
     caps = p.runtime.capabilities
@@ -322,6 +322,8 @@ def mla_group_launch(p: Problem) -> MlaGroupLaunch | None:
         return None
     pd = caps.plane_dim
     tokens, stages = MLA_GROUP_TOKENS, max(3, MLA_GROUP_STAGES)
+    if not caps.mma_native:  # the emulation's row slots need steps of whole planes
+        tokens = -(-tokens // pd) * pd
     while mla_group_shared_bytes(p, groups, tokens, stages) > caps.max_shared_bytes:
         if stages > 3:
             stages -= 1
@@ -329,7 +331,7 @@ def mla_group_launch(p: Problem) -> MlaGroupLaunch | None:
             tokens -= 16
         else:
             return None
-    if not caps.mma_native and not all(n % pd == 0 for n in (tokens, 16 * tiles_r // groups)):
+    if not caps.mma_native and (tokens % pd or 16 * tiles_r // groups % pd):
         return None
     return MlaGroupLaunch(groups, tokens, stages, -(-p.Hq // GROUP_ROWS))
 
