@@ -410,21 +410,28 @@ def test_kernel_choice(runtime):
 
 
 # ---------------------------------------------------------------------------- MLA on the matrix primitive, forced
-# (heads, R, P, dtype, page size, head groups, tiles per step): one head chunk with 11 rows past the
-# heads, two chunks (the second partial), R of three tiles (three R parts), page sizes 1/4/16/64
-MLA_MMA_CASES = [(5, 32, 16, "bf16", 4, 1, 1), (20, 64, 8, "f16", 1, 1, 2), (24, 48, 24, "bf16", 16, 2, 1),
+# (heads, R, P, dtype, page size, head groups, tiles per step): two head chunks (the second partial)
+# and two tiles a step, one chunk with 11 rows past the heads, R of three tiles (three R parts),
+# page sizes 1/4/16/64
+MLA_MMA_CASES = [(20, 64, 8, "f16", 1, 1, 2), (5, 32, 16, "bf16", 4, 1, 1), (24, 48, 24, "bf16", 16, 2, 1),
                  (3, 16, 64, "f16", 64, 1, 1)]
-MLA_MMA_SKIP = ("the matrix primitive is emulated plane-collectively here: one case of mla_mma.py on this runtime "
-                "(compile time); every case runs on the other runtimes")
+MLA_EMULATED_SKIP = ("the matrix primitive is emulated here and tuning picks {} only where it is native: its first "
+                     "case runs on emulating runtimes whose units are threads (compile time: 5-20 s a case), every "
+                     "case where the primitive is native")
+
+
+def emulated_skip(runtime, case, cases, kernel):
+    """Skip all but the first case where the matrix primitive is emulated, and that one too
+    where units are SIMD lanes (the cpu runtime: the slowest to compile)."""
+    caps = runtime.capabilities
+    if not caps.mma_native and (case != cases[0] or caps.units_are_simd_lanes):
+        pytest.skip(MLA_EMULATED_SKIP.format(kernel))
 
 
 @pytest.mark.parametrize("h,r,p,dtype,page_size,groups,tiles", MLA_MMA_CASES)
 def test_mla_mma_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, groups, tiles):
-    """mla_mma.py on every runtime (tensor cores on CUDA, the emulation elsewhere) against the
-    float64 reference: ragged lengths with an empty sequence, prefill rows, causal or not,
-    unsplit and split over a workspace of 3 (some splits empty)."""
-    if runtime.capabilities.units_are_simd_lanes and (h, r, p, dtype, page_size) != MLA_MMA_CASES[0][:5]:
-        pytest.skip(MLA_MMA_SKIP)
+    """mla_mma.py (tensor cores on CUDA, the emulation elsewhere): see check_forced_mla."""
+    emulated_skip(runtime, (h, r, p, dtype, page_size, groups, tiles), MLA_MMA_CASES, "mla_mma.py")
     monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_mma")
     monkeypatch.setattr(tuning, "MLA_HEAD_GROUPS", groups)
     monkeypatch.setattr(tuning, "MLA_TILES", tiles)
@@ -447,19 +454,18 @@ def check_forced_mla(runtime, rng, h, r, p, dtype, page_size):
         assert_matches(dev.mla_with_workspace(tq, tqp, tlat, tkp, 0.2, causal, ws), expected, dtype)
 
 
-# (heads, R, P, dtype, page size, R slices at least, ring stages): one head chunk with 59 rows
-# past the heads, two R slices (and score partials), two head chunks (the second partial)
-# with a four-slot ring, page sizes 1/4/16/64
-MLA_GROUP_CASES = [(5, 64, 16, "bf16", 4, 1, 3), (40, 64, 24, "f16", 64, 2, 3), (70, 32, 8, "bf16", 1, 1, 4),
+# (heads, R, P, dtype, page size, R slices at least, ring stages): two head chunks (the second
+# partial), two R slices (and score partials), a four-slot ring; one chunk with 59 rows past the
+# heads; page sizes 1/4/16/64
+MLA_GROUP_CASES = [(70, 64, 8, "bf16", 4, 2, 4), (5, 64, 16, "bf16", 1, 1, 3), (40, 64, 24, "f16", 64, 2, 3),
                    (3, 128, 64, "f16", 16, 2, 4)]
 
 
 @pytest.mark.parametrize("h,r,p,dtype,page_size,groups,stages", MLA_GROUP_CASES)
 def test_mla_group_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, groups, stages):
-    """mla_group.py on every runtime (wgmma on the H200, mma.sync on other CUDA devices, the
-    emulation elsewhere): see check_forced_mla."""
-    if runtime.capabilities.units_are_simd_lanes and (h, r, p, dtype, page_size) != MLA_GROUP_CASES[0][:5]:
-        pytest.skip(MLA_MMA_SKIP.replace("mla_mma.py", "mla_group.py"))
+    """mla_group.py (wgmma on the H200, mma.sync on other CUDA devices, the emulation
+    elsewhere): see check_forced_mla."""
+    emulated_skip(runtime, (h, r, p, dtype, page_size, groups, stages), MLA_GROUP_CASES, "mla_group.py")
     monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_group")
     monkeypatch.setattr(tuning, "MLA_GROUP_MIN_GROUPS", groups)
     monkeypatch.setattr(tuning, "MLA_GROUP_STAGES", stages)
