@@ -1,9 +1,11 @@
 """Which kernel runs a paged-attention call and its launch shape, from the problem and
 `runtime.capabilities` only. Attention (P = 0) in f16/bf16 with rows of whole 16-byte chunks
 runs decode_mma.py (the matrix primitive, K/V through async-copy rings) where the matrix
-primitive is native; other attention where units are hardware threads runs the decode
-kernel (decode_kernel.py: lane groups, registers, coalesced rows); the general
-kernel (paged_kernel.py) serves MLA and devices whose units are vector lanes, with units
+primitive is native; MLA in f16/bf16 with R and P whole 16-byte chunks runs mla_group.py
+(group products, 64 heads a cube) where group products are native, else mla_mma.py
+(plane-owned products) where the matrix primitive is; other attention where units are
+hardware threads runs the decode kernel (decode_kernel.py: lane groups, registers,
+coalesced rows); the general kernel (paged_kernel.py) serves the rest, with units
 per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
 the shared memory) and heads per K/V load (GC). Long rows split when too few cubes run."""
 from __future__ import annotations
