@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from ..attention.flash_regs import row_combine
-from .decode_kernel import rescale
-from .decode_mma import TAU
 from .mla_mma import fetch_query_band, fetch_tile
+from .online_softmax import exp_rows, fresh_state, lazy_max, row_sums, scale_rows
 from .paged_kernel import split_range
 
 GROUP_ROWS = 64  # query heads a cube: the rows of a group fragment
@@ -76,7 +74,6 @@ def mla_group_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor,
     pa = kd.group_fragment_a(DT, GROUP_ROWS, N)
     o = kd.group_fragment_acc(GROUP_ROWS, DVG)
     kd.fill_fragment(o, 0.0)
-    NS = kd.fragment_row_slots(sacc)
     NE = kd.fragment_len(sacc)
     NO = kd.fragment_len(o)
     q_tile = kd.shared_tile(q_sh, grp * KCG * 16 * GROUP_ROWS, GROUP_ROWS, KCG * 16)
@@ -85,11 +82,7 @@ def mla_group_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor,
     kd.group_wait(0)
     store_partial(part, sacc, grp, N)
 
-    m = ()
-    l = ()
-    for n in kd.unroll(NS):
-        m = m + (-kd.inf,)
-        l = l + (kd.f32(0),)
+    m, l = fresh_state(sacc)
 
     steps = (je - jb + N - 1) // N
     for jt in range(0, steps):
@@ -102,51 +95,13 @@ def mla_group_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor,
             for g in kd.unroll(1, NG):
                 x = x + part[g * N * PART_STRIDE + at]
             kd.fragment_set(sacc, e, kd.select(j0 + kd.fragment_col(sacc, e) < je, x * qscale, -kd.inf))
-        # ---- row maxima; the running max moves only when a row's grows by more than TAU
-        mts = ()
-        grow = False
-        for sl in kd.unroll(NS):
-            mx = -kd.inf
-            for e in kd.unroll(NE):
-                if kd.fragment_row_slot(sacc, e) == sl:
-                    mx = kd.max(mx, kd.fragment_get(sacc, e))
-            mx = row_combine(mx, sacc, True)
-            mts = mts + (mx,)
-            grow = grow | (mx > m[sl] + TAU)
-        moved = kd.plane_any(grow)
-        alpha = ()
-        for sl in kd.unroll(NS):
-            alpha = alpha + (kd.f32(1),)
-        if moved:
-            a2 = ()
-            m2 = ()
-            l2 = ()
-            for sl in kd.unroll(NS):
-                mn = kd.max(m[sl], mts[sl])
-                a = rescale(m[sl], mn)
-                a2 = a2 + (a,)
-                m2 = m2 + (mn,)
-                l2 = l2 + (l[sl] * a,)
-            alpha = a2
-            m = m2
-            l = l2
-        # ---- P = exp2(S - m) in place, the lane's part of each row sum
-        l2 = ()
-        for sl in kd.unroll(NS):
-            mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])
-            tot = l[sl]
-            for e in kd.unroll(NE):
-                if kd.fragment_row_slot(sacc, e) == sl:
-                    p = kd.exp2_fast(kd.fragment_get(sacc, e) - mu)
-                    kd.fragment_set(sacc, e, p)
-                    tot = tot + p
-            l2 = l2 + (tot,)
-        l = l2
+        # ---- the running max (moved lazily), P = exp2(S - m) in place, the lane's part of each row sum
+        moved, alpha, m, l = lazy_max((sacc,), sacc, m, l)
+        l = exp_rows((sacc,), sacc, m, l)
         # ---- the previous P·V is done: O rescaled, P rounded into the a fragment
         kd.group_wait(0)
         if moved:
-            for i in kd.unroll(NO):
-                kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
+            scale_rows((o,), alpha)
         kd.fragment_convert(pa, sacc)
         # ---- tile jt + 1 is in for every unit; every group is done with tile jt - 1 and the partials
         kd.async_wait(STAGES - 3)
@@ -167,9 +122,7 @@ def mla_group_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor,
     kd.async_wait(0)
 
     # ---- this group's columns of the output (split: unnormalised, and the (max, sum) once)
-    lt = ()
-    for sl in kd.unroll(NS):
-        lt = lt + (row_combine(l[sl], sacc, False),)
+    lt = row_sums(l, sacc)
     for i in kd.unroll(NO):
         h = h0 + kd.fragment_row(o, i)
         d = grp * DVG + kd.fragment_col(o, i)

@@ -21,9 +21,8 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from ..attention.blocks import slot
-from ..attention.flash_regs import row_combine
-from .decode_kernel import rescale
-from .decode_mma import CHUNK, TAU
+from .decode_mma import CHUNK
+from .online_softmax import exp_rows, fresh_state, lazy_max, row_sums, scale_rows
 from .paged_kernel import split_range
 
 PART_STRIDE = 20  # partial scores are stored token-major, 20 floats a token: a plane's 8 rows x 4 column
@@ -159,13 +158,8 @@ def mla_mma_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor, t
     pf = kd.fragment_a(DT, 16, 16, 16)
     kf = kd.fragment_b(DT, 16, 16, 16, layout="col")
     vf = kd.fragment_b(DT, 16, 16, 16)
-    NS = kd.fragment_row_slots(sf)
     NE = kd.fragment_len(sf)
-    m = ()
-    l = ()
-    for n in kd.unroll(NS):
-        m = m + (-kd.inf,)
-        l = l + (kd.f32(0),)
+    m, l = fresh_state(sf)
 
     for i in range(0, (je - jb + TT - 1) // TT):
         kd.async_wait(STAGES - 2)  # this unit's copies of step i are in ...
@@ -194,46 +188,12 @@ def mla_mma_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor, t
                     x = x + part[(hg * RP + o) * TT * PART_STRIDE + at_e]
                 ok = j0 + t * 16 + kd.fragment_col(sfs[t], e) < je
                 kd.fragment_set(sfs[t], e, kd.select(ok, x * qscale, -kd.inf))
-        # ---- row maxima over the step; the running max moves only when a row's grows by more than TAU
-        mts = ()
-        grow = False
-        for sl in kd.unroll(NS):
-            mx = -kd.inf
-            for t in kd.unroll(NT):
-                for e in kd.unroll(NE):
-                    if kd.fragment_row_slot(sf, e) == sl:
-                        mx = kd.max(mx, kd.fragment_get(sfs[t], e))
-            mx = row_combine(mx, sf, True)
-            mts = mts + (mx,)
-            grow = grow | (mx > m[sl] + TAU)
-        if kd.plane_any(grow):
-            m2 = ()
-            l2 = ()
-            alpha = ()
-            for sl in kd.unroll(NS):
-                mn = kd.max(m[sl], mts[sl])
-                a = rescale(m[sl], mn)
-                alpha = alpha + (a,)
-                m2 = m2 + (mn,)
-                l2 = l2 + (l[sl] * a,)
-            for v in kd.unroll(VC):
-                for e in kd.unroll(NE):
-                    kd.fragment_set(of[v], e, kd.fragment_get(of[v], e) * alpha[kd.fragment_row_slot(of[v], e)])
-            m = m2
-            l = l2
-        # ---- P = exp2(S - m) in place, the lane's part of each row sum; O += P·V on this plane's slice
-        l2 = ()
-        for sl in kd.unroll(NS):
-            mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])
-            tot = l[sl]
-            for t in kd.unroll(NT):
-                for e in kd.unroll(NE):
-                    if kd.fragment_row_slot(sf, e) == sl:
-                        p = kd.exp2_fast(kd.fragment_get(sfs[t], e) - mu)
-                        kd.fragment_set(sfs[t], e, p)
-                        tot = tot + p
-            l2 = l2 + (tot,)
-        l = l2
+        # ---- the running max (moved lazily), P = exp2(S - m) in place, the lane's part of each row sum
+        moved, alpha, m, l = lazy_max(sfs, sf, m, l)
+        if moved:
+            scale_rows(of, alpha)
+        l = exp_rows(sfs, sf, m, l)
+        # ---- O += P·V on this plane's slice
         for t in kd.unroll(NT):
             kd.fragment_convert(pf, sfs[t])
             for v in kd.unroll(VC):
@@ -242,9 +202,7 @@ def mla_mma_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor, t
     kd.async_wait(0)
 
     # ---- this plane's slice of the output (split: unnormalised, and the group's (max, sum) once)
-    lt = ()
-    for sl in kd.unroll(NS):
-        lt = lt + (row_combine(l[sl], sf, False),)
+    lt = row_sums(l, sf)
     for v in kd.unroll(VC):
         for e in kd.unroll(NE):
             h = h0 + hg * 16 + kd.fragment_row(of[v], e)
