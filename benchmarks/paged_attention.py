@@ -223,6 +223,28 @@ class MlaCase:
         return torch.bmm(torch.softmax(s.float(), dim=-1).to(torch.bfloat16), self.lat_d)
 
 
+def sweep_knobs(knobs, shapes, measure) -> list:
+    """Rows (*shape, *measure()) with tuning's `knobs` set to each shape in turn (restored
+    afterwards), printed as they come; a shape that fails to compile or launch (registers,
+    shared memory) is a printed line, not the end of the sweep."""
+    saved = [getattr(tuning, n) for n in knobs]
+    rows = []
+    try:
+        for shape in shapes:
+            for n, value in zip(knobs, shape):
+                setattr(tuning, n, value)
+            try:
+                rows.append((*shape, *measure()))
+            except Exception as e:  # noqa: BLE001 - reported, and the sweep goes on
+                print("  ", shape, f"failed: {str(e).splitlines()[0][:120]}", flush=True)
+                continue
+            print("  ", rows[-1], flush=True)
+    finally:
+        for n, value in zip(knobs, saved):
+            setattr(tuning, n, value)
+    return rows
+
+
 def sweep_mla(rt, quick, reps):
     """The MLA decode case on the kernel tuning.py picks for it over its launch shapes
     (mla_group.py: R slices at least and at most, tokens per step, ring stages, split waves;
@@ -243,23 +265,13 @@ def sweep_mla(rt, quick, reps):
     else:
         knobs = ("MLA_HEAD_GROUPS", "MLA_R_PARTS", "MLA_TILES", "MLA_STAGES", "MLA_WAVES")
         shapes = [(2, 4, 2, 3, 2), (2, 4, 1, 3, 1), (2, 4, 1, 4, 2), (2, 4, 2, 2, 2), (1, 4, 1, 4, 4), (4, 4, 1, 2, 2)]
-    saved = [getattr(tuning, n) for n in knobs]
-    rows = []
-    try:
-        for shape in shapes:
-            for n, value in zip(knobs, shape):
-                setattr(tuning, n, value)
-            try:
-                t = median_device_time(rt, case.ours, reps)
-                err = (torch.from_dlpack(case.ours()).float() - want).abs().max().item()
-            except Exception as e:  # noqa: BLE001 - a shape the device refuses (registers) is a row, not the end
-                print("  ", shape, f"failed: {str(e).splitlines()[0][:120]}", flush=True)
-                continue
-            rows.append((*shape, f"{t * 1e3:.3f}", f"{base / t:.2f}", f"{case.kv / t / 1e9:.0f}", f"{err:.1e}"))
-            print("  ", rows[-1], flush=True)
-    finally:
-        for n, value in zip(knobs, saved):
-            setattr(tuning, n, value)
+
+    def measure():
+        t = median_device_time(rt, case.ours, reps)
+        err = (torch.from_dlpack(case.ours()).float() - want).abs().max().item()
+        return f"{t * 1e3:.3f}", f"{base / t:.2f}", f"{case.kv / t / 1e9:.0f}", f"{err:.1e}"
+
+    rows = sweep_knobs(knobs, shapes, measure)
     rows.sort(key=lambda r: float(r[len(knobs)]))
     print(f"\nMLA kernel sweep ({case.kernel}): {case.shape} bf16, unfused torch {base * 1e3:.3f} ms, "
           f"medians of {reps}")
@@ -296,19 +308,13 @@ def sweep_decode(rt, quick, reps):
         shapes = [(1, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 3), (8, 16, 16, 2, 8, 4),
                   (8, 8, 16, 4, 8, 2), (8, 16, 16, 4, 8, 2), (8, 16, 16, 1, 8, 2), (8, 32, 8, 4, 8, 2),
                   (8, 32, 8, 4, 8, 3), (8, 16, 16, 2, 16, 2), (2, 16, 16, 2, 8, 2), (4, 16, 16, 2, 8, 2)]
-    saved = [getattr(tuning, n) for n in knobs]
-    rows = []
-    try:
-        for shape in shapes:
-            for n, value in zip(knobs, shape):
-                setattr(tuning, n, value)
-            t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
-            err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
-            rows.append((*shape, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
-            print("  ", rows[-1], flush=True)
-    finally:
-        for n, value in zip(knobs, saved):
-            setattr(tuning, n, value)
+
+    def measure():
+        t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
+        err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
+        return f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"
+
+    rows = sweep_knobs(knobs, shapes, measure)
     rows.sort(key=lambda r: float(r[len(knobs)]))
     print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
     print(table(rows, [n.removeprefix("DECODE_").lower() for n in knobs] + ["ms", "KV GB/s", "err vs default"]))
