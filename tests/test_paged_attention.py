@@ -1,8 +1,9 @@
 """rudnn.paged_attention (SPEC §4) on every runtime: the worked case of the issue, random plans
 (ragged lengths, empty sequences, shared pages, page sizes 1/4/16, GQA ratios 1/4/8, large
 D and P) against the float64 reference, MLA, split == unsplit, the automatic split, append
-writing exactly its slots, PyTorch's SDPA on the dense cache; the plan/error rules are in
-test_paged_attention_errors.py."""
+writing exactly its slots, PyTorch's SDPA on the dense cache, each kernel forced on small odd
+plans (the decode kernels, the MLA kernels on the matrix primitive) and the launch choices;
+the plan/error rules are in test_paged_attention_errors.py."""
 import numpy as np
 import pytest
 
