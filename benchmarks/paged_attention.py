@@ -13,6 +13,8 @@ cuda (torch with CUDA): bf16, pages shuffled in the pool.
   GB/s counts the KV bytes each call must read once (the cache rows the queries see).
 cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's CPU sdpa on
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
+--mla-sweep (cuda): the MLA decode case over the launch shapes of the kernel tuning.py picks for it.
+--mla-only (cuda): the MLA decode case alone (for a profiler).
 --gqa-only (cuda): the GQA decode case alone (for a profiler). --kernel NAME: force a kernel for attention.
 --sweep (cuda): the GQA decode case over the launch shapes of the kernel tuning.py picks for it
 (decode_mma.py: planes, ring stages, split waves; decode_kernel.py: KV heads per cube, lanes per
@@ -28,7 +30,7 @@ import numpy as np
 
 import kerneldsl as kd
 from rudnn.paged_attention import DevicePlan, HostPlan, tuning
-from rudnn.paged_attention.problem import validate_attention
+from rudnn.paged_attention.problem import validate_attention, validate_mla
 
 from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
 
@@ -67,7 +69,7 @@ def row(name, shape, t, base, kv_bytes, err, extra=()):
 
 
 # ------------------------------------------------------------------ cuda
-def bench_cuda(rt, quick, reps, gqa_only=False):
+def bench_cuda(rt, quick, reps, gqa_only=False, mla_only=False):
     torch = torch_or_none()
     if torch is None or not torch.cuda.is_available():
         print("\ncuda runtime present but torch has no CUDA: skipping the GPU table")
@@ -95,6 +97,10 @@ def bench_cuda(rt, quick, reps, gqa_only=False):
         out = fn()
         rt.synchronize()
         return t, torch.from_dlpack(out).float()
+
+    if mla_only:  # one case: what a profiler run (ncu -k regex:mla) needs
+        bench_mla(torch, rng, quick, tt, ours_time)
+        return
 
     # GQA decode
     B, Hq, Hkv, L, D, page = (8, 32, 8, 1024, 128, 16) if quick else (64, 32, 8, 4096, 128, 16)
@@ -167,33 +173,109 @@ def bench_cuda(rt, quick, reps, gqa_only=False):
     print(table(rows, ["case", "shape", "ours ms", "sdpa dense (cuDNN) ms", "gather+sdpa ms", "x dense",
                        "x gather", "KV GB/s", "err", "of 3.4 TB/s"]))
 
-    # MLA decode
-    B, H, R, P, L, page = (4, 128, 512, 64, 1024, 64) if quick else (32, 128, 512, 64, 4096, 64)
-    host = decode_plan(rng, B, L, page)
-    lat = torch.randn(host.pages, page, 1, R, device=dev, dtype=bf)
-    kpe = torch.randn(host.pages, page, 1, P, device=dev, dtype=bf)
-    q = torch.randn(B, H, R, device=dev, dtype=bf)
-    qp = torch.randn(B, H, P, device=dev, dtype=bf)
-    idx = torch.from_numpy(dense_index(host, B)).to(dev)
-    lat_d = lat[idx].reshape(B, L, R).contiguous()
-    kv_d = torch.cat([lat_d, kpe[idx].reshape(B, L, P)], dim=2).contiguous()  # [B, L, R + P]
-    qcat = torch.cat([q, qp], dim=2)
-    scale = (128 + 64) ** -0.5
+    bench_mla(torch, rng, quick, tt, ours_time)
 
-    def unfused():
-        s = torch.bmm(qcat, kv_d.transpose(1, 2)) * scale
-        return torch.bmm(torch.softmax(s.float(), dim=-1).to(bf), lat_d)
 
-    want = unfused().float()
-    tq, tqp, tl, tkp = to_kd(q, qp, lat, kpe)
-    plan = DevicePlan.upload(host, tq)
-    t, got = ours_time(lambda: plan.mla(tq, tqp, tl, tkp, scale, True))
-    base = tt(unfused)
-    kv = B * L * (R + P) * 2
-    print(f"\nMLA decode (target: >= 2x unfused PyTorch)")
-    print(table([row("MLA decode", f"B{B} H{H} R{R} P{P} L{L} p{page}", t, (base,), kv,
-                     (got - want).abs().max().item())],
+def bench_mla(torch, rng, quick, tt, ours_time):
+    """The MLA decode row: ours (the kernel tuning.py picks) next to unfused PyTorch."""
+    case = MlaCase(torch, rng, quick)
+    want = case.unfused().float()
+    torch.cuda.synchronize()
+    t, got = ours_time(case.ours)
+    base = tt(case.unfused)
+    print(f"\nMLA decode (target: >= 2x unfused PyTorch; kernel {case.kernel})")
+    print(table([row("MLA decode", case.shape, t, (base,), case.kv, (got - want).abs().max().item())],
                 ["case", "shape", "ours ms", "unfused torch ms", "x unfused", "KV GB/s", "err"]))
+
+
+class MlaCase:
+    """The MLA decode case (B 32, 128 heads, R 512, P 64, L 4096, page 64; smaller with
+    --quick) on shuffled pages: our call, unfused PyTorch on the dense latent cache (bmm ->
+    softmax -> bmm), the KV bytes read once."""
+
+    def __init__(self, torch, rng, quick):
+        B, H, R, P, L, page = (4, 128, 512, 64, 1024, 64) if quick else (32, 128, 512, 64, 4096, 64)
+        dev, bf = "cuda", torch.bfloat16
+        host = decode_plan(rng, B, L, page)
+        lat = torch.randn(host.pages, page, 1, R, device=dev, dtype=bf)
+        kpe = torch.randn(host.pages, page, 1, P, device=dev, dtype=bf)
+        q = torch.randn(B, H, R, device=dev, dtype=bf)
+        qp = torch.randn(B, H, P, device=dev, dtype=bf)
+        idx = torch.from_numpy(dense_index(host, B)).to(dev)
+        self.lat_d = lat[idx].reshape(B, L, R).contiguous()
+        self.kv_d = torch.cat([self.lat_d, kpe[idx].reshape(B, L, P)], dim=2).contiguous()  # [B, L, R + P]
+        self.qcat = torch.cat([q, qp], dim=2)
+        self.scale = (128 + 64) ** -0.5
+        self.torch = torch
+        torch.cuda.synchronize()  # kerneldsl runs on its own stream: inputs must be ready
+        self.args = [kd.from_dlpack(x) for x in (q, qp, lat, kpe)]
+        self.plan = DevicePlan.upload(host, self.args[0])
+        self.shape = f"B{B} H{H} R{R} P{P} L{L} p{page}"
+        self.kv = B * L * (R + P) * 2
+        self.kernel = tuning.kernel_for(validate_mla(self.plan, *self.args, self.scale, True))
+
+    def ours(self):
+        return self.plan.mla(*self.args, self.scale, True)
+
+    def unfused(self):
+        torch = self.torch
+        s = torch.bmm(self.qcat, self.kv_d.transpose(1, 2)) * self.scale
+        return torch.bmm(torch.softmax(s.float(), dim=-1).to(torch.bfloat16), self.lat_d)
+
+
+def sweep_knobs(knobs, shapes, measure) -> list:
+    """Rows (*shape, *measure()) with tuning's `knobs` set to each shape in turn (restored
+    afterwards), printed as they come; a shape that fails to compile or launch (registers,
+    shared memory) is a printed line, not the end of the sweep."""
+    saved = [getattr(tuning, n) for n in knobs]
+    rows = []
+    try:
+        for shape in shapes:
+            for n, value in zip(knobs, shape):
+                setattr(tuning, n, value)
+            try:
+                rows.append((*shape, *measure()))
+            except Exception as e:  # noqa: BLE001 - reported, and the sweep goes on
+                print("  ", shape, f"failed: {str(e).splitlines()[0][:120]}", flush=True)
+                continue
+            print("  ", rows[-1], flush=True)
+    finally:
+        for n, value in zip(knobs, saved):
+            setattr(tuning, n, value)
+    return rows
+
+
+def sweep_mla(rt, quick, reps):
+    """The MLA decode case on the kernel tuning.py picks for it over its launch shapes
+    (mla_group.py: R slices at least and at most, tokens per step, ring stages, split waves;
+    mla_mma.py: head groups, R parts, tiles per step, ring stages, split waves): device time,
+    KV GB/s, and the error against the unfused PyTorch result."""
+    torch = torch_or_none()
+    if torch is None or not torch.cuda.is_available():
+        print("\ncuda runtime present but torch has no CUDA: no sweep")
+        return
+    case = MlaCase(torch, np.random.default_rng(0), quick)
+    want = case.unfused().float()
+    base = median_torch_cuda_time(torch, case.unfused, reps)
+    if case.kernel == "mla_group":
+        knobs = ("MLA_GROUP_MIN_GROUPS", "MLA_GROUP_MAX_GROUPS", "MLA_GROUP_TOKENS", "MLA_GROUP_STAGES",
+                 "MLA_GROUP_WAVES")
+        shapes = [(1, 2, 16, 4, 1), (4, 4, 16, 4, 1), (4, 4, 16, 3, 1), (4, 4, 32, 3, 1), (1, 2, 16, 6, 1),
+                  (4, 4, 16, 4, 2), (1, 2, 32, 3, 1)]
+    else:
+        knobs = ("MLA_HEAD_GROUPS", "MLA_R_PARTS", "MLA_TILES", "MLA_STAGES", "MLA_WAVES")
+        shapes = [(2, 4, 2, 3, 2), (2, 4, 1, 3, 1), (2, 4, 1, 4, 2), (2, 4, 2, 2, 2), (1, 4, 1, 4, 4), (4, 4, 1, 2, 2)]
+
+    def measure():
+        t = median_device_time(rt, case.ours, reps)
+        err = (torch.from_dlpack(case.ours()).float() - want).abs().max().item()
+        return f"{t * 1e3:.3f}", f"{base / t:.2f}", f"{case.kv / t / 1e9:.0f}", f"{err:.1e}"
+
+    rows = sweep_knobs(knobs, shapes, measure)
+    rows.sort(key=lambda r: float(r[len(knobs)]))
+    print(f"\nMLA kernel sweep ({case.kernel}): {case.shape} bf16, unfused torch {base * 1e3:.3f} ms, "
+          f"medians of {reps}")
+    print(table(rows, [n.removeprefix("MLA_").lower() for n in knobs] + ["ms", "x unfused", "KV GB/s", "err"]))
 
 
 def sweep_decode(rt, quick, reps):
@@ -226,19 +308,13 @@ def sweep_decode(rt, quick, reps):
         shapes = [(1, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 2), (8, 16, 16, 2, 8, 3), (8, 16, 16, 2, 8, 4),
                   (8, 8, 16, 4, 8, 2), (8, 16, 16, 4, 8, 2), (8, 16, 16, 1, 8, 2), (8, 32, 8, 4, 8, 2),
                   (8, 32, 8, 4, 8, 3), (8, 16, 16, 2, 16, 2), (2, 16, 16, 2, 8, 2), (4, 16, 16, 2, 8, 2)]
-    saved = [getattr(tuning, n) for n in knobs]
-    rows = []
-    try:
-        for shape in shapes:
-            for n, value in zip(knobs, shape):
-                setattr(tuning, n, value)
-            t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
-            err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
-            rows.append((*shape, f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"))
-            print("  ", rows[-1], flush=True)
-    finally:
-        for n, value in zip(knobs, saved):
-            setattr(tuning, n, value)
+
+    def measure():
+        t = median_device_time(rt, lambda: plan.attention(tq, tk, tv, scale, True), reps)
+        err = float(np.abs(plan.attention(tq, tk, tv, scale, True).numpy().astype(np.float32) - ref).max())
+        return f"{t * 1e3:.3f}", f"{kv / t / 1e9:.0f}", f"{err:.1e}"
+
+    rows = sweep_knobs(knobs, shapes, measure)
     rows.sort(key=lambda r: float(r[len(knobs)]))
     print(f"\ndecode kernel sweep: B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} p{page} bf16, medians of {reps}")
     print(table(rows, [n.removeprefix("DECODE_").lower() for n in knobs] + ["ms", "KV GB/s", "err vs default"]))
@@ -285,6 +361,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small shapes: a quick check that everything runs")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--sweep", action="store_true", help="cuda: the decode kernel over launch shapes")
+    ap.add_argument("--mla-sweep", action="store_true", help="cuda: the MLA decode kernel over launch shapes")
+    ap.add_argument("--mla-only", action="store_true", help="cuda: only the MLA decode case (for profiling)")
     ap.add_argument("--gqa-only", action="store_true", help="cuda: only the GQA decode case (for profiling)")
     ap.add_argument("--kernel", choices=("decode_mma", "decode", "general"), default=None,
                     help="force this kernel for attention (default: tuning.kernel_for's choice)")
@@ -298,10 +376,12 @@ def main(argv=None):
     for name in names:
         if name.split(":")[0] not in avail:
             print(f"{name}: not available here ({avail})")
+        elif name.startswith("cuda") and args.mla_sweep:
+            sweep_mla(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda") and args.sweep:
             sweep_decode(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda"):
-            bench_cuda(kd.runtime(name), args.quick, args.reps, args.gqa_only)
+            bench_cuda(kd.runtime(name), args.quick, args.reps, args.gqa_only, args.mla_only)
         elif name.startswith("cpu"):
             bench_cpu(kd.runtime(name), args.quick, args.reps)
         else:

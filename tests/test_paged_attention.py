@@ -1,8 +1,9 @@
 """rudnn.paged_attention (SPEC §4) on every runtime: the worked case of the issue, random plans
 (ragged lengths, empty sequences, shared pages, page sizes 1/4/16, GQA ratios 1/4/8, large
 D and P) against the float64 reference, MLA, split == unsplit, the automatic split, append
-writing exactly its slots, PyTorch's SDPA on the dense cache; the plan/error rules are in
-test_paged_attention_errors.py."""
+writing exactly its slots, PyTorch's SDPA on the dense cache, each kernel forced on small odd
+plans (the decode kernels, the MLA kernels on the matrix primitive) and the launch choices;
+the plan/error rules are in test_paged_attention_errors.py."""
 import numpy as np
 import pytest
 
@@ -407,3 +408,103 @@ def test_kernel_choice(runtime):
     lat = runtime.zeros((2, 4, 1, 64))
     m = validate_mla(plan, q, runtime.zeros((1, 8, 8)), lat, runtime.zeros((2, 4, 1, 8)), 1.0, True)
     assert tuning.kernel_for(m) != "decode"
+
+
+# ---------------------------------------------------------------------------- MLA on the matrix primitive, forced
+# (heads, R, P, dtype, page size, head groups, tiles per step): two head chunks (the second partial)
+# and two tiles a step, one chunk with 11 rows past the heads, R of three tiles (three R parts),
+# page sizes 1/4/16/64
+MLA_MMA_CASES = [(20, 64, 8, "f16", 1, 1, 2), (5, 32, 16, "bf16", 4, 1, 1), (24, 48, 24, "bf16", 16, 2, 1),
+                 (3, 16, 64, "f16", 64, 1, 1)]
+MLA_EMULATED_SKIP = ("the matrix primitive is emulated here and tuning picks {} only where it is native: its first "
+                     "case runs on emulating runtimes whose units are threads (compile time: 5-20 s a case), every "
+                     "case where the primitive is native")
+
+
+def emulated_skip(runtime, case, cases, kernel):
+    """Skip all but the first case where the matrix primitive is emulated, and that one too
+    where units are SIMD lanes (the cpu runtime: the slowest to compile)."""
+    caps = runtime.capabilities
+    if not caps.mma_native and (case != cases[0] or caps.units_are_simd_lanes):
+        pytest.skip(MLA_EMULATED_SKIP.format(kernel))
+
+
+@pytest.mark.parametrize("h,r,p,dtype,page_size,groups,tiles", MLA_MMA_CASES)
+def test_mla_mma_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, groups, tiles):
+    """mla_mma.py (tensor cores on CUDA, the emulation elsewhere): see check_forced_mla."""
+    emulated_skip(runtime, (h, r, p, dtype, page_size, groups, tiles), MLA_MMA_CASES, "mla_mma.py")
+    monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_mma")
+    monkeypatch.setattr(tuning, "MLA_HEAD_GROUPS", groups)
+    monkeypatch.setattr(tuning, "MLA_TILES", tiles)
+    check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
+
+
+def check_forced_mla(runtime, rng, h, r, p, dtype, page_size):
+    """The MLA kernel tuning.kernel_for is patched to give, on a random plan of `page_size`
+    (ragged lengths, an empty sequence, prefill rows), causal or not, unsplit and over a
+    workspace of 3 splits (some empty), against the float64 reference."""
+    plan = random_plan(rng, page_size, max_len=50, prefill=3)
+    Q = len(plan["positions"])
+    (q, qp, lat, kp), (tq, tqp, tlat, tkp) = tensors(runtime, rng, dtype, (Q, h, r), (Q, h, p),
+                                                     (plan["pages"], page_size, 1, r), (plan["pages"], page_size, 1, p))
+    dev = upload(plan, tq)
+    for causal in (True, False):
+        expected = ref.paged_mla(plan, q, qp, lat, kp, 0.2, causal)
+        assert_matches(dev.mla(tq, tqp, tlat, tkp, 0.2, causal), expected, dtype)
+        ws = SplitWorkspace(tq, Q, h, r, 3)
+        assert_matches(dev.mla_with_workspace(tq, tqp, tlat, tkp, 0.2, causal, ws), expected, dtype)
+
+
+# (heads, R, P, dtype, page size, R slices at least, ring stages): two head chunks (the second
+# partial), two R slices (and score partials), a four-slot ring; one chunk with 59 rows past the
+# heads; page sizes 1/4/16/64
+MLA_GROUP_CASES = [(70, 64, 8, "bf16", 4, 2, 4), (5, 64, 16, "bf16", 1, 1, 3), (40, 64, 24, "f16", 64, 2, 3),
+                   (3, 128, 64, "f16", 16, 2, 4)]
+
+
+@pytest.mark.parametrize("h,r,p,dtype,page_size,groups,stages", MLA_GROUP_CASES)
+def test_mla_group_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, groups, stages):
+    """mla_group.py (wgmma on the H200, mma.sync on other CUDA devices, the emulation
+    elsewhere): see check_forced_mla."""
+    emulated_skip(runtime, (h, r, p, dtype, page_size, groups, stages), MLA_GROUP_CASES, "mla_group.py")
+    monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_group")
+    monkeypatch.setattr(tuning, "MLA_GROUP_MIN_GROUPS", groups)
+    monkeypatch.setattr(tuning, "MLA_GROUP_STAGES", stages)
+    check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
+
+
+def test_mla_launch_choice(runtime):
+    """MLA in f16/bf16 with R and P whole 16-byte chunks has launch shapes on the matrix
+    primitive (mla_mma.py: R parts dividing R's tiles of 16; mla_group.py: R in the fewest
+    slices of <= 256 columns, at most two, whole planes wide where the primitive is
+    emulated); it runs on mla_group.py where group products are native, else on mla_mma.py
+    where the matrix primitive is; f32, odd widths and the rest go to the general kernel."""
+    plan = upload(dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0], positions=[4]),
+                  runtime.zeros((1, 1)))
+    caps = runtime.capabilities
+    from rudnn.paged_attention.problem import validate_mla
+    for dtype, h, r, p, parts, groups in (("bf16", 128, 512, 64, 4, 2), ("f16", 8, 48, 8, 3, 1),
+                                          ("bf16", 70, 1024, 16, 4, None), ("f32", 8, 64, 16, None, None),
+                                          ("bf16", 8, 64, 12, None, None), ("bf16", 8, 20, 16, None, None)):
+        m = validate_mla(plan, runtime.zeros((1, h, r), dtype), runtime.zeros((1, h, p), dtype),
+                         runtime.zeros((2, 4, 1, r), dtype), runtime.zeros((2, 4, 1, p), dtype), 1.0, True)
+        lay = tuning.mla_mma_launch(m)
+        assert (lay is None) == (parts is None)
+        if lay is not None:
+            assert lay.r_parts == min(parts, caps.max_cube_units // caps.plane_dim)
+            assert lay.chunks == -(-h // (16 * lay.head_groups))
+            assert tuning.mla_shared_bytes(m, lay.head_groups, lay.r_parts, lay.tiles, lay.stages) \
+                <= caps.max_shared_bytes
+        if groups is not None and not caps.mma_native and (r // groups) % caps.plane_dim:
+            groups = None
+        group = tuning.mla_group_launch(m)
+        assert (group and group.groups) == groups
+        if group is not None:
+            assert group.chunks == -(-h // 64)
+            assert tuning.mla_group_shared_bytes(m, group.groups, group.tokens, group.stages) <= caps.max_shared_bytes
+        want = "general"
+        if caps.group_mma_native and group is not None:
+            want = "mla_group"
+        elif caps.mma_native and lay is not None:
+            want = "mla_mma"
+        assert tuning.kernel_for(m) == want

@@ -12,14 +12,19 @@ from .decode_kernel import decode_kernel
 from .decode_mma import decode_mma_kernel
 from .host_plan import HostPlan
 from .merge_kernel import merge_kernel
+from .mla_group import mla_group_kernel
+from .mla_mma import mla_mma_kernel
 from .paged_kernel import paged_kernel
 from .problem import (CHECKS, Problem, validate_append, validate_attention, validate_mla,
                       validate_workspace)
 from . import tuning
 from .scores import LOG2E
-from .tuning import auto_splits, decode_launch, decode_splits, launch, mma_decode_launch
+from .tuning import (auto_splits, decode_launch, decode_splits, launch, mla_group_launch, mla_mma_launch,
+                     mma_decode_launch)
 from .workspace import SplitWorkspace
 
+LAUNCHES = {"decode": decode_launch, "decode_mma": mma_decode_launch, "mla_mma": mla_mma_launch,
+            "mla_group": mla_group_launch}  # the launch shape of each kernel but the general one
 APPEND_UNITS = 128
 MERGE_UNITS = 64
 
@@ -80,7 +85,7 @@ class DevicePlan:
         if p.queries == 0:
             return out
         kind = tuning.kernel_for(p)  # looked up at call time: tests force each kernel
-        lay = {"decode": decode_launch, "decode_mma": mma_decode_launch}.get(kind, launch)(p)
+        lay = LAUNCHES.get(kind, launch)(p)
         if workspace is None:
             if p.causal not in self._longest:
                 self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
@@ -88,7 +93,9 @@ class DevicePlan:
             if kind == "general":
                 splits = auto_splits(p, lay, longest)
             else:
-                splits = decode_splits(p, lay, longest, tuning.DECODE_MMA_WAVES if kind == "decode_mma" else None)
+                waves = {"decode_mma": tuning.DECODE_MMA_WAVES, "mla_mma": tuning.MLA_WAVES,
+                         "mla_group": tuning.MLA_GROUP_WAVES}.get(kind)
+                splits = decode_splits(p, lay, longest, waves)
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
         splits = 1 if workspace is None else workspace.splits
@@ -98,6 +105,14 @@ class DevicePlan:
             decode_mma_kernel[lay.grid(p, splits), lay.units(p)](
                 p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
                 p.k.shape[1], lay.stages, workspace is not None)
+        elif kind == "mla_group":
+            mla_group_kernel[lay.grid(p, splits), lay.units(p)](
+                p.q, p.qp, p.k, p.kp, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.Dv, p.P,
+                lay.tokens, p.k.shape[1], lay.stages, workspace is not None)
+        elif kind == "mla_mma":
+            mla_mma_kernel[lay.grid(p, splits), lay.units(p)](
+                p.q, p.qp, p.k, p.kp, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.Dv, p.P,
+                lay.head_groups, lay.tiles, p.k.shape[1], lay.stages, workspace is not None)
         elif kind == "decode":
             decode_kernel[lay.grid(p, splits), lay.units(p)](
                 p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,

@@ -1,9 +1,11 @@
 """Which kernel runs a paged-attention call and its launch shape, from the problem and
 `runtime.capabilities` only. Attention (P = 0) in f16/bf16 with rows of whole 16-byte chunks
 runs decode_mma.py (the matrix primitive, K/V through async-copy rings) where the matrix
-primitive is native; other attention where units are hardware threads runs the decode
-kernel (decode_kernel.py: lane groups, registers, coalesced rows); the general
-kernel (paged_kernel.py) serves MLA and devices whose units are vector lanes, with units
+primitive is native; MLA in f16/bf16 with R and P whole 16-byte chunks runs mla_group.py
+(group products, 64 heads a cube) where group products are native, else mla_mma.py
+(plane-owned products) where the matrix primitive is; other attention where units are
+hardware threads runs the decode kernel (decode_kernel.py: lane groups, registers,
+coalesced rows); the general kernel (paged_kernel.py) serves the rest, with units
 per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
 the shared memory) and heads per K/V load (GC). Long rows split when too few cubes run."""
 from __future__ import annotations
@@ -218,11 +220,135 @@ def mma_stages(p: Problem, planes: int, heads: int, chunks: int) -> int:
     return DECODE_MMA_DEFAULT_STAGES
 
 
+# ---------------------------------------------------------------- MLA decode on the matrix primitive
+MLA_HEAD_GROUPS = 2   # groups of 16 query heads per cube (planes along the heads)
+MLA_R_PARTS = 4       # slices of R per head group (planes along the latent)
+MLA_TILES = 2         # tiles of 16 tokens per step
+MLA_STAGES = 3        # ring slots (copies run STAGES - 1 steps ahead)
+MLA_WAVES = 2         # automatic splits: cubes per compute unit at most
+
+
+@dataclass(frozen=True)
+class MlaLaunch:
+    head_groups: int  # HG
+    r_parts: int      # RP
+    tiles: int        # NT
+    stages: int
+    chunks: int       # head chunks of 16·HG per query row
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries * self.chunks, 1, splits)
+
+    def units(self, p: Problem) -> int:
+        return self.head_groups * self.r_parts * p.runtime.capabilities.plane_dim
+
+
+def mla_shared_bytes(p: Problem, groups: int, parts: int, tiles: int, stages: int) -> int:
+    """Shared memory of mla_mma.py: the ring and query rows ([latent | kp] padded to the
+    planes' contraction slices, plus 16 bytes), the partial scores."""
+    rw = -(-p.Dv // 16) * 16
+    width = -(-(rw // 16 + -(-p.P // 16)) // parts) * parts * 16 + 8
+    return p.dtype.itemsize * width * (stages * 16 * tiles + 16 * groups) + 4 * groups * parts * tiles * 16 * 20
+
+
+def mla_mma_launch(p: Problem) -> MlaLaunch | None:
+    """mla_mma.py's shape for MLA problem p, or None where the matrix primitive does not take
+    its dtype or rows are not whole 16-byte chunks (R, P, alignment). R parts: the most, up to
+    MLA_R_PARTS, that divide R's tiles of 16; head groups: up to MLA_HEAD_GROUPS, no more than
+    the heads need and the cube holds."""
+    caps = p.runtime.capabilities
+    if (p.P == 0 or p.dtype not in caps.mma_dtypes or (16, 16, 16) not in caps.mma_shapes or p.dtype.itemsize != 2
+            or p.Dv % 8 or p.P % 8 or not all(aligned(t, 8) for t in (p.q, p.qp, p.k, p.kp))):
+        return None
+    most = caps.max_cube_units // caps.plane_dim
+    tiles_r = -(-p.Dv // 16)
+    parts = max(d for d in range(1, min(MLA_R_PARTS, most) + 1) if tiles_r % d == 0)
+    groups = max(1, min(MLA_HEAD_GROUPS, -(-p.Hq // 16), most // parts))
+    tiles, stages = max(1, MLA_TILES), max(2, MLA_STAGES)
+    while mla_shared_bytes(p, groups, parts, tiles, stages) > caps.max_shared_bytes:
+        if stages > 2:
+            stages -= 1
+        elif tiles > 1:
+            tiles -= 1
+        elif groups > 1:
+            groups -= 1
+        else:
+            return None
+    return MlaLaunch(groups, parts, tiles, stages, -(-p.Hq // (16 * groups)))
+
+
+# ---------------------------------------------------------------- MLA decode on group products
+MLA_GROUP_TOKENS = 16      # tokens per step (N; 32 spills registers on sm_90: measured 0.267 against 0.229 ms)
+MLA_GROUP_STAGES = 4       # ring slots (at least 3: tile j + 1 lands while S_j+1 and P_j·V_j read two)
+MLA_GROUP_MIN_GROUPS = 1   # groups (R slices of at most 256 columns) a cube has at least ...
+MLA_GROUP_MAX_GROUPS = 2   # ... and at most
+MLA_GROUP_WAVES = 1        # automatic splits: cubes per compute unit at most
+GROUP_ROWS = 64            # query heads per cube
+
+
+@dataclass(frozen=True)
+class MlaGroupLaunch:
+    groups: int   # NG: R slices (and contraction slices), 4 planes each
+    tokens: int   # N
+    stages: int
+    chunks: int   # head chunks of 64 per query row
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries * self.chunks, 1, splits)
+
+    def units(self, p: Problem) -> int:
+        return 4 * self.groups * p.runtime.capabilities.plane_dim
+
+
+def mla_group_shared_bytes(p: Problem, groups: int, tokens: int, stages: int) -> int:
+    """Shared memory of mla_group.py: Q and the ring ([latent | kp] rows padded to the groups'
+    contraction slices), the partial scores."""
+    rw = -(-p.Dv // 16) * 16
+    width = -(-(rw // 16 + -(-p.P // 16)) // groups) * groups * 16
+    return p.dtype.itemsize * width * (GROUP_ROWS + stages * tokens) + 4 * groups * (GROUP_ROWS + 4) * tokens
+
+
+def mla_group_launch(p: Problem) -> MlaGroupLaunch | None:
+    """mla_group.py's shape for MLA problem p, or None where mla_mma_launch finds no shape,
+    R needs more than MLA_GROUP_MAX_GROUPS slices of at most 256 columns (the fewest from
+    MLA_GROUP_MIN_GROUPS on that divide R's tiles of 16), shared memory does not hold Q and
+    three slots, or (where the primitive is emulated) a slice is not whole planes wide (the emulation's row slots then
+    differ between S and O; steps are rounded up to whole planes there)."""
+    if mla_mma_launch(p) is None:
+        return None
+    caps = p.runtime.capabilities
+    tiles_r = -(-p.Dv // 16)
+    groups = next((g for g in range(MLA_GROUP_MIN_GROUPS, MLA_GROUP_MAX_GROUPS + 1)
+                   if tiles_r % g == 0 and 16 * tiles_r // g <= 256), None)
+    if groups is None or 4 * groups * caps.plane_dim > caps.max_cube_units:
+        return None
+    pd = caps.plane_dim
+    tokens, stages = MLA_GROUP_TOKENS, max(3, MLA_GROUP_STAGES)
+    if not caps.mma_native:  # the emulation's row slots need steps of whole planes
+        tokens = -(-tokens // pd) * pd
+    while mla_group_shared_bytes(p, groups, tokens, stages) > caps.max_shared_bytes:
+        if stages > 3:
+            stages -= 1
+        elif tokens > 16:
+            tokens -= 16
+        else:
+            return None
+    if not caps.mma_native and (tokens % pd or 16 * tiles_r // groups % pd):
+        return None
+    return MlaGroupLaunch(groups, tokens, stages, -(-p.Hq // GROUP_ROWS))
+
+
 def kernel_for(p: Problem) -> str:
     """'decode_mma' (decode_mma.py) for attention where the matrix primitive runs on hardware
-    and the launch fits; 'decode' (decode_kernel.py) where units are hardware threads and its
-    launch fits; else 'general' (paged_kernel.py)."""
+    and the launch fits; for MLA 'mla_group' (mla_group.py) where group products do and its
+    launch fits, else 'mla_mma' (mla_mma.py) on decode_mma's terms; 'decode'
+    (decode_kernel.py) for attention where units are hardware threads and its launch fits;
+    else 'general' (paged_kernel.py)."""
     caps = p.runtime.capabilities
+    if p.P > 0 and caps.group_mma_native and mla_group_launch(p) is not None:
+        return "mla_group"
+    if p.P > 0 and caps.mma_native and mla_mma_launch(p) is not None:
+        return "mla_mma"
     if p.P == 0 and caps.mma_native and mma_decode_launch(p) is not None:
         return "decode_mma"
     if p.P == 0 and not caps.units_are_simd_lanes and decode_launch(p) is not None:

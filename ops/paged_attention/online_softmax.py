@@ -1,0 +1,91 @@
+"""The online softmax of the MLA kernels (mla_mma.py, mla_group.py) on accumulator fragments:
+logits in log2 units, a running (max, sum) per row slot of the fragment layout, the max
+moved lazily (only when a row's grows by more than TAU, so P <= 2^TAU between rescales),
+P = exp2(S - m) in place."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from ..attention.flash_regs import row_combine
+from .decode_kernel import rescale
+from .decode_mma import TAU
+
+
+@kd.func
+def fresh_state(ref):
+    """(max, sum) per row slot of fragment ref's layout before any token: (-inf, 0)."""
+    m = ()
+    l = ()
+    for sl in kd.unroll(kd.fragment_row_slots(ref)):
+        m = m + (-kd.inf,)
+        l = l + (kd.f32(0),)
+    return m, l
+
+
+@kd.func
+def lazy_max(frags, ref, m, l):
+    """The new running (max, sum) and the factor of the old sums and outputs, per row slot,
+    after the scores in `frags` (a tuple of fragments laid out as ref): the row maxima over
+    the lanes holding each row; only if some row's grows by more than TAU on this plane
+    (`moved`, returned first) the max moves (factor 1 otherwise)."""
+    NS = kd.fragment_row_slots(ref)
+    NE = kd.fragment_len(ref)
+    grow = False
+    mts = ()
+    for sl in kd.unroll(NS):
+        mx = -kd.inf
+        for t in kd.unroll(len(frags)):
+            for e in kd.unroll(NE):
+                if kd.fragment_row_slot(ref, e) == sl:
+                    mx = kd.max(mx, kd.fragment_get(frags[t], e))
+        mx = row_combine(mx, ref, True)
+        mts = mts + (mx,)
+        grow = grow | (mx > m[sl] + TAU)
+    moved = kd.plane_any(grow)
+    m2 = ()
+    l2 = ()
+    alpha = ()
+    for sl in kd.unroll(NS):
+        mn = kd.select(moved, kd.max(m[sl], mts[sl]), m[sl])
+        a = kd.select(moved, rescale(m[sl], mn), kd.f32(1))
+        alpha = alpha + (a,)
+        m2 = m2 + (mn,)
+        l2 = l2 + (l[sl] * a,)
+    return moved, alpha, m2, l2
+
+
+@kd.func
+def scale_rows(frags, alpha):
+    """Every element of the fragments in `frags` times its row slot's factor."""
+    for t in kd.unroll(len(frags)):
+        for e in kd.unroll(kd.fragment_len(frags[t])):
+            kd.fragment_set(frags[t], e, kd.fragment_get(frags[t], e) * alpha[kd.fragment_row_slot(frags[t], e)])
+
+
+@kd.func
+def exp_rows(frags, ref, m, l):
+    """P = exp2(S - m) in place in the fragments of `frags` (laid out as ref; a row with no
+    visible token yet, m = -inf, gives P = 0); returns the sums l plus this lane's part of
+    each row's P."""
+    NE = kd.fragment_len(ref)
+    l2 = ()
+    for sl in kd.unroll(kd.fragment_row_slots(ref)):
+        mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])
+        tot = l[sl]
+        for t in kd.unroll(len(frags)):
+            for e in kd.unroll(NE):
+                if kd.fragment_row_slot(ref, e) == sl:
+                    p = kd.exp2_fast(kd.fragment_get(frags[t], e) - mu)
+                    kd.fragment_set(frags[t], e, p)
+                    tot = tot + p
+        l2 = l2 + (tot,)
+    return l2
+
+
+@kd.func
+def row_sums(l, ref):
+    """The running sums over the lanes holding each row."""
+    lt = ()
+    for sl in kd.unroll(kd.fragment_row_slots(ref)):
+        lt = lt + (row_combine(l[sl], ref, False),)
+    return lt
