@@ -32,6 +32,19 @@ def issue_stage(sa, sb, a, b, full, slot, tile, m0, n0, BN, BK):
 
 
 @kd.func
+def issue_next(sa, sb, a, b, full, slot, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP):
+    """Unit 0: copy the stream's next step (k tile pk of tile ptile, at (pm0, pn0)) into
+    stage `slot`; returns the position after it."""
+    issue_stage(sa, sb, a, b, full, slot, pk, pm0, pn0, BN, BK)
+    pk += 1
+    if pk == a.shape[1] // BK:
+        pk = 0
+        ptile += 1
+        pm0, pn0 = tile_origin(ptile, M, N, BN, GROUP)
+    return pk, ptile, pm0, pn0
+
+
+@kd.func
 def tile_origin(i, M, N, BN, GROUP):
     """(first row, first column) of this cube's i-th tile: tiles pid, pid + cubes, ... in the
     grouped order."""
@@ -71,12 +84,7 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
     if u == 0:
         for s in kd.unroll(S):
             if s < total:
-                issue_stage(sa, sb, a, b, full, s, pk, pm0, pn0, BN, BK)
-                pk += 1
-                if pk == KT:
-                    pk = 0
-                    ptile += 1
-                    pm0, pn0 = tile_origin(ptile, M, N, BN, GROUP)
+                pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, s, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP)
     acc = kd.group_fragment_acc(64, BN)
     kd.fill_fragment(acc, 0.0)
     # ring positions kept as counters, never divided: a division or remainder of a possibly
@@ -104,12 +112,8 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
             if j >= LAG and j - LAG + S < total:
                 kd.barrier_wait(empty, refill, rphase)
                 if u == 0:
-                    issue_stage(sa, sb, a, b, full, refill, pk, pm0, pn0, BN, BK)
-                    pk += 1
-                    if pk == KT:
-                        pk = 0
-                        ptile += 1
-                        pm0, pn0 = tile_origin(ptile, M, N, BN, GROUP)
+                    pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, refill, pk, ptile, pm0, pn0, M, N, BN, BK,
+                                                     GROUP)
                 refill += 1
                 if refill == S:
                     refill = 0
