@@ -39,6 +39,8 @@ STATEMENTS = {
     ir.BarrierArrive: "s_needs_bulk_copy",  # Capabilities.bulk_copy is off; CUDA overrides these
     ir.BarrierWait: "s_needs_bulk_copy",
     ir.BulkCopy: "s_needs_bulk_copy",
+    ir.Role: "s_role",
+    ir.PhaseCheck: "s_phase_check",  # only where Capabilities.interpreted (emulated waits inside roles)
 }
 EXPRESSIONS = {
     ir.Const: "e_const",
@@ -93,6 +95,11 @@ class SharedHandlers:
             f"{self.dialect} renderer: {type(s).__name__} reaches a renderer only where Capabilities.async_copy "
             f"is set (the front end lowers kd.async_copy to a plain copy elsewhere)", s.loc)
 
+
+    def s_phase_check(self, s):
+        raise UnsupportedFeatureError(
+            f"{self.dialect} renderer: PhaseCheck reaches a renderer only where Capabilities.interpreted is set "
+            f"(the front end emits it for kd.barrier_wait inside an emulated kd.role there)", s.loc)
 
     def s_needs_bulk_copy(self, s):
         raise UnsupportedFeatureError(

@@ -127,6 +127,92 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
         kd.fill_fragment(acc, 0.0)
 
 
+PRODUCER_REGISTERS = 40  # the copy-issuing group keeps few registers ...
+CONSUMER_REGISTERS = 232  # ... so that the multiplying groups' accumulators fit (3 x 128 units a cube)
+
+
+@kd.kernel
+def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BN: kd.Const[int],
+               BK: kd.Const[int], S: kd.Const[int], GROUP: kd.Const[int]):
+    """c = a @ b as gemm_bulk computes it, with the work split by role: group GROUPS (the
+    producer) only issues bulk copies, refilling each stage as soon as both consumer groups
+    are through with it; groups 0 .. GROUPS-1 only wait, multiply and write their tiles out.
+    The stream of k steps is walked by both roles in the same loop: natively they run
+    apart, ordered by the barriers alone; where roles are emulated they take turns in
+    program order, which the producer's one-step lag makes a valid order."""
+    kd.static_assert(kd.cube_units() == (GROUPS + 1) * 4 * kd.PLANE_DIM,
+                     "launch three groups (12 planes) a cube: two consumers and a producer")
+    M = a.shape[0]
+    N = b.shape[1]
+    KT = a.shape[1] // BK
+    cubes = kd.cube_count_x()
+    mine = ((M // BM) * (N // BN) - kd.cube_pos_x() + cubes - 1) // cubes  # tiles of this cube
+    total = mine * KT  # k steps in its stream
+    sa = kd.shared(kd.bf16, S * BM * BK)
+    sb = kd.shared(kd.bf16, S * BK * BN)
+    full = kd.arrival_barriers(S)
+    empty = kd.arrival_barriers(S)
+    u = kd.unit_pos_x()
+    issuer = u == GROUPS * 4 * kd.PLANE_DIM  # the producer group's first unit
+    g = kd.plane_pos() // 4
+    if u == 0:
+        for s in kd.unroll(S):
+            kd.barrier_init(full, s, 1)
+            kd.barrier_init(empty, s, GROUPS * 4)  # one arrival a consumer plane
+    kd.sync_cube()
+    acc = kd.group_fragment_acc(64, BN)
+    # the producer's copy position in the stream: k tile pk of its tile ptile, at (pm0, pn0)
+    pk = 0
+    ptile = 0
+    pm0, pn0 = tile_origin(0, M, N, BN, GROUP)
+    refill = 0  # the producer's next stage to refill, and the parity of its `empty` phase
+    rphase = 0
+    slot = 0  # the consumers' stage of this step, the parity of its `full` phase, last step's stage
+    phase = 0
+    last = 0
+    with kd.role(GROUPS, 1, registers=PRODUCER_REGISTERS):
+        if issuer:
+            for s in kd.unroll(S):
+                if s < total:
+                    pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, s, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP)
+    with kd.role(0, GROUPS, registers=CONSUMER_REGISTERS):
+        kd.fill_fragment(acc, 0.0)
+    j = 0  # the step of the stream
+    for t in range(mine):
+        for kt in range(KT):
+            with kd.role(0, GROUPS):
+                kd.barrier_wait(full, slot, phase)
+                kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK),
+                             kd.shared_tile(sb, slot * (BK * BN), BK, BN))
+                kd.group_wait(1)  # the product of step j - 1 is done: its stage is free for this plane
+                if j >= 1 and kd.lane_pos() == 0:
+                    kd.barrier_arrive(empty, last)
+                last = slot
+                slot += 1
+                if slot == S:
+                    slot = 0
+                    phase ^= 1
+            with kd.role(GROUPS, 1):
+                # refill the stage step j - 1 read with step j - 1 + S, once both groups are through
+                if issuer and j >= 1 and j - 1 + S < total:
+                    kd.barrier_wait(empty, refill, rphase)
+                    pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, refill, pk, ptile, pm0, pn0, M, N, BN, BK,
+                                                     GROUP)
+                    refill += 1
+                    if refill == S:
+                        refill = 0
+                        rphase ^= 1
+            j += 1
+        with kd.role(0, GROUPS):
+            # the tile's products are done: write it out (the producer is copying the next one's);
+            # after the k loop, not in it: an epilogue inside it made ptxas serialise the products
+            kd.group_wait(0)
+            m0, n0 = tile_origin(t, M, N, BN, GROUP)
+            for i in kd.unroll(kd.fragment_len(acc)):
+                c[m0 + g * 64 + kd.fragment_row(acc, i), n0 + kd.fragment_col(acc, i)] = kd.fragment_get(acc, i)
+            kd.fill_fragment(acc, 0.0)
+
+
 CONFIGS = {  # name -> (BN, BK, stages, lag, group, persistent: one cube per compute unit)
     "bulk 128x256x64/s4/l2/g8": (256, 64, 4, 2, 8, False),
     "bulk 128x256x64/s4/l1/g8": (256, 64, 4, 1, 8, False),
@@ -136,6 +222,13 @@ CONFIGS = {  # name -> (BN, BK, stages, lag, group, persistent: one cube per com
     "bulk 128x256x32/s6/l2/g8": (256, 32, 6, 2, 8, False),
     "bulk 128x64x16/s3/l1/g8": (64, 16, 3, 1, 8, False),  # small: fits the emulation's shared memory
     "bulk 128x64x16/s3/l1/g8/persistent": (64, 16, 3, 1, 8, True),  # (tests)
+    # roles: a producer group and two consumer groups (lag 1: the producer refills a stage as
+    # soon as both consumers are through with it)
+    "roles 128x256x64/s4/g8": (256, 64, 4, 1, 8, False),
+    "roles 128x256x64/s5/g8/persistent": (256, 64, 5, 1, 8, True),
+    "roles 128x256x64/s4/g8/persistent": (256, 64, 4, 1, 8, True),
+    "roles 128x64x16/s3/g8": (64, 16, 3, 1, 8, False),  # small: fits the emulation's shared memory
+    "roles 128x64x16/s3/g8/persistent": (64, 16, 3, 1, 8, True),  # (tests)
 }
 
 
@@ -149,4 +242,7 @@ def gemm(a, b, c, config="bulk 128x256x64/s4/l2/g8"):
     cubes = (N // BN) * (M // BM)
     if persistent:
         cubes = min(cubes, max(a.runtime.capabilities.compute_units, 1))
+    if config.startswith("roles"):
+        gemm_roles[cubes, (GROUPS + 1) * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, G)
+        return
     gemm_bulk[cubes, GROUPS * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, LAG, G)

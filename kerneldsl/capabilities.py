@@ -46,6 +46,8 @@ class Capabilities:
     async_copy: bool = False  # hardware global->shared copies (cp.async) for kd.async_copy, vs a plain copy
     bulk_copy: bool = False  # bulk tensor copies and arrival barriers in hardware (TMA and mbarrier) for
     #                          kd.bulk_copy / kd.barrier_*, vs copies by the issuing unit and an emulation
+    register_budgets: bool = False  # kd.role(..., registers=R) moves registers between a cube's roles
+    #                                 (setmaxnreg, sm_90a), vs ignored
     # What operators tune for (never the back end's name):
     compute_units: int = 0  # cubes that run at once at full speed: CPU threads, CUDA multiprocessors,
     #                         OpenCL compute units; 0 where unknown (a compile-only record)

@@ -12,6 +12,7 @@ import ast
 import itertools
 
 from . import ir, lang
+from .builtins import roles
 from .dtypes import DType, VecType, boolean, i32, i64
 from .errors import CompileError, SourceLoc, axis_offset_parts
 from .frontend_exprs import PY_BINOPS, ExpressionLowering
@@ -46,6 +47,8 @@ class Frontend(ExpressionLowering):
         self.frags: dict = {}
         self.bulk_sources: set = set()  # tensor parameters kd.bulk_copy reads
         self.barrier_arrays: list = []  # every kd.arrival_barriers array (BarrierRef), for the checker
+        self.role = None  # the ir.Role being lowered (kd.role), or None
+        self.register_roles: list = []  # (first unit, units, registers, loc) of each role with a budget
         self.blocks: list = [[]]
         self.loops: list = []  # stack of 'runtime' / 'unrolled'
         self.loop_counters: dict = {}  # IR name of each enclosing run-time loop's variable -> its line
@@ -149,6 +152,7 @@ class Frontend(ExpressionLowering):
         self.multi_assigned = multi_assigned_names(fdef)
         self.block(fdef.body)
         self.check_barrier_waits()
+        roles.check_register_budgets(self)
         return ir.KernelIR(
             name=fdef.name, params=params, body=self.blocks[0], cube_dim=self.spec.cube_dim,
             plane_dim=self.spec.plane_dim, loc=self.loc(fdef), bounds_check=self.spec.bounds_check,
@@ -165,7 +169,19 @@ class Frontend(ExpressionLowering):
                                    f"arrives at (no kd.barrier_arrive, kd.barrier_expect or kd.bulk_copy names "
                                    f"them): the wait would never return", bars.waits[0])
 
+    def cube_units(self) -> int:
+        x, y, z = self.spec.cube_dim
+        return x * y * z
+
     # ------------------------------------------------------------------ statements
+    def stmt_With(self, node):
+        """`with kd.role(...):` is the one `with` a kernel knows (builtins/roles.py)."""
+        spec = self.expr(node.items[0].context_expr) if len(node.items) == 1 else None
+        if not isinstance(spec, roles.RoleSpec) or node.items[0].optional_vars is not None:
+            raise self.error(node, "a kernel's `with` statement takes one kd.role(first, groups, registers=...) "
+                                   "and no `as`")
+        roles.lower_role(self, node, spec)
+
     def block(self, stmts):
         for s in stmts:
             self.stmt(s)

@@ -483,6 +483,30 @@ class BarrierWait(Stmt):
 
 
 @dataclass(eq=False)
+class Role(Stmt):
+    """`with kd.role(first, groups, registers=...)`: `body` runs on the units of groups
+    first .. first + groups - 1 only (a group is 4 planes; `first_unit`, `units` count units).
+    Natively roles run concurrently, ordered only by arrival barriers; where arrival barriers
+    are emulated the front end follows each role with a cube barrier, so roles run in program
+    order. `registers`: the role's register budget a unit where the device has budgets
+    (`Capabilities.register_budgets`), else None."""
+    first_unit: int = 0
+    units: int = 0
+    registers: int | None = None
+    body: list = field(default_factory=list)
+    guarded: bool = True  # False: a renderer already knows only the role's units get here
+
+
+@dataclass(eq=False)
+class PhaseCheck(Stmt):
+    """An emulated kd.barrier_wait inside a role (interpreted runtimes only): roles run in
+    program order there, so the phase must already be complete; the interpreter raises if not."""
+    array: str = ""
+    index: Expr = None
+    parity: Expr = None
+
+
+@dataclass(eq=False)
 class BulkCopy(Stmt):
     """Copy the `rows` x `cols` box of the 2-D tensor `src` whose first element is
     (row, col) (i32; zeros for the part outside the tensor) into shared array `dst` from
@@ -554,7 +578,7 @@ class KernelIR:
 def child_blocks(stmt: Stmt):
     if isinstance(stmt, If):
         return [stmt.then, stmt.orelse]
-    if isinstance(stmt, (For, While)):
+    if isinstance(stmt, (For, While, Role)):
         return [stmt.body]
     return []
 
@@ -599,7 +623,7 @@ def stmt_exprs(s: Stmt):
         return [s.index, s.count]
     if isinstance(s, BarrierArrive):
         return [e for e in (s.index, s.nbytes) if e is not None]
-    if isinstance(s, BarrierWait):
+    if isinstance(s, (BarrierWait, PhaseCheck)):
         return [s.index, s.parity]
     if isinstance(s, BulkCopy):
         return [s.dst_offset, s.row, s.col, s.index]

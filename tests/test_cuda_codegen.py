@@ -265,3 +265,21 @@ def test_conformance_suite_compiles_for_sm80_and_sm90(tmp_path):
     assert got["failures"] == [], "\n".join(got["failures"]) + "\n" + run.stdout[-6000:]
     assert set(got["compiled"]) == {"sm_80", "sm_90"}
     assert min(got["compiled"].values()) >= 150, got["compiled"]  # the DSL suite has ~200 specialisations
+
+
+def test_roles_run_as_per_role_copies_with_register_budgets():
+    """sm_90a: the roles GEMM's producer gives registers back and its consumers take them
+    (setmaxnreg), each role in its own copy of the code chosen by a warp-uniform group index;
+    sm_80 has no budgets and compiles the guarded form."""
+    import sys
+    sys.path.insert(0, str(TESTS.parent))
+    from benchmarks.bulk_gemm import CONFIGS, gemm_roles
+    a, b, c = CPU.zeros((256, 64), "bf16"), CPU.zeros((64, 128), "bf16"), CPU.zeros((256, 128), "f32")
+    BN, BK, S, _, G, _ = CONFIGS["roles 128x64x16/s3/g8"]
+    ptx = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G))
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
+    assert ptx.count("wgmma.mma_async") >= 1 and "mbarrier.try_wait.parity" in ptx
+    src = compile_launch(gemm_roles, 384, (a, b, c, BN, BK, S, G), "sm_90").rendered.source
+    assert "__launch_bounds__(384, 1)" in src and src.count("__shfl_sync(0xffffffffu, (int)((unsigned)kd_unit") >= 2
+    ptx80 = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G), sm=80)
+    assert "setmaxnreg" not in ptx80 and "mbarrier" not in ptx80

@@ -1,4 +1,5 @@
-"""Barriers kept out of `if`s (the `flat_barriers` hook, for PoCL), mixed into CLikeRenderer."""
+"""Barriers kept out of `if`s (the `flat_barriers` hook, for PoCL), and kd.role bodies whose
+units are guarded around unconditional barriers; mixed into CLikeRenderer."""
 from __future__ import annotations
 
 from kerneldsl import ir
@@ -34,6 +35,56 @@ class FlatBarriers:
         """Whether plane operations render with barriers (the shared-memory emulation does)."""
         return not self.native_planes
 
+    # ------------------------------------------------------------------ roles
+    # A role's body runs on its groups' units only. Natively (Capabilities.bulk_copy: hardware
+    # arrival barriers, the only hand-over a role has) that is an `if`, after the role's
+    # register budget (`role_entry`). Where plane and fragment operations are emulated with
+    # cube barriers, every unit must still reach those barriers: the body is rendered flat,
+    # its work guarded by the role (`_role_guard`) and the uniform conditions around it, the
+    # barriers unconditional. The checker keeps every barrier-holding statement of a role
+    # under cube-uniform control, so all units agree on each loop's trip count.
+    _role_guard = None
+
+    def s_role(self, s):
+        if not s.guarded:  # a per-role copy of the code (backends/cuda/role_copies.py)
+            for line in self.role_entry(s):
+                self.emit(line)
+            self.block(s.body)
+            return
+        guard = self.temp(self.type_names[boolean])
+        self.emit(f"{guard} = {self.role_guard(s)};")
+        if self.caps.bulk_copy or not any(self.holds_barrier(x) for x in s.body):
+            self.emit(f"if ({guard}) {{")
+            self.depth += 1
+            for line in self.role_entry(s):
+                self.emit(line)
+            self.block(s.body)
+            self.depth -= 1
+            self.emit("}")
+            return
+        self._role_guard = guard
+        try:
+            self._flat(s.body, None)
+        finally:
+            self._role_guard = None
+
+    def role_guard(self, s) -> str:
+        """C condition: this unit belongs to role `s`."""
+        return f"{s.first_unit} <= kd_unit && kd_unit < {s.first_unit + s.units}"
+
+    def role_entry(self, s) -> list:
+        """Lines a role's units run first (CUDA: its register budget); none by default."""
+        return []
+
+    def _piece_guard(self, guard):
+        """The guard of a run of work: `guard` (uniform conditions, or None) and, inside a
+        role, the role's units."""
+        if self._role_guard is None or guard is None:
+            return guard if self._role_guard is None else self._role_guard
+        both = self.temp(self.type_names[boolean])
+        self.emit(f"{both} = {guard} && {self._role_guard};")
+        return both
+
     def _flat(self, stmts, guard):
         """Statements under `guard` (a C bool temp, or None for none) with every barrier outside
         any `if`: runs of barrier-free statements go in `if (guard)`, barrier-holding ones are
@@ -43,10 +94,11 @@ class FlatBarriers:
         def flush():
             if not run:
                 return
-            if guard is None:
+            g = self._piece_guard(guard)
+            if g is None:
                 self.block(run)
             else:
-                self.emit(f"if ({guard}) {{")
+                self.emit(f"if ({g}) {{")
                 self.nested(run)
                 self.emit("}")
             run.clear()
@@ -67,10 +119,10 @@ class FlatBarriers:
                     self._flat(s.orelse, e)
             elif isinstance(s, (ir.For, ir.While)):
                 self._guarded_loop(s, guard)
-            elif guard is None:
+            elif guard is None and self._role_guard is None:
                 self.stmt(s)
             else:
-                self._guarded_lines(s, guard)
+                self._guarded_lines(s, self._piece_guard(guard))
         flush()
 
     def _guarded_cond(self, cond, guard) -> str:

@@ -55,7 +55,7 @@ class Statements:
         self.guarded_stmt(stmt, s.checked, off, 1, self.literal(d.size, i64), -1, s.loc)
 
     def s_if(self, s):
-        if self.flat_barriers and self.holds_barrier(s):
+        if (self.flat_barriers or self._role_guard is not None) and self.holds_barrier(s):
             self._flat([s], None)
             return
         self.emit(f"if {parens(self.x(s.cond))} {{")
@@ -69,7 +69,7 @@ class Statements:
         """A loop's body; with flat_barriers, one holding a barrier ends at a barrier."""
         self.depth += 1
         mark = len(self.lines)
-        if self.flat_barriers and self.holds_barrier(s):
+        if (self.flat_barriers or self._role_guard is not None) and self.holds_barrier(s):
             self._flat(s.body, None)
             last = self.lines[-1].strip() if len(self.lines) > mark else ""
             if last not in (self.barrier_stmt.strip(), self.local_barrier_stmt.strip()):

@@ -15,11 +15,14 @@ class Planes:
     def per_plane(self, fn):
         """fn(base_unit i64 value, lanes int) for each plane; full planes in a loop, a
         partial last plane (cube size not a multiple of PLANE_DIM) after it."""
-        full, tail = divmod(self.U, self.P)
+        lo, hi = self.units_lowered()  # a kd.role covers whole planes
+        full, tail = divmod(hi - lo, self.P)
         if full:
-            self.counted_loop(full, lambda p: fn(self.b.mul(p, L.Constant(I64, self.P)), self.P), "plane")
+            first = lo // self.P
+            self.counted_loop(first + full, lambda p: fn(self.b.mul(p, L.Constant(I64, self.P)), self.P), "plane",
+                              start=first)
         if tail:
-            fn(L.Constant(I64, full * self.P), tail)
+            fn(L.Constant(I64, lo + full * self.P), tail)
 
     def at_unit(self, e, idx):
         saved = self.u

@@ -52,6 +52,14 @@ class SWhile:
 
 
 @dataclass
+class SRole:
+    """A kd.role at the split level: its regions and split points cover units lo .. hi - 1."""
+    lo: int
+    hi: int
+    body: list
+
+
+@dataclass
 class SJump:
     kind: str  # 'break' | 'continue' | 'return'
 
@@ -82,7 +90,7 @@ class Scheduler:
         return not any(s.var in ir.stmt_defs(x) for x in ir.walk_stmts(s.body))
 
     def split_level(self, s) -> bool:
-        if isinstance(s, ir.SPLIT_STMTS):
+        if isinstance(s, ir.SPLIT_STMTS + (ir.Role,)):
             return True
         if isinstance(s, ir.If):
             return self.u.expr(s.cond) and any(self.split_level(x) for x in s.then + s.orelse)
@@ -118,6 +126,8 @@ class Scheduler:
             if isinstance(s, ir.SPLIT_STMTS):
                 if not isinstance(s, ir.Barrier):
                     items.append(SplitOp(s))
+            elif isinstance(s, ir.Role):
+                items.append(SRole(s.first_unit, s.first_unit + s.units, self.schedule(s.body)))
             elif isinstance(s, ir.If):
                 items.append(SIf(s.cond, self.schedule(s.then), self.schedule(s.orelse)))
             elif isinstance(s, ir.For):
@@ -202,6 +212,8 @@ def assign_storage(sched: Schedule, k: ir.KernelIR, uniformity) -> dict:
             elif isinstance(it, SWhile):
                 for v in ir.vars_read(it.cond):
                     note(v, -1)
+                visit(it.body)
+            elif isinstance(it, SRole):
                 visit(it.body)
 
     visit(sched.items)
@@ -294,7 +306,7 @@ def rematerialize(k: ir.KernelIR) -> dict:
             if isinstance(s, ir.If):
                 s.then = rewrite(s.then)
                 s.orelse = rewrite(s.orelse)
-            elif isinstance(s, (ir.For, ir.While)):
+            elif isinstance(s, (ir.For, ir.While, ir.Role)):
                 s.body = rewrite(s.body)
             out.append(s)
         return out

@@ -85,6 +85,9 @@ class CpuRenderer(Schedule, Statements, Expressions, Memory, Planes, Fragments, 
     def split_barrier(self, s):
         """Nothing: regions end at a barrier, and the next starts after every unit reached it."""
 
+    def s_role(self, s):
+        raise AssertionError("a kd.role is lowered at the split level (regions.SRole), never inside a region")
+
     # ================================================================ setup
     def render(self) -> str:
         k = self.k

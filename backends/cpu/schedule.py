@@ -7,7 +7,8 @@ from llvmlite import ir as L
 from kerneldsl import ir
 
 from .llvm_types import I1, I64
-from .regions import Region, SFor, SIf, SJump, SplitOp, SWhile
+from .regions import Region, SFor, SIf, SJump, SplitOp, SRole, SWhile
+
 
 class _DistinctMD(L.values.MDValue):
     """A `distinct` metadata node: loop IDs and access groups must never be merged."""
@@ -46,6 +47,8 @@ class Schedule:
                 self.split_for(it)
             elif isinstance(it, SWhile):
                 self.split_while(it)
+            elif isinstance(it, SRole):
+                self.split_role(it)
             elif isinstance(it, SJump):
                 if it.kind == "return":
                     self.b.branch(self.cube_exit)
@@ -68,6 +71,22 @@ class Schedule:
         if not b.block.is_terminated:
             b.branch(join)
         b.position_at_end(join)
+
+    # the units the regions and split points being lowered cover: the cube, or a role's
+    unit_range = None
+
+    def units_lowered(self) -> tuple:
+        """(first unit, end) of the regions and split points being lowered."""
+        return self.unit_range or (0, self.U)
+
+    def split_role(self, it: SRole):
+        """A kd.role: its regions loop over, and its plane and fragment operations cover, the
+        role's units only (roles then run in program order, as the front end's barrier says)."""
+        saved, self.unit_range = self.unit_range, (it.lo, it.hi)
+        try:
+            self.lower_items(it.body)
+        finally:
+            self.unit_range = saved
 
     def split_for(self, it: SFor):
         self.for_loop(it.loop, lambda: self.lower_items(it.body), self.split_loops)
@@ -132,9 +151,10 @@ class Schedule:
         cond, body, latch, done = (self.new_block(n) for n in ("unit.cond", "unit.body", "unit.latch", "unit.end"))
         b.branch(cond)
         b.position_at_end(cond)
+        lo, hi = self.units_lowered()
         u = b.phi(I64, name="u")
-        u.add_incoming(L.Constant(I64, 0), pre)
-        b.cbranch(b.icmp_signed("<", u, L.Constant(I64, self.U)), body, done)
+        u.add_incoming(L.Constant(I64, lo), pre)
+        b.cbranch(b.icmp_signed("<", u, L.Constant(I64, hi)), body, done)
         b.position_at_end(body)
         self.u = u
         self.unit_latch = latch

@@ -58,6 +58,7 @@ def for_arch(arch, device_name: str | None = None, max_shared_bytes: int | None 
         group_mma_native=sm == WGMMA_SM,
         async_copy=True,  # cp.async: sm_80 and newer, which MIN_SM already requires
         bulk_copy=sm >= BULK_COPY_SM,
+        register_budgets=sm == WGMMA_SM,  # setmaxnreg is an sm_90a instruction, like wgmma
         compute_units=multiprocessors,
         shared_memory_emulated=False,
         vector_bytes=16,  # 128-bit loads and stores

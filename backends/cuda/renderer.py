@@ -20,6 +20,7 @@ from kerneldsl.errors import UnsupportedFeatureError
 from ..clike import STATEMENT_HANDLERS, CLikeRenderer, Rendered
 from .bulk import TMAP_STRUCT, BulkCopies
 from .capabilities import STATIC_SHARED_LIMIT, WARP
+from .role_copies import role_copies
 
 _ATOMIC_FN = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax", "exchange": "atomicExch",
               "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor", "cas": "atomicCAS"}
@@ -57,6 +58,8 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
                           ir.BulkCopy: "s_bulk_copy"}
 
     def __init__(self, k: ir.KernelIR, caps):
+        if caps.bulk_copy:  # roles run natively: one copy of the code per role (role_copies.py)
+            k = role_copies(k)
         super().__init__(k, caps)
         if k.plane_dim != WARP:
             raise UnsupportedFeatureError(f"the cuda back end runs planes of {WARP} lanes, got PLANE_DIM "
@@ -87,7 +90,34 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
         return super().arg_decl(a)
 
     def kernel_attributes(self) -> str:
+        if self._register_roles():  # the pool roles trade registers in: all of it, one cube an SM
+            return f"__launch_bounds__({self.U}, 1) "
         return f"__launch_bounds__({self.U}) "
+
+    def _register_roles(self) -> list:
+        return [s for s in ir.walk_stmts(self.k.body) if isinstance(s, ir.Role) and s.registers is not None]
+
+    def launch_registers(self) -> int:
+        """Registers a unit starts with where roles set budgets: its share of the register
+        file, in steps of 8 (what `__launch_bounds__(units, 1)` gives)."""
+        return min(255, 65536 // self.U) // 8 * 8
+
+    def role_guard(self, s) -> str:
+        """The unit's group read through a warp broadcast, so that ptxas knows the role's
+        branch is uniform over each warp (a plain comparison of the unit index left the
+        group products in it serialised: ptxas C7518)."""
+        group = self.k.plane_dim * ir.GROUP_PLANES
+        first, end = s.first_unit // group, (s.first_unit + s.units) // group
+        g = f"__shfl_sync(0xffffffffu, (int)((unsigned)kd_unit / {group}u), 0)"
+        return f"{g} >= {first} && {g} < {end}" if first else f"{g} < {end}"
+
+    def role_entry(self, s) -> list:
+        """A role's register budget: give registers back (setmaxnreg.dec) or take them from
+        what other roles gave back (setmaxnreg.inc, which waits for them)."""
+        if s.registers is None or s.registers == self.launch_registers():
+            return []
+        op = "inc" if s.registers > self.launch_registers() else "dec"
+        return [f'asm volatile("setmaxnreg.{op}.sync.aligned.u32 {s.registers};" ::: "memory");']
 
     def position(self, kind: str, axis: int) -> str:
         c = "xyz"[axis]

@@ -8,6 +8,9 @@ import sys
 
 import numpy as np
 
+from kerneldsl.builtins.arrival import WORDS as ARRIVAL_WORDS
+from kerneldsl.errors import DivergenceError
+
 
 def _line() -> int:
     return sys._getframe(2).f_lineno
@@ -106,6 +109,19 @@ class KernelHelpers:
     def print(fmt: str, args: tuple):
         """kd.print: printf's %g and %d, one line, flushed (as the compiled runtimes print)."""
         print(fmt % tuple(float(a) if isinstance(a, np.floating) else int(a) for a in args), flush=True)
+
+    @staticmethod
+    def phase_check(bars, index, parity, where: str):
+        """An emulated kd.barrier_wait inside a kd.role: roles run in program order here, so
+        the phase must have completed already (else the kernel relies on roles running at
+        once, which only hardware barriers give)."""
+        completed = int(bars.data[int(index) * ARRIVAL_WORDS + 1])
+        if (completed & 1) == int(parity):
+            raise DivergenceError(
+                f"kd.barrier_wait at {where} inside a kd.role waits on barrier {int(index)} for its phase of parity "
+                f"{int(parity)}, which has not completed when the roles run one after another in program order "
+                f"(as they do wherever arrival barriers are emulated): arrive at or copy into that phase in an "
+                f"earlier role or before the role")
 
     def frag_convert(self, frags: dict, dst: str, src: str, lane):
         """This lane's share of acc fragment `src` rounded to the dtype of a fragment `dst`."""

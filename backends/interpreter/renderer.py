@@ -192,6 +192,16 @@ class InterpreterRenderer(dispatch.SharedHandlers):
         self.emit(f"while {self.x(s.cond)}:")
         self.block(s.body)
 
+    def s_role(self, s):
+        """kd.role: the body on the role's units; the front end's cube barrier after it orders
+        the roles (program order, as on every runtime without hardware arrival barriers)."""
+        self.emit(f"if {s.first_unit} <= _kd_flat < {s.first_unit + s.units}:")
+        self.block(s.body)
+
+    def s_phase_check(self, s):
+        where = f"line {s.loc.line}" if s.loc is not None else "?"
+        self.emit(f"_kd.phase_check({self.names[s.array]}, {self.x(s.index)}, {self.x(s.parity)}, {where!r})")
+
     def s_break(self, s):
         self.emit("break")
 

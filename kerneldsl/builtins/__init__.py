@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # in the order of the reference (a module imports only those before it)
 from . import positions, memory, values, math, vectors, async_copy, plane, atomics  # noqa: F401,I001
-from . import fragments, fragment_elements, group, arrival, bulk_copy, debug  # noqa: F401,I001
+from . import fragments, fragment_elements, group, arrival, bulk_copy, roles, debug  # noqa: F401,I001
 from .registry import REGISTRY, Builtin, builtin, declare, lookup
 
 __all__ = ["REGISTRY", "Builtin", "builtin", "declare", "lookup", "reference"]

@@ -133,17 +133,23 @@ def barrier_expect(fe, node, bars, index, nbytes):
 
 @builtin("Wait until barrier i's phase of parity `parity` (0 or 1) has completed (every unit).")
 def barrier_wait(fe, node, bars, index, parity):
-    """Reached by every unit (uniform control flow): where the barriers are emulated the
-    wait is a cube barrier, and copies have already landed."""
+    """Reached by every unit (uniform control flow) outside roles: where the barriers are
+    emulated the wait is a cube barrier, and copies have already landed. Inside a kd.role it
+    waits for the role's units alone (emulated: roles run in program order, so the phase is
+    complete already; the interpreter checks it)."""
     bars = _need_barriers(fe, node, bars, "kd.barrier_wait")
     i = _index(fe, node, bars, index, "kd.barrier_wait")
     if isinstance(parity, int) and parity not in (0, 1):
         raise fe.error(node, f"kd.barrier_wait: parity is 0 or 1, got {parity}")
     bars.waits.append(fe.loc(node))
     loc = fe.loc(node)
-    if _native(fe):
+    if _native(fe) or fe.role is not None:
         par = fe.temp(coerce(ir.BinOp(i32, op="&", a=coerce(fe.to_expr(parity, node), i32),
                                       b=make_const(1, i32, loc), loc=loc), i32), "bp")
-        fe.emit(ir.BarrierWait(array=bars.name, index=i, parity=par, loc=loc))
+        if _native(fe):
+            fe.emit(ir.BarrierWait(array=bars.name, index=i, parity=par, loc=loc))
+        elif fe.spec.caps.interpreted:
+            # roles run in program order here (builtins/roles.py): the phase must be complete
+            fe.emit(ir.PhaseCheck(array=bars.name, index=i, parity=par, loc=loc))
         return
     fe.emit(ir.Barrier(origin="kd.barrier_wait()", loc=loc))
