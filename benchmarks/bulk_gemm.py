@@ -51,6 +51,72 @@ def tile_origin(i, M, N, BN, GROUP):
     return grouped_tile(kd.cube_pos_x() + i * kd.cube_count_x(), M, N, BM, BN, GROUP)
 
 
+@kd.func
+def stream_of(a, b, BN, BK):
+    """(M, N, KT, tiles of this cube, k steps of its stream): a cube computes tiles pid,
+    pid + cubes, ... as one stream of k steps."""
+    M = a.shape[0]
+    N = b.shape[1]
+    KT = a.shape[1] // BK
+    cubes = kd.cube_count_x()
+    mine = ((M // BM) * (N // BN) - kd.cube_pos_x() + cubes - 1) // cubes
+    return M, N, KT, mine, mine * KT
+
+
+@kd.func
+def ring(S, BN, BK):
+    """The S stages of A and B tiles in shared memory and their barriers, set up: `full`
+    completes when a stage's copies landed, `empty` when every consumer plane is through."""
+    sa = kd.shared(kd.bf16, S * BM * BK)
+    sb = kd.shared(kd.bf16, S * BK * BN)
+    full = kd.arrival_barriers(S)
+    empty = kd.arrival_barriers(S)
+    if kd.unit_pos_x() == 0:
+        for s in kd.unroll(S):
+            kd.barrier_init(full, s, 1)
+            kd.barrier_init(empty, s, GROUPS * 4)  # one arrival a consumer plane
+    kd.sync_cube()
+    return sa, sb, full, empty
+
+
+@kd.func
+def next_stage(slot, phase, S):
+    """The ring position after `slot`: the next stage, and the parity of its phase (flipped
+    when the ring wraps)."""
+    slot += 1
+    if slot == S:
+        slot = 0
+        phase ^= 1
+    return slot, phase
+
+
+@kd.func
+def consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S):
+    """Group g's step j: wait for stage `slot`, multiply it into the accumulator, and hand
+    back the stage step j - 1 read (its product is done now); returns the next (slot, phase,
+    last). Ring positions are counters, never divided: a division or remainder of a possibly
+    negative value between a product's issue and its wait made ptxas serialise the products."""
+    kd.barrier_wait(full, slot, phase)
+    kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK),
+                 kd.shared_tile(sb, slot * (BK * BN), BK, BN))
+    kd.group_wait(1)
+    if j >= 1 and kd.lane_pos() == 0:
+        kd.barrier_arrive(empty, last)
+    last = slot
+    slot, phase = next_stage(slot, phase, S)
+    return slot, phase, last
+
+
+@kd.func
+def write_tile(c, acc, t, g, M, N, BN, GROUP):
+    """Group g's rows of this cube's t-th tile, from its accumulator; then the accumulator is
+    cleared for the next tile."""
+    m0, n0 = tile_origin(t, M, N, BN, GROUP)
+    for i in kd.unroll(kd.fragment_len(acc)):
+        c[m0 + g * 64 + kd.fragment_row(acc, i), n0 + kd.fragment_col(acc, i)] = kd.fragment_get(acc, i)
+    kd.fill_fragment(acc, 0.0)
+
+
 @kd.kernel
 def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BN: kd.Const[int],
               BK: kd.Const[int], S: kd.Const[int], LAG: kd.Const[int], GROUP: kd.Const[int]):
@@ -60,23 +126,10 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
     and its epilogue overlaps them."""
     kd.static_assert(kd.cube_units() == GROUPS * 4 * kd.PLANE_DIM, "launch two groups (8 planes) a cube")
     kd.static_assert(1 <= LAG < S, "a stage is refilled 1 .. S-1 steps after it was read")
-    M = a.shape[0]
-    N = b.shape[1]
-    KT = a.shape[1] // BK
-    cubes = kd.cube_count_x()
-    mine = ((M // BM) * (N // BN) - kd.cube_pos_x() + cubes - 1) // cubes  # tiles of this cube
-    total = mine * KT  # k steps in its stream
-    sa = kd.shared(kd.bf16, S * BM * BK)
-    sb = kd.shared(kd.bf16, S * BK * BN)
-    full = kd.arrival_barriers(S)
-    empty = kd.arrival_barriers(S)
+    M, N, KT, mine, total = stream_of(a, b, BN, BK)
+    sa, sb, full, empty = ring(S, BN, BK)
     u = kd.unit_pos_x()
     g = kd.plane_pos() // 4
-    if u == 0:
-        for s in kd.unroll(S):
-            kd.barrier_init(full, s, 1)
-            kd.barrier_init(empty, s, GROUPS * 4)  # one arrival a plane
-    kd.sync_cube()
     # unit 0's copy position in the stream: k tile pk of its tile ptile, at (pm0, pn0)
     pk = 0
     ptile = 0
@@ -97,34 +150,18 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
     j = 0          # the step of the stream
     for t in range(mine):
         for kt in range(KT):
-            kd.barrier_wait(full, slot, phase)
-            kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK),
-                         kd.shared_tile(sb, slot * (BK * BN), BK, BN))
-            kd.group_wait(1)  # the product of step j - 1 is done: its stage is free for this plane
-            if j >= 1 and kd.lane_pos() == 0:
-                kd.barrier_arrive(empty, last)
-            last = slot
-            slot += 1
-            if slot == S:
-                slot = 0
-                phase ^= 1
+            slot, phase, last = consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S)
             # refill the stage read at step j - LAG with step j - LAG + S of the stream
             if j >= LAG and j - LAG + S < total:
                 kd.barrier_wait(empty, refill, rphase)
                 if u == 0:
                     pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, refill, pk, ptile, pm0, pn0, M, N, BN, BK,
                                                      GROUP)
-                refill += 1
-                if refill == S:
-                    refill = 0
-                    rphase ^= 1
+                refill, rphase = next_stage(refill, rphase, S)
             j += 1
         # the tile's products are done: write it out (the next tile's copies are in flight)
         kd.group_wait(0)
-        m0, n0 = tile_origin(t, M, N, BN, GROUP)
-        for i in kd.unroll(kd.fragment_len(acc)):
-            c[m0 + g * 64 + kd.fragment_row(acc, i), n0 + kd.fragment_col(acc, i)] = kd.fragment_get(acc, i)
-        kd.fill_fragment(acc, 0.0)
+        write_tile(c, acc, t, g, M, N, BN, GROUP)
 
 
 PRODUCER_REGISTERS = 40  # the copy-issuing group keeps few registers ...
@@ -142,24 +179,11 @@ def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
     program order, which the producer's one-step lag makes a valid order."""
     kd.static_assert(kd.cube_units() == (GROUPS + 1) * 4 * kd.PLANE_DIM,
                      "launch three groups (12 planes) a cube: two consumers and a producer")
-    M = a.shape[0]
-    N = b.shape[1]
-    KT = a.shape[1] // BK
-    cubes = kd.cube_count_x()
-    mine = ((M // BM) * (N // BN) - kd.cube_pos_x() + cubes - 1) // cubes  # tiles of this cube
-    total = mine * KT  # k steps in its stream
-    sa = kd.shared(kd.bf16, S * BM * BK)
-    sb = kd.shared(kd.bf16, S * BK * BN)
-    full = kd.arrival_barriers(S)
-    empty = kd.arrival_barriers(S)
+    M, N, KT, mine, total = stream_of(a, b, BN, BK)
+    sa, sb, full, empty = ring(S, BN, BK)
     u = kd.unit_pos_x()
     issuer = u == GROUPS * 4 * kd.PLANE_DIM  # the producer group's first unit
     g = kd.plane_pos() // 4
-    if u == 0:
-        for s in kd.unroll(S):
-            kd.barrier_init(full, s, 1)
-            kd.barrier_init(empty, s, GROUPS * 4)  # one arrival a consumer plane
-    kd.sync_cube()
     acc = kd.group_fragment_acc(64, BN)
     # the producer's copy position in the stream: k tile pk of its tile ptile, at (pm0, pn0)
     pk = 0
@@ -181,36 +205,20 @@ def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
     for t in range(mine):
         for kt in range(KT):
             with kd.role(0, GROUPS):
-                kd.barrier_wait(full, slot, phase)
-                kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK),
-                             kd.shared_tile(sb, slot * (BK * BN), BK, BN))
-                kd.group_wait(1)  # the product of step j - 1 is done: its stage is free for this plane
-                if j >= 1 and kd.lane_pos() == 0:
-                    kd.barrier_arrive(empty, last)
-                last = slot
-                slot += 1
-                if slot == S:
-                    slot = 0
-                    phase ^= 1
+                slot, phase, last = consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S)
             with kd.role(GROUPS, 1):
                 # refill the stage step j - 1 read with step j - 1 + S, once both groups are through
                 if issuer and j >= 1 and j - 1 + S < total:
                     kd.barrier_wait(empty, refill, rphase)
                     pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, refill, pk, ptile, pm0, pn0, M, N, BN, BK,
                                                      GROUP)
-                    refill += 1
-                    if refill == S:
-                        refill = 0
-                        rphase ^= 1
+                    refill, rphase = next_stage(refill, rphase, S)
             j += 1
         with kd.role(0, GROUPS):
             # the tile's products are done: write it out (the producer is copying the next one's);
             # after the k loop, not in it: an epilogue inside it made ptxas serialise the products
             kd.group_wait(0)
-            m0, n0 = tile_origin(t, M, N, BN, GROUP)
-            for i in kd.unroll(kd.fragment_len(acc)):
-                c[m0 + g * 64 + kd.fragment_row(acc, i), n0 + kd.fragment_col(acc, i)] = kd.fragment_get(acc, i)
-            kd.fill_fragment(acc, 0.0)
+            write_tile(c, acc, t, g, M, N, BN, GROUP)
 
 
 CONFIGS = {  # name -> (BN, BK, stages, lag, group, persistent: one cube per compute unit)

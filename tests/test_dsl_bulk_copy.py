@@ -63,10 +63,16 @@ def test_a_gemm_fed_by_a_ring_of_bulk_copies(runtime, rng):
     """Stages handed over only by full/empty barriers through several phases (7 k steps a tile
     over rings of 3, 4 and 6 stages; persistent cubes carry the ring from tile to tile), two
     groups reading each stage: equal to numpy's product."""
-    from benchmarks.bulk_gemm import CONFIGS, gemm
     configs = ["bulk 128x64x16/s3/l1/g8", "bulk 128x64x16/s3/l1/g8/persistent"]  # what emulations hold
     if runtime.capabilities.bulk_copy:
         configs += ["bulk 128x256x32/s6/l2/g8", "bulk 128x256x64/s4/l2/g8", "bulk 128x256x64/s4/l1/g8/persistent"]
+    check_gemm_configs(runtime, rng, configs)
+
+
+def check_gemm_configs(runtime, rng, configs):
+    """benchmarks/bulk_gemm.py's configurations against numpy: 256 x 2BN x 7BK, so 4 tiles
+    (a persistent cube walks several) of 7 k steps (several phases of every barrier)."""
+    from benchmarks.bulk_gemm import CONFIGS, gemm
     for config in configs:
         BN, BK = CONFIGS[config][:2]
         M, N, K = 256, 2 * BN, 7 * BK  # 4 tiles: a persistent cube walks several

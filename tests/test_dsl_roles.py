@@ -17,19 +17,11 @@ def test_a_producer_group_feeds_two_consumer_groups(runtime, rng):
     """The roles GEMM: the producer refills each stage once both consumers are through with
     it (7 k steps a tile over a ring of 3 stages, so several phases of every barrier; the
     persistent launch walks several tiles as one stream): equal to numpy's product."""
-    from benchmarks.bulk_gemm import CONFIGS, gemm
+    from test_dsl_bulk_copy import check_gemm_configs
     configs = ["roles 128x64x16/s3/g8", "roles 128x64x16/s3/g8/persistent"]
     if runtime.capabilities.bulk_copy:
         configs += ["roles 128x256x64/s4/g8", "roles 128x256x64/s5/g8/persistent"]
-    for config in configs:
-        BN, BK = CONFIGS[config][:2]
-        M, N, K = 256, 2 * BN, 7 * BK
-        a = rng.standard_normal((M, K)).astype(kd.bf16.np)
-        b = rng.standard_normal((K, N)).astype(kd.bf16.np)
-        c = runtime.zeros((M, N), kd.f32)
-        gemm(runtime.tensor(a), runtime.tensor(b), c, config)
-        want = a.astype(np.float64) @ b.astype(np.float64)
-        np.testing.assert_allclose(c.numpy(), want, rtol=1e-4, atol=1e-3, err_msg=config)
+    check_gemm_configs(runtime, rng, configs)
 
 
 @kd.kernel
