@@ -123,9 +123,9 @@ def _check_role(role: ir.Role):
     a cube barrier: only the role's units run it."""
     def walk(stmts, in_loop):
         for s in stmts:
-            if isinstance(s, ir.Barrier):
+            if isinstance(s, ir.Barrier) and s.role is None:
                 raise CompileError(f"{_split_name(s)} inside a kd.role: only the role's units reach it, so it would "
-                                   f"wait for the others forever; hand work over with arrival barriers", s.loc)
+                                   f"wait for the others forever; use kd.sync_role(), or arrival barriers", s.loc)
             if isinstance(s, ir.Return) or (isinstance(s, (ir.Break, ir.Continue)) and not in_loop):
                 raise CompileError("return, break or continue would leave a kd.role part-way: end the role's "
                                    "work with its block instead", s.loc)

@@ -242,6 +242,7 @@ class Barrier(Stmt):
     """kd.sync_cube(): all units of the cube arrive before any continues; shared memory
     written before it is visible after it."""
     origin: str = ""  # the builtin that made it where not kd.sync_cube() (for messages)
+    role: tuple | None = None  # kd.sync_role(): (first unit, units) of the role it orders; None: the cube
 
 
 PLANE_REDUCE_OPS = ("sum", "prod", "min", "max")

@@ -283,3 +283,12 @@ def test_roles_run_as_per_role_copies_with_register_budgets():
     assert "__launch_bounds__(384, 1)" in src and src.count("__shfl_sync(0xffffffffu, (int)((unsigned)kd_unit") >= 2
     ptx80 = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G), sm=80)
     assert "setmaxnreg" not in ptx80 and "mbarrier" not in ptx80
+
+
+def test_a_role_barrier_is_a_named_barrier_of_its_units():
+    from test_dsl_roles import reverse_in_role
+    x = CPU.zeros(384, "f32")
+    ptx = ptx_of(reverse_in_role, 384, (x, x))
+    assert re.search(r"bar\.sync\s+1,\s*128;", ptx) or re.search(r"barrier\.sync(\.aligned)?\s+1,\s*128;", ptx)
+    ptx80 = ptx_of(reverse_in_role, 384, (x, x), sm=80)  # emulated roles: every unit reaches each barrier
+    assert not re.search(r"bar(rier)?\.sync(\.aligned)?\s+1,", ptx80)

@@ -1,7 +1,7 @@
 """Roles (`with kd.role(first, groups, registers=...)`): whole groups of a cube running their own
 code. A producer group feeding two consumer groups through arrival barriers (the roles GEMM
 of benchmarks/bulk_gemm.py, one tile a cube and persistent), groups reducing with different
-plane operations, every compile-time rule, and the interpreter's check that emulated roles
+plane operations, a role ordering its own shared memory (kd.sync_role), every compile-time rule, and the interpreter's check that emulated roles
 can run in program order. Native on sm_90 (warp-uniform branches, setmaxnreg, one copy of
 the code per role); an emulation elsewhere that must give the same answers."""
 import numpy as np
@@ -55,6 +55,34 @@ def test_groups_run_their_own_plane_operations(runtime, rng):
     np.testing.assert_allclose(got[:4], x[:4].astype(np.float64).sum(axis=1), rtol=1e-5)
     np.testing.assert_array_equal(got[4:8], x[4:8].max(axis=1))
     np.testing.assert_array_equal(got[8:], -1.0)
+
+
+@kd.kernel
+def reverse_in_role(x: kd.Tensor[kd.f32, 1], out: kd.Tensor[kd.f32, 1]):
+    """Group 1 reverses its slice of x through shared memory, ordered by kd.sync_role() alone
+    (twice: the buffer is reused); group 0 copies its slice meanwhile."""
+    sh = kd.shared(kd.f32, 4 * kd.PLANE_DIM)
+    u = kd.unit_pos()
+    n = 4 * kd.PLANE_DIM
+    with kd.role(1):
+        for rep in range(2):
+            sh[u - n] = x[u] + rep
+            kd.sync_role()
+            out[u + rep * n] = sh[2 * n - 1 - u]
+            kd.sync_role()
+    with kd.role(0):
+        out[u] = x[u]
+
+
+def test_a_role_orders_its_own_shared_memory(runtime, rng):
+    n = 4 * runtime.plane_dim
+    x = rng.standard_normal(3 * n).astype(np.float32)
+    out = runtime.zeros(3 * n, kd.f32)
+    reverse_in_role[1, 3 * n](runtime.tensor(x), out)
+    got = out.numpy()
+    np.testing.assert_array_equal(got[:n], x[:n])
+    np.testing.assert_array_equal(got[n:2 * n], x[n:2 * n][::-1])
+    np.testing.assert_array_equal(got[2 * n:], x[n:2 * n][::-1] + 1)
 
 
 @kd.kernel
@@ -143,6 +171,14 @@ def test_role_errors_name_the_rule_and_the_line(runtime):
             if n > 0.0:
                 x[0] = kd.plane_sum(n)
 
+    def role_barrier_outside(x: kd.Tensor[kd.f32, 1]):
+        kd.sync_role()
+
+    def role_barrier_in_branch(x: kd.Tensor[kd.f32, 1]):
+        with kd.role(0):
+            if x[kd.unit_pos()] > 0.0:
+                kd.sync_role()
+
     def not_a_role(x: kd.Tensor[kd.f32, 1]):
         with kd.role(0) as r:
             x[0] = 1.0
@@ -158,6 +194,8 @@ def test_role_errors_name_the_rule_and_the_line(runtime):
                       (read_outside, "'v' is set inside the kd.role"),
                       (leaves, "would leave a kd.role"),
                       (plane_op_on_own_value, "must be reached by every unit"),
+                      (role_barrier_outside, r"kd.sync_role\(\) outside a kd.role"),
+                      (role_barrier_in_branch, "must be reached by every unit"),
                       (not_a_role, "one kd.role")]:
         with pytest.raises(CompileError, match=match) as e:
             _compile(runtime, fn, 1024 // runtime.plane_dim if fn is budget_too_big else 8)

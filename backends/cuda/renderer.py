@@ -102,6 +102,16 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
         file, in steps of 8 (what `__launch_bounds__(units, 1)` gives)."""
         return min(255, 65536 // self.U) // 8 * 8
 
+    def s_barrier(self, s):
+        if s.role is None or not self.caps.bulk_copy:  # (emulated roles reach every barrier: flat)
+            super().s_barrier(s)
+            return
+        # kd.sync_role(): a named barrier (ids 1..15; 0 is __syncthreads) of the role's units
+        ranges = sorted({x.role for x in ir.walk_stmts(self.k.body) if isinstance(x, ir.Barrier) and x.role})
+        if len(ranges) > 15:
+            raise UnsupportedFeatureError("cuda renderer: more than 15 roles with kd.sync_role()", s.loc)
+        self.emit(f'asm volatile("bar.sync {1 + ranges.index(s.role)}, {s.role[1]};" ::: "memory");')
+
     def role_guard(self, s) -> str:
         """The unit's group read through a warp broadcast, so that ptxas knows the role's
         branch is uniform over each warp (a plain comparison of the unit index left the

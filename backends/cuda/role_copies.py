@@ -11,7 +11,7 @@ bodies, chosen once by the unit's group: the same trace for every unit, in a sha
 can allocate and schedule per role.
 
 Not applied (the guarded form stays) when that suffix holds a cube barrier (every copy would
-need the same barrier instruction) or the parts are not runs of consecutive groups.
+need the same barrier instruction; kd.sync_role's named barriers are fine) or the parts are not runs of consecutive groups.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def role_copies(k: ir.KernelIR) -> ir.KernelIR:
     if first is None:
         return k
     suffix = body[first:]
-    if ir.contains(suffix, ir.Barrier):
+    if any(isinstance(s, ir.Barrier) and s.role is None for s in ir.walk_stmts(suffix)):
         return k
     group_units = k.plane_dim * ir.GROUP_PLANES
     parts = _parts(_roles(suffix), k.cube_units, group_units)

@@ -74,6 +74,8 @@ class CubeRunner:
                 for u, res in zip(lanes, results):
                     advance(u, res)
                 progressed = True
+            if self._role_barriers(requests, advance, shared):
+                continue
             if progressed:
                 continue
             if all(r is _DONE for r in requests):
@@ -89,6 +91,26 @@ class CubeRunner:
                 continue
             raise DivergenceError(self._stuck(requests))
 
+    def _role_barriers(self, requests, advance, shared) -> bool:
+        """Release the units of every kd.sync_role() that all of its role's units have
+        reached; whether any were."""
+        released = False
+        for u, r in enumerate(requests):
+            if r is _DONE or r[0] != "barrier" or self.b.splits[r[1]].role is None:
+                continue
+            lo, n = self.b.splits[r[1]].role
+            if u != lo:
+                continue
+            units = range(lo, lo + n)
+            if all(requests[v] is not _DONE and requests[v][0] == "barrier" for v in units):
+                self._same_split([requests[v] for v in units], units, "role")
+                for sh in shared.values():
+                    sh.new_epoch()  # (orders the role's accesses; other units' are not in flight)
+                for v in units:
+                    advance(v)
+                released = True
+        return released
+
     def _line(self, s) -> int:
         return s.loc.line if s.loc is not None else 0
 
@@ -97,7 +119,7 @@ class CubeRunner:
         if request is _DONE:
             return "have finished" if many else "has finished"
         s = self.b.splits[request[1]]
-        what = {"barrier": "kd.sync_cube()", "plane": f"plane operation {getattr(s, 'op', '')}"}.get(
+        what = {"barrier": s.origin or "kd.sync_cube()" if hasattr(s, "origin") else "kd.sync_cube()", "plane": f"plane operation {getattr(s, 'op', '')}"}.get(
             request[0], f"fragment operation {type(s).__name__}")
         return f"{'wait' if many else 'waits'} at {what} at {self.state.where(self._line(s))}"
 

@@ -46,6 +46,15 @@ def role(fe, node, first, groups=1, registers=None):
     return RoleSpec(first, groups, registers)
 
 
+@builtin("Barrier over the units of the enclosing kd.role (reached by all of them).")
+def sync_role(fe, node):
+    """Orders the role's shared-memory accesses as kd.sync_cube() orders the cube's, without
+    waiting for the other roles (natively a named barrier of the role's units)."""
+    if fe.role is None:
+        raise fe.error(node, "kd.sync_role() outside a kd.role: use kd.sync_cube()")
+    fe.emit(ir.Barrier(origin="kd.sync_role()", role=(fe.role.first_unit, fe.role.units), loc=fe.loc(node)))
+
+
 def lower_role(fe, node, spec: RoleSpec):
     """Emit a `with kd.role(...)` statement: an ir.Role holding the body, followed by a cube
     barrier where arrival barriers are emulated (roles then run in program order)."""
