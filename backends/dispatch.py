@@ -39,6 +39,8 @@ STATEMENTS = {
     ir.BarrierArrive: "s_needs_bulk_copy",  # Capabilities.bulk_copy is off; CUDA overrides these
     ir.BarrierWait: "s_needs_bulk_copy",
     ir.BulkCopy: "s_needs_bulk_copy",
+    ir.BulkStore: "s_needs_bulk_copy",
+    ir.BulkStoreWait: "s_needs_bulk_copy",
     ir.Role: "s_role",
     ir.PhaseCheck: "s_phase_check",  # only where Capabilities.interpreted (emulated waits inside roles)
 }

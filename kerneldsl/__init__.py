@@ -25,7 +25,7 @@ from .kernel import Kernel, SpecializedKernel, TensorType, kernel
 from .lang import (  # the in-kernel builtins, by name so that type checkers see them
     abs, arrival_barriers, async_commit, async_copy, async_wait, atomic_add, atomic_and, atomic_cas, atomic_exchange, atomic_max,
     atomic_min, atomic_or, atomic_xor, barrier_arrive, barrier_expect, barrier_init, barrier_wait,
-    bitcast, bulk_copy, cast, ceil, clamp, cos, cube_count_x, cube_count_y,
+    bitcast, bulk_copy, bulk_store, bulk_store_wait, cast, ceil, clamp, cos, cube_count_x, cube_count_y,
     cube_count_z, cube_dim_x, cube_dim_y, cube_dim_z, cube_pos_x, cube_pos_y, cube_pos_z, cube_units, erf, exp,
     exp2, exp2_fast, fill_fragment, floor, fma, fragment_a, fragment_acc, fragment_b, fragment_col,
     fragment_convert, fragment_get, fragment_len, fragment_row, fragment_row_lanes, fragment_row_slot,
@@ -58,7 +58,7 @@ __all__ = [  # the public API, spelled out for type checkers (tests/test_authori
     # what kernels use: annotations, constants and the builtins (kerneldsl.lang)
     "Tensor", "Const", "PLANE_DIM", "inf", "nan", "abs", "arrival_barriers", "async_commit", "async_copy", "async_wait",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_exchange", "atomic_max", "atomic_min", "atomic_or",
-    "atomic_xor", "barrier_arrive", "barrier_expect", "barrier_init", "barrier_wait", "bitcast", "bulk_copy",
+    "atomic_xor", "barrier_arrive", "barrier_expect", "barrier_init", "barrier_wait", "bitcast", "bulk_copy", "bulk_store", "bulk_store_wait",
     "cast", "ceil", "clamp", "cos", "cube_count_x", "cube_count_y", "cube_count_z",
     "cube_dim_x", "cube_dim_y", "cube_dim_z", "cube_pos_x", "cube_pos_y", "cube_pos_z", "cube_units", "erf",
     "exp", "exp2", "exp2_fast", "fill_fragment", "floor", "fma", "fragment_a", "fragment_acc", "fragment_b",

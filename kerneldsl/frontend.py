@@ -45,7 +45,9 @@ class Frontend(ExpressionLowering):
         self.var_types: dict = {}
         self.shared: dict = {}
         self.frags: dict = {}
-        self.bulk_sources: set = set()  # tensor parameters kd.bulk_copy reads
+        self.bulk_sources: set = set()  # tensor parameters kd.bulk_copy reads or kd.bulk_store writes
+        self.bulk_stores: list = []  # SourceLoc of each kd.bulk_store (a kernel with one must wait for them)
+        self.bulk_store_waits = 0
         self.barrier_arrays: list = []  # every kd.arrival_barriers array (BarrierRef), for the checker
         self.role = None  # the ir.Role being lowered (kd.role), or None
         self.register_roles: list = []  # (first unit, units, registers, loc) of each role with a budget
@@ -153,6 +155,10 @@ class Frontend(ExpressionLowering):
         self.block(fdef.body)
         self.check_barrier_waits()
         roles.check_register_budgets(self)
+        if self.bulk_stores and not self.bulk_store_waits:
+            raise CompileError(f"kernel {self.kernel_name}: kd.bulk_store without kd.bulk_store_wait(): the issuing "
+                               f"unit must wait for its stores before the kernel ends (their source is shared "
+                               f"memory)", self.bulk_stores[0])
         return ir.KernelIR(
             name=fdef.name, params=params, body=self.blocks[0], cube_dim=self.spec.cube_dim,
             plane_dim=self.spec.plane_dim, loc=self.loc(fdef), bounds_check=self.spec.bounds_check,

@@ -484,6 +484,28 @@ class BarrierWait(Stmt):
 
 
 @dataclass(eq=False)
+class BulkStore(Stmt):
+    """Write the `rows` x `cols` box of shared array `src` from element `src_offset` (group-tile
+    layout, kd.tile_offset for `rows` rows) into the 2-D tensor `dst` at (row, col), the parts
+    outside the tensor left out. Native bulk copies only; elsewhere the front end writes the
+    issuing unit's own copy."""
+    dst: str = ""
+    row: Expr = None
+    col: Expr = None
+    src: str = ""
+    src_offset: Expr = None
+    rows: int = 8
+    cols: int = 16
+    dtype: DType = None
+
+
+@dataclass(eq=False)
+class BulkStoreWait(Stmt):
+    """Wait until this unit's bulk stores are done (their source may be written again, their
+    data is in the tensor). Native bulk copies only."""
+
+
+@dataclass(eq=False)
 class Role(Stmt):
     """`with kd.role(first, groups, registers=...)`: `body` runs on the units of groups
     first .. first + groups - 1 only (a group is 4 planes; `first_unit`, `units` count units).
@@ -564,7 +586,8 @@ class KernelIR:
     var_types: dict = field(default_factory=dict)  # every local variable -> Type
     shared: dict = field(default_factory=dict)  # shared array -> SharedDecl
     frags: dict = field(default_factory=dict)  # fragment -> FragType
-    bulk_sources: tuple = ()  # tensor parameters kd.bulk_copy reads (launches check their layout)
+    bulk_sources: tuple = ()  # tensor parameters kd.bulk_copy reads or kd.bulk_store writes (launches check
+    #                           their layout)
 
     @property
     def cube_units(self) -> int:
@@ -628,6 +651,8 @@ def stmt_exprs(s: Stmt):
         return [s.index, s.parity]
     if isinstance(s, BulkCopy):
         return [s.dst_offset, s.row, s.col, s.index]
+    if isinstance(s, BulkStore):
+        return [s.src_offset, s.row, s.col]
     return []
 
 
@@ -684,5 +709,7 @@ def written_tensors(stmts) -> set:
         elif isinstance(s, Atomic) and s.space == "global":
             out.add(s.target)
         elif isinstance(s, FragStore) and s.space == "global":
+            out.add(s.dst)
+        elif isinstance(s, BulkStore):
             out.add(s.dst)
     return out

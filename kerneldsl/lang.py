@@ -34,7 +34,7 @@ from .builtins.group import (group_fragment_acc, group_fragment_a, shared_tile, 
     group_wait)  # noqa: F401
 from .builtins.arrival import (arrival_barriers, barrier_init, barrier_arrive, barrier_expect,
     barrier_wait)  # noqa: F401
-from .builtins.bulk_copy import bulk_copy  # noqa: F401
+from .builtins.bulk_copy import bulk_copy, bulk_store, bulk_store_wait  # noqa: F401
 from .builtins.roles import role, sync_role  # noqa: F401
 from .builtins.debug import print  # noqa: F401,A004
 from .tensor import Tensor  # noqa: F401  (kd.Tensor[...] -> an annotation)

@@ -292,3 +292,14 @@ def test_a_role_barrier_is_a_named_barrier_of_its_units():
     assert re.search(r"bar\.sync\s+1,\s*128;", ptx) or re.search(r"barrier\.sync(\.aligned)?\s+1,\s*128;", ptx)
     ptx80 = ptx_of(reverse_in_role, 384, (x, x), sm=80)  # emulated roles: every unit reaches each barrier
     assert not re.search(r"bar(rier)?\.sync(\.aligned)?\s+1,", ptx80)
+
+
+def test_bulk_stores_are_tensor_stores_of_the_copy_engine():
+    from test_dsl_bulk_copy import store_box
+    tile, out = CPU.zeros((16, 32), "bf16"), CPU.zeros((37, 56), "bf16")
+    ptx = ptx_of(store_box, 64, (tile, out, 0, 0, 16, 32))
+    assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 2  # two 16-column bands
+    assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group 0" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx
+    ptx80 = ptx_of(store_box, 64, (tile, out, 0, 0, 16, 32), sm=80)
+    assert "cp.async.bulk" not in ptx80

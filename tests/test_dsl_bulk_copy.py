@@ -1,5 +1,5 @@
-"""Bulk tensor copies and arrival barriers (`kd.bulk_copy`, `kd.arrival_barriers`,
-`kd.barrier_init/arrive/expect/wait`): boxes at and past a tensor's edges, a GEMM whose stages
+"""Bulk tensor copies and arrival barriers (`kd.bulk_copy`, `kd.bulk_store`, `kd.arrival_barriers`,
+`kd.barrier_init/arrive/expect/wait`): boxes at and past a tensor's edges, both ways, a GEMM whose stages
 are handed over only by barriers over several phases (benchmarks/bulk_gemm.py), the launch
 checks of a copy's source and every compile-time error rule. Native on sm_90 (TMA and
 mbarrier); an emulation elsewhere, which must give the same answers."""
@@ -48,6 +48,36 @@ def test_box_copies_zero_fill_outside_the_tensor(runtime, rng, R, C):
         out = runtime.zeros((R, C), kd.bf16)
         copy_box[1, 64](src, out, row, col, R, C)
         np.testing.assert_array_equal(out.numpy(), _box(a, row, col, R, C), err_msg=f"box at ({row}, {col})")
+
+
+@kd.kernel
+def store_box(tile: kd.Tensor[kd.bf16, 2], out: kd.Tensor[kd.bf16, 2], row: kd.i32, col: kd.i32,
+              R: kd.Const[int], C: kd.Const[int]):
+    """The cube lays tile (R x C) out in shared memory in kd.tile_offset's layout; unit 0
+    writes the box at (row, col) of out by a bulk store and waits for it."""
+    sh = kd.shared(kd.bf16, 128 + R * C)
+    u = kd.unit_pos()
+    for e in range(u, R * C, kd.cube_units()):
+        sh[128 + kd.tile_offset(e // C, e % C, R)] = tile[e // C, e % C]
+    kd.sync_cube()
+    if u == 0:
+        kd.bulk_store(out, row, col, sh, 128, R, C)
+        kd.bulk_store_wait()
+
+
+@pytest.mark.parametrize("R,C", [(16, 32), (8, 16)])
+def test_box_stores_leave_out_what_falls_outside_the_tensor(runtime, rng, R, C):
+    tile = rng.standard_normal((R, C)).astype(kd.bf16.np)
+    for row, col in [(0, 0), (-3, 8), (30, 40), (9, -16), (40, 0)]:
+        base = np.full((37, 56), 7.0, kd.bf16.np)
+        out = runtime.tensor(base)
+        store_box[1, 64](runtime.tensor(tile), out, row, col, R, C)
+        want = base.copy()
+        for r in range(R):
+            for c in range(C):
+                if 0 <= row + r < 37 and 0 <= col + c < 56:
+                    want[row + r, col + c] = tile[r, c]
+        np.testing.assert_array_equal(out.numpy(), want, err_msg=f"box at ({row}, {col})")
 
 
 def test_a_strided_view_is_copied_by_its_rows(runtime, rng):
@@ -122,6 +152,16 @@ def test_errors_name_the_rule_and_the_line(runtime):
         bars = kd.arrival_barriers(2)
         kd.barrier_arrive(bars, 2)
 
+    def store_unwaited(x: kd.Tensor[kd.bf16, 2]):
+        sh = kd.shared(kd.bf16, 4096)
+        if kd.unit_pos() == 0:
+            kd.bulk_store(x, 0, 0, sh, 0, 8, 16)
+
+    def store_f32(x: kd.Tensor[kd.bf16, 2]):
+        sh = kd.shared(kd.f32, 4096)
+        kd.bulk_store(x, 0, 0, sh, 0, 8, 16)
+        kd.bulk_store_wait()
+
     def not_barriers(x: kd.Tensor[kd.bf16, 2]):
         sh = kd.shared(kd.i32, 8)
         kd.barrier_arrive(sh, 0)
@@ -144,3 +184,7 @@ def test_errors_name_the_rule_and_the_line(runtime):
         _compile(runtime, bad_index, x2)
     with pytest.raises(CompileError, match="takes the array kd.arrival_barriers made"):
         _compile(runtime, not_barriers, x2)
+    with pytest.raises(CompileError, match=r"kd.bulk_store without kd.bulk_store_wait\(\)"):
+        _compile(runtime, store_unwaited, x2)
+    with pytest.raises(CompileError, match="kd.bulk_store copies from a shared array of bf16"):
+        _compile(runtime, store_f32, x2)

@@ -23,9 +23,13 @@ class BulkCopies:
     def _setup_tensor_maps(self):
         """Give every (source tensor, box rows) of the kernel's bulk copies a map argument."""
         self.tensor_maps = {}  # (tensor name, rows) -> map index
+        self.bulk_stores = False  # the kernel writes tensors from shared memory by bulk stores
         for s in ir.walk_stmts(self.k.body):
             if isinstance(s, ir.BulkCopy):
                 self.tensor_maps.setdefault((s.src, s.rows), len(self.tensor_maps))
+            elif isinstance(s, ir.BulkStore):
+                self.tensor_maps.setdefault((s.dst, s.rows), len(self.tensor_maps))
+                self.bulk_stores = True
 
     def tensor_map_args(self) -> list:
         params = {p.name: p for p in self.k.tensor_params()}
@@ -74,3 +78,26 @@ class BulkCopies:
                          f'"r"(kd_sa + {band * band_bytes}u), "l"((unsigned long long)&kd_map{j}), '
                          f'"r"(kd_c + {band * BAND}), "r"(kd_r), "r"(kd_ba) : "memory");')
         self.emit("{ " + " ".join(lines) + " }")
+
+    # the copy engine reads shared memory through the async proxy: units' own writes of a
+    # store's source are made visible to it by a proxy fence, which every unit runs before
+    # each barrier in a kernel with bulk stores (and the issuing unit before the store)
+    PROXY_FENCE = 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'
+
+    def s_bulk_store(self, s):
+        self.need("kd_tmap")
+        j = self.tensor_maps[(s.dst, s.rows)]
+        lines = [self.PROXY_FENCE,
+                 f"const unsigned kd_sa = (unsigned)__cvta_generic_to_shared({self.shared(s.src)} + "
+                 f"({self.x(s.src_offset)}));",
+                 f"const int kd_r = {self.x(s.row)}, kd_c = {self.x(s.col)};"]
+        band_bytes = s.rows * BAND * s.dtype.itemsize
+        for band in range(s.cols // BAND):
+            lines.append('asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" :: '
+                         f'"l"((unsigned long long)&kd_map{j}), "r"(kd_c + {band * BAND}), "r"(kd_r), '
+                         f'"r"(kd_sa + {band * band_bytes}u) : "memory");')
+        lines.append('asm volatile("cp.async.bulk.commit_group;" ::: "memory");')
+        self.emit("{ " + " ".join(lines) + " }")
+
+    def s_bulk_store_wait(self, s):
+        self.emit('asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");')

@@ -55,7 +55,8 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
     STATEMENT_HANDLERS = {**STATEMENT_HANDLERS, ir.AsyncCopy: "s_async_copy", ir.AsyncCommit: "s_async_commit",
                           ir.AsyncWait: "s_async_wait", ir.BarrierInit: "s_barrier_init",
                           ir.BarrierArrive: "s_barrier_arrive", ir.BarrierWait: "s_barrier_wait",
-                          ir.BulkCopy: "s_bulk_copy"}
+                          ir.BulkCopy: "s_bulk_copy", ir.BulkStore: "s_bulk_store",
+                          ir.BulkStoreWait: "s_bulk_store_wait"}
 
     def __init__(self, k: ir.KernelIR, caps):
         if caps.bulk_copy:  # roles run natively: one copy of the code per role (role_copies.py)
@@ -75,10 +76,11 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
         # copies write them through the copy engine, which wants arrays on 1024-byte boundaries
         self.shared_align = 1024 if self.tensor_maps else 256 if self.group_products else 16
         self.local_decl = f"__shared__ __align__({self.shared_align})"
-        if caps.group_mma_native and self.group_products:
-            # wgmma reads shared memory through the async proxy: order the cube's earlier
-            # writes (stores, cp.async) before it at every barrier
-            self.barrier_stmt = 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); __syncthreads();'
+        # wgmma and bulk stores read shared memory through the async proxy: order the cube's
+        # earlier writes (stores, cp.async) before them at every barrier
+        self.proxy_fence = (caps.group_mma_native and self.group_products) or self.bulk_stores
+        if self.proxy_fence:
+            self.barrier_stmt = f"{self.PROXY_FENCE} __syncthreads();"
 
     # ------------------------------------------------------------------ skeleton
     def kernel_args(self) -> list:
@@ -106,6 +108,8 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
         if s.role is None or not self.caps.bulk_copy:  # (emulated roles reach every barrier: flat)
             super().s_barrier(s)
             return
+        if self.proxy_fence:
+            self.emit(self.PROXY_FENCE)
         # kd.sync_role(): a named barrier (ids 1..15; 0 is __syncthreads) of the role's units
         ranges = sorted({x.role for x in ir.walk_stmts(self.k.body) if isinstance(x, ir.Barrier) and x.role})
         if len(ranges) > 15:
