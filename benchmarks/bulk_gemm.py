@@ -170,13 +170,14 @@ CONSUMER_REGISTERS = 232  # ... so that the multiplying groups' accumulators fit
 
 @kd.kernel
 def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BN: kd.Const[int],
-               BK: kd.Const[int], S: kd.Const[int], GROUP: kd.Const[int]):
+               BK: kd.Const[int], S: kd.Const[int], GROUP: kd.Const[int], STAGED: kd.Const[bool] = False):
     """c = a @ b as gemm_bulk computes it, with the work split by role: group GROUPS (the
     producer) only issues bulk copies, refilling each stage as soon as both consumer groups
     are through with it; groups 0 .. GROUPS-1 only wait, multiply and write their tiles out.
     The stream of k steps is walked by both roles in the same loop: natively they run
     apart, ordered by the barriers alone; where roles are emulated they take turns in
-    program order, which the producer's one-step lag makes a valid order."""
+    program order, which the producer's one-step lag makes a valid order. STAGED (bf16 c): the
+    consumers stage each tile in shared memory and one unit writes it with bulk stores."""
     kd.static_assert(kd.cube_units() == (GROUPS + 1) * 4 * kd.PLANE_DIM,
                      "launch three groups (12 planes) a cube: two consumers and a producer")
     M, N, KT, mine, total = stream_of(a, b, BN, BK)
@@ -185,6 +186,9 @@ def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
     issuer = u == GROUPS * 4 * kd.PLANE_DIM  # the producer group's first unit
     g = kd.plane_pos() // 4
     acc = kd.group_fragment_acc(64, BN)
+    if STAGED:
+        kd.static_assert(c.dtype == kd.bf16, "the staged epilogue writes bf16 tiles")
+        staged = kd.shared(kd.bf16, BM * BN)  # the consumers' tile on its way out
     # the producer's copy position in the stream: k tile pk of its tile ptile, at (pm0, pn0)
     pk = 0
     ptile = 0
@@ -218,7 +222,33 @@ def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
             # the tile's products are done: write it out (the producer is copying the next one's);
             # after the k loop, not in it: an epilogue inside it made ptxas serialise the products
             kd.group_wait(0)
-            write_tile(c, acc, t, g, M, N, BN, GROUP)
+            if STAGED:
+                store_tile(c, acc, staged, t, g, u, M, N, BN, GROUP)
+            else:
+                write_tile(c, acc, t, g, M, N, BN, GROUP)
+    if STAGED:
+        with kd.role(0, GROUPS):
+            if u == 0:
+                kd.bulk_store_wait()  # the last tile's store
+
+
+@kd.func
+def store_tile(c, acc, staged, t, g, u, M, N, BN, GROUP):
+    """The consumers' t-th tile through shared memory: each group lays its 64 rows out in
+    `staged` (once the previous tile's store has read it), then unit 0 writes the tile with
+    bulk stores, which run on while the consumers go on to the next tile."""
+    if u == 0:
+        kd.bulk_store_wait()
+    kd.sync_role()
+    for i in kd.unroll(kd.fragment_len(acc)):
+        staged[g * 64 * BN + kd.tile_offset(kd.fragment_row(acc, i), kd.fragment_col(acc, i), 64)] = \
+            kd.fragment_get(acc, i)
+    kd.fill_fragment(acc, 0.0)
+    kd.sync_role()
+    if u == 0:
+        m0, n0 = tile_origin(t, M, N, BN, GROUP)
+        for h in kd.unroll(GROUPS):
+            kd.bulk_store(c, m0 + 64 * h, n0, staged, h * 64 * BN, 64, BN)
 
 
 CONFIGS = {  # name -> (BN, BK, stages, lag, group, persistent: one cube per compute unit)
@@ -237,7 +267,16 @@ CONFIGS = {  # name -> (BN, BK, stages, lag, group, persistent: one cube per com
     "roles 128x256x64/s4/g8/persistent": (256, 64, 4, 1, 8, True),
     "roles 128x64x16/s3/g8": (64, 16, 3, 1, 8, False),  # small: fits the emulation's shared memory
     "roles 128x64x16/s3/g8/persistent": (64, 16, 3, 1, 8, True),  # (tests)
+    # ... and the tile leaving through shared memory by bulk stores (bf16 c only)
+    "roles 128x256x64/s3/g8/staged": (256, 64, 3, 1, 8, False),
+    "roles 128x256x64/s3/g8/persistent/staged": (256, 64, 3, 1, 8, True),
+    "roles 128x64x16/s3/g8/persistent/staged": (64, 16, 3, 1, 8, True),  # (tests)
 }
+
+
+def out_dtype(config: str):
+    """The dtype of c a configuration writes: bf16 where its epilogue is staged, else any."""
+    return kd.bf16 if config.endswith("/staged") else None
 
 
 def gemm(a, b, c, config="bulk 128x256x64/s4/l2/g8"):
@@ -251,6 +290,9 @@ def gemm(a, b, c, config="bulk 128x256x64/s4/l2/g8"):
     if persistent:
         cubes = min(cubes, max(a.runtime.capabilities.compute_units, 1))
     if config.startswith("roles"):
-        gemm_roles[cubes, (GROUPS + 1) * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, G)
+        staged = out_dtype(config) is not None
+        if staged and c.dtype != kd.bf16:
+            raise ValueError(f"gemm {config} writes bf16 tiles, got c of {c.dtype}")
+        gemm_roles[cubes, (GROUPS + 1) * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, G, staged)
         return
     gemm_bulk[cubes, GROUPS * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, LAG, G)

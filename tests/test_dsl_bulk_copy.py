@@ -102,16 +102,20 @@ def test_a_gemm_fed_by_a_ring_of_bulk_copies(runtime, rng):
 def check_gemm_configs(runtime, rng, configs):
     """benchmarks/bulk_gemm.py's configurations against numpy: 256 x 2BN x 7BK, so 4 tiles
     (a persistent cube walks several) of 7 k steps (several phases of every barrier)."""
-    from benchmarks.bulk_gemm import CONFIGS, gemm
+    from benchmarks.bulk_gemm import CONFIGS, gemm, out_dtype
     for config in configs:
         BN, BK = CONFIGS[config][:2]
         M, N, K = 256, 2 * BN, 7 * BK  # 4 tiles: a persistent cube walks several
         a = rng.standard_normal((M, K)).astype(kd.bf16.np)
         b = rng.standard_normal((K, N)).astype(kd.bf16.np)
-        c = runtime.zeros((M, N), kd.f32)
+        dt = out_dtype(config) or kd.f32
+        c = runtime.tensor(np.full((M, N), np.nan, dt.np))  # poisoned: every element must be written
         gemm(runtime.tensor(a), runtime.tensor(b), c, config)
         want = a.astype(np.float64) @ b.astype(np.float64)
-        np.testing.assert_allclose(c.numpy(), want, rtol=1e-4, atol=1e-3, err_msg=config)
+        if dt == kd.f32:
+            np.testing.assert_allclose(c.numpy(), want, rtol=1e-4, atol=1e-3, err_msg=config)
+        else:  # each element rounded once to bf16 (8 bits of mantissa)
+            np.testing.assert_allclose(c.numpy().astype(np.float64), want, rtol=2 ** -8, atol=1e-2, err_msg=config)
 
 
 def test_launch_refuses_sources_the_copy_engine_cannot_read(runtime):
