@@ -20,6 +20,8 @@ def test_a_producer_group_feeds_two_consumer_groups(runtime, rng):
 bulk stores, ordered by kd.sync_role): equal to numpy's product."""
     from test_dsl_bulk_copy import check_gemm_configs
     configs = ["roles 128x64x16/s3/g8", "roles 128x64x16/s3/g8/persistent", "roles 128x64x16/s3/g8/persistent/staged"]
+    if runtime.capabilities.interpreted:  # one unit at a time: the configuration that does it all (~35 s)
+        configs = configs[-1:]
     if runtime.capabilities.bulk_copy:
         configs += ["roles 128x256x64/s4/g8", "roles 128x256x64/s5/g8/persistent", "roles 128x256x64/s3/g8/staged"]
     check_gemm_configs(runtime, rng, configs)
