@@ -153,6 +153,44 @@ def decode_splits(p: Problem, lay, longest: int, waves: int | None = None) -> in
     return splits if splits >= 2 else 1
 
 
+# ---------------------------------------------------------------- the decode kernel on SIMD lanes
+LANES_QUERY_FLOATS = 32  # query floats a lane holds (HC · D / W): with its K row slice, the registers
+LANES_MAX_PER_LANE = 16  # the most K or V elements a lane owns (D / W, Dv / W: unrolled loads)
+LANES_MIN_UNITS = 4      # fewer lanes a cube (odd head dims): the general kernel
+LANES_MAX_UNITS = 64     # lanes a cube at most (below one vector: narrower vectors)
+
+
+@dataclass(frozen=True)
+class LanesLaunch:
+    units: int   # W: lanes of the cube (one vector of f32 on the CPU)
+    heads: int   # HC: query heads per cube (<= W)
+    tokens: int  # T: tokens a step (T · HC <= W)
+    chunks: int  # head chunks per KV head
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries, p.Hkv * self.chunks, splits)
+
+
+def lanes_launch(p: Problem) -> LanesLaunch | None:
+    """decode_lanes.py's shape for attention problem p: W = one vector of f32 lanes (a power of
+    two, halved until it divides D and Dv), as many query heads of a KV head as
+    LANES_QUERY_FLOATS allow (head chunks of near-equal size), W / HC tokens a step; None for
+    MLA or where a lane would own more than LANES_MAX_PER_LANE elements of a row."""
+    caps = p.runtime.capabilities
+    if p.P != 0:
+        return None
+    w = max(1, min(caps.vector_bytes // 4, caps.max_cube_units, LANES_MAX_UNITS))
+    w = 1 << (w.bit_length() - 1)
+    while w > 1 and (p.D % w or p.Dv % w):
+        w //= 2
+    if max(p.D, p.Dv) // w > LANES_MAX_PER_LANE:
+        return None
+    most = max(1, min(w, LANES_QUERY_FLOATS // (p.D // w)))
+    chunks = -(-p.group // most)
+    heads = -(-p.group // chunks)
+    return LanesLaunch(w, heads, max(1, w // heads), chunks)
+
+
 # ---------------------------------------------------------------- the decode kernel on the matrix primitive
 DECODE_MMA_PLANES = 1   # planes per cube, each with its own tiles of 16 tokens
 DECODE_MMA_STAGES = None  # ring slots per plane (copies run STAGES - 1 tiles ahead); None: mma_stages
@@ -353,4 +391,8 @@ def kernel_for(p: Problem) -> str:
         return "decode_mma"
     if p.P == 0 and not caps.units_are_simd_lanes and decode_launch(p) is not None:
         return "decode"
+    if p.P == 0 and caps.units_are_simd_lanes:
+        lay = lanes_launch(p)
+        if lay is not None and lay.units >= LANES_MIN_UNITS:
+            return "decode_lanes"
     return "general"

@@ -1,0 +1,193 @@
+"""Decode kernel for devices whose units are SIMD lanes (the CPU): lanes along the head
+dimension, tokens looped, so every K and V row is read with contiguous vector loads.
+
+A cube owns one query row, a chunk of HC query heads that read one KV head, and one split
+of the row's visible tokens (grid as the general kernel's: (row, KV head · chunks, split)).
+It has W units (W: one vector of f32 lanes on the CPU); unit u owns the elements
+d = c·W + u (c < D / W) of each row, so a row is read as D / W vector loads, and the cube's
+uniform work (page-table lookups, the running max of each head) is scalar code that runs
+once a step. Each step takes T tokens (T·HC = W where HC divides W), three regions:
+  A. lanes along d: each lane's partial dot products of the T tokens' K rows with its slice
+     of the HC queries (held by the lane: each K load feeds HC heads), stored [T·HC, W];
+  B. lanes along (token, head) pairs: the W partials of a pair summed (a tree), masked past
+     the split, and p = exp2(s − m) against the head's running max m (one vector exp for W
+     pairs);
+  C. lanes along d: per head the step's max; the running max moves only when a score passes
+     it by more than TAU (then the lane's accumulator and the sums are rescaled and this
+     step's p recomputed; p <= 2^TAU otherwise), then acc[g] += Σ_t p[t][g]·V[t] (each V load
+     feeds HC heads).
+All arithmetic is F32, logits in log2 units (log2(e) folded into the query). Unsplit, the cube
+writes softmax·V; split, its unnormalised accumulator and (max, sum) to the F32 workspace
+(merge_kernel.py), as decode_kernel.py does."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .decode_kernel import TAU, log2_int, rescale
+from .paged_kernel import split_range
+
+
+@kd.func
+def step_rows(tables, s, j, je, PS, T):
+    """Physical rows (page · PS + slot, i64) of tokens j .. j + T − 1 of sequence s, each clamped
+    below je (a token past the split reads the last one; its score is masked)."""
+    rows = ()
+    for t in kd.unroll(T):
+        jt = kd.max(kd.min(j + t, je - 1), 0)
+        rows = rows + (kd.i64(tables[s, jt // PS]) * PS + jt % PS,)
+    return rows
+
+
+@kd.func
+def tree_sum(xs, LOG):
+    """The sum of the 2^LOG values of tuple xs, pairwise (a tree: LOG dependent adds)."""
+    for b in kd.unroll(LOG):
+        half = len(xs) // 2
+        zs = ()
+        for i in kd.unroll(half):
+            zs = zs + (xs[i] + xs[half + i],)
+        xs = zs
+    return xs[0]
+
+
+@kd.kernel
+def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, lengths: kd.Tensor,
+                        seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
+                        qscale: kd.f32, causal: kd.i32, splits: kd.i32,
+                        D: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], T: kd.Const[int],
+                        W: kd.Const[int], PS: kd.Const[int], SPLIT: kd.Const[bool]):
+    C = D // W                       # K elements per lane
+    CV = DV // W                     # V elements (accumulators per head) per lane
+    TH = T * HC                      # (token, head) pairs a step
+    u = kd.unit_pos_x()
+    r = kd.cube_pos_x()
+    sp = kd.cube_pos_z()
+    Hq = q.shape[1]
+    Hkv = k.shape[2]
+    G = Hq // Hkv
+    chunks = (G + HC - 1) // HC
+    hk = kd.cube_pos_y() // chunks
+    ch = kd.cube_pos_y() % chunks
+    h0 = hk * G + ch * HC
+    hc = kd.min(HC, G - ch * HC)     # heads of this chunk that exist
+
+    # this lane's slice of the chunk's queries (heads past the chunk repeat the last: never stored)
+    qv = ()
+    for g in kd.unroll(HC):
+        qb = (kd.i64(r) * Hq + kd.min(h0 + g, Hq - 1)) * D
+        for c in kd.unroll(C):
+            qv = qv + (kd.f32(q[qb + c * W + u]) * qscale,)
+    m = ()
+    l = ()
+    acc = ()
+    for g in kd.unroll(HC):
+        m = m + (-kd.inf,)
+        l = l + (kd.f32(0),)
+    for e in kd.unroll(CV * HC):     # acc[c · HC + g]: element c·W + u of head g
+        acc = acc + (kd.f32(0),)
+
+    ps = kd.shared(kd.f32, TH * W)   # partial dot products [pair, lane]
+    sc = kd.shared(kd.f32, TH)       # the step's scores (log2 units; -inf past the split)
+    pe = kd.shared(kd.f32, TH)       # exp2(score - running max) against the max before the step
+    mrow = kd.shared(kd.f32, TH)     # the running max of each pair's head
+    if u < TH:                       # TH <= W (tuning.lanes_launch)
+        mrow[u] = -kd.inf
+    kd.sync_cube()
+
+    s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
+    kst = kd.i64(k.stride(1))
+    vst = kd.i64(v.stride(1))
+    kb = kd.i64(hk) * k.stride(2)    # uniform; the lane's offset is added in each region (a
+    vb = kd.i64(hk) * v.stride(2)    # per-lane value kept across regions is an array: a gather)
+    for j0 in range(jb, je, T):
+        # ---- A: lanes along d, partial dot products of the step's tokens with every head
+        rows = step_rows(tables, s, j0, je, PS, T)
+        for t in kd.unroll(T):
+            kr = ()
+            for c in kd.unroll(C):
+                kr = kr + (kd.f32(k[rows[t] * kst + kb + c * W + kd.unit_pos_x()]),)
+            for g in kd.unroll(HC):
+                part = qv[g * C] * kr[0]
+                for c in kd.unroll(1, C):
+                    part = kd.fma(qv[g * C + c], kr[c], part)
+                ps[(t * HC + g) * W + kd.unit_pos_x()] = part
+        kd.sync_cube()
+        # ---- B: lanes along (token, head) pairs: the score and p against the running max
+        i = kd.unit_pos_x()
+        if i < TH:
+            parts = ()
+            for e in kd.unroll(W):
+                parts = parts + (ps[i * W + e],)
+            sv = kd.select(j0 + i // HC < je, tree_sum(parts, log2_int(W)), -kd.inf)
+            mo = mrow[i]
+            sc[i] = sv
+            pe[i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
+        kd.sync_cube()
+        # ---- C: lanes along d; per head the step's max (uniform), lazily moved running max
+        grow = False
+        mxs = ()
+        for g in kd.unroll(HC):
+            mx = sc[g]
+            for t in kd.unroll(1, T):
+                mx = kd.max(mx, sc[t * HC + g])
+            mxs = mxs + (mx,)
+            grow = grow | (mx > m[g] + TAU)
+        if grow:  # a split level branch (the barrier in it): the common step pays nothing for it
+            m2 = ()
+            l2 = ()
+            als = ()
+            for g in kd.unroll(HC):
+                mn = kd.max(m[g], mxs[g])
+                alpha = rescale(m[g], mn)
+                m2 = m2 + (mn,)
+                l2 = l2 + (l[g] * alpha,)
+                als = als + (alpha,)
+            acc2 = ()
+            for e in kd.unroll(CV * HC):
+                acc2 = acc2 + (acc[e] * als[e % HC],)
+            m = m2
+            l = l2
+            acc = acc2
+            i = kd.unit_pos_x()
+            if i < TH:  # this step's p against the moved max, and the max B reads next step
+                mi = m[0]
+                for g in kd.unroll(1, HC):
+                    mi = kd.select(i % HC == g, m[g], mi)
+                mrow[i] = mi
+                pe[i] = kd.exp2_fast(sc[i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
+            kd.sync_cube()
+        pv = ()
+        for i in kd.unroll(TH):
+            pv = pv + (pe[i],)
+        rows = step_rows(tables, s, j0, je, PS, T)
+        l2 = ()
+        acc2 = ()
+        for g in kd.unroll(HC):
+            tot = l[g]
+            for t in kd.unroll(T):
+                tot = tot + pv[t * HC + g]
+            l2 = l2 + (tot,)
+        for c in kd.unroll(CV):
+            vr = ()
+            for t in kd.unroll(T):
+                vr = vr + (kd.f32(v[rows[t] * vst + vb + c * W + kd.unit_pos_x()]),)
+            for g in kd.unroll(HC):
+                a = acc[c * HC + g]
+                for t in kd.unroll(T):
+                    a = kd.fma(pv[t * HC + g], vr[t], a)
+                acc2 = acc2 + (a,)
+        l = l2
+        acc = acc2
+
+    # ---- the lane's slice of each head's output (or the split's partial state)
+    for g in kd.unroll(HC):
+        if g < hc:
+            for c in kd.unroll(CV):
+                if SPLIT:
+                    work[r, h0 + g, sp, c * W + kd.unit_pos_x()] = acc[c * HC + g]
+                else:
+                    out[r, h0 + g, c * W + kd.unit_pos_x()] = kd.select(l[g] > 0.0, acc[c * HC + g] / l[g], kd.f32(0))
+            if SPLIT:
+                if kd.unit_pos_x() == 0:
+                    work[r, h0 + g, sp, DV] = m[g]
+                    work[r, h0 + g, sp, DV + 1] = l[g]
