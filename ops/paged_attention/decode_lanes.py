@@ -55,139 +55,155 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
                         seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
                         qscale: kd.f32, causal: kd.i32, splits: kd.i32,
                         D: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], T: kd.Const[int],
-                        W: kd.Const[int], PS: kd.Const[int], SPLIT: kd.Const[bool]):
+                        W: kd.Const[int], HB: kd.Const[int], PS: kd.Const[int], SPLIT: kd.Const[bool]):
     C = D // W                       # K elements per lane
     CV = DV // W                     # V elements (accumulators per head) per lane
     TH = T * HC                      # (token, head) pairs a step
-    u = kd.unit_pos_x()
     r = kd.cube_pos_x()
     sp = kd.cube_pos_z()
     Hq = q.shape[1]
     Hkv = k.shape[2]
     G = Hq // Hkv
     chunks = (G + HC - 1) // HC
-    hk = kd.cube_pos_y() // chunks
+    hb = kd.cube_pos_y() // chunks   # block of HB neighbouring KV heads
     ch = kd.cube_pos_y() % chunks
-    h0 = hk * G + ch * HC
     hc = kd.min(HC, G - ch * HC)     # heads of this chunk that exist
 
-    # this lane's slice of the chunk's queries (heads past the chunk repeat the last: never stored)
-    qv = ()
-    for g in kd.unroll(HC):
-        qb = (kd.i64(r) * Hq + kd.min(h0 + g, Hq - 1)) * D
-        for c in kd.unroll(C):
-            qv = qv + (kd.f32(q[qb + c * W + u]) * qscale,)
-    m = ()
-    l = ()
-    acc = ()
-    for g in kd.unroll(HC):
-        m = m + (-kd.inf,)
-        l = l + (kd.f32(0),)
-    for e in kd.unroll(CV * HC):     # acc[c · HC + g]: element c·W + u of head g
-        acc = acc + (kd.f32(0),)
-
-    ps = kd.shared(kd.f32, TH * W)   # partial dot products [pair, lane]
-    sc = kd.shared(kd.f32, TH)       # the step's scores (log2 units; -inf past the split)
-    pe = kd.shared(kd.f32, TH)       # exp2(score - running max) against the max before the step
-    mrow = kd.shared(kd.f32, TH)     # the running max of each pair's head
-    if u < TH:                       # TH <= W (tuning.lanes_launch)
-        mrow[u] = -kd.inf
+    qs = kd.shared(kd.f32, HB * HC * D)    # [KV head of the block, head, c, lane]: this lane's query slices
+    accs = kd.shared(kd.f32, HB * HC * DV)  # [KV head, c, head, lane]: the output accumulators
+    ms = kd.shared(kd.f32, HB * HC)        # running max of each head (log2 units)
+    ls = kd.shared(kd.f32, HB * HC)        # running sum
+    mrow = kd.shared(kd.f32, HB * TH)      # the running max of each pair's head
+    ps = kd.shared(kd.f32, TH * W)         # partial dot products [pair, lane]
+    sc = kd.shared(kd.f32, TH)             # the step's scores (log2 units; -inf past the split)
+    pe = kd.shared(kd.f32, TH)             # exp2(score - running max)
+    for h in range(HB):
+        h0 = (hb * HB + h) * G + ch * HC
+        u = kd.unit_pos_x()
+        for g in kd.unroll(HC):
+            qb = (kd.i64(r) * Hq + kd.min(h0 + g, Hq - 1)) * D  # heads past the chunk repeat the last
+            for c in kd.unroll(C):
+                qs[((h * HC + g) * C + c) * W + u] = kd.f32(q[qb + c * W + u]) * qscale
+        for e in kd.unroll(CV * HC):
+            accs[(h * CV * HC + e) * W + u] = 0.0
+        if u < HC:
+            ms[h * HC + u] = -kd.inf
+            ls[h * HC + u] = 0.0
+        if u < TH:                         # TH <= W (tuning.lanes_launch)
+            mrow[h * TH + u] = -kd.inf
     kd.sync_cube()
 
     s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
     kst = kd.i64(k.stride(1))
     vst = kd.i64(v.stride(1))
-    kb = kd.i64(hk) * k.stride(2)    # uniform; the lane's offset is added in each region (a
-    vb = kd.i64(hk) * v.stride(2)    # per-lane value kept across regions is an array: a gather)
     for j0 in range(jb, je, T):
-        # ---- A: lanes along d, partial dot products of the step's tokens with every head
-        rows = step_rows(tables, s, j0, je, PS, T)
-        for t in kd.unroll(T):
-            kr = ()
-            for c in kd.unroll(C):
-                kr = kr + (kd.f32(k[rows[t] * kst + kb + c * W + kd.unit_pos_x()]),)
-            for g in kd.unroll(HC):
-                part = qv[g * C] * kr[0]
-                for c in kd.unroll(1, C):
-                    part = kd.fma(qv[g * C + c], kr[c], part)
-                ps[(t * HC + g) * W + kd.unit_pos_x()] = part
-        kd.sync_cube()
-        # ---- B: lanes along (token, head) pairs: the score and p against the running max
-        i = kd.unit_pos_x()
-        if i < TH:
-            parts = ()
-            for e in kd.unroll(W):
-                parts = parts + (ps[i * W + e],)
-            sv = kd.select(j0 + i // HC < je, tree_sum(parts, log2_int(W)), -kd.inf)
-            mo = mrow[i]
-            sc[i] = sv
-            pe[i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
-        kd.sync_cube()
-        # ---- C: lanes along d; per head the step's max (uniform), lazily moved running max
-        grow = False
-        mxs = ()
-        for g in kd.unroll(HC):
-            mx = sc[g]
-            for t in kd.unroll(1, T):
-                mx = kd.max(mx, sc[t * HC + g])
-            mxs = mxs + (mx,)
-            grow = grow | (mx > m[g] + TAU)
-        if grow:  # a split level branch (the barrier in it): the common step pays nothing for it
-            m2 = ()
-            l2 = ()
-            als = ()
-            for g in kd.unroll(HC):
-                mn = kd.max(m[g], mxs[g])
-                alpha = rescale(m[g], mn)
-                m2 = m2 + (mn,)
-                l2 = l2 + (l[g] * alpha,)
-                als = als + (alpha,)
-            acc2 = ()
-            for e in kd.unroll(CV * HC):
-                acc2 = acc2 + (acc[e] * als[e % HC],)
-            m = m2
-            l = l2
-            acc = acc2
-            i = kd.unit_pos_x()
-            if i < TH:  # this step's p against the moved max, and the max B reads next step
-                mi = m[0]
-                for g in kd.unroll(1, HC):
-                    mi = kd.select(i % HC == g, m[g], mi)
-                mrow[i] = mi
-                pe[i] = kd.exp2_fast(sc[i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
+        for h in range(HB):            # the block's heads in turn: together they read whole stretches of each row
+            hk = hb * HB + h
+            # ---- A: lanes along d, partial dot products of the step's tokens with every head
+            # (the lane's offset is added here: a per-lane value kept across regions is an
+            # array, and reading it would make these loads gathers)
+            kb = kd.i64(hk) * k.stride(2) + kd.unit_pos_x()
+            rows = step_rows(tables, s, j0, je, PS, T)
+            vrow = ()  # the V rows' offsets, uniform and kept for C (a table lookup there, after
+            for t in kd.unroll(T):  # stores to shared memory, is not hoisted: its loads become gathers)
+                vrow = vrow + (rows[t] * vst + kd.i64(hk) * v.stride(2),)
+            qv = ()
+            for e in kd.unroll(HC * C):
+                qv = qv + (qs[(h * HC * C + e) * W + kd.unit_pos_x()],)
+            for t in kd.unroll(T):
+                kr = ()
+                for c in kd.unroll(C):
+                    kr = kr + (kd.f32(k[rows[t] * kst + kb + c * W]),)
+                for g in kd.unroll(HC):
+                    part = qv[g * C] * kr[0]
+                    for c in kd.unroll(1, C):
+                        part = kd.fma(qv[g * C + c], kr[c], part)
+                    ps[(t * HC + g) * W + kd.unit_pos_x()] = part
             kd.sync_cube()
-        pv = ()
-        for i in kd.unroll(TH):
-            pv = pv + (pe[i],)
-        rows = step_rows(tables, s, j0, je, PS, T)
-        l2 = ()
-        acc2 = ()
-        for g in kd.unroll(HC):
-            tot = l[g]
-            for t in kd.unroll(T):
-                tot = tot + pv[t * HC + g]
-            l2 = l2 + (tot,)
-        for c in kd.unroll(CV):
-            vr = ()
-            for t in kd.unroll(T):
-                vr = vr + (kd.f32(v[rows[t] * vst + vb + c * W + kd.unit_pos_x()]),)
+            # ---- B: lanes along (token, head) pairs: the score and p against the running max
+            i = kd.unit_pos_x()
+            if i < TH:
+                parts = ()
+                for e in kd.unroll(W):
+                    parts = parts + (ps[i * W + e],)
+                sv = kd.select(j0 + i // HC < je, tree_sum(parts, log2_int(W)), -kd.inf)
+                mo = mrow[h * TH + i]
+                sc[i] = sv
+                pe[i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
+            kd.sync_cube()
+            # ---- C: lanes along d; per head the step's max (uniform), lazily moved running max
+            grow = False
             for g in kd.unroll(HC):
-                a = acc[c * HC + g]
-                for t in kd.unroll(T):
-                    a = kd.fma(pv[t * HC + g], vr[t], a)
-                acc2 = acc2 + (a,)
-        l = l2
-        acc = acc2
-
-    # ---- the lane's slice of each head's output (or the split's partial state)
-    for g in kd.unroll(HC):
-        if g < hc:
+                mx = sc[g]
+                for t in kd.unroll(1, T):
+                    mx = kd.max(mx, sc[t * HC + g])
+                grow = grow | (mx > ms[h * HC + g] + TAU)
+            if grow:  # a split level branch (the barriers in it): the common step pays nothing for it
+                m2 = ()
+                als = ()
+                for g in kd.unroll(HC):
+                    mx = sc[g]
+                    for t in kd.unroll(1, T):
+                        mx = kd.max(mx, sc[t * HC + g])
+                    mo = ms[h * HC + g]
+                    mn = kd.max(mo, mx)
+                    m2 = m2 + (mn,)
+                    als = als + (rescale(mo, mn),)
+                for e in kd.unroll(CV * HC):
+                    ai = (h * CV * HC + e) * W + kd.unit_pos_x()
+                    accs[ai] = accs[ai] * als[e % HC]
+                i = kd.unit_pos_x()
+                if i < TH:  # this step's p against the moved max, and the max B reads next step
+                    mi = m2[0]
+                    for g in kd.unroll(1, HC):
+                        mi = kd.select(i % HC == g, m2[g], mi)
+                    mrow[h * TH + i] = mi
+                    pe[i] = kd.exp2_fast(sc[i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
+                kd.sync_cube()  # every lane has read ms before it changes
+                i = kd.unit_pos_x()
+                if i < HC:
+                    mi = m2[0]
+                    af = als[0]
+                    for g in kd.unroll(1, HC):
+                        mi = kd.select(i == g, m2[g], mi)
+                        af = kd.select(i == g, als[g], af)
+                    ms[h * HC + i] = mi
+                    ls[h * HC + i] = ls[h * HC + i] * af
+                kd.sync_cube()
+            pv = ()
+            for e in kd.unroll(TH):
+                pv = pv + (pe[e],)
             for c in kd.unroll(CV):
+                vr = ()
+                for t in kd.unroll(T):
+                    vr = vr + (kd.f32(v[vrow[t] + c * W + kd.unit_pos_x()]),)
+                for g in kd.unroll(HC):
+                    ai = ((h * CV + c) * HC + g) * W + kd.unit_pos_x()
+                    acc = accs[ai]
+                    for t in kd.unroll(T):
+                        acc = kd.fma(pv[t * HC + g], vr[t], acc)
+                    accs[ai] = acc
+            i = kd.unit_pos_x()
+            if i < HC:
+                tot = ls[h * HC + i]
+                for t in kd.unroll(T):
+                    tot = tot + pe[t * HC + i]
+                ls[h * HC + i] = tot
+    kd.sync_cube()
+
+    # ---- each lane's slice of each head's output (or the split's partial state)
+    for h in range(HB):
+        h0 = (hb * HB + h) * G + ch * HC
+        for g in kd.unroll(HC):
+            if g < hc:
+                l = ls[h * HC + g]
+                for c in kd.unroll(CV):
+                    a = accs[((h * CV + c) * HC + g) * W + kd.unit_pos_x()]
+                    if SPLIT:
+                        work[r, h0 + g, sp, c * W + kd.unit_pos_x()] = a
+                    else:
+                        out[r, h0 + g, c * W + kd.unit_pos_x()] = kd.select(l > 0.0, a / l, kd.f32(0))
                 if SPLIT:
-                    work[r, h0 + g, sp, c * W + kd.unit_pos_x()] = acc[c * HC + g]
-                else:
-                    out[r, h0 + g, c * W + kd.unit_pos_x()] = kd.select(l[g] > 0.0, acc[c * HC + g] / l[g], kd.f32(0))
-            if SPLIT:
-                if kd.unit_pos_x() == 0:
-                    work[r, h0 + g, sp, DV] = m[g]
-                    work[r, h0 + g, sp, DV + 1] = l[g]
+                    if kd.unit_pos_x() == 0:
+                        work[r, h0 + g, sp, DV] = ms[h * HC + g]
+                        work[r, h0 + g, sp, DV + 1] = l

@@ -158,6 +158,8 @@ LANES_QUERY_FLOATS = 32  # query floats a lane holds (HC · D / W): with its K r
 LANES_MAX_PER_LANE = 16  # the most K or V elements a lane owns (D / W, Dv / W: unrolled loads)
 LANES_MIN_UNITS = 4      # fewer lanes a cube (odd head dims): the general kernel
 LANES_MAX_UNITS = 64     # lanes a cube at most (below one vector: narrower vectors)
+LANES_HEAD_BLOCK = 8     # the most neighbouring KV heads a cube reads (HB·D contiguous elements a row)
+LANES_WAVES = 2          # automatic splits: cubes per compute unit at most
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,10 @@ class LanesLaunch:
     heads: int   # HC: query heads per cube (<= W)
     tokens: int  # T: tokens a step (T · HC <= W)
     chunks: int  # head chunks per KV head
+    head_block: int = 1  # HB: KV heads per cube
 
     def grid(self, p: Problem, splits: int) -> tuple:
-        return (p.queries, p.Hkv * self.chunks, splits)
+        return (p.queries, p.Hkv // self.head_block * self.chunks, splits)
 
 
 def lanes_launch(p: Problem) -> LanesLaunch | None:
@@ -188,7 +191,8 @@ def lanes_launch(p: Problem) -> LanesLaunch | None:
     most = max(1, min(w, LANES_QUERY_FLOATS // (p.D // w)))
     chunks = -(-p.group // most)
     heads = -(-p.group // chunks)
-    return LanesLaunch(w, heads, max(1, w // heads), chunks)
+    block = max(b for b in range(1, min(LANES_HEAD_BLOCK, p.Hkv) + 1) if p.Hkv % b == 0)
+    return LanesLaunch(w, heads, max(1, w // heads), chunks, block)
 
 
 # ---------------------------------------------------------------- the decode kernel on the matrix primitive
