@@ -91,11 +91,11 @@ class DevicePlan:
             if p.causal not in self._longest:
                 self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
             longest = self._longest[p.causal]
-            if kind in ("general", "decode_lanes"):
+            if kind == "general":
                 splits = auto_splits(p, lay, longest)
             else:
                 waves = {"decode_mma": tuning.DECODE_MMA_WAVES, "mla_mma": tuning.MLA_WAVES,
-                         "mla_group": tuning.MLA_GROUP_WAVES}.get(kind)
+                         "mla_group": tuning.MLA_GROUP_WAVES, "decode_lanes": tuning.LANES_WAVES}.get(kind)
                 splits = decode_splits(p, lay, longest, waves)
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
@@ -122,7 +122,7 @@ class DevicePlan:
         elif kind == "decode_lanes":
             decode_lanes_kernel[lay.grid(p, splits), lay.units](
                 p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
-                lay.tokens, lay.units, p.k.shape[1], workspace is not None)
+                lay.tokens, lay.units, lay.head_block, p.k.shape[1], workspace is not None)
         else:
             paged_kernel[lay.grid(p, splits), lay.units](
                 p.q, p.qp, p.k, p.kp, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.P,
