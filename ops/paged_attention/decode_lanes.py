@@ -1,24 +1,28 @@
 """Decode kernel for devices whose units are SIMD lanes (the CPU): lanes along the head
 dimension, tokens looped, so every K and V row is read with contiguous vector loads.
 
-A cube owns one query row, a chunk of HC query heads that read one KV head, and one split
-of the row's visible tokens (grid as the general kernel's: (row, KV head · chunks, split)).
+A cube owns one query row, a block of HB neighbouring KV heads with a chunk of HC query heads
+of each, and one split of the row's visible tokens (grid: (row, head block · chunks, split)).
 It has W units (W: one vector of f32 lanes on the CPU); unit u owns the elements
 d = c·W + u (c < D / W) of each row, so a row is read as D / W vector loads, and the cube's
 uniform work (page-table lookups, the running max of each head) is scalar code that runs
-once a step. Each step takes T tokens (T·HC = W where HC divides W), three regions:
-  A. lanes along d: each lane's partial dot products of the T tokens' K rows with its slice
-     of the HC queries (held by the lane: each K load feeds HC heads), stored [T·HC, W];
-  B. lanes along (token, head) pairs: the W partials of a pair summed (a tree), masked past
-     the split, and p = exp2(s − m) against the head's running max m (one vector exp for W
-     pairs);
+once a step. The heads of a token row are contiguous, so a block reads HB·D elements of each
+row: it streams through a page, where one head's 512-byte slices 4 KiB apart did not (3.4
+against 4.6 ms measured on the CPU benchmark, see RESULTS.md). Each step of T tokens (T·HC
+(token, head) pairs: whole passes of the cube where HC divides W) takes the block's heads one
+after the other, three regions a head:
+  A. lanes along d: each lane's partial dot products of the T tokens' K rows with its slices
+     of the HC queries (each K load feeds HC heads), stored [pair, lane];
+  B. lanes along pairs: the W partials of a pair summed (a tree), masked past the split, and
+     p = exp2(s − m) against the head's running max m (one vector exp for W pairs);
   C. lanes along d: per head the step's max; the running max moves only when a score passes
-     it by more than TAU (then the lane's accumulator and the sums are rescaled and this
+     it by more than TAU (then the lane's accumulators and the sums are rescaled and this
      step's p recomputed; p <= 2^TAU otherwise), then acc[g] += Σ_t p[t][g]·V[t] (each V load
      feeds HC heads).
-All arithmetic is F32, logits in log2 units (log2(e) folded into the query). Unsplit, the cube
-writes softmax·V; split, its unnormalised accumulator and (max, sum) to the F32 workspace
-(merge_kernel.py), as decode_kernel.py does."""
+The query slices, accumulators and (max, sum) of the block's heads live in shared memory
+(on the CPU: the cube's stack frame, in L1). All arithmetic is F32, logits in log2 units
+(log2(e) folded into the query). Unsplit, the cube writes softmax·V; split, its unnormalised
+accumulator and (max, sum) to the F32 workspace (merge_kernel.py), as decode_kernel.py does."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -59,6 +63,7 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
     C = D // W                       # K elements per lane
     CV = DV // W                     # V elements (accumulators per head) per lane
     TH = T * HC                      # (token, head) pairs a step
+    NB = (TH + W - 1) // W           # passes of the cube over them
     r = kd.cube_pos_x()
     sp = kd.cube_pos_z()
     Hq = q.shape[1]
@@ -89,8 +94,9 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
         if u < HC:
             ms[h * HC + u] = -kd.inf
             ls[h * HC + u] = 0.0
-        if u < TH:                         # TH <= W (tuning.lanes_launch)
-            mrow[h * TH + u] = -kd.inf
+        for b in kd.unroll(NB):
+            if b * W + u < TH:
+                mrow[h * TH + b * W + u] = -kd.inf
     kd.sync_cube()
 
     s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
@@ -121,15 +127,16 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
                     ps[(t * HC + g) * W + kd.unit_pos_x()] = part
             kd.sync_cube()
             # ---- B: lanes along (token, head) pairs: the score and p against the running max
-            i = kd.unit_pos_x()
-            if i < TH:
-                parts = ()
-                for e in kd.unroll(W):
-                    parts = parts + (ps[i * W + e],)
-                sv = kd.select(j0 + i // HC < je, tree_sum(parts, log2_int(W)), -kd.inf)
-                mo = mrow[h * TH + i]
-                sc[i] = sv
-                pe[i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
+            for b in kd.unroll(NB):
+                i = b * W + kd.unit_pos_x()
+                if i < TH:
+                    parts = ()
+                    for e in kd.unroll(W):
+                        parts = parts + (ps[i * W + e],)
+                    sv = kd.select(j0 + i // HC < je, tree_sum(parts, log2_int(W)), -kd.inf)
+                    mo = mrow[h * TH + i]
+                    sc[i] = sv
+                    pe[i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
             kd.sync_cube()
             # ---- C: lanes along d; per head the step's max (uniform), lazily moved running max
             grow = False
@@ -152,13 +159,14 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
                 for e in kd.unroll(CV * HC):
                     ai = (h * CV * HC + e) * W + kd.unit_pos_x()
                     accs[ai] = accs[ai] * als[e % HC]
-                i = kd.unit_pos_x()
-                if i < TH:  # this step's p against the moved max, and the max B reads next step
-                    mi = m2[0]
-                    for g in kd.unroll(1, HC):
-                        mi = kd.select(i % HC == g, m2[g], mi)
-                    mrow[h * TH + i] = mi
-                    pe[i] = kd.exp2_fast(sc[i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
+                for b in kd.unroll(NB):
+                    i = b * W + kd.unit_pos_x()
+                    if i < TH:  # this step's p against the moved max, and the max B reads next step
+                        mi = m2[0]
+                        for g in kd.unroll(1, HC):
+                            mi = kd.select(i % HC == g, m2[g], mi)
+                        mrow[h * TH + i] = mi
+                        pe[i] = kd.exp2_fast(sc[i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
                 kd.sync_cube()  # every lane has read ms before it changes
                 i = kd.unit_pos_x()
                 if i < HC:

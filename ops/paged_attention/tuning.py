@@ -5,8 +5,9 @@ primitive is native; MLA in f16/bf16 with R and P whole 16-byte chunks runs mla_
 (group products, 64 heads a cube) where group products are native, else mla_mma.py
 (plane-owned products) where the matrix primitive is; other attention where units are
 hardware threads runs the decode kernel (decode_kernel.py: lane groups, registers,
-coalesced rows); the general kernel (paged_kernel.py) serves the rest, with units
-per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
+coalesced rows); where units are SIMD lanes (the CPU) attention runs decode_lanes.py (lanes
+along the head dimension: vector loads of K and V rows); the general kernel (paged_kernel.py)
+serves the rest, with units per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
 the shared memory) and heads per K/V load (GC). Long rows split when too few cubes run."""
 from __future__ import annotations
 
@@ -160,13 +161,14 @@ LANES_MIN_UNITS = 4      # fewer lanes a cube (odd head dims): the general kerne
 LANES_MAX_UNITS = 64     # lanes a cube at most (below one vector: narrower vectors)
 LANES_HEAD_BLOCK = 8     # the most neighbouring KV heads a cube reads (HB·D contiguous elements a row)
 LANES_WAVES = 2          # automatic splits: cubes per compute unit at most
+LANES_STEP_PAIRS = 2     # (token, head) pairs a step, in cubes of W: T = this · W / HC tokens (1: 3-8 % slower)
 
 
 @dataclass(frozen=True)
 class LanesLaunch:
     units: int   # W: lanes of the cube (one vector of f32 on the CPU)
-    heads: int   # HC: query heads per cube (<= W)
-    tokens: int  # T: tokens a step (T · HC <= W)
+    heads: int   # HC: query heads per KV head (<= W)
+    tokens: int  # T: tokens a step (T · HC pairs: LANES_STEP_PAIRS passes of the cube)
     chunks: int  # head chunks per KV head
     head_block: int = 1  # HB: KV heads per cube
 
@@ -177,7 +179,8 @@ class LanesLaunch:
 def lanes_launch(p: Problem) -> LanesLaunch | None:
     """decode_lanes.py's shape for attention problem p: W = one vector of f32 lanes (a power of
     two, halved until it divides D and Dv), as many query heads of a KV head as
-    LANES_QUERY_FLOATS allow (head chunks of near-equal size), W / HC tokens a step; None for
+    LANES_QUERY_FLOATS allow (head chunks of near-equal size), LANES_STEP_PAIRS · W / HC tokens
+    a step, up to LANES_HEAD_BLOCK neighbouring KV heads a cube (a divisor of Hkv); None for
     MLA or where a lane would own more than LANES_MAX_PER_LANE elements of a row."""
     caps = p.runtime.capabilities
     if p.P != 0:
@@ -192,7 +195,7 @@ def lanes_launch(p: Problem) -> LanesLaunch | None:
     chunks = -(-p.group // most)
     heads = -(-p.group // chunks)
     block = max(b for b in range(1, min(LANES_HEAD_BLOCK, p.Hkv) + 1) if p.Hkv % b == 0)
-    return LanesLaunch(w, heads, max(1, w // heads), chunks, block)
+    return LanesLaunch(w, heads, max(1, LANES_STEP_PAIRS * w // heads), chunks, block)
 
 
 # ---------------------------------------------------------------- the decode kernel on the matrix primitive
@@ -385,7 +388,8 @@ def kernel_for(p: Problem) -> str:
     and the launch fits; for MLA 'mla_group' (mla_group.py) where group products do and its
     launch fits, else 'mla_mma' (mla_mma.py) on decode_mma's terms; 'decode'
     (decode_kernel.py) for attention where units are hardware threads and its launch fits;
-    else 'general' (paged_kernel.py)."""
+    'decode_lanes' (decode_lanes.py) for attention where units are SIMD lanes and a cube gets
+    at least LANES_MIN_UNITS lanes; else 'general' (paged_kernel.py)."""
     caps = p.runtime.capabilities
     if p.P > 0 and caps.group_mma_native and mla_group_launch(p) is not None:
         return "mla_group"
