@@ -195,7 +195,7 @@ def lanes_launch(p: Problem) -> LanesLaunch | None:
     chunks = -(-p.group // most)
     heads = -(-p.group // chunks)
     block = max(b for b in range(1, min(LANES_HEAD_BLOCK, p.Hkv) + 1) if p.Hkv % b == 0)
-    return LanesLaunch(w, heads, max(1, LANES_STEP_PAIRS * w // heads), chunks, block)
+    return LanesLaunch(w, heads, max(1, int(LANES_STEP_PAIRS * w) // heads), chunks, block)
 
 
 # ---------------------------------------------------------------- the decode kernel on the matrix primitive
