@@ -9,12 +9,14 @@ uniform work (page-table lookups, the running max of each head) is scalar code t
 once a step. The heads of a token row are contiguous, so a block reads HB·D elements of each
 row: it streams through a page, where one head's 512-byte slices 4 KiB apart did not (3.4
 against 4.6 ms measured on the CPU benchmark, see RESULTS.md). Each step of T tokens (T·HC
-(token, head) pairs: whole passes of the cube where HC divides W) takes the block's heads one
-after the other, three regions a head:
+(token, head) pairs: whole passes of the cube where HC divides W) has three phases, each
+taking the block's heads one after the other:
   A. lanes along d: each lane's partial dot products of the T tokens' K rows with its slices
-     of the HC queries (each K load feeds HC heads), stored [pair, lane];
-  B. lanes along pairs: the W partials of a pair summed (a tree), masked past the split, and
-     p = exp2(s − m) against the head's running max m (one vector exp for W pairs);
+     of the HC queries (each K load feeds HC heads), stored [head, pair, lane];
+  B. lanes along pairs: the W partials of a pair summed (a gather a lane and a tree), masked
+     past the split, and p = exp2(s − m) against the head's running max m (one vector exp
+     for W pairs). B starts after all of A's stores: a gather of lanes stored just before
+     waits for the stores to complete (B right after each head's A: 6.0 against 2.9 ms);
   C. lanes along d: per head the step's max; the running max moves only when a score passes
      it by more than TAU (then the lane's accumulators and the sums are rescaled and this
      step's p recomputed; p <= 2^TAU otherwise), then acc[g] += Σ_t p[t][g]·V[t] (each V load
@@ -79,9 +81,9 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
     ms = kd.shared(kd.f32, HB * HC)        # running max of each head (log2 units)
     ls = kd.shared(kd.f32, HB * HC)        # running sum
     mrow = kd.shared(kd.f32, HB * TH)      # the running max of each pair's head
-    ps = kd.shared(kd.f32, TH * W)         # partial dot products [pair, lane]
-    sc = kd.shared(kd.f32, TH)             # the step's scores (log2 units; -inf past the split)
-    pe = kd.shared(kd.f32, TH)             # exp2(score - running max)
+    ps = kd.shared(kd.f32, HB * TH * W)    # partial dot products [KV head, pair, lane]
+    sc = kd.shared(kd.f32, HB * TH)        # the step's scores (log2 units; -inf past the split)
+    pe = kd.shared(kd.f32, HB * TH)        # exp2(score - running max)
     for h in range(HB):
         h0 = (hb * HB + h) * G + ch * HC
         u = kd.unit_pos_x()
@@ -103,16 +105,15 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
     kst = kd.i64(k.stride(1))
     vst = kd.i64(v.stride(1))
     for j0 in range(jb, je, T):
-        for h in range(HB):            # the block's heads in turn: together they read whole stretches of each row
-            hk = hb * HB + h
-            # ---- A: lanes along d, partial dot products of the step's tokens with every head
-            # (the lane's offset is added here: a per-lane value kept across regions is an
-            # array, and reading it would make these loads gathers)
-            kb = kd.i64(hk) * k.stride(2) + kd.unit_pos_x()
-            rows = step_rows(tables, s, j0, je, PS, T)
-            vrow = ()  # the V rows' offsets, uniform and kept for C (a table lookup there, after
-            for t in kd.unroll(T):  # stores to shared memory, is not hoisted: its loads become gathers)
-                vrow = vrow + (rows[t] * vst + kd.i64(hk) * v.stride(2),)
+        # the step's rows, uniform and kept (a table lookup in C, after stores to shared memory,
+        # is not hoisted out of the unit loop: its V loads would become gathers)
+        rows = step_rows(tables, s, j0, je, PS, T)
+        # ---- A, for each head of the block in turn (together they read whole stretches of each
+        # row): lanes along d, partial dot products of the step's tokens with every query head
+        for h in range(HB):
+            # the lane's offset is added here: a per-lane value kept across regions is an array,
+            # and reading it would make these loads gathers
+            kb = kd.i64(hb * HB + h) * k.stride(2) + kd.unit_pos_x()
             qv = ()
             for e in kd.unroll(HC * C):
                 qv = qv + (qs[(h * HC * C + e) * W + kd.unit_pos_x()],)
@@ -124,34 +125,36 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
                     part = qv[g * C] * kr[0]
                     for c in kd.unroll(1, C):
                         part = kd.fma(qv[g * C + c], kr[c], part)
-                    ps[(t * HC + g) * W + kd.unit_pos_x()] = part
-            kd.sync_cube()
-            # ---- B: lanes along (token, head) pairs: the score and p against the running max
+                    ps[((h * T + t) * HC + g) * W + kd.unit_pos_x()] = part
+        kd.sync_cube()
+        # ---- B (all of A's stores before the first read: a gather of just-stored lanes waits for them)
+        for h in range(HB):
             for b in kd.unroll(NB):
                 i = b * W + kd.unit_pos_x()
                 if i < TH:
                     parts = ()
                     for e in kd.unroll(W):
-                        parts = parts + (ps[i * W + e],)
+                        parts = parts + (ps[(h * TH + i) * W + e],)
                     sv = kd.select(j0 + i // HC < je, tree_sum(parts, log2_int(W)), -kd.inf)
                     mo = mrow[h * TH + i]
-                    sc[i] = sv
-                    pe[i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
-            kd.sync_cube()
+                    sc[h * TH + i] = sv
+                    pe[h * TH + i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
+        kd.sync_cube()
+        for h in range(HB):
             # ---- C: lanes along d; per head the step's max (uniform), lazily moved running max
             grow = False
             for g in kd.unroll(HC):
-                mx = sc[g]
+                mx = sc[h * TH + g]
                 for t in kd.unroll(1, T):
-                    mx = kd.max(mx, sc[t * HC + g])
+                    mx = kd.max(mx, sc[h * TH + t * HC + g])
                 grow = grow | (mx > ms[h * HC + g] + TAU)
             if grow:  # a split level branch (the barriers in it): the common step pays nothing for it
                 m2 = ()
                 als = ()
                 for g in kd.unroll(HC):
-                    mx = sc[g]
+                    mx = sc[h * TH + g]
                     for t in kd.unroll(1, T):
-                        mx = kd.max(mx, sc[t * HC + g])
+                        mx = kd.max(mx, sc[h * TH + t * HC + g])
                     mo = ms[h * HC + g]
                     mn = kd.max(mo, mx)
                     m2 = m2 + (mn,)
@@ -166,7 +169,7 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
                         for g in kd.unroll(1, HC):
                             mi = kd.select(i % HC == g, m2[g], mi)
                         mrow[h * TH + i] = mi
-                        pe[i] = kd.exp2_fast(sc[i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
+                        pe[h * TH + i] = kd.exp2_fast(sc[h * TH + i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
                 kd.sync_cube()  # every lane has read ms before it changes
                 i = kd.unit_pos_x()
                 if i < HC:
@@ -178,9 +181,12 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
                     ms[h * HC + i] = mi
                     ls[h * HC + i] = ls[h * HC + i] * af
                 kd.sync_cube()
+            vrow = ()
+            for t in kd.unroll(T):
+                vrow = vrow + (rows[t] * vst + kd.i64(hb * HB + h) * v.stride(2),)
             pv = ()
             for e in kd.unroll(TH):
-                pv = pv + (pe[e],)
+                pv = pv + (pe[h * TH + e],)
             for c in kd.unroll(CV):
                 vr = ()
                 for t in kd.unroll(T):
@@ -195,7 +201,7 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
             if i < HC:
                 tot = ls[h * HC + i]
                 for t in kd.unroll(T):
-                    tot = tot + pe[t * HC + i]
+                    tot = tot + pe[h * TH + t * HC + i]
                 ls[h * HC + i] = tot
     kd.sync_cube()
 

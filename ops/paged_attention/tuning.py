@@ -161,7 +161,7 @@ LANES_MIN_UNITS = 4      # fewer lanes a cube (odd head dims): the general kerne
 LANES_MAX_UNITS = 64     # lanes a cube at most (below one vector: narrower vectors)
 LANES_HEAD_BLOCK = 8     # the most neighbouring KV heads a cube reads (HB·D contiguous elements a row)
 LANES_WAVES = 2          # automatic splits: cubes per compute unit at most
-LANES_STEP_PAIRS = 2     # (token, head) pairs a step, in cubes of W: T = this · W / HC tokens (1: 3-8 % slower)
+LANES_STEP_PAIRS = 1     # (token, head) pairs a step, in passes of the cube: T = this · W / HC tokens (2: the same time)
 
 
 @dataclass(frozen=True)
