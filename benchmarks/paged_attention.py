@@ -364,7 +364,7 @@ def main(argv=None):
     ap.add_argument("--mla-sweep", action="store_true", help="cuda: the MLA decode kernel over launch shapes")
     ap.add_argument("--mla-only", action="store_true", help="cuda: only the MLA decode case (for profiling)")
     ap.add_argument("--gqa-only", action="store_true", help="cuda: only the GQA decode case (for profiling)")
-    ap.add_argument("--kernel", choices=("decode_mma", "decode", "general"), default=None,
+    ap.add_argument("--kernel", choices=("decode_mma", "decode", "decode_lanes", "general"), default=None,
                     help="force this kernel for attention (default: tuning.kernel_for's choice)")
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     args = ap.parse_args(argv)

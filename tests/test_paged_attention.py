@@ -318,6 +318,34 @@ def test_decode_kernel_shapes(runtime, rng, monkeypatch, knob, value):
                    ref.paged_attention(plan, q, k, v, 0.25, False), "f32")
 
 
+# ---------------------------------------------------------------------------- the decode kernel on SIMD lanes, forced
+@pytest.mark.parametrize("hq,hkv,d,dv,dtype", [(8, 2, 64, 64, "f32"), (6, 3, 7, 9, "f32"), (8, 1, 32, 16, "bf16")])
+def test_decode_lanes_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
+    """decode_lanes.py (tuning's choice where units are SIMD lanes) on every runtime: GQA ratio
+    4 with a block of 2 KV heads a cube, odd dims (one lane, a head a chunk, a block of 3 KV
+    heads), ratio 8 in bf16 with Dv < D; causal or not, unsplit and split over 2 and 5."""
+    monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode_lanes")
+    check_forced_kernel(runtime, rng, hq, hkv, d, dv, dtype, (2, 5))
+
+
+@pytest.mark.parametrize("knob,value", [("LANES_QUERY_FLOATS", 4), ("LANES_MAX_UNITS", 4)])
+def test_decode_lanes_shapes(runtime, rng, monkeypatch, knob, value):
+    """decode_lanes.py's other shapes: query heads in chunks of one (a small register budget,
+    16 tokens a step where lanes are 16), four lanes (a 4-lane tree per score); scores large
+    enough (scale 2) that the running max moves after the first step."""
+    monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode_lanes")
+    monkeypatch.setattr(tuning, knob, value)
+    plan = random_plan(rng, 16, max_len=60)
+    Q = len(plan["positions"])
+    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, "f32", (Q, 8, 32), (plan["pages"], 16, 2, 32),
+                                      (plan["pages"], 16, 2, 32))
+    dev = upload(plan, tq)
+    assert_matches(dev.attention(tq, tk, tv, 2.0, True), ref.paged_attention(plan, q, k, v, 2.0, True), "f32")
+    ws = SplitWorkspace(tq, Q, 8, 32, 3)
+    assert_matches(dev.attention_with_workspace(tq, tk, tv, 2.0, False, ws),
+                   ref.paged_attention(plan, q, k, v, 2.0, False), "f32")
+
+
 # ---------------------------------------------------------------------------- the decode kernel on the matrix primitive, forced
 MMA_CASES = [(8, 2, 128, 128, "bf16"), (8, 1, 64, 64, "f16"), (6, 3, 24, 40, "bf16"), (36, 2, 32, 16, "f16")]
 MMA_SKIP = ("the matrix primitive is emulated plane-collectively here: one case of decode_mma.py (D 64) on this runtime "
@@ -395,19 +423,23 @@ def test_decode_split_choice():
 
 
 def test_kernel_choice(runtime):
-    """Attention takes the decode kernel where units are hardware threads, the general kernel
-    where they are vector lanes (the cpu runtime); MLA never takes the decode kernel."""
+    """Attention takes the decode kernel where units are hardware threads, decode_lanes.py
+    where they are vector lanes (the cpu runtime; the general kernel for odd head dims there);
+    MLA never takes either."""
     plan = upload(dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0], positions=[4]),
                   runtime.zeros((1, 1)))
     q = runtime.zeros((1, 8, 64))
     cache = runtime.zeros((2, 4, 2, 64))
     from rudnn.paged_attention.problem import validate_attention, validate_mla
     p = validate_attention(plan, q, cache, cache, 1.0, True)
-    want = "general" if runtime.capabilities.units_are_simd_lanes else "decode"
-    assert tuning.kernel_for(p) == want
+    lanes = runtime.capabilities.units_are_simd_lanes
+    assert tuning.kernel_for(p) == ("decode_lanes" if lanes else "decode")
+    odd = runtime.zeros((2, 4, 2, 7))
+    if lanes:
+        assert tuning.kernel_for(validate_attention(plan, runtime.zeros((1, 8, 7)), odd, odd, 1.0, True)) == "general"
     lat = runtime.zeros((2, 4, 1, 64))
     m = validate_mla(plan, q, runtime.zeros((1, 8, 8)), lat, runtime.zeros((2, 4, 1, 8)), 1.0, True)
-    assert tuning.kernel_for(m) != "decode"
+    assert tuning.kernel_for(m) not in ("decode", "decode_lanes")
 
 
 # ---------------------------------------------------------------------------- MLA on the matrix primitive, forced

@@ -9,6 +9,7 @@ import kerneldsl as kd
 
 from .append_kernel import append_kernel
 from .decode_kernel import decode_kernel
+from .decode_lanes import decode_lanes_kernel
 from .decode_mma import decode_mma_kernel
 from .host_plan import HostPlan
 from .merge_kernel import merge_kernel
@@ -19,12 +20,12 @@ from .problem import (CHECKS, Problem, validate_append, validate_attention, vali
                       validate_workspace)
 from . import tuning
 from .scores import LOG2E
-from .tuning import (auto_splits, decode_launch, decode_splits, launch, mla_group_launch, mla_mma_launch,
-                     mma_decode_launch)
+from .tuning import (auto_splits, decode_launch, decode_splits, lanes_launch, launch, mla_group_launch,
+                     mla_mma_launch, mma_decode_launch)
 from .workspace import SplitWorkspace
 
 LAUNCHES = {"decode": decode_launch, "decode_mma": mma_decode_launch, "mla_mma": mla_mma_launch,
-            "mla_group": mla_group_launch}  # the launch shape of each kernel but the general one
+            "mla_group": mla_group_launch, "decode_lanes": lanes_launch}  # the launch shape of each kernel but the general one
 APPEND_UNITS = 128
 MERGE_UNITS = 64
 
@@ -94,7 +95,7 @@ class DevicePlan:
                 splits = auto_splits(p, lay, longest)
             else:
                 waves = {"decode_mma": tuning.DECODE_MMA_WAVES, "mla_mma": tuning.MLA_WAVES,
-                         "mla_group": tuning.MLA_GROUP_WAVES}.get(kind)
+                         "mla_group": tuning.MLA_GROUP_WAVES, "decode_lanes": tuning.LANES_WAVES}.get(kind)
                 splits = decode_splits(p, lay, longest, waves)
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
@@ -118,6 +119,10 @@ class DevicePlan:
                 p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
                 lay.lanes_per_token, lay.vector, lay.tokens_per_step, p.k.shape[1], lay.prefetch, lay.head_block,
                 workspace is not None)
+        elif kind == "decode_lanes":
+            decode_lanes_kernel[lay.grid(p, splits), lay.units](
+                p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
+                lay.tokens, lay.units, lay.head_block, p.k.shape[1], workspace is not None)
         else:
             paged_kernel[lay.grid(p, splits), lay.units](
                 p.q, p.qp, p.k, p.kp, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.P,

@@ -5,8 +5,9 @@ primitive is native; MLA in f16/bf16 with R and P whole 16-byte chunks runs mla_
 (group products, 64 heads a cube) where group products are native, else mla_mma.py
 (plane-owned products) where the matrix primitive is; other attention where units are
 hardware threads runs the decode kernel (decode_kernel.py: lane groups, registers,
-coalesced rows); the general kernel (paged_kernel.py) serves the rest, with units
-per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
+coalesced rows); where units are SIMD lanes (the CPU) attention runs decode_lanes.py (lanes
+along the head dimension: vector loads of K and V rows); the general kernel (paged_kernel.py)
+serves the rest, with units per cube (= tokens per tile), query heads per cube (HC, as many of a KV head's group as fit
 the shared memory) and heads per K/V load (GC). Long rows split when too few cubes run."""
 from __future__ import annotations
 
@@ -151,6 +152,50 @@ def decode_splits(p: Problem, lay, longest: int, waves: int | None = None) -> in
     splits = min(MAX_SPLITS, (waves or DECODE_WAVES) * p.runtime.capabilities.compute_units // (gx * gy),
                  longest // TOKENS_PER_SPLIT)
     return splits if splits >= 2 else 1
+
+
+# ---------------------------------------------------------------- the decode kernel on SIMD lanes
+LANES_QUERY_FLOATS = 32  # query floats a lane holds (HC · D / W): with its K row slice, the registers
+LANES_MAX_PER_LANE = 16  # the most K or V elements a lane owns (D / W, Dv / W: unrolled loads)
+LANES_MIN_UNITS = 4      # fewer lanes a cube (odd head dims): the general kernel
+LANES_MAX_UNITS = 64     # lanes a cube at most (below one vector: narrower vectors)
+LANES_HEAD_BLOCK = 8     # the most neighbouring KV heads a cube reads (HB·D contiguous elements a row)
+LANES_WAVES = 2          # automatic splits: cubes per compute unit at most
+LANES_STEP_PAIRS = 1     # (token, head) pairs a step, in passes of the cube: T = this · W / HC tokens (2: the same time)
+
+
+@dataclass(frozen=True)
+class LanesLaunch:
+    units: int   # W: lanes of the cube (one vector of f32 on the CPU)
+    heads: int   # HC: query heads per KV head (<= W)
+    tokens: int  # T: tokens a step (T · HC pairs: LANES_STEP_PAIRS passes of the cube)
+    chunks: int  # head chunks per KV head
+    head_block: int = 1  # HB: KV heads per cube
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries, p.Hkv // self.head_block * self.chunks, splits)
+
+
+def lanes_launch(p: Problem) -> LanesLaunch | None:
+    """decode_lanes.py's shape for attention problem p: W = one vector of f32 lanes (a power of
+    two, halved until it divides D and Dv), as many query heads of a KV head as
+    LANES_QUERY_FLOATS allow (head chunks of near-equal size), LANES_STEP_PAIRS · W / HC tokens
+    a step, up to LANES_HEAD_BLOCK neighbouring KV heads a cube (a divisor of Hkv); None for
+    MLA or where a lane would own more than LANES_MAX_PER_LANE elements of a row."""
+    caps = p.runtime.capabilities
+    if p.P != 0:
+        return None
+    w = max(1, min(caps.vector_bytes // 4, caps.max_cube_units, LANES_MAX_UNITS))
+    w = 1 << (w.bit_length() - 1)
+    while w > 1 and (p.D % w or p.Dv % w):
+        w //= 2
+    if max(p.D, p.Dv) // w > LANES_MAX_PER_LANE:
+        return None
+    most = max(1, min(w, LANES_QUERY_FLOATS // (p.D // w)))
+    chunks = -(-p.group // most)
+    heads = -(-p.group // chunks)
+    block = max(b for b in range(1, min(LANES_HEAD_BLOCK, p.Hkv) + 1) if p.Hkv % b == 0)
+    return LanesLaunch(w, heads, max(1, int(LANES_STEP_PAIRS * w) // heads), chunks, block)
 
 
 # ---------------------------------------------------------------- the decode kernel on the matrix primitive
@@ -343,7 +388,8 @@ def kernel_for(p: Problem) -> str:
     and the launch fits; for MLA 'mla_group' (mla_group.py) where group products do and its
     launch fits, else 'mla_mma' (mla_mma.py) on decode_mma's terms; 'decode'
     (decode_kernel.py) for attention where units are hardware threads and its launch fits;
-    else 'general' (paged_kernel.py)."""
+    'decode_lanes' (decode_lanes.py) for attention where units are SIMD lanes and a cube gets
+    at least LANES_MIN_UNITS lanes; else 'general' (paged_kernel.py)."""
     caps = p.runtime.capabilities
     if p.P > 0 and caps.group_mma_native and mla_group_launch(p) is not None:
         return "mla_group"
@@ -353,4 +399,8 @@ def kernel_for(p: Problem) -> str:
         return "decode_mma"
     if p.P == 0 and not caps.units_are_simd_lanes and decode_launch(p) is not None:
         return "decode"
+    if p.P == 0 and caps.units_are_simd_lanes:
+        lay = lanes_launch(p)
+        if lay is not None and lay.units >= LANES_MIN_UNITS:
+            return "decode_lanes"
     return "general"
