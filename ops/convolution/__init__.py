@@ -51,6 +51,14 @@ def _direct_data_backward(p, dx5) -> None:
         direct.run_data_backward(p, dx5)
 
 
+def _direct_weight_backward(p, dw5) -> None:
+    """The `Direct` weight backward pass, through the plan tuning.direct_plan picks."""
+    if tuning.direct_plan(p, "weight") == "rows":
+        rows.run_weight_backward(p, dw5)
+    else:
+        direct.run_weight_backward(p, dw5)
+
+
 def _forward(fn, input, weight, bias, options, strategy, channels_last):  # noqa: A002
     p = validate_forward(fn, input, weight, bias, options, channels_last)
     strategy = check_strategy(strategy)
@@ -112,7 +120,7 @@ def conv_weight_backward(input, out_grad, weight_shape, options: ConvOptions = _
     if g.B == 0:  # no samples: the gradient is zero
         return p.runtime.zeros(tuple(weight_shape), p.dtype)
     dw5 = as_5d(out, g.rank, False)
-    runners = {"Direct": lambda: direct.run_weight_backward(p, dw5),
+    runners = {"Direct": lambda: _direct_weight_backward(p, dw5),
                "ImplicitGemm": lambda: implicit_gemm.run_weight_backward(p, dw5)}
     runners[tuning.resolve(p, "weight", strategy, runners)]()
     return out

@@ -28,6 +28,9 @@ from .gather import split_tap
 ACCUMULATORS = 16         # f32 sums a unit keeps, with 32 vector registers (AVX-512)
 ACCUMULATORS_NARROW = 8   # with 16 vector registers (AVX2; not measured here: no such host)
 ROWS = 4                  # output rows a unit owns (kernels taller than one row)
+WEIGHT_ACCUMULATORS = 24  # weight gradient: sums a lane keeps (AVX-512; 3x3: 2 channels x 9 taps)
+WEIGHT_ACCUMULATORS_NARROW = 10
+WEIGHT_ROWS = 1           # weight gradient: output rows a loop step covers
 
 
 @kd.kernel
@@ -151,6 +154,60 @@ def convolve_rows(xp: kd.Tensor, wp: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, H
                 store_sum(y, bias, acc[r * KB + i], b, ch0 + i, od, oh + r, ow, HAS_BIAS)
 
 
+@kd.func
+def tap_products(xp, dyp, acc, b, ci, cos, od, oh, ow, G, KB, PR):
+    """acc[tap·KB + i] + sum over PR output rows r of dyp[b, cos[i], od, oh + r, ow]·
+    xp[b, ci, (od, oh + r, ow)·S + tap·Dil] for every tap and the KB channels cos."""
+    for r in kd.unroll(PR):
+        ds = ()
+        for i in kd.unroll(KB):
+            ds = ds + (dyp[b, cos[i], od, oh + r, ow],)
+        nxt = ()
+        for kz in kd.unroll(G[9]):
+            for ky in kd.unroll(G[10]):
+                for kx in kd.unroll(G[11]):
+                    v = xp[b, ci, od * G[0] + kz * G[6], (oh + r) * G[1] + ky * G[7], ow * G[2] + kx * G[8]]
+                    tap = (kz * G[10] + ky) * G[11] + kx
+                    for i in kd.unroll(KB):
+                        nxt = nxt + (kd.fma(ds[i], v, acc[tap * KB + i]),)
+        acc = nxt
+    return acc
+
+
+@kd.kernel
+def weight_rows(xp: kd.Tensor, dyp: kd.Tensor, dw: kd.Tensor, G: kd.Const[tuple], KB: kd.Const[int],
+                PR: kd.Const[int]):
+    """dw[g·outs + j·KB + i, c, tap] = sum_{b, o} dyp[b, g·outs + j·KB + i, o]·xp[b, g·red + c,
+    o·S + tap·Dil] over the padded source and the zero-padded output gradient (zero past the
+    output, so whole vectors are summed); grid (reduction channels, groups x KB-channel
+    blocks). Each lane sums its columns; cube_sum (a fixed order) adds the lanes at the end."""
+    red = dw.shape[1]
+    outs = dw.shape[0] // (xp.shape[1] // red)
+    nb = (outs + KB - 1) // KB
+    c = kd.cube_pos_x()
+    gb = kd.cube_pos_y()
+    co0 = gb // nb * outs
+    j0 = gb % nb * KB
+    ci = gb // nb * red + c
+    cos = ()
+    for i in kd.unroll(KB):
+        cos = cos + (co0 + kd.min(j0 + i, outs - 1),)   # clamped for loading; not stored
+    acc = (kd.f32(0),) * (KB * G[9] * G[10] * G[11])
+    for b in range(dyp.shape[0]):
+        for od in range(dyp.shape[2]):
+            for oh in range(0, dyp.shape[3], PR):
+                for ow0 in range(0, dyp.shape[4], kd.cube_dim_x()):
+                    ow = kd.i64(ow0) + kd.unit_pos_x()   # i64: see convolve_rows
+                    acc = tap_products(xp, dyp, acc, b, ci, cos, od, oh, ow, G, KB, PR)
+    for kz in kd.unroll(G[9]):
+        for ky in kd.unroll(G[10]):
+            for kx in kd.unroll(G[11]):
+                for i in kd.unroll(KB):
+                    s = kd.cube_sum(acc[((kz * G[10] + ky) * G[11] + kx) * KB + i])
+                    if kd.unit_pos_x() == 0 and j0 + i < outs:
+                        dw[co0 + j0 + i, c, kz, ky, kx] = s
+
+
 def lanes(rt) -> int:
     """Units per cube: one vector of f32."""
     return max(1, rt.capabilities.vector_bytes // 4)
@@ -169,6 +226,16 @@ def blocking(rt, outs: int, OH: int, KH: int) -> tuple:
     most = max(1, budget // PR)
     blocks = (outs + most - 1) // most
     return (outs + blocks - 1) // blocks, PR
+
+
+def weight_blocking(rt, outs: int, taps: int) -> int:
+    """KB: output channels a cube of the weight gradient keeps sums for (KB x taps a lane),
+    WEIGHT_ACCUMULATORS at most (each loaded source vector feeds KB products, each loaded
+    gradient vector `taps`), spread evenly over the channel blocks."""
+    budget = WEIGHT_ACCUMULATORS if rt.capabilities.vector_bytes >= 64 else WEIGHT_ACCUMULATORS_NARROW
+    most = max(1, budget // taps)
+    blocks = (outs + most - 1) // most
+    return (outs + blocks - 1) // blocks
 
 
 def padded_extent(out: tuple, stride: tuple, R: tuple, dil: tuple, units: int, PR: int = 1) -> tuple:
@@ -212,3 +279,22 @@ def run_data_backward(p, dx5) -> None:
     shift = tuple((r - 1) * d - q for r, d, q in zip(g.R, g.dil, g.pad))
     G = (1, 1, 1, 0, 0, 0, *g.dil, *g.R)
     convolve(p.runtime, p.dy, p.w, dx5, shift, g.stride, G, True)
+
+
+def run_weight_backward(p, dw5) -> None:
+    """dw5 (a [K, C/g, KD, KH, KW] view) = the weight gradient of p: the source copied as for
+    the forward pass, the output gradient into a zero-padded f32 buffer (rows rounded up to
+    WEIGHT_ROWS, columns to whole vectors), then weight_rows."""
+    g, rt = p.geo, p.runtime
+    units = lanes(rt)
+    PR = WEIGHT_ROWS
+    O = (g.O[0], (g.O[1] + PR - 1) // PR * PR, (g.O[2] + units - 1) // units * units)
+    dyp = rt.empty((g.B, g.K, *O), "f32")
+    dy = p.dy
+    pad_source[(O[0] * O[1], g.K, g.B), units](dy, dyp, (0, 0, 0, 1, 1, 1), dy.strides[4] != 1)
+    G = g.consts()
+    shape = (g.B, g.C, *padded_extent(g.O, G[0:3], G[9:12], G[6:9], units, PR))
+    xp = rt.empty(shape, "f32")
+    pad_source[(shape[2] * shape[3], g.C, g.B), units](p.x, xp, (*g.pad, 1, 1, 1), p.x.strides[4] != 1)
+    KB = weight_blocking(rt, g.Kg, g.taps)
+    weight_rows[(g.Cg, g.groups * ((g.Kg + KB - 1) // KB)), units](xp, dyp, dw5, G, KB, PR)
