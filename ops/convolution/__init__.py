@@ -8,8 +8,8 @@ backward passes (SPEC §6).
 
 x [B, Cin, *S], w [Cout, Cin/groups, *K] -> y [B, Cout, *O] (conv_forward_nhwc: x [B, *S, Cin],
 w [Cout, *K, Cin/groups] -> y [B, *O, Cout]); F32/F16/BF16 with F32 accumulation. `Direct`
-covers every configuration (where a cube's units are SIMD lanes, the CPU, its forward and
-data backward take the row-vector plan of rows.py: tuning.direct_plan); `ImplicitGemm` runs
+covers every configuration (where a cube's units are SIMD lanes, the CPU, its three passes
+take the row-vector plan of rows.py: tuning.direct_plan); `ImplicitGemm` runs
 a GEMM over the implicit im2col matrix where it covers the call (tuning.py says when) and
 `Direct` otherwise; `Autotune` times the valid ones once per shape bucket and remembers the
 fastest.
