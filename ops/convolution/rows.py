@@ -41,14 +41,16 @@ WEIGHT_ROWS = 4           # weight gradient: output rows a loop step covers
 
 
 @kd.kernel
-def pad_source(src: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple], GATHER: kd.Const[bool]):
-    """xp[b, c, z, y, i] = src[b, c, (z − QD)/SD, (y − QH)/SH, (i − QW)/SW] as f32 where each
-    quotient is whole and inside src, else 0; P = (QD, QH, QW, SD, SH, SW). One cube per
-    (row of xp, channel, batch), units along the row. GATHER where src's columns are not
-    adjacent (NHWC): each unit then reads a clamped, always valid position and selects 0
-    outside, so the row is one vector gather; the masked read of the adjacent case would
-    become a branch and a scalar load a unit (1.8 against 1.25 ms of CPU for the issue's
-    NHWC case, 0.5-0.9 ms for its NCHW copy)."""
+def pad_source(src: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple], GATHER: kd.Const[bool], PH: kd.Const[int]):
+    """xp[b, c, z, y, ph·Q + q] = src[b, c, (z − QD)/SD, (y − QH)/SH, (i − QW)/SW] for the
+    padded column i = q·PH + ph, as f32 where each quotient is whole and inside src, else 0;
+    P = (QD, QH, QW, SD, SH, SW). PH phases (the consumer's column stride; Q = row length /
+    PH) put the columns a strided tap reads next to each other (`tap_column`). One cube per
+    (row of xp, channel, batch), units along the row. GATHER where the read of a row is not
+    unit-strided (NHWC source, or PH > 1): each unit then reads a clamped, always valid
+    position and selects 0 outside, so the row is one vector gather; a masked read there
+    would become a branch and a scalar load a unit (1.8 against 1.25 ms of CPU for the
+    issue's NHWC case, 0.5-0.9 ms for its NCHW copy)."""
     Hp, Wp = xp.shape[3], xp.shape[4]
     D, H, W = src.shape[2], src.shape[3], src.shape[4]
     z = kd.cube_pos_x() // Hp
@@ -62,8 +64,11 @@ def pad_source(src: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple], GATHER: kd.Con
     row_in = tz >= 0 and iz * P[3] == tz and iz < D and ty >= 0 and iy * P[4] == ty and iy < H
     iz = kd.clamp(iz, 0, D - 1)
     iy = kd.clamp(iy, 0, H - 1)
-    for i0 in range(0, Wp, kd.cube_dim_x()):   # uniform: the unit loop inside vectorises
-        i = kd.i64(i0) + kd.unit_pos_x()
+    Q = Wp // PH
+    for j in range(PH * ((Q + kd.cube_dim_x() - 1) // kd.cube_dim_x())):   # uniform: the unit loop inside vectorises
+        ph = j % PH
+        q = kd.i64(j // PH * kd.cube_dim_x()) + kd.unit_pos_x()
+        i = q * PH + ph
         tx = i - P[2]
         ix = tx // P[5]
         v = kd.f32(0)
@@ -72,8 +77,16 @@ def pad_source(src: kd.Tensor, xp: kd.Tensor, P: kd.Const[tuple], GATHER: kd.Con
             v = kd.select(inside, kd.f32(src[b, c, iz, iy, kd.clamp(ix, 0, W - 1)]), 0.0)
         elif inside:
             v = kd.f32(src[b, c, iz, iy, ix])    # a masked load, unit-affine at spread 1
-        if i < Wp:
-            xp[b, c, z, yy, i] = v
+        if q < Q:
+            xp[b, c, z, yy, ph * Q + q] = v
+
+
+@kd.func
+def tap_column(ow, kx, G, Q):
+    """The column of xp (split into G[2] phases of Q columns: pad_source) that output column
+    ow's tap kx reads: ow·S + kx·Dil of the padded row, which is unit-strided in ow (at
+    stride 1 the phase term is 0·Q)."""
+    return kx * G[8] % G[2] * Q + ow + kx * G[8] // G[2]
 
 
 @kd.kernel
@@ -110,7 +123,7 @@ def channel_taps(xp, wp, acc, b, gb, c0, c, od, oh, ow, G, KB, PR):
                 vs = ()
                 for r in kd.unroll(PR):
                     vs = vs + (xp[b, c0 + c, od * G[0] + kz * G[6], (oh + r) * G[1] + ky * G[7],
-                                  ow * G[2] + kx * G[8]],)
+                                  tap_column(ow, kx, G, xp.shape[4] // G[2])],)
                 nxt = ()
                 for r in kd.unroll(PR):
                     for i in kd.unroll(KB):
@@ -173,7 +186,8 @@ def tap_products(xp, dyp, acc, b, ci, cos, od, oh, ow, G, KB, PR):
         for kz in kd.unroll(G[9]):
             for ky in kd.unroll(G[10]):
                 for kx in kd.unroll(G[11]):
-                    v = xp[b, ci, od * G[0] + kz * G[6], (oh + r) * G[1] + ky * G[7], ow * G[2] + kx * G[8]]
+                    v = xp[b, ci, od * G[0] + kz * G[6], (oh + r) * G[1] + ky * G[7],
+                           tap_column(ow, kx, G, xp.shape[4] // G[2])]
                     tap = (kz * G[10] + ky) * G[11] + kx
                     for i in kd.unroll(KB):
                         nxt = nxt + (kd.fma(ds[i], v, acc[tap * KB + i]),)
@@ -183,16 +197,18 @@ def tap_products(xp, dyp, acc, b, ci, cos, od, oh, ow, G, KB, PR):
 
 @kd.kernel
 def weight_rows(xp: kd.Tensor, dyp: kd.Tensor, dw: kd.Tensor, G: kd.Const[tuple], KB: kd.Const[int],
-                PR: kd.Const[int]):
+                PR: kd.Const[int], BLOCKS_FIRST: kd.Const[bool]):
     """dw[g·outs + j·KB + i, c, tap] = sum_{b, o} dyp[b, g·outs + j·KB + i, o]·xp[b, g·red + c,
     o·S + tap·Dil] over the padded source and the zero-padded output gradient (zero past the
     output, so whole vectors are summed); grid (reduction channels, groups x KB-channel
-    blocks). Each lane sums its columns; cube_sum (a fixed order) adds the lanes at the end."""
+    blocks), or the other way round where BLOCKS_FIRST: cubes that follow each other share
+    their source channel (or their gradient channels), which stays in cache, and stream the
+    other. Each lane sums its columns; cube_sum (a fixed order) adds the lanes at the end."""
     red = dw.shape[1]
     outs = dw.shape[0] // (xp.shape[1] // red)
     nb = (outs + KB - 1) // KB
-    c = kd.cube_pos_x()
-    gb = kd.cube_pos_y()
+    c = kd.cube_pos_y() if BLOCKS_FIRST else kd.cube_pos_x()
+    gb = kd.cube_pos_x() if BLOCKS_FIRST else kd.cube_pos_y()
     co0 = gb // nb * outs
     j0 = gb % nb * KB
     ci = gb // nb * red + c
@@ -247,9 +263,11 @@ def weight_blocking(rt, outs: int, taps: int) -> int:
 
 def padded_extent(out: tuple, stride: tuple, R: tuple, dil: tuple, units: int, PR: int = 1) -> tuple:
     """(D', H', W') of a padded source that holds every window of every output position (the
-    rows rounded up to PR, the last vector of a row to `units`)."""
+    rows rounded up to PR, the last vector of a row to `units`); W' = S·Q for the S phases
+    of Q columns (tap_column), which at S = 1 is the window's extent."""
     out = (out[0], (out[1] + PR - 1) // PR * PR, (out[2] + units - 1) // units * units)
-    return tuple((o - 1) * s + (r - 1) * d + 1 for o, s, r, d in zip(out, stride, R, dil))
+    D, H = ((o - 1) * s + (r - 1) * d + 1 for o, s, r, d in zip(out[:2], stride, R, dil))
+    return D, H, stride[2] * (out[2] + (R[2] - 1) * dil[2] // stride[2])
 
 
 def convolve(rt, src, w, out5, shift: tuple, spread: tuple, G: tuple, transposed: bool, bias=None) -> None:
@@ -263,7 +281,8 @@ def convolve(rt, src, w, out5, shift: tuple, spread: tuple, G: tuple, transposed
     KB, PR = blocking(rt, outs, O[1], G[10])
     shape = (B, C, *padded_extent(O, G[0:3], G[9:12], G[6:9], units, PR))
     xp = rt.empty(shape, "f32")
-    pad_source[(shape[2] * shape[3], C, B), units](src, xp, (*shift, *spread), src.strides[4] != 1)
+    pad_source[(shape[2] * shape[3], C, B), units](src, xp, (*shift, *spread), src.strides[4] != 1 or G[2] > 1,
+                                                   G[2])
     blocks = out5.shape[1] // outs * ((outs + KB - 1) // KB)
     wp = rt.empty((blocks, red, G[9] * G[10] * G[11], KB), "f32")
     pack_weights[(blocks, red), units](w, wp, outs, G, KB, transposed)
@@ -301,10 +320,17 @@ def run_weight_backward(p, dw5) -> None:
     O = (g.O[0], (g.O[1] + PR - 1) // PR * PR, (g.O[2] + units - 1) // units * units)
     dyp = rt.empty((g.B, g.K, *O), "f32")
     dy = p.dy
-    pad_source[(O[0] * O[1], g.K, g.B), units](dy, dyp, (0, 0, 0, 1, 1, 1), dy.strides[4] != 1)
+    pad_source[(O[0] * O[1], g.K, g.B), units](dy, dyp, (0, 0, 0, 1, 1, 1), dy.strides[4] != 1, 1)
     G = g.consts()
     shape = (g.B, g.C, *padded_extent(g.O, G[0:3], G[9:12], G[6:9], units, PR))
     xp = rt.empty(shape, "f32")
-    pad_source[(shape[2] * shape[3], g.C, g.B), units](p.x, xp, (*g.pad, 1, 1, 1), p.x.strides[4] != 1)
+    pad_source[(shape[2] * shape[3], g.C, g.B), units](p.x, xp, (*g.pad, 1, 1, 1),
+                                                       p.x.strides[4] != 1 or G[2] > 1, G[2])
     KB = weight_blocking(rt, g.Kg, g.taps)
-    weight_rows[(g.Cg, g.groups * ((g.Kg + KB - 1) // KB)), units](xp, dyp, dw5, G, KB, PR)
+    blocks = g.groups * ((g.Kg + KB - 1) // KB)
+    # stream whichever is smaller a cube: its source channel (shape[2:]) or its KB gradient
+    # channels (KB x O), the other is shared by the cubes that follow (strided: the source
+    # is 2x the gradient at 3x3 stride 2: kernel 5.5-5.9 against 6.3-6.6 ms of CPU, dev box)
+    first = shape[2] * shape[3] * shape[4] > KB * O[0] * O[1] * O[2]
+    grid = (blocks, g.Cg) if first else (g.Cg, blocks)
+    weight_rows[grid, units](xp, dyp, dw5, G, KB, PR, first)
