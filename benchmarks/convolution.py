@@ -18,7 +18,8 @@ CPU runtimes: f32 3x3, N 8, C = K = 64, 56² (the issue's CPU case) next to torc
 (oneDNN) in NCHW and channels_last and numpy im2col + matmul (forward), torch's
 conv2d_input (data backward) and conv2d_weight (weight backward); best wall time of --reps,
 in --rounds rounds where the baselines and ours run in turn (best over the rounds, and the
-range of the rounds' ratios); torch's OpenMP threads wait passively
+range of the rounds' ratios), and the best process CPU time of each (all threads: the steadier
+figure on a loaded machine); torch's OpenMP threads wait passively
 (OMP_WAIT_POLICY=PASSIVE unless set) so that they do not spin on the cores our runtime needs. `--plans rows,units` times Direct's
 two plans one after the other in one process (an A/B on a busy machine).
 "ratio" is baseline time / ours (above 1: ours is faster).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import numpy as np
 
@@ -136,6 +138,20 @@ def im2col_conv(x, w, R, pad):
     return np.matmul(w.reshape(w.shape[0], -1), cols.reshape(N, C * R * R, H * W)).reshape(N, -1, H, W)
 
 
+def best_wall_and_cpu(fn, reps: int) -> tuple:
+    """(best wall time, best process CPU time over all threads) of `fn()` over `reps` runs after
+    one warm-up, in seconds. On a shared machine a call's wall time moves with the load; its
+    CPU time much less (both runtimes use every core when they have them), so the CPU-time
+    ratio is the steadier figure where the load is high."""
+    fn()
+    wall = cpu = float("inf")
+    for _ in range(reps):
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        wall, cpu = min(wall, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
+    return wall, cpu
+
+
 def use_plan(plan):
     """Make Direct run `plan` ('rows' or 'units'; None: the device's own choice) from now on."""
     from kerneldsl import replay
@@ -197,22 +213,25 @@ def cpu_rows(args, torch, rt):
         for _ in range(args.rounds):
             for pss, b in base.items():
                 for bname, f in b.items():
-                    base_t.setdefault((pss, bname), []).append(best_time(f, args.reps))
+                    base_t.setdefault((pss, bname), []).append(best_wall_and_cpu(f, args.reps))
             for plan in args.plans:
                 use_plan(plan)
                 for pss, st, fn, _ in cases:
-                    ours_t.setdefault((plan, pss, st), []).append(best_time(lambda: (fn(), rt.synchronize()), args.reps))
+                    ours_t.setdefault((plan, pss, st), []).append(
+                        best_wall_and_cpu(lambda: (fn(), rt.synchronize()), args.reps))
         for plan in args.plans:
             for pss, st, fn, _ in cases:
-                t = ours_t[plan, pss, st]
+                t, tc = zip(*ours_t[plan, pss, st])
                 label = st if plan is None else f"{st} ({plan})"
-                for (bpss, bname), tb in base_t.items():
+                for (bpss, bname), b_t in base_t.items():
                     if bpss != pss.split()[0]:
                         continue
+                    tb, tbc = zip(*b_t)
                     ratios = [b / o for b, o in zip(tb, t)]
                     rows.append((f"{name} N{N}", rt.name, "f32", pss, label, f"{min(t) * 1e3:.2f}", bname,
                                  f"{min(tb) * 1e3:.2f}", f"{min(tb) / min(t):.2f}x",
-                                 f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{flops(shape) / min(t) / 1e9:.1f}",
+                                 f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{min(tc) * 1e3:.2f} / {min(tbc) * 1e3:.2f}",
+                                 f"{min(tbc) / min(tc):.2f}x", f"{flops(shape) / min(t) / 1e9:.1f}",
                                  f"{errs[plan, pss, st]:.1e}"))
                     print(*rows[-1], flush=True)
         use_plan(None)
@@ -256,7 +275,7 @@ def main(argv=None):
         else:
             rows = cpu_rows(args, torch, rt)
             print(table(rows, ["shape", "runtime", "dtype", "pass", "strategy", "ours ms", "baseline", "base ms",
-                               "ratio", "ratio by round", "GFLOP/s", "rel err"]))
+                               "ratio", "ratio by round", "CPU ms ours / base", "CPU ratio", "GFLOP/s", "rel err"]))
 
 
 if __name__ == "__main__":
