@@ -312,9 +312,12 @@ def convolve(rt, src, w, out5, shift: tuple, spread: tuple, G: tuple, transposed
     grid = (O[0] * ((O[1] + PR - 1) // PR) * ((O[2] + units - 1) // units), blocks, B)
     has_bias = bias is not None
     # without a bias, wp stands in for it (never read)
-    cl = out5.strides[1] == 1 and out5.strides[4] != 1
+    # channels last with several channels a block: a view [B, D, H, W, K] whose channels are
+    # the contiguous axis (with one channel a block there is nothing to merge, and the
+    # depthwise kernel measured 7.0 against 2.4 ms of CPU through the view)
+    cl = out5.strides[1] == 1 and out5.strides[4] != 1 and KB > 1
     y = out5
-    if cl:   # channels last: a view [B, D, H, W, K] whose channels are the contiguous axis
+    if cl:
         y = Tensor(out5.runtime, out5.buffer, [out5.shape[a] for a in (0, 2, 3, 4, 1)], out5.dtype,
                    [out5.strides[a] for a in (0, 2, 3, 4, 1)], out5.offset)
     convolve_rows[grid, units](xp, wp, bias if has_bias else wp, y, has_bias, G, KB, PR, cl)
