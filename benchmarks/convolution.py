@@ -200,7 +200,8 @@ def cpu_rows(args, torch, rt):
                 cases.append(("data NCHW", st, lambda st=st: conv_data_backward(kdy, kw, x.shape, opts, ConvStrategy[st]),
                               lambda got: rel_err(got, want_dx)))
             if "weight" in args.passes and want_dw is not None:
-                cases.append(("weight NCHW", st, lambda st=st: conv_weight_backward(kx, kdy, w.shape, opts, ConvStrategy[st]),
+                cases.append(("weight NCHW", st,
+                              lambda st=st: conv_weight_backward(kx, kdy, w.shape, opts, ConvStrategy[st]),
                               lambda got: rel_err(got, want_dw)))
         errs = {}
         for plan in args.plans:
