@@ -36,7 +36,7 @@ import kerneldsl as kd
 from rudnn.convolution import (ConvOptions, ConvStrategy, conv_data_backward, conv_forward,
                                conv_forward_nhwc, conv_weight_backward)
 
-from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
+from .common import machine, median_device_time, median_torch_cuda_time, table
 
 # name -> (N, C, K, H=W, kernel, stride, groups)
 GPU_SHAPES = {
