@@ -15,8 +15,11 @@ gradients (ours: `conv_data_backward` / `conv_weight_backward`, NCHW). Both side
 CUDA events (median of --reps); every result is checked against torch first (relative L2 error).
 
 CPU runtimes: f32 3x3, N 8, C = K = 64, 56² (the issue's CPU case) next to torch CPU
-(oneDNN) in NCHW and channels_last and numpy im2col + matmul (forward), and torch's
-conv2d_input (data backward); best wall time of --reps; torch's OpenMP threads wait passively
+(oneDNN) in NCHW and channels_last and numpy im2col + matmul (forward), torch's
+conv2d_input (data backward) and conv2d_weight (weight backward); best wall time of --reps,
+in --rounds rounds where the baselines and ours run in turn (best over the rounds, and the
+range of the rounds' ratios), and the best process CPU time of each (all threads: the steadier
+figure on a loaded machine); torch's OpenMP threads wait passively
 (OMP_WAIT_POLICY=PASSIVE unless set) so that they do not spin on the cores our runtime needs. `--plans rows,units` times Direct's
 two plans one after the other in one process (an A/B on a busy machine).
 "ratio" is baseline time / ours (above 1: ours is faster).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import numpy as np
 
@@ -32,7 +36,7 @@ import kerneldsl as kd
 from rudnn.convolution import (ConvOptions, ConvStrategy, conv_data_backward, conv_forward,
                                conv_forward_nhwc, conv_weight_backward)
 
-from .common import best_time, machine, median_device_time, median_torch_cuda_time, table
+from .common import machine, median_device_time, median_torch_cuda_time, table
 
 # name -> (N, C, K, H=W, kernel, stride, groups)
 GPU_SHAPES = {
@@ -134,6 +138,20 @@ def im2col_conv(x, w, R, pad):
     return np.matmul(w.reshape(w.shape[0], -1), cols.reshape(N, C * R * R, H * W)).reshape(N, -1, H, W)
 
 
+def best_wall_and_cpu(fn, reps: int) -> tuple:
+    """(best wall time, best process CPU time over all threads) of `fn()` over `reps` runs after
+    one warm-up, in seconds. On a shared machine a call's wall time moves with the load; its
+    CPU time much less (both runtimes use every core when they have them), so the CPU-time
+    ratio is the steadier figure where the load is high."""
+    fn()
+    wall = cpu = float("inf")
+    for _ in range(reps):
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        wall, cpu = min(wall, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
+    return wall, cpu
+
+
 def use_plan(plan):
     """Make Direct run `plan` ('rows' or 'units'; None: the device's own choice) from now on."""
     from kerneldsl import replay
@@ -159,15 +177,18 @@ def cpu_rows(args, torch, rt):
         dy = rng.standard_normal(want.shape).astype(np.float32)
         kx, kw, kdy = rt.tensor(x), rt.tensor(w), rt.tensor(dy)
         kxl, kwl = rt.tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1))), rt.tensor(np.ascontiguousarray(w.transpose(0, 2, 3, 1)))
-        base = {"forward": {"numpy im2col": lambda: im2col_conv(x, w, R, R // 2)}, "data": {}}
-        want_dx = None
+        base = {"forward": {"numpy im2col": lambda: im2col_conv(x, w, R, R // 2)}, "data": {}, "weight": {}}
+        want_dx = want_dw = None
         if torch is not None:
             tx, tw, tdy = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(dy)
             txl, twl = tx.to(memory_format=torch.channels_last), tw.to(memory_format=torch.channels_last)
             base["forward"]["torch NCHW"] = lambda: torch.nn.functional.conv2d(tx, tw, None, 1, R // 2)
             base["forward"]["torch NHWC"] = lambda: torch.nn.functional.conv2d(txl, twl, None, 1, R // 2)
             base["data"]["torch NCHW"] = lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tdy, 1, R // 2)
+            base["weight"]["torch NCHW"] = lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tdy, 1, R // 2)
             want_dx = base["data"]["torch NCHW"]().numpy()
+            want_dw = base["weight"]["torch NCHW"]().numpy()
+        base = {pss: b for pss, b in base.items() if pss in args.passes}
         cases = []
         for st in args.strategies:
             if "forward" in args.passes:
@@ -178,16 +199,41 @@ def cpu_rows(args, torch, rt):
             if "data" in args.passes and want_dx is not None:
                 cases.append(("data NCHW", st, lambda st=st: conv_data_backward(kdy, kw, x.shape, opts, ConvStrategy[st]),
                               lambda got: rel_err(got, want_dx)))
-        base_t = {pss: {k: best_time(f, args.reps) for k, f in b.items()} for pss, b in base.items()}
+            if "weight" in args.passes and want_dw is not None:
+                cases.append(("weight NCHW", st,
+                              lambda st=st: conv_weight_backward(kx, kdy, w.shape, opts, ConvStrategy[st]),
+                              lambda got: rel_err(got, want_dw)))
+        errs = {}
         for plan in args.plans:
             use_plan(plan)
             for pss, st, fn, err_of in cases:
-                err = err_of(fn().numpy())
-                t = best_time(lambda: (fn(), rt.synchronize()), args.reps)
+                errs[plan, pss, st] = err_of(fn().numpy())
+        # rounds: every baseline, then every call of ours, in turn (the load of a shared machine
+        # moves within seconds, so a ratio is only read within a round)
+        base_t, ours_t = {}, {}
+        for _ in range(args.rounds):
+            for pss, b in base.items():
+                for bname, f in b.items():
+                    base_t.setdefault((pss, bname), []).append(best_wall_and_cpu(f, args.reps))
+            for plan in args.plans:
+                use_plan(plan)
+                for pss, st, fn, _ in cases:
+                    ours_t.setdefault((plan, pss, st), []).append(
+                        best_wall_and_cpu(lambda: (fn(), rt.synchronize()), args.reps))
+        for plan in args.plans:
+            for pss, st, fn, _ in cases:
+                t, tc = zip(*ours_t[plan, pss, st])
                 label = st if plan is None else f"{st} ({plan})"
-                for bname, tb in base_t[pss.split()[0]].items():
-                    rows.append((f"{name} N{N}", rt.name, "f32", pss, label, f"{t * 1e3:.2f}", bname,
-                                 f"{tb * 1e3:.2f}", f"{tb / t:.2f}x", f"{flops(shape) / t / 1e9:.1f}", f"{err:.1e}"))
+                for (bpss, bname), b_t in base_t.items():
+                    if bpss != pss.split()[0]:
+                        continue
+                    tb, tbc = zip(*b_t)
+                    ratios = [b / o for b, o in zip(tb, t)]
+                    rows.append((f"{name} N{N}", rt.name, "f32", pss, label, f"{min(t) * 1e3:.2f}", bname,
+                                 f"{min(tb) * 1e3:.2f}", f"{min(tb) / min(t):.2f}x",
+                                 f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{min(tc) * 1e3:.2f} / {min(tbc) * 1e3:.2f}",
+                                 f"{min(tbc) / min(tc):.2f}x", f"{flops(shape) / min(t) / 1e9:.1f}",
+                                 f"{errs[plan, pss, st]:.1e}"))
                     print(*rows[-1], flush=True)
         use_plan(None)
     return rows
@@ -201,6 +247,8 @@ def main(argv=None):
     ap.add_argument("--strategies", default="ImplicitGemm,Direct")
     ap.add_argument("--shapes", default="", help="comma list of GPU shape names (default: all)")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3, help="CPU runtimes: rounds of baselines then ours, in turn "
+                    "(best time over the rounds; the ratio column also gives each round's)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: small batch, 3 reps")
     ap.add_argument("--plans", default="", help="CPU runtimes: comma list of Direct plans to time one after the "
                     "other in this process (rows: the SIMD-lane plan, units: a unit per output position; "
@@ -228,7 +276,7 @@ def main(argv=None):
         else:
             rows = cpu_rows(args, torch, rt)
             print(table(rows, ["shape", "runtime", "dtype", "pass", "strategy", "ours ms", "baseline", "base ms",
-                               "ratio", "GFLOP/s", "rel err"]))
+                               "ratio", "ratio by round", "CPU ms ours / base", "CPU ratio", "GFLOP/s", "rel err"]))
 
 
 if __name__ == "__main__":

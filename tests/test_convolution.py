@@ -210,16 +210,16 @@ ROWS_CASES = {
 
 @pytest.fixture
 def rows_plan(monkeypatch):
-    """Direct's forward and data backward run the SIMD-lane plan (fails if the other runs)."""
+    """Direct's three passes run the SIMD-lane plan (fails if the other runs)."""
     from rudnn.convolution import direct, tuning
     monkeypatch.setattr(tuning, "direct_plan", lambda p, pass_name: "rows")
-    for name in ("run_forward", "run_data_backward"):
+    for name in ("run_forward", "run_data_backward", "run_weight_backward"):
         monkeypatch.setattr(direct, name, lambda *a: pytest.fail("Direct did not take the rows plan"))
 
 
 @pytest.mark.parametrize("case", list(ROWS_CASES))
 def test_rows_plan(runtime, rng, rows_plan, case):
-    """Forward in both layouts (with bias) and the data backward against the float64 reference."""
+    """Forward in both layouts (with bias) and both backward passes against the float64 reference."""
     x, w, b, opts, y_ref, dy, geo = make(rng, case, cases=ROWS_CASES)
     t = runtime.tensor
     close(conv_forward(t(x), t(w), t(b), opts, Direct).numpy(), y_ref, "f32")
@@ -227,6 +227,8 @@ def test_rows_plan(runtime, rng, rows_plan, case):
     close(np.moveaxis(yl.numpy(), -1, 1), y_ref, "f32")
     close(conv_data_backward(t(dy), t(w), x.shape, opts, Direct).numpy(), ref.data_backward(dy, w, x.shape, *geo),
           "f32")
+    close(conv_weight_backward(t(x), t(dy), w.shape, opts, Direct).numpy(),
+          ref.weight_backward(x, dy, w.shape, *geo), "f32")
 
 
 def test_rows_plan_half_precision_strided(runtime, rng, rows_plan, dtype="bf16"):
@@ -252,12 +254,13 @@ def test_direct_plan_follows_capabilities(runtime, rng, monkeypatch):
     from rudnn.convolution import direct, rows
     ran = []
     for module, plan in ((rows, "rows"), (direct, "units")):
-        for name in ("run_forward", "run_data_backward"):
+        for name in ("run_forward", "run_data_backward", "run_weight_backward"):
             monkeypatch.setattr(module, name, lambda *a, plan=plan: ran.append(plan))
     x, w, b, opts, y_ref, dy, geo = make(rng, "2d-3x3")
     conv_forward(runtime.tensor(x), runtime.tensor(w), None, opts, Direct)
     conv_data_backward(runtime.tensor(dy), runtime.tensor(w), x.shape, opts, Direct)
-    assert ran == ["rows" if runtime.capabilities.units_are_simd_lanes else "units"] * 2
+    conv_weight_backward(runtime.tensor(x), runtime.tensor(dy), w.shape, opts, Direct)
+    assert ran == ["rows" if runtime.capabilities.units_are_simd_lanes else "units"] * 3
 
 
 # ---------------------------------------------------------------------------- PyTorch

@@ -8,8 +8,8 @@ backward passes (SPEC §6).
 
 x [B, Cin, *S], w [Cout, Cin/groups, *K] -> y [B, Cout, *O] (conv_forward_nhwc: x [B, *S, Cin],
 w [Cout, *K, Cin/groups] -> y [B, *O, Cout]); F32/F16/BF16 with F32 accumulation. `Direct`
-covers every configuration (where a cube's units are SIMD lanes, the CPU, its forward and
-data backward take the row-vector plan of rows.py: tuning.direct_plan); `ImplicitGemm` runs
+covers every configuration (where a cube's units are SIMD lanes, the CPU, its three passes
+take the row-vector plan of rows.py: tuning.direct_plan); `ImplicitGemm` runs
 a GEMM over the implicit im2col matrix where it covers the call (tuning.py says when) and
 `Direct` otherwise; `Autotune` times the valid ones once per shape bucket and remembers the
 fastest.
@@ -49,6 +49,14 @@ def _direct_data_backward(p, dx5) -> None:
         rows.run_data_backward(p, dx5)
     else:
         direct.run_data_backward(p, dx5)
+
+
+def _direct_weight_backward(p, dw5) -> None:
+    """The `Direct` weight backward pass, through the plan tuning.direct_plan picks."""
+    if tuning.direct_plan(p, "weight") == "rows":
+        rows.run_weight_backward(p, dw5)
+    else:
+        direct.run_weight_backward(p, dw5)
 
 
 def _forward(fn, input, weight, bias, options, strategy, channels_last):  # noqa: A002
@@ -112,7 +120,7 @@ def conv_weight_backward(input, out_grad, weight_shape, options: ConvOptions = _
     if g.B == 0:  # no samples: the gradient is zero
         return p.runtime.zeros(tuple(weight_shape), p.dtype)
     dw5 = as_5d(out, g.rank, False)
-    runners = {"Direct": lambda: direct.run_weight_backward(p, dw5),
+    runners = {"Direct": lambda: _direct_weight_backward(p, dw5),
                "ImplicitGemm": lambda: implicit_gemm.run_weight_backward(p, dw5)}
     runners[tuning.resolve(p, "weight", strategy, runners)]()
     return out
