@@ -21,11 +21,12 @@ from kerneldsl.replay import replayable
 from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_taps
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
-from .reduction import plane_mean
+from .reduction import lane_row_mean, plane_mean, spread_mean
+from .scatter import scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (ELEMENT_UNITS, GRID_Y, element_plan, outputs_per_unit, reduction_plan, row_vector_outputs,
-                     unrolled_taps, vector_lanes)
+from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, lane_row_plan, outputs_per_unit, reduction_plan,
+                     row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -107,6 +108,10 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         return out, idx
     flat_in = x.contiguous().reshape(p.planes * p.in_spatial)
     total = p.planes * p.out_spatial
+    if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes:
+        grid, block = lane_row_plan(rt.capabilities, p.planes, p.in_spatial)
+        lane_row_mean[grid, block](flat_in, out.reshape(total), p.planes, p.in_spatial)
+        return out, idx
     if p.is_global_average and not maximum:
         lanes = vector_lanes(x.dtype.itemsize, p.in_spatial, flat_in.offset)
         plan = reduction_plan(rt.capabilities, p.planes, p.in_spatial, lanes)
@@ -152,6 +157,14 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     total = p.planes * p.in_spatial
     outs = p.planes * p.out_spatial
     g = grad.contiguous().reshape(outs)
+    caps = rt.capabilities
+    if p.is_global_average and not maximum and caps.units_are_simd_lanes:
+        grid, block = lane_row_plan(caps, p.planes, p.in_spatial)
+        spread_mean[grid, block](g, dx.reshape(total), p.planes, *(a.size for a in p.axes))
+        return dx
+    if scatter_backward(caps, p):
+        _scatter(p, g, indices, dx.reshape(total), maximum)
+        return dx
     idx = indices.contiguous().reshape(outs) if maximum else rt.empty((1,), kd.i64)
     rows, width = total // p.axes[2].size, p.axes[2].size
     plan = element_plan(rows, width)
@@ -162,6 +175,20 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     pool_backward[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_geometry(p), maximum, p.adaptive,
                                          p.wide, p.dims, p.count_include_pad)
     return dx
+
+
+def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
+    """scatter.py's backward kernels: a cube of LANE_UNITS a plane."""
+    gy = -(-p.planes // GRID_Y)
+    grid = (-(-p.planes // gy), gy)
+    if maximum:
+        idx = indices.contiguous().reshape(p.planes * p.out_spatial)
+        scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, p.planes, p.out_spatial, p.in_spatial)
+        return
+    ax = p.axes
+    scatter_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, *(a.out for a in ax), *(a.kernel for a in ax),
+                                           *(a.stride for a in ax), *(a.padding for a in ax), p.divisor,
+                                           *(a.size for a in ax), p.adaptive, p.wide, p.dims, p.count_include_pad)
 
 
 # ---------------------------------------------------------------------------- max pooling

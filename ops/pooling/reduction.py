@@ -38,3 +38,42 @@ def plane_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i64, size: kd.i32, L: kd.C
                 s += kd.plane_shuffle_xor(s, SEG >> k)
     if live and t == 0:
         out[r] = s / kd.f32(size)
+
+
+@kd.kernel
+def lane_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, size: kd.i32):
+    """out[r] = mean of x[r·size : (r+1)·size] for devices whose units are SIMD lanes: a cube a
+    row, its units along the row, every loop uniform (the cpu runtime runs each chunk as one
+    vector load into a vector of partial sums), the cube's sums reduced by kd.cube_sum."""
+    t = kd.unit_pos_x()
+    BX = kd.cube_dim_x()
+    r = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
+    live = r < rows
+    base = kd.i64(kd.min(r, rows - 1)) * size
+    full = size - size % BX
+    acc = kd.f32(0)
+    for i0 in range(0, full, BX):
+        acc += kd.f32(x[base + i0 + t])
+    if full + t < size:
+        acc += kd.f32(x[base + full + t])
+    s = kd.cube_sum(acc)
+    if live and t == 0:
+        out[r] = s / kd.f32(size)
+
+
+@kd.kernel
+def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd.i32, IW: kd.i32):
+    """Global average pooling's backward pass, dx[r, i] = grad[r] / ID / IH / IW (divided as
+    torch divides a bin's gradient, one size after another) for every element i of row r: a
+    cube a row, its units along it (a vector store a chunk on the cpu runtime)."""
+    t = kd.unit_pos_x()
+    BX = kd.cube_dim_x()
+    r = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
+    live = r < rows
+    row = kd.min(r, rows - 1)
+    size = ID * IH * IW
+    base = kd.i64(row) * size
+    v = kd.f32(grad[row]) / kd.f32(ID) / kd.f32(IH) / kd.f32(IW)
+    for i0 in range(0, size, BX):
+        if live and i0 + t < size:
+            dx[base + i0 + t] = v

@@ -32,6 +32,9 @@ SEGMENT_CHUNKS = 8     # lanes a short row: the fewest (a power of two) with at 
 # devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
 # element kernel, one unit a plane, rather than a reduction with its per-cube split points
 SIMD_ROW_MIN = 1024
+# devices whose units are SIMD lanes: units a cube of the lane kernels (reduction.lane_row_mean,
+# reduction.spread_mean, the zeroing and storing of scatter.py), a few vectors of f32
+LANE_UNITS = 64
 
 
 def _pow2_at_least(n: int) -> int:
@@ -136,3 +139,22 @@ def unrolled_taps(problem) -> bool:
     for a in problem.axes:
         taps *= a.kernel
     return taps <= MAX_UNROLLED_TAPS and all(a.stride <= MAX_UNROLLED_STRIDE for a in problem.axes)
+
+
+def lane_row_plan(caps, rows: int, size: int) -> tuple:
+    """(grid, block) of reduction.lane_row_mean and reduction.spread_mean: a cube a row of at
+    least a plane of units (kd.cube_sum reduces whole planes) and at most LANE_UNITS, fewer
+    for short rows; the grid wraps from x into y."""
+    bx = max(caps.plane_dim, min(LANE_UNITS, _pow2_at_least(size) // 2))
+    gy = -(-rows // GRID_Y)
+    return (-(-rows // gy), gy), (bx, 1)
+
+
+def scatter_backward(caps, problem) -> bool:
+    """Whether a backward pass takes scatter.py's kernels (a cube a plane, one unit scattering
+    in torch's order into an F32 copy of the plane in shared memory) rather than the gather
+    kernels: on devices whose units are SIMD lanes (where one unit's scalar loop is what torch's
+    CPU kernels run; on a GPU it would serialise), for max pooling (any window: the indices say
+    where) and average pooling (dilation is 1), when an F32 plane takes at most half the
+    device's shared memory."""
+    return caps.units_are_simd_lanes and problem.in_spatial * 4 <= caps.max_shared_bytes // 2
