@@ -19,14 +19,14 @@ import kerneldsl as kd
 from kerneldsl.replay import replayable
 
 from .backward import pool_backward, pool_backward_taps
-from .forward import pool_forward, pool_forward_taps
+from .forward import pool_forward, pool_forward_masked, pool_forward_taps
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import lane_row_mean, plane_mean, spread_mean
 from .scatter import scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
 from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, lane_row_plan, outputs_per_unit, reduction_plan,
-                     row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes)
+                     row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes, window_taps)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -129,6 +129,11 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
                                                  maximum, p.dims, p.count_include_pad, indices, outs)
         return out, idx
     plan = element_plan(rows, width)
+    if rt.capabilities.units_are_simd_lanes:
+        pool_forward_masked[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p),
+                                                   *window_taps(p), maximum, p.adaptive, p.wide, p.dims,
+                                                   p.count_include_pad, indices)
+        return out, idx
     pool_forward[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p), maximum,
                                         p.adaptive, p.wide, p.dims, p.count_include_pad, indices)
     return out, idx

@@ -44,19 +44,27 @@ def plane_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i64, size: kd.i32, L: kd.C
 def lane_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, size: kd.i32):
     """out[r] = mean of x[r·size : (r+1)·size] for devices whose units are SIMD lanes: a cube a
     row, its units along the row, every loop uniform (the cpu runtime runs each chunk as one
-    vector load into a vector of partial sums), the cube's sums reduced by kd.cube_sum."""
+    vector load), four partial sums a unit (independent chains: a unit's sum lives in memory
+    between chunks on the cpu runtime), the cube's sums reduced by kd.cube_sum."""
     t = kd.unit_pos_x()
     BX = kd.cube_dim_x()
     r = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
     live = r < rows
     base = kd.i64(kd.min(r, rows - 1)) * size
-    full = size - size % BX
-    acc = kd.f32(0)
-    for i0 in range(0, full, BX):
-        acc += kd.f32(x[base + i0 + t])
-    if full + t < size:
-        acc += kd.f32(x[base + full + t])
-    s = kd.cube_sum(acc)
+    full = size - size % (4 * BX)
+    a0 = kd.f32(0)
+    a1 = kd.f32(0)
+    a2 = kd.f32(0)
+    a3 = kd.f32(0)
+    for i0 in range(0, full, 4 * BX):
+        a0 += kd.f32(x[base + i0 + t])
+        a1 += kd.f32(x[base + i0 + BX + t])
+        a2 += kd.f32(x[base + i0 + 2 * BX + t])
+        a3 += kd.f32(x[base + i0 + 3 * BX + t])
+    for i0 in range(full, size, BX):
+        if i0 + t < size:
+            a0 += kd.f32(x[base + i0 + t])
+    s = kd.cube_sum((a0 + a1) + (a2 + a3))
     if live and t == 0:
         out[r] = s / kd.f32(size)
 
@@ -77,3 +85,4 @@ def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd
     for i0 in range(0, size, BX):
         if live and i0 + t < size:
             dx[base + i0 + t] = v
+

@@ -32,9 +32,13 @@ SEGMENT_CHUNKS = 8     # lanes a short row: the fewest (a power of two) with at 
 # devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
 # element kernel, one unit a plane, rather than a reduction with its per-cube split points
 SIMD_ROW_MIN = 1024
-# devices whose units are SIMD lanes: units a cube of the lane kernels (reduction.lane_row_mean,
-# reduction.spread_mean, the zeroing and storing of scatter.py), a few vectors of f32
+# devices whose units are SIMD lanes: units a cube of scatter.py's kernels (their zeroing and
+# storing run across them) and the most units a row of reduction.lane_row_mean / spread_mean
+# (a cube a row: 1/16 of the row's length, at least MIN_LANE_UNITS). Measured on the 2-core
+# dev box (f32, single worker, load 2-3): rows of 49 took 21 us with 8 units, 40 us with 16;
+# of 784, 30 us with 32 (4 partial sums a unit), 48 with 16 (one sum)
 LANE_UNITS = 64
+MIN_LANE_UNITS = 8
 
 
 def _pow2_at_least(n: int) -> int:
@@ -142,10 +146,11 @@ def unrolled_taps(problem) -> bool:
 
 
 def lane_row_plan(caps, rows: int, size: int) -> tuple:
-    """(grid, block) of reduction.lane_row_mean and reduction.spread_mean: a cube a row of at
-    least a plane of units (kd.cube_sum reduces whole planes) and at most LANE_UNITS, fewer
-    for short rows; the grid wraps from x into y."""
-    bx = max(caps.plane_dim, min(LANE_UNITS, _pow2_at_least(size) // 2))
+    """(grid, block) of reduction.lane_row_mean and reduction.spread_mean: a cube a row, of
+    1/16 of the row's length in units (a power of two) between MIN_LANE_UNITS and two
+    vectors of f32 (at most LANE_UNITS); the grid wraps from x into y."""
+    widest = max(MIN_LANE_UNITS, min(LANE_UNITS, 2 * caps.vector_bytes // 4))
+    bx = max(MIN_LANE_UNITS, min(widest, _pow2_at_least(size) // 16))
     gy = -(-rows // GRID_Y)
     return (-(-rows // gy), gy), (bx, 1)
 
@@ -158,3 +163,17 @@ def scatter_backward(caps, problem) -> bool:
     where) and average pooling (dilation is 1), when an F32 plane takes at most half the
     device's shared memory."""
     return caps.units_are_simd_lanes and problem.in_spatial * 4 <= caps.max_shared_bytes // 2
+
+
+def window_taps(problem) -> tuple:
+    """(TD, TH, TW): forward.pool_forward_masked's loop bounds, the most taps a window has on
+    each axis."""
+    if not problem.adaptive:
+        return tuple(min(a.kernel, -(-a.size // a.dilation)) for a in problem.axes)
+    return tuple(_adaptive_taps(a.size, a.out) for a in problem.axes)
+
+
+def _adaptive_taps(size: int, out: int) -> int:
+    """At least the widest adaptive bin [floor(o·size/out), ceil((o+1)·size/out)): size / out
+    where out divides size (every bin), else at most ceil(size / out) + 1."""
+    return size // out if size % out == 0 else min(size, -(-size // out) + 1)
