@@ -126,7 +126,8 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         outs = outputs_per_unit(rt.capabilities, width)
         plan = element_plan(rows, -(-width // outs))
         pool_forward_taps[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_unrolled_geometry(p),
-                                                 maximum, p.dims, p.count_include_pad, indices, outs)
+                                                 maximum, p.dims, p.count_include_pad, indices, outs,
+                                                 rt.capabilities.units_are_simd_lanes)
         return out, idx
     plan = element_plan(rows, width)
     if rt.capabilities.units_are_simd_lanes:

@@ -146,13 +146,14 @@ def pool_forward_taps(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1
                       KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
                       SD: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
                       MAX: kd.Const[bool], DIMS: kd.Const[int], INCLUDE_PAD: kd.Const[bool], INDICES: kd.Const[bool],
-                      OUTS: kd.Const[int]):
+                      OUTS: kd.Const[int], F64: kd.Const[bool] = False):
     """pool_forward for small pooling windows whose sizes and strides are compile-time:
     every tap unrolled, taps outside the input masked instead of skipped. Same scan order,
     same sums. A unit takes OUTS neighbouring outputs of a row (the launch's x extent covers
     ceil(OW / OUTS) units a row): on a GPU their windows share loads and the unit's position
-    arithmetic, which bound this kernel there (it is instruction-bound, not memory-bound)."""
-    live0, row, col, oh, od, plane = locate_row(rows, (OW + OUTS - 1) // OUTS, OH, OD, DIMS)
+    arithmetic, which bound this kernel there (it is instruction-bound, not memory-bound).
+    F64: positions divided through f64 (window.quotient; devices whose units are SIMD lanes)."""
+    live0, row, col, oh, od, plane = locate_row(rows, (OW + OUTS - 1) // OUTS, OH, OD, DIMS, F64)
     base = kd.i64(plane) * (kd.i64(ID) * IH * IW)
     zd, cd = span(od, ID, OD, KD, SD, PD, DD, False, False, DIMS == 3)
     zh, ch = span(oh, IH, OH, KH, SH, PH, DH, False, False, DIMS >= 2)

@@ -71,9 +71,10 @@ def lane_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, size: kd.i32):
 
 @kd.kernel
 def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd.i32, IW: kd.i32):
-    """Global average pooling's backward pass, dx[r, i] = grad[r] / ID / IH / IW (divided as
-    torch divides a bin's gradient, one size after another) for every element i of row r: a
-    cube a row, its units along it (a vector store a chunk on the cpu runtime)."""
+    """Global average pooling's backward pass, dx[r, i] = grad[r] / (ID·IH·IW) for every
+    element i of row r, one f32 division as torch's (its global pooling is a mean, for 1 to 3
+    axes; dividing by each size in turn differs in the last bit for some values): a cube a
+    row, its units along it (a vector store a chunk on the cpu runtime)."""
     t = kd.unit_pos_x()
     BX = kd.cube_dim_x()
     r = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
@@ -81,7 +82,7 @@ def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd
     row = kd.min(r, rows - 1)
     size = ID * IH * IW
     base = kd.i64(row) * size
-    v = kd.f32(grad[row]) / kd.f32(ID) / kd.f32(IH) / kd.f32(IW)
+    v = kd.f32(grad[row]) / kd.f32(size)
     for i0 in range(0, size, BX):
         if live and i0 + t < size:
             dx[base + i0 + t] = v
