@@ -22,7 +22,7 @@ from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_masked, pool_forward_taps
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import lane_row_mean, plane_mean, spread_mean
-from .scatter import scatter_avg_backward, scatter_max_backward
+from .scatter import rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
 from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, lane_row_plan, outputs_per_unit, reduction_plan,
@@ -184,7 +184,9 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
 
 
 def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
-    """scatter.py's backward kernels: a cube of LANE_UNITS a plane."""
+    """scatter.py's backward kernels, a cube of LANE_UNITS a plane: max pooling through the
+    indices; average pooling of 1 or 2 axes with windows small enough to unroll by rows of
+    the plane (vectors), other averages one output at a time."""
     gy = -(-p.planes // GRID_Y)
     grid = (-(-p.planes // gy), gy)
     if maximum:
@@ -192,6 +194,11 @@ def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
         scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, p.planes, p.out_spatial, p.in_spatial)
         return
     ax = p.axes
+    if p.dims <= 2 and not p.adaptive and unrolled_taps(p):
+        h, w = ax[1], ax[2]
+        rows_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, p.divisor, h.size, w.size, h.out, w.out, h.kernel,
+                                            w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad)
+        return
     scatter_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, *(a.out for a in ax), *(a.kernel for a in ax),
                                            *(a.stride for a in ax), *(a.padding for a in ax), p.divisor,
                                            *(a.size for a in ax), p.adaptive, p.wide, p.dims, p.count_include_pad)

@@ -83,7 +83,9 @@ def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd
     size = ID * IH * IW
     base = kd.i64(row) * size
     v = kd.f32(grad[row]) / kd.f32(size)
-    for i0 in range(0, size, BX):
-        if live and i0 + t < size:
-            dx[base + i0 + t] = v
+    full = kd.select(live, size - size % BX, 0)
+    for i0 in range(0, full, BX):
+        dx[base + i0 + t] = v
+    if live and full + t < size:
+        dx[base + full + t] = v
 

@@ -11,7 +11,7 @@ devices whose units are not SIMD lanes keep the gather kernels (tuning.scatter_b
 import kerneldsl as kd
 
 from .forward import average
-from .window import span
+from .window import quotient, span
 
 
 @kd.func
@@ -96,3 +96,51 @@ def scatter_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32,
                                     acc[line + c] = acc[line + c] + share
                         o += 1
         store_plane(acc, dx, kd.i64(p) * IS, IS)
+
+
+@kd.kernel
+def rows_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: kd.i32,
+                      IH: kd.Const[int], IW: kd.Const[int], OH: kd.Const[int], OW: kd.Const[int],
+                      KH: kd.Const[int], KW: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
+                      PH: kd.Const[int], PW: kd.Const[int], INCLUDE_PAD: kd.Const[bool]):
+    """scatter_avg_backward for 1- and 2-D windows small enough to unroll (sizes compile-time),
+    with the same sums in the same order, run across the cube's units: each output's share
+    (its gradient divided as the forward divided) into shared memory, then for each output
+    row oh and window row kh, each unit adds to its columns of input row oh·SH - PH + kh the
+    shares of the outputs of row oh covering them, in increasing output order (per element,
+    torch's order: rows of outputs in turn, columns increasing). A unit always owns the same
+    columns, so nothing races; the plane sum is read and written as vectors."""
+    BX = kd.cube_dim_x()
+    t = kd.unit_pos_x()
+    p, ok = plane_of(planes)
+    C = (KW + SW - 1) // SW          # outputs of a row whose windows may cover a column
+    if ok:
+        acc = kd.shared(kd.f32, IH * IW)
+        share = kd.shared(kd.f32, OH * OW)
+        ob = kd.i64(p) * (OH * OW)
+        for o0 in range(0, OH * OW, BX):
+            o = kd.min(o0 + t, OH * OW - 1)
+            oh = quotient(o, OW, True)
+            ow = o - oh * OW
+            zh, ch = span(oh, IH, OH, KH, SH, PH, 1, False, False)
+            zw, cw = span(ow, IW, OW, KW, SW, PW, 1, False, False)
+            v = average(kd.f32(grad[ob + o]), 0, oh, ow, 1, ch, cw, 1, IH, IW, 1, KH, KW, 1, SH, SW, 0, PH, PW,
+                        divisor, False, INCLUDE_PAD)
+            if o0 + t < OH * OW:
+                share[o] = v
+        zero_plane(acc, IH * IW)
+        for oh in range(OH):
+            for kh in kd.unroll(KH):
+                ih = oh * SH - PH + kh
+                if ih >= 0 and ih < IH:
+                    for i0 in range(0, IW, BX):
+                        iw = kd.min(i0 + t, IW - 1)
+                        last = (iw + PW) // SW
+                        s = acc[ih * IW + iw]
+                        for j in kd.unroll(C):
+                            ow = last - (C - 1 - j)
+                            fits = ow >= 0 and ow < OW and iw + PW - ow * SW < KW
+                            s += kd.select(fits, share[oh * OW + kd.clamp(ow, 0, OW - 1)], kd.f32(0))
+                        if i0 + t < IW:
+                            acc[ih * IW + iw] = s
+        store_plane(acc, dx, kd.i64(p) * (IH * IW), IH * IW)

@@ -160,9 +160,9 @@ def scatter_backward(caps, problem) -> bool:
     in torch's order into an F32 copy of the plane in shared memory) rather than the gather
     kernels: on devices whose units are SIMD lanes (where one unit's scalar loop is what torch's
     CPU kernels run; on a GPU it would serialise), for max pooling (any window: the indices say
-    where) and average pooling (dilation is 1), when an F32 plane takes at most half the
-    device's shared memory."""
-    return caps.units_are_simd_lanes and problem.in_spatial * 4 <= caps.max_shared_bytes // 2
+    where) and average pooling (dilation is 1), when an F32 plane (and its outputs' shares)
+    take at most half the device's shared memory."""
+    return caps.units_are_simd_lanes and (problem.in_spatial + problem.out_spatial) * 4 <= caps.max_shared_bytes // 2
 
 
 def window_taps(problem) -> tuple:
