@@ -10,7 +10,11 @@ few outputs of a row and reads each input row as one aligned vector; sizes compi
 forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled),
 reduction.plane_mean (global average pooling, a row reduction) or
 backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
-that cover it: deterministic, no atomics). Sums are F32 and
+that cover it: deterministic, no atomics). Devices whose units are SIMD lanes (the cpu
+runtime) take CPU-shaped kernels where those would not vectorise: forward.pool_forward_masked
+for looped windows, reduction.lane_row_mean / spread_mean for global average and its
+backward, and scatter.py's backward passes (a cube a plane, summed in torch's order into
+shared memory; chosen by tuning.scatter_backward). Sums are F32 and
 results are cast once to the input dtype; indices are I64 flat positions in a plane.
 """
 from __future__ import annotations
