@@ -29,8 +29,9 @@ from .reduction import lane_row_mean, plane_mean, spread_mean
 from .scatter import rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, lane_row_plan, outputs_per_unit, reduction_plan,
-                     row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes, window_taps)
+from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, f64_positions, lane_row_plan, outputs_per_unit,
+                     reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
+                     window_taps)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -131,7 +132,7 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         plan = element_plan(rows, -(-width // outs))
         pool_forward_taps[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_unrolled_geometry(p),
                                                  maximum, p.dims, p.count_include_pad, indices, outs,
-                                                 rt.capabilities.units_are_simd_lanes)
+                                                 f64_positions(rt.capabilities, x.dtype.itemsize))
         return out, idx
     plan = element_plan(rows, width)
     if rt.capabilities.units_are_simd_lanes:
