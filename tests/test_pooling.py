@@ -273,6 +273,11 @@ def test_simd_lane_kernels_match_torch(runtime, rng, torch, monkeypatch):
     g3 = rng.standard_normal((1, 2, 3, 3, 4)).astype(np.float32)
     np.testing.assert_array_equal(P.avg_pool3d_backward(runtime.tensor(x3), runtime.tensor(g3), 3, 2, 1).numpy(),
                                   torch_grad(torch, lambda t: F.avg_pool3d(t, 3, 2, 1), x3, g3))
+    xb = host(x, "bf16")                               # read through an f32 copy (forward.widen)
+    out, idx = P.max_pool2d_with_indices(runtime.tensor(xb, dtype="bf16"), 3, 2, 1, ceil_mode=True)
+    want, widx = F.max_pool2d(torch.from_numpy(np.float32(xb)), 3, 2, 1, ceil_mode=True, return_indices=True)
+    np.testing.assert_array_equal(f32(out), want.numpy())
+    np.testing.assert_array_equal(idx.numpy(), widx.numpy())
     y = x[:, :, :, :10] + 3
     y[0, 1, 2, 3] = 3                                  # (no NaN: a row mean to compare)
     ty = runtime.tensor(np.ascontiguousarray(y))

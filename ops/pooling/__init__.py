@@ -23,7 +23,7 @@ import kerneldsl as kd
 from kerneldsl.replay import replayable
 
 from .backward import pool_backward, pool_backward_taps
-from .forward import pool_forward, pool_forward_masked, pool_forward_taps
+from .forward import pool_forward, pool_forward_masked, pool_forward_taps, widen
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import lane_row_mean, plane_mean, spread_mean
 from .scatter import rows_avg_backward, scatter_avg_backward, scatter_max_backward
@@ -31,7 +31,7 @@ from ..validation import aligned
 from .rows import pool_rows
 from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, f64_positions, lane_row_plan, outputs_per_unit,
                      reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
-                     window_taps)
+                     widened_input, window_taps)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -124,6 +124,8 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
             plane_mean[plan.grid, plan.block](flat_in, out.reshape(total), p.planes, p.in_spatial, lanes, plan.seg)
             return out, idx
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
+    if widened_input(rt.capabilities, x.dtype.itemsize):
+        flat_in = _widened(flat_in)
     if _rows(p, flat_in, out.reshape(total), sink, maximum, indices):
         return out, idx
     rows, width = total // p.axes[2].out, p.axes[2].out
@@ -132,7 +134,7 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         plan = element_plan(rows, -(-width // outs))
         pool_forward_taps[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_unrolled_geometry(p),
                                                  maximum, p.dims, p.count_include_pad, indices, outs,
-                                                 f64_positions(rt.capabilities, x.dtype.itemsize))
+                                                 f64_positions(rt.capabilities, flat_in.dtype.itemsize))
         return out, idx
     plan = element_plan(rows, width)
     if rt.capabilities.units_are_simd_lanes:
@@ -143,6 +145,16 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
     pool_forward[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p), maximum,
                                         p.adaptive, p.wide, p.dims, p.count_include_pad, indices)
     return out, idx
+
+
+def _widened(flat: kd.Tensor) -> kd.Tensor:
+    """An f32 copy of a 1-D tensor (forward.widen)."""
+    n = flat.shape[0]
+    wide = flat.runtime.empty((n,), kd.f32)
+    cubes = -(-n // ELEMENT_UNITS)
+    gy = -(-cubes // GRID_Y)
+    widen[(-(-cubes // gy), gy), ELEMENT_UNITS](flat, wide, n)
+    return wide
 
 
 def _rows(p: PoolProblem, flat_in, flat_out, sink, maximum: bool, indices: bool) -> bool:

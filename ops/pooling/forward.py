@@ -208,3 +208,14 @@ def pool_forward_masked(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64,
     result = best if MAX else average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
                                       divisor, ADAPTIVE, INCLUDE_PAD)
     store(out, indices, e, live, result, where, MAX and INDICES)
+
+
+@kd.kernel
+def widen(x: kd.Tensor, y: kd.Tensor, n: kd.i64):
+    """y[i] = x[i] as f32 for i < n, a unit an element along x of a 1-D grid wrapping into y:
+    2-byte inputs copied to f32 before the forward kernels on devices whose units are SIMD
+    lanes (their taps are strided across units: gathers, which those devices do not have for
+    2-byte elements; the copy is exact)."""
+    i = (kd.i64(kd.cube_pos_y()) * kd.cube_count_x() + kd.cube_pos_x()) * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        y[i] = kd.f32(x[i])

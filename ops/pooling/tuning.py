@@ -186,3 +186,12 @@ def f64_positions(caps, itemsize: int) -> bool:
     0.44-1.28 ms, avg_pool2d 0.82-1.66 -> 0.27-0.69 ms; bf16 avg_pool2d went the other way
     (0.78-2.0 -> 1.28-2.37 ms, max_pool2d mixed), so 2-byte inputs keep integer divisions."""
     return caps.units_are_simd_lanes and itemsize == 4
+
+
+def widened_input(caps, itemsize: int) -> bool:
+    """Whether the window forward kernels read an f32 copy of a 2-byte input (forward.widen):
+    on devices whose units are SIMD lanes, whose units' strided taps are gathers, which the
+    cpu runtime has for 4-byte elements only. Measured on the 2-core dev box, bf16 [4, 16,
+    56²] 3×3 s2 (load 4.6): max_pool2d 1.7-2.1 -> 0.64-0.91 ms, with indices 2.3-4.1 ->
+    0.77-1.2 ms, avg_pool2d 1.35-2.0 -> 0.39-0.85 ms, the copy included (66-96 us)."""
+    return caps.units_are_simd_lanes and itemsize == 2
