@@ -124,12 +124,12 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
             plane_mean[plan.grid, plan.block](flat_in, out.reshape(total), p.planes, p.in_spatial, lanes, plan.seg)
             return out, idx
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
-    if widened_input(rt.capabilities, x.dtype.itemsize):
-        flat_in = _widened(flat_in)
     if _rows(p, flat_in, out.reshape(total), sink, maximum, indices):
         return out, idx
     rows, width = total // p.axes[2].out, p.axes[2].out
     if unrolled_taps(p):
+        if widened_input(rt.capabilities, x.dtype.itemsize):
+            flat_in = _widened(flat_in)
         outs = outputs_per_unit(rt.capabilities, width)
         plan = element_plan(rows, -(-width // outs))
         pool_forward_taps[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_unrolled_geometry(p),

@@ -189,9 +189,11 @@ def f64_positions(caps, itemsize: int) -> bool:
 
 
 def widened_input(caps, itemsize: int) -> bool:
-    """Whether the window forward kernels read an f32 copy of a 2-byte input (forward.widen):
+    """Whether the unrolled-taps forward kernel reads an f32 copy of a 2-byte input (forward.widen):
     on devices whose units are SIMD lanes, whose units' strided taps are gathers, which the
     cpu runtime has for 4-byte elements only. Measured on the 2-core dev box, bf16 [4, 16,
     56²] 3×3 s2 (load 4.6): max_pool2d 1.7-2.1 -> 0.64-0.91 ms, with indices 2.3-4.1 ->
-    0.77-1.2 ms, avg_pool2d 1.35-2.0 -> 0.39-0.85 ms, the copy included (66-96 us)."""
+    0.77-1.2 ms, avg_pool2d 1.35-2.0 -> 0.39-0.85 ms, the copy included (66-96 us). The
+    masked kernel (adaptive bins) went the other way with it (bf16 [8, 64, 28²] to 7×7:
+    average 0.37-0.40 -> 0.42-0.59 ms), so it reads the input as it is."""
     return caps.units_are_simd_lanes and itemsize == 2
