@@ -31,6 +31,7 @@ SEGMENT_CHUNKS = 8     # lanes a short row: the fewest (a power of two) with at 
 # 64 units or a plane a row 3.75 TB/s; [64, 2048, 7²] (49 elements): a plane a row 0.67 TB/s
 # devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
 # element kernel, one unit a plane, rather than a reduction with its per-cube split points
+# (reduction_plan; rudnn.pooling itself gives such devices reduction.lane_row_mean instead)
 SIMD_ROW_MIN = 1024
 # devices whose units are SIMD lanes: units a cube of scatter.py's kernels (their zeroing and
 # storing run across them) and the most units a row of reduction.lane_row_mean / spread_mean
@@ -184,7 +185,8 @@ def f64_positions(caps, itemsize: int) -> bool:
     on devices whose units are SIMD lanes, for 4-byte inputs. Measured on the 2-core dev box,
     [4, 16, 56²] 3×3 s2: f32 max_pool2d 0.62-1.37 -> 0.38-0.79 ms, with indices 1.6-3.6 ->
     0.44-1.28 ms, avg_pool2d 0.82-1.66 -> 0.27-0.69 ms; bf16 avg_pool2d went the other way
-    (0.78-2.0 -> 1.28-2.37 ms, max_pool2d mixed), so 2-byte inputs keep integer divisions."""
+    (0.78-2.0 -> 1.28-2.37 ms, max_pool2d mixed) while they were read as they are; they now
+    reach the kernel as an f32 copy (widened_input), measured with the f64 divisions."""
     return caps.units_are_simd_lanes and itemsize == 4
 
 
