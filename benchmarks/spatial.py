@@ -254,7 +254,7 @@ def time_case(ctx, bench: Bench, reps: int, queued: bool = False) -> tuple:
     return ours, best_time(bench.torch, reps)
 
 
-def run(torch, runtime: str, cases, dtypes, quick: bool, reps: int, queued: bool = False) -> list:
+def run(torch, runtime: str, cases, dtypes, quick: bool, reps: int, queued: bool = False, rounds: int = 1) -> list:
     rt = kd.runtime(runtime)
     cuda = rt.name.startswith("cuda")
     if not cuda:
@@ -266,9 +266,12 @@ def run(torch, runtime: str, cases, dtypes, quick: bool, reps: int, queued: bool
             bench = CASES[name](ctx)
             err = max_rel_err(ctx, bench.ours(), bench.torch())
             ok = err <= {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}[dtype]
-            t_ours, t_torch = time_case(ctx, bench, reps, queued)
+            times = [time_case(ctx, bench, reps, queued) for _ in range(rounds)]  # ours and torch in turn
+            t_ours, t_torch = min(t[0] for t in times), min(t[1] for t in times)
+            ratios = sorted(t[1] / t[0] for t in times)
+            speed = f"{ratios[0]:.2f}-{ratios[-1]:.2f}x" if rounds > 1 else f"{t_torch / t_ours:.2f}x"
             row = [bench.what, bench.shape, dtype, f"{t_ours * 1e3:.3f}", f"{t_torch * 1e3:.3f}",
-                   f"{t_torch / t_ours:.2f}x", f"{bench.moved / t_ours / 1e9:.0f}", f"{bench.moved / t_torch / 1e9:.0f}",
+                   speed, f"{bench.moved / t_ours / 1e9:.0f}", f"{bench.moved / t_torch / 1e9:.0f}",
                    f"{err:.0e}" + ("" if ok else " FAIL")]
             print("  " + "  ".join(row), flush=True)
             rows.append(row)
@@ -285,6 +288,8 @@ def main(argv=None):
     p.add_argument("--dtypes", default="f32,bf16")
     p.add_argument("--reps", type=int, default=None, help="timed calls a side (default 10; 3 with --quick)")
     p.add_argument("--quick", action="store_true", help="small shapes, 3 reps: a smoke run")
+    p.add_argument("--rounds", type=int, default=1, help="time ours and torch in turn this many times (on a shared "
+                                                       "machine): best times, and the range of the rounds' ratios")
     p.add_argument("--queued", action="store_true", help="cuda: device time alone, calls queued behind a spin "
                                                         "kernel (default: each call between two events, which "
                                                         "counts the host's time where it exceeds the kernel's)")
@@ -308,7 +313,7 @@ def main(argv=None):
         rt = kd.runtime(name)
         timing = "device time alone (--queued)" if args.queued else "per call, between events"
         print(f"runtime {rt.name}: {rt.capabilities.device_name}; {timing}", flush=True)
-        rows = run(torch, name, cases, args.dtypes.split(","), args.quick, reps, args.queued)
+        rows = run(torch, name, cases, args.dtypes.split(","), args.quick, reps, args.queued, args.rounds)
         print(table(rows, headers))
 
 

@@ -233,6 +233,60 @@ def test_row_vector_kernel_is_chosen_from_the_problem_and_capabilities(runtime):
     assert row_vector_outputs(gpu, adaptive, 2, 0) == 0
 
 
+@pytest.mark.feature("pooling: torch")
+def test_simd_lane_kernels_match_torch(runtime, rng, torch, monkeypatch):
+    """What devices whose units are SIMD lanes run (the cpu runtime), forced on this runtime:
+    backward passes scattering a plane a cube in torch's order (max through indices, with a
+    NaN and ties; average under each rule; adaptive average; 3-D), f32 bit for bit; the masked
+    forward kernel (adaptive bins, f64 divisions) and the f64-dividing unrolled-taps kernel,
+    bit for bit; global average as a row of lanes and its backward as a row store."""
+    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
+    F = torch.nn.functional
+    x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    x.reshape(-1)[::7] = x.reshape(-1)[1]
+    x[1, 2, 4, 5] = np.nan
+    tx, xt = runtime.tensor(x), torch.from_numpy(x)
+    out, idx = P.max_pool2d_with_indices(tx, 3, 2, 1, ceil_mode=True)
+    want, widx = F.max_pool2d(xt, 3, 2, 1, ceil_mode=True, return_indices=True)
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+    np.testing.assert_array_equal(idx.numpy(), widx.numpy())
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    dx = P.max_pool2d_backward(tx, runtime.tensor(g), idx, 3, 2, 1, ceil_mode=True)
+    np.testing.assert_array_equal(dx.numpy(), torch_grad(torch, lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True),
+                                                         x, g))
+    for include, divisor in AVG_RULES:
+        call = lambda t: F.avg_pool2d(t, (3, 2), (2, 1), 1, True, include, divisor)  # noqa: E731
+        np.testing.assert_array_equal(P.avg_pool2d(tx, (3, 2), (2, 1), 1, True, include, divisor).numpy(),
+                                      call(xt).numpy())
+        g = rng.standard_normal(call(xt).shape).astype(np.float32)
+        dx = P.avg_pool2d_backward(tx, runtime.tensor(g), (3, 2), (2, 1), 1, True, include, divisor)
+        np.testing.assert_array_equal(dx.numpy(), torch_grad(torch, call, x, g))
+    avg, (mx, midx) = P.adaptive_avg_pool2d(tx, (4, 5)), P.adaptive_max_pool2d(tx, (4, 5))
+    np.testing.assert_array_equal(avg.numpy(), F.adaptive_avg_pool2d(xt, (4, 5)).numpy())
+    wmx, wmidx = F.adaptive_max_pool2d(xt, (4, 5), return_indices=True)
+    np.testing.assert_array_equal(mx.numpy(), wmx.numpy())
+    np.testing.assert_array_equal(midx.numpy(), wmidx.numpy())
+    g = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    np.testing.assert_array_equal(P.adaptive_avg_pool2d_backward(tx, runtime.tensor(g)).numpy(),
+                                  torch_grad(torch, lambda t: F.adaptive_avg_pool2d(t, (4, 5)), x, g))
+    x3 = rng.standard_normal((1, 2, 5, 6, 7)).astype(np.float32)
+    g3 = rng.standard_normal((1, 2, 3, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(P.avg_pool3d_backward(runtime.tensor(x3), runtime.tensor(g3), 3, 2, 1).numpy(),
+                                  torch_grad(torch, lambda t: F.avg_pool3d(t, 3, 2, 1), x3, g3))
+    xb = host(x, "bf16")                               # read through an f32 copy (forward.widen)
+    out, idx = P.max_pool2d_with_indices(runtime.tensor(xb, dtype="bf16"), 3, 2, 1, ceil_mode=True)
+    want, widx = F.max_pool2d(torch.from_numpy(np.float32(xb)), 3, 2, 1, ceil_mode=True, return_indices=True)
+    np.testing.assert_array_equal(f32(out), want.numpy())
+    np.testing.assert_array_equal(idx.numpy(), widx.numpy())
+    y = x[:, :, :, :10] + 3
+    y[0, 1, 2, 3] = 3                                  # (no NaN: a row mean to compare)
+    ty = runtime.tensor(np.ascontiguousarray(y))
+    close(P.adaptive_avg_pool2d(ty, 1).numpy(), y.astype(np.float64).mean((2, 3), keepdims=True), "f32")
+    g = rng.standard_normal((2, 3, 1, 1)).astype(np.float32)
+    np.testing.assert_array_equal(P.adaptive_avg_pool2d_backward(ty, runtime.tensor(g)).numpy(),
+                                  torch_grad(torch, lambda t: F.adaptive_avg_pool2d(t, 1), y, g))
+
+
 @pytest.mark.feature("pooling: nan")
 def test_max_pool_nan_wins_with_the_last_nan_index(runtime, torch):
     x = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) % 13

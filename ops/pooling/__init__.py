@@ -10,7 +10,11 @@ few outputs of a row and reads each input row as one aligned vector; sizes compi
 forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled),
 reduction.plane_mean (global average pooling, a row reduction) or
 backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
-that cover it: deterministic, no atomics). Sums are F32 and
+that cover it: deterministic, no atomics). Devices whose units are SIMD lanes (the cpu
+runtime) take CPU-shaped kernels where those would not vectorise: forward.pool_forward_masked
+for looped windows, reduction.lane_row_mean / spread_mean for global average and its
+backward, and scatter.py's backward passes (a cube a plane, summed in torch's order into
+shared memory; chosen by tuning.scatter_backward). Sums are F32 and
 results are cast once to the input dtype; indices are I64 flat positions in a plane.
 """
 from __future__ import annotations
@@ -19,13 +23,15 @@ import kerneldsl as kd
 from kerneldsl.replay import replayable
 
 from .backward import pool_backward, pool_backward_taps
-from .forward import pool_forward, pool_forward_taps
+from .forward import pool_forward, pool_forward_masked, pool_forward_taps, widen
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
-from .reduction import plane_mean
+from .reduction import lane_row_mean, plane_mean, spread_mean
+from .scatter import rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (ELEMENT_UNITS, GRID_Y, element_plan, outputs_per_unit, reduction_plan, row_vector_outputs,
-                     unrolled_taps, vector_lanes)
+from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, f64_positions, lane_row_plan, outputs_per_unit,
+                     reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
+                     widened_input, window_taps)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -107,6 +113,10 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         return out, idx
     flat_in = x.contiguous().reshape(p.planes * p.in_spatial)
     total = p.planes * p.out_spatial
+    if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes:
+        grid, block = lane_row_plan(rt.capabilities, p.planes, p.in_spatial)
+        lane_row_mean[grid, block](flat_in, out.reshape(total), p.planes, p.in_spatial)
+        return out, idx
     if p.is_global_average and not maximum:
         lanes = vector_lanes(x.dtype.itemsize, p.in_spatial, flat_in.offset)
         plan = reduction_plan(rt.capabilities, p.planes, p.in_spatial, lanes)
@@ -118,15 +128,33 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         return out, idx
     rows, width = total // p.axes[2].out, p.axes[2].out
     if unrolled_taps(p):
+        if widened_input(rt.capabilities, x.dtype.itemsize):
+            flat_in = _widened(flat_in)
         outs = outputs_per_unit(rt.capabilities, width)
         plan = element_plan(rows, -(-width // outs))
         pool_forward_taps[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_unrolled_geometry(p),
-                                                 maximum, p.dims, p.count_include_pad, indices, outs)
+                                                 maximum, p.dims, p.count_include_pad, indices, outs,
+                                                 f64_positions(rt.capabilities, flat_in.dtype.itemsize))
         return out, idx
     plan = element_plan(rows, width)
+    if rt.capabilities.units_are_simd_lanes:
+        pool_forward_masked[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p),
+                                                   *window_taps(p), maximum, p.adaptive, p.wide, p.dims,
+                                                   p.count_include_pad, indices)
+        return out, idx
     pool_forward[plan.grid, plan.block](flat_in, out.reshape(total), sink, rows, *_geometry(p), maximum,
                                         p.adaptive, p.wide, p.dims, p.count_include_pad, indices)
     return out, idx
+
+
+def _widened(flat: kd.Tensor) -> kd.Tensor:
+    """An f32 copy of a 1-D tensor (forward.widen)."""
+    n = flat.shape[0]
+    wide = flat.runtime.empty((n,), kd.f32)
+    cubes = -(-n // ELEMENT_UNITS)
+    gy = -(-cubes // GRID_Y)
+    widen[(-(-cubes // gy), gy), ELEMENT_UNITS](flat, wide, n)
+    return wide
 
 
 def _rows(p: PoolProblem, flat_in, flat_out, sink, maximum: bool, indices: bool) -> bool:
@@ -152,6 +180,14 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     total = p.planes * p.in_spatial
     outs = p.planes * p.out_spatial
     g = grad.contiguous().reshape(outs)
+    caps = rt.capabilities
+    if p.is_global_average and not maximum and caps.units_are_simd_lanes:
+        grid, block = lane_row_plan(caps, p.planes, p.in_spatial)
+        spread_mean[grid, block](g, dx.reshape(total), p.planes, *(a.size for a in p.axes))
+        return dx
+    if scatter_backward(caps, p):
+        _scatter(p, g, indices, dx.reshape(total), maximum)
+        return dx
     idx = indices.contiguous().reshape(outs) if maximum else rt.empty((1,), kd.i64)
     rows, width = total // p.axes[2].size, p.axes[2].size
     plan = element_plan(rows, width)
@@ -162,6 +198,27 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     pool_backward[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_geometry(p), maximum, p.adaptive,
                                          p.wide, p.dims, p.count_include_pad)
     return dx
+
+
+def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
+    """scatter.py's backward kernels, a cube of LANE_UNITS a plane: max pooling through the
+    indices; average pooling of 1 or 2 axes with windows small enough to unroll by rows of
+    the plane (vectors), other averages one output at a time."""
+    gy = -(-p.planes // GRID_Y)
+    grid = (-(-p.planes // gy), gy)
+    if maximum:
+        idx = indices.contiguous().reshape(p.planes * p.out_spatial)
+        scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, p.planes, p.out_spatial, p.in_spatial)
+        return
+    ax = p.axes
+    if p.dims <= 2 and not p.adaptive and unrolled_taps(p):
+        h, w = ax[1], ax[2]
+        rows_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, p.divisor, h.size, w.size, h.out, w.out, h.kernel,
+                                            w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad)
+        return
+    scatter_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, *(a.out for a in ax), *(a.kernel for a in ax),
+                                           *(a.stride for a in ax), *(a.padding for a in ax), p.divisor,
+                                           *(a.size for a in ax), p.adaptive, p.wide, p.dims, p.count_include_pad)
 
 
 # ---------------------------------------------------------------------------- max pooling

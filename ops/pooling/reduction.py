@@ -38,3 +38,54 @@ def plane_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i64, size: kd.i32, L: kd.C
                 s += kd.plane_shuffle_xor(s, SEG >> k)
     if live and t == 0:
         out[r] = s / kd.f32(size)
+
+
+@kd.kernel
+def lane_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, size: kd.i32):
+    """out[r] = mean of x[r·size : (r+1)·size] for devices whose units are SIMD lanes: a cube a
+    row, its units along the row, every loop uniform (the cpu runtime runs each chunk as one
+    vector load), four partial sums a unit (independent chains: a unit's sum lives in memory
+    between chunks on the cpu runtime), the cube's sums reduced by kd.cube_sum."""
+    t = kd.unit_pos_x()
+    BX = kd.cube_dim_x()
+    r = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
+    live = r < rows
+    base = kd.i64(kd.min(r, rows - 1)) * size
+    full = size - size % (4 * BX)
+    a0 = kd.f32(0)
+    a1 = kd.f32(0)
+    a2 = kd.f32(0)
+    a3 = kd.f32(0)
+    for i0 in range(0, full, 4 * BX):
+        a0 += kd.f32(x[base + i0 + t])
+        a1 += kd.f32(x[base + i0 + BX + t])
+        a2 += kd.f32(x[base + i0 + 2 * BX + t])
+        a3 += kd.f32(x[base + i0 + 3 * BX + t])
+    for i0 in range(full, size, BX):
+        if i0 + t < size:
+            a0 += kd.f32(x[base + i0 + t])
+    s = kd.cube_sum((a0 + a1) + (a2 + a3))
+    if live and t == 0:
+        out[r] = s / kd.f32(size)
+
+
+@kd.kernel
+def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd.i32, IW: kd.i32):
+    """Global average pooling's backward pass, dx[r, i] = grad[r] / (ID·IH·IW) for every
+    element i of row r, one f32 division as torch's (its global pooling is a mean, for 1 to 3
+    axes; dividing by each size in turn differs in the last bit for some values): a cube a
+    row, its units along it (a vector store a chunk on the cpu runtime)."""
+    t = kd.unit_pos_x()
+    BX = kd.cube_dim_x()
+    r = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
+    live = r < rows
+    row = kd.min(r, rows - 1)
+    size = ID * IH * IW
+    base = kd.i64(row) * size
+    v = kd.f32(grad[row]) / kd.f32(size)
+    full = kd.select(live, size - size % BX, 0)
+    for i0 in range(0, full, BX):
+        dx[base + i0 + t] = v
+    if live and full + t < size:
+        dx[base + full + t] = v
+

@@ -31,7 +31,15 @@ SEGMENT_CHUNKS = 8     # lanes a short row: the fewest (a power of two) with at 
 # 64 units or a plane a row 3.75 TB/s; [64, 2048, 7²] (49 elements): a plane a row 0.67 TB/s
 # devices whose units are SIMD lanes (the cpu runtime): rows shorter than this take the
 # element kernel, one unit a plane, rather than a reduction with its per-cube split points
+# (reduction_plan; rudnn.pooling itself gives such devices reduction.lane_row_mean instead)
 SIMD_ROW_MIN = 1024
+# devices whose units are SIMD lanes: units a cube of scatter.py's kernels (their zeroing and
+# storing run across them) and the most units a row of reduction.lane_row_mean / spread_mean
+# (a cube a row: 1/16 of the row's length, at least MIN_LANE_UNITS). Measured on the 2-core
+# dev box (f32, single worker, load 2-3): rows of 49 took 21 us with 8 units, 40 us with 16;
+# of 784, 30 us with 32 (4 partial sums a unit), 48 with 16 (one sum)
+LANE_UNITS = 64
+MIN_LANE_UNITS = 8
 
 
 def _pow2_at_least(n: int) -> int:
@@ -136,3 +144,58 @@ def unrolled_taps(problem) -> bool:
     for a in problem.axes:
         taps *= a.kernel
     return taps <= MAX_UNROLLED_TAPS and all(a.stride <= MAX_UNROLLED_STRIDE for a in problem.axes)
+
+
+def lane_row_plan(caps, rows: int, size: int) -> tuple:
+    """(grid, block) of reduction.lane_row_mean and reduction.spread_mean: a cube a row, of
+    1/16 of the row's length in units (a power of two) between MIN_LANE_UNITS and two
+    vectors of f32 (at most LANE_UNITS); the grid wraps from x into y."""
+    widest = max(MIN_LANE_UNITS, min(LANE_UNITS, 2 * caps.vector_bytes // 4))
+    bx = max(MIN_LANE_UNITS, min(widest, _pow2_at_least(size) // 16))
+    gy = -(-rows // GRID_Y)
+    return (-(-rows // gy), gy), (bx, 1)
+
+
+def scatter_backward(caps, problem) -> bool:
+    """Whether a backward pass takes scatter.py's kernels (a cube a plane, one unit scattering
+    in torch's order into an F32 copy of the plane in shared memory) rather than the gather
+    kernels: on devices whose units are SIMD lanes (where one unit's scalar loop is what torch's
+    CPU kernels run; on a GPU it would serialise), for max pooling (any window: the indices say
+    where) and average pooling (dilation is 1), when an F32 plane (and its outputs' shares)
+    take at most half the device's shared memory."""
+    return caps.units_are_simd_lanes and (problem.in_spatial + problem.out_spatial) * 4 <= caps.max_shared_bytes // 2
+
+
+def window_taps(problem) -> tuple:
+    """(TD, TH, TW): forward.pool_forward_masked's loop bounds, the most taps a window has on
+    each axis."""
+    if not problem.adaptive:
+        return tuple(min(a.kernel, -(-a.size // a.dilation)) for a in problem.axes)
+    return tuple(_adaptive_taps(a.size, a.out) for a in problem.axes)
+
+
+def _adaptive_taps(size: int, out: int) -> int:
+    """At least the widest adaptive bin [floor(o·size/out), ceil((o+1)·size/out)): size / out
+    where out divides size (every bin), else at most ceil(size / out) + 1."""
+    return size // out if size % out == 0 else min(size, -(-size // out) + 1)
+
+
+def f64_positions(caps, itemsize: int) -> bool:
+    """Whether forward.pool_forward_taps divides its positions through f64 (window.quotient):
+    on devices whose units are SIMD lanes, for 4-byte inputs. Measured on the 2-core dev box,
+    [4, 16, 56²] 3×3 s2: f32 max_pool2d 0.62-1.37 -> 0.38-0.79 ms, with indices 1.6-3.6 ->
+    0.44-1.28 ms, avg_pool2d 0.82-1.66 -> 0.27-0.69 ms; bf16 avg_pool2d went the other way
+    (0.78-2.0 -> 1.28-2.37 ms, max_pool2d mixed) while they were read as they are; they now
+    reach the kernel as an f32 copy (widened_input), measured with the f64 divisions."""
+    return caps.units_are_simd_lanes and itemsize == 4
+
+
+def widened_input(caps, itemsize: int) -> bool:
+    """Whether the unrolled-taps forward kernel reads an f32 copy of a 2-byte input (forward.widen):
+    on devices whose units are SIMD lanes, whose units' strided taps are gathers, which the
+    cpu runtime has for 4-byte elements only. Measured on the 2-core dev box, bf16 [4, 16,
+    56²] 3×3 s2 (load 4.6): max_pool2d 1.7-2.1 -> 0.64-0.91 ms, with indices 2.3-4.1 ->
+    0.77-1.2 ms, avg_pool2d 1.35-2.0 -> 0.39-0.85 ms, the copy included (66-96 us). The
+    masked kernel (adaptive bins) went the other way with it (bf16 [8, 64, 28²] to 7×7:
+    average 0.37-0.40 -> 0.42-0.59 ms), so it reads the input as it is."""
+    return caps.units_are_simd_lanes and itemsize == 2

@@ -6,11 +6,21 @@ import kerneldsl as kd
 
 
 @kd.func
-def span(o, size, out, K, S, P, D, ADAPTIVE, WIDE, ON=True):
+def quotient(a, b, F64):
+    """a // b for 0 <= a < 2^31 and 0 < b < 2^31; F64 (compile-time): through one f64
+    division, truncated, which is exact there (a/b = k + f with f = 0 or f >= 1/b, and
+    1/b exceeds half an ulp of k < 2^31/b) and is a vector instruction on the cpu runtime,
+    where an integer division is a scalar instruction a lane."""
+    return kd.i32(kd.f64(a) / kd.f64(b)) if F64 else a // b
+
+
+@kd.func
+def span(o, size, out, K, S, P, D, ADAPTIVE, WIDE, ON=True, F64=False):
     """(first, count): the first input position of output o's window inside the input and
     the number of its taps there (taps are D apart; D is 1 for adaptive windows). WIDE:
     adaptive products o·size need 64 bits (i64 division is slow: only when needed). ON
-    (compile-time) False: an axis a 1- or 2-D call lacks (size 1, one tap)."""
+    (compile-time) False: an axis a 1- or 2-D call lacks (size 1, one tap). F64: adaptive
+    bins divide through f64 (`quotient`) unless WIDE."""
     if not ON:
         first = o
         count = 1
@@ -18,8 +28,12 @@ def span(o, size, out, K, S, P, D, ADAPTIVE, WIDE, ON=True):
         first = 0
         count = size  # one bin (global pooling): no division
         if out != 1:
-            first = kd.i32(wide(o, WIDE) * size // out)
-            count = kd.i32((wide(o + 1, WIDE) * size + out - 1) // out) - first
+            if F64 and not WIDE:
+                first = quotient(o * size, out, True)
+                count = quotient((o + 1) * size + out - 1, out, True) - first
+            else:
+                first = kd.i32(wide(o, WIDE) * size // out)
+                count = kd.i32((wide(o + 1, WIDE) * size + out - 1) // out) - first
     else:
         start = o * S - P
         if D == 1:
