@@ -556,3 +556,16 @@ def test_row_vector_pooling_skips_memory_that_starts_off_its_vectors(monkeypatch
             for j in range(3):
                 want = np.maximum(want, padded[:, :, i:i + 8:2, j:j + 16:2])
         np.testing.assert_array_equal(out.numpy(), want)
+
+
+@pytest.mark.feature("pooling: global average")
+def test_global_average_backward_divides_once_as_a_mean(runtime, rng):
+    """torch's global average pooling is a mean: its gradient is grad / (H·W) in one f32
+    division, on every kernel (dividing by H then W differs in the last bit for some values,
+    several of these)."""
+    x = runtime.zeros((4, 16, 3, 7), "f32")
+    g = rng.standard_normal((4, 16, 1, 1)).astype(np.float32)
+    got = P.adaptive_avg_pool2d_backward(x, runtime.tensor(g)).numpy()
+    want = np.broadcast_to(g / np.float32(21), (4, 16, 3, 7))
+    assert np.any(g / np.float32(3) / np.float32(7) != g / np.float32(21))  # the case can fail
+    np.testing.assert_array_equal(got, want)

@@ -196,7 +196,7 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
                                                   p.dims, p.count_include_pad)
         return dx
     pool_backward[plan.grid, plan.block](g, idx, dx.reshape(total), rows, *_geometry(p), maximum, p.adaptive,
-                                         p.wide, p.dims, p.count_include_pad)
+                                         p.wide, p.dims, p.count_include_pad, p.is_global_average and not maximum)
     return dx
 
 

@@ -15,9 +15,11 @@ def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
                   KD: kd.i32, KH: kd.i32, KW: kd.i32, SD: kd.i32, SH: kd.i32, SW: kd.i32,
                   PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
                   MAX: kd.Const[bool], ADAPTIVE: kd.Const[bool], WIDE: kd.Const[bool], DIMS: kd.Const[int],
-                  INCLUDE_PAD: kd.Const[bool]):
+                  INCLUDE_PAD: kd.Const[bool], GLOBAL: kd.Const[bool] = False):
     """dx[e] = Σ over the outputs covering input element e of their (selected or divided)
-    gradient, the input seen as [rows = planes·ID·IH, IW]."""
+    gradient, the input seen as [rows = planes·ID·IH, IW]. GLOBAL (one adaptive bin over the
+    whole plane): torch's global average is a mean, whose gradient is divided once by the
+    plane's size, not by each axis's in turn (which differs in the last bit for some values)."""
     live, e, iw, ih, id_, plane = locate(rows, IW, IH, ID, DIMS)
     obase = kd.i64(plane) * (kd.i64(OD) * OH * OW)
     here = kd.i64((id_ * IH + ih) * IW + iw)
@@ -43,8 +45,11 @@ def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
                                 zd, cd = span(od, ID, OD, KD, SD, PD, DD, ADAPTIVE, WIDE, DIMS == 3)
                                 zh, ch = span(oh, IH, OH, KH, SH, PH, DH, ADAPTIVE, WIDE, DIMS >= 2)
                                 zw, cw = span(ow, IW, OW, KW, SW, PW, DW, ADAPTIVE, WIDE)
-                                acc += average(g, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW,
-                                               SD, SH, SW, PD, PH, PW, divisor, ADAPTIVE, INCLUDE_PAD)
+                                if GLOBAL:
+                                    acc += g / kd.f32(ID * IH * IW)
+                                else:
+                                    acc += average(g, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW,
+                                                   SD, SH, SW, PD, PH, PW, divisor, ADAPTIVE, INCLUDE_PAD)
     if live:
         dx[e] = acc
 
