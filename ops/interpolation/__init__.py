@@ -12,11 +12,12 @@ from __future__ import annotations
 import kerneldsl as kd
 from kerneldsl.replay import replayable
 
+from . import lanes as _lanes
 from . import resample as _resample
 from .options import InterpolateMode, InterpolateOptions
 from .problem import InterpolationError, resample_problem
 from .taps import TAPS
-from .tuning import UNITS, axes, backward_plan, forward_plan, touch_ranges, unrolled_span
+from .tuning import UNITS, axes, backward_plan, forward_plan, lane_factor, lane_plan, touch_ranges, unrolled_span
 
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
 
@@ -33,6 +34,13 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     x4 = _view4(input.contiguous(), p.planes, ax, "size_in")
     y4 = _view4(out, p.planes, ax, "size_out")
     tables, taps = _tables(rt, ax)
+    factor = lane_factor(ax[2])
+    lanes = lane_plan(rt.capabilities, (*y4.shape[:3], x4.shape[3]), max(x4.numel, y4.numel), factor)
+    if lanes is not None:   # units are SIMD lanes: a unit per input column, affine loads
+        _lanes.forward_lanes[lanes.grid, lanes.bx](x4, y4, *tables[:4], y4.shape[1] * y4.shape[2], ax[2].scale,
+                                                   *taps[:2], ax[2].mode, ax[2].align, factor, lanes.planes,
+                                                   lanes.vec, lanes.wide, lanes.bx)
+        return out
     plan = forward_plan(rt.capabilities, y4.shape, x4.numel, input.dtype.itemsize)
     _resample.resample_forward[plan.grid, plan.bx](x4, y4, *tables, y4.shape[1] * y4.shape[2], *taps, plan.outs,
                                                    plan.planes, plan.vec, plan.wide, plan.bx)

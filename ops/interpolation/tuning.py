@@ -152,3 +152,39 @@ def plan_launch(shape: tuple, other_elements: int, outs: int, planes: int) -> La
     wide = max(other_elements, shape[0] * rows * width) >= 2**31
     return LaunchPlan(outs, planes, outs > 1 and width % outs == 0, bx,
                       (-(-shape[0] // planes) * rows, -(-per_row // bx)), wide)
+
+
+LANE_PLANES = 1        # planes a unit of lanes.py (units as SIMD lanes)
+
+
+def lane_factor(axis: Axis) -> int:
+    """S where the width axis upsamples by the integer factor S ≥ 2 with every output S·i + k
+    tapping only input columns i − 1 .. i + 1 (lanes.py's kernels), else 0: Nearest and
+    NearestExact at out = S·in (their index is exactly i), Linear at out = S·in (source
+    coordinate i + (k + ½)/S − ½, at least ½/S from the columns i − 1 and i + 1), or with
+    aligned corners at out − 1 = S·(in − 1) (coordinate i + k/S)."""
+    i_n, o_n = axis.size_in, axis.size_out
+    if axis.mode in ("Nearest", "NearestExact") or (axis.mode == "Linear" and not axis.align):
+        s = o_n // i_n
+        return s if s >= 2 and o_n == s * i_n else 0
+    if axis.mode == "Linear" and i_n > 1:
+        s = (o_n - 1) // (i_n - 1)
+        return s if s >= 2 and o_n - 1 == s * (i_n - 1) else 0
+    return 0
+
+
+def lane_plan(caps, shape: tuple, elements: int, factor: int, planes: int = LANE_PLANES) -> LaunchPlan | None:
+    """lanes.py's launch over [planes, D, H, W_in·factor-ish] (`shape`: the rows a cube walks,
+    width: the input's), a unit per input column, or None where units are not SIMD lanes or
+    the width is not upsampled by an integer factor (`factor` 0). `vec` (EXACT): every
+    unit's column lies in the row (the cube width divides it)."""
+    if not caps.units_are_simd_lanes or factor < 2:
+        return None
+    return lane_launch(shape, elements, planes)
+
+
+def lane_launch(shape: tuple, elements: int, planes: int) -> LaunchPlan:
+    """plan_launch's cube and grid over `shape` (width: the input row), `vec` true where the
+    cube width divides the row."""
+    plan = plan_launch(shape, elements, 1, planes)
+    return LaunchPlan(1, planes, shape[3] % plan.bx == 0, plan.bx, plan.grid, plan.wide)
