@@ -176,15 +176,14 @@ def lane_factor(axis: Axis) -> int:
 def lane_plan(caps, shape: tuple, elements: int, factor: int, planes: int = LANE_PLANES) -> LaunchPlan | None:
     """lanes.py's launch over [planes, D, H, W_in·factor-ish] (`shape`: the rows a cube walks,
     width: the input's), a unit per input column, or None where units are not SIMD lanes or
-    the width is not upsampled by an integer factor (`factor` 0). `vec` (EXACT): every
-    unit's column lies in the row (the cube width divides it)."""
+    the width is not upsampled by an integer factor (`factor` 0)."""
     if not caps.units_are_simd_lanes or factor < 2:
         return None
     return lane_launch(shape, elements, planes)
 
 
 def lane_launch(shape: tuple, elements: int, planes: int) -> LaunchPlan:
-    """plan_launch's cube and grid over `shape` (width: the input row), `vec` true where the
-    cube width divides the row."""
+    """plan_launch's cube and grid over `shape` (width: the input row), `vec` (EXACT) where the
+    cube width divides the row and `planes` the plane count."""
     plan = plan_launch(shape, elements, 1, planes)
-    return LaunchPlan(1, planes, shape[3] % plan.bx == 0, plan.bx, plan.grid, plan.wide)
+    return LaunchPlan(1, planes, shape[3] % plan.bx == 0 and shape[0] % planes == 0, plan.bx, plan.grid, plan.wide)
