@@ -6,7 +6,9 @@ without launching, views input and output as [planes, D, H, W] (copying strided 
 contiguous), and launches resample.py with a plan from tuning.py: the forward kernel
 gathers each output's taps (taps.py), F32 accumulation, one cast to the input dtype; the
 backward kernel gathers each input element's gradient from the outputs whose taps touch
-it, in a fixed order (deterministic, no atomics)."""
+it, in a fixed order (deterministic, no atomics). Where units are SIMD lanes and the width
+is upsampled by an integer factor (tuning.lane_factor), lanes.py's kernels run instead: a
+unit per input column, so every load and store is a vector (same arithmetic and order)."""
 from __future__ import annotations
 
 import kerneldsl as kd
