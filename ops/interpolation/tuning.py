@@ -154,7 +154,13 @@ def plan_launch(shape: tuple, other_elements: int, outs: int, planes: int) -> La
                       (-(-shape[0] // planes) * rows, -(-per_row // bx)), wide)
 
 
-LANE_PLANES = 1        # planes a unit of lanes.py (units as SIMD lanes)
+# planes a unit of lanes.py (units as SIMD lanes), at most: the largest power of two up to it
+# that divides the plane count (no part-full group: unmasked stores). 2-core Zen 5, ×2 of
+# f32 [4, 16, 128²], best ms for 1 / 4 / 8 planes (two runs, load 6): bilinear forward
+# 2.02-2.50 / 1.25-1.33 / 1.58-2.88, nearest forward 0.72-1.32 / 0.83-0.94 / 0.62-1.06,
+# bilinear backward 4.78-7.40 / 2.21-2.28 / 2.15-2.50, nearest backward 1.44-2.03 / 0.99-1.00
+# / 1.13-1.23.
+LANE_PLANES = 4
 
 
 def lane_factor(axis: Axis) -> int:
@@ -173,12 +179,17 @@ def lane_factor(axis: Axis) -> int:
     return 0
 
 
-def lane_plan(caps, shape: tuple, elements: int, factor: int, planes: int = LANE_PLANES) -> LaunchPlan | None:
-    """lanes.py's launch over [planes, D, H, W_in·factor-ish] (`shape`: the rows a cube walks,
-    width: the input's), a unit per input column, or None where units are not SIMD lanes or
-    the width is not upsampled by an integer factor (`factor` 0)."""
+def lane_plan(caps, shape: tuple, elements: int, factor: int, planes: int | None = None) -> LaunchPlan | None:
+    """lanes.py's launch over `shape` [planes, D, H, W] (the rows its cubes write, the input's
+    width), a unit per input column, `planes` planes a unit (default: LANE_PLANES or fewer,
+    dividing the plane count), or None where units are not SIMD lanes or the width is not
+    upsampled by an integer factor (`factor` 0)."""
     if not caps.units_are_simd_lanes or factor < 2:
         return None
+    if planes is None:
+        planes = LANE_PLANES
+        while shape[0] % planes:
+            planes //= 2
     return lane_launch(shape, elements, planes)
 
 
