@@ -11,7 +11,9 @@ outputs S·i + k (interleaved stores); the backward kernel reads the outputs S·
 S·(i + 2) − 1 of each line (interleaved loads) and weighs each with what its taps give i.
 The taps are computed per unit with taps.axis_taps, the same arithmetic as the tables of
 resample.py, and the sums run in the same order, so the results are those of resample.py.
-The depth and height axes read resample.py's tables: uniform over a cube (one row)."""
+Depth and height are uniform over a cube (one row): the forward kernel computes their taps
+inline (a table entry in an address makes the vectoriser gather), the backward kernel reads
+their weights and touch ranges from resample.py's tables (values and loop bounds only)."""
 from __future__ import annotations
 
 import kerneldsl as kd
