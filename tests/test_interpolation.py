@@ -106,7 +106,8 @@ def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide):
     forward bit for bit)."""
     monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
         shape, 2**31 if wide else n, planes) if factor >= 2 else None)
-    cases = [(M.Linear, False, (6, 32), (12, 64)), (M.Linear, True, (3, 5), (7, 13)), (M.Nearest, False, (4, 5), (4, 15)),
+    cases = [(M.Linear, False, (6, 32), (12, 64)), (M.Linear, True, (3, 5), (7, 13)),
+             (M.Nearest, False, (4, 5), (4, 15)),
              (M.Nearest, False, (2, 3, 7), (3, 4, 14)), (M.NearestExact, False, (3, 4), (5, 12)),
              (M.Linear, False, (9,), (27,))]
     for mode, align, size_in, size_out in cases:
