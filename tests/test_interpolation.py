@@ -9,7 +9,7 @@ import kerneldsl as kd
 from family_checks import assert_each_rejected, foreign
 import rudnn.interpolation as interpolation_package
 from reference import interpolation as ref
-from rudnn.interpolation.tuning import plan_launch
+from rudnn.interpolation.tuning import lane_factor, lane_launch, plan_launch
 from rudnn.interpolation import InterpolateMode, InterpolateOptions, InterpolationError, interpolate, \
     interpolate_backward
 
@@ -65,6 +65,7 @@ def test_every_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, plane
     down- and upsampling, 1-3 spatial axes and non-contiguous inputs, with 32- and 64-bit
     (`wide`) index arithmetic, against torch (nearest's forward: bit for bit)."""
     elements = (lambda n: 2**31) if wide else (lambda n: n)
+    monkeypatch.setattr(interpolation_package, "lane_plan", lambda *_: None)   # (test_lane_plans_match_torch)
     monkeypatch.setattr(interpolation_package, "forward_plan",
                         lambda caps, shape, n, *_: plan_launch(shape, elements(n), outs, planes))
     monkeypatch.setattr(interpolation_package, "backward_plan",
@@ -93,6 +94,44 @@ def test_every_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, plane
                     np.testing.assert_allclose(got, ty.detach().numpy(), **F32_TOL, err_msg=msg)
                 dx = interpolate_backward(x, g, size_out, opts).numpy()
                 np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-5, atol=1e-5, err_msg="backward " + msg)
+
+
+@needs_torch
+@pytest.mark.parametrize("planes, wide", [(1, False), (3, True)])
+def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide):
+    """The kernels for integer width upscaling where units are SIMD lanes (lanes.py), forced on
+    any runtime: factors 2 and 3, Linear with and without aligned corners, Nearest and
+    NearestExact, 1-3 spatial axes, rows that do and do not fill the cube, a plane group part
+    full (3 planes a unit), 32- and 64-bit offsets, F32 and BF16, against torch (nearest's
+    forward bit for bit)."""
+    monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
+        shape, 2**31 if wide else n, planes) if factor >= 2 else None)
+    cases = [(M.Linear, False, (6, 32), (12, 64)), (M.Linear, True, (3, 5), (7, 13)),
+             (M.Nearest, False, (4, 5), (4, 15)),
+             (M.Nearest, False, (2, 3, 7), (3, 4, 14)), (M.NearestExact, False, (3, 4), (5, 12)),
+             (M.Linear, False, (9,), (27,))]
+    for mode, align, size_in, size_out in cases:
+        assert lane_factor(interpolation_package.axes(size_in, size_out, mode, align)[2]) >= 2
+        for dtype, tol in (("f32", F32_TOL), ("bf16", LOW_TOL["bf16"])):
+            base = rng.standard_normal((2, 5, *size_in)).astype(np.float32)
+            g_base = rng.standard_normal((2, 5, *size_out)).astype(np.float32)
+            x, g = runtime.tensor(base, dtype=dtype), runtime.tensor(g_base, dtype=dtype)
+            tx = torch.tensor(x.numpy().astype(np.float32), requires_grad=True)
+            kw = {} if mode in (M.Nearest, M.NearestExact) else {"align_corners": align}
+            tmode = {M.Nearest: "nearest", M.NearestExact: "nearest-exact"}.get(mode) or TORCH_MODE[mode, len(size_in)]
+            ty = F.interpolate(tx, size=size_out, mode=tmode, **kw)
+            ty.backward(torch.tensor(g.numpy().astype(np.float32)))
+            opts = InterpolateOptions(mode, align)
+            msg = f"{mode} {size_in}->{size_out} align={align} {dtype}"
+            got = interpolate(x, size_out, opts).numpy().astype(np.float32)
+            want = runtime.tensor(ty.detach().numpy(), dtype=dtype).numpy().astype(np.float32)
+            if mode is M.Nearest:
+                np.testing.assert_array_equal(got, want, err_msg=msg)
+            else:
+                np.testing.assert_allclose(got, want, **tol, err_msg=msg)
+            dx = interpolate_backward(x, g, size_out, opts).numpy().astype(np.float32)
+            np.testing.assert_allclose(dx, tx.grad.numpy(), **(dict(rtol=1e-5, atol=1e-5) if dtype == "f32" else tol),
+                                       err_msg="backward " + msg)
 
 
 @pytest.mark.parametrize("mode, dims", [(M.Lanczos3, 1), (M.Lanczos3, 2), (M.Lanczos3, 3), (M.Bicubic, 1),

@@ -6,17 +6,20 @@ without launching, views input and output as [planes, D, H, W] (copying strided 
 contiguous), and launches resample.py with a plan from tuning.py: the forward kernel
 gathers each output's taps (taps.py), F32 accumulation, one cast to the input dtype; the
 backward kernel gathers each input element's gradient from the outputs whose taps touch
-it, in a fixed order (deterministic, no atomics)."""
+it, in a fixed order (deterministic, no atomics). Where units are SIMD lanes and the width
+is upsampled by an integer factor (tuning.lane_factor), lanes.py's kernels run instead: a
+unit per input column, so every load and store is a vector (same arithmetic and order)."""
 from __future__ import annotations
 
 import kerneldsl as kd
 from kerneldsl.replay import replayable
 
+from . import lanes as _lanes
 from . import resample as _resample
 from .options import InterpolateMode, InterpolateOptions
 from .problem import InterpolationError, resample_problem
 from .taps import TAPS
-from .tuning import UNITS, axes, backward_plan, forward_plan, touch_ranges, unrolled_span
+from .tuning import UNITS, axes, backward_plan, forward_plan, lane_factor, lane_plan, touch_ranges, unrolled_span
 
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
 
@@ -32,6 +35,13 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
     x4 = _view4(input.contiguous(), p.planes, ax, "size_in")
     y4 = _view4(out, p.planes, ax, "size_out")
+    factor = lane_factor(ax[2])
+    lanes = lane_plan(rt.capabilities, (*y4.shape[:3], x4.shape[3]), max(x4.numel, y4.numel), factor)
+    if lanes is not None:   # units are SIMD lanes: a unit per input column, affine loads
+        _lanes.forward_lanes[lanes.grid, lanes.bx](x4, y4, y4.shape[1] * y4.shape[2], *(a.scale for a in ax),
+                                                   tuple(a.mode for a in ax), p.align_corners, factor, lanes.planes,
+                                                   lanes.vec, lanes.wide, lanes.bx)
+        return out
     tables, taps = _tables(rt, ax)
     plan = forward_plan(rt.capabilities, y4.shape, x4.numel, input.dtype.itemsize)
     _resample.resample_forward[plan.grid, plan.bx](x4, y4, *tables, y4.shape[1] * y4.shape[2], *taps, plan.outs,
@@ -53,6 +63,13 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     d4 = _view4(dx, p.planes, ax, "size_in")
     ranges, spans = zip(*(_touch_ranges(rt, a) for a in ax))
     tables, taps = _tables(rt, ax)
+    factor = lane_factor(ax[2])
+    lanes = lane_plan(rt.capabilities, d4.shape, g4.numel, factor)
+    if lanes is not None:   # units are SIMD lanes: a unit per input column, affine loads
+        _lanes.backward_lanes[lanes.grid, lanes.bx](g4, d4, *ranges[:2], *tables[:4], d4.shape[1] * d4.shape[2],
+                                                    ax[2].scale, *taps[:2], ax[2].mode, p.align_corners, factor,
+                                                    lanes.planes, lanes.vec, lanes.wide, lanes.bx)
+        return dx
     plan = backward_plan(rt.capabilities, d4.shape, g4.numel, taps[0] * taps[1] * taps[2], spans[2] > 0)
     _resample.resample_backward[plan.grid, plan.bx](g4, d4, *ranges, *tables, d4.shape[1] * d4.shape[2], *taps,
                                                     spans[1], spans[2], plan.planes, plan.wide, plan.bx)

@@ -152,3 +152,49 @@ def plan_launch(shape: tuple, other_elements: int, outs: int, planes: int) -> La
     wide = max(other_elements, shape[0] * rows * width) >= 2**31
     return LaunchPlan(outs, planes, outs > 1 and width % outs == 0, bx,
                       (-(-shape[0] // planes) * rows, -(-per_row // bx)), wide)
+
+
+# planes a unit of lanes.py (units as SIMD lanes), at most: the largest power of two up to it
+# that divides the plane count (no part-full group: unmasked stores). 2-core Zen 5, ×2 of
+# f32 [4, 16, 128²], best ms for 1 / 4 / 8 planes (two runs, load 6): bilinear forward
+# 2.02-2.50 / 1.25-1.33 / 1.58-2.88, nearest forward 0.72-1.32 / 0.83-0.94 / 0.62-1.06,
+# bilinear backward 4.78-7.40 / 2.21-2.28 / 2.15-2.50, nearest backward 1.44-2.03 / 0.99-1.00
+# / 1.13-1.23.
+LANE_PLANES = 4
+
+
+def lane_factor(axis: Axis) -> int:
+    """S where the width axis upsamples by the integer factor S ≥ 2 with every output S·i + k
+    tapping only input columns i − 1 .. i + 1 (lanes.py's kernels), else 0: Nearest and
+    NearestExact at out = S·in (their index is exactly i), Linear at out = S·in (source
+    coordinate i + (k + ½)/S − ½, at least ½/S from the columns i − 1 and i + 1), or with
+    aligned corners at out − 1 = S·(in − 1) (coordinate i + k/S)."""
+    i_n, o_n = axis.size_in, axis.size_out
+    if axis.mode in ("Nearest", "NearestExact") or (axis.mode == "Linear" and not axis.align):
+        s = o_n // i_n
+        return s if s >= 2 and o_n == s * i_n else 0
+    if axis.mode == "Linear" and i_n > 1:
+        s = (o_n - 1) // (i_n - 1)
+        return s if s >= 2 and o_n - 1 == s * (i_n - 1) else 0
+    return 0
+
+
+def lane_plan(caps, shape: tuple, elements: int, factor: int, planes: int | None = None) -> LaunchPlan | None:
+    """lanes.py's launch over `shape` [planes, D, H, W] (the rows its cubes write, the input's
+    width), a unit per input column, `planes` planes a unit (default: LANE_PLANES or fewer,
+    dividing the plane count), or None where units are not SIMD lanes or the width is not
+    upsampled by an integer factor (`factor` 0)."""
+    if not caps.units_are_simd_lanes or factor < 2:
+        return None
+    if planes is None:
+        planes = LANE_PLANES
+        while shape[0] % planes:
+            planes //= 2
+    return lane_launch(shape, elements, planes)
+
+
+def lane_launch(shape: tuple, elements: int, planes: int) -> LaunchPlan:
+    """plan_launch's cube and grid over `shape` (width: the input row), `vec` (EXACT) where the
+    cube width divides the row and `planes` the plane count."""
+    plan = plan_launch(shape, elements, 1, planes)
+    return LaunchPlan(1, planes, shape[3] % plan.bx == 0 and shape[0] % planes == 0, plan.bx, plan.grid, plan.wide)
