@@ -22,6 +22,30 @@ from .frontend_values import BranchTuple, SharedRef, TensorRef, VarRef, VarTuple
 from .types import arith_type, coerce, is_weak, literal, make_const, promote
 
 
+def _runtime_tree(v) -> bool:
+    """A non-empty tuple whose leaves, through nested tuples, are run-time values or plain
+    numbers: what a name assigned more than once keeps in variables (VarTuple)."""
+    if isinstance(v, tuple):
+        return len(v) > 0 and all(_runtime_tree(x) for x in v)
+    return isinstance(v, ir.Expr) or (isinstance(v, (bool, int, float)) and not isinstance(v, lang._PlaneDim))
+
+
+def _map_leaves(v, fn, kind=tuple):
+    """`v` with fn applied to every leaf, nested tuples rebuilt as `kind`."""
+    return kind(_map_leaves(x, fn, kind) for x in v) if isinstance(v, tuple) else fn(v)
+
+
+def _leaves(v) -> list:
+    return [y for x in v for y in _leaves(x)] if isinstance(v, tuple) else [v]
+
+
+def _same_shape(a, b) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_same_shape(x, y) for x, y in zip(a, b)))
+    return True
+
+
 class _Spec:
     """What a specialisation fixes: parameter kinds, cube dims, plane size, flags."""
 
@@ -271,10 +295,8 @@ class Frontend(ExpressionLowering):
             self.refuse_loop_counter(cur, name, target)
             self.assign_var(cur.name, cur.dtype, self.to_expr(value, node), node)
             return
-        if (isinstance(value, tuple) and value and name in self.multi_assigned
-                and all(isinstance(v, ir.Expr) or (isinstance(v, (bool, int, float))
-                                                   and not isinstance(v, lang._PlaneDim)) for v in value)):
-            self.assign_tuple(name, tuple(self.to_expr(v, node) for v in value), node)
+        if isinstance(value, tuple) and name in self.multi_assigned and _runtime_tree(value):
+            self.assign_tuple(name, _map_leaves(value, lambda v: self.to_expr(v, node)), node)
             return
         numeric = isinstance(value, (bool, int, float)) and not isinstance(value, lang._PlaneDim)
         if is_ct(value) and (not numeric or name not in self.multi_assigned):
@@ -291,25 +313,26 @@ class Frontend(ExpressionLowering):
         self.emit(ir.Assign(name=irname, value=e, loc=self.loc(node)))
 
     def assign_tuple(self, name, value, node):
-        """Bind `name` to a VarTuple: into its existing variables when the length matches
-        (values read first, so `m = (m[1], m[0])` swaps), else into fresh ones."""
+        """Bind `name` to a VarTuple (nested tuples too): into its existing variables when the
+        shape matches (values read first, so `m = (m[1], m[0])` swaps), else into fresh ones."""
         cur = self.scope.get(name)
-        if isinstance(cur, VarTuple) and len(cur) == len(value):
-            mine = {v.name for v in cur}
-            if any(ir.vars_read(v) & mine for v in value):
-                value = tuple(self.copy_to_temp(v) for v in value)
-            for var, v in zip(cur, value):
+        if isinstance(cur, VarTuple) and _same_shape(cur, value):
+            targets, values = _leaves(cur), _leaves(value)
+            mine = {v.name for v in targets}
+            if any(ir.vars_read(v) & mine for v in values):
+                values = [self.copy_to_temp(v) for v in values]
+            for var, v in zip(targets, values):
                 self.assign_var(var.name, var.dtype, v, node)
             return
-        out = []
-        for v in value:
+
+        def fresh(v):
             if is_weak(v):
                 v = coerce(v, v.dtype)
             irname = self.fresh(name)
             self.declare(irname, v.dtype, node)
             self.emit(ir.Assign(name=irname, value=v, loc=self.loc(node)))
-            out.append(ir.Var(v.dtype, name=irname, loc=self.loc(node)))
-        self.scope[name] = VarTuple(out)
+            return ir.Var(v.dtype, name=irname, loc=self.loc(node))
+        self.scope[name] = _map_leaves(value, fresh, VarTuple)
 
     def assign_var(self, irname, dtype, e, node):
         if e.dtype != dtype:

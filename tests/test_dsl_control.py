@@ -229,6 +229,29 @@ def test_tuples_carried_through_loops_and_branches(runtime, rng, n, flip):
 
 
 @kd.kernel
+def nested_tuple_state(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], n: kd.i32, flip: kd.i32):
+    """A tuple of tuples of run-time values carried through a run-time loop and out of a
+    run-time branch, as flat ones are (it was once bound by value: the loop reread its first
+    values every iteration and the branch's last assignment won)."""
+    lines = ((x[0], x[0] * 2.0), (x[0] + 1.0, x[0] + 2.0))
+    for j in range(n):
+        lines = ((lines[0][0] + 1.0, lines[0][1]), (lines[1][0], lines[1][1] * 2.0))
+    if flip > 0:
+        lines = ((lines[0][0], -lines[0][1]), lines[1])
+    for t in kd.unroll(2):
+        y[2 * t] = lines[t][0]
+        y[2 * t + 1] = lines[t][1]
+
+
+@pytest.mark.parametrize("n,flip", [(0, 1), (3, 0)])
+def test_nested_tuples_are_carried_like_flat_ones(runtime, n, flip):
+    x = runtime.tensor(np.array([5.0], np.float32))
+    y = runtime.zeros(4, "f32")
+    nested_tuple_state[1, 1](x, y, n, flip)
+    np.testing.assert_array_equal(y.numpy(), [5.0 + n, 10.0 * (-1 if flip else 1), 6.0, 7.0 * 2 ** n])
+
+
+@kd.kernel
 def tuple_grown_in_branch(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], flip: kd.i32, READ_AFTER: kd.Const[bool]):
     """A tuple built element by element inside a run-time branch: fine to use there; read
     after the branch it would hold values only when the branch ran, which is an error."""
