@@ -307,15 +307,21 @@ def test_decode_kernel_shapes(runtime, rng, monkeypatch, knob, value):
         pytest.skip(SIMD_LANES_SKIP)
     monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode")
     monkeypatch.setattr(tuning, knob, value)
+    check_one_knob(runtime, rng, 0.25)
+
+
+def check_one_knob(runtime, rng, scale):
+    """A random GQA plan (ratio 4, D 32, page 16), causal unsplit and non-causal split over 3,
+    against the reference: what a forced kernel with one knob changed must still give."""
     plan = random_plan(rng, 16, max_len=60)
     Q = len(plan["positions"])
     (q, k, v), (tq, tk, tv) = tensors(runtime, rng, "f32", (Q, 8, 32), (plan["pages"], 16, 2, 32),
                                       (plan["pages"], 16, 2, 32))
     dev = upload(plan, tq)
-    assert_matches(dev.attention(tq, tk, tv, 0.25, True), ref.paged_attention(plan, q, k, v, 0.25, True), "f32")
+    assert_matches(dev.attention(tq, tk, tv, scale, True), ref.paged_attention(plan, q, k, v, scale, True), "f32")
     ws = SplitWorkspace(tq, Q, 8, 32, 3)
-    assert_matches(dev.attention_with_workspace(tq, tk, tv, 0.25, False, ws),
-                   ref.paged_attention(plan, q, k, v, 0.25, False), "f32")
+    assert_matches(dev.attention_with_workspace(tq, tk, tv, scale, False, ws),
+                   ref.paged_attention(plan, q, k, v, scale, False), "f32")
 
 
 # ---------------------------------------------------------------------------- the decode kernel on SIMD lanes, forced
@@ -335,15 +341,7 @@ def test_decode_lanes_shapes(runtime, rng, monkeypatch, knob, value):
     enough (scale 2) that the running max moves after the first step."""
     monkeypatch.setattr(tuning, "kernel_for", lambda p: "decode_lanes")
     monkeypatch.setattr(tuning, knob, value)
-    plan = random_plan(rng, 16, max_len=60)
-    Q = len(plan["positions"])
-    (q, k, v), (tq, tk, tv) = tensors(runtime, rng, "f32", (Q, 8, 32), (plan["pages"], 16, 2, 32),
-                                      (plan["pages"], 16, 2, 32))
-    dev = upload(plan, tq)
-    assert_matches(dev.attention(tq, tk, tv, 2.0, True), ref.paged_attention(plan, q, k, v, 2.0, True), "f32")
-    ws = SplitWorkspace(tq, Q, 8, 32, 3)
-    assert_matches(dev.attention_with_workspace(tq, tk, tv, 2.0, False, ws),
-                   ref.paged_attention(plan, q, k, v, 2.0, False), "f32")
+    check_one_knob(runtime, rng, 2.0)
 
 
 # ---------------------------------------------------------------------------- the decode kernel on the matrix primitive, forced

@@ -112,6 +112,19 @@ def pool_forward(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], ro
 
 
 @kd.func
+def fold_tap(v, ok, pos, best, where, acc, MAX):
+    """One tap (`ok`: inside the input) into a window's running max and its position (the
+    first max, a NaN taking over, as torch's) or into its sum, with selects, not branches."""
+    if MAX:
+        take = ok and (v > best or kd.isnan(v))
+        best = kd.select(take, v, best)
+        where = kd.select(take, pos, where)
+    else:
+        acc += kd.select(ok, v, kd.f32(0))
+    return best, where, acc
+
+
+@kd.func
 def taps_window(x, base, od, oh, ow, where, ID, IH, IW, PD, PH, PW, DD, DH, DW, KD, KH, KW, SD, SH, SW, MAX):
     """(max or sum, flat position of the max: `where` if no tap beats -inf) over output
     (od, oh, ow)'s window, every tap unrolled and taps outside the input masked instead of
@@ -129,13 +142,7 @@ def taps_window(x, base, od, oh, ow, where, ID, IH, IW, PD, PH, PW, DD, DH, DW, 
                 w = ow * SW - PW + c * DW
                 ok = z >= 0 and z < ID and y >= 0 and y < IH and w >= 0 and w < IW
                 pos = kd.i64((kd.clamp(z, 0, ID - 1) * IH + kd.clamp(y, 0, IH - 1)) * IW + kd.clamp(w, 0, IW - 1))
-                v = kd.f32(x[base + pos])
-                if MAX:
-                    take = ok and (v > best or kd.isnan(v))
-                    best = kd.select(take, v, best)
-                    where = kd.select(take, pos, where)
-                else:
-                    acc += kd.select(ok, v, kd.f32(0))
+                best, where, acc = fold_tap(kd.f32(x[base + pos]), ok, pos, best, where, acc, MAX)
     return (best if MAX else acc), where
 
 
@@ -198,13 +205,7 @@ def pool_forward_masked(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64,
                 y = kd.min(zh + b * DH, IH - 1)
                 w = kd.min(zw + c * DW, IW - 1)
                 pos = kd.i64((z * IH + y) * IW + w)
-                v = kd.f32(x[base + pos])
-                if MAX:
-                    take = ok and (v > best or kd.isnan(v))
-                    best = kd.select(take, v, best)
-                    where = kd.select(take, pos, where)
-                else:
-                    acc += kd.select(ok, v, kd.f32(0))
+                best, where, acc = fold_tap(kd.f32(x[base + pos]), ok, pos, best, where, acc, MAX)
     result = best if MAX else average(acc, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
                                       divisor, ADAPTIVE, INCLUDE_PAD)
     store(out, indices, e, live, result, where, MAX and INDICES)
