@@ -170,7 +170,7 @@ CONSUMER_REGISTERS = 232  # ... so that the multiplying groups' accumulators fit
 
 @kd.kernel
 def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BN: kd.Const[int],
-               BK: kd.Const[int], S: kd.Const[int], GROUP: kd.Const[int], STAGED: kd.Const[bool] = False):
+               BK: kd.Const[int], S: kd.Const[int], GROUP: kd.Const[int], STAGED: kd.Const[bool]):
     """c = a @ b as gemm_bulk computes it, with the work split by role: group GROUPS (the
     producer) only issues bulk copies, refilling each stage as soon as both consumer groups
     are through with it; groups 0 .. GROUPS-1 only wait, multiply and write their tiles out.

@@ -276,12 +276,12 @@ def test_roles_run_as_per_role_copies_with_register_budgets():
     from benchmarks.bulk_gemm import CONFIGS, gemm_roles
     a, b, c = CPU.zeros((256, 64), "bf16"), CPU.zeros((64, 128), "bf16"), CPU.zeros((256, 128), "f32")
     BN, BK, S, _, G, _ = CONFIGS["roles 128x64x16/s3/g8"]
-    ptx = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G))
+    ptx = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G, False))
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
     assert ptx.count("wgmma.mma_async") >= 1 and "mbarrier.try_wait.parity" in ptx
-    src = compile_launch(gemm_roles, 384, (a, b, c, BN, BK, S, G), "sm_90").rendered.source
+    src = compile_launch(gemm_roles, 384, (a, b, c, BN, BK, S, G, False), "sm_90").rendered.source
     assert "__launch_bounds__(384, 1)" in src and src.count("__shfl_sync(0xffffffffu, (int)((unsigned)kd_unit") >= 2
-    ptx80 = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G), sm=80)
+    ptx80 = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G, False), sm=80)
     assert "setmaxnreg" not in ptx80 and "mbarrier" not in ptx80
 
 

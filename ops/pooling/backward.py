@@ -15,7 +15,7 @@ def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
                   KD: kd.i32, KH: kd.i32, KW: kd.i32, SD: kd.i32, SH: kd.i32, SW: kd.i32,
                   PD: kd.i32, PH: kd.i32, PW: kd.i32, DD: kd.i32, DH: kd.i32, DW: kd.i32, divisor: kd.i32,
                   MAX: kd.Const[bool], ADAPTIVE: kd.Const[bool], WIDE: kd.Const[bool], DIMS: kd.Const[int],
-                  INCLUDE_PAD: kd.Const[bool], GLOBAL: kd.Const[bool] = False):
+                  INCLUDE_PAD: kd.Const[bool], GLOBAL: kd.Const[bool]):
     """dx[e] = Σ over the outputs covering input element e of their (selected or divided)
     gradient, the input seen as [rows = planes·ID·IH, IW]. GLOBAL (one adaptive bin over the
     whole plane): torch's global average is a mean, whose gradient is divided once by the
