@@ -23,19 +23,19 @@ BM = 64 * GROUPS
 
 
 @kd.func
-def issue_stage(sa, sb, a, b, full, slot, tile, m0, n0, BN, BK):
+def issue_stage(sa, sb, a, b, full, slot, tile, m0, n0, BN, BK, SW):
     """Unit 0: announce stage `slot`'s bytes and start its copies (k tile `tile`)."""
     kd.barrier_expect(full, slot, (BM * BK + BK * BN) * 2)
     for g in kd.unroll(GROUPS):
-        kd.bulk_copy(sa, slot * (BM * BK) + g * (64 * BK), a, m0 + 64 * g, tile * BK, 64, BK, full, slot)
-    kd.bulk_copy(sb, slot * (BK * BN), b, tile * BK, n0, BK, BN, full, slot)
+        kd.bulk_copy(sa, slot * (BM * BK) + g * (64 * BK), a, m0 + 64 * g, tile * BK, 64, BK, full, slot, swizzle=SW)
+    kd.bulk_copy(sb, slot * (BK * BN), b, tile * BK, n0, BK, BN, full, slot, swizzle=SW)
 
 
 @kd.func
-def issue_next(sa, sb, a, b, full, slot, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP):
+def issue_next(sa, sb, a, b, full, slot, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP, SW):
     """Unit 0: copy the stream's next step (k tile pk of tile ptile, at (pm0, pn0)) into
     stage `slot`; returns the position after it."""
-    issue_stage(sa, sb, a, b, full, slot, pk, pm0, pn0, BN, BK)
+    issue_stage(sa, sb, a, b, full, slot, pk, pm0, pn0, BN, BK, SW)
     pk += 1
     if pk == a.shape[1] // BK:
         pk = 0
@@ -91,14 +91,14 @@ def next_stage(slot, phase, S):
 
 
 @kd.func
-def consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S):
+def consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S, SW):
     """Group g's step j: wait for stage `slot`, multiply it into the accumulator, and hand
     back the stage step j - 1 read (its product is done now); returns the next (slot, phase,
     last). Ring positions are counters, never divided: a division or remainder of a possibly
     negative value between a product's issue and its wait made ptxas serialise the products."""
     kd.barrier_wait(full, slot, phase)
-    kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK),
-                 kd.shared_tile(sb, slot * (BK * BN), BK, BN))
+    kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK, swizzle=SW),
+                 kd.shared_tile(sb, slot * (BK * BN), BK, BN, swizzle=SW))
     kd.group_wait(1)
     if j >= 1 and kd.lane_pos() == 0:
         kd.barrier_arrive(empty, last)
@@ -119,7 +119,7 @@ def write_tile(c, acc, t, g, M, N, BN, GROUP):
 
 @kd.kernel
 def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BN: kd.Const[int],
-              BK: kd.Const[int], S: kd.Const[int], LAG: kd.Const[int], GROUP: kd.Const[int]):
+              BK: kd.Const[int], S: kd.Const[int], LAG: kd.Const[int], GROUP: kd.Const[int], SW: kd.Const[int]):
     """c = a @ b for M % 128 == N % BN == K % BK == 0. A cube computes the tiles pid, pid +
     cubes, ... (one with a cube a tile, several when persistent) as one stream of k steps
     through the ring: the copies of the next tile start while this one's last products run,
@@ -137,7 +137,7 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
     if u == 0:
         for s in kd.unroll(S):
             if s < total:
-                pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, s, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP)
+                pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, s, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP, SW)
     acc = kd.group_fragment_acc(64, BN)
     kd.fill_fragment(acc, 0.0)
     # ring positions kept as counters, never divided: a division or remainder of a possibly
@@ -150,13 +150,13 @@ def gemm_bulk(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, 
     j = 0          # the step of the stream
     for t in range(mine):
         for kt in range(KT):
-            slot, phase, last = consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S)
+            slot, phase, last = consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S, SW)
             # refill the stage read at step j - LAG with step j - LAG + S of the stream
             if j >= LAG and j - LAG + S < total:
                 kd.barrier_wait(empty, refill, rphase)
                 if u == 0:
                     pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, refill, pk, ptile, pm0, pn0, M, N, BN, BK,
-                                                     GROUP)
+                                                     GROUP, SW)
                 refill, rphase = next_stage(refill, rphase, S)
             j += 1
         # the tile's products are done: write it out (the next tile's copies are in flight)
@@ -170,7 +170,8 @@ CONSUMER_REGISTERS = 232  # ... so that the multiplying groups' accumulators fit
 
 @kd.kernel
 def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor, BN: kd.Const[int],
-               BK: kd.Const[int], S: kd.Const[int], GROUP: kd.Const[int], STAGED: kd.Const[bool]):
+               BK: kd.Const[int], S: kd.Const[int], GROUP: kd.Const[int], STAGED: kd.Const[bool],
+               SW: kd.Const[int]):
     """c = a @ b as gemm_bulk computes it, with the work split by role: group GROUPS (the
     producer) only issues bulk copies, refilling each stage as soon as both consumer groups
     are through with it; groups 0 .. GROUPS-1 only wait, multiply and write their tiles out.
@@ -202,20 +203,20 @@ def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
         if issuer:
             for s in kd.unroll(S):
                 if s < total:
-                    pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, s, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP)
+                    pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, s, pk, ptile, pm0, pn0, M, N, BN, BK, GROUP, SW)
     with kd.role(0, GROUPS, registers=CONSUMER_REGISTERS):
         kd.fill_fragment(acc, 0.0)
     j = 0  # the step of the stream
     for t in range(mine):
         for kt in range(KT):
             with kd.role(0, GROUPS):
-                slot, phase, last = consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S)
+                slot, phase, last = consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S, SW)
             with kd.role(GROUPS, 1):
                 # refill the stage step j - 1 read with step j - 1 + S, once both groups are through
                 if issuer and j >= 1 and j - 1 + S < total:
                     kd.barrier_wait(empty, refill, rphase)
                     pk, ptile, pm0, pn0 = issue_next(sa, sb, a, b, full, refill, pk, ptile, pm0, pn0, M, N, BN, BK,
-                                                     GROUP)
+                                                     GROUP, SW)
                     refill, rphase = next_stage(refill, rphase, S)
             j += 1
         with kd.role(0, GROUPS):
@@ -223,7 +224,7 @@ def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
             # after the k loop, not in it: an epilogue inside it made ptxas serialise the products
             kd.group_wait(0)
             if STAGED:
-                store_tile(c, acc, staged, t, g, u, M, N, BN, GROUP)
+                store_tile(c, acc, staged, t, g, u, M, N, BN, GROUP, SW)
             else:
                 write_tile(c, acc, t, g, M, N, BN, GROUP)
     if STAGED:
@@ -233,7 +234,7 @@ def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
 
 
 @kd.func
-def store_tile(c, acc, staged, t, g, u, M, N, BN, GROUP):
+def store_tile(c, acc, staged, t, g, u, M, N, BN, GROUP, SW):
     """The consumers' t-th tile through shared memory: each group lays its 64 rows out in
     `staged` (once the previous tile's store has read it), then unit 0 writes the tile with
     bulk stores, which run on while the consumers go on to the next tile."""
@@ -241,49 +242,55 @@ def store_tile(c, acc, staged, t, g, u, M, N, BN, GROUP):
         kd.bulk_store_wait()
     kd.sync_role()
     for i in kd.unroll(kd.fragment_len(acc)):
-        staged[g * 64 * BN + kd.tile_offset(kd.fragment_row(acc, i), kd.fragment_col(acc, i), 64)] = \
+        staged[g * 64 * BN + kd.tile_offset(kd.fragment_row(acc, i), kd.fragment_col(acc, i), 64, swizzle=SW)] = \
             kd.fragment_get(acc, i)
     kd.fill_fragment(acc, 0.0)
     kd.sync_role()
     if u == 0:
         m0, n0 = tile_origin(t, M, N, BN, GROUP)
         for h in kd.unroll(GROUPS):
-            kd.bulk_store(c, m0 + 64 * h, n0, staged, h * 64 * BN, 64, BN)
+            kd.bulk_store(c, m0 + 64 * h, n0, staged, h * 64 * BN, 64, BN, swizzle=SW)
 
 
-CONFIGS = {  # name -> (BN, BK, stages, lag, group, persistent: one cube per compute unit)
-    "bulk 128x256x64/s4/l2/g8": (256, 64, 4, 2, 8, False),
-    "bulk 128x256x64/s4/l1/g8": (256, 64, 4, 1, 8, False),
-    "bulk 128x256x64/s4/l2/g8/persistent": (256, 64, 4, 2, 8, True),
-    "bulk 128x256x64/s4/l1/g8/persistent": (256, 64, 4, 1, 8, True),
-    "bulk 128x128x64/s6/l2/g8": (128, 64, 6, 2, 8, False),
-    "bulk 128x256x32/s6/l2/g8": (256, 32, 6, 2, 8, False),
-    "bulk 128x64x16/s3/l1/g8": (64, 16, 3, 1, 8, False),  # small: fits the emulation's shared memory
-    "bulk 128x64x16/s3/l1/g8/persistent": (64, 16, 3, 1, 8, True),  # (tests)
+CONFIGS = {  # name -> (BN, BK, stages, lag, group, persistent: one cube per compute unit, swizzle)
+    "bulk 128x256x64/s4/l2/g8": (256, 64, 4, 2, 8, False, 32),
+    "bulk 128x256x64/s4/l1/g8": (256, 64, 4, 1, 8, False, 32),
+    "bulk 128x256x64/s4/l2/g8/persistent": (256, 64, 4, 2, 8, True, 32),
+    "bulk 128x256x64/s4/l1/g8/persistent": (256, 64, 4, 1, 8, True, 32),
+    "bulk 128x128x64/s6/l2/g8": (128, 64, 6, 2, 8, False, 32),
+    "bulk 128x256x32/s6/l2/g8": (256, 32, 6, 2, 8, False, 32),
+    "bulk 128x64x16/s3/l1/g8": (64, 16, 3, 1, 8, False, 32),  # small: fits the emulation's shared memory
+    "bulk 128x64x16/s3/l1/g8/persistent": (64, 16, 3, 1, 8, True, 32),  # (tests)
     # roles: a producer group and two consumer groups (lag 1: the producer refills a stage as
     # soon as both consumers are through with it)
-    "roles 128x256x64/s4/g8": (256, 64, 4, 1, 8, False),
-    "roles 128x256x64/s5/g8/persistent": (256, 64, 5, 1, 8, True),
-    "roles 128x256x64/s4/g8/persistent": (256, 64, 4, 1, 8, True),
-    "roles 128x64x16/s3/g8": (64, 16, 3, 1, 8, False),  # small: fits the emulation's shared memory
-    "roles 128x64x16/s3/g8/persistent": (64, 16, 3, 1, 8, True),  # (tests)
+    "roles 128x256x64/s4/g8": (256, 64, 4, 1, 8, False, 32),
+    "roles 128x256x64/s4/g8/persistent": (256, 64, 4, 1, 8, True, 32),
+    "roles 128x64x16/s3/g8": (64, 16, 3, 1, 8, False, 32),  # small: fits the emulation's shared memory
+    "roles 128x64x16/s3/g8/persistent": (64, 16, 3, 1, 8, True, 32),  # (tests)
     # ... and the tile leaving through shared memory by bulk stores (bf16 c only)
-    "roles 128x256x64/s3/g8/staged": (256, 64, 3, 1, 8, False),
-    "roles 128x256x64/s3/g8/persistent/staged": (256, 64, 3, 1, 8, True),
-    "roles 128x64x16/s3/g8/persistent/staged": (64, 16, 3, 1, 8, True),  # (tests)
+    "roles 128x256x64/s3/g8/staged": (256, 64, 3, 1, 8, False, 32),
+    "roles 128x256x64/s3/g8/persistent/staged": (256, 64, 3, 1, 8, True, 32),
+    "roles 128x64x16/s3/g8/persistent/staged": (64, 16, 3, 1, 8, True, 32),  # (tests)
+    # 128-byte swizzle: a stage is 6 copies of 64-column (128-byte) boxes instead of 24 of 16
+    "bulk 128x256x64/s4/l2/g8/sw128": (256, 64, 4, 2, 8, False, 128),
+    "roles 128x256x64/s4/g8/sw128": (256, 64, 4, 1, 8, False, 128),
+    "roles 128x256x64/s4/g8/persistent/sw128": (256, 64, 4, 1, 8, True, 128),
+    "roles 128x256x64/s3/g8/staged/sw128": (256, 64, 3, 1, 8, False, 128),
+    "roles 128x256x64/s3/g8/persistent/staged/sw128": (256, 64, 3, 1, 8, True, 128),
+    "roles 128x64x64/s2/g8/persistent/staged/sw128": (64, 64, 2, 1, 8, True, 128),  # (tests)
 }
 
 
 def out_dtype(config: str):
     """The dtype of c a configuration writes: bf16 where its epilogue is staged, else any."""
-    return kd.bf16 if config.endswith("/staged") else None
+    return kd.bf16 if "/staged" in config else None
 
 
 def gemm(a, b, c, config="bulk 128x256x64/s4/l2/g8"):
     """Launch one configuration of CONFIGS."""
     M, K = a.shape
     N = b.shape[1]
-    BN, BK, S, LAG, G, persistent = CONFIGS[config]
+    BN, BK, S, LAG, G, persistent, SW = CONFIGS[config]
     if M % BM or N % BN or K % BK:
         raise ValueError(f"gemm {config} needs M % {BM}, N % {BN}, K % {BK} == 0, got {M}x{K} @ {K}x{N}")
     cubes = (N // BN) * (M // BM)
@@ -293,6 +300,6 @@ def gemm(a, b, c, config="bulk 128x256x64/s4/l2/g8"):
         staged = out_dtype(config) is not None
         if staged and c.dtype != kd.bf16:
             raise ValueError(f"gemm {config} writes bf16 tiles, got c of {c.dtype}")
-        gemm_roles[cubes, (GROUPS + 1) * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, G, staged)
+        gemm_roles[cubes, (GROUPS + 1) * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, G, staged, SW)
         return
-    gemm_bulk[cubes, GROUPS * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, LAG, G)
+    gemm_bulk[cubes, GROUPS * 4 * a.runtime.plane_dim](a, b, c, BN, BK, S, LAG, G, SW)

@@ -37,7 +37,7 @@ def machine() -> str:
 
 
 def table(rows, headers):
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
     line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths))
     out = [line, "-" * len(line)]
     for r in rows:

@@ -394,13 +394,15 @@ class FragConvert(Stmt):
 @dataclass
 class SharedTile:
     """A rows x cols operand of kd.group_mma read from a 16-bit shared array in the core-matrix
-    layout (`kd.tile_offset`): stored as given, or (transposed) stored as its cols x rows
-    transpose. `offset` (elements) is the same on every unit of the group."""
+    layout (`kd.tile_offset`, kerneldsl/tile_layout.py, for a swizzle span of `swizzle`
+    bytes): stored as given, or (transposed) stored as its cols x rows transpose. `offset`
+    (elements) is the same on every unit of the group."""
     src: str
     offset: Expr
     rows: int
     cols: int
     transposed: bool = False
+    swizzle: int = 32
 
     @property
     def stored_rows(self) -> int:
@@ -497,6 +499,7 @@ class BulkStore(Stmt):
     rows: int = 8
     cols: int = 16
     dtype: DType = None
+    swizzle: int = 32  # the layout's swizzle span in bytes (kerneldsl/tile_layout.py)
 
 
 @dataclass(eq=False)
@@ -546,6 +549,7 @@ class BulkCopy(Stmt):
     barriers: str = ""
     index: Expr = None
     dtype: DType = None
+    swizzle: int = 32  # the layout's swizzle span in bytes (kerneldsl/tile_layout.py)
 
 
 SPLIT_STMTS = (Barrier, PlaneOp, FragFill, FragLoad, FragStore, FragMma, GroupMma, GroupWait)

@@ -275,14 +275,35 @@ def test_roles_run_as_per_role_copies_with_register_budgets():
     sys.path.insert(0, str(TESTS.parent))
     from benchmarks.bulk_gemm import CONFIGS, gemm_roles
     a, b, c = CPU.zeros((256, 64), "bf16"), CPU.zeros((64, 128), "bf16"), CPU.zeros((256, 128), "f32")
-    BN, BK, S, _, G, _ = CONFIGS["roles 128x64x16/s3/g8"]
-    ptx = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G, False))
+    BN, BK, S, _, G, _, SW = CONFIGS["roles 128x64x16/s3/g8"]
+    ptx = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G, False, SW))
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
     assert ptx.count("wgmma.mma_async") >= 1 and "mbarrier.try_wait.parity" in ptx
-    src = compile_launch(gemm_roles, 384, (a, b, c, BN, BK, S, G, False), "sm_90").rendered.source
+    src = compile_launch(gemm_roles, 384, (a, b, c, BN, BK, S, G, False, SW), "sm_90").rendered.source
     assert "__launch_bounds__(384, 1)" in src and src.count("__shfl_sync(0xffffffffu, (int)((unsigned)kd_unit") >= 2
-    ptx80 = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G, False), sm=80)
+    ptx80 = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G, False, SW), sm=80)
     assert "setmaxnreg" not in ptx80 and "mbarrier" not in ptx80
+
+
+def test_the_128_byte_layout_copies_bands_of_64_columns():
+    """swizzle=128: tensor maps of 64-column boxes with the 128-byte swizzle, one copy a band
+    (a 64 x 64 tile of A is one copy), wgmma descriptors of layout 1; sm_80 reads the same
+    layout with ldmatrix."""
+    import sys
+    sys.path.insert(0, str(TESTS.parent))
+    from benchmarks.bulk_gemm import CONFIGS, gemm_roles
+    a, b, c = CPU.zeros((256, 128), "bf16"), CPU.zeros((128, 128), "bf16"), CPU.zeros((256, 128), "bf16")
+    BN, BK, S, _, G, _, SW = CONFIGS["roles 128x64x64/s2/g8/persistent/staged/sw128"]
+    assert SW == 128
+    r = compile_launch(gemm_roles, 384, (a, b, c, BN, BK, S, G, True, SW), "sm_90").rendered
+    assert r.tensor_maps and all(box[2] == 128 for box in r.tensor_maps)
+    descs = re.findall(r"kd_wg_desc\(\([^;]*\);", r.source)  # the calls, not the prelude's definition
+    assert descs and all(d.endswith(", 1);") for d in descs)
+    copies = [line for line in r.source.splitlines() if "cp.async.bulk.tensor.2d.shared::cluster" in line]
+    assert copies and all(line.count("cp.async.bulk.tensor") == 1 for line in copies)  # 64 columns: one band
+    ptx = ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G, True, SW))
+    assert ptx.count("wgmma.mma_async") >= 1 and "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
+    ptx_of(gemm_roles, 384, (a, b, c, BN, BK, S, G, True, SW), sm=80)
 
 
 def test_a_role_barrier_is_a_named_barrier_of_its_units():

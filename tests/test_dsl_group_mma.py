@@ -14,9 +14,10 @@ DTYPES = ["f16", "bf16"]
 
 
 @kd.func
-def stage(dst, at, src, base, rows: kd.Const[int], cols: kd.Const[int], transposed: kd.Const[bool]):
+def stage(dst, at, src, base, rows: kd.Const[int], cols: kd.Const[int], transposed: kd.Const[bool],
+          SW: kd.Const[int]):
     """Copy the row-major rows x cols matrix at src[base:] into dst[at:] in the core-matrix
-    layout (of the matrix itself, or of its transpose)."""
+    layout of swizzle span SW (of the matrix itself, or of its transpose)."""
     U = kd.cube_units()
     t = kd.unit_pos_x()
     for e0 in range(0, rows * cols, U):
@@ -25,9 +26,9 @@ def stage(dst, at, src, base, rows: kd.Const[int], cols: kd.Const[int], transpos
             r = e // cols
             c = e % cols
             if transposed:
-                dst[at + kd.tile_offset(c, r, cols)] = src[base + e]
+                dst[at + kd.tile_offset(c, r, cols, swizzle=SW)] = src[base + e]
             else:
-                dst[at + kd.tile_offset(r, c, rows)] = src[base + e]
+                dst[at + kd.tile_offset(r, c, rows, swizzle=SW)] = src[base + e]
 
 
 @kd.func
@@ -39,10 +40,10 @@ def write_acc(out, base, acc, cols: kd.Const[int]):
 
 @kd.kernel
 def chained(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, s_out: kd.Tensor[kd.f32], o_out: kd.Tensor[kd.f32],
-            D: kd.Const[int], N: kd.Const[int], DV: kd.Const[int], A_T: kd.Const[bool]):
+            D: kd.Const[int], N: kd.Const[int], DV: kd.Const[int], A_T: kd.Const[bool], SW: kd.Const[int]):
     """Per group g (64 rows of q): S = q_g · kᵀ (both operands from shared memory, q stored
     transposed when A_T; S's old value discarded), then O = 1 + round(S) · v with round(S)
-    in registers (accumulated onto O's old value)."""
+    in registers (accumulated onto O's old value). Tiles in the layout of swizzle span SW."""
     DT = q.dtype
     G = kd.cube_units() // (4 * kd.PLANE_DIM)
     g = kd.plane_pos() // 4
@@ -50,21 +51,21 @@ def chained(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, s_out: kd.Tensor[kd.f32], 
     k_sh = kd.shared(DT, N * D)
     v_sh = kd.shared(DT, N * DV)
     for j in kd.unroll(G):
-        stage(q_sh, j * 64 * D, q, j * 64 * D, 64, D, A_T)
-    stage(k_sh, 0, k, 0, N, D, False)
-    stage(v_sh, 0, v, 0, N, DV, False)
+        stage(q_sh, j * 64 * D, q, j * 64 * D, 64, D, A_T, SW)
+    stage(k_sh, 0, k, 0, N, D, False, SW)
+    stage(v_sh, 0, v, 0, N, DV, False, SW)
     kd.sync_cube()
     s = kd.group_fragment_acc(64, N)
     kd.fill_fragment(s, 7.0)  # overwritten: accumulate=False
-    kd.group_mma(s, kd.shared_tile(q_sh, g * 64 * D, 64, D, transposed=A_T), kd.shared_tile(k_sh, 0, D, N, transposed=True),
-                 accumulate=False)
+    kd.group_mma(s, kd.shared_tile(q_sh, g * 64 * D, 64, D, transposed=A_T, swizzle=SW),
+                 kd.shared_tile(k_sh, 0, D, N, transposed=True, swizzle=SW), accumulate=False)
     kd.group_wait(0)
     write_acc(s_out, g * 64 * N, s, N)
     p = kd.group_fragment_a(DT, 64, N)
     kd.fragment_convert(p, s)
     o = kd.group_fragment_acc(64, DV)
     kd.fill_fragment(o, 1.0)
-    kd.group_mma(o, p, kd.shared_tile(v_sh, 0, N, DV))
+    kd.group_mma(o, p, kd.shared_tile(v_sh, 0, N, DV, swizzle=SW))
     kd.group_wait(0)
     write_acc(o_out, g * 64 * DV, o, DV)
 
@@ -79,10 +80,13 @@ def _skip_without(runtime, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("groups,D,N,DV,a_t", [(1, 16, 16, 16, False), (2, 32, 48, 32, False), (1, 48, 32, 48, True)])
-def test_chained_products(runtime, rng, dtype, groups, D, N, DV, a_t):
+@pytest.mark.parametrize("groups,D,N,DV,a_t,sw", [(1, 16, 16, 16, False, 32), (2, 32, 48, 32, False, 32),
+                                                  (1, 48, 32, 48, True, 32), (1, 128, 64, 64, False, 128),
+                                                  (1, 64, 128, 64, True, 128)])
+def test_chained_products(runtime, rng, dtype, groups, D, N, DV, a_t, sw):
     """S = Q·Kᵀ from two shared tiles, then O = 1 + round(S)·V with round(S) converted in
-    registers: the shapes of attention's two products, for one and two groups a cube."""
+    registers: the shapes of attention's two products, for one and two groups a cube, in
+    the 32- and the 128-byte layouts (K of 128 crosses a 128-byte band)."""
     _skip_without(runtime, dtype)
     np_dt = kd.as_dtype(dtype).np
     q = rng.standard_normal((groups * 64, D)).astype(np_dt)
@@ -90,7 +94,8 @@ def test_chained_products(runtime, rng, dtype, groups, D, N, DV, a_t):
     v = rng.standard_normal((N, DV)).astype(np_dt)
     s_out = runtime.tensor(np.full(groups * 64 * N, np.nan, np.float32))
     o_out = runtime.tensor(np.full(groups * 64 * DV, np.nan, np.float32))
-    chained[1, groups * 4 * runtime.plane_dim](runtime.tensor(q), runtime.tensor(k), runtime.tensor(v), s_out, o_out, D, N, DV, a_t)
+    chained[1, groups * 4 * runtime.plane_dim](runtime.tensor(q), runtime.tensor(k), runtime.tensor(v), s_out, o_out, D, N, DV,
+                                               a_t, sw)
     s_ref = q.astype(np.float64) @ k.astype(np.float64).T
     np.testing.assert_allclose(s_out.numpy().reshape(groups * 64, N), s_ref, rtol=1e-5, atol=1e-4)
     o_ref = 1.0 + _round(s_out.numpy().reshape(groups * 64, N), dtype) @ v.astype(np.float64)
@@ -104,8 +109,8 @@ def row_stats(a: kd.Tensor, b: kd.Tensor, rmax: kd.Tensor[kd.f32], slots: kd.Ten
     DT = a.dtype
     a_sh = kd.shared(DT, 64 * 16)
     b_sh = kd.shared(DT, 16 * N)
-    stage(a_sh, 0, a, 0, 64, 16, False)
-    stage(b_sh, 0, b, 0, 16, N, True)  # stored N x 16: N may be any multiple of 8
+    stage(a_sh, 0, a, 0, 64, 16, False, 32)
+    stage(b_sh, 0, b, 0, 16, N, True, 32)  # stored N x 16: N may be any multiple of 8
     kd.sync_cube()
     acc = kd.group_fragment_acc(64, N)
     kd.fill_fragment(acc, 0.0)
@@ -152,20 +157,25 @@ def test_group_element_rules(runtime, rng, N):
 
 
 @kd.kernel
-def offsets(out: kd.Tensor[kd.i32], R: kd.Const[int], C: kd.Const[int]):
+def offsets(out: kd.Tensor[kd.i32], R: kd.Const[int], C: kd.Const[int], SW: kd.Const[int]):
     t = kd.unit_pos_x()
     for e0 in range(0, R * C, kd.cube_units()):
         e = e0 + t
         if e < R * C:
-            out[e] = kd.tile_offset(e // C, e % C, R)
+            out[e] = kd.tile_offset(e // C, e % C, R, swizzle=SW)
 
 
-def test_tile_offset_is_the_core_matrix_layout(runtime):
-    R, C = 24, 48
+@pytest.mark.parametrize("sw,R,C", [(32, 24, 48), (128, 24, 128)])
+def test_tile_offset_is_the_core_matrix_layout(runtime, sw, R, C):
+    """32-byte swizzle: bands of 16 columns, the 16-byte halves swapped in rows 4-7 of every
+    8; 128-byte swizzle: bands of 64 columns, chunk j of row r stored at j xor (r mod 8)."""
     out = runtime.zeros(R * C, "i32")
-    offsets[1, 64](out, R, C)
+    offsets[1, 64](out, R, C, sw)
     r, c = np.divmod(np.arange(R * C), C)
-    ref = (c // 16) * R * 16 + r * 16 + (((c // 8) % 2) ^ ((r // 4) % 2)) * 8 + c % 8
+    if sw == 32:
+        ref = (c // 16) * R * 16 + r * 16 + (((c // 8) % 2) ^ ((r // 4) % 2)) * 8 + c % 8
+    else:
+        ref = (c // 64) * R * 64 + r * 64 + (((c % 64) // 8) ^ (r % 8)) * 8 + c % 8
     np.testing.assert_array_equal(out.numpy(), ref)
     assert sorted(ref) == list(range(R * C))  # a permutation: every element has its own slot
 
@@ -192,6 +202,12 @@ def misuse(a: kd.Tensor, o: kd.Tensor[kd.f32], CASE: kd.Const[int]):
         kd.shared_tile(sh, 0, 64, 32)
     if CASE == 10:
         kd.shared_tile(sh, 64, 32, 16)
+    if CASE == 11:
+        kd.shared_tile(sh, 0, 16, 32, swizzle=64)
+    if CASE == 12:
+        kd.shared_tile(sh, 0, 16, 32, swizzle=128)
+    if CASE == 13:
+        kd.tile_offset(0, 0, 8, swizzle=16)
     if CASE == 7:
         p = kd.group_fragment_a(DT, 64, 16)
         kd.fragment_convert(p, kd.group_fragment_acc(64, 32))
@@ -205,11 +221,14 @@ def misuse(a: kd.Tensor, o: kd.Tensor[kd.f32], CASE: kd.Const[int]):
     (3, 128, "kd.load_fragment takes plane fragments, got a group fragment"),
     (4, 128, "kd.shared_tile needs an f16 or bf16 shared array"),
     (5, 128, r"kd.group_mma \(first argument\) takes group fragments, got a plane fragment"),
-    (6, 128, "the cols of a tile are its stored columns and must be a multiple of 16, got 24"),
+    (6, 128, "the cols of a tile are its stored columns and must be a multiple of 16 "),
     (7, 128, "kd.fragment_convert needs a row-layout a fragment of the acc fragment's m x n shape"),
     (8, 96, "need whole groups of 4 planes"),
     (9, 128, "a 64 x 32 tile needs 2048 elements; shared array"),
     (10, 128, "offset 64 must be a multiple of 128"),
+    (11, 128, r"kd.shared_tile: swizzle must be one of \(32, 128\) \(bytes\), got 64"),
+    (12, 128, "must be a multiple of 64 \\(whole bands of the 128-byte swizzle\\), got 32"),
+    (13, 128, r"kd.tile_offset: swizzle must be one of \(32, 128\)"),
 ])
 def test_group_errors(case, units, match):
     cpu = kd.runtime("cpu")  # the front end's checks: the same on every runtime

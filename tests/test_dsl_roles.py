@@ -17,13 +17,15 @@ def test_a_producer_group_feeds_two_consumer_groups(runtime, rng):
     """The roles GEMM: the producer refills each stage once both consumers are through with
     it (7 k steps a tile over a ring of 3 stages, so several phases of every barrier; the
     persistent launch walks several tiles as one stream; a staged epilogue writes the tiles by
-bulk stores, ordered by kd.sync_role): equal to numpy's product."""
+    bulk stores, ordered by kd.sync_role; the 32- and 128-byte layouts): equal to numpy's product."""
     from test_dsl_bulk_copy import check_gemm_configs
-    configs = ["roles 128x64x16/s3/g8", "roles 128x64x16/s3/g8/persistent", "roles 128x64x16/s3/g8/persistent/staged"]
+    configs = ["roles 128x64x16/s3/g8", "roles 128x64x16/s3/g8/persistent", "roles 128x64x64/s2/g8/persistent/staged/sw128",
+               "roles 128x64x16/s3/g8/persistent/staged"]
     if runtime.capabilities.interpreted:  # one unit at a time: the configuration that does it all (~35 s)
         configs = configs[-1:]
     if runtime.capabilities.bulk_copy:
-        configs += ["roles 128x256x64/s4/g8", "roles 128x256x64/s5/g8/persistent", "roles 128x256x64/s3/g8/staged"]
+        configs += ["roles 128x256x64/s4/g8", "roles 128x256x64/s4/g8/persistent", "roles 128x256x64/s3/g8/staged",
+                    "roles 128x256x64/s4/g8/sw128", "roles 128x256x64/s3/g8/persistent/staged/sw128"]
     check_gemm_configs(runtime, rng, configs)
 
 

@@ -2,7 +2,7 @@
 C-like default where a dialect has no tensor-core instructions (mixed into CLikeRenderer)."""
 from __future__ import annotations
 
-from kerneldsl import ir
+from kerneldsl import ir, tile_layout
 from kerneldsl.dtypes import f32, i64
 
 from .text import cname
@@ -98,8 +98,7 @@ class FragmentEmulation:
     def _tile_elem(self, t: ir.SharedTile, r: str, c: str) -> str:
         """Element (r, c) of a shared tile as f32 (the layout of kd.tile_offset)."""
         sr, sc = (c, r) if t.transposed else (r, c)
-        at = (f"{self.x(t.offset)} + (({sc}) / 16) * {t.stored_rows * 16} + ({sr}) * 16 "
-              f"+ (((({sc}) / 8) & 1) ^ ((({sr}) / 4) & 1)) * 8 + ({sc}) % 8")
+        at = f"{self.x(t.offset)} + {tile_layout.c_offset(sr, sc, t.stored_rows, t.swizzle)}"
         dt = self.k.shared[t.src].dtype
         return self.cast(self.from_mem(f"{self.shared(t.src)}[{at}]", dt), dt, f32)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llvmlite import ir as L
 
-from kerneldsl import ir
+from kerneldsl import ir, tile_layout
 from kerneldsl.dtypes import f32
 
 from .llvm_types import F32, I64
@@ -110,10 +110,11 @@ class Fragments:
         b = self.b
         sr, sc = (c, r) if t.transposed else (r, c)
         k = lambda v: L.Constant(I64, v)  # noqa: E731
-        band = b.mul(b.udiv(sc, k(16)), k(t.stored_rows * 16))
-        half = b.xor(b.and_(b.udiv(sc, k(8)), k(1)), b.and_(b.udiv(sr, k(4)), k(1)))
-        inner = b.add(b.mul(half, k(8)), b.urem(sc, k(8)))
-        at = b.add(off, b.add(band, b.add(b.mul(sr, k(16)), inner)))
+        w, n = tile_layout.band_width(t.swizzle), tile_layout.chunks(t.swizzle)
+        band = b.mul(b.udiv(sc, k(w)), k(t.stored_rows * w))
+        chunk = b.xor(b.udiv(b.urem(sc, k(w)), k(8)), b.urem(b.udiv(sr, k(tile_layout.rows_per_flip(t.swizzle))), k(n)))
+        inner = b.add(b.mul(chunk, k(8)), b.urem(sc, k(8)))
+        at = b.add(off, b.add(band, b.add(b.mul(sr, k(w)), inner)))
         mem, dt = self._mem_base("shared", t.src)
         return self.cast(self.from_mem(b.load(b.gep(mem, [at])), dt), dt, f32)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kerneldsl import ir
+from kerneldsl import ir, tile_layout
 from kerneldsl.dtypes import bf16, boolean, f16, f32, f64, i32, i64, u32
 from kerneldsl.errors import UnsupportedFeatureError
 
@@ -33,7 +33,7 @@ class CudaRendered(Rendered):
     """A rendered kernel plus what the CUDA runtime needs at load and launch."""
     dynamic_shared: int = 0  # bytes of dynamic shared memory to ask for (0: all static)
     filename: str = "kernel.cu"  # the source's name in NVRTC messages outside #line regions
-    tensor_maps: list = None  # [parameter index, box rows] per 'tmap' argument (bulk.py)
+    tensor_maps: list = None  # [parameter index, box rows, swizzle] per 'tmap' argument (bulk.py)
 
 
 class CudaRenderer(BulkCopies, CLikeRenderer):
@@ -499,7 +499,10 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
         b = s.b_tile
         zero = [] if s.accumulate else [f"for (int kd_i = 0; kd_i < {self.frag_regs(ft)}; ++kd_i) "
                                         f"{self.frag(s.acc)}[kd_i] = 0.0f;"]
-        return zero + [f"kd_group_mma_sync<{ft.n}, {s.k}, {self._bool(dt is bf16)}>({self.frag(s.acc)}, {a}, {at}, "
+        aw = tile_layout.band_width(s.a_tile.swizzle if s.a_tile is not None else b.swizzle)
+        bw = tile_layout.band_width(b.swizzle)
+        return zero + [f"kd_group_mma_sync<{ft.n}, {s.k}, {self._bool(dt is bf16)}, {aw}, {bw}>({self.frag(s.acc)}, "
+                       f"{a}, {at}, "
                        f"{ar}, {atr}, {self._tile_ptr(b)}, {b.stored_rows}, {self._bool(b.transposed)}, kd_plane & 3, "
                        f"kd_lane);"]
 
@@ -510,26 +513,33 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
     def _tile_ptr(self, t: ir.SharedTile) -> str:
         return f"((const unsigned short*){self.shared(t.src)} + ({self.x(t.offset)}))"
 
+    # wgmma descriptors' layout field a swizzle span (bytes) of kd.tile_offset's layouts
+    WG_LAYOUT = {32: 3, 128: 1}
+
     @staticmethod
     def _wg_operand(t: ir.SharedTile, k_major: bool) -> tuple:
-        """(lbo, sbo, descriptor step per k16 in 16-byte units, transpose flag) of a tile in
-        kd.tile_offset's layout (32-byte swizzle atoms of 8 rows x 16 columns) whose K runs
-        along its stored columns (k_major: the next 16 K are the next band, R rows of 32
-        bytes on) or its stored rows (the next 16 K are 16 rows, 512 bytes, on; the N bands
-        are R * 32 bytes apart)."""
-        R = t.stored_rows
+        """(lbo, sbo, function of the k16 step giving the descriptor's offset in 16-byte
+        units, transpose flag) of a tile in kd.tile_offset's layout (atoms of 8 rows of one
+        band, W = 16 or 64 columns, 2W bytes a row; tile_layout.py). K along its stored columns
+        (k_major): the next 16 K are 32 bytes on in a band row, and a band R rows of 2W bytes
+        on when the band is done; K along its stored rows: the next 16 K are 16 rows (32W
+        bytes) on, and the N bands are R * 2W bytes apart."""
+        R, w = t.stored_rows, tile_layout.band_width(t.swizzle)
+        per_band = w // 16  # k16 steps a band holds (k-major)
         if k_major:
-            return 16, 256, 2 * R, 0
-        return 32 * R, 256, 32, 1
+            return 16, 16 * w, lambda step: (step // per_band) * (R * w // 8) + (step % per_band) * 2, 0
+        return 2 * w * R, 16 * w, lambda step: step * 2 * w, 1
 
     def _wgmma(self, s: ir.GroupMma, ft, dt) -> list:
         """One wgmma m64nNk16 per 16 of K, descriptors stepped along K, then a commit."""
         n, acc = ft.n, self.frag(s.acc)
         b = self._wg_operand(s.b_tile, s.b_tile.transposed)
-        lines = ["{", f"    const unsigned long long kd_db = kd_wg_desc({self._tile_ptr(s.b_tile)}, {b[0]}, {b[1]});"]
+        lines = ["{", f"    const unsigned long long kd_db = kd_wg_desc({self._tile_ptr(s.b_tile)}, {b[0]}, {b[1]}, "
+                      f"{self.WG_LAYOUT[s.b_tile.swizzle]});"]
         if s.a_tile is not None:
             a = self._wg_operand(s.a_tile, not s.a_tile.transposed)
-            lines.append(f"    const unsigned long long kd_da = kd_wg_desc({self._tile_ptr(s.a_tile)}, {a[0]}, {a[1]});")
+            lines.append(f"    const unsigned long long kd_da = kd_wg_desc({self._tile_ptr(s.a_tile)}, {a[0]}, {a[1]}, "
+                         f"{self.WG_LAYOUT[s.a_tile.swizzle]});")
         lines.append('    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
         ty = "bf16" if dt is bf16 else "f16"
         outs = ", ".join(f'"+f"({acc}[{i}])' for i in range(n // 2))
@@ -543,10 +553,10 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
                 flags = f"1, 1, {b[3]}"
             else:
                 a_ops = f"%{o}"
-                ins = [f'"l"(kd_da + {a[2] * step}ull)']
+                ins = [f'"l"(kd_da + {a[2](step)}ull)']
                 o += 1
                 flags = f"1, 1, {a[3]}, {b[3]}"
-            ins.append(f'"l"(kd_db + {b[2] * step}ull)')
+            ins.append(f'"l"(kd_db + {b[2](step)}ull)')
             scale_d = 1 if s.accumulate or step else 0  # 0: the first product overwrites acc
             lines.append(f'    asm volatile("{{ .reg .pred p; setp.ne.b32 p, {scale_d}, 0; '
                          f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{dregs}}}, {a_ops}, %{o}, p, {flags}; }}"')

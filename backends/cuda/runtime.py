@@ -92,7 +92,7 @@ class CudaBinary:
         self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
                            scalar_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
         self.slots, self.params, self.params_ptr = parameter_block(len(self.args))  # refilled under the lock
-        self.tensor_maps = meta.get("tensor_maps") or []  # [parameter index, box rows] per 'tmap' argument
+        self.tensor_maps = meta.get("tensor_maps") or []  # [parameter index, box rows, swizzle] per 'tmap' argument
         self.lock = threading.Lock()
 
 
@@ -440,8 +440,8 @@ class CudaRuntime(CudaPipeline, Runtime):
                 elif kind == "stride":
                     slots[i] = v.strides[axis]
                 elif kind == "tmap":  # passed by value: the parameter's address is the map's own
-                    binary.params[i] = self._tensor_maps.address(
-                        v, binary.tensor_maps[axis][1], kir.name, kir.params[index].name)
+                    box = binary.tensor_maps[axis]  # [parameter index, rows, swizzle]
+                    binary.params[i] = self._tensor_maps.address(v, box[1], box[2], kir.name, kir.params[index].name)
                 else:
                     slots[i] = _slot_value(kir, kind, v, axis, packer)
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:

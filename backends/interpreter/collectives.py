@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kerneldsl import ir
+from kerneldsl import ir, tile_layout
 
 from .numerics import math_max, math_min
 
@@ -132,7 +132,6 @@ class FragmentOps:
         for i, r in enumerate(rows):
             for j, c in enumerate(cols):
                 sr, sc = (c, r) if t.transposed else (r, c)
-                at = (offset + (sc // 16) * (t.stored_rows * 16) + sr * 16
-                      + (((sc // 8) & 1) ^ ((sr // 4) & 1)) * 8 + sc % 8)
+                at = offset + tile_layout.offset(sr, sc, t.stored_rows, t.swizzle)
                 out[i, j] = np.float32(mem.read_at(at, unit, line))
         return out

@@ -2,12 +2,12 @@
 planes (a warpgroup on CUDA).
 
 kd.group_mma reads its B operand (and A, unless A is a group a fragment) from shared
-memory in the layout of kd.tile_offset (wgmma's 32-byte swizzle): wgmma on sm_90,
+memory in a layout of kd.tile_offset (wgmma's 32- or 128-byte swizzle): wgmma on sm_90,
 mma.sync plane by plane on other CUDA devices, an exact emulation elsewhere.
 """
 from __future__ import annotations
 
-from .. import ir
+from .. import ir, tile_layout
 from ..dtypes import as_dtype, bf16, f16, f32, i32
 from ..frontend_values import FragRef, SharedRef, TileRef, is_ct
 from ..types import coerce, make_const
@@ -58,57 +58,74 @@ def group_fragment_a(fe, node, dtype, m, k):
 
 
 @builtin("A group_mma operand in shared memory (tile_offset layout).")
-def shared_tile(fe, node, smem, offset, rows, cols, transposed=False):
-    """A rows x cols operand of kd.group_mma in `smem` from element `offset` (a multiple of
-    128), stored in the layout of kd.tile_offset as a rows x cols matrix, or as its
-    transpose (`transposed=True`); the stored matrix has a multiple of 8 rows and of 16 columns."""
+def shared_tile(fe, node, smem, offset, rows, cols, transposed=False, swizzle=tile_layout.DEFAULT_SWIZZLE):
+    """A rows x cols operand of kd.group_mma in `smem` from element `offset`, stored in the
+    layout of kd.tile_offset(..., swizzle) as a rows x cols matrix, or as its transpose
+    (`transposed=True`); the stored matrix has a multiple of 8 rows and whole bands of
+    columns (16 with the 32-byte swizzle, 64 with the 128-byte one); `offset` is a multiple
+    of 8 bands' rows (128 or 512 elements)."""
     if not isinstance(smem, SharedRef) or smem.dtype not in (f16, bf16):
         raise fe.error(node, f"kd.shared_tile needs an f16 or bf16 shared array, got {fe.describe(smem)}")
     rows, cols = (fe.ct(v, node, "kd.shared_tile shape") for v in (rows, cols))
     transposed = bool(fe.ct(transposed, node, "kd.shared_tile transposed"))
+    swizzle = layout_swizzle(fe, node, swizzle, "kd.shared_tile")
     for what, v in (("rows", rows), ("cols", cols)):
         if not isinstance(v, int) or v <= 0 or v % 8:
             raise fe.error(node, f"kd.shared_tile: {what} must be a positive multiple of 8, got {v!r}")
     stored_cols = rows if transposed else cols
-    if stored_cols % 16:
+    band = tile_layout.band_width(swizzle)
+    if stored_cols % band:
         what = "rows of a transposed" if transposed else "cols of a"
         raise fe.error(node, f"kd.shared_tile: the {what} tile are its stored columns and must be a multiple "
-                             f"of 16, got {stored_cols}")
+                             f"of {band} (whole bands of the {swizzle}-byte swizzle), got {stored_cols}")
     size = 1
     for d in smem.shape:
         size *= d
     if rows * cols > size:
         raise fe.error(node, f"kd.shared_tile: a {rows} x {cols} tile needs {rows * cols} elements; shared array "
                              f"{smem.name} has {size}")
-    if is_ct(offset) and isinstance(offset, int) and (offset % 128 or offset < 0 or offset + rows * cols > size):
-        raise fe.error(node, f"kd.shared_tile: offset {offset} must be a multiple of 128 with the tile inside "
+    align = tile_layout.alignment(swizzle)
+    if is_ct(offset) and isinstance(offset, int) and (offset % align or offset < 0 or offset + rows * cols > size):
+        raise fe.error(node, f"kd.shared_tile: offset {offset} must be a multiple of {align} with the tile inside "
                              f"{smem.name} ({size} elements)")
     off = fe.temp(coerce(fe.to_expr(offset, node), i32), "to")
-    return TileRef(ir.SharedTile(smem.name, off, rows, cols, transposed), smem.dtype)
+    return TileRef(ir.SharedTile(smem.name, off, rows, cols, transposed, swizzle), smem.dtype)
+
+
+def layout_swizzle(fe, node, swizzle, name: str) -> int:
+    """The compile-time swizzle span (bytes) of a group-tile layout argument."""
+    swizzle = fe.ct(swizzle, node, f"{name} swizzle")
+    try:
+        return tile_layout.check(swizzle, f"{name}: swizzle")
+    except ValueError as e:
+        raise fe.error(node, str(e)) from None
 
 
 @builtin("Element offset of (row, col) in the core-matrix layout of a matrix of `rows` rows.")
-def tile_offset(fe, node, row, col, rows):
+def tile_offset(fe, node, row, col, rows, swizzle=tile_layout.DEFAULT_SWIZZLE):
     """Element offset of (row, col) in a matrix of `rows` rows (compile-time, a multiple of 8)
-    stored in the group primitive's layout: columns in bands of 16 (32 bytes of 16-bit
-    elements), band after band; in a band, row after row, the two 8-element halves of a row
-    swapped in rows 4-7 of every 8 (wgmma's 32-byte swizzle: conflict-free reads, and each
-    row's 32 bytes in one piece, as a copy from a row-major tensor brings them)."""
+    stored in the group primitive's layout (kerneldsl/tile_layout.py): columns in bands of
+    swizzle / 2 elements (16 for the default 32-byte swizzle, 64 for 128), band after band;
+    in a band, row after row, the 16-byte chunks of a row permuted by an xor with its row
+    (wgmma's swizzle: conflict-free reads, and each band row's bytes in one piece, as a copy
+    from a row-major tensor brings them)."""
     rows = fe.ct(rows, node, "kd.tile_offset rows")
     if not isinstance(rows, int) or rows <= 0 or rows % 8:
         raise fe.error(node, f"kd.tile_offset: rows must be a positive multiple of 8, got {rows!r}")
+    swizzle = layout_swizzle(fe, node, swizzle, "kd.tile_offset")
     return tile_offset_expr(coerce(fe.to_expr(row, node), i32), coerce(fe.to_expr(col, node), i32), rows,
-                            fe.loc(node))
+                            fe.loc(node), swizzle)
 
 
-def tile_offset_expr(r: ir.Expr, c: ir.Expr, rows: int, loc) -> ir.Expr:
-    """kd.tile_offset(r, c, rows) as an i32 expression (r and c i32)."""
+def tile_offset_expr(r: ir.Expr, c: ir.Expr, rows: int, loc, swizzle: int = tile_layout.DEFAULT_SWIZZLE) -> ir.Expr:
+    """kd.tile_offset(r, c, rows, swizzle) as an i32 expression (r and c i32, non-negative)."""
     k = lambda v: make_const(v, i32, loc)  # noqa: E731
     op = lambda o, a, b: ir.BinOp(i32, op=o, a=a, b=b, loc=loc)  # noqa: E731
-    band = op("*", op("/", c, k(16)), k(rows * 16))
-    half = op("^", op("%", op("/", c, k(8)), k(2)), op("%", op("/", r, k(4)), k(2)))
-    inner = op("+", op("*", half, k(8)), op("%", c, k(8)))
-    return op("+", band, op("+", op("*", r, k(16)), inner))
+    w, n = tile_layout.band_width(swizzle), tile_layout.chunks(swizzle)
+    band = op("*", op("/", c, k(w)), k(rows * w))
+    chunk = op("^", op("/", op("%", c, k(w)), k(8)), op("%", op("/", r, k(tile_layout.rows_per_flip(swizzle))), k(n)))
+    inner = op("+", op("*", chunk, k(8)), op("%", c, k(8)))
+    return op("+", band, op("+", op("*", r, k(w)), inner))
 
 
 @builtin("acc += a · b over the group (= a · b if not accumulate; async: read acc after group_wait).")

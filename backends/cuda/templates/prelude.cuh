@@ -161,21 +161,25 @@ static __device__ __forceinline__ void kd_mma_bf16(float* c, const unsigned* a, 
 }
 // group fragments (kd.group_mma): a 64-row tile over 4 warps, warp g holding rows 16g ..
 // 16g + 15 in mma.sync's m16n8k16 layouts, n8 block after n8 block (wgmma's layout too).
-// Shared operands are in kd.tile_offset's layout (wgmma's 32-byte swizzle): bands of 16
-// columns, rows of 32 bytes, the 16-byte halves swapped in rows 4-7 of every 8.
+// Shared operands are in a layout of kd.tile_offset (kerneldsl/tile_layout.py): bands of W
+// columns (16: the 32-byte swizzle, 64: the 128-byte one), rows of 2W bytes, the 16-byte
+// chunks of a row xor-ed with its row (bits 4.. of the address with bits 7..).
+template <int W>
 static __device__ __forceinline__ const unsigned short* kd_tile_row(const unsigned short* t, int r, int c, int rows) {
-    return t + (c >> 4) * rows * 16 + r * 16 + (((((c >> 3) & 1) ^ ((r >> 2) & 1))) << 3) + (c & 7);
+    return t + (c / W) * rows * W + r * W + ((((c % W) >> 3) ^ ((r / (64 / W)) % (W / 8))) << 3) + (c & 7);
 }
-// a wgmma shared-memory descriptor, 32-byte swizzle: lbo, sbo in bytes (multiples of 16)
-static __device__ __forceinline__ unsigned long long kd_wg_desc(const void* p, unsigned lbo, unsigned sbo) {
+// a wgmma shared-memory descriptor: lbo, sbo in bytes (multiples of 16); layout 3: 32-byte
+// swizzle, 1: 128-byte swizzle
+static __device__ __forceinline__ unsigned long long kd_wg_desc(const void* p, unsigned lbo, unsigned sbo,
+                                                                unsigned long long layout) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     return (unsigned long long)((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
-           | ((unsigned long long)(sbo >> 4) << 32) | (3ull << 62);
+           | ((unsigned long long)(sbo >> 4) << 32) | (layout << 62);
 }
 // kd.group_mma without wgmma: warp `w` of the group multiplies its 16 rows with mma.sync.
 // A from registers (at == nullptr) or a tile of `ar` stored rows (atr: stored transposed);
-// B a tile of `br` stored rows (btr: stored as N x K).
-template <int N, int K, bool BF16>
+// B a tile of `br` stored rows (btr: stored as N x K); AW, BW: the tiles' band widths.
+template <int N, int K, bool BF16, int AW, int BW>
 static __device__ __forceinline__ void kd_group_mma_sync(float* acc, const unsigned* areg, const unsigned short* at,
                                                          int ar, bool atr, const unsigned short* bt, int br,
                                                          bool btr, int w, int lane) {
@@ -187,18 +191,18 @@ static __device__ __forceinline__ void kd_group_mma_sync(float* acc, const unsig
 #pragma unroll
             for (int i = 0; i < 4; ++i) a[i] = areg[4 * s + i];
         } else if (atr) {  // stored K x 64: rows k
-            kd_ldsm_x4(a, kd_tile_row(at, 16 * s + 8 * (m >> 1) + r, 16 * w + 8 * (m & 1), ar), true);
+            kd_ldsm_x4(a, kd_tile_row<AW>(at, 16 * s + 8 * (m >> 1) + r, 16 * w + 8 * (m & 1), ar), true);
         } else {
-            kd_ldsm_x4(a, kd_tile_row(at, 16 * w + 8 * (m & 1) + r, 16 * s + 8 * (m >> 1), ar), false);
+            kd_ldsm_x4(a, kd_tile_row<AW>(at, 16 * w + 8 * (m & 1) + r, 16 * s + 8 * (m >> 1), ar), false);
         }
 #pragma unroll
         for (int j = 0; j < N / 8; j += 2) {
             const int jb = j + 1 < N / 8 ? j + (m >> 1) : j;  // lanes 16..31 load block j + 1
             unsigned b[4];
             if (btr)  // stored N x K: rows n
-                kd_ldsm_x4(b, kd_tile_row(bt, 8 * jb + r, 16 * s + 8 * (m & 1), br), false);
+                kd_ldsm_x4(b, kd_tile_row<BW>(bt, 8 * jb + r, 16 * s + 8 * (m & 1), br), false);
             else
-                kd_ldsm_x4(b, kd_tile_row(bt, 16 * s + 8 * (m & 1) + r, 8 * jb, br), true);
+                kd_ldsm_x4(b, kd_tile_row<BW>(bt, 16 * s + 8 * (m & 1) + r, 8 * jb, br), true);
             if (BF16) {
                 KD_MMA_M16N8K16("bf16", acc + 4 * j, a, b[0], b[1]);
                 if (j + 1 < N / 8) KD_MMA_M16N8K16("bf16", acc + 4 * j + 4, a, b[2], b[3]);
