@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from rudnn.stage_ring import next_stage, stage_barriers
+
 from .tile_order import grouped_tile
 
 GROUPS = 2  # consumer groups a cube
@@ -69,33 +71,15 @@ def ring(S, BN, BK):
     completes when a stage's copies landed, `empty` when every consumer plane is through."""
     sa = kd.shared(kd.bf16, S * BM * BK)
     sb = kd.shared(kd.bf16, S * BK * BN)
-    full = kd.arrival_barriers(S)
-    empty = kd.arrival_barriers(S)
-    if kd.unit_pos_x() == 0:
-        for s in kd.unroll(S):
-            kd.barrier_init(full, s, 1)
-            kd.barrier_init(empty, s, GROUPS * 4)  # one arrival a consumer plane
-    kd.sync_cube()
+    full, empty = stage_barriers(S, GROUPS * 4)
     return sa, sb, full, empty
-
-
-@kd.func
-def next_stage(slot, phase, S):
-    """The ring position after `slot`: the next stage, and the parity of its phase (flipped
-    when the ring wraps)."""
-    slot += 1
-    if slot == S:
-        slot = 0
-        phase ^= 1
-    return slot, phase
 
 
 @kd.func
 def consume(acc, sa, sb, full, empty, slot, phase, last, j, g, BN, BK, S, SW):
     """Group g's step j: wait for stage `slot`, multiply it into the accumulator, and hand
     back the stage step j - 1 read (its product is done now); returns the next (slot, phase,
-    last). Ring positions are counters, never divided: a division or remainder of a possibly
-    negative value between a product's issue and its wait made ptxas serialise the products."""
+    last)."""
     kd.barrier_wait(full, slot, phase)
     kd.group_mma(acc, kd.shared_tile(sa, slot * (BM * BK) + g * (64 * BK), 64, BK, swizzle=SW),
                  kd.shared_tile(sb, slot * (BK * BN), BK, BN, swizzle=SW))

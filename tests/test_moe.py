@@ -7,6 +7,8 @@ import kerneldsl as kd
 import rudnn
 from rudnn import moe
 from rudnn.moe import GroupedStrategy, GroupRoutingOptions, MoeError, RoutingOptions
+from rudnn.moe import gemm_roles
+from rudnn.moe.tiles import tile_count_bound
 
 from conftest import tol
 from reference import moe as ref
@@ -311,6 +313,31 @@ def test_experts_tensor_core(runtime, rng, dt, T, E, k, H, I):
     plan = moe.route(runtime.tensor(rng.standard_normal((T, E)).astype(np.float32)), RoutingOptions(k, True))
     d = plan.dispatch(runtime.tensor(x))
     y = ex.forward_dispatched_with_strategy(d, GroupedStrategy.TensorCore)
+    want = ref.swiglu_rows(d.values().numpy(), d.row_experts().numpy(), gate, up, down)
+    close(f64(y), want, dt)
+
+
+# the roles kernels (the TensorCore path where bulk copies and native group products exist),
+# forced on every runtime: several row tiles of one expert and partial ones, K tails (72, 40:
+# not whole 64-column steps), N tails (40 < 128, 72 < 256), an expert with no rows
+@pytest.mark.parametrize("dt,T,E,k,H,I", [("bf16", 140, 2, 1, 128, 64), ("f16", 20, 5, 3, 72, 40)])
+def test_experts_on_roles(runtime, rng, dt, T, E, k, H, I):
+    if kd.as_dtype(dt) not in runtime.capabilities.mma_dtypes:
+        pytest.skip(f"{runtime.name} has no {dt} matrix fragments")
+    if runtime.capabilities.interpreted:
+        pytest.skip("one unit at a time: 384-unit cubes of emulated group products take minutes (the roles GEMM "
+                    "tests cover roles and bulk copies on the interpreter)")
+    (gate, up, down), ex = make_experts(runtime, rng, E, H, I, dt)
+    x = host(dt, rng.standard_normal((T, H)))
+    logits = rng.standard_normal((T, E)).astype(np.float32)
+    logits[:, E - 1] = -30.0  # expert E - 1 gets no rows when E > k
+    plan = moe.route(runtime.tensor(logits), RoutingOptions(k, True))
+    d = plan.dispatch(runtime.tensor(x))
+    R = d.rows()
+    h = runtime.empty((R, I), dt)
+    y = runtime.empty((R, H), dt)
+    gemm_roles.run(d.values(), ex.gate, ex.up, ex.down, h, y, d.expert_offsets(), d.tile_offsets, E,
+                   lambda tm: tile_count_bound(R, E, tm))
     want = ref.swiglu_rows(d.values().numpy(), d.row_experts().numpy(), gate, up, down)
     close(f64(y), want, dt)
 

@@ -48,20 +48,20 @@ def row_base(src, b, h, rg, G, Sq, QROWS):
 
 
 @kd.func
-def slot(at, r, c, DS, DIMP):
+def slot(at, r, c, DS, DIMP, SW):
     """Shared offset of element (r, c) of a staged tile at `at`: row-major with row stride
     DS (compile-time, > 0), or (DS = -TR) tiles of TR rows one after another, each TR x DIMP
-    tile in the group primitive's layout (kd.tile_offset)."""
+    tile in the group primitive's layout of swizzle span SW (kd.tile_offset)."""
     if DS > 0:
         o = at + r * DS + c
     else:
-        o = at + (r // -DS) * (-DS * DIMP) + kd.tile_offset(r % -DS, c, -DS)
+        o = at + (r // -DS) * (-DS * DIMP) + kd.tile_offset(r % -DS, c, -DS, swizzle=SW)
     return o
 
 
 @kd.func
-def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QROWS):
-    """dst[slot(at, r, c, DS, DIMP)] = row r0 + r of the block (see row_base), columns 0..DIMP, zero
+def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QROWS, SW):
+    """dst[slot(at, r, c, DS, DIMP, SW)] = row r0 + r of the block (see row_base), columns 0..DIMP, zero
     past nvalid rows and past DIM (rows are clamped into [0, nvalid) for the addresses, so
     nothing outside the tensor is read even when nvalid is 0). VEC: 16-byte `kd.async_copy`s (rows 8-aligned, unit inner
     stride; the caller commits and waits); else element by element, done on return."""
@@ -74,7 +74,7 @@ def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QR
             c = (e % NV) * 8
             if e < NR * NV:
                 base = row_base(src, b, h, kd.max(kd.min(r0 + r, nvalid - 1), 0), G, Sq, QROWS)
-                kd.async_copy(dst, slot(at, r, c, DS, DIMP), src, base + kd.min(c, DIM - 8), 8,
+                kd.async_copy(dst, slot(at, r, c, DS, DIMP, SW), src, base + kd.min(c, DIM - 8), 8,
                               (r0 + r < nvalid) & (c < DIM))
     else:
         for e0 in range(0, NR * DIMP, U):
@@ -84,17 +84,17 @@ def fetch_rows(dst, at, DS, src, b, h, r0, nvalid, G, Sq, NR, DIM, DIMP, VEC, QR
             base = row_base(src, b, h, kd.max(kd.min(r0 + r, nvalid - 1), 0), G, Sq, QROWS)
             x = kd.f32(src[base + kd.i64(kd.min(d, DIM - 1)) * src.stride(3)])
             if e < NR * DIMP:
-                dst[slot(at, r, d, DS, DIMP)] = kd.select((r0 + r < nvalid) & (d < DIM), x, kd.f32(0))
+                dst[slot(at, r, d, DS, DIMP, SW)] = kd.select((r0 + r < nvalid) & (d < DIM), x, kd.f32(0))
 
 
 @kd.func
-def fetch_kv(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
+def fetch_kv(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC, SW):
     """fetch_rows for K/V rows r0 .. r0+NR of head (b, h). When the cube's units split the
     tile evenly (VEC, NV = DIMP/8 chunks a row dividing the unit count, which divides the
     chunk count), each unit copies one column chunk of every (units/NV)-th row: one address
     and a fixed row stride, no per-chunk division, clamping or unit test (rows past nvalid
     copy nothing, which zero-fills; in kd.tile_offset's layout (DS < 0) the unit's rows are
-    16·RS elements apart when RS is a multiple of 8). Otherwise fetch_rows."""
+    RS band widths apart when RS is a multiple of 8). Otherwise fetch_rows."""
     U = kd.cube_units()
     NV = DIMP // 8
     if VEC and U % NV == 0 and (NR * NV) % U == 0 and (DS > 0 or (DS == -NR and (U // NV) % 8 == 0)):
@@ -103,12 +103,12 @@ def fetch_kv(dst, at, DS, src, b, h, r0, nvalid, NR, DIM, DIMP, VEC):
         c = (kd.unit_pos_x() % NV) * 8
         step = kd.i64(RS) * src.stride(2)
         p = row_base(src, b, h, r0 + r, 1, 1, False) + kd.i64(kd.min(c, DIM - 8))
-        d = slot(at, r, c, DS, DIMP)
-        ROWSTEP = RS * DS if DS > 0 else RS * 16  # shared elements between this unit's rows
+        d = slot(at, r, c, DS, DIMP, SW)
+        ROWSTEP = RS * DS if DS > 0 else RS * (SW // 2)  # shared elements between this unit's rows
         left = nvalid - (r0 + r)  # rows of this unit's column left to copy, from its first
         for i in kd.unroll(NR // RS):
             kd.async_copy(dst, d + i * ROWSTEP, src, p, 8, (i * RS < left) & (c < DIM))
             p = p + step
     else:
-        fetch_rows(dst, at, DS, src, b, h, r0, nvalid, 1, 1, NR, DIM, DIMP, VEC, False)
+        fetch_rows(dst, at, DS, src, b, h, r0, nvalid, 1, 1, NR, DIM, DIMP, VEC, False, SW)
 

@@ -44,6 +44,9 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
     BQ = GROUP_ROWS * NG
     DP = (D + 15) // 16 * 16
     DVP = (DV + 15) // 16 * 16
+    # the tiles' layout: 128-byte band rows where the head dims are whole 64-column bands (a
+    # row's 16-byte async copies then land in 8 different bank groups, not 2)
+    SW = 128 if DP % 64 == 0 and DVP % 64 == 0 else 32
 
     b, hk, G, Sq, Skv, rows, r0 = cube_block(q, k, BQ)
     grp = kd.plane_pos() // 4
@@ -56,11 +59,11 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
 
     i_min, kv_end = key_range(r0, BQ, rows, Sq, Skv, causal)
     scale2 = scale * LOG2E
-    fetch_rows(q_sh, 0, -GROUP_ROWS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True)
-    fetch_kv(k_sh, 0, -BK, k, b, hk, 0, kv_end, BK, D, DP, VEC)
+    fetch_rows(q_sh, 0, -GROUP_ROWS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True, SW)
+    fetch_kv(k_sh, 0, -BK, k, b, hk, 0, kv_end, BK, D, DP, VEC, SW)
     kd.async_commit()
-    fetch_kv(k_sh, BK * DP, -BK, k, b, hk, BK, kv_end, BK, D, DP, VEC)
-    fetch_kv(v_sh, 0, -BK, v, b, hk, 0, kv_end, BK, DV, DVP, VEC)
+    fetch_kv(k_sh, BK * DP, -BK, k, b, hk, BK, kv_end, BK, D, DP, VEC, SW)
+    fetch_kv(v_sh, 0, -BK, v, b, hk, 0, kv_end, BK, DV, DVP, VEC, SW)
     kd.async_commit()
 
     s = kd.group_fragment_acc(GROUP_ROWS, BK)
@@ -70,7 +73,7 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
     NS = kd.fragment_row_slots(s)
     NE = kd.fragment_len(s)
     NO = kd.fragment_len(o)
-    q_tile = kd.shared_tile(q_sh, grp * (GROUP_ROWS * DP), GROUP_ROWS, DP)
+    q_tile = kd.shared_tile(q_sh, grp * (GROUP_ROWS * DP), GROUP_ROWS, DP, swizzle=SW)
 
     m = ()  # per row slot: the running max and sum
     l = ()
@@ -81,7 +84,7 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
     # S of tile 0 (Q and K tile 0 are the first copy group)
     kd.async_wait(1)
     kd.sync_cube()
-    kd.group_mma(s, q_tile, kd.shared_tile(k_sh, 0, DP, BK, transposed=True), accumulate=False)
+    kd.group_mma(s, q_tile, kd.shared_tile(k_sh, 0, DP, BK, transposed=True, swizzle=SW), accumulate=False)
     kd.group_wait(0)
 
     # Tile j: S_j is in s; O += P_{j-1}·V_{j-1} may still run (it overlaps this softmax)
@@ -165,11 +168,11 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
         # ---- S_{j+1} = Q·K_{j+1}ᵀ, then O += P_j·V_j left running into the next softmax;
         # meanwhile the free slots take K tile j+2 and V tile j+1
         if j0 + BK < kv_end:
-            kd.group_mma(s, q_tile, kd.shared_tile(k_sh, ((jt + 1) % 2) * (BK * DP), DP, BK, transposed=True),
-                         accumulate=False)
-        kd.group_mma(o, pa, kd.shared_tile(v_sh, (jt % 2) * (BK * DVP), BK, DVP))
-        fetch_kv(k_sh, (jt % 2) * (BK * DP), -BK, k, b, hk, j0 + 2 * BK, kv_end, BK, D, DP, VEC)
-        fetch_kv(v_sh, ((jt + 1) % 2) * (BK * DVP), -BK, v, b, hk, j0 + BK, kv_end, BK, DV, DVP, VEC)
+            k_tile = kd.shared_tile(k_sh, ((jt + 1) % 2) * (BK * DP), DP, BK, transposed=True, swizzle=SW)
+            kd.group_mma(s, q_tile, k_tile, accumulate=False)
+        kd.group_mma(o, pa, kd.shared_tile(v_sh, (jt % 2) * (BK * DVP), BK, DVP, swizzle=SW))
+        fetch_kv(k_sh, (jt % 2) * (BK * DP), -BK, k, b, hk, j0 + 2 * BK, kv_end, BK, D, DP, VEC, SW)
+        fetch_kv(v_sh, ((jt + 1) % 2) * (BK * DVP), -BK, v, b, hk, j0 + BK, kv_end, BK, DV, DVP, VEC, SW)
         kd.async_commit()
         kd.group_wait(1)
     kd.group_wait(0)

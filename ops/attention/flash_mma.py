@@ -96,7 +96,7 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
     flag_sh = kd.shared(kd.i32, 1)
 
     # ---- the Q block (zero rows past the end, zero columns past D), row statistics
-    fetch_rows(q_sh, 0, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, False, True)
+    fetch_rows(q_sh, 0, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, False, True, 32)
     for r1 in range(0, BQ, U):
         if r1 + t < BQ:
             m_sh[r1 + t] = -kd.inf
@@ -136,8 +136,8 @@ def flash_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, m
 
     for j0 in range(0, kv_end, BK):
         # ---- stage K and V tiles (zero past the end)
-        fetch_kv(kq_sh, 0, KS, k, b, hk, j0, Skv, BK, D, DP, VEC)
-        fetch_kv(v_sh, 0, VS, v, b, hk, j0, Skv, BK, DV, DVP, VEC)
+        fetch_kv(kq_sh, 0, KS, k, b, hk, j0, Skv, BK, D, DP, VEC, 32)
+        fetch_kv(v_sh, 0, VS, v, b, hk, j0, Skv, BK, DV, DVP, VEC, 32)
         kd.async_commit()
         kd.async_wait(0)
         kd.sync_cube()

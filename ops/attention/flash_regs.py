@@ -128,10 +128,10 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
     # ---- Q block -> shared (one copy group), K/V tile 0 -> slot 0 (the next group)
     i_min, kv_end = key_range(r0, BQ, rows, Sq, Skv, causal)
     scale2 = scale * LOG2E
-    fetch_rows(k_sh, QOFF, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True)
+    fetch_rows(k_sh, QOFF, KS, q, b, hk, r0, rows, G, Sq, BQ, D, DP, VEC, True, 32)
     kd.async_commit()
-    fetch_kv(k_sh, 0, KS, k, b, hk, 0, kv_end, BK, D, DP, VEC)
-    fetch_kv(v_sh, 0, VS, v, b, hk, 0, kv_end, BK, DV, DVP, VEC)
+    fetch_kv(k_sh, 0, KS, k, b, hk, 0, kv_end, BK, D, DP, VEC, 32)
+    fetch_kv(v_sh, 0, VS, v, b, hk, 0, kv_end, BK, DV, DVP, VEC, 32)
     kd.async_commit()
     kd.async_wait(1)
     kd.sync_cube()
@@ -173,8 +173,8 @@ def flash_regs_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor, 
         kd.async_wait(0)   # this unit's part of tile j0 is in ...
         kd.sync_cube()     # ... everyone's is, and everyone is done with the other slot
         nslot = 1 - cur
-        fetch_kv(k_sh, nslot * (BK * KS), KS, k, b, hk, j0 + BK, kv_end, BK, D, DP, VEC)
-        fetch_kv(v_sh, nslot * (BK * VS), VS, v, b, hk, j0 + BK, kv_end, BK, DV, DVP, VEC)
+        fetch_kv(k_sh, nslot * (BK * KS), KS, k, b, hk, j0 + BK, kv_end, BK, D, DP, VEC, 32)
+        fetch_kv(v_sh, nslot * (BK * VS), VS, v, b, hk, j0 + BK, kv_end, BK, DV, DVP, VEC, 32)
         kd.async_commit()
         kbase = cur * (BK * KS)
         vbase = cur * (BK * VS)

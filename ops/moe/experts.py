@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from . import gemm_roles as gr
 from . import gemm_scalar as gs
 from . import gemm_tensorcore as gt
 from .dispatch import DispatchedTokens
@@ -77,7 +78,10 @@ class SwiGluExperts:
             return y
         x = dispatched.values()
         offsets = dispatched.expert_offsets()
-        if chosen is GroupedStrategy.TensorCore:
+        if chosen is GroupedStrategy.TensorCore and gr.usable(rt, (x, self.gate, self.up, self.down, h)):
+            gr.run(x, self.gate, self.up, self.down, h, y, offsets, dispatched.tile_offsets, E,
+                   lambda tm: tile_count_bound(R, E, tm))
+        elif chosen is GroupedStrategy.TensorCore:
             tiles = dispatched.tile_offsets(gt.BM)
             units = gt.PLANES * rt.plane_dim
             rows = tile_count_bound(R, E, gt.BM)
