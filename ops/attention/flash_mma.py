@@ -277,8 +277,6 @@ def hold_q(p: Problem) -> bool:
 
 
 REGISTER_MAX_DIM = 128  # head dims up to this run the register-softmax kernel on tensor cores
-GROUP_MIN_DIM = 64      # the group kernel is the default above this head dim ...
-GROUP_MIN_KEYS = 2048   # ... and from this many keys (where it measured ahead on the H200)
 
 
 def use_registers(p: Problem) -> bool:
@@ -349,16 +347,17 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
 
 def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
     """The tiling used for the plain enum member. Measured on the H200 (benchmarks/RESULTS.md,
-    session 11): with wgmma, head dims above 64 and 2048 keys or more, (8, 1, 1), the group
-    kernel with two groups of 64 rows and 128-key steps (0.53-0.55x cuDNN at D = 128,
-    S = 4096, 9% ahead of the register kernel; behind it by about 5% at S = 1024 and at
-    D = 64); else, where the register kernel runs, (4, 2, 2): 4 planes of two query tiles
-    (32 rows each, FlashAttention-2's shape) and 64-key steps; else 4 planes and 64-key
-    steps. Smaller when the tiles do not fit the device's shared memory."""
+    session 18): with wgmma, (4, 1, 1), the group kernel with one group of 64 rows a cube and
+    64-key steps, for every head dim it takes (Q, K and V tiles in the 128-byte layout where
+    the dims are whole 64-column bands): 0.56-0.84x cuDNN over D 64/128, S 1024/4096, full
+    and causal, ahead of (8, 1, 1) and of the register kernel in every case; else, where the
+    register kernel runs, (4, 2, 2): 4 planes of two query tiles (32 rows each,
+    FlashAttention-2's shape) and 64-key steps; else 4 planes and 64-key steps. Smaller when
+    the tiles do not fit the device's shared memory."""
     caps = p.runtime.capabilities
     first = [BlackboxAcceleratedStrategy(4, 2, 2)] if use_registers(p) else []
-    if caps.group_mma_native and max(p.D, p.Dv) > GROUP_MIN_DIM and p.Skv >= GROUP_MIN_KEYS:
-        first = [BlackboxAcceleratedStrategy(8, 1, 1)] + first
+    if caps.group_mma_native and max(p.D, p.Dv) <= flash_group.MAX_DIM:
+        first = [BlackboxAcceleratedStrategy(4, 1, 1)] + first
     for tiling in first + [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(2, 1, 1),
                            BlackboxAcceleratedStrategy(1, 1, 1)]:
         if needed_shared_bytes(p, tiling) <= caps.max_shared_bytes:

@@ -67,7 +67,7 @@ def copy_band(dst, at, RS, c0, NC, src, rows, j0, je, DIM, ROWS):
         c = kd.unit_pos() + i * kd.cube_units()
         row, col = chunk_place(c, NC, ROWS, RS)
         if c < ROWS * NC:  # a false predicate still writes (zeros): units past the band copy nothing
-            kd.async_copy(dst, slot(at, row, c0 + col, RS, 0), src,
+            kd.async_copy(dst, slot(at, row, c0 + col, RS, 0, 32), src,
                           rows[i] * src.stride(1) + kd.min(col, DIM - CHUNK), CHUNK, (j0 + row < je) & (col < DIM))
 
 
@@ -95,7 +95,7 @@ def fetch_query_band(dst, RS, c0, CW, src, r, h0, ROWS, DIM):
         col = c % NC * CHUNK
         h = h0 + row
         if c < ROWS * NC:
-            kd.async_copy(dst, slot(0, row, c0 + col, RS, 0), src,
+            kd.async_copy(dst, slot(0, row, c0 + col, RS, 0, 32), src,
                           (kd.i64(r) * H + kd.min(h, H - 1)) * DIM + kd.min(col, DIM - CHUNK), CHUNK,
                           (h < H) & (col < DIM))
 
