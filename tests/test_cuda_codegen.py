@@ -285,6 +285,18 @@ def test_roles_run_as_per_role_copies_with_register_budgets():
     assert "setmaxnreg" not in ptx80 and "mbarrier" not in ptx80
 
 
+def test_128_byte_tiles_start_on_their_pattern_period():
+    """wgmma reads a 128-byte-swizzled tile by address bits 4-9: arrays holding such tiles
+    start on 1024-byte boundaries even with no bulk copy (async copies fill them); 32-byte
+    tiles on 256."""
+    from test_dsl_group_mma import chained
+    q, k = CPU.zeros((64, 64), "bf16"), CPU.zeros((64, 64), "bf16")
+    s_out, o_out = CPU.zeros(64 * 64, "f32"), CPU.zeros(64 * 64, "f32")
+    for sw, align in ((128, 1024), (32, 256)):
+        src = compile_launch(chained, 128, (q, k, k, s_out, o_out, 64, 64, 64, False, sw), "sm_90").rendered.source
+        assert f"__shared__ __align__({align})" in src and "__align__(16)" not in src
+
+
 def test_the_128_byte_layout_copies_bands_of_64_columns():
     """swizzle=128: tensor maps of 64-column boxes with the 128-byte swizzle, one copy a band
     (a 64 x 64 tile of A is one copy), wgmma descriptors of layout 1; sm_80 reads the same

@@ -72,9 +72,12 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
         self.dynamic = sum(d.dtype.itemsize * d.size for d in k.shared.values()) > STATIC_SHARED_LIMIT
         self.group_products = ir.contains(k.body, ir.GroupMma)
         self._setup_tensor_maps()
-        # swizzled tiles (kd.group_mma): the swizzle reads address bits 4-7 of each array; bulk
-        # copies write them through the copy engine, which wants arrays on 1024-byte boundaries
-        self.shared_align = 1024 if self.tensor_maps else 256 if self.group_products else 16
+        # swizzled tiles (kd.group_mma): the swizzle reads address bits 4-7 (32-byte layout) or
+        # 4-9 (128-byte layout) of each array, so an array starts on its pattern's period (256 or
+        # 1024 bytes); bulk copies want arrays on 1024-byte boundaries too
+        wide = any(t is not None and t.swizzle == 128 for s in ir.walk_stmts(k.body) if isinstance(s, ir.GroupMma)
+                   for t in (s.a_tile, s.b_tile))
+        self.shared_align = 1024 if self.tensor_maps or wide else 256 if self.group_products else 16
         self.local_decl = f"__shared__ __align__({self.shared_align})"
         # wgmma and bulk stores read shared memory through the async proxy: order the cube's
         # earlier writes (stores, cp.async) before them at every barrier
