@@ -140,23 +140,27 @@ def forced_group_forward(runtime, x, w, b, opts, dtype, **shape):
     return np.moveaxis(out.numpy(), -1, 1)
 
 
-@pytest.mark.parametrize("dtype,geometry,shape", [
-    # stride, padding, dilation, 2 groups, bias; M = 105 and Kg = 35 partial tiles, R = 144
-    # (3 steps of 64, the last partial) through the emulated devices' ring (BN 64, 3 slots)
-    ("bf16", ((3, 32, 9, 7), (70, 16, 3, 3), (2, 1), (2, 1), (2, 1), 2), {}),
-    # the native tile shape with every product waited for in its step: 2 x 2 tiles of
-    # 128 x 128 (both partial), R = 216 (4 steps: the 4-slot ring wraps), no bias
-    ("f16", ((2, 24, 10, 10), (136, 24, 3, 3), 2, 1, 1, 1), {"bn": 128, "stages": 4, "inflight": 0}),
-])
-def test_implicit_gemm_group_products(runtime, rng, dtype, geometry, shape):
-    """The channels-last forward on group products (kd.group_mma, emulated off the H200)."""
-    xs, ws, st, pd, dl, g = geometry
-    x = host(rng.standard_normal(xs), dtype)
-    w = host(rng.standard_normal(ws), dtype)
-    b = host(rng.standard_normal(ws[0]), dtype) if not shape else None
-    y = forced_group_forward(runtime, x, w, b, ConvOptions(stride=st, padding=pd, dilation=dl, groups=g), dtype,
-                             **shape)
-    close(y, ref.forward(x, w, b, st, pd, dl, g), dtype)
+@pytest.mark.interpreter
+def test_implicit_gemm_group_products(runtime, rng, dtype="bf16"):
+    """The channels-last forward on group products (kd.group_mma, emulated off the H200), in
+    the emulated devices' tile shape (BN 64, 3 slots, one product in flight): stride,
+    padding, dilation, 2 groups, bias; M = 105 and Kg = 35 partial tiles, R = 144 (3 steps
+    of 64, the last partial: the ring wraps)."""
+    x = host(rng.standard_normal((3, 32, 9, 7)), dtype)
+    w = host(rng.standard_normal((70, 16, 3, 3)), dtype)
+    b = host(rng.standard_normal(70), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    y = forced_group_forward(runtime, x, w, b, opts, dtype)
+    close(y, ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
+def test_implicit_gemm_group_products_native_shape(runtime, rng, dtype="f16"):
+    """The H200's tile shape (BN 128, 4 slots), every product waited for in its step: 2 x 2
+    partial tiles of 128 x 128 (M = 144, Kg = 136), R = 216 (4 steps: the ring wraps), no bias."""
+    x = host(rng.standard_normal((1, 24, 12, 12)), dtype)
+    w = host(rng.standard_normal((136, 24, 3, 3)), dtype)
+    y = forced_group_forward(runtime, x, w, None, ConvOptions(padding=1), dtype, bn=128, stages=4, inflight=0)
+    close(y, ref.forward(x, w, None, 1, 1, 1, 1), dtype)
 
 
 def test_group_products_are_chosen_from_capabilities(runtime):
