@@ -159,17 +159,28 @@ def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, H
     kd.group_wait(0)
     kd.async_wait(0)
 
+    # epilogue: each of the lane's row slots (a pixel) resolved once, then its elements stored
+    rows = ()
+    for sl in kd.unroll(kd.fragment_row_slots(acc)):
+        r = 0
+        for q in kd.unroll(kd.fragment_len(acc)):
+            if kd.fragment_row_slot(acc, q) == sl:
+                r = kd.fragment_row(acc, q)
+        m = m0 + grp * 64 + r
+        live = m < Mg
+        mm = kd.select(live, m, 0)
+        od, oh, ow = split_pixel(mm % P, OH, OW)
+        rows = rows + ((live, kd.i64(mm // P) * y.stride(0) + kd.i64(od) * y.stride(2) + kd.i64(oh) * y.stride(3)
+                        + kd.i64(ow) * y.stride(4)),)
     for q in kd.unroll(kd.fragment_len(acc)):
-        m = m0 + grp * 64 + kd.fragment_row(acc, q)
+        live, at = rows[kd.fragment_row_slot(acc, q)]
         n = n0 + kd.fragment_col(acc, q)
-        if m < Mg and n < Kg:
+        if live and n < Kg:
             v = kd.fragment_get(acc, q)
             co = g * Kg + n
             if HAS_BIAS:
                 v = v + kd.f32(bias[co])
-            od, oh, ow = split_pixel(m % P, OH, OW)
-            y[m // P, co, od, oh, ow] = v
-
+            y[at + kd.i64(co) * y.stride(1)] = v
 
 def tile_shape(caps, Kg: int) -> tuple:
     """(BN, STAGES, INFLIGHT). Native group products: 128-column tiles (64 where the group has
