@@ -27,7 +27,8 @@ from .common import median_device_time, median_torch_cuda_time, table
 from .convolution import rel_err
 
 SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-3x3-256@14": (256, 256, 14)}
-CONFIGS = ((None, 4, 1), (None, 3, 1), (None, 4, 0), (None, 3, 0), (None, 6, 1), (128, 3, 0), (128, 4, 1))  # BN None: tile_shape's
+# (BN, STAGES, INFLIGHT); BN None: tile_shape's
+CONFIGS = ((None, 4, 1), (None, 3, 1), (None, 4, 0), (None, 3, 0), (None, 6, 1), (128, 3, 0), (128, 4, 1))
 
 
 def variants(p, dummy):
