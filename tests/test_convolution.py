@@ -186,6 +186,23 @@ def test_group_products_are_chosen_from_capabilities(runtime):
     assert implicit_gemm_group.tile_shape(problem(16, True).runtime.capabilities, 256) == (128, 4, 1)
 
 
+def test_implicit_gemm_routes_to_group_products(runtime, rng, monkeypatch, dtype="bf16"):
+    """Where implicit_gemm_group.covers holds, the public forward runs that kernel (covers
+    forced true here: the emulated device has no native group products)."""
+    from rudnn.convolution import implicit_gemm_group
+    calls = []
+    run = implicit_gemm_group.run_forward
+    monkeypatch.setattr(implicit_gemm_group, "covers", lambda p: True)
+    monkeypatch.setattr(implicit_gemm_group, "run_forward", lambda *a: (calls.append(1), run(*a)))
+    x = host(rng.standard_normal((1, 16, 6, 5)), dtype)
+    w = host(rng.standard_normal((24, 8, 3, 3)), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    t = lambda a: runtime.tensor(channels_last(a), dtype=dtype)  # noqa: E731
+    y = conv_forward_nhwc(t(x), t(w), None, opts, ImplicitGemm)
+    assert calls == [1]
+    close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, None, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
 def test_strided_inputs(runtime, rng):
     """Non-contiguous views (a channel slice, a spatial step) give the results of their copies."""
     x_full = rng.standard_normal((2, 9, 14, 8)).astype(np.float32)
