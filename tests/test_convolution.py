@@ -125,6 +125,84 @@ def test_implicit_gemm_channels_last_ring(runtime, rng, dtype="bf16"):
     close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
 
 
+def forced_group_forward(runtime, x, w, b, opts, dtype, **shape):
+    """conv_forward_nhwc through the group-product kernel (implicit_gemm_group), forced: it is
+    chosen by default only where group products are native."""
+    from rudnn.convolution import implicit_gemm_group, implicit_gemm_nhwc
+    from rudnn.convolution.problem import as_5d, user_shape, validate_forward
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    p = validate_forward("conv_forward_nhwc", t(channels_last(x)), t(channels_last(w)),
+                         None if b is None else t(b), opts, True)
+    assert implicit_gemm_nhwc.covers(p)
+    g = p.geo
+    out = runtime.empty(user_shape((g.B, g.K, *g.O), g.rank, True), dtype)
+    implicit_gemm_group.run_forward(p, as_5d(out, g.rank, True), runtime.zeros((1,), "f32"), **shape)
+    return np.moveaxis(out.numpy(), -1, 1)
+
+
+@pytest.mark.interpreter
+def test_implicit_gemm_group_products(runtime, rng, dtype="bf16"):
+    """The channels-last forward on group products (kd.group_mma, emulated off the H200), in
+    the emulated devices' tile shape (BN 64, 3 slots, one product in flight): stride,
+    padding, dilation, 2 groups, bias; M = 105 and Kg = 35 partial tiles, R = 144 (3 steps
+    of 64, the last partial: the ring wraps)."""
+    x = host(rng.standard_normal((3, 32, 9, 7)), dtype)
+    w = host(rng.standard_normal((70, 16, 3, 3)), dtype)
+    b = host(rng.standard_normal(70), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    y = forced_group_forward(runtime, x, w, b, opts, dtype)
+    close(y, ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
+def test_implicit_gemm_group_products_native_shape(runtime, rng, dtype="f16"):
+    """The H200's tile shape (BN 128, 4 slots), every product waited for in its step: 2 x 2
+    partial tiles of 128 x 128 (M = 144, Kg = 136), R = 216 (4 steps: the ring wraps), no bias."""
+    x = host(rng.standard_normal((1, 24, 12, 12)), dtype)
+    w = host(rng.standard_normal((136, 24, 3, 3)), dtype)
+    y = forced_group_forward(runtime, x, w, None, ConvOptions(padding=1), dtype, bn=128, stages=4, inflight=0)
+    close(y, ref.forward(x, w, None, 1, 1, 1, 1), dtype)
+
+
+def test_group_products_are_chosen_from_capabilities(runtime):
+    """The group-product forward is the default exactly where group products are native and
+    the ring path's operand rules hold (Cin/groups a multiple of 8)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from rudnn.convolution import implicit_gemm_group
+    from rudnn.convolution.problem import validate_forward
+
+    def problem(cg, native):
+        x, w = runtime.zeros((1, 6, 6, 2 * cg), "bf16"), runtime.zeros((16, 3, 3, cg), "bf16")
+        p = validate_forward("conv_forward_nhwc", x, w, None, ConvOptions(padding=1, groups=2), True)
+        caps = dataclasses.replace(runtime.capabilities, group_mma_native=native, plane_dim=32,
+                                   max_cube_units=1024, max_shared_bytes=227 * 1024)
+        return SimpleNamespace(runtime=SimpleNamespace(capabilities=caps, plane_dim=32), dtype=p.dtype, geo=p.geo,
+                               x=p.x, w=p.w, bias=None)
+
+    assert implicit_gemm_group.covers(problem(16, True))
+    assert not implicit_gemm_group.covers(problem(16, False))
+    assert not implicit_gemm_group.covers(problem(12, True))
+    assert implicit_gemm_group.tile_shape(problem(16, True).runtime.capabilities, 256) == (128, 4, 1)
+
+
+def test_implicit_gemm_routes_to_group_products(runtime, rng, monkeypatch, dtype="bf16"):
+    """Where implicit_gemm_group.covers holds, the public forward runs that kernel (covers
+    forced true here: the emulated device has no native group products)."""
+    from rudnn.convolution import implicit_gemm_group
+    calls = []
+    run = implicit_gemm_group.run_forward
+    monkeypatch.setattr(implicit_gemm_group, "covers", lambda p: True)
+    monkeypatch.setattr(implicit_gemm_group, "run_forward", lambda *a: (calls.append(1), run(*a)))
+    x = host(rng.standard_normal((1, 16, 6, 5)), dtype)
+    w = host(rng.standard_normal((24, 8, 3, 3)), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    t = lambda a: runtime.tensor(channels_last(a), dtype=dtype)  # noqa: E731
+    y = conv_forward_nhwc(t(x), t(w), None, opts, ImplicitGemm)
+    assert calls == [1]
+    close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, None, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
 def test_strided_inputs(runtime, rng):
     """Non-contiguous views (a channel slice, a spatial step) give the results of their copies."""
     x_full = rng.standard_normal((2, 9, 14, 8)).astype(np.float32)

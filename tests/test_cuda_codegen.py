@@ -336,3 +336,25 @@ def test_bulk_stores_are_tensor_stores_of_the_copy_engine():
     assert "fence.proxy.async.shared::cta" in ptx
     ptx80 = ptx_of(store_box, 64, (tile, out, 0, 0, 16, 32), sm=80)
     assert "cp.async.bulk" not in ptx80
+
+
+def test_convolution_group_products_are_wgmma():
+    """The channels-last forward on group products (rudnn.convolution.implicit_gemm_group) in
+    its H200 tile shapes: wgmma reading the 128-byte layout (descriptors of layout 1), filled
+    by 16-byte cp.async copies."""
+    from rudnn.convolution import ConvOptions, implicit_gemm_group
+    from rudnn.convolution.problem import as_5d, user_shape, validate_forward
+    for C, K in ((64, 64), (128, 256)):
+        x, w = CPU.zeros((2, 14, 14, C), "bf16"), CPU.zeros((K, 3, 3, C), "bf16")
+        p = validate_forward("conv_forward_nhwc", x, w, None, ConvOptions(padding=1), True)
+        g = p.geo
+        y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, True), "bf16"), g.rank, True)
+        BN, S, L = implicit_gemm_group.tile_shape(capabilities.for_arch("sm_90"), K)
+        assert BN == min(K, 128)
+        args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), BN, S, L)
+        src = compile_launch(implicit_gemm_group.conv_gemm_group, 256, args, "sm_90").rendered.source
+        descs = re.findall(r"kd_wg_desc\(\([^;]*\);", src)
+        assert descs and all(d.endswith(", 1);") for d in descs)
+        ptx = ptx_of(implicit_gemm_group.conv_gemm_group, 256, args)
+        assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.bf16.bf16") == 4  # BK = 64: 4 k16 products
+        assert "cp.async.cg.shared.global" in ptx or "cp.async.ca.shared.global" in ptx

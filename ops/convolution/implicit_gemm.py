@@ -223,8 +223,12 @@ def _units(p) -> int:
 
 
 def run_forward(p, y5, dummy) -> None:
-    """y5 = the forward pass: the async-copy ring where the channels-last layout allows it."""
-    from . import implicit_gemm_nhwc
+    """y5 = the forward pass: group products where the device has them natively and the
+    channels-last layout allows it, else the async-copy ring where the layout allows it."""
+    from . import implicit_gemm_group, implicit_gemm_nhwc
+    if implicit_gemm_group.covers(p):
+        implicit_gemm_group.run_forward(p, y5, dummy)
+        return
     if implicit_gemm_nhwc.covers(p):
         implicit_gemm_nhwc.run_forward(p, y5, dummy)
         return

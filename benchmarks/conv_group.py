@@ -1,0 +1,112 @@
+"""The channels-last bf16 forward convolution on group products (ops/convolution/
+implicit_gemm_group.py) in several tile shapes, next to today's async-copy ring
+(implicit_gemm_nhwc.py) and cuDNN, on the ResNet-50 3x3 set of issue 17 (N 64, C = K =
+64/128/256 at 56²/28²/14², padding 1).
+
+    python -m benchmarks.conv_group                    # the cuda runtime, every config
+    python -m benchmarks.conv_group --quick --runtimes cpu   # a smoke run (N 2, cpu, no baseline)
+
+Each variant is checked against torch first (relative L2 error), then the variants and cuDNN
+(`F.conv2d` on channels_last tensors, `cudnn.benchmark`) are timed in turn, --rounds rounds of
+the median of --reps launches each (CUDA events); the table gives each variant's best round
+and the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours).
+Group variants are named BN/STAGES/INFLIGHT (see tile_shape); they run wherever the runtime
+can launch them (native group products only on the H200).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import kerneldsl as kd
+from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_nhwc
+from rudnn.convolution.problem import as_5d, user_shape, validate_forward
+
+from .common import median_device_time, median_torch_cuda_time, table
+from .convolution import rel_err
+
+SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-3x3-256@14": (256, 256, 14)}
+# (BN, STAGES, INFLIGHT); BN None: tile_shape's
+CONFIGS = ((None, 4, 1), (None, 3, 1), (None, 4, 0), (None, 3, 0), (None, 6, 1), (128, 3, 0), (128, 4, 1))
+
+
+def variants(p, dummy):
+    """name -> fn(y5): a launch of one forward into y5."""
+    out = {"ring (plane fragments)": lambda y5: implicit_gemm_nhwc.run_forward(p, y5, dummy)}
+    default_bn = implicit_gemm_group.tile_shape(p.runtime.capabilities, p.geo.Kg)[0]
+    for bn, stages, inflight in CONFIGS:
+        bn = bn or default_bn
+        if implicit_gemm_group.fits(p, bn, stages):
+            out[f"group {bn}/{stages}/{inflight}"] = (
+                lambda y5, bn=bn, s=stages, i=inflight: implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runtimes", default="cuda")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="N 2 and 3 reps (a smoke run)")
+    args = ap.parse_args(argv)
+    import torch
+    F = torch.nn.functional
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for rt_name in args.runtimes.split(","):
+        rt = kd.runtime(rt_name)
+        cuda = rt.capabilities.backend == "cuda" and torch.cuda.is_available()
+        reps = 3 if args.quick else args.reps
+        for name, (C, K, H) in SHAPES.items():
+            N = 2 if args.quick else 64
+            gen = torch.Generator().manual_seed(0)
+            x = torch.randn(N, C, H, H, generator=gen).bfloat16()
+            w = (torch.randn(K, C, 3, 3, generator=gen) / (9 * C) ** 0.5).bfloat16()
+            kx = rt.tensor(x.permute(0, 2, 3, 1).contiguous().float().numpy(), dtype="bf16")
+            kw = rt.tensor(w.permute(0, 2, 3, 1).contiguous().float().numpy(), dtype="bf16")
+            p = validate_forward("conv_forward_nhwc", kx, kw, None, ConvOptions(padding=1), True)
+            g = p.geo
+            shape = user_shape((g.B, g.K, *g.O), g.rank, True)
+            y5 = as_5d(rt.empty(shape, "bf16"), g.rank, True)
+            dummy = rt.zeros((1,), "f32")
+            if cuda:
+                xc = x.cuda().to(memory_format=torch.channels_last)
+                wc = w.cuda().to(memory_format=torch.channels_last)
+                base = lambda: F.conv2d(xc, wc, None, 1, 1)  # noqa: E731
+                want = base().float().permute(0, 2, 3, 1).cpu().numpy()
+            else:
+                base = None
+                want = F.conv2d(x.float(), w.float(), None, 1, 1).permute(0, 2, 3, 1).numpy()
+            runs = variants(p, dummy)
+            errs = {}
+            for v, fn in runs.items():
+                check = rt.tensor(np.full(shape, np.nan, np.float32), dtype="bf16")  # nothing left from before
+                fn(as_5d(check, g.rank, True))
+                rt.synchronize()
+                errs[v] = rel_err(check.numpy().astype(np.float32), want)
+            times = {v: [] for v in runs}
+            base_times = []
+            for _ in range(args.rounds):
+                if base is not None:
+                    base_times.append(median_torch_cuda_time(torch, base, reps))
+                for v, fn in runs.items():
+                    times[v].append(median_device_time(rt, lambda fn=fn: fn(y5), reps))
+            flops = 2.0 * N * K * H * H * C * 9
+            for v in runs:
+                t = min(times[v])
+                if base_times:
+                    ratios = [b / o for b, o in zip(base_times, times[v])]
+                    ratio = f"{min(ratios):.2f}-{max(ratios):.2f}x"
+                    tb = f"{min(base_times) * 1e3:.3f}"
+                else:
+                    ratio = tb = "-"
+                rows.append((rt_name, name, f"N{N}", v, f"{t * 1e3:.3f}", tb, ratio, f"{flops / t / 1e12:.1f}",
+                             f"{errs[v]:.1e}"))
+                print(*rows[-1], flush=True)
+    print(table(rows, ("runtime", "shape", "batch", "variant", "ms (best round)", "cuDNN ms", "ratio range",
+                       "TFLOP/s", "rel err")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""The channels-last forward `ImplicitGemm` path on group products (`kd.group_mma`: wgmma on
+the H200, an exact emulation elsewhere), for the operands the async-copy ring takes
+(implicit_gemm_nhwc.covers: F16/BF16, Cin/groups a multiple of 8, 16-byte aligned).
+
+A cube of 2 groups (8 planes) owns a 128 x BN tile of [B·O pixels] x [Cout of one group];
+group g multiplies rows 64g .. 64g + 63 into its 64 x BN f32 accumulator. The reduction index
+is r = tap·Cg + c (channels innermost, as they lie in memory), BK = 64 columns a step. Every
+unit copies its share of a step with 16-byte `kd.async_copy`s straight from the NHWC input
+(A, zero-filled outside it: the padding is never stored) and the weights (B, stored as its
+BN x BK transpose) into a ring slot, both in the group-tile layout with the 128-byte swizzle
+(`kd.tile_offset(..., swizzle=128)`: a 64-column row is one band row, so a unit's chunk lands
+in 16 contiguous bytes), which `kd.group_mma` reads itself: no plane loads a fragment.
+
+The ring has STAGES slots. With INFLIGHT = 1 a group keeps one product running across the
+step's barrier (`kd.group_wait(1)`), so the copies look STAGES - 2 steps ahead; with
+INFLIGHT = 0 each product is waited for in its step and the copies look STAGES - 1 ahead.
+Step kt: wait for this unit's copies of step kt, barrier (everyone's are in, and every group
+has waited for the product that last read the slot to be refilled), issue product kt, issue
+the copies of step kt + AHEAD into slot (kt + AHEAD) mod STAGES, wait for products down to
+INFLIGHT. Why the refilled slot is free: it last held step kt + AHEAD - STAGES =
+kt - 1 - INFLIGHT, whose product each group waited for at the end of step kt - 1 (it then had
+at most INFLIGHT newer ones), before this step's barrier. Ring positions are counters, never
+divided (a division between a product's issue and its wait made ptxas serialise wgmma), and
+the unit's per-step index arithmetic is unsigned for the same reason.
+
+Each unit copies a fixed 8-column chunk (`col`) of NR = BM / RS rows of A and of BN / RS rows of
+B (RS = units / 8 rows apart), so the pixel decomposition of its A rows and the weight rows'
+bases are worked out once, before the loop; a step only splits r into (tap, channel).
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .gather import split_pixel
+
+BM = 128          # output pixels a cube (two groups of 64 rows)
+BK = 64           # reduction columns a step: one 128-byte band row
+SW = 128          # the group-tile layout's swizzle span (bytes)
+CHUNKS = BK // 8  # 16-byte chunks a staged row
+
+
+@kd.func
+def next_slot(s, S):
+    """The ring position after s (a counter, never a remainder)."""
+    s += 1
+    if s == S:
+        s = 0
+    return s
+
+
+@kd.func
+def a_rows(m0, row, RS, NR, Mg, P, OH, OW, G):
+    """Per A row of this unit (pixels m0 + row + i·RS): (inside the matrix, its output pixel's
+    input origin iz0, iy0, ix0 and batch index)."""
+    rows = ()
+    for i in kd.unroll(NR):
+        m = m0 + row + i * RS
+        live = m < Mg
+        mm = kd.select(live, m, 0)
+        od, oh, ow = split_pixel(mm % P, OH, OW)
+        rows = rows + ((live, mm // P, od * G[0] - G[3], oh * G[1] - G[4], ow * G[2] - G[5]),)
+    return rows
+
+
+@kd.func
+def fetch_step(sa, sb, x, w, abase, bbase, arows, brows, kt, col, R, g, Cg, RS, NR, NRB, G):
+    """This unit's async copies of reduction step kt: its chunk (columns col .. col + 8) of
+    its NR rows of A into sa[abase..] and of its NRB rows of B into sb[bbase..]; zeros outside
+    the input and past the matrix (steps past the last copy only zeros). `abase`/`bbase`
+    already hold the unit's offset in the slot; its rows are RS·BK elements apart."""
+    r = kt * BK + col
+    ok = r < R
+    ur = kd.u32(kd.select(ok, r, 0))
+    utap = ur // kd.u32(Cg)
+    ch = kd.i32(ur - utap * kd.u32(Cg))
+    kz = kd.i32(utap // kd.u32(G[10] * G[11]))
+    ky = kd.i32(utap // kd.u32(G[11]) % kd.u32(G[10]))
+    kx = kd.i32(utap % kd.u32(G[11]))
+    dz, dy, dx = kz * G[6], ky * G[7], kx * G[8]
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    cin = kd.i64(g * Cg + ch)
+    for i in kd.unroll(NR):
+        live, b, iz0, iy0, ix0 = arows[i]
+        iz, iy, ix = iz0 + dz, iy0 + dy, ix0 + dx
+        inside = ok and live and iz >= 0 and iz < D and iy >= 0 and iy < H and ix >= 0 and ix < W
+        off = (kd.i64(b) * x.stride(0) + cin + kd.i64(iz) * x.stride(2) + kd.i64(iy) * x.stride(3)
+               + kd.i64(ix) * x.stride(4))
+        kd.async_copy(sa, abase + i * (RS * BK), x, kd.select(inside, off, kd.i64(0)), 8, inside)
+    woff = (kd.i64(ch) + kd.i64(kz) * w.stride(2) + kd.i64(ky) * w.stride(3) + kd.i64(kx) * w.stride(4))
+    for i in kd.unroll(NRB):
+        live, wrow = brows[i]
+        inside = ok and live
+        kd.async_copy(sb, bbase + i * (RS * BK), w, kd.select(inside, wrow + woff, kd.i64(0)), 8, inside)
+    kd.async_commit()
+
+
+@kd.kernel
+def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, HAS_BIAS: kd.Const[bool],
+                    DT: kd.Const[object], G: kd.Const[tuple], BN: kd.Const[int], STAGES: kd.Const[int],
+                    INFLIGHT: kd.Const[int]):
+    """y[b, o, g·Kg + n] (+ bias) = sum_{tap, c} x[b, o·S + tap·Dil − P, g·Cg + c]·w[g·Kg + n, tap, c]."""
+    kd.static_assert(kd.cube_units() == 8 * kd.PLANE_DIM, "launch with 8 planes (2 groups) per cube")
+    kd.static_assert(INFLIGHT == 0 or INFLIGHT == 1, "INFLIGHT: 0 or 1 products left running")
+    kd.static_assert(STAGES >= 2 + INFLIGHT, "the ring needs STAGES - 1 - INFLIGHT >= 1 steps ahead")
+    U = kd.cube_units()
+    RS = U // CHUNKS                      # rows between a unit's rows
+    kd.static_assert(RS % 8 == 0 and BM % RS == 0 and BN % RS == 0, "units must split the tiles by whole 8-row blocks")
+    NR = BM // RS
+    NRB = BN // RS
+    AHEAD = STAGES - 1 - INFLIGHT         # steps of copies in flight beyond the current one
+    A_STAGE = BM * BK
+    B_STAGE = BN * BK
+
+    OH, OW = y.shape[3], y.shape[4]
+    P = y.shape[2] * OH * OW
+    Mg = y.shape[0] * P
+    Cg = w.shape[1]
+    Kg = y.shape[1] // (x.shape[1] // Cg)
+    R = Cg * G[9] * G[10] * G[11]
+    KT = (R + BK - 1) // BK
+    g = kd.cube_pos_z()
+    m0 = kd.cube_pos_x() * BM
+    n0 = kd.cube_pos_y() * BN
+    grp = kd.plane_pos() // 4
+
+    t = kd.unit_pos()
+    row = t // CHUNKS
+    col = t % CHUNKS * 8
+    arows = a_rows(m0, row, RS, NR, Mg, P, OH, OW, G)
+    brows = ()
+    for i in kd.unroll(NRB):
+        n = n0 + row + i * RS
+        live = n < Kg
+        brows = brows + ((live, kd.i64(g * Kg + kd.select(live, n, 0)) * w.stride(0)),)
+    # the unit's chunk in a slot: rows row + i·RS share row % 8, hence the swizzle's xor
+    adst = kd.tile_offset(row, col, BM, swizzle=SW)
+    bdst = kd.tile_offset(row, col, BN, swizzle=SW)
+
+    sa = kd.shared(DT, STAGES * A_STAGE)
+    sb = kd.shared(DT, STAGES * B_STAGE)
+    acc = kd.group_fragment_acc(64, BN)
+    kd.fill_fragment(acc, 0.0)
+
+    for s in kd.unroll(AHEAD):
+        fetch_step(sa, sb, x, w, s * A_STAGE + adst, s * B_STAGE + bdst, arows, brows, s, col, R, g, Cg,
+                   RS, NR, NRB, G)
+    rs = 0        # ring slot of step kt
+    ws = AHEAD    # ring slot of step kt + AHEAD
+    for kt in range(KT):
+        kd.async_wait(AHEAD - 1)   # this unit's copies of step kt are in ...
+        kd.sync_cube()             # ... everyone's are, and slot ws's last product is done
+        kd.group_mma(acc, kd.shared_tile(sa, rs * A_STAGE + grp * (64 * BK), 64, BK, swizzle=SW),
+                     kd.shared_tile(sb, rs * B_STAGE, BK, BN, transposed=True, swizzle=SW))
+        fetch_step(sa, sb, x, w, ws * A_STAGE + adst, ws * B_STAGE + bdst, arows, brows, kt + AHEAD, col, R, g,
+                   Cg, RS, NR, NRB, G)
+        kd.group_wait(INFLIGHT)
+        rs = next_slot(rs, STAGES)
+        ws = next_slot(ws, STAGES)
+    kd.group_wait(0)
+    kd.async_wait(0)
+
+    # epilogue: each of the lane's row slots (a pixel) resolved once, then its elements stored
+    rows = ()
+    for sl in kd.unroll(kd.fragment_row_slots(acc)):
+        r = 0
+        for q in kd.unroll(kd.fragment_len(acc)):
+            if kd.fragment_row_slot(acc, q) == sl:
+                r = kd.fragment_row(acc, q)
+        m = m0 + grp * 64 + r
+        live = m < Mg
+        mm = kd.select(live, m, 0)
+        od, oh, ow = split_pixel(mm % P, OH, OW)
+        rows = rows + ((live, kd.i64(mm // P) * y.stride(0) + kd.i64(od) * y.stride(2) + kd.i64(oh) * y.stride(3)
+                        + kd.i64(ow) * y.stride(4)),)
+    for q in kd.unroll(kd.fragment_len(acc)):
+        live, at = rows[kd.fragment_row_slot(acc, q)]
+        n = n0 + kd.fragment_col(acc, q)
+        if live and n < Kg:
+            v = kd.fragment_get(acc, q)
+            co = g * Kg + n
+            if HAS_BIAS:
+                v = v + kd.f32(bias[co])
+            y[at + kd.i64(co) * y.stride(1)] = v
+
+def tile_shape(caps, Kg: int) -> tuple:
+    """(BN, STAGES, INFLIGHT). Native group products: 128-column tiles (64 where the group has
+    at most 64 output channels, so no half-empty products) and a 4-slot ring with one product
+    left running. Emulated ones keep their accumulators in shared memory too (an OpenCL CPU
+    device has 256 KiB): 64-column tiles and 3 slots."""
+    if caps.group_mma_native:
+        return (64 if Kg <= 64 else 128), 4, 1
+    return 64, 3, 1
+
+
+def shared_bytes(bn: int, stages: int) -> int:
+    """Shared memory of the ring (16-bit elements)."""
+    return stages * (BM + bn) * BK * 2
+
+
+def fits(p, bn: int, stages: int) -> bool:
+    """The launch shape works for p's device: two groups of 4 planes whose units split the
+    tiles in whole 8-row blocks, and the ring within the device's shared memory."""
+    caps = p.runtime.capabilities
+    U = 8 * caps.plane_dim
+    rs = U // CHUNKS
+    return (U <= caps.max_cube_units and U % CHUNKS == 0 and rs % 8 == 0 and BM % rs == 0 and bn % rs == 0
+            and shared_bytes(bn, stages) <= caps.max_shared_bytes)
+
+
+def covers(p) -> bool:
+    """This kernel is the forward pass for p: group products are native and the ring path's
+    operand rules hold (implicit_gemm_nhwc.covers)."""
+    from . import implicit_gemm_nhwc
+    caps = p.runtime.capabilities
+    return (caps.group_mma_native and p.dtype in caps.mma_dtypes and implicit_gemm_nhwc.covers(p)
+            and fits(p, *tile_shape(caps, p.geo.Kg)[:2]))
+
+
+def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, inflight: int | None = None) -> None:
+    """y5 = the forward pass of p (implicit_gemm_nhwc.covers(p) and fits(...) must hold); the
+    tile shape from tile_shape() unless given (tests and benchmarks force others)."""
+    g = p.geo
+    BN, S, L = tile_shape(p.runtime.capabilities, g.Kg)
+    BN, S, L = bn or BN, stages or S, L if inflight is None else inflight
+    M = g.B * g.pixels
+    grid = ((M + BM - 1) // BM, (g.Kg + BN - 1) // BN, g.groups)
+    bias = p.bias if p.bias is not None else dummy
+    conv_gemm_group[grid, 8 * p.runtime.plane_dim](p.x, p.w, y5, bias, p.bias is not None, p.dtype, g.consts(),
+                                                   BN, S, L)
