@@ -330,11 +330,11 @@ def test_a_role_barrier_is_a_named_barrier_of_its_units():
 def test_bulk_stores_are_tensor_stores_of_the_copy_engine():
     from test_dsl_bulk_copy import store_box
     tile, out = CPU.zeros((16, 32), "bf16"), CPU.zeros((37, 56), "bf16")
-    ptx = ptx_of(store_box, 64, (tile, out, 0, 0, 16, 32))
+    ptx = ptx_of(store_box, 64, (tile, out, 0, 0, 16, 32, 32))
     assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 2  # two 16-column bands
     assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group 0" in ptx
     assert "fence.proxy.async.shared::cta" in ptx
-    ptx80 = ptx_of(store_box, 64, (tile, out, 0, 0, 16, 32), sm=80)
+    ptx80 = ptx_of(store_box, 64, (tile, out, 0, 0, 16, 32, 32), sm=80)
     assert "cp.async.bulk" not in ptx80
 
 

@@ -184,11 +184,13 @@ def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, H
 
 def tile_shape(caps, Kg: int) -> tuple:
     """(BN, STAGES, INFLIGHT). Native group products: 128-column tiles (64 where the group has
-    at most 64 output channels, so no half-empty products) and a 4-slot ring with one product
-    left running. Emulated ones keep their accumulators in shared memory too (an OpenCL CPU
-    device has 256 KiB): 64-column tiles and 3 slots."""
+    at most 64 output channels, so no half-empty products) and a 3-slot ring, each product
+    waited for in its step (measured best on the H200 over BN 64/128, 3/4/6 slots, 0/1
+    products in flight: benchmarks/RESULTS.md, session 18; 3 slots of 128 columns are 96 KiB,
+    so two cubes share an SM). Emulated ones keep their accumulators in shared memory too (an
+    OpenCL CPU device has 256 KiB): 64-column tiles and 3 slots."""
     if caps.group_mma_native:
-        return (64 if Kg <= 64 else 128), 4, 1
+        return (64 if Kg <= 64 else 128), 3, 0
     return 64, 3, 1
 
 
