@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.errors import CompileError, DivergenceError
+from kerneldsl.errors import CompileError, DivergenceError, SharedMemoryRaceError
 
 pytestmark = [pytest.mark.feature("roles"), pytest.mark.interpreter]
 
@@ -112,6 +112,26 @@ def test_the_interpreter_rejects_waits_program_order_cannot_meet(runtime):
     x = runtime.zeros(8 * runtime.plane_dim, kd.f32)
     with pytest.raises(DivergenceError, match="inside a kd.role.*program order"):
         consumer_first[1, 8 * runtime.plane_dim](x)
+
+
+@kd.kernel
+def outsider_then_role(x: kd.Tensor[kd.f32, 1]):
+    """Group 1 writes a slot outside any role; group 0's role reads it after kd.sync_role()
+    alone, which orders the role's units only: a race (a kd.sync_cube() is needed)."""
+    sh = kd.shared(kd.f32, 8)
+    if kd.unit_pos() == 4 * kd.PLANE_DIM:
+        sh[0] = 1.0
+    with kd.role(0):
+        kd.sync_role()
+        if kd.unit_pos() == 0:
+            x[0] = sh[0]
+
+
+def test_a_role_barrier_does_not_order_other_units(runtime):
+    if not runtime.capabilities.interpreted:
+        pytest.skip("the race check belongs to the interpreter (the debugging runtime)")
+    with pytest.raises(SharedMemoryRaceError, match=r"sh\[0\]"):
+        outsider_then_role[1, 8 * runtime.plane_dim](runtime.zeros(8, kd.f32))
 
 
 def _compile(rt, fn, planes=8):

@@ -166,9 +166,20 @@ class SharedArray:
         return f"shared array {self.name} {self.shape} {self.data.dtype} (unwritten slots shown as nan/0):\n" \
                f"{shown.reshape(self.shape)!r}"
 
-    def new_epoch(self):
+    def new_epoch(self, units=None):
         """A cube barrier (or the cube's end): every access before it is ordered before every
-        access after it. Reports the epoch's first read of an unwritten slot."""
+        access after it. Reports the epoch's first read of an unwritten slot. `units`: a role's
+        barrier (kd.sync_role), which orders only those units' accesses: only theirs are
+        forgotten, so another unit's access still races with what a role unit does after it."""
+        if units is not None:
+            for table in self.seen.values():
+                for slot in list(table):
+                    accesses = table[slot]
+                    for u in units:
+                        accesses.pop(u, None)
+                    if not accesses:
+                        del table[slot]
+            return
         if self.unwritten_reads:
             slot, unit, line, what = self.unwritten_reads[0]
             st = self.state

@@ -105,7 +105,7 @@ class CubeRunner:
             if all(requests[v] is not _DONE and requests[v][0] == "barrier" for v in units):
                 self._same_split([requests[v] for v in units], units, "role")
                 for sh in shared.values():
-                    sh.new_epoch()  # (orders the role's accesses; other units' are not in flight)
+                    sh.new_epoch(units)  # orders the role's own accesses only
                 for v in units:
                     advance(v)
                 released = True
