@@ -209,8 +209,8 @@ def force_group_data_backward(monkeypatch):
     from rudnn.convolution import implicit_gemm_dgrad, implicit_gemm_group, implicit_gemm_nhwc
     calls = []
     run = implicit_gemm_dgrad.run_data_backward
-    monkeypatch.setattr(implicit_gemm_group, "covers", lambda p: implicit_gemm_nhwc.covers(p) and implicit_gemm_group.fits(
-        p, *implicit_gemm_group.tile_shape(p.runtime.capabilities, p.geo.Kg)[:2]))
+    monkeypatch.setattr(implicit_gemm_group, "covers", lambda p: implicit_gemm_nhwc.covers(p) and (
+        implicit_gemm_group.fits(p, *implicit_gemm_group.tile_shape(p.runtime.capabilities, p.geo.Kg)[:2])))
     monkeypatch.setattr(implicit_gemm_dgrad, "run_data_backward", lambda *a: (calls.append(1), run(*a)))
     return calls
 
@@ -248,6 +248,31 @@ def test_data_backward_group_products_only_where_the_identity_holds(runtime, rng
         dx = conv_data_backward(t(dy), t(w), xs, ConvOptions(stride=st, padding=pd), ImplicitGemm)
         close(dx.numpy(), ref.data_backward(dy, w, xs, st, pd, 1, 1), dtype)
     assert calls == []
+
+
+def test_data_backward_group_products_are_chosen_from_capabilities(runtime):
+    """implicit_gemm_dgrad.covers: native group products, stride 1, padding at most
+    (K − 1)·dilation, and Cout/groups (the equivalent forward's Cin/groups) a multiple of 8."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from rudnn.convolution import implicit_gemm_dgrad
+    from rudnn.convolution.problem import validate_data_backward
+
+    def problem(kg, native, stride=1, pad=1):
+        w = runtime.zeros((2 * kg, 8, 3, 3), "bf16")
+        opts = ConvOptions(stride=stride, padding=pad, groups=2)
+        o = (12 + 2 * pad - 3) // stride + 1
+        p = validate_data_backward(runtime.zeros((1, 2 * kg, o, o), "bf16"), w, (1, 16, 12, 12), opts)
+        caps = dataclasses.replace(runtime.capabilities, group_mma_native=native, plane_dim=32,
+                                   max_cube_units=1024, max_shared_bytes=227 * 1024)
+        return dataclasses.replace(p, runtime=SimpleNamespace(capabilities=caps, plane_dim=32))
+
+    assert implicit_gemm_dgrad.covers(problem(16, True))
+    assert not implicit_gemm_dgrad.covers(problem(16, False))
+    assert not implicit_gemm_dgrad.covers(problem(12, True))
+    assert not implicit_gemm_dgrad.covers(problem(16, True, stride=2))
+    assert not implicit_gemm_dgrad.covers(problem(16, True, pad=3))
 
 
 def test_strided_inputs(runtime, rng):
