@@ -203,6 +203,78 @@ def test_implicit_gemm_routes_to_group_products(runtime, rng, monkeypatch, dtype
     close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, None, (2, 1), (2, 1), (2, 1), 2), dtype)
 
 
+def force_group_data_backward(monkeypatch):
+    """implicit_gemm_group.covers without its native-group-products rule (the emulated devices
+    lack them), so the stride-1 data backward takes implicit_gemm_dgrad; returns its calls."""
+    from rudnn.convolution import implicit_gemm_dgrad, implicit_gemm_group, implicit_gemm_nhwc
+    calls = []
+    run = implicit_gemm_dgrad.run_data_backward
+    monkeypatch.setattr(implicit_gemm_group, "covers", lambda p: implicit_gemm_nhwc.covers(p) and (
+        implicit_gemm_group.fits(p, *implicit_gemm_group.tile_shape(p.runtime.capabilities, p.geo.Kg)[:2])))
+    monkeypatch.setattr(implicit_gemm_dgrad, "run_data_backward", lambda *a: (calls.append(1), run(*a)))
+    return calls
+
+
+DGRAD_CASES = {   # x shape, weight shape, padding, dilation, groups, dtype
+    "2d-pad1-dil2-groups2": ((2, 16, 9, 7), (32, 8, 3, 3), 1, 2, 2, "bf16"),
+    "2d-pad0-odd-kernel": ((1, 12, 7, 10), (16, 12, 3, 2), 0, 1, 1, "f16"),
+    "3d": ((1, 8, 4, 5, 6), (8, 8, 3, 1, 3), (1, 0, 1), 1, 1, "bf16"),
+}
+
+
+@pytest.mark.parametrize("case", list(DGRAD_CASES))
+def test_data_backward_on_group_products(runtime, rng, monkeypatch, case):
+    """Stride 1: the data backward runs as the forward of dy over flipped, channel-swapped
+    weights on the group-product kernel (implicit_gemm_dgrad; forced off the H200): odd
+    sizes, padding 0/1, dilation 2, 2 groups, a 3-D case; partial tiles (Cin/groups < 64)."""
+    calls = force_group_data_backward(monkeypatch)
+    xs, ws, pd, dl, g, dtype = DGRAD_CASES[case]
+    w = host(rng.standard_normal(ws), dtype)
+    y = ref.forward(np.zeros(xs), w, None, 1, pd, dl, g)
+    dy = host(rng.standard_normal(y.shape), dtype)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    dx = conv_data_backward(t(dy), t(w), xs, ConvOptions(padding=pd, dilation=dl, groups=g), ImplicitGemm)
+    assert calls == [1]
+    close(dx.numpy(), ref.data_backward(dy, w, xs, 1, pd, dl, g), dtype)
+
+
+def test_data_backward_group_products_only_where_the_identity_holds(runtime, rng, monkeypatch, dtype="bf16"):
+    """Stride 2, and padding beyond (K − 1)·dilation, keep the gather GEMM (still correct)."""
+    calls = force_group_data_backward(monkeypatch)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    for xs, ws, st, pd in (((1, 16, 9, 8), (16, 16, 3, 3), 2, 1), ((1, 16, 5, 4), (16, 16, 1, 1), 1, 1)):
+        w = host(rng.standard_normal(ws), dtype)
+        dy = host(rng.standard_normal(ref.forward(np.zeros(xs), w, None, st, pd, 1, 1).shape), dtype)
+        dx = conv_data_backward(t(dy), t(w), xs, ConvOptions(stride=st, padding=pd), ImplicitGemm)
+        close(dx.numpy(), ref.data_backward(dy, w, xs, st, pd, 1, 1), dtype)
+    assert calls == []
+
+
+def test_data_backward_group_products_are_chosen_from_capabilities(runtime):
+    """implicit_gemm_dgrad.covers: native group products, stride 1, padding at most
+    (K − 1)·dilation, and Cout/groups (the equivalent forward's Cin/groups) a multiple of 8."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from rudnn.convolution import implicit_gemm_dgrad
+    from rudnn.convolution.problem import validate_data_backward
+
+    def problem(kg, native, stride=1, pad=1):
+        w = runtime.zeros((2 * kg, 8, 3, 3), "bf16")
+        opts = ConvOptions(stride=stride, padding=pad, groups=2)
+        o = (12 + 2 * pad - 3) // stride + 1
+        p = validate_data_backward(runtime.zeros((1, 2 * kg, o, o), "bf16"), w, (1, 16, 12, 12), opts)
+        caps = dataclasses.replace(runtime.capabilities, group_mma_native=native, plane_dim=32,
+                                   max_cube_units=1024, max_shared_bytes=227 * 1024)
+        return dataclasses.replace(p, runtime=SimpleNamespace(capabilities=caps, plane_dim=32))
+
+    assert implicit_gemm_dgrad.covers(problem(16, True))
+    assert not implicit_gemm_dgrad.covers(problem(16, False))
+    assert not implicit_gemm_dgrad.covers(problem(12, True))
+    assert not implicit_gemm_dgrad.covers(problem(16, True, stride=2))
+    assert not implicit_gemm_dgrad.covers(problem(16, True, pad=3))
+
+
 def test_strided_inputs(runtime, rng):
     """Non-contiguous views (a channel slice, a spatial step) give the results of their copies."""
     x_full = rng.standard_normal((2, 9, 14, 8)).astype(np.float32)

@@ -358,3 +358,27 @@ def test_convolution_group_products_are_wgmma():
         ptx = ptx_of(implicit_gemm_group.conv_gemm_group, 256, args)
         assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.bf16.bf16") == 4  # BK = 64: 4 k16 products
         assert "cp.async.cg.shared.global" in ptx or "cp.async.ca.shared.global" in ptx
+
+
+def test_convolution_data_backward_on_group_products_compiles():
+    """The stride-1 data backward on group products (rudnn.convolution.implicit_gemm_dgrad)
+    for sm_90: the NDHWC transpose of dy, the flipped channel-swapped weights, and the
+    group-product forward of the equivalent problem (wgmma), storing into dx's NCHW view."""
+    from rudnn.convolution import ConvOptions, implicit_gemm_dgrad, implicit_gemm_group
+    from rudnn.convolution.problem import as_5d, validate_data_backward
+    dy, w = CPU.zeros((2, 64, 14, 14), "bf16"), CPU.zeros((64, 32, 3, 3), "bf16")
+    p = validate_data_backward(dy, w, (2, 64, 14, 14), ConvOptions(padding=1, groups=2))
+    g = p.geo
+    dys, ws = implicit_gemm_dgrad._shapes(g)
+    dy_cl = implicit_gemm_dgrad.channels_last_view(CPU, CPU.empty((2 * 14 * 14 * 64,), "bf16").buffer, dys, p.dtype)
+    w_cl = implicit_gemm_dgrad.channels_last_view(CPU, CPU.empty((64 * 32 * 9,), "bf16").buffer, ws, p.dtype)
+    ptx = ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, (p.dy, dy_cl, p.dtype))
+    assert "bar.sync" in ptx or "barrier.sync" in ptx
+    ptx_of(implicit_gemm_dgrad.flip_weights, implicit_gemm_dgrad.COPY_UNITS, (p.w, w_cl, 64 * 32 * 9, g.consts()))
+    fp = implicit_gemm_dgrad.forward_problem(p, dy_cl, w_cl)
+    assert fp.geo.pad == (0, 1, 1) and fp.geo.Cg == 32 and fp.geo.Kg == 32
+    BN, S, L = implicit_gemm_group.tile_shape(capabilities.for_arch("sm_90"), fp.geo.Kg)
+    dx5 = as_5d(CPU.empty((2, 64, 14, 14), "bf16"), 2, False)
+    args = (fp.x, fp.w, dx5, CPU.zeros((1,), "f32"), False, p.dtype, fp.geo.consts(), BN, S, L)
+    ptx = ptx_of(implicit_gemm_group.conv_gemm_group, 256, args)
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.bf16.bf16") == 4

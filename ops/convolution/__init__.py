@@ -101,7 +101,7 @@ def conv_data_backward(out_grad, weight, in_shape, options: ConvOptions = _DEFAU
         return out
     dx5 = as_5d(out, g.rank, False)
     runners = {"Direct": lambda: _direct_data_backward(p, dx5),
-               "ImplicitGemm": lambda: implicit_gemm.run_data_backward(p, dx5)}
+               "ImplicitGemm": lambda: implicit_gemm.run_data_backward(p, dx5, _dummy(p.runtime))}
     runners[tuning.resolve(p, "data", strategy, runners)]()
     return out
 

@@ -4,6 +4,7 @@ tensor cores on CUDA, the exact emulation elsewhere).
 
     forward        C[(b, o), co]      = sum_{(c, tap)}  x[b, c, o·S + tap·Dil − P] · w[co, c, tap]
     data backward  C[(b, i), c]       = sum_{(co, tap)} dy[b, co, (i + P − tap·Dil) / S] · w[co, c, tap]
+                   (stride 1: a forward over flipped weights where implicit_gemm_dgrad covers it)
     weight backward C[co, (c, tap)]   = sum_{(b, o)}    dy[b, co, o] · x[b, c, o·S + tap·Dil − P]
 
 per group (the grid's z axis). A cube of 4 planes owns a 64 x 64 tile of C (each plane
@@ -239,7 +240,13 @@ def run_forward(p, y5, dummy) -> None:
                                                    p.bias is not None, p.dtype, g.consts())
 
 
-def run_data_backward(p, dx5) -> None:
+def run_data_backward(p, dx5, dummy) -> None:
+    """dx5 = the data backward pass: for stride 1 as a forward on group products where that
+    kernel covers it (implicit_gemm_dgrad), else the gather GEMM here."""
+    from . import implicit_gemm_dgrad
+    if implicit_gemm_dgrad.covers(p):
+        implicit_gemm_dgrad.run_data_backward(p, dx5, dummy)
+        return
     g = p.geo
     M, R = g.B * g.in_pixels, g.Kg * g.taps
     conv_gemm[_grid(M, g.Cg, g.groups), _units(p)](p.dy, p.w, dx5, dx5, M, g.Cg, R, R, g.Cg, g.Kg, DATA,
