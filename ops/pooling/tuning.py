@@ -199,3 +199,55 @@ def widened_input(caps, itemsize: int) -> bool:
     masked kernel (adaptive bins) went the other way with it (bf16 [8, 64, 28²] to 7×7:
     average 0.37-0.40 -> 0.42-0.59 ms), so it reads the input as it is."""
     return caps.units_are_simd_lanes and itemsize == 2
+
+
+# devices whose units are SIMD lanes: units a cube of lanes.pool_lanes (an output row, or an
+# even split of it) and planes a cube (the most of LANE_PLANES, 2, 1 dividing the planes).
+# 2-core dev box, f32 [64, 16, 56²] 3×3 s2 p1, kernel alone, 1 / 2 / 4 planes: average 60 /
+# 59 / 49 ns a plane row of 28 outputs, max 109 / 59 / 50; a cube of 32 units (part full,
+# masked stores) instead of 28: average 100 / 100 / 93, max 69 / 65 / 63.
+LANE_ROW_UNITS = 256
+LANE_PLANES = 4
+MIN_NARROW_MAX_UNITS = 8
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """lanes.pool_lanes' launch: `bx` units a cube (dividing the output row), `planes` planes
+    a cube (dividing the plane count), the grid, and each axis's window as (kernel, stride,
+    padding, dilation) (adaptive bins of equal size as kernel = stride = size / out)."""
+    bx: int
+    planes: int
+    grid: tuple
+    windows: tuple
+
+
+def lane_plan(caps, problem, itemsize: int, maximum: bool) -> LanePlan | None:
+    """lanes.pool_lanes' launch where it applies, else None: devices whose units are SIMD
+    lanes; windows small enough to unroll (unrolled_taps), or adaptive bins that all have
+    the same size (each input axis a multiple of its output, at most MAX_UNROLLED_TAPS taps);
+    an output row that splits evenly into cubes of at most LANE_ROW_UNITS; in-plane positions
+    below 2^31. Not for the max of 2-byte inputs over rows narrower than MIN_NARROW_MAX_UNITS
+    (bf16 [8, 64, 28²] to 7×7: 1.1 ms against 0.5 for forward.pool_forward_masked)."""
+    if not caps.units_are_simd_lanes or problem.in_spatial >= 2**31 or problem.out_spatial >= 2**31:
+        return None
+    if problem.adaptive:
+        if any(a.size % a.out for a in problem.axes) or math.prod(a.size // a.out for a in problem.axes) > \
+                MAX_UNROLLED_TAPS:
+            return None
+        windows = tuple((a.size // a.out, a.size // a.out, 0, 1) for a in problem.axes)
+    elif unrolled_taps(problem):
+        windows = tuple((a.kernel, a.stride, a.padding, a.dilation) for a in problem.axes)
+    else:
+        return None
+    width = problem.axes[2].out
+    cubes = -(-width // LANE_ROW_UNITS)
+    if width % cubes or (maximum and itemsize < 4 and width // cubes < MIN_NARROW_MAX_UNITS):
+        return None
+    planes = LANE_PLANES
+    while problem.planes % planes:
+        planes //= 2
+    rows = problem.axes[0].out * problem.axes[1].out * (problem.planes // planes)
+    if rows >= 2**31:
+        return None
+    return LanePlan(width // cubes, planes, (rows, cubes), windows)
