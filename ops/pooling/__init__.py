@@ -27,11 +27,11 @@ from .forward import pool_forward, pool_forward_masked, pool_forward_taps, widen
 from .lanes import pool_lanes
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import lane_row_mean, plane_mean, spread_mean
-from .scatter import rows_avg_backward, scatter_avg_backward, scatter_max_backward
+from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, f64_positions, lane_plan, lane_row_plan,
-                     outputs_per_unit,
+from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, column_units, element_plan, f64_positions, lane_plan,
+                     lane_row_plan, outputs_per_unit,
                      reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
                      widened_input, window_taps)
 
@@ -212,9 +212,10 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
 
 
 def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
-    """scatter.py's backward kernels, a cube of LANE_UNITS a plane: max pooling through the
-    indices; average pooling of 1 or 2 axes with windows small enough to unroll by rows of
-    the plane (vectors), other averages one output at a time."""
+    """scatter.py's backward kernels, a cube a plane: max pooling through the indices; average
+    pooling of 1 or 2 axes with windows small enough to unroll a unit an output column
+    (cols_avg_backward, where its padded plane fits; else by rows of the plane), other
+    averages one output at a time."""
     gy = -(-p.planes // GRID_Y)
     grid = (-(-p.planes // gy), gy)
     if maximum:
@@ -224,6 +225,11 @@ def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
     ax = p.axes
     if p.dims <= 2 and not p.adaptive and unrolled_taps(p):
         h, w = ax[1], ax[2]
+        bx = column_units(p.runtime.capabilities, p)
+        if bx:
+            cols_avg_backward[grid, bx](g, flat_dx, p.planes, p.divisor, h.size, w.size, h.out, w.out, h.kernel,
+                                        w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad, bx)
+            return
         rows_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, p.divisor, h.size, w.size, h.out, w.out, h.kernel,
                                             w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad)
         return
