@@ -11,10 +11,12 @@ forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled)
 reduction.plane_mean (global average pooling, a row reduction) or
 backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
 that cover it: deterministic, no atomics). Devices whose units are SIMD lanes (the cpu
-runtime) take CPU-shaped kernels where those would not vectorise: forward.pool_forward_masked
-for looped windows, reduction.lane_row_mean / spread_mean for global average and its
-backward, and scatter.py's backward passes (a cube a plane, summed in torch's order into
-shared memory; chosen by tuning.scatter_backward). Sums are F32 and
+runtime) take CPU-shaped kernels where those would not vectorise: lanes.pool_lanes (a unit
+an output column: unrollable windows and equal adaptive bins; tuning.lane_plan),
+forward.pool_forward_masked for other looped windows, reduction.lane_row_mean / spread_mean
+for global average and its backward, and scatter.py's backward passes (a cube a plane,
+summed in torch's order into shared memory; chosen by tuning.scatter_backward; averages of
+unrollable 1-/2-D windows a unit an output column, scatter.cols_avg_backward). Sums are F32 and
 results are cast once to the input dtype; indices are I64 flat positions in a plane.
 """
 from __future__ import annotations
