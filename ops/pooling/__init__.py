@@ -26,7 +26,7 @@ from kerneldsl.replay import replayable
 
 from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_masked, pool_forward_taps, widen
-from .lanes import pool_lanes
+from .lanes import pool_lanes, pool_plane_lanes
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import lane_row_mean, plane_mean, spread_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
@@ -130,7 +130,14 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
     if _rows(p, flat_in, out.reshape(total), sink, maximum, indices):
         return out, idx
-    lanes = lane_plan(rt.capabilities, p, flat_in.dtype.itemsize, maximum)
+    lanes = lane_plan(rt.capabilities, p)
+    if lanes is not None and lanes.flat:   # units are SIMD lanes, narrow rows: a unit an output of the plane
+        ax, (kd_, kh, kw) = p.axes, lanes.windows
+        pool_plane_lanes[lanes.grid, lanes.bx](flat_in, out.reshape(total), sink, *(a.size for a in ax),
+                                               *(a.out for a in ax), kd_[2], kh[2], kw[2], p.divisor, kd_[0], kh[0],
+                                               kw[0], kd_[1], kh[1], kw[1], kd_[3], kh[3], kw[3], maximum, p.adaptive,
+                                               p.count_include_pad, indices, lanes.planes, lanes.bx)
+        return out, idx
     if lanes is not None:   # units are SIMD lanes: a unit an output column, its taps vector loads
         ax, (kd_, kh, kw) = p.axes, lanes.windows
         pool_lanes[lanes.grid, lanes.bx](flat_in, out.reshape(total), sink, ax[0].out * ax[1].out,

@@ -19,8 +19,8 @@ has the same size (the input a multiple of the output on each axis: bins are win
 kernel = stride = size / out, no padding) and divides as adaptive pooling divides."""
 import kerneldsl as kd
 
-from .forward import average, fold_tap
-from .window import span
+from .forward import average, fold_tap, taps_window
+from .window import quotient, span
 
 
 @kd.func
@@ -45,13 +45,13 @@ def row_window(x, q_base, col, lines, oks, zw, ID, IH, IW, PW, DW, KW, SW, where
 
 
 @kd.func
-def row_outputs(x, out, indices, g, r, od, oh, lines, oks, ID, IH, IW, OD, OH, OW, PD, PH, PW, DW, divisor,
+def row_outputs(x, out, indices, g, r, od, oh, lines, oks, ID, IH, IW, OD, OH, OW, PD, PH, PW, DD, DH, DW, divisor,
                 KD, KH, KW, SD, SH, SW, MAX, ADAPTIVE, INCLUDE_PAD, INDICES, PLANES, BX, MASKED):
     """Every unit's output (ow) of row (od, oh) in each of the PLANES planes of group g."""
     ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
     col = kd.i64(kd.cube_pos_y() * BX) + kd.unit_pos_x()   # ow in 64 bits: addresses affine in the unit
-    zd, cd = span(od, ID, OD, KD, SD, PD, 1, False, False)
-    zh, ch = span(oh, IH, OH, KH, SH, PH, 1, False, False)
+    zd, cd = span(od, ID, OD, KD, SD, PD, DD, False, False)
+    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, False, False)
     zw, cw = span(ow, IW, OW, KW, SW, PW, DW, False, False)
     plane_in = kd.i64(ID * IH * IW)
     plane_out = kd.i64(OD * OH * OW)
@@ -103,8 +103,45 @@ def pool_lanes(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], rows
     hi = kd.i64(g * PLANES + PLANES - 1) * plane_in + lines[len(lines) - 1] + last_col
     if lo >= 0 and hi < kd.i64(x.shape[0]):
         for _ in range(1):
-            row_outputs(x, out, indices, g, r, od, oh, lines, oks, ID, IH, IW, OD, OH, OW, PD, PH, PW, DW, divisor,
-                        KD, KH, KW, SD, SH, SW, MAX, ADAPTIVE, INCLUDE_PAD, INDICES, PLANES, BX, False)
+            row_outputs(x, out, indices, g, r, od, oh, lines, oks, ID, IH, IW, OD, OH, OW, PD, PH, PW, DD, DH, DW,
+                        divisor, KD, KH, KW, SD, SH, SW, MAX, ADAPTIVE, INCLUDE_PAD, INDICES, PLANES, BX, False)
     else:
-        row_outputs(x, out, indices, g, r, od, oh, lines, oks, ID, IH, IW, OD, OH, OW, PD, PH, PW, DW, divisor,
-                    KD, KH, KW, SD, SH, SW, MAX, ADAPTIVE, INCLUDE_PAD, INDICES, PLANES, BX, True)
+        row_outputs(x, out, indices, g, r, od, oh, lines, oks, ID, IH, IW, OD, OH, OW, PD, PH, PW, DD, DH, DW,
+                    divisor, KD, KH, KW, SD, SH, SW, MAX, ADAPTIVE, INCLUDE_PAD, INDICES, PLANES, BX, True)
+
+
+@kd.kernel
+def pool_plane_lanes(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1],
+                     ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
+                     PD: kd.i32, PH: kd.i32, PW: kd.i32, divisor: kd.i32,
+                     KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
+                     SD: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
+                     DD: kd.Const[int], DH: kd.Const[int], DW: kd.Const[int],
+                     MAX: kd.Const[bool], ADAPTIVE: kd.Const[bool], INCLUDE_PAD: kd.Const[bool],
+                     INDICES: kd.Const[bool], PLANES: kd.Const[int], BX: kd.Const[int]):
+    """pool_lanes for output rows too narrow to fill a vector (fewer than NARROW_ROW columns):
+    a cube takes every output of PLANES planes, a unit an output of the plane (o, positions
+    divided through f64), so the lanes are full and the stores plain; its taps are gathers,
+    as they are across a narrow row. The host guarantees that BX divides the plane's outputs
+    and PLANES the plane count. Same taps, order and divisions as pool_lanes."""
+    g = kd.cube_pos_x()
+    o = kd.cube_pos_y() * BX + kd.unit_pos_x()
+    at = kd.i64(kd.cube_pos_y() * BX) + kd.unit_pos_x()   # o in 64 bits: stores affine in the unit
+    r = quotient(o, OW, True)
+    ow = o - r * OW
+    od = quotient(r, OH, True)
+    oh = r - od * OH
+    zd, cd = span(od, ID, OD, KD, SD, PD, DD, False, False)
+    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, False, False)
+    zw, cw = span(ow, IW, OW, KW, SW, PW, DW, False, False)
+    plane_in = kd.i64(ID * IH * IW)
+    plane_out = kd.i64(OD * OH * OW)
+    for q in kd.unroll(PLANES):
+        p = kd.i64(g * PLANES + q)
+        r0, where = taps_window(x, p * plane_in, od, oh, ow, kd.i64((zd * IH + zh) * IW + zw), ID, IH, IW, PD, PH,
+                                PW, DD, DH, DW, KD, KH, KW, SD, SH, SW, MAX)
+        result = r0 if MAX else average(r0, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH,
+                                        PW, divisor, ADAPTIVE, INCLUDE_PAD)
+        out[p * plane_out + at] = result
+        if MAX and INDICES:
+            indices[p * plane_out + at] = where

@@ -208,27 +208,33 @@ def widened_input(caps, itemsize: int) -> bool:
 # masked stores) instead of 28: average 100 / 100 / 93, max 69 / 65 / 63.
 LANE_ROW_UNITS = 256
 LANE_PLANES = 4
-MIN_NARROW_MAX_UNITS = 8
+# output rows narrower than this take lanes.pool_plane_lanes (a unit an output of the plane,
+# full lanes; the taps are gathers either way): [8, 64, 28²] to 7×7, three rounds (load 2),
+# a unit a column / an output: f32 average 0.166-0.181 / 0.129-0.199 ms, max 0.202-0.214 /
+# 0.194-0.226; bf16 average 0.232-0.236 / 0.151-0.166, max 0.949-0.961 / 0.158-0.194
+NARROW_ROW = 8
 
 
 @dataclass(frozen=True)
 class LanePlan:
     """lanes.pool_lanes' launch: `bx` units a cube (dividing the output row), `planes` planes
     a cube (dividing the plane count), the grid, and each axis's window as (kernel, stride,
-    padding, dilation) (adaptive bins of equal size as kernel = stride = size / out)."""
+    padding, dilation) (adaptive bins of equal size as kernel = stride = size / out); `flat`:
+    a cube every output of its planes (lanes.pool_plane_lanes), else an output row."""
     bx: int
     planes: int
     grid: tuple
     windows: tuple
+    flat: bool = False
 
 
-def lane_plan(caps, problem, itemsize: int, maximum: bool) -> LanePlan | None:
+def lane_plan(caps, problem) -> LanePlan | None:
     """lanes.pool_lanes' launch where it applies, else None: devices whose units are SIMD
     lanes; windows small enough to unroll (unrolled_taps), or adaptive bins that all have
     the same size (each input axis a multiple of its output, at most MAX_UNROLLED_TAPS taps);
-    an output row that splits evenly into cubes of at most LANE_ROW_UNITS; in-plane positions
-    below 2^31. Not for the max of 2-byte inputs over rows narrower than MIN_NARROW_MAX_UNITS
-    (bf16 [8, 64, 28²] to 7×7: 1.1 ms against 0.5 for forward.pool_forward_masked)."""
+    an output row that splits evenly into cubes of at most LANE_ROW_UNITS, or for rows
+    narrower than NARROW_ROW (`flat`: lanes.pool_plane_lanes) a plane's outputs that do;
+    in-plane positions below 2^31."""
     if not caps.units_are_simd_lanes or problem.in_spatial >= 2**31 or problem.out_spatial >= 2**31:
         return None
     if problem.adaptive:
@@ -240,13 +246,18 @@ def lane_plan(caps, problem, itemsize: int, maximum: bool) -> LanePlan | None:
         windows = tuple((a.kernel, a.stride, a.padding, a.dilation) for a in problem.axes)
     else:
         return None
-    width = problem.axes[2].out
-    cubes = -(-width // LANE_ROW_UNITS)
-    if width % cubes or (maximum and itemsize < 4 and width // cubes < MIN_NARROW_MAX_UNITS):
-        return None
     planes = LANE_PLANES
     while problem.planes % planes:
         planes //= 2
+    width = problem.axes[2].out
+    if width < NARROW_ROW:   # a unit an output of the plane (lanes.pool_plane_lanes)
+        cubes = -(-problem.out_spatial // LANE_ROW_UNITS)
+        if problem.out_spatial % cubes:
+            return None
+        return LanePlan(problem.out_spatial // cubes, planes, (problem.planes // planes, cubes), windows, True)
+    cubes = -(-width // LANE_ROW_UNITS)
+    if width % cubes:
+        return None
     rows = problem.axes[0].out * problem.axes[1].out * (problem.planes // planes)
     if rows >= 2**31:
         return None
