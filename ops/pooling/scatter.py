@@ -184,11 +184,11 @@ def cols_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: k
                 share[o] = kd.select(live, v, kd.f32(0))
         zero_plane(acc, IH * RS)
         for oh in range(OH):
-            for kh in kd.unroll(KH):
-                ih = oh * SH - PH + kh
-                if ih >= 0 and ih < IH:
-                    for bb in kd.unroll(B):
-                        b = B - 1 - bb
+            for bb in kd.unroll(B):
+                b = B - 1 - bb
+                for kh in kd.unroll(KH):     # (distinct rows: one barrier for the window's rows)
+                    ih = oh * SH - PH + kh
+                    if ih >= 0 and ih < IH:
                         for ow0 in range(0, OWC, BX):
                             ow = ow0 + t
                             s = share[oh * OWC + ow]
@@ -198,7 +198,7 @@ def cols_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: k
                                     acc[at + r] = acc[at + r] + s
                                 else:
                                     acc[at + r] = acc[at + r] + kd.f32(0)
-                        kd.sync_cube()
+                kd.sync_cube()
         base = kd.i64(p) * (IH * IW)
         for ih in range(IH):
             for i0 in range(0, IW, BX):
