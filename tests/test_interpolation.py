@@ -9,7 +9,7 @@ import kerneldsl as kd
 from family_checks import assert_each_rejected, foreign
 import rudnn.interpolation as interpolation_package
 from reference import interpolation as ref
-from rudnn.interpolation.tuning import lane_factor, lane_launch, plan_launch
+from rudnn.interpolation.tuning import lane_factor, lane_launch, lane_units, plan_launch
 from rudnn.interpolation import InterpolateMode, InterpolateOptions, InterpolationError, interpolate, \
     interpolate_backward
 
@@ -97,15 +97,15 @@ def test_every_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, plane
 
 
 @needs_torch
-@pytest.mark.parametrize("planes, wide", [(1, False), (3, True)])
-def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide):
+@pytest.mark.parametrize("planes, wide, bx", [(1, False, None), (3, True, 32)])
+def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide, bx):
     """The kernels for integer width upscaling where units are SIMD lanes (lanes.py), forced on
     any runtime: factors 2 and 3, Linear with and without aligned corners, Nearest and
-    NearestExact, 1-3 spatial axes, rows that do and do not fill the cube, a plane group part
-    full (3 planes a unit), 32- and 64-bit offsets, F32 and BF16, against torch (nearest's
-    forward bit for bit)."""
+    NearestExact, 1-3 spatial axes, a cube the row (bx None) or cubes of 32 the rows do not
+    fill, a plane group part full (3 planes a unit), 32- and 64-bit offsets, F32 and BF16,
+    against torch (nearest's forward bit for bit)."""
     monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
-        shape, 2**31 if wide else n, planes) if factor >= 2 else None)
+        shape, 2**31 if wide else n, planes, bx) if factor >= 2 else None)
     cases = [(M.Linear, False, (6, 32), (12, 64)), (M.Linear, True, (3, 5), (7, 13)),
              (M.Nearest, False, (4, 5), (4, 15)),
              (M.Nearest, False, (2, 3, 7), (3, 4, 14)), (M.NearestExact, False, (3, 4), (5, 12)),
@@ -132,6 +132,13 @@ def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide):
             dx = interpolate_backward(x, g, size_out, opts).numpy().astype(np.float32)
             np.testing.assert_allclose(dx, tx.grad.numpy(), **(dict(rtol=1e-5, atol=1e-5) if dtype == "f32" else tol),
                                        err_msg="backward " + msg)
+
+
+def test_lane_cubes_split_rows_evenly():
+    """lanes.py's cubes: the whole row up to 256 units, else the fewest even split (no part-full
+    cube: its loads and stores would be masked), else a power of two."""
+    assert [lane_units(w) for w in (5, 48, 256, 300, 512, 257)] == [5, 48, 256, 150, 256, 256]
+    assert lane_launch((4, 1, 3, 48), 576, 4).vec and not lane_launch((4, 1, 3, 257), 4112, 4).vec
 
 
 @pytest.mark.parametrize("mode, dims", [(M.Lanczos3, 1), (M.Lanczos3, 2), (M.Lanczos3, 3), (M.Bicubic, 1),

@@ -237,9 +237,11 @@ def test_row_vector_kernel_is_chosen_from_the_problem_and_capabilities(runtime):
 def test_simd_lane_kernels_match_torch(runtime, rng, torch, monkeypatch):
     """What devices whose units are SIMD lanes run (the cpu runtime), forced on this runtime:
     backward passes scattering a plane a cube in torch's order (max through indices, with a
-    NaN and ties; average under each rule; adaptive average; 3-D), f32 bit for bit; the masked
-    forward kernel (adaptive bins, f64 divisions) and the f64-dividing unrolled-taps kernel,
-    bit for bit; global average as a row of lanes and its backward as a row store."""
+    NaN and ties; average under each rule; adaptive average; 3-D), f32 bit for bit; the forward
+    kernel a unit an output column (lanes.pool_lanes: windows, equal adaptive bins, 3-D with
+    dilation; a unit an output of the plane for rows narrower than 8) and the masked one
+    (unequal adaptive bins, f64 divisions), bit for bit; global average as a row of lanes and
+    its backward as a row store."""
     monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
     F = torch.nn.functional
     x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
@@ -269,7 +271,19 @@ def test_simd_lane_kernels_match_torch(runtime, rng, torch, monkeypatch):
     g = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     np.testing.assert_array_equal(P.adaptive_avg_pool2d_backward(tx, runtime.tensor(g)).numpy(),
                                   torch_grad(torch, lambda t: F.adaptive_avg_pool2d(t, (4, 5)), x, g))
+    y = np.ascontiguousarray(x[:, :, :, :10])          # equal adaptive bins (3×2): lanes.pool_lanes
+    ty, yt = runtime.tensor(y), torch.from_numpy(y)
+    for size in ((3, 5), (3, 10)):                       # rows of 5 (a unit an output) and of 10
+        np.testing.assert_array_equal(P.adaptive_avg_pool2d(ty, size).numpy(), F.adaptive_avg_pool2d(yt, size).numpy())
+        for got, want in zip(P.adaptive_max_pool2d(ty, size), F.adaptive_max_pool2d(yt, size, return_indices=True)):
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
     x3 = rng.standard_normal((1, 2, 5, 6, 7)).astype(np.float32)
+    for w in (x3, rng.standard_normal((1, 2, 5, 6, 17)).astype(np.float32)):   # rows of 4 and of 9
+        for got, want in zip(P.max_pool3d_with_indices(runtime.tensor(w), 3, 2, 1, (1, 2, 1)),
+                             F.max_pool3d(torch.from_numpy(w), 3, 2, 1, (1, 2, 1), return_indices=True)):
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+        np.testing.assert_array_equal(P.avg_pool3d(runtime.tensor(w), 3, 2, 1).numpy(),
+                                      F.avg_pool3d(torch.from_numpy(w), 3, 2, 1).numpy())
     g3 = rng.standard_normal((1, 2, 3, 3, 4)).astype(np.float32)
     np.testing.assert_array_equal(P.avg_pool3d_backward(runtime.tensor(x3), runtime.tensor(g3), 3, 2, 1).numpy(),
                                   torch_grad(torch, lambda t: F.avg_pool3d(t, 3, 2, 1), x3, g3))

@@ -38,9 +38,11 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
     factor = lane_factor(ax[2])
     lanes = lane_plan(rt.capabilities, (*y4.shape[:3], x4.shape[3]), max(x4.numel, y4.numel), factor)
     if lanes is not None:   # units are SIMD lanes: a unit per input column, affine loads
+        # (unmasked stores only where every column has its S outputs: not with aligned corners)
+        exact = lanes.vec and y4.shape[3] == factor * x4.shape[3]
         _lanes.forward_lanes[lanes.grid, lanes.bx](x4, y4, y4.shape[1] * y4.shape[2], *(a.scale for a in ax),
                                                    tuple(a.mode for a in ax), p.align_corners, factor, lanes.planes,
-                                                   lanes.vec, lanes.wide, lanes.bx)
+                                                   exact, lanes.wide, lanes.bx)
         return out
     tables, taps = _tables(rt, ax)
     plan = forward_plan(rt.capabilities, y4.shape, x4.numel, input.dtype.itemsize)

@@ -11,10 +11,12 @@ forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled)
 reduction.plane_mean (global average pooling, a row reduction) or
 backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
 that cover it: deterministic, no atomics). Devices whose units are SIMD lanes (the cpu
-runtime) take CPU-shaped kernels where those would not vectorise: forward.pool_forward_masked
-for looped windows, reduction.lane_row_mean / spread_mean for global average and its
-backward, and scatter.py's backward passes (a cube a plane, summed in torch's order into
-shared memory; chosen by tuning.scatter_backward). Sums are F32 and
+runtime) take CPU-shaped kernels where those would not vectorise: lanes.pool_lanes (a unit
+an output column: unrollable windows and equal adaptive bins; tuning.lane_plan),
+forward.pool_forward_masked for other looped windows, reduction.lane_row_mean / spread_mean
+for global average and its backward, and scatter.py's backward passes (a cube a plane,
+summed in torch's order into shared memory; chosen by tuning.scatter_backward; averages of
+unrollable 1-/2-D windows a unit an output column, scatter.cols_avg_backward). Sums are F32 and
 results are cast once to the input dtype; indices are I64 flat positions in a plane.
 """
 from __future__ import annotations
@@ -24,12 +26,14 @@ from kerneldsl.replay import replayable
 
 from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_masked, pool_forward_taps, widen
+from .lanes import pool_lanes, pool_plane_lanes
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import lane_row_mean, plane_mean, spread_mean
-from .scatter import rows_avg_backward, scatter_avg_backward, scatter_max_backward
+from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, element_plan, f64_positions, lane_row_plan, outputs_per_unit,
+from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, column_units, element_plan, f64_positions, lane_plan,
+                     lane_row_plan, outputs_per_unit,
                      reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
                      widened_input, window_taps)
 
@@ -126,6 +130,22 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
     if _rows(p, flat_in, out.reshape(total), sink, maximum, indices):
         return out, idx
+    lanes = lane_plan(rt.capabilities, p)
+    if lanes is not None and lanes.flat:   # units are SIMD lanes, narrow rows: a unit an output of the plane
+        ax, (kd_, kh, kw) = p.axes, lanes.windows
+        pool_plane_lanes[lanes.grid, lanes.bx](flat_in, out.reshape(total), sink, *(a.size for a in ax),
+                                               *(a.out for a in ax), kd_[2], kh[2], kw[2], p.divisor, kd_[0], kh[0],
+                                               kw[0], kd_[1], kh[1], kw[1], kd_[3], kh[3], kw[3], maximum, p.adaptive,
+                                               p.count_include_pad, indices, lanes.planes, lanes.bx)
+        return out, idx
+    if lanes is not None:   # units are SIMD lanes: a unit an output column, its taps vector loads
+        ax, (kd_, kh, kw) = p.axes, lanes.windows
+        pool_lanes[lanes.grid, lanes.bx](flat_in, out.reshape(total), sink, ax[0].out * ax[1].out,
+                                         *(a.size for a in ax), *(a.out for a in ax), kd_[2], kh[2], kw[2],
+                                         p.divisor, kd_[0], kh[0], kw[0], kd_[1], kh[1], kw[1], kd_[3], kh[3],
+                                         kw[3], maximum, p.adaptive, p.count_include_pad, indices, lanes.planes,
+                                         lanes.bx)
+        return out, idx
     rows, width = total // p.axes[2].out, p.axes[2].out
     if unrolled_taps(p):
         if widened_input(rt.capabilities, x.dtype.itemsize):
@@ -201,9 +221,10 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
 
 
 def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
-    """scatter.py's backward kernels, a cube of LANE_UNITS a plane: max pooling through the
-    indices; average pooling of 1 or 2 axes with windows small enough to unroll by rows of
-    the plane (vectors), other averages one output at a time."""
+    """scatter.py's backward kernels, a cube a plane: max pooling through the indices; average
+    pooling of 1 or 2 axes with windows small enough to unroll a unit an output column
+    (cols_avg_backward, where its padded plane fits; else by rows of the plane), other
+    averages one output at a time."""
     gy = -(-p.planes // GRID_Y)
     grid = (-(-p.planes // gy), gy)
     if maximum:
@@ -213,6 +234,11 @@ def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
     ax = p.axes
     if p.dims <= 2 and not p.adaptive and unrolled_taps(p):
         h, w = ax[1], ax[2]
+        bx = column_units(p.runtime.capabilities, p)
+        if bx:
+            cols_avg_backward[grid, bx](g, flat_dx, p.planes, p.divisor, h.size, w.size, h.out, w.out, h.kernel,
+                                        w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad, bx)
+            return
         rows_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, p.divisor, h.size, w.size, h.out, w.out, h.kernel,
                                             w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad)
         return

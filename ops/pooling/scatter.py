@@ -144,3 +144,64 @@ def rows_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: k
                         if i0 + t < IW:
                             acc[ih * IW + iw] = s
         store_plane(acc, dx, kd.i64(p) * (IH * IW), IH * IW)
+
+
+@kd.kernel
+def cols_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: kd.i32,
+                      IH: kd.Const[int], IW: kd.Const[int], OH: kd.Const[int], OW: kd.Const[int],
+                      KH: kd.Const[int], KW: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
+                      PH: kd.Const[int], PW: kd.Const[int], INCLUDE_PAD: kd.Const[bool], BX: kd.Const[int]):
+    """rows_avg_backward with a unit an OUTPUT column: the same sums in the same order, every
+    access to the plane sum a vector (no gathers). For output row oh and window row kh, the
+    taps kw of unit ow's window land on columns ow·SW − PW + kw; they are taken in blocks of
+    SW (kw = b·SW .. b·SW + SW − 1, taps past KW adding 0: complete interleave groups), the
+    blocks b from the last to the first, a cube barrier between blocks: within a block the
+    units touch distinct columns, and each column receives its outputs' shares in increasing
+    ow (torch's order). The plane sum lives in rows of RS columns starting PW before column 0
+    and reaching past the last unit's last tap; units past OW carry a share of 0, so no access
+    is masked."""
+    t = kd.unit_pos_x()
+    p, ok = plane_of(planes)
+    OWC = (OW + BX - 1) // BX * BX      # output columns covered by whole cubes of units
+    B = (KW + SW - 1) // SW             # blocks of SW taps
+    RS = (OWC + B) * SW                 # plane-sum row: columns -PW .. RS - PW - 1
+    if ok:
+        acc = kd.shared(kd.f32, IH * RS)
+        share = kd.shared(kd.f32, OH * OWC)
+        ob = kd.i64(p) * (OH * OW)
+        for o0 in range(0, OH * OWC, BX):
+            o = o0 + t
+            sh = o // OWC
+            sw = o - sh * OWC
+            live = sw < OW and sh < OH
+            owc = kd.min(sw, OW - 1)
+            ohc = kd.min(sh, OH - 1)
+            zh, ch = span(ohc, IH, OH, KH, SH, PH, 1, False, False)
+            zw, cw = span(owc, IW, OW, KW, SW, PW, 1, False, False)
+            v = average(kd.f32(grad[ob + ohc * OW + owc]), 0, ohc, owc, 1, ch, cw, 1, IH, IW, 1, KH, KW, 1, SH,
+                        SW, 0, PH, PW, divisor, False, INCLUDE_PAD)
+            if o < OH * OWC:
+                share[o] = kd.select(live, v, kd.f32(0))
+        zero_plane(acc, IH * RS)
+        for oh in range(OH):
+            for bb in kd.unroll(B):
+                b = B - 1 - bb
+                for kh in kd.unroll(KH):     # (distinct rows: one barrier for the window's rows)
+                    ih = oh * SH - PH + kh
+                    if ih >= 0 and ih < IH:
+                        for ow0 in range(0, OWC, BX):
+                            ow = ow0 + t
+                            s = share[oh * OWC + ow]
+                            at = ih * RS + (ow + b) * SW
+                            for r in kd.unroll(SW):
+                                if b * SW + r < KW:
+                                    acc[at + r] = acc[at + r] + s
+                                else:
+                                    acc[at + r] = acc[at + r] + kd.f32(0)
+                kd.sync_cube()
+        base = kd.i64(p) * (IH * IW)
+        for ih in range(IH):
+            for i0 in range(0, IW, BX):
+                iw = i0 + t
+                if iw < IW:
+                    dx[base + ih * IW + iw] = acc[ih * RS + PW + iw]

@@ -199,3 +199,80 @@ def widened_input(caps, itemsize: int) -> bool:
     masked kernel (adaptive bins) went the other way with it (bf16 [8, 64, 28²] to 7×7:
     average 0.37-0.40 -> 0.42-0.59 ms), so it reads the input as it is."""
     return caps.units_are_simd_lanes and itemsize == 2
+
+
+# devices whose units are SIMD lanes: units a cube of lanes.pool_lanes (an output row, or an
+# even split of it) and planes a cube (the most of LANE_PLANES, 2, 1 dividing the planes).
+# 2-core dev box, f32 [64, 16, 56²] 3×3 s2 p1, kernel alone, 1 / 2 / 4 planes: average 60 /
+# 59 / 49 ns a plane row of 28 outputs, max 109 / 59 / 50; a cube of 32 units (part full,
+# masked stores) instead of 28: average 100 / 100 / 93, max 69 / 65 / 63.
+LANE_ROW_UNITS = 256
+LANE_PLANES = 4
+# output rows narrower than this take lanes.pool_plane_lanes (a unit an output of the plane,
+# full lanes; the taps are gathers either way): [8, 64, 28²] to 7×7, three rounds (load 2),
+# a unit a column / an output: f32 average 0.166-0.181 / 0.129-0.199 ms, max 0.202-0.214 /
+# 0.194-0.226; bf16 average 0.232-0.236 / 0.151-0.166, max 0.949-0.961 / 0.158-0.194
+NARROW_ROW = 8
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """lanes.pool_lanes' launch: `bx` units a cube (dividing the output row), `planes` planes
+    a cube (dividing the plane count), the grid, and each axis's window as (kernel, stride,
+    padding, dilation) (adaptive bins of equal size as kernel = stride = size / out); `flat`:
+    a cube every output of its planes (lanes.pool_plane_lanes), else an output row."""
+    bx: int
+    planes: int
+    grid: tuple
+    windows: tuple
+    flat: bool = False
+
+
+def lane_plan(caps, problem) -> LanePlan | None:
+    """lanes.pool_lanes' launch where it applies, else None: devices whose units are SIMD
+    lanes; windows small enough to unroll (unrolled_taps), or adaptive bins that all have
+    the same size (each input axis a multiple of its output, at most MAX_UNROLLED_TAPS taps);
+    an output row that splits evenly into cubes of at most LANE_ROW_UNITS, or for rows
+    narrower than NARROW_ROW (`flat`: lanes.pool_plane_lanes) a plane's outputs that do;
+    in-plane positions below 2^31."""
+    if not caps.units_are_simd_lanes or problem.in_spatial >= 2**31 or problem.out_spatial >= 2**31:
+        return None
+    if problem.adaptive:
+        if any(a.size % a.out for a in problem.axes) or math.prod(a.size // a.out for a in problem.axes) > \
+                MAX_UNROLLED_TAPS:
+            return None
+        windows = tuple((a.size // a.out, a.size // a.out, 0, 1) for a in problem.axes)
+    elif unrolled_taps(problem):
+        windows = tuple((a.kernel, a.stride, a.padding, a.dilation) for a in problem.axes)
+    else:
+        return None
+    planes = LANE_PLANES
+    while problem.planes % planes:
+        planes //= 2
+    width = problem.axes[2].out
+    if width < NARROW_ROW:   # a unit an output of the plane (lanes.pool_plane_lanes)
+        cubes = -(-problem.out_spatial // LANE_ROW_UNITS)
+        if problem.out_spatial % cubes:
+            return None
+        return LanePlan(problem.out_spatial // cubes, planes, (problem.planes // planes, cubes), windows, True)
+    cubes = -(-width // LANE_ROW_UNITS)
+    if width % cubes:
+        return None
+    rows = problem.axes[0].out * problem.axes[1].out * (problem.planes // planes)
+    if rows >= 2**31:
+        return None
+    return LanePlan(width // cubes, planes, (rows, cubes), windows)
+
+
+def column_units(caps, problem) -> int:
+    """Units a cube of scatter.cols_avg_backward (a unit an output column: the smallest power of
+    two from 16 to LANE_UNITS covering the output row, or LANE_UNITS with the row in several
+    passes), or 0 where its plane sum (rows padded past both ends of the units' reach) and
+    the outputs' shares pass half the device's shared memory (rows_avg_backward then).
+    2-core dev box, f32 [4, 16, 56²] 3×3 s2 p1 (64 planes, one worker): 0.27 ms by rows
+    (gathers from the plane sum), 0.13 ms by columns; bf16 0.27 -> 0.20 ms."""
+    h, w = problem.axes[1], problem.axes[2]
+    bx = min(LANE_UNITS, max(16, _pow2_at_least(w.out)))
+    covered = -(-w.out // bx) * bx
+    row = (covered + -(-w.kernel // w.stride)) * w.stride
+    return bx if (h.size * row + h.out * covered) * 4 <= caps.max_shared_bytes // 2 else 0
