@@ -14,6 +14,17 @@ def split_pixel(p, OH, OW):
 
 
 @kd.func
+def forward_sizes(x, w, y, G):
+    """(OH, OW, P, Mg, Cg, Kg, R) of a forward pass as an implicit GEMM over 5-D views: the
+    output's rows and columns, its pixels a sample, the GEMM's rows (samples x pixels),
+    channels a group in and out, and the reduction length (taps x Cg)."""
+    OH, OW = y.shape[3], y.shape[4]
+    P = y.shape[2] * OH * OW
+    Cg = w.shape[1]
+    return OH, OW, P, y.shape[0] * P, Cg, y.shape[1] // (x.shape[1] // Cg), Cg * G[9] * G[10] * G[11]
+
+
+@kd.func
 def split_tap(t, G):
     """(kz, ky, kx) of flat kernel tap t."""
     return t // (G[10] * G[11]), t // G[11] % G[10], t % G[11]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .gather import split_pixel
+from .gather import forward_sizes, split_pixel
 
 BM = 128          # output pixels a cube (two groups of 64 rows)
 BK = 64           # reduction columns a step: one 128-byte band row
@@ -111,12 +111,7 @@ def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, H
     A_STAGE = BM * BK
     B_STAGE = BN * BK
 
-    OH, OW = y.shape[3], y.shape[4]
-    P = y.shape[2] * OH * OW
-    Mg = y.shape[0] * P
-    Cg = w.shape[1]
-    Kg = y.shape[1] // (x.shape[1] // Cg)
-    R = Cg * G[9] * G[10] * G[11]
+    OH, OW, P, Mg, Cg, Kg, R = forward_sizes(x, w, y, G)
     KT = (R + BK - 1) // BK
     g = kd.cube_pos_z()
     m0 = kd.cube_pos_x() * BM

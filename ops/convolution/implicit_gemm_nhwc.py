@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .gather import split_pixel, split_tap
+from .gather import forward_sizes, split_pixel, split_tap
 from .implicit_gemm import BK, SK, plane_tiles, products
 
 BM = 128
@@ -77,12 +77,7 @@ def conv_gemm_nhwc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, HA
                    DT: kd.Const[object], G: kd.Const[tuple]):
     """y[b, o, g·Kg + n] (+ bias) = sum_{tap, c} x[b, o·S + tap·Dil − P, g·Cg + c]·w[g·Kg + n, tap, c]."""
     kd.static_assert(kd.cube_units() == 8 * kd.PLANE_DIM, "launch with 8 planes per cube")
-    OH, OW = y.shape[3], y.shape[4]
-    P = y.shape[2] * OH * OW
-    Mg = y.shape[0] * P
-    Cg = w.shape[1]
-    Kg = y.shape[1] // (x.shape[1] // Cg)
-    R = Cg * G[9] * G[10] * G[11]
+    OH, OW, P, Mg, Cg, Kg, R = forward_sizes(x, w, y, G)
     g = kd.cube_pos_z()
     m0 = kd.cube_pos_x() * BM
     n0 = kd.cube_pos_y() * BN
