@@ -45,16 +45,23 @@ def row_window(x, q_base, col, lines, oks, zw, ID, IH, IW, PW, DW, KW, SW, where
 
 
 @kd.func
+def window_spans(od, oh, ow, ID, IH, IW, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW):
+    """(first tap, taps) of output (od, oh, ow)'s window along each axis, and the elements of
+    an input and of an output plane (64-bit)."""
+    zd, cd = span(od, ID, OD, KD, SD, PD, DD, False, False)
+    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, False, False)
+    zw, cw = span(ow, IW, OW, KW, SW, PW, DW, False, False)
+    return zd, cd, zh, ch, zw, cw, kd.i64(ID * IH * IW), kd.i64(OD * OH * OW)
+
+
+@kd.func
 def row_outputs(x, out, indices, g, r, od, oh, lines, oks, ID, IH, IW, OD, OH, OW, PD, PH, PW, DD, DH, DW, divisor,
                 KD, KH, KW, SD, SH, SW, MAX, ADAPTIVE, INCLUDE_PAD, INDICES, PLANES, BX, MASKED):
     """Every unit's output (ow) of row (od, oh) in each of the PLANES planes of group g."""
     ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
     col = kd.i64(kd.cube_pos_y() * BX) + kd.unit_pos_x()   # ow in 64 bits: addresses affine in the unit
-    zd, cd = span(od, ID, OD, KD, SD, PD, DD, False, False)
-    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, False, False)
-    zw, cw = span(ow, IW, OW, KW, SW, PW, DW, False, False)
-    plane_in = kd.i64(ID * IH * IW)
-    plane_out = kd.i64(OD * OH * OW)
+    zd, cd, zh, ch, zw, cw, plane_in, plane_out = window_spans(od, oh, ow, ID, IH, IW, OD, OH, OW, KD, KH, KW,
+                                                               SD, SH, SW, PD, PH, PW, DD, DH, DW)
     for q in kd.unroll(PLANES):
         p = kd.i64(g * PLANES + q)
         r0, where = row_window(x, p * plane_in, col, lines, oks, zw, ID, IH, IW, PW, DW, KW, SW,
@@ -131,11 +138,8 @@ def pool_plane_lanes(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1]
     ow = o - r * OW
     od = quotient(r, OH, True)
     oh = r - od * OH
-    zd, cd = span(od, ID, OD, KD, SD, PD, DD, False, False)
-    zh, ch = span(oh, IH, OH, KH, SH, PH, DH, False, False)
-    zw, cw = span(ow, IW, OW, KW, SW, PW, DW, False, False)
-    plane_in = kd.i64(ID * IH * IW)
-    plane_out = kd.i64(OD * OH * OW)
+    zd, cd, zh, ch, zw, cw, plane_in, plane_out = window_spans(od, oh, ow, ID, IH, IW, OD, OH, OW, KD, KH, KW,
+                                                               SD, SH, SW, PD, PH, PW, DD, DH, DW)
     for q in kd.unroll(PLANES):
         p = kd.i64(g * PLANES + q)
         r0, where = taps_window(x, p * plane_in, od, oh, ow, kd.i64((zd * IH + zh) * IW + zw), ID, IH, IW, PD, PH,
