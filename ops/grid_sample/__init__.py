@@ -14,12 +14,13 @@ from kerneldsl.replay import replayable
 
 from . import channels_last as _last
 from . import fixed_point as _fixed
+from . import lanes as _lanes
 from . import sample as _sample
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from .tuning import (MAX_CUBES, UNITS, as_5d, channels_last_lanes, channels_last_vectors, cubes, headroom,
-                     transpose_lanes)
+                     lane_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -41,6 +42,12 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     if lanes:
         _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes)
         return out
+    plan = _lane_plan(rt, x5, y5, o, p.dims)
+    if plan is not None:   # units are SIMD lanes: a cube an output row, vector grid reads
+        _lanes.forward_lanes[_lane_grid(y5, plan), plan.bx](
+            x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), *_lane_sizes(x5, y5),
+            *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
+        return out
     _sample.sample_forward[cubes(points), UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value,
                                                  p.dims, UNITS)
     return out
@@ -59,14 +66,25 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     grad_grid = rt.empty(grid.shape, input.dtype)
     dx = rt.empty(input.shape, input.dtype)
     go = out_grad.contiguous()
+    x5, g5, go5 = as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2)
+    plan = _lane_plan(rt, x5, go5, o, p.dims)
+    if plan is not None and plan.scatter:   # units are SIMD lanes: rows of points, a plane a cube
+        flat = (g5.reshape(g5.size), go.reshape(go.size))
+        sizes = _lane_sizes(x5, go5)
+        _lanes.grid_grad_lanes[_lane_grid(go5, plan), plan.bx](
+            x5.reshape(x5.size), *flat, grad_grid.reshape(grad_grid.size), *sizes, *_runtime_options(o),
+            o.mode.value, p.dims, plan.exact, plan.bx)
+        planes = x5.shape[0] * x5.shape[1]
+        _lanes.scatter_input_grad[planes, plan.bx](*flat, dx.reshape(size), *sizes, *_runtime_options(o),
+                                                   o.mode.value, p.dims, plan.taps, size // planes, plan.bx)
+        return dx, grad_grid
     max_bits = rt.zeros((1,), kd.u32)
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
     lo, hi, flags = rt.empty((size,), kd.u32), rt.empty((size,), kd.i32), rt.empty((size,), kd.u32)
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
     room = headroom(p.locations, o.mode)
     _sample.sample_backward[cubes(points), UNITS](
-        as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2),
-        as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
+        x5, g5, go5, as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
         room, UNITS)
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
@@ -90,6 +108,21 @@ def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampl
     _last.sample_channels_last[-(-points // (UNITS // groups)), UNITS](
         xl, g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:], *_runtime_options(o),
         o.mode.value, dims, lanes, vecs, groups)
+
+
+def _lane_plan(rt, x5, y5, o: GridSampleOptions, dims: int):
+    """tuning.lane_plan for 5-D views x5 (input) and y5 (output or out_grad)."""
+    return lane_plan(rt.capabilities, o.mode, dims, x5.size // (x5.shape[0] * x5.shape[1]), y5.shape[4])
+
+
+def _lane_grid(y5, plan) -> tuple:
+    """lanes.py's grid: (output rows N·Do·Ho, cubes a row)."""
+    return (y5.shape[0] * y5.shape[2] * y5.shape[3], -(-y5.shape[4] // plan.bx))
+
+
+def _lane_sizes(x5, y5) -> tuple:
+    """lanes.py's run-time sizes: channels, output rows a plane, D, H, W, output width."""
+    return (x5.shape[1], y5.shape[2] * y5.shape[3], *x5.shape[2:], y5.shape[4])
 
 
 def _runtime_options(o: GridSampleOptions) -> tuple:

@@ -3,6 +3,7 @@ and the fixed-point headroom of the input-gradient scatter."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import kerneldsl as kd
 
@@ -76,3 +77,39 @@ def headroom(locations: int, mode: GridSampleMode) -> int:
     """log2 of a bound on the summed |weight| one pixel can receive from one plane's grid
     points (each point's taps weigh at most TAP_WEIGHT_BOUND together), plus one bit."""
     return max(1, math.ceil(math.log2(max(1.0, locations * TAP_WEIGHT_BOUND[mode])))) + 1
+
+
+# lanes.py (devices whose units are SIMD lanes): a cube an output row of at most LANE_UNITS
+# points (the row itself where it fits, else the largest divisor of at least LANE_MIN_UNITS,
+# else LANE_UNITS with the last cube masked)
+LANE_UNITS = 512
+LANE_MIN_UNITS = 64
+TAPS = {GridSampleMode.Bilinear: 2, GridSampleMode.Nearest: 1, GridSampleMode.Bicubic: 4}
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """lanes.py's launch: `bx` units a cube along the output row, `exact` where the cubes tile
+    the row, `taps` a grid point, and whether the input gradient fits the per-plane scatter
+    (`scatter`: its F32 plane and the terms of a cube's points take at most half the shared
+    memory)."""
+
+    bx: int
+    exact: bool
+    taps: int
+    scatter: bool
+
+
+def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, width: int) -> LanePlan | None:
+    """lanes.py's plan for output rows of `width` points over planes of `in_spatial` pixels,
+    or None where units are not SIMD lanes (GPUs keep sample.py: a unit a flat grid point)
+    or a plane's offsets would not fit 32 bits."""
+    if not caps.units_are_simd_lanes or in_spatial >= 2 ** 31:
+        return None
+    if width <= LANE_UNITS:
+        bx = width
+    else:
+        bx = next((b for b in range(LANE_UNITS, LANE_MIN_UNITS - 1, -1) if width % b == 0), LANE_UNITS)
+    taps = TAPS[mode] ** dims
+    scatter = (in_spatial + 2 * taps * bx) * 4 <= caps.max_shared_bytes // 2
+    return LanePlan(bx, width % bx == 0, taps, scatter)

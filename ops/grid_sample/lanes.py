@@ -1,0 +1,183 @@
+"""grid_sample kernels for devices whose units are SIMD lanes (the cpu runtime), chosen by
+tuning.lane_plan. sample.py's unit takes a flat grid point: its (n, od, oh, ow) come from
+run-time divisions (scalar on a CPU) and its grid reads are gathers. Here a cube takes one
+output row (n, od, oh) and a unit one output column ow of it, so the row's grid coordinates
+are interleaved vector loads, the output stores are vector stores, and each unit's taps
+(offsets in the plane, weights, inside flags) are computed once and reused by every channel
+(a uniform channel loop: the cpu back end runs it around the unit loop, the taps kept in
+per-unit arrays); only the tap reads themselves are gathers.
+
+Forward: the same sums in the same order as sample.channel_sample (bit-identical in F32).
+Backward: the grid gradient as a per-point sum over channels (forward_grid_grad, as
+sample_backward's, its tap factors multiplied once a point), and the input gradient by
+scatter_input_grad: a cube a plane adds every grid point's contributions, point by point in
+order, into an F32 copy of the plane in cube-shared memory (one unit adds: no atomics, no
+fixed point, the same sum on every run), then stores it cast once (as pooling's scatter.py).
+
+Tensors are flat views of contiguous ones: input [N, C, D, H, W], grid [N, Do, Ho, Wo,
+DIMS], output / out_grad [N, C, Do, Ho, Wo]; `rows` = Do·Ho (the output rows of a plane)."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from ..pooling.scatter import store_plane, zero_plane
+from .coords import axis_taps
+from .sample import tap_layout
+
+UNROLL = 4  # channels sampled per step of the forward's channel loop (their gathers are independent)
+
+
+@kd.func
+def row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, DIMS):
+    """The (depth, height, width) taps (coords.axis_taps) of point ow of output row r."""
+    at = kd.i64(r) * (width * DIMS) + ow * DIMS
+    tx = axis_taps(kd.f32(grid[at]), size_w, MODE, pad_mode, align)
+    ty = axis_taps(kd.f32(grid[at + 1]), size_h, MODE, pad_mode, align)
+    if DIMS == 3:
+        tz = axis_taps(kd.f32(grid[at + 2]), size_d, MODE, pad_mode, align)
+    else:
+        tz = axis_taps(kd.f32(0.0), 1, "Off", pad_mode, align)
+    return tz + ty + tx
+
+
+@kd.func
+def tap_terms(t, size_h, size_w, DIMS):
+    """From row_taps' tuple: each tap's offset in the plane (I32), weight wz·wy·wx (as
+    sample.channel_sample multiplies it) and inside flag, as three tuples in tap order."""
+    TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+    offs = ()
+    ws = ()
+    oks = ()
+    for a in kd.unroll(TZ):
+        for b in kd.unroll(TX):
+            for k in kd.unroll(TX):
+                offs = offs + (((t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]),)
+                ws = ws + (t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k],)
+                oks = oks + ((t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]),)
+    return offs, ws, oks
+
+
+@kd.func
+def sample_plane(x, base, offs, ws, oks):
+    """The sample of the plane starting at `base` from a point's tap terms (F32)."""
+    acc = kd.f32(0)
+    for k in kd.unroll(len(offs)):
+        acc += ws[k] * kd.select(oks[k], kd.f32(x[base + offs[k]]), 0.0)
+    return acc
+
+
+@kd.kernel
+def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
+                  rows: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, width: kd.i32, pad_mode: kd.i32,
+                  align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int], EXACT: kd.Const[bool],
+                  BX: kd.Const[int]):
+    """y = x sampled at grid. Cube x: output row r of the N·rows; cube y and the unit: its
+    column ow. EXACT (the host checked): the cubes' columns tile the row (no masks)."""
+    r = kd.cube_pos_x()
+    n = r // rows
+    ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
+    if not EXACT:
+        ow = kd.min(ow, width - 1)
+    t = row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+    offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
+    plane_in = kd.i64(size_d * size_h) * size_w
+    plane_out = kd.i64(rows) * width
+    col = kd.i64(r - n * rows) * width + ow
+    whole = channels - channels % UNROLL
+    for c0 in range(0, whole, UNROLL):  # uniform: the taps stay in per-unit arrays
+        for u in kd.unroll(UNROLL):
+            p = kd.i64(n) * channels + c0 + u
+            y[p * plane_out + col] = sample_plane(x, p * plane_in, offs, ws, oks)
+    for c in range(whole, channels):
+        p = kd.i64(n) * channels + c
+        y[p * plane_out + col] = sample_plane(x, p * plane_in, offs, ws, oks)
+
+
+@kd.kernel
+def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor,
+                    grad_grid: kd.Tensor, channels: kd.i32, rows: kd.i32, size_d: kd.i32,
+                    size_h: kd.i32, size_w: kd.i32, width: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                    MODE: kd.Const[str], DIMS: kd.Const[int], EXACT: kd.Const[bool], BX: kd.Const[int]):
+    """grad_grid = d(Σ g·y)/d grid, a unit a point of output row r (cube x) as in
+    forward_lanes: Σ over channels of g·(each tap's value × its weight's slopes), times
+    d(pixel coordinate)/d(grid coordinate) per axis."""
+    r = kd.cube_pos_x()
+    n = r // rows
+    ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
+    if not EXACT:
+        ow = kd.min(ow, width - 1)
+    t = row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+    TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+    offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
+    sx = ()   # each tap's d weight / d x, y, z: the slope along that axis times the other weights
+    sy = ()
+    sz = ()
+    for a in kd.unroll(TZ):
+        for b in kd.unroll(TX):
+            for k in kd.unroll(TX):
+                wz = t[Z + TZ + a]
+                wy = t[Y + TX + b]
+                wx = t[X + TX + k]
+                sx = sx + (t[X + 2 * TX + k] * wy * wz,)
+                sy = sy + (t[Y + 2 * TX + b] * wx * wz,)
+                sz = sz + (t[Z + 2 * TZ + a] * wx * wy,)
+    plane_in = kd.i64(size_d * size_h) * size_w
+    plane_out = kd.i64(rows) * width
+    col = kd.i64(r - n * rows) * width + ow
+    gx = kd.f32(0)
+    gy = kd.f32(0)
+    gz = kd.f32(0)
+    for c in range(channels):  # uniform
+        p = kd.i64(n) * channels + c
+        go = kd.f32(g[p * plane_out + col])
+        base = p * plane_in
+        for k in kd.unroll(len(offs)):
+            vg = kd.select(oks[k], kd.f32(x[base + offs[k]]), 0.0) * go
+            gx += vg * sx[k]
+            gy += vg * sy[k]
+            if DIMS == 3:
+                gz += vg * sz[k]
+    at = kd.i64(r) * (width * DIMS) + ow * DIMS
+    if EXACT or kd.cube_pos_y() * BX + kd.unit_pos_x() < width:
+        grad_grid[at] = gx * t[X + 4 * TX]
+        grad_grid[at + 1] = gy * t[Y + 4 * TX]
+        if DIMS == 3:
+            grad_grid[at + 2] = gz * t[Z + 4 * TZ]
+
+
+@kd.kernel
+def scatter_input_grad(grid: kd.Tensor, g: kd.Tensor, dx: kd.Tensor,
+                       channels: kd.i32, rows: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32,
+                       width: kd.i32, pad_mode: kd.i32, align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int],
+                       TAPS: kd.Const[int], IS: kd.Const[int], BX: kd.Const[int]):
+    """dx[p] = Σ over the grid points of plane p's batch item (in order) and their taps (in
+    order) inside the input of g[p, point] × the tap's weight, plane p = (n, c) a cube (IS
+    pixels). For each chunk of BX points of an output row the units compute the terms
+    (vectors) into shared arrays, then unit 0 adds them to the F32 plane one by one."""
+    p = kd.cube_pos_x()
+    n = p // channels
+    u = kd.unit_pos_x()
+    acc = kd.shared(kd.f32, IS)
+    at_s = kd.shared(kd.i32, TAPS * BX)
+    val_s = kd.shared(kd.f32, TAPS * BX)
+    zero_plane(acc, IS)
+    plane_out = kd.i64(rows) * width
+    for r in range(rows):
+        for w0 in range(0, width, BX):
+            ow = kd.min(w0 + u, width - 1)
+            t = row_taps(grid, n * rows + r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+            offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
+            go = kd.f32(g[p * plane_out + kd.i64(r) * width + ow])
+            live = w0 + u < width
+            for k in kd.unroll(TAPS):
+                at_s[k * BX + u] = kd.select(oks[k] and live, offs[k], -1)
+                val_s[k * BX + u] = ws[k] * go
+            kd.sync_cube()
+            if u == 0:
+                for j in range(kd.min(BX, width - w0)):
+                    for k in kd.unroll(TAPS):
+                        o = at_s[k * BX + j]
+                        if o >= 0:
+                            acc[o] = acc[o] + val_s[k * BX + j]
+            kd.sync_cube()
+    store_plane(acc, dx, kd.i64(p) * IS, IS)
