@@ -5,7 +5,9 @@ output row (n, od, oh) and a unit one output column ow of it, so the row's grid 
 are interleaved vector loads, the output stores are vector stores, and each unit's taps
 (offsets in the plane, weights, inside flags) are computed once and reused by every channel
 (a uniform channel loop: the cpu back end runs it around the unit loop, the taps kept in
-per-unit arrays); only the tap reads themselves are gathers.
+per-unit arrays); only the tap reads themselves are gathers. The padding mode is a
+compile-time constant PAD here: reflection's float remainder is a libm call per lane, which
+the vectorised unit loop would otherwise pay in every mode.
 
 Forward: the same sums in the same order as sample.channel_sample (bit-identical in F32).
 Backward: the grid gradient as a per-point sum over channels (forward_grid_grad, as
@@ -43,7 +45,9 @@ def row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, 
 @kd.func
 def tap_terms(t, size_h, size_w, DIMS):
     """From row_taps' tuple: each tap's offset in the plane (I32), weight wz·wy·wx (as
-    sample.channel_sample multiplies it) and inside flag, as three tuples in tap order."""
+    sample.channel_sample multiplies it) and inside flag (I32 1 or 0: flags that live across
+    the channel loop are per-unit arrays, and bytes of bools become vector masks bit by bit),
+    as three tuples in tap order."""
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
     offs = ()
     ws = ()
@@ -53,7 +57,7 @@ def tap_terms(t, size_h, size_w, DIMS):
             for k in kd.unroll(TX):
                 offs = offs + (((t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]),)
                 ws = ws + (t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k],)
-                oks = oks + ((t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]),)
+                oks = oks + (kd.select(t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k], 1, 0),)
     return offs, ws, oks
 
 
@@ -62,13 +66,13 @@ def sample_plane(x, base, offs, ws, oks):
     """The sample of the plane starting at `base` from a point's tap terms (F32)."""
     acc = kd.f32(0)
     for k in kd.unroll(len(offs)):
-        acc += ws[k] * kd.select(oks[k], kd.f32(x[base + offs[k]]), 0.0)
+        acc += ws[k] * kd.select(oks[k] != 0, kd.f32(x[base + offs[k]]), 0.0)
     return acc
 
 
 @kd.kernel
 def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
-                  rows: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, width: kd.i32, pad_mode: kd.i32,
+                  rows: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, width: kd.i32, PAD: kd.Const[int],
                   align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int], EXACT: kd.Const[bool],
                   BX: kd.Const[int]):
     """y = x sampled at grid. Cube x: output row r of the N·rows; cube y and the unit: its
@@ -78,7 +82,7 @@ def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
     ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
     if not EXACT:
         ow = kd.min(ow, width - 1)
-    t = row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+    t = row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, PAD, align, DIMS)
     offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
     plane_in = kd.i64(size_d * size_h) * size_w
     plane_out = kd.i64(rows) * width
@@ -96,7 +100,7 @@ def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
 @kd.kernel
 def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor,
                     grad_grid: kd.Tensor, channels: kd.i32, rows: kd.i32, size_d: kd.i32,
-                    size_h: kd.i32, size_w: kd.i32, width: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                    size_h: kd.i32, size_w: kd.i32, width: kd.i32, PAD: kd.Const[int], align: kd.i32,
                     MODE: kd.Const[str], DIMS: kd.Const[int], EXACT: kd.Const[bool], BX: kd.Const[int]):
     """grad_grid = d(Σ g·y)/d grid, a unit a point of output row r (cube x) as in
     forward_lanes: Σ over channels of g·(each tap's value × its weight's slopes), times
@@ -106,7 +110,7 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor,
     ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
     if not EXACT:
         ow = kd.min(ow, width - 1)
-    t = row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+    t = row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, PAD, align, DIMS)
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
     offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
     sx = ()   # each tap's d weight / d x, y, z: the slope along that axis times the other weights
@@ -132,7 +136,7 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor,
         go = kd.f32(g[p * plane_out + col])
         base = p * plane_in
         for k in kd.unroll(len(offs)):
-            vg = kd.select(oks[k], kd.f32(x[base + offs[k]]), 0.0) * go
+            vg = kd.select(oks[k] != 0, kd.f32(x[base + offs[k]]), 0.0) * go
             gx += vg * sx[k]
             gy += vg * sy[k]
             if DIMS == 3:
@@ -148,7 +152,7 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor,
 @kd.kernel
 def scatter_input_grad(grid: kd.Tensor, g: kd.Tensor, dx: kd.Tensor,
                        channels: kd.i32, rows: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32,
-                       width: kd.i32, pad_mode: kd.i32, align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int],
+                       width: kd.i32, PAD: kd.Const[int], align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int],
                        TAPS: kd.Const[int], IS: kd.Const[int], BX: kd.Const[int]):
     """dx[p] = Σ over the grid points of plane p's batch item (in order) and their taps (in
     order) inside the input of g[p, point] × the tap's weight, plane p = (n, c) a cube (IS
@@ -165,12 +169,12 @@ def scatter_input_grad(grid: kd.Tensor, g: kd.Tensor, dx: kd.Tensor,
     for r in range(rows):
         for w0 in range(0, width, BX):
             ow = kd.min(w0 + u, width - 1)
-            t = row_taps(grid, n * rows + r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+            t = row_taps(grid, n * rows + r, ow, width, size_d, size_h, size_w, MODE, PAD, align, DIMS)
             offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
             go = kd.f32(g[p * plane_out + kd.i64(r) * width + ow])
             live = w0 + u < width
             for k in kd.unroll(TAPS):
-                at_s[k * BX + u] = kd.select(oks[k] and live, offs[k], -1)
+                at_s[k * BX + u] = kd.select(oks[k] != 0 and live, offs[k], -1)
                 val_s[k * BX + u] = ws[k] * go
             kd.sync_cube()
             if u == 0:
