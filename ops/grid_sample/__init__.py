@@ -20,7 +20,7 @@ from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from .tuning import (MAX_CUBES, UNITS, as_5d, channels_last_lanes, channels_last_vectors, cubes, headroom,
-                     lane_plan, transpose_lanes)
+                     SCATTER_UNITS, lane_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -68,15 +68,17 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     go = out_grad.contiguous()
     x5, g5, go5 = as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2)
     plan = _lane_plan(rt, x5, go5, o, p.dims)
-    if plan is not None and plan.scatter:   # units are SIMD lanes: rows of points, a plane a cube
-        flat = (g5.reshape(g5.size), go.reshape(go.size))
+    if plan is not None and plan.planes:   # units are SIMD lanes: rows of points, planes a cube
         sizes = _lane_sizes(x5, go5)
+        taps = p.locations * input.shape[0] * plan.taps
+        tap_at, tap_w = rt.empty((taps,), kd.i32), rt.empty((taps,), kd.f32)
         _lanes.grid_grad_lanes[_lane_grid(go5, plan), plan.bx](
-            x5.reshape(x5.size), *flat, grad_grid.reshape(grad_grid.size), *sizes, *_runtime_options(o),
-            o.mode.value, p.dims, plan.exact, plan.bx)
+            x5.reshape(x5.size), g5.reshape(g5.size), go.reshape(go.size), grad_grid.reshape(grad_grid.size),
+            tap_at, tap_w, *sizes, *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
         planes = x5.shape[0] * x5.shape[1]
-        _lanes.scatter_input_grad[planes, plan.bx](*flat, dx.reshape(size), *sizes, *_runtime_options(o),
-                                                   o.mode.value, p.dims, plan.taps, size // planes, plan.bx)
+        _lanes.scatter_input_grad[planes // plan.planes, SCATTER_UNITS](
+            go.reshape(go.size), tap_at, tap_w, dx.reshape(size), x5.shape[1], p.locations, plan.taps,
+            size // planes, plan.planes)
         return dx, grad_grid
     max_bits = rt.zeros((1,), kd.u32)
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
@@ -112,7 +114,8 @@ def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampl
 
 def _lane_plan(rt, x5, y5, o: GridSampleOptions, dims: int):
     """tuning.lane_plan for 5-D views x5 (input) and y5 (output or out_grad)."""
-    return lane_plan(rt.capabilities, o.mode, dims, x5.size // (x5.shape[0] * x5.shape[1]), y5.shape[4])
+    return lane_plan(rt.capabilities, o.mode, dims, x5.size // (x5.shape[0] * x5.shape[1]), y5.shape[4],
+                     x5.shape[1])
 
 
 def _lane_grid(y5, plan) -> tuple:

@@ -10,11 +10,14 @@ compile-time constant PAD here: reflection's float remainder is a libm call per 
 the vectorised unit loop would otherwise pay in every mode.
 
 Forward: the same sums in the same order as sample.channel_sample (bit-identical in F32).
-Backward: the grid gradient as a per-point sum over channels (forward_grid_grad, as
-sample_backward's, its tap factors multiplied once a point), and the input gradient by
-scatter_input_grad: a cube a plane adds every grid point's contributions, point by point in
-order, into an F32 copy of the plane in cube-shared memory (one unit adds: no atomics, no
-fixed point, the same sum on every run), then stores it cast once (as pooling's scatter.py).
+Backward: the grid gradient as a per-point sum over channels (grid_grad_lanes, as
+sample_backward's, its tap factors multiplied once a point), which also writes every
+point's tap offsets and weights; then the input gradient by scatter_input_grad: a cube
+takes PLANES planes of a batch item and one unit adds every grid point's contributions,
+point by point in order, into F32 copies of the planes in cube-shared memory (no atomics,
+no fixed point, the same sum on every run), then the cube stores them cast once (as
+pooling's scatter.py). The scatter is scalar (lanes could collide); a point's taps are
+read once for all PLANES planes, whose read-modify-writes are independent.
 
 Tensors are flat views of contiguous ones: input [N, C, D, H, W], grid [N, Do, Ho, Wo,
 DIMS], output / out_grad [N, C, Do, Ho, Wo]; `rows` = Do·Ho (the output rows of a plane)."""
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from ..pooling.scatter import store_plane, zero_plane
+from ..pooling.scatter import zero_plane
 from .coords import axis_taps
 from .sample import tap_layout
 
@@ -98,13 +101,16 @@ def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
 
 
 @kd.kernel
-def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor,
-                    grad_grid: kd.Tensor, channels: kd.i32, rows: kd.i32, size_d: kd.i32,
-                    size_h: kd.i32, size_w: kd.i32, width: kd.i32, PAD: kd.Const[int], align: kd.i32,
-                    MODE: kd.Const[str], DIMS: kd.Const[int], EXACT: kd.Const[bool], BX: kd.Const[int]):
+def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Tensor,
+                    tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[kd.f32, 1], channels: kd.i32, rows: kd.i32,
+                    size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, width: kd.i32, PAD: kd.Const[int],
+                    align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int], EXACT: kd.Const[bool],
+                    BX: kd.Const[int]):
     """grad_grid = d(Σ g·y)/d grid, a unit a point of output row r (cube x) as in
     forward_lanes: Σ over channels of g·(each tap's value × its weight's slopes), times
-    d(pixel coordinate)/d(grid coordinate) per axis."""
+    d(pixel coordinate)/d(grid coordinate) per axis. Also writes each point's taps for
+    scatter_input_grad: tap_at[point, k] = the tap's offset in the plane (the plane size, a
+    slot never stored, where the tap is outside), tap_w[point, k] = its weight."""
     r = kd.cube_pos_x()
     n = r // rows
     ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
@@ -125,7 +131,7 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor,
                 sx = sx + (t[X + 2 * TX + k] * wy * wz,)
                 sy = sy + (t[Y + 2 * TX + b] * wx * wz,)
                 sz = sz + (t[Z + 2 * TZ + a] * wx * wy,)
-    plane_in = kd.i64(size_d * size_h) * size_w
+    plane_in = size_d * size_h * size_w
     plane_out = kd.i64(rows) * width
     col = kd.i64(r - n * rows) * width + ow
     gx = kd.f32(0)
@@ -142,46 +148,48 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor,
             if DIMS == 3:
                 gz += vg * sz[k]
     at = kd.i64(r) * (width * DIMS) + ow * DIMS
+    T = len(offs)
+    point = kd.i64(r) * width + ow
     if EXACT or kd.cube_pos_y() * BX + kd.unit_pos_x() < width:
         grad_grid[at] = gx * t[X + 4 * TX]
         grad_grid[at + 1] = gy * t[Y + 4 * TX]
         if DIMS == 3:
             grad_grid[at + 2] = gz * t[Z + 4 * TZ]
+        for k in kd.unroll(T):
+            tap_at[point * T + k] = kd.select(oks[k] != 0, offs[k], plane_in)
+            tap_w[point * T + k] = ws[k]
 
 
 @kd.kernel
-def scatter_input_grad(grid: kd.Tensor, g: kd.Tensor, dx: kd.Tensor,
-                       channels: kd.i32, rows: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32,
-                       width: kd.i32, PAD: kd.Const[int], align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int],
-                       TAPS: kd.Const[int], IS: kd.Const[int], BX: kd.Const[int]):
+def scatter_input_grad(g: kd.Tensor, tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[kd.f32, 1],
+                       dx: kd.Tensor, channels: kd.i32, points: kd.i32, TAPS: kd.Const[int], IS: kd.Const[int],
+                       PLANES: kd.Const[int]):
     """dx[p] = Σ over the grid points of plane p's batch item (in order) and their taps (in
-    order) inside the input of g[p, point] × the tap's weight, plane p = (n, c) a cube (IS
-    pixels). For each chunk of BX points of an output row the units compute the terms
-    (vectors) into shared arrays, then unit 0 adds them to the F32 plane one by one."""
-    p = kd.cube_pos_x()
-    n = p // channels
-    u = kd.unit_pos_x()
-    acc = kd.shared(kd.f32, IS)
-    at_s = kd.shared(kd.i32, TAPS * BX)
-    val_s = kd.shared(kd.f32, TAPS * BX)
-    zero_plane(acc, IS)
-    plane_out = kd.i64(rows) * width
-    for r in range(rows):
-        for w0 in range(0, width, BX):
-            ow = kd.min(w0 + u, width - 1)
-            t = row_taps(grid, n * rows + r, ow, width, size_d, size_h, size_w, MODE, PAD, align, DIMS)
-            offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
-            go = kd.f32(g[p * plane_out + kd.i64(r) * width + ow])
-            live = w0 + u < width
+    order) inside the input of g[p, point] × the tap's weight (grid_grad_lanes' tap_at,
+    tap_w), PLANES planes p = (n, c) of one batch item a cube (IS pixels each), summed in
+    F32 copies of the planes in shared memory by unit 0 (outside taps add to a slot past the
+    plane, never stored: no branch), then stored by every unit (vectors)."""
+    p0 = kd.cube_pos_x() * PLANES
+    n = p0 // channels
+    acc = kd.shared(kd.f32, PLANES * (IS + 1))
+    zero_plane(acc, PLANES * (IS + 1))
+    if kd.unit_pos_x() == 0:
+        first = kd.i64(n) * points
+        for j in range(points):
+            gs = ()
+            for q in kd.unroll(PLANES):
+                gs = gs + (kd.f32(g[kd.i64(p0 + q) * points + j]),)
+            e = (first + j) * TAPS
             for k in kd.unroll(TAPS):
-                at_s[k * BX + u] = kd.select(oks[k] != 0 and live, offs[k], -1)
-                val_s[k * BX + u] = ws[k] * go
-            kd.sync_cube()
-            if u == 0:
-                for j in range(kd.min(BX, width - w0)):
-                    for k in kd.unroll(TAPS):
-                        o = at_s[k * BX + j]
-                        if o >= 0:
-                            acc[o] = acc[o] + val_s[k * BX + j]
-            kd.sync_cube()
-    store_plane(acc, dx, kd.i64(p) * IS, IS)
+                o = tap_at[e + k]
+                w = tap_w[e + k]
+                for q in kd.unroll(PLANES):
+                    acc[q * (IS + 1) + o] = acc[q * (IS + 1) + o] + w * gs[q]
+    kd.sync_cube()
+    BX = kd.cube_dim_x()
+    for q in kd.unroll(PLANES):
+        base = kd.i64(p0 + q) * IS
+        for i0 in range(0, IS, BX):
+            i = i0 + kd.unit_pos_x()
+            if i < IS:
+                dx[base + i] = acc[q * (IS + 1) + i]

@@ -87,29 +87,35 @@ LANE_MIN_UNITS = 64
 TAPS = {GridSampleMode.Bilinear: 2, GridSampleMode.Nearest: 1, GridSampleMode.Bicubic: 4}
 
 
+# planes a cube of lanes.scatter_input_grad, at most (a divisor of the channels whose F32
+# copies fit half the shared memory), and its units (they zero and store the planes)
+SCATTER_PLANES = 2
+SCATTER_UNITS = 1024
+
+
 @dataclass(frozen=True)
 class LanePlan:
     """lanes.py's launch: `bx` units a cube along the output row, `exact` where the cubes tile
-    the row, `taps` a grid point, and whether the input gradient fits the per-plane scatter
-    (`scatter`: its F32 plane and the terms of a cube's points take at most half the shared
-    memory)."""
+    the row, `taps` a grid point, and `planes` a cube of the input gradient's scatter (0
+    where not even one plane's F32 copy fits half the shared memory)."""
 
     bx: int
     exact: bool
     taps: int
-    scatter: bool
+    planes: int
 
 
-def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, width: int) -> LanePlan | None:
+def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, width: int, channels: int) -> LanePlan | None:
     """lanes.py's plan for output rows of `width` points over planes of `in_spatial` pixels,
     or None where units are not SIMD lanes (GPUs keep sample.py: a unit a flat grid point)
     or a plane's offsets would not fit 32 bits."""
-    if not caps.units_are_simd_lanes or in_spatial >= 2 ** 31:
+    if not caps.units_are_simd_lanes or in_spatial >= 2 ** 31 - 1:
         return None
     if width <= LANE_UNITS:
         bx = width
     else:
         bx = next((b for b in range(LANE_UNITS, LANE_MIN_UNITS - 1, -1) if width % b == 0), LANE_UNITS)
-    taps = TAPS[mode] ** dims
-    scatter = (in_spatial + 2 * taps * bx) * 4 <= caps.max_shared_bytes // 2
-    return LanePlan(bx, width % bx == 0, taps, scatter)
+    planes = SCATTER_PLANES
+    while planes and (channels % planes or planes * (in_spatial + 1) * 4 > caps.max_shared_bytes // 2):
+        planes //= 2
+    return LanePlan(bx, width % bx == 0, TAPS[mode] ** dims, planes)
