@@ -246,6 +246,7 @@ def test_channels_last_is_chosen_from_the_channels_and_capabilities(runtime, mon
 
 # ---------------------------------------------------------------------------- SIMD-lane kernels
 @needs_torch
+@pytest.mark.interpreter
 def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, monkeypatch):
     """lanes.py (what devices whose units are SIMD lanes run), forced on this runtime with
     cubes of 4 points: rows of 6 (the last cube masked) and 8 (cubes tiling the row), an even
