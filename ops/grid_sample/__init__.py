@@ -114,18 +114,18 @@ def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampl
 
 def _lane_plan(rt, x5, y5, o: GridSampleOptions, dims: int):
     """tuning.lane_plan for 5-D views x5 (input) and y5 (output or out_grad)."""
-    return lane_plan(rt.capabilities, o.mode, dims, x5.size // (x5.shape[0] * x5.shape[1]), y5.shape[4],
-                     x5.shape[1])
+    return lane_plan(rt.capabilities, o.mode, dims, x5.size // (x5.shape[0] * x5.shape[1]),
+                     y5.size // (y5.shape[0] * y5.shape[1]), x5.shape[1])
 
 
-def _lane_grid(y5, plan) -> tuple:
-    """lanes.py's grid: (output rows N·Do·Ho, cubes a row)."""
-    return (y5.shape[0] * y5.shape[2] * y5.shape[3], -(-y5.shape[4] // plan.bx))
+def _lane_grid(y5, plan) -> int:
+    """lanes.py's cubes: BX points a cube, the points of a batch item in whole cubes."""
+    return y5.shape[0] * -(-(y5.size // (y5.shape[0] * y5.shape[1])) // plan.bx)
 
 
 def _lane_sizes(x5, y5) -> tuple:
-    """lanes.py's run-time sizes: channels, output rows a plane, D, H, W, output width."""
-    return (x5.shape[1], y5.shape[2] * y5.shape[3], *x5.shape[2:], y5.shape[4])
+    """lanes.py's run-time sizes: channels, grid points a batch item, D, H, W."""
+    return (x5.shape[1], y5.size // (y5.shape[0] * y5.shape[1]), *x5.shape[2:])
 
 
 def _runtime_options(o: GridSampleOptions) -> tuple:

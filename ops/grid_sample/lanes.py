@@ -20,7 +20,7 @@ pooling's scatter.py). The scatter is scalar (lanes could collide); a point's ta
 read once for all PLANES planes, whose read-modify-writes are independent.
 
 Tensors are flat views of contiguous ones: input [N, C, D, H, W], grid [N, Do, Ho, Wo,
-DIMS], output / out_grad [N, C, Do, Ho, Wo]; `rows` = Do·Ho (the output rows of a plane)."""
+DIMS], output / out_grad [N, C, Do, Ho, Wo]; `points` = Do·Ho·Wo (grid points a batch item)."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -33,9 +33,23 @@ UNROLL = 4  # channels sampled per step of the forward's channel loop (their gat
 
 
 @kd.func
-def row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, DIMS):
-    """The (depth, height, width) taps (coords.axis_taps) of point ow of output row r."""
-    at = kd.i64(r) * (width * DIMS) + ow * DIMS
+def chunk_point(points, BX, EXACT):
+    """(n, j): the batch item and in-item index of this unit's grid point; cube x takes the
+    BX points from cube_pos_x·BX on, all of one batch item (BX divides the item's points, or
+    the last cube of an item is masked: j clamped, EXACT False). j is I64 and affine in the
+    unit, so the addresses built on it stay vector loads and stores."""
+    cubes = (points + BX - 1) // BX
+    n = kd.cube_pos_x() // cubes
+    j = kd.i64(kd.cube_pos_x() - n * cubes) * BX + kd.unit_pos_x()
+    if not EXACT:
+        j = kd.min(j, kd.i64(points - 1))
+    return n, j
+
+
+@kd.func
+def grid_taps(grid, at, size_d, size_h, size_w, MODE, pad_mode, align, DIMS):
+    """The (depth, height, width) taps (coords.axis_taps) of the point whose coordinates
+    start at grid[at]."""
     tx = axis_taps(kd.f32(grid[at]), size_w, MODE, pad_mode, align)
     ty = axis_taps(kd.f32(grid[at + 1]), size_h, MODE, pad_mode, align)
     if DIMS == 3:
@@ -47,7 +61,7 @@ def row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, pad_mode, align, 
 
 @kd.func
 def tap_terms(t, size_h, size_w, DIMS):
-    """From row_taps' tuple: each tap's offset in the plane (I32), weight wz·wy·wx (as
+    """From grid_taps' tuple: each tap's offset in the plane (I32), weight wz·wy·wx (as
     sample.channel_sample multiplies it) and inside flag (I32 1 or 0: flags that live across
     the channel loop are per-unit arrays, and bytes of bools become vector masks bit by bit),
     as three tuples in tap order."""
@@ -74,49 +88,38 @@ def sample_plane(x, base, offs, ws, oks):
 
 
 @kd.kernel
-def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
-                  rows: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, width: kd.i32, PAD: kd.Const[int],
-                  align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int], EXACT: kd.Const[bool],
-                  BX: kd.Const[int]):
-    """y = x sampled at grid. Cube x: output row r of the N·rows; cube y and the unit: its
-    column ow. EXACT (the host checked): the cubes' columns tile the row (no masks)."""
-    r = kd.cube_pos_x()
-    n = r // rows
-    ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
-    if not EXACT:
-        ow = kd.min(ow, width - 1)
-    t = row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, PAD, align, DIMS)
+def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32, points: kd.i32, size_d: kd.i32,
+                  size_h: kd.i32, size_w: kd.i32, PAD: kd.Const[int], align: kd.i32, MODE: kd.Const[str],
+                  DIMS: kd.Const[int], EXACT: kd.Const[bool], BX: kd.Const[int]):
+    """y = x sampled at grid, a unit a grid point (chunk_point; `points` a batch item)."""
+    n, j = chunk_point(points, BX, EXACT)
+    t = grid_taps(grid, (kd.i64(n) * points + j) * DIMS, size_d, size_h, size_w, MODE, PAD, align, DIMS)
     offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
     plane_in = kd.i64(size_d * size_h) * size_w
-    plane_out = kd.i64(rows) * width
-    col = kd.i64(r - n * rows) * width + ow
     whole = channels - channels % UNROLL
     for c0 in range(0, whole, UNROLL):  # uniform: the taps stay in per-unit arrays
         for u in kd.unroll(UNROLL):
             p = kd.i64(n) * channels + c0 + u
-            y[p * plane_out + col] = sample_plane(x, p * plane_in, offs, ws, oks)
+            y[p * points + j] = sample_plane(x, p * plane_in, offs, ws, oks)
     for c in range(whole, channels):
         p = kd.i64(n) * channels + c
-        y[p * plane_out + col] = sample_plane(x, p * plane_in, offs, ws, oks)
+        y[p * points + j] = sample_plane(x, p * plane_in, offs, ws, oks)
 
 
 @kd.kernel
 def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Tensor,
-                    tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[kd.f32, 1], channels: kd.i32, rows: kd.i32,
-                    size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, width: kd.i32, PAD: kd.Const[int],
+                    tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[kd.f32, 1], channels: kd.i32, points: kd.i32,
+                    size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, PAD: kd.Const[int],
                     align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int], EXACT: kd.Const[bool],
                     BX: kd.Const[int]):
-    """grad_grid = d(Σ g·y)/d grid, a unit a point of output row r (cube x) as in
-    forward_lanes: Σ over channels of g·(each tap's value × its weight's slopes), times
+    """grad_grid = d(Σ g·y)/d grid, a unit a grid point as in forward_lanes: Σ over channels of g·(each tap's value × its weight's slopes), times
     d(pixel coordinate)/d(grid coordinate) per axis. Also writes each point's taps for
     scatter_input_grad: tap_at[point, k] = the tap's offset in the plane (the plane size, a
     slot never stored, where the tap is outside), tap_w[point, k] = its weight."""
-    r = kd.cube_pos_x()
-    n = r // rows
-    ow = kd.cube_pos_y() * BX + kd.unit_pos_x()
-    if not EXACT:
-        ow = kd.min(ow, width - 1)
-    t = row_taps(grid, r, ow, width, size_d, size_h, size_w, MODE, PAD, align, DIMS)
+    n, j = chunk_point(points, BX, EXACT)
+    point = kd.i64(n) * points + j
+    at = point * DIMS
+    t = grid_taps(grid, at, size_d, size_h, size_w, MODE, PAD, align, DIMS)
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
     offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
     sx = ()   # each tap's d weight / d x, y, z: the slope along that axis times the other weights
@@ -132,14 +135,12 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
                 sy = sy + (t[Y + 2 * TX + b] * wx * wz,)
                 sz = sz + (t[Z + 2 * TZ + a] * wx * wy,)
     plane_in = size_d * size_h * size_w
-    plane_out = kd.i64(rows) * width
-    col = kd.i64(r - n * rows) * width + ow
     gx = kd.f32(0)
     gy = kd.f32(0)
     gz = kd.f32(0)
     for c in range(channels):  # uniform
         p = kd.i64(n) * channels + c
-        go = kd.f32(g[p * plane_out + col])
+        go = kd.f32(g[p * points + j])
         base = p * plane_in
         for k in kd.unroll(len(offs)):
             vg = kd.select(oks[k] != 0, kd.f32(x[base + offs[k]]), 0.0) * go
@@ -147,10 +148,8 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
             gy += vg * sy[k]
             if DIMS == 3:
                 gz += vg * sz[k]
-    at = kd.i64(r) * (width * DIMS) + ow * DIMS
     T = len(offs)
-    point = kd.i64(r) * width + ow
-    if EXACT or kd.cube_pos_y() * BX + kd.unit_pos_x() < width:
+    if EXACT or (kd.cube_pos_x() % ((points + BX - 1) // BX)) * BX + kd.unit_pos_x() < points:
         grad_grid[at] = gx * t[X + 4 * TX]
         grad_grid[at + 1] = gy * t[Y + 4 * TX]
         if DIMS == 3:

@@ -79,9 +79,9 @@ def headroom(locations: int, mode: GridSampleMode) -> int:
     return max(1, math.ceil(math.log2(max(1.0, locations * TAP_WEIGHT_BOUND[mode])))) + 1
 
 
-# lanes.py (devices whose units are SIMD lanes): a cube an output row of at most LANE_UNITS
-# points (the row itself where it fits, else the largest divisor of at least LANE_MIN_UNITS,
-# else LANE_UNITS with the last cube masked)
+# lanes.py (devices whose units are SIMD lanes): a cube takes at most LANE_UNITS consecutive
+# grid points of a batch item (all of them where they fit, else the largest divisor of the
+# item's points of at least LANE_MIN_UNITS, else LANE_UNITS with the item's last cube masked)
 LANE_UNITS = 512
 LANE_MIN_UNITS = 64
 TAPS = {GridSampleMode.Bilinear: 2, GridSampleMode.Nearest: 1, GridSampleMode.Bicubic: 4}
@@ -95,8 +95,7 @@ SCATTER_UNITS = 1024
 
 @dataclass(frozen=True)
 class LanePlan:
-    """lanes.py's launch: `bx` units a cube along the output row, `exact` where the cubes tile
-    the row, `taps` a grid point, and `planes` a cube of the input gradient's scatter (0
+    """lanes.py's launch: `bx` points a cube, `exact` where the cubes tile a batch item's points, `taps` a grid point, and `planes` a cube of the input gradient's scatter (0
     where not even one plane's F32 copy fits half the shared memory)."""
 
     bx: int
@@ -105,17 +104,17 @@ class LanePlan:
     planes: int
 
 
-def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, width: int, channels: int) -> LanePlan | None:
-    """lanes.py's plan for output rows of `width` points over planes of `in_spatial` pixels,
+def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: int, channels: int) -> LanePlan | None:
+    """lanes.py's plan for `points` grid points a batch item over planes of `in_spatial` pixels,
     or None where units are not SIMD lanes (GPUs keep sample.py: a unit a flat grid point)
     or a plane's offsets would not fit 32 bits."""
     if not caps.units_are_simd_lanes or in_spatial >= 2 ** 31 - 1:
         return None
-    if width <= LANE_UNITS:
-        bx = width
+    if points <= LANE_UNITS:
+        bx = points
     else:
-        bx = next((b for b in range(LANE_UNITS, LANE_MIN_UNITS - 1, -1) if width % b == 0), LANE_UNITS)
+        bx = next((b for b in range(LANE_UNITS, LANE_MIN_UNITS - 1, -1) if points % b == 0), LANE_UNITS)
     planes = SCATTER_PLANES
     while planes and (channels % planes or planes * (in_spatial + 1) * 4 > caps.max_shared_bytes // 2):
         planes //= 2
-    return LanePlan(bx, width % bx == 0, TAPS[mode] ** dims, planes)
+    return LanePlan(bx, points % bx == 0, TAPS[mode] ** dims, planes)
