@@ -20,7 +20,7 @@ from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from .tuning import (MAX_CUBES, UNITS, as_5d, channels_last_lanes, channels_last_vectors, cubes, headroom,
-                     SCATTER_UNITS, lane_plan, transpose_lanes)
+                     lane_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -76,7 +76,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
             x5.reshape(x5.size), g5.reshape(g5.size), go.reshape(go.size), grad_grid.reshape(grad_grid.size),
             tap_at, tap_w, *sizes, *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
         planes = x5.shape[0] * x5.shape[1]
-        _lanes.scatter_input_grad[planes // plan.planes, SCATTER_UNITS](
+        _lanes.scatter_input_grad[planes // plan.planes, plan.scatter_units](
             go.reshape(go.size), tap_at, tap_w, dx.reshape(size), x5.shape[1], p.locations, plan.taps,
             size // planes, plan.planes)
         return dx, grad_grid
