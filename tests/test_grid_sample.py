@@ -250,9 +250,10 @@ def test_channels_last_is_chosen_from_the_channels_and_capabilities(runtime, mon
 def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, monkeypatch):
     """lanes.py (what devices whose units are SIMD lanes run), forced on this runtime with
     cubes of 4 points: rows of 6 (the last cube masked) and 8 (cubes tiling the row), an even
-    channel count (2 planes a scatter cube) and an odd one, every padding mode × alignment in
-    2-D, bicubic and 3-D, a NaN and an infinite grid coordinate. Against torch (float64) and
-    the direct kernel: the same forward bit for bit, gradients within rounding."""
+    channel count (planes a scatter cube) and an odd one, every padding mode × alignment in
+    2-D, bicubic and 3-D, a NaN and an infinite grid coordinate, the scatter's planes in
+    shared memory and (no shared memory to spare) in a scratch tensor. Against torch
+    (float64) and the direct kernel: the same forward bit for bit, gradients within rounding."""
     import dataclasses
 
     import rudnn.grid_sample as gs
@@ -260,10 +261,13 @@ def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, mon
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
     monkeypatch.setattr(tuning, "LANE_UNITS", 4)
     monkeypatch.setattr(tuning, "LANE_MIN_UNITS", 4)
+    B = GridSampleMode.Bilinear
     lanes = (lambda caps, *a: tuning.lane_plan(dataclasses.replace(caps, units_are_simd_lanes=True), *a))
+    unshared = (lambda caps, *a: tuning.lane_plan(dataclasses.replace(caps, units_are_simd_lanes=True,
+                                                                      max_shared_bytes=0), *a))
+    assert lanes(runtime.capabilities, B, 2, 35, 18, 4).shared and not unshared(runtime.capabilities, B, 2, 35, 18, 4).shared
     assert tuning.lane_plan(dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False),
                             GridSampleMode.Bilinear, 2, 35, 6, 4) is None
-    B = GridSampleMode.Bilinear
     cases = [(2, B, 4, (5, 7), (3, 6)), (2, GridSampleMode.Bicubic, 3, (6, 5), (2, 8)),
              (2, GridSampleMode.Nearest, 4, (4, 9), (3, 6)), (3, B, 2, (3, 4, 5), (2, 3, 6))]
     for dims, mode, c, size_in, size_out in cases:
@@ -279,11 +283,13 @@ def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, mon
     for pad in PADS:
         opts = GridSampleOptions(B, pad, False)
         got = []
-        for plan in (lanes, lambda *a: None):   # lanes.py, then the direct kernels
+        for plan in (lanes, unshared, lambda *a: None):   # lanes.py (shared, scratch), then the direct kernels
             monkeypatch.setattr(gs, "lane_plan", plan)
             args = runtime.tensor(x), runtime.tensor(grid)
             got.append((grid_sample(*args, opts).numpy(), *(t.numpy() for t in grid_sample_backward(
                 *args, runtime.tensor(go), opts))))
-        np.testing.assert_array_equal(got[0][0], got[1][0], err_msg=str(opts))
-        for a, b in zip(got[0][1:], got[1][1:]):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+        for lane in got[:2]:
+            np.testing.assert_array_equal(lane[0], got[2][0], err_msg=str(opts))
+            for a, b in zip(lane[1:], got[2][1:]):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+        np.testing.assert_array_equal(got[0][1], got[1][1])   # the same sums, wherever the planes live

@@ -68,7 +68,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     go = out_grad.contiguous()
     x5, g5, go5 = as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2)
     plan = _lane_plan(rt, x5, go5, o, p.dims)
-    if plan is not None and plan.planes:   # units are SIMD lanes: rows of points, planes a cube
+    if plan is not None:   # units are SIMD lanes: a cube a chunk of points, then planes a cube
         sizes = _lane_sizes(x5, go5)
         taps = p.locations * input.shape[0] * plan.taps
         tap_at, tap_w = rt.empty((taps,), kd.i32), rt.empty((taps,), kd.f32)
@@ -76,9 +76,14 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
             x5.reshape(x5.size), g5.reshape(g5.size), go.reshape(go.size), grad_grid.reshape(grad_grid.size),
             tap_at, tap_w, *sizes, *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
         planes = x5.shape[0] * x5.shape[1]
-        _lanes.scatter_input_grad[planes // plan.planes, plan.scatter_units](
-            go.reshape(go.size), tap_at, tap_w, dx.reshape(size), x5.shape[1], p.locations, plan.taps,
-            size // planes, plan.planes)
+        cube = (planes // plan.planes, plan.scatter_units)
+        if plan.shared:
+            _lanes.scatter_input_grad[cube](go.reshape(go.size), tap_at, tap_w, dx.reshape(size), x5.shape[1],
+                                            p.locations, plan.taps, size // planes, plan.planes)
+        else:
+            acc = rt.empty((planes * (size // planes + 1),), kd.f32)
+            _lanes.scatter_input_grad_global[cube](go.reshape(go.size), tap_at, tap_w, acc, dx.reshape(size),
+                                                   x5.shape[1], p.locations, size // planes, plan.taps, plan.planes)
         return dx, grad_grid
     max_bits = rt.zeros((1,), kd.u32)
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)

@@ -16,7 +16,8 @@ point's tap offsets and weights; then the input gradient by scatter_input_grad: 
 takes PLANES planes of a batch item and one unit adds every grid point's contributions,
 point by point in order, into F32 copies of the planes in cube-shared memory (no atomics,
 no fixed point, the same sum on every run), then the cube stores them cast once (as
-pooling's scatter.py). The scatter is scalar (lanes could collide); a point's taps are
+pooling's scatter.py; scatter_input_grad_global keeps them in memory where they do not
+fit). The scatter is scalar (lanes could collide); a point's taps are
 read once for all PLANES planes, whose read-modify-writes are independent.
 
 Tensors are flat views of contiguous ones: input [N, C, D, H, W], grid [N, Do, Ho, Wo,
@@ -159,6 +160,25 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
             tap_w[point * T + k] = ws[k]
 
 
+@kd.func
+def scatter_points(g, tap_at, tap_w, acc, first, n, p0, points, TAPS, IS, PLANES):
+    """Unit 0 adds g[p0 + q, j] × each tap's weight of every grid point j of batch item n, in
+    order, to acc[first + q·(IS + 1) + the tap's offset] for the PLANES planes q (an outside
+    tap's offset is IS: a slot never stored, so no branch)."""
+    if kd.unit_pos_x() == 0:
+        e0 = kd.i64(n) * points * TAPS
+        for j in range(points):
+            gs = ()
+            for q in kd.unroll(PLANES):
+                gs = gs + (kd.f32(g[kd.i64(p0 + q) * points + j]),)
+            e = e0 + kd.i64(j) * TAPS
+            for k in kd.unroll(TAPS):
+                o = first + tap_at[e + k]
+                w = tap_w[e + k]
+                for q in kd.unroll(PLANES):
+                    acc[o + q * (IS + 1)] = acc[o + q * (IS + 1)] + w * gs[q]
+
+
 @kd.kernel
 def scatter_input_grad(g: kd.Tensor, tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[kd.f32, 1],
                        dx: kd.Tensor, channels: kd.i32, points: kd.i32, TAPS: kd.Const[int], IS: kd.Const[int],
@@ -166,24 +186,12 @@ def scatter_input_grad(g: kd.Tensor, tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Ten
     """dx[p] = Σ over the grid points of plane p's batch item (in order) and their taps (in
     order) inside the input of g[p, point] × the tap's weight (grid_grad_lanes' tap_at,
     tap_w), PLANES planes p = (n, c) of one batch item a cube (IS pixels each), summed in
-    F32 copies of the planes in shared memory by unit 0 (outside taps add to a slot past the
-    plane, never stored: no branch), then stored by every unit (vectors)."""
+    F32 copies of the planes in shared memory (scatter_points), then stored by every unit
+    (vectors)."""
     p0 = kd.cube_pos_x() * PLANES
-    n = p0 // channels
     acc = kd.shared(kd.f32, PLANES * (IS + 1))
     zero_plane(acc, PLANES * (IS + 1))
-    if kd.unit_pos_x() == 0:
-        first = kd.i64(n) * points
-        for j in range(points):
-            gs = ()
-            for q in kd.unroll(PLANES):
-                gs = gs + (kd.f32(g[kd.i64(p0 + q) * points + j]),)
-            e = (first + j) * TAPS
-            for k in kd.unroll(TAPS):
-                o = tap_at[e + k]
-                w = tap_w[e + k]
-                for q in kd.unroll(PLANES):
-                    acc[q * (IS + 1) + o] = acc[q * (IS + 1) + o] + w * gs[q]
+    scatter_points(g, tap_at, tap_w, acc, 0, p0 // channels, p0, points, TAPS, IS, PLANES)
     kd.sync_cube()
     BX = kd.cube_dim_x()
     for q in kd.unroll(PLANES):
@@ -192,3 +200,28 @@ def scatter_input_grad(g: kd.Tensor, tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Ten
             i = i0 + kd.unit_pos_x()
             if i < IS:
                 dx[base + i] = acc[q * (IS + 1) + i]
+
+
+@kd.kernel
+def scatter_input_grad_global(g: kd.Tensor, tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[kd.f32, 1],
+                              acc: kd.Tensor[kd.f32, 1], dx: kd.Tensor, channels: kd.i32, points: kd.i32,
+                              plane: kd.i32, TAPS: kd.Const[int], PLANES: kd.Const[int]):
+    """scatter_input_grad for planes whose F32 copies do not fit the shared memory: the
+    copies live in acc (PLANES · (plane + 1) F32 a cube), zeroed and stored by every unit."""
+    p0 = kd.cube_pos_x() * PLANES
+    BX = kd.cube_dim_x()
+    span = kd.i64(plane + 1)
+    first = kd.i64(kd.cube_pos_x()) * PLANES * span
+    for i0 in range(0, PLANES * span, BX):
+        i = i0 + kd.unit_pos_x()
+        if i < PLANES * span:
+            acc[first + i] = kd.f32(0)
+    kd.sync_cube()
+    scatter_points(g, tap_at, tap_w, acc, first, p0 // channels, p0, points, TAPS, plane, PLANES)
+    kd.sync_cube()
+    for q in kd.unroll(PLANES):
+        base = kd.i64(p0 + q) * plane
+        for i0 in range(0, plane, BX):
+            i = i0 + kd.unit_pos_x()
+            if i < plane:
+                dx[base + i] = acc[first + q * span + i]

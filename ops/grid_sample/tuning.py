@@ -87,27 +87,28 @@ LANE_MIN_UNITS = 64
 TAPS = {GridSampleMode.Bilinear: 2, GridSampleMode.Nearest: 1, GridSampleMode.Bicubic: 4}
 
 
-# planes a cube of lanes.scatter_input_grad, at most (a divisor of the channels whose F32
-# copies fit half the shared memory), and its units (they zero and store the planes; fewer
-# where a cube cannot have that many): 2048 puts 16 cubes at 32768 units, which the cpu
-# runtime spreads over its workers from the first launch. Zen 5, f32 [4, 16, 128²], the
-# scatter alone, best ms of 1 / 2 / 4 planes a cube: 2.80-2.86 / 1.86-2.01 / 1.69-1.80
-# (the unit's read-modify-writes of different planes overlap; one point's taps read once).
+# planes a cube of lanes' input-gradient scatter, at most (a divisor of the channels), and
+# its units (they zero and store the planes; at most the device's cube size). Zen 5, f32
+# [4, 16, 128²], the scatter alone, best ms of 1 / 2 / 4 planes a cube: 2.80-2.86 /
+# 1.86-2.01 / 1.69-1.80 (the unit's read-modify-writes of different planes overlap; a
+# point's taps are read once); 1024 or 2048 units: the same.
 SCATTER_PLANES = 4
-SCATTER_UNITS = 2048
+SCATTER_UNITS = 1024
 
 
 @dataclass(frozen=True)
 class LanePlan:
     """lanes.py's launch: `bx` points a cube, `exact` where the cubes tile a batch item's
-    points, `taps` a grid point, `planes` a cube of the input gradient's scatter (0 where not
-    even one plane's F32 copy fits half the shared memory) and `scatter_units` its units."""
+    points, `taps` a grid point, `planes` a cube of the input gradient's scatter and
+    `scatter_units` its units, `shared` where the planes' F32 copies fit half the shared
+    memory (else they live in a scratch tensor)."""
 
     bx: int
     exact: bool
     taps: int
     planes: int
     scatter_units: int
+    shared: bool
 
 
 def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: int, channels: int) -> LanePlan | None:
@@ -121,6 +122,8 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
     else:
         bx = next((b for b in range(LANE_UNITS, LANE_MIN_UNITS - 1, -1) if points % b == 0), LANE_UNITS)
     planes = SCATTER_PLANES
-    while planes and (channels % planes or planes * (in_spatial + 1) * 4 > caps.max_shared_bytes // 2):
+    while channels % planes:
         planes //= 2
-    return LanePlan(bx, points % bx == 0, TAPS[mode] ** dims, planes, min(SCATTER_UNITS, caps.max_cube_units))
+    shared = planes * (in_spatial + 1) * 4 <= caps.max_shared_bytes // 2
+    return LanePlan(bx, points % bx == 0, TAPS[mode] ** dims, planes, min(SCATTER_UNITS, caps.max_cube_units),
+                    shared)
