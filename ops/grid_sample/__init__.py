@@ -6,7 +6,10 @@ empty shapes without launching, views 2-D calls as 3-D ones with a depth of 1, c
 strided tensors to contiguous, and launches sample.py: one unit per grid point computes
 its taps once and loops over the channels (F32 accumulation, one cast to the dtype). The
 input gradient is scattered as 64-bit fixed-point integers (fixed_point.py), so it is the
-same whatever order the units run in; the grid gradient is a per-point sum over channels."""
+same whatever order the units run in; the grid gradient is a per-point sum over channels.
+Where units are SIMD lanes (tuning.lane_plan: the cpu runtime), lanes.py runs instead: a cube
+of consecutive grid points (vector grid reads and output stores, taps kept for every
+channel), and an input gradient summed plane by plane in a fixed order by one unit."""
 from __future__ import annotations
 
 import kerneldsl as kd
