@@ -35,16 +35,18 @@ UNROLL = 4  # channels sampled per step of the forward's channel loop (their gat
 
 @kd.func
 def chunk_point(points, BX, EXACT):
-    """(n, j): the batch item and in-item index of this unit's grid point; cube x takes the
-    BX points from cube_pos_x·BX on, all of one batch item (BX divides the item's points, or
-    the last cube of an item is masked: j clamped, EXACT False). j is I64 and affine in the
-    unit, so the addresses built on it stay vector loads and stores."""
+    """(n, j, live): the batch item and in-item index of this unit's grid point, and whether
+    the point exists; cube x takes the BX points from cube_pos_x·BX on, all of one batch item
+    (BX divides the item's points, or the last cube of an item is masked: j clamped, EXACT
+    False). j is I64 and affine in the unit, so the addresses built on it stay vector loads
+    and stores."""
     cubes = (points + BX - 1) // BX
     n = kd.cube_pos_x() // cubes
     j = kd.i64(kd.cube_pos_x() - n * cubes) * BX + kd.unit_pos_x()
+    live = j < points
     if not EXACT:
         j = kd.min(j, kd.i64(points - 1))
-    return n, j
+    return n, j, live
 
 
 @kd.func
@@ -93,7 +95,7 @@ def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
                   size_h: kd.i32, size_w: kd.i32, PAD: kd.Const[int], align: kd.i32, MODE: kd.Const[str],
                   DIMS: kd.Const[int], EXACT: kd.Const[bool], BX: kd.Const[int]):
     """y = x sampled at grid, a unit a grid point (chunk_point; `points` a batch item)."""
-    n, j = chunk_point(points, BX, EXACT)
+    n, j, live = chunk_point(points, BX, EXACT)
     t = grid_taps(grid, (kd.i64(n) * points + j) * DIMS, size_d, size_h, size_w, MODE, PAD, align, DIMS)
     offs, ws, oks = tap_terms(t, size_h, size_w, DIMS)
     plane_in = kd.i64(size_d * size_h) * size_w
@@ -101,10 +103,18 @@ def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
     for c0 in range(0, whole, UNROLL):  # uniform: the taps stay in per-unit arrays
         for u in kd.unroll(UNROLL):
             p = kd.i64(n) * channels + c0 + u
-            y[p * points + j] = sample_plane(x, p * plane_in, offs, ws, oks)
+            v = sample_plane(x, p * plane_in, offs, ws, oks)
+            if EXACT:
+                y[p * points + j] = v
+            elif live:
+                y[p * points + j] = v
     for c in range(whole, channels):
         p = kd.i64(n) * channels + c
-        y[p * points + j] = sample_plane(x, p * plane_in, offs, ws, oks)
+        v = sample_plane(x, p * plane_in, offs, ws, oks)
+        if EXACT:
+            y[p * points + j] = v
+        elif live:
+            y[p * points + j] = v
 
 
 @kd.kernel
@@ -117,7 +127,7 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
     d(pixel coordinate)/d(grid coordinate) per axis. Also writes each point's taps for
     scatter_input_grad: tap_at[point, k] = the tap's offset in the plane (the plane size, a
     slot never stored, where the tap is outside), tap_w[point, k] = its weight."""
-    n, j = chunk_point(points, BX, EXACT)
+    n, j, live = chunk_point(points, BX, EXACT)
     point = kd.i64(n) * points + j
     at = point * DIMS
     t = grid_taps(grid, at, size_d, size_h, size_w, MODE, PAD, align, DIMS)
@@ -150,7 +160,7 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
             if DIMS == 3:
                 gz += vg * sz[k]
     T = len(offs)
-    if EXACT or (kd.cube_pos_x() % ((points + BX - 1) // BX)) * BX + kd.unit_pos_x() < points:
+    if EXACT or live:
         grad_grid[at] = gx * t[X + 4 * TX]
         grad_grid[at + 1] = gy * t[Y + 4 * TX]
         if DIMS == 3:
