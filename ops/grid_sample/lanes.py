@@ -117,6 +117,21 @@ def forward_lanes(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
             y[p * points + j] = v
 
 
+@kd.func
+def add_channel(x, g, sums, p, points, j, plane_in, offs, oks, sx, sy, sz, DIMS):
+    """(gx, gy, gz) plus plane p's terms at point j: g × each tap's value × its slopes."""
+    gx, gy, gz = sums
+    go = kd.f32(g[p * points + j])
+    base = p * plane_in
+    for k in kd.unroll(len(offs)):
+        vg = kd.select(oks[k] != 0, kd.f32(x[base + offs[k]]), 0.0) * go
+        gx += vg * sx[k]
+        gy += vg * sy[k]
+        if DIMS == 3:
+            gz += vg * sz[k]
+    return (gx, gy, gz)
+
+
 @kd.kernel
 def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Tensor,
                     tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[kd.f32, 1], channels: kd.i32, points: kd.i32,
@@ -146,19 +161,15 @@ def grid_grad_lanes(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
                 sy = sy + (t[Y + 2 * TX + b] * wx * wz,)
                 sz = sz + (t[Z + 2 * TZ + a] * wx * wy,)
     plane_in = size_d * size_h * size_w
-    gx = kd.f32(0)
-    gy = kd.f32(0)
-    gz = kd.f32(0)
-    for c in range(channels):  # uniform
-        p = kd.i64(n) * channels + c
-        go = kd.f32(g[p * points + j])
-        base = p * plane_in
-        for k in kd.unroll(len(offs)):
-            vg = kd.select(oks[k] != 0, kd.f32(x[base + offs[k]]), 0.0) * go
-            gx += vg * sx[k]
-            gy += vg * sy[k]
-            if DIMS == 3:
-                gz += vg * sz[k]
+    sums = (kd.f32(0), kd.f32(0), kd.f32(0))
+    whole = channels - channels % UNROLL
+    for c0 in range(0, whole, UNROLL):  # uniform; UNROLL channels a step, added in order
+        for u in kd.unroll(UNROLL):
+            sums = add_channel(x, g, sums, kd.i64(n) * channels + c0 + u, points, j, plane_in, offs, oks, sx, sy,
+                               sz, DIMS)
+    for c in range(whole, channels):
+        sums = add_channel(x, g, sums, kd.i64(n) * channels + c, points, j, plane_in, offs, oks, sx, sy, sz, DIMS)
+    gx, gy, gz = sums
     T = len(offs)
     if EXACT or live:
         grad_grid[at] = gx * t[X + 4 * TX]
