@@ -1,13 +1,14 @@
 """grid_sample kernels for devices whose units are SIMD lanes (the cpu runtime), chosen by
 tuning.lane_plan. sample.py's unit takes a flat grid point: its (n, od, oh, ow) come from
-run-time divisions (scalar on a CPU) and its grid reads are gathers. Here a cube takes one
-output row (n, od, oh) and a unit one output column ow of it, so the row's grid coordinates
-are interleaved vector loads, the output stores are vector stores, and each unit's taps
-(offsets in the plane, weights, inside flags) are computed once and reused by every channel
-(a uniform channel loop: the cpu back end runs it around the unit loop, the taps kept in
-per-unit arrays); only the tap reads themselves are gathers. The padding mode is a
-compile-time constant PAD here: reflection's float remainder is a libm call per lane, which
-the vectorised unit loop would otherwise pay in every mode.
+run-time divisions (scalar on a CPU) and its grid reads are gathers. Here a cube takes BX
+consecutive grid points of one batch item and a unit one of them (its index affine in the
+unit), so the grid coordinates are interleaved vector loads, the output stores are vector
+stores, and each unit's taps (offsets in the plane, weights, inside flags) are computed
+once and reused by every channel (a uniform channel loop: the cpu back end runs it around
+the unit loop, the taps kept in per-unit arrays); only the tap reads themselves are
+gathers. The padding mode is a compile-time constant PAD here: reflection's float
+remainder is a libm call per lane, which the vectorised unit loop would otherwise pay in
+every mode.
 
 Forward: the same sums in the same order as sample.channel_sample (bit-identical in F32).
 Backward: the grid gradient as a per-point sum over channels (grid_grad_lanes, as
@@ -17,8 +18,8 @@ takes PLANES planes of a batch item and one unit adds every grid point's contrib
 point by point in order, into F32 copies of the planes in cube-shared memory (no atomics,
 no fixed point, the same sum on every run), then the cube stores them cast once (as
 pooling's scatter.py; scatter_input_grad_global keeps them in memory where they do not
-fit). The scatter is scalar (lanes could collide); a point's taps are
-read once for all PLANES planes, whose read-modify-writes are independent.
+fit). The scatter is scalar (lanes could collide); a point's taps are read once for all
+PLANES planes, whose read-modify-writes are independent.
 
 Tensors are flat views of contiguous ones: input [N, C, D, H, W], grid [N, Do, Ho, Wo,
 DIMS], output / out_grad [N, C, Do, Ho, Wo]; `points` = Do·Ho·Wo (grid points a batch item)."""
