@@ -242,3 +242,54 @@ def test_channels_last_is_chosen_from_the_channels_and_capabilities(runtime, mon
     assert channels_last_lanes(gpu, 32, 32, 2) == 0       # 64 bytes a point: the direct kernel
     assert channels_last_lanes(gpu, 64, 70000, 2) == 0    # more batch items than the transpose's grid
     assert channels_last_lanes(cpu, 64, 32, 2) == 0
+
+
+# ---------------------------------------------------------------------------- SIMD-lane kernels
+@needs_torch
+@pytest.mark.interpreter
+def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, monkeypatch):
+    """lanes.py (what devices whose units are SIMD lanes run), forced on this runtime with
+    cubes of 4 points: rows of 6 (the last cube masked) and 8 (cubes tiling the row), an even
+    channel count (planes a scatter cube) and an odd one, every padding mode × alignment in
+    2-D, bicubic and 3-D, a NaN and an infinite grid coordinate, the scatter's planes in
+    shared memory and (no shared memory to spare) in a scratch tensor. Against torch
+    (float64) and the direct kernel: the same forward bit for bit, gradients within rounding."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(tuning, "LANE_UNITS", 4)
+    monkeypatch.setattr(tuning, "LANE_MIN_UNITS", 4)
+    B = GridSampleMode.Bilinear
+    lanes = (lambda caps, *a: tuning.lane_plan(dataclasses.replace(caps, units_are_simd_lanes=True), *a))
+    unshared = (lambda caps, *a: tuning.lane_plan(dataclasses.replace(caps, units_are_simd_lanes=True,
+                                                                      max_shared_bytes=0), *a))
+    assert lanes(runtime.capabilities, B, 2, 35, 18, 4).shared and not unshared(runtime.capabilities, B, 2, 35, 18, 4).shared
+    assert tuning.lane_plan(dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False),
+                            GridSampleMode.Bilinear, 2, 35, 6, 4) is None
+    cases = [(2, B, 4, (5, 7), (3, 6)), (2, GridSampleMode.Bicubic, 3, (6, 5), (2, 8)),
+             (2, GridSampleMode.Nearest, 4, (4, 9), (3, 6)), (3, B, 2, (3, 4, 5), (2, 3, 6))]
+    for dims, mode, c, size_in, size_out in cases:
+        for pad in PADS:
+            for align in (False, True):
+                opts = GridSampleOptions(mode, pad, align)
+                monkeypatch.setattr(gs, "lane_plan", lanes)
+                check_against_torch(runtime, rng, dims, mode, opts, size_in, size_out, tol=dict(rtol=1e-5, atol=1e-5))
+    x = rng.standard_normal((2, 4, 5, 7)).astype(np.float32)
+    grid = rng.uniform(-1.2, 1.2, (2, 3, 6, 2)).astype(np.float32)
+    grid[0, 1, 2, 0], grid[1, 2, 5, 1], grid[1, 0, 0, 0] = np.nan, np.inf, 1e30
+    go = rng.standard_normal((2, 4, 3, 6)).astype(np.float32)
+    for pad in PADS:
+        opts = GridSampleOptions(B, pad, False)
+        got = []
+        for plan in (lanes, unshared, lambda *a: None):   # lanes.py (shared, scratch), then the direct kernels
+            monkeypatch.setattr(gs, "lane_plan", plan)
+            args = runtime.tensor(x), runtime.tensor(grid)
+            got.append((grid_sample(*args, opts).numpy(), *(t.numpy() for t in grid_sample_backward(
+                *args, runtime.tensor(go), opts))))
+        for lane in got[:2]:
+            np.testing.assert_array_equal(lane[0], got[2][0], err_msg=str(opts))
+            for a, b in zip(lane[1:], got[2][1:]):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=str(opts))
+        np.testing.assert_array_equal(got[0][1], got[1][1])   # the same sums, wherever the planes live

@@ -6,7 +6,10 @@ empty shapes without launching, views 2-D calls as 3-D ones with a depth of 1, c
 strided tensors to contiguous, and launches sample.py: one unit per grid point computes
 its taps once and loops over the channels (F32 accumulation, one cast to the dtype). The
 input gradient is scattered as 64-bit fixed-point integers (fixed_point.py), so it is the
-same whatever order the units run in; the grid gradient is a per-point sum over channels."""
+same whatever order the units run in; the grid gradient is a per-point sum over channels.
+Where units are SIMD lanes (tuning.lane_plan: the cpu runtime), lanes.py runs instead: a cube
+of consecutive grid points (vector grid reads and output stores, taps kept for every
+channel), and an input gradient summed plane by plane in a fixed order by one unit."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -14,12 +17,13 @@ from kerneldsl.replay import replayable
 
 from . import channels_last as _last
 from . import fixed_point as _fixed
+from . import lanes as _lanes
 from . import sample as _sample
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from .tuning import (MAX_CUBES, UNITS, as_5d, channels_last_lanes, channels_last_vectors, cubes, headroom,
-                     transpose_lanes)
+                     lane_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -41,6 +45,12 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     if lanes:
         _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes)
         return out
+    plan = _lane_plan(rt, x5, y5, o, p.dims)
+    if plan is not None:   # units are SIMD lanes: a cube an output row, vector grid reads
+        _lanes.forward_lanes[_lane_grid(y5, plan), plan.bx](
+            x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), *_lane_sizes(x5, y5),
+            *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
+        return out
     _sample.sample_forward[cubes(points), UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value,
                                                  p.dims, UNITS)
     return out
@@ -59,14 +69,32 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     grad_grid = rt.empty(grid.shape, input.dtype)
     dx = rt.empty(input.shape, input.dtype)
     go = out_grad.contiguous()
+    x5, g5, go5 = as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2)
+    plan = _lane_plan(rt, x5, go5, o, p.dims)
+    if plan is not None:   # units are SIMD lanes: a cube a chunk of points, then planes a cube
+        sizes = _lane_sizes(x5, go5)
+        taps = p.locations * input.shape[0] * plan.taps
+        tap_at, tap_w = rt.empty((taps,), kd.i32), rt.empty((taps,), kd.f32)
+        _lanes.grid_grad_lanes[_lane_grid(go5, plan), plan.bx](
+            x5.reshape(x5.size), g5.reshape(g5.size), go.reshape(go.size), grad_grid.reshape(grad_grid.size),
+            tap_at, tap_w, *sizes, *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
+        planes = x5.shape[0] * x5.shape[1]
+        cube = (planes // plan.planes, plan.scatter_units)
+        if plan.shared:
+            _lanes.scatter_input_grad[cube](go.reshape(go.size), tap_at, tap_w, dx.reshape(size), x5.shape[1],
+                                            p.locations, plan.taps, size // planes, plan.planes)
+        else:
+            acc = rt.empty((planes * (size // planes + 1),), kd.f32)
+            _lanes.scatter_input_grad_global[cube](go.reshape(go.size), tap_at, tap_w, acc, dx.reshape(size),
+                                                   x5.shape[1], p.locations, size // planes, plan.taps, plan.planes)
+        return dx, grad_grid
     max_bits = rt.zeros((1,), kd.u32)
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
     lo, hi, flags = rt.empty((size,), kd.u32), rt.empty((size,), kd.i32), rt.empty((size,), kd.u32)
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
     room = headroom(p.locations, o.mode)
     _sample.sample_backward[cubes(points), UNITS](
-        as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2),
-        as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
+        x5, g5, go5, as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
         room, UNITS)
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
@@ -90,6 +118,22 @@ def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampl
     _last.sample_channels_last[-(-points // (UNITS // groups)), UNITS](
         xl, g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:], *_runtime_options(o),
         o.mode.value, dims, lanes, vecs, groups)
+
+
+def _lane_plan(rt, x5, y5, o: GridSampleOptions, dims: int):
+    """tuning.lane_plan for 5-D views x5 (input) and y5 (output or out_grad)."""
+    return lane_plan(rt.capabilities, o.mode, dims, x5.size // (x5.shape[0] * x5.shape[1]),
+                     y5.size // (y5.shape[0] * y5.shape[1]), x5.shape[1])
+
+
+def _lane_grid(y5, plan) -> int:
+    """lanes.py's cubes: BX points a cube, the points of a batch item in whole cubes."""
+    return y5.shape[0] * -(-(y5.size // (y5.shape[0] * y5.shape[1])) // plan.bx)
+
+
+def _lane_sizes(x5, y5) -> tuple:
+    """lanes.py's run-time sizes: channels, grid points a batch item, D, H, W."""
+    return (x5.shape[1], y5.size // (y5.shape[0] * y5.shape[1]), *x5.shape[2:])
 
 
 def _runtime_options(o: GridSampleOptions) -> tuple:

@@ -3,6 +3,7 @@ and the fixed-point headroom of the input-gradient scatter."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import kerneldsl as kd
 
@@ -76,3 +77,56 @@ def headroom(locations: int, mode: GridSampleMode) -> int:
     """log2 of a bound on the summed |weight| one pixel can receive from one plane's grid
     points (each point's taps weigh at most TAP_WEIGHT_BOUND together), plus one bit."""
     return max(1, math.ceil(math.log2(max(1.0, locations * TAP_WEIGHT_BOUND[mode])))) + 1
+
+
+# lanes.py (devices whose units are SIMD lanes): a cube takes at most LANE_UNITS consecutive
+# grid points of a batch item (all of them where they fit, else the largest divisor of the
+# item's points of at least LANE_MIN_UNITS, else LANE_UNITS with the item's last cube masked).
+# Zen 5, f32 [4, 16, 128²] random grid, whole calls (no replay), best ms of three rounds for
+# 128 / 256 / 512 / 1024: forward 1.14-1.45 / 1.11-1.42 / 1.10-1.37 / 1.45-1.71, backward
+# 2.38-3.48 / 2.35-2.72 / 2.46-3.32 / 2.96-4.20 (load 1; at load 3 the same order).
+LANE_UNITS = 256
+LANE_MIN_UNITS = 64
+TAPS = {GridSampleMode.Bilinear: 2, GridSampleMode.Nearest: 1, GridSampleMode.Bicubic: 4}
+
+
+# planes a cube of lanes' input-gradient scatter, at most (a divisor of the channels), and
+# its units (they zero and store the planes; at most the device's cube size). Zen 5, f32
+# [4, 16, 128²], the scatter alone, best ms of 1 / 2 / 4 planes a cube: 2.80-2.86 /
+# 1.86-2.01 / 1.69-1.80 (the unit's read-modify-writes of different planes overlap; a
+# point's taps are read once); 1024 or 2048 units: the same.
+SCATTER_PLANES = 4
+SCATTER_UNITS = 1024
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """lanes.py's launch: `bx` points a cube, `exact` where the cubes tile a batch item's
+    points, `taps` a grid point, `planes` a cube of the input gradient's scatter and
+    `scatter_units` its units, `shared` where the planes' F32 copies fit half the shared
+    memory (else they live in a scratch tensor)."""
+
+    bx: int
+    exact: bool
+    taps: int
+    planes: int
+    scatter_units: int
+    shared: bool
+
+
+def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: int, channels: int) -> LanePlan | None:
+    """lanes.py's plan for `points` grid points a batch item over planes of `in_spatial` pixels,
+    or None where units are not SIMD lanes (GPUs keep sample.py: a unit a flat grid point)
+    or a plane's offsets would not fit 32 bits."""
+    if not caps.units_are_simd_lanes or in_spatial >= 2 ** 31 - 1:
+        return None
+    if points <= LANE_UNITS:
+        bx = points
+    else:
+        bx = next((b for b in range(LANE_UNITS, LANE_MIN_UNITS - 1, -1) if points % b == 0), LANE_UNITS)
+    planes = SCATTER_PLANES
+    while channels % planes:
+        planes //= 2
+    shared = planes * (in_spatial + 1) * 4 <= caps.max_shared_bytes // 2
+    return LanePlan(bx, points % bx == 0, TAPS[mode] ** dims, planes, min(SCATTER_UNITS, caps.max_cube_units),
+                    shared)
