@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from rudnn.stage_ring import next_stage, stage_barriers
+from rudnn.stage_ring import next_stage, ring_start, stage_barriers
 
 from .tile_order import grouped_tile
 
@@ -178,11 +178,7 @@ def gemm_roles(a: kd.Tensor[kd.bf16, 2], b: kd.Tensor[kd.bf16, 2], c: kd.Tensor,
     pk = 0
     ptile = 0
     pm0, pn0 = tile_origin(0, M, N, BN, GROUP)
-    refill = 0  # the producer's next stage to refill, and the parity of its `empty` phase
-    rphase = 0
-    slot = 0  # the consumers' stage of this step, the parity of its `full` phase, last step's stage
-    phase = 0
-    last = 0
+    refill, rphase, slot, phase, last = ring_start()
     with kd.role(GROUPS, 1, registers=PRODUCER_REGISTERS):
         if issuer:
             for s in kd.unroll(S):

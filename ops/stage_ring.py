@@ -23,6 +23,14 @@ def stage_barriers(S, CONSUMER_PLANES):
 
 
 @kd.func
+def ring_start():
+    """(refill, rphase, slot, phase, last) at the ring's start: the producer's next stage to
+    refill and the parity of its `empty` phase; the consumers' stage of this step, the parity
+    of its `full` phase, and the stage of their last step."""
+    return 0, 0, 0, 0, 0
+
+
+@kd.func
 def next_stage(slot, phase, S):
     """The ring position after `slot`: the next stage, and the parity of its phase (flipped
     when the ring wraps). Positions are counters, never divided: a division or remainder of a

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from ..stage_ring import next_stage, stage_barriers
+from ..stage_ring import next_stage, ring_start, stage_barriers
 from .gemm_scalar import silu, swizzle
 from .tiles import find_tile
 
@@ -75,11 +75,7 @@ def grouped_gemm_roles(x: kd.Tensor[None, 2], w0: kd.Tensor[None, 2], w1: kd.Ten
     g = kd.plane_pos() // 4
     acc0 = kd.group_fragment_acc(64, BN)
     acc1 = kd.group_fragment_acc(64, BN if SWIGLU else 8)
-    refill = 0  # the producer's next stage to refill, and the parity of its `empty` phase
-    rphase = 0
-    slot = 0  # the consumers' stage of this step, the parity of its `full` phase, last step's stage
-    phase = 0
-    last = 0
+    refill, rphase, slot, phase, last = ring_start()
     with kd.role(GROUPS, 1, registers=PRODUCER_REGISTERS):
         if issuer:
             for s in kd.unroll(S):
