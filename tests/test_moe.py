@@ -342,6 +342,20 @@ def test_experts_on_roles(runtime, rng, dt, T, E, k, H, I):
     close(f64(y), want, dt)
 
 
+def test_roles_kernels_take_only_what_the_copy_engine_reads():
+    """gemm_roles.usable: devices with bulk copies and native group products, and operands
+    whose rows are 16-byte multiples starting on 16-byte boundaries (else the older kernels)."""
+    import types
+    cpu = kd.runtime("cpu")
+    hopper = types.SimpleNamespace(capabilities=types.SimpleNamespace(bulk_copy=True, group_mma_native=True))
+    x, w = cpu.zeros((10, 64), "bf16"), cpu.zeros((2, 32, 64), "bf16")
+    assert gemm_roles.usable(hopper, (x, w)) and not gemm_roles.usable(cpu, (x, w))
+    assert not gemm_roles.usable(hopper, (cpu.zeros((10, 60), "bf16"), w))              # 120-byte rows
+    shifted = cpu.zeros(11 * 64, "bf16")[3:3 + 10 * 64].reshape(10, 64)                  # 6 bytes in
+    assert not gemm_roles.usable(hopper, (shifted, w))
+    assert not gemm_roles.usable(hopper, (cpu.zeros((10, 128), "bf16")[:, :64], w))      # not contiguous
+
+
 @pytest.mark.parametrize("dt", DTYPES)
 def test_auto_strategy_picks_as_documented(runtime, rng, dt):
     _, ex = make_experts(runtime, rng, 3, 16, 16, dt)

@@ -21,6 +21,8 @@ Results leave from the accumulators element by element, rows and columns masked.
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.errors import LaunchError
+from kerneldsl.launch_checks import check_bulk_source
 
 from ..stage_ring import next_stage, ring_start, stage_barriers
 from .gemm_scalar import silu, swizzle
@@ -121,10 +123,14 @@ def usable(rt, tensors) -> bool:
     products, and operands the copy engine reads (contiguous rows, 16-byte aligned, rows a
     multiple of 16 bytes apart)."""
     caps = rt.capabilities
-    if not (caps.bulk_copy and caps.group_mma_native):
+    if not (caps.bulk_copy and caps.group_mma_native) or not all(t.is_contiguous() for t in tensors):
         return False
-    return all(t.is_contiguous() and (t.shape[-1] * t.dtype.itemsize) % 16 == 0
-               and (t.offset * t.dtype.itemsize) % 16 == 0 for t in tensors)
+    try:  # the rules the launch would check, on the 2-D views the kernels copy from
+        for t in tensors:
+            check_bulk_source(t.reshape(t.size // t.shape[-1], t.shape[-1]), "grouped_gemm_roles", "operand")
+    except LaunchError:
+        return False
+    return True
 
 
 def tile_shape(caps) -> tuple:
