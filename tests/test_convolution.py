@@ -172,9 +172,10 @@ def test_group_products_are_chosen_from_capabilities(runtime):
     from rudnn.convolution import implicit_gemm_group
     from rudnn.convolution.problem import validate_forward
 
-    def problem(cg, native):
-        x, w = runtime.zeros((1, 6, 6, 2 * cg), "bf16"), runtime.zeros((16, 3, 3, cg), "bf16")
-        p = validate_forward("conv_forward_nhwc", x, w, None, ConvOptions(padding=1, groups=2), True)
+    def problem(cg, native, w=None):
+        x = runtime.zeros((1, 6, 6, 2 * cg), "bf16")
+        w = runtime.zeros((16, 3, 3, cg), "bf16") if w is None else w
+        p = validate_forward("conv_forward_nhwc", x, w, None, ConvOptions(padding=w.shape[1] // 2, groups=2), True)
         caps = dataclasses.replace(runtime.capabilities, group_mma_native=native, plane_dim=32,
                                    max_cube_units=1024, max_shared_bytes=227 * 1024)
         return SimpleNamespace(runtime=SimpleNamespace(capabilities=caps, plane_dim=32), dtype=p.dtype, geo=p.geo,
@@ -183,6 +184,11 @@ def test_group_products_are_chosen_from_capabilities(runtime):
     assert implicit_gemm_group.covers(problem(16, True))
     assert not implicit_gemm_group.covers(problem(16, False))
     assert not implicit_gemm_group.covers(problem(12, True))
+    # a 1x1 kernel whose size-1 axes have stride 1 (torch's `.permute(0, 2, 3, 1).contiguous()
+    # .to(torch.bfloat16)` gives these): those strides never move an address
+    w11 = runtime.zeros((16, 16, 1, 1), "bf16").permute(0, 2, 3, 1)
+    assert w11.strides == (16, 1, 1, 1)
+    assert implicit_gemm_group.covers(problem(16, True, w11))
     assert implicit_gemm_group.tile_shape(problem(16, True).runtime.capabilities, 256) == (128, 3, 0)
 
 

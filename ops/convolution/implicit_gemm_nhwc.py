@@ -111,8 +111,11 @@ def conv_gemm_nhwc(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, HA
 
 
 def _aligned(t) -> bool:
-    """Channels contiguous and every other stride and the start on a 16-byte boundary."""
-    return t.strides[1] == 1 and t.offset % 8 == 0 and all(s % 8 == 0 for i, s in enumerate(t.strides) if i != 1)
+    """Channels contiguous and every other stride and the start on a 16-byte boundary. Axes of
+    size 1 never move an address, whatever their stride (torch gives a 1×1 kernel's [K, 1, 1, C]
+    copy strides of 1 there), so they are left out."""
+    return t.strides[1] == 1 and t.offset % 8 == 0 and all(
+        s % 8 == 0 for i, (n, s) in enumerate(zip(t.shape, t.strides)) if i != 1 and n > 1)
 
 
 def covers(p) -> bool:
