@@ -174,20 +174,20 @@ def wgrad_group(dy: kd.Tensor, x: kd.Tensor, part: kd.Tensor[kd.f32, 3], Kg: kd.
 @kd.kernel
 def sum_partials(part: kd.Tensor[kd.f32, 3], dw: kd.Tensor, n: kd.i32, G: kd.Const[tuple]):
     """dw[k, c, tap] = sum over splits s, in order, of part[s, k, tap·Cg + c] (dw the 5-D
-    weight view [K, Cg, *R]); a unit per element of dw, in its memory order."""
+    weight view [K, Cg, *R]); a unit per element of a partial, in the partials' memory order
+    (the reads, split after split, are the bulk of the traffic: they stay contiguous)."""
     i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
     if i < n:
-        T = G[9] * G[10] * G[11]
+        N = part.shape[2]
         Cg = dw.shape[1]
-        tap = i % T
-        c = i // T % Cg
-        k = i // (T * Cg)
-        col = tap * Cg + c
+        k = i // N
+        col = i % N
+        tap = col // Cg
         s = kd.f32(0)
         for q in range(part.shape[0]):
             s += part[q, k, col]
         kz, ky, kx = split_tap(tap, G)
-        dw[k, c, kz, ky, kx] = s
+        dw[k, col - tap * Cg, kz, ky, kx] = s
 
 
 def tile_shape(caps) -> tuple:
@@ -225,15 +225,16 @@ def covers(p: Problem) -> bool:
 
 
 def weight_splits(p: Problem, bn: int, stages: int) -> int:
-    """Reduction ranges: enough cubes for one full wave (as many cubes an SM as the ring's
-    shared memory allows, at most 4), each range at least MIN_STEPS steps."""
+    """Reduction ranges: as many as make one full wave of cubes (an SM holds as many as the
+    ring's shared memory allows, at most 4; all cubes do the same work, so a partial second
+    wave would only add its time), each range at least MIN_STEPS steps."""
     g = p.geo
     caps = p.runtime.capabilities
     tiles = -(-g.Kg // BM) * -(-(g.Cg * g.taps) // bn) * g.groups
     steps = -(-(g.B * g.pixels) // BK)
     per_sm = max(1, min(4, caps.max_shared_bytes // shared_bytes(bn, stages)))
-    want = -(-max(caps.compute_units, 1) * per_sm // tiles)
-    return max(1, min(want, steps // MIN_STEPS))
+    wave = max(caps.compute_units, 1) * per_sm
+    return max(1, min(wave // tiles, steps // MIN_STEPS))
 
 
 def _packed_channels_last(t, shape5: tuple) -> bool:
