@@ -51,7 +51,7 @@ def next_slot(s, S):
 
 
 @kd.func
-def fetch_step(sa, sb, dy, x, abase, bbase, bcol, kt, r_lo, r_hi, arow, acol, brow, kcol, P, OH, OW, ARS, NRA, BRS,
+def fetch_step(sa, sb, dy, x, abase, bbase, bcol, kt, r_lo, r_hi, arow, acol, brow, kcol, OD, OH, OW, ARS, NRA, BRS,
                NRB, G):
     """This unit's async copies of reduction step kt: A rows arow + i·ARS (pixels of the
     step) of dy's channels kcol.. (kcol < 0: past Cout, zeros) into column acol of the
@@ -69,20 +69,20 @@ def fetch_step(sa, sb, dy, x, abase, bbase, bcol, kt, r_lo, r_hi, arow, acol, br
                       inside)
     live, dz, dyy, dxx, cin, ccol = bcol
     D, H, W = x.shape[2], x.shape[3], x.shape[4]
-    uP = kd.u32(P)
-    uOHW = kd.u32(OH * OW)
+    uOD = kd.u32(OD)
     uOW = kd.u32(OW)
     uOH = kd.u32(OH)
     for i in kd.unroll(NRB):
         r = brow + i * BRS
         pix = p0 + r
         ok = live and pix < r_hi
-        up = kd.u32(kd.select(ok, pix, 0))
-        ub = up // uP
-        rem = up - ub * uP
-        od = kd.i32(rem // uOHW)
-        oh = kd.i32(rem // uOW % uOH)
-        ow = kd.i32(rem % uOW)
+        up = kd.u32(kd.select(ok, pix, 0))    # pix = ((b·OD + od)·OH + oh)·OW + ow: three divisions
+        q = up // uOW
+        ow = kd.i32(up - q * uOW)
+        q2 = q // uOH
+        oh = kd.i32(q - q2 * uOH)
+        ub = q2 // uOD
+        od = kd.i32(q2 - ub * uOD)
         iz, iy, ix = od * G[0] + dz, oh * G[1] + dyy, ow * G[2] + dxx
         inside = ok and iz >= 0 and iz < D and iy >= 0 and iy < H and ix >= 0 and ix < W
         off = (kd.i64(ub) * x.stride(0) + cin + kd.i64(iz) * x.stride(2) + kd.i64(iy) * x.stride(3)
@@ -121,9 +121,8 @@ def wgrad_group(dy: kd.Tensor, x: kd.Tensor, part: kd.Tensor[kd.f32, 3], Kg: kd.
     m0 = kd.cube_pos_x() * BM
     n0 = kd.cube_pos_y() * BN
     Ng = part.shape[2]
-    OH, OW = dy.shape[3], dy.shape[4]
-    P = dy.shape[2] * OH * OW
-    R = dy.shape[0] * P
+    OD, OH, OW = dy.shape[2], dy.shape[3], dy.shape[4]
+    R = dy.shape[0] * OD * OH * OW
     r_lo = split * CHUNK
     r_hi = kd.min(R, r_lo + CHUNK)
     KT = (r_hi - r_lo + BK - 1) // BK
@@ -147,7 +146,7 @@ def wgrad_group(dy: kd.Tensor, x: kd.Tensor, part: kd.Tensor[kd.f32, 3], Kg: kd.
     kd.fill_fragment(acc, 0.0)
 
     for s in kd.unroll(AHEAD):
-        fetch_step(sa, sb, dy, x, s * A_STAGE, s * B_STAGE, bcol, s, r_lo, r_hi, arow, acol, brow, kcol, P, OH, OW,
+        fetch_step(sa, sb, dy, x, s * A_STAGE, s * B_STAGE, bcol, s, r_lo, r_hi, arow, acol, brow, kcol, OD, OH, OW,
                    ARS, NRA, BRS, NRB, G)
     rs = 0
     ws = AHEAD
@@ -156,8 +155,8 @@ def wgrad_group(dy: kd.Tensor, x: kd.Tensor, part: kd.Tensor[kd.f32, 3], Kg: kd.
         kd.sync_cube()             # ... everyone's are, and slot ws's last product is done
         kd.group_mma(acc, kd.shared_tile(sa, rs * A_STAGE, BM, BK, transposed=True, swizzle=SW),
                      kd.shared_tile(sb, rs * B_STAGE, BK, BN, swizzle=SW))
-        fetch_step(sa, sb, dy, x, ws * A_STAGE, ws * B_STAGE, bcol, kt + AHEAD, r_lo, r_hi, arow, acol, brow, kcol, P,
-                   OH, OW, ARS, NRA, BRS, NRB, G)
+        fetch_step(sa, sb, dy, x, ws * A_STAGE, ws * B_STAGE, bcol, kt + AHEAD, r_lo, r_hi, arow, acol, brow, kcol,
+                   OD, OH, OW, ARS, NRA, BRS, NRB, G)
         kd.group_wait(INFLIGHT)
         rs = next_slot(rs, STAGES)
         ws = next_slot(ws, STAGES)
