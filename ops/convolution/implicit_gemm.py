@@ -269,7 +269,13 @@ def run_weight_backward(p, dw5) -> None:
     from . import implicit_gemm_wgrad
     if implicit_gemm_wgrad.covers(p):
         implicit_gemm_wgrad.run_weight_backward(p, dw5)
-        return
+    else:
+        run_weight_backward_gather(p, dw5)
+
+
+def run_weight_backward_gather(p, dw5) -> None:
+    """dw5 = the weight gradient as the split gather GEMM (conv_gemm in WEIGHT mode): every
+    F16/BF16 problem covers() accepts."""
     g = p.geo
     rt = p.runtime
     R, N = g.B * g.pixels, g.Cg * g.taps
