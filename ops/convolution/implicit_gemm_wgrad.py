@@ -69,26 +69,37 @@ def fetch_step(sa, sb, dy, x, abase, bbase, bcol, kt, r_lo, r_hi, arow, acol, br
                       inside)
     live, dz, dyy, dxx, cin, ccol = bcol
     D, H, W = x.shape[2], x.shape[3], x.shape[4]
-    uOD = kd.u32(OD)
-    uOW = kd.u32(OW)
-    uOH = kd.u32(OH)
+    # the first row's pixel p0 + brow = ((b·OD + od)·OH + oh)·OW + ow in three divisions; each
+    # next row is BRS pixels on: carried through (ow, oh, od, b) by subtractions
+    up = kd.u32(p0 + brow)
+    q = up // kd.u32(OW)
+    ow = kd.i32(up - q * kd.u32(OW))
+    q2 = q // kd.u32(OH)
+    oh = kd.i32(q - q2 * kd.u32(OH))
+    ub = q2 // kd.u32(OD)
+    od = kd.i32(q2 - ub * kd.u32(OD))
+    b = kd.i32(ub)
     for i in kd.unroll(NRB):
         r = brow + i * BRS
         pix = p0 + r
         ok = live and pix < r_hi
-        up = kd.u32(kd.select(ok, pix, 0))    # pix = ((b·OD + od)·OH + oh)·OW + ow: three divisions
-        q = up // uOW
-        ow = kd.i32(up - q * uOW)
-        q2 = q // uOH
-        oh = kd.i32(q - q2 * uOH)
-        ub = q2 // uOD
-        od = kd.i32(q2 - ub * uOD)
         iz, iy, ix = od * G[0] + dz, oh * G[1] + dyy, ow * G[2] + dxx
         inside = ok and iz >= 0 and iz < D and iy >= 0 and iy < H and ix >= 0 and ix < W
-        off = (kd.i64(ub) * x.stride(0) + cin + kd.i64(iz) * x.stride(2) + kd.i64(iy) * x.stride(3)
+        off = (kd.i64(b) * x.stride(0) + cin + kd.i64(iz) * x.stride(2) + kd.i64(iy) * x.stride(3)
                + kd.i64(ix) * x.stride(4))
         kd.async_copy(sb, bbase + kd.tile_offset(r, ccol, BK, swizzle=SW), x, kd.select(inside, off, kd.i64(0)), 8,
                       inside)
+        if i + 1 < NRB:
+            ow += BRS
+            while ow >= OW:
+                ow -= OW
+                oh += 1
+            while oh >= OH:
+                oh -= OH
+                od += 1
+            while od >= OD:
+                od -= OD
+                b += 1
     kd.async_commit()
 
 
