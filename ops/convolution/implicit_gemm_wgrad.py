@@ -24,7 +24,8 @@ INFLIGHT products left running across a step's barrier, copies AHEAD steps ahead
 
 A cube is one group of 4 planes. Each unit copies one fixed 8-column chunk of A (an 8-channel
 run of dy) and one of B (an 8-channel run of one tap), for rows `row + i·RS` of a step: the
-tap and channel of its B chunk are worked out once; a step only splits its rows' pixels.
+tap and channel of its B chunk are worked out once; a step splits the pixel of its first B
+row and carries the next rows' through by subtraction.
 """
 from __future__ import annotations
 
@@ -55,10 +56,9 @@ def fetch_step(sa, sb, dy, x, abase, bbase, bcol, kt, r_lo, r_hi, arow, acol, br
                NRB, G):
     """This unit's async copies of reduction step kt: A rows arow + i·ARS (pixels of the
     step) of dy's channels kcol.. (kcol < 0: past Cout, zeros) into column acol of the
-    stored A tile from sa[abase..], B rows
-    brow + i·BRS of x under its chunk's tap (bcol = (live, dz, dy, dx, input channel))
-    into sb[bbase..]; zeros outside the input and past the range. `abase`/`bbase` are the
-    slot's starts."""
+    stored A tile from sa[abase..], B rows brow + i·BRS of x under its chunk's tap (bcol = (live, tap offsets dz, dy, dx, input
+    channel, column in the tile)) into sb[bbase..]; zeros outside the input and past the
+    range. `abase`/`bbase` are the slot's starts."""
     p0 = r_lo + kt * BK
     for i in kd.unroll(NRA):
         r = arow + i * ARS
