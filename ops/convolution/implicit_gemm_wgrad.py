@@ -56,9 +56,10 @@ def fetch_step(sa, sb, dy, x, abase, bbase, bcol, kt, r_lo, r_hi, arow, acol, br
                NRB, G):
     """This unit's async copies of reduction step kt: A rows arow + i·ARS (pixels of the
     step) of dy's channels kcol.. (kcol < 0: past Cout, zeros) into column acol of the
-    stored A tile from sa[abase..], B rows brow + i·BRS of x under its chunk's tap (bcol = (live, tap offsets dz, dy, dx, input
-    channel, column in the tile)) into sb[bbase..]; zeros outside the input and past the
-    range. `abase`/`bbase` are the slot's starts."""
+    stored A tile from sa[abase..], B rows brow + i·BRS of x under its chunk's tap
+    (bcol = (live, tap offsets dz, dy, dx, input channel, column in the tile)) into
+    sb[bbase..]; zeros outside the input and past the range. `abase`/`bbase` are the
+    slot's starts."""
     p0 = r_lo + kt * BK
     for i in kd.unroll(NRA):
         r = arow + i * ARS
