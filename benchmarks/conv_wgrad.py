@@ -28,8 +28,8 @@ from .convolution import rel_err
 
 SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-3x3-256@14": (256, 256, 14)}
 # (BN, STAGES, INFLIGHT, splits scale); BN None: tile_shape's
-CONFIGS = ((None, 3, 0, 1.0), (None, 3, 0, 0.5), (None, 3, 0, 2.0), (None, 2, 0, 1.0), (None, 4, 1, 1.0), (None, 4, 0, 1.0),
-           (64, 3, 0, 1.0), (64, 4, 1, 1.0))
+CONFIGS = ((None, 3, 0, 1.0), (None, 3, 0, 0.5), (None, 3, 0, 2.0), (None, 2, 0, 1.0), (None, 4, 1, 1.0),
+           (None, 4, 0, 1.0), (64, 3, 0, 1.0), (64, 4, 1, 1.0))
 
 
 def variants(p):
