@@ -281,6 +281,76 @@ def test_data_backward_group_products_are_chosen_from_capabilities(runtime):
     assert not implicit_gemm_dgrad.covers(problem(16, True, pad=3))
 
 
+def force_group_weight_backward(monkeypatch, splits=None):
+    """implicit_gemm_wgrad.covers without its native-group-products rule (the emulated devices
+    lack them), and `splits` reduction ranges if given; returns the kernel's calls."""
+    from rudnn.convolution import implicit_gemm_wgrad as wg
+    calls = []
+    run = wg.run_weight_backward
+    monkeypatch.setattr(wg, "covers", lambda p: p.geo.Cg % 8 == 0 and p.geo.Kg % 8 == 0 and wg.fits(
+        p.runtime.capabilities, *wg.tile_shape(p.runtime.capabilities)[:2]))
+    if splits:
+        monkeypatch.setattr(wg, "weight_splits", lambda *a: splits)
+    monkeypatch.setattr(wg, "run_weight_backward", lambda *a: (calls.append(1), run(*a)))
+    return calls
+
+
+WGRAD_CASES = {   # x shape, weight shape, stride, padding, dilation, groups, splits forced, dtype
+    "2d-pad1-3-splits": ((2, 16, 9, 7), (24, 16, 3, 3), 1, 1, 1, 1, 3, "bf16"),
+    "2d-stride2-dil-groups2": ((3, 16, 17, 15), (80, 8, 3, 2), 2, (1, 2), (2, 1), 2, 3, "f16"),
+    "3d": ((1, 8, 4, 5, 6), (8, 8, 3, 1, 3), (1, 2, 1), (1, 0, 1), 1, 1, None, "bf16"),
+}
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("case", list(WGRAD_CASES))
+def test_weight_backward_on_group_products(runtime, rng, monkeypatch, case):
+    """The weight gradient on group products (implicit_gemm_wgrad; forced off the H200) over
+    channels-last copies: Cout/groups 24 and 40 (partial 64-row tiles), (tap, channel)
+    columns 144 and 48 (partial tiles), B·O pixels 126 and 216 (not whole 64-pixel steps),
+    padding, stride 2, dilation, 2 groups, a 3-D case; split reductions (2 ranges, summed in
+    order), deterministic."""
+    xs, ws, st, pd, dl, g, splits, dtype = WGRAD_CASES[case]
+    if runtime.name == "interpreter" and case != "2d-pad1-3-splits":
+        pytest.skip("the interpreter runs one case (slow); the others run on cpu and opencl")
+    calls = force_group_weight_backward(monkeypatch, splits)
+    x = host(rng.standard_normal(xs), dtype)
+    dy = host(rng.standard_normal(ref.forward(x, np.zeros(ws), None, st, pd, dl, g).shape), dtype)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    opts = ConvOptions(stride=st, padding=pd, dilation=dl, groups=g)
+    runs = [conv_weight_backward(t(x), t(dy), ws, opts, ImplicitGemm).numpy() for _ in range(2)]
+    assert calls[:1] == [1]   # (the second call may replay the first one's recorded launches)
+    np.testing.assert_array_equal(runs[0].view(np.uint16), runs[1].view(np.uint16))
+    close(runs[0], ref.weight_backward(x, dy, ws, st, pd, dl, g), dtype)
+
+
+def test_weight_backward_group_products_are_chosen_from_capabilities(runtime):
+    """implicit_gemm_wgrad.covers: native group products and Cin/groups, Cout/groups multiples
+    of 8; the H200 shape (128 columns, 3 slots) and splits that make one full wave of cubes."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from rudnn.convolution import implicit_gemm_wgrad as wg
+    from rudnn.convolution.problem import validate_weight_backward
+
+    def problem(cg, kg, native, b=1, hw=12):
+        x, dy = runtime.zeros((b, 2 * cg, hw, hw), "bf16"), runtime.zeros((b, 2 * kg, hw, hw), "bf16")
+        p = validate_weight_backward(x, dy, (2 * kg, cg, 3, 3), ConvOptions(padding=1, groups=2))
+        caps = dataclasses.replace(runtime.capabilities, group_mma_native=native, plane_dim=32, compute_units=132,
+                                   max_cube_units=1024, max_shared_bytes=227 * 1024)
+        return dataclasses.replace(p, runtime=SimpleNamespace(capabilities=caps, plane_dim=32))
+
+    assert wg.covers(problem(16, 8, True))
+    assert not wg.covers(problem(16, 8, False))
+    assert not wg.covers(problem(12, 8, True))
+    assert not wg.covers(problem(16, 12, True))
+    p = problem(64, 64, True, b=64, hw=56)      # per group 64 x 576, 200704 pixels
+    assert wg.tile_shape(p.runtime.capabilities) == (128, 3, 0)
+    splits = wg.weight_splits(p, 128, 3)
+    assert splits * 2 * 5 <= 3 * 132 < (splits + 1) * 2 * 5   # three 72 KiB rings an SM
+    assert wg.weight_splits(problem(64, 64, True), 128, 3) == 1    # 3 steps: under MIN_STEPS, one range
+
+
 def test_strided_inputs(runtime, rng):
     """Non-contiguous views (a channel slice, a spatial step) give the results of their copies."""
     x_full = rng.standard_normal((2, 9, 14, 8)).astype(np.float32)

@@ -382,3 +382,33 @@ def test_convolution_data_backward_on_group_products_compiles():
     args = (fp.x, fp.w, dx5, CPU.zeros((1,), "f32"), False, p.dtype, fp.geo.consts(), BN, S, L)
     ptx = ptx_of(implicit_gemm_group.conv_gemm_group, 256, args)
     assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.bf16.bf16") == 4
+
+
+def test_convolution_weight_backward_on_group_products_compiles():
+    """The weight gradient on group products (rudnn.convolution.implicit_gemm_wgrad): for sm_90
+    wgmma m64n128k16 with A = dyᵀ read transposed (MN-major) and B = im2col(x) as stored, both
+    in the 128-byte layout (descriptors of layout 1) and filled by 16-byte cp.async copies; the
+    same kernel on sm_80 (mma.sync), the ordered sum of the partials and the transposes."""
+    from rudnn.convolution import ConvOptions, implicit_gemm_dgrad, implicit_gemm_wgrad as wg
+    from rudnn.convolution.problem import as_5d, validate_weight_backward
+    x, dy = CPU.zeros((2, 64, 14, 14), "bf16"), CPU.zeros((2, 128, 14, 14), "bf16")
+    p = validate_weight_backward(x, dy, (128, 32, 3, 3), ConvOptions(padding=1, groups=2))
+    g = p.geo
+    cl = lambda c: implicit_gemm_dgrad.channels_last_view(  # noqa: E731
+        CPU, CPU.empty((2 * 14 * 14 * c,), "bf16").buffer, (2, c, 1, 14, 14), p.dtype)
+    x_cl, dy_cl = cl(64), cl(128)
+    part = CPU.empty((3, 128, 32 * 9), "f32")
+    BN, S, L = wg.tile_shape(capabilities.for_arch("sm_90"))
+    args = (dy_cl, x_cl, part, g.Kg, g.Cg, 192, p.dtype, g.consts(), BN, S, L)
+    src = compile_launch(wg.wgrad_group, 128, args, "sm_90").rendered.source
+    descs = re.findall(r"kd_wg_desc\(\([^;]*\);", src)
+    assert len(descs) == 2 and all(d.endswith(", 1);") for d in descs)
+    ptx = ptx_of(wg.wgrad_group, 128, args)
+    products = re.findall(rf"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.bf16.bf16 [^;]*;", ptx)
+    assert len(products) == 4 and all(re.search(r"1, 1, 1, 1;$", q) for q in products)  # both operands MN-major
+    assert "cp.async.cg.shared.global" in ptx or "cp.async.ca.shared.global" in ptx
+    ptx80 = ptx_of(wg.wgrad_group, 128, args, sm=80)
+    assert "wgmma" not in ptx80 and "mma.sync" in ptx80
+    ptx_of(wg.sum_partials, wg.SUM_UNITS, (part, as_5d(CPU.empty((128, 32, 3, 3), "bf16"), 2, False), 128 * 288,
+                                           g.consts()))
+    ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, (p.x, x_cl, p.dtype))

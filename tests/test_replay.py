@@ -172,6 +172,17 @@ def test_bounds_checking_is_part_of_the_key(runtime, monkeypatch):
     assert calls[0] == 2
 
 
+@pytest.mark.interpreter
+def test_a_kernel_launched_twice_in_one_call_is_recorded_on_every_runtime(runtime, rng):
+    """The second launch of a kernel in a recorded call is prepared from its launch plan (the
+    interpreter's too: it prepares its own launches, not the cpu runtime's packed ones)."""
+    for _ in range(2):
+        a = rng.standard_normal(70).astype(np.float32)
+        y, _ = scaled_twice(runtime.tensor(a), 3.0)
+        np.testing.assert_allclose(y.numpy(), a * 9.0, rtol=1e-6)
+    assert len(scaled_twice.replay_records) == 1
+
+
 def test_under_the_interpreter_switch_nothing_is_replayed_or_recorded(runtime, monkeypatch):
     x = runtime.tensor(np.ones(10, np.float32))
     scaled_twice(x)

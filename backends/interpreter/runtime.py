@@ -76,6 +76,11 @@ class InterpreterRuntime(CpuRuntime):
                 self._kernels[key] = binary
         return binary
 
+    def prepare_launch(self, binary: InterpretedKernel, grid, block, args):
+        """The base form (rebuilt tensors, then `launch`): the cpu runtime's packed form, which
+        this class would otherwise inherit, needs a compiled cpu binary."""
+        return Runtime.prepare_launch(self, binary, grid, block, args)
+
     def launch(self, binary: InterpretedKernel, grid, block, args):
         kir = binary.kir
         state = LaunchState(kir.name, binary.filename, tuple(kir.cube_dim), tuple(grid), kir.plane_dim)

@@ -6,6 +6,7 @@ tensor cores on CUDA, the exact emulation elsewhere).
     data backward  C[(b, i), c]       = sum_{(co, tap)} dy[b, co, (i + P − tap·Dil) / S] · w[co, c, tap]
                    (stride 1: a forward over flipped weights where implicit_gemm_dgrad covers it)
     weight backward C[co, (c, tap)]   = sum_{(b, o)}    dy[b, co, o] · x[b, c, o·S + tap·Dil − P]
+                   (on group products where implicit_gemm_wgrad covers it)
 
 per group (the grid's z axis). A cube of 4 planes owns a 64 x 64 tile of C (each plane
 32 x 32, 2 x 2 fragments); every BK = 32 step the units gather the A and B tiles into shared
@@ -263,6 +264,18 @@ def weight_splits(p) -> int:
 
 
 def run_weight_backward(p, dw5) -> None:
+    """dw5 = the weight gradient: on group products where implicit_gemm_wgrad covers p (native
+    group products, channel counts a group multiples of 8), else the split gather GEMM here."""
+    from . import implicit_gemm_wgrad
+    if implicit_gemm_wgrad.covers(p):
+        implicit_gemm_wgrad.run_weight_backward(p, dw5)
+    else:
+        run_weight_backward_gather(p, dw5)
+
+
+def run_weight_backward_gather(p, dw5) -> None:
+    """dw5 = the weight gradient as the split gather GEMM (conv_gemm in WEIGHT mode): every
+    F16/BF16 problem covers() accepts."""
     g = p.geo
     rt = p.runtime
     R, N = g.B * g.pixels, g.Cg * g.taps
