@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from . import flash_group, flash_regs
+from . import flash_group, flash_regs, flash_roles
 from .blocks import cube_block, fetch_kv, fetch_rows, key_range
 from .options import BlackboxAcceleratedStrategy
 from .problem import AttentionSetupError, Problem
@@ -289,10 +289,15 @@ def use_registers(p: Problem) -> bool:
 
 
 def kernel_for(p: Problem, tiling: BlackboxAcceleratedStrategy) -> str:
-    """Which kernel `run` launches: 'group' (flash_group: the group primitive reads Q, K and
+    """Which kernel `run` launches: 'roles' (flash_roles: a producer group issuing bulk copies,
+    consumer groups multiplying) where the device has bulk copies and native group products,
+    the tiling has a producer and one or two consumer groups and the inputs suit the copy
+    engine (flash_roles.usable); else 'group' (flash_group: the group primitive reads Q, K and
     V from shared memory itself) where the device's group products are native (wgmma) and
     the tiling has whole groups; else 'registers' (flash_regs) where the primitive is native
     and the head dims fit; else 'shared' (this module's kernel)."""
+    if flash_roles.usable(p, tiling):
+        return "roles"
     if p.runtime.capabilities.group_mma_native and flash_group.fits(p, tiling):
         return "group"
     return "registers" if use_registers(p) else "shared"
@@ -301,6 +306,8 @@ def kernel_for(p: Problem, tiling: BlackboxAcceleratedStrategy) -> str:
 def needed_shared_bytes(p: Problem, tiling: BlackboxAcceleratedStrategy, kernel: str | None = None) -> int:
     """Shared memory of the kernel `run` launches for p with this tiling."""
     kernel = kernel or kernel_for(p, tiling)
+    if kernel == "roles":
+        return flash_roles.shared_bytes(p, tiling)
     if kernel == "group":
         return flash_group.shared_bytes(p, tiling)
     if kernel == "registers":
@@ -377,12 +384,15 @@ def _vector_rows(t, dim: int) -> bool:
 def run(p: Problem, out, dummy_mask, dummy_bias, tiling: BlackboxAcceleratedStrategy, hold: bool | None = None,
         vec: bool | None = None, kernel: str | None = None) -> None:
     """Launch the fused matrix-primitive kernel for a validated problem (check() first).
-    `kernel` ('group', 'registers', 'shared'; see kernel_for), `hold` and `vec` override
+    `kernel` ('roles', 'group', 'registers', 'shared'; see kernel_for), `hold` and `vec` override
     which kernel runs, where Q lives (shared-memory kernel) and how tiles are copied (tests
     run every variant on every runtime)."""
     if vec is None:
         vec = _vector_rows(p.k, p.D) and _vector_rows(p.v, p.Dv)
     kernel = kernel or kernel_for(p, tiling)
+    if kernel == "roles":
+        flash_roles.run(p, out, dummy_mask, dummy_bias, tiling)
+        return
     if kernel == "group":
         flash_group.run(p, out, dummy_mask, dummy_bias, tiling, bool(vec and _vector_rows(p.q, p.D)))
         return
