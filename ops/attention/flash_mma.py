@@ -352,6 +352,12 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
                                   f"{caps.device_name} has {caps.max_shared_bytes}: use fewer planes or shorter tiles")
 
 
+# the roles kernel's default: two consumer groups of 64 query rows and a producer, 128-key
+# steps (FlashAttention-3's shape for head dims 64 and 128); the head dims it is the default for
+ROLES_TILING = BlackboxAcceleratedStrategy(12, 1, 1)
+ROLES_DIMS = (64, 128)
+
+
 def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
     """The tiling used for the plain enum member. Measured on the H200 (benchmarks/RESULTS.md,
     session 18): with wgmma, (4, 1, 1), the group kernel with one group of 64 rows a cube and
@@ -360,11 +366,14 @@ def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
     and causal, ahead of (8, 1, 1) and of the register kernel in every case; else, where the
     register kernel runs, (4, 2, 2): 4 planes of two query tiles (32 rows each,
     FlashAttention-2's shape) and 64-key steps; else 4 planes and 64-key steps. Smaller when
-    the tiles do not fit the device's shared memory."""
+    the tiles do not fit the device's shared memory. Where the roles kernel serves p (bulk
+    copies, native group products, flash_roles.usable: issue 23), ROLES_TILING before all."""
     caps = p.runtime.capabilities
     first = [BlackboxAcceleratedStrategy(4, 2, 2)] if use_registers(p) else []
     if caps.group_mma_native and max(p.D, p.Dv) <= flash_group.MAX_DIM:
         first = [BlackboxAcceleratedStrategy(4, 1, 1)] + first
+    if max(p.D, p.Dv) in ROLES_DIMS and flash_roles.usable(p, ROLES_TILING):
+        first = [ROLES_TILING] + first
     for tiling in first + [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(2, 1, 1),
                            BlackboxAcceleratedStrategy(1, 1, 1)]:
         if needed_shared_bytes(p, tiling) <= caps.max_shared_bytes:
