@@ -398,16 +398,17 @@ def ptxas_report(source: str, sm: int = 90) -> str:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-@pytest.mark.parametrize("D,NG,BN", [(128, 2, 128), (64, 2, 128)])
-def test_attention_roles_kernel_compiles_without_spills(D, NG, BN):
+@pytest.mark.parametrize("D,NG,BN,PINGPONG", [(128, 2, 128, True), (128, 2, 128, False), (64, 2, 128, True)])
+def test_attention_roles_kernel_compiles_without_spills(D, NG, BN, PINGPONG):
     """sm_90a: attention's roles kernel (ops/attention/flash_roles.py) gives its producer 24
     registers and its consumers 240, copies with the tensor memory accelerator onto mbarriers,
     multiplies with wgmma, and neither spills nor has its products serialised by ptxas (no C75xx
-    warning); sm_80 compiles the emulated form (no budgets, no bulk copies)."""
+    warning; with ping-pong each consumer group has its own copy of the code, and those copies
+    end the kernel, else C7512); sm_80 compiles the emulated form (no budgets, no bulk copies)."""
     from rudnn.attention.flash_roles import CONSUMER_REGISTERS, PRODUCER_REGISTERS, flash_roles_kernel
     rows = CPU.zeros((256, D), "bf16")
     args = (rows, rows, rows, CPU.zeros((1, 2, 128, D), "bf16"), CPU.zeros((1, 1, 1, 1), "bool"),
-            CPU.zeros((1, 1, 1, 1)), 0.1, 1.0, 1, 1, 128, D, D, BN, NG, False, False, False)
+            CPU.zeros((1, 1, 1, 1)), 0.1, 1.0, 1, 1, 128, D, D, BN, NG, False, False, False, PINGPONG)
     units = (NG + 1) * 128
     ptx = ptx_of(flash_roles_kernel, units, args)
     assert f"setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGISTERS};" in ptx

@@ -44,6 +44,7 @@ DIMS = (64, 128)          # head dims taken (whole bands; S, P and O of a group 
 PRODUCER_REGISTERS = 24   # the copy-issuing group keeps few registers ...
 CONSUMER_REGISTERS = 240  # ... so that two consumer groups' S, P and O fit (3 x 128 units x 240 + 24)
 MAX_KEYS = 128            # keys a step (registers: S and P of 128 keys and O of 128 dims at 240 a unit)
+PINGPONG = True           # two consumer groups take turns issuing their products (FlashAttention-3's ping-pong)
 
 
 @kd.func
@@ -60,16 +61,120 @@ def tile_start(t, BN, Skv):
     return kd.min(t * BN, Skv - BN)
 
 
+@kd.func
+def consume(s, pa, o, m, l, q_tile, k_sh, v_sh, kfull, kempty, vfull, vempty, turn, jt, nt, at, cctx, g, BN, DP, DVP,
+            PINGPONG, HAS_MASK, HAS_BIAS, SOFTCAP):
+    """Step jt of a consumer group (g: which one, for ping-pong): S_jt is in s, O += P_{jt-1}·V_{jt-1}
+    may still run (it overlaps this softmax). Returns the running (max, sum) of its row slots.
+    at = (r0 + the group's first row, rows, Sq, hk, G, causal, off, i_min); cctx = (mask, bias, b,
+    Skv, scale, scale2, softcap)."""
+    mask, bias, b, Skv, scale, scale2, softcap = cctx
+    rfirst, rows, Sq, hk, G, causal, off, i_min = at
+    NS = kd.fragment_row_slots(s)
+    NE = kd.fragment_len(s)
+    NO = kd.fragment_len(o)
+    j0 = jt * BN
+    ks = tile_start(jt, BN, Skv)  # first key of the tile held (< j0 for a head's pulled-back last tile)
+    interior = False
+    if not (HAS_MASK or HAS_BIAS or SOFTCAP):
+        interior = (ks == j0) & ((causal == 0) | (j0 + BN - 1 <= i_min + off))
+    fold = interior & (scale2 > 0.0)  # raw scores kept; the scale joins the max and the exponent
+    sc = kd.select(fold, scale2, kd.f32(1))
+
+    # ---- logits (log2 units) in place where the tile needs the rule
+    if interior:
+        if not fold:
+            for i in kd.unroll(NE):
+                kd.fragment_set(s, i, kd.fragment_get(s, i) * scale2)
+    else:
+        qrows = ()
+        for sl in kd.unroll(NS):
+            qrows = qrows + (query_row(rfirst + slot_row(s, sl), rows, Sq, hk, G, causal, off, Skv),)
+        for i in kd.unroll(NE):
+            h, iq, lim = qrows[kd.fragment_row_slot(s, i)]
+            ctx = (mask, bias, b, h, iq, lim, Skv, softcap, LOG2E)
+            j = ks + kd.fragment_col(s, i)
+            x = logit2(kd.fragment_get(s, i) * scale, j, ctx, HAS_MASK, HAS_BIAS, SOFTCAP)
+            kd.fragment_set(s, i, kd.select(j < j0, -kd.inf, x))  # keys of the previous tile
+
+    # ---- row maxima; the running max moves only when a row's grows by more than TAU
+    mts = ()
+    for sl in kd.unroll(NS):
+        xs = ()
+        for i in kd.unroll(NE):
+            if kd.fragment_row_slot(s, i) == sl:
+                xs = xs + (kd.fragment_get(s, i),)
+        mts = mts + (row_combine(tree_fold(xs, True), s, True) * sc,)
+    grow = mts[0] > m[0] + TAU
+    for sl in kd.unroll(1, NS):
+        grow = grow | (mts[sl] > m[sl] + TAU)
+    rescale = kd.plane_any(grow)
+    alpha = ()  # O's rescale factors (1 unless rescaling), applied once the previous P·V is done
+    m2 = ()
+    l2 = ()
+    for sl in kd.unroll(NS):  # selects, not a run-time `if`: m and l are the caller's tuples
+        mn = kd.max(m[sl], mts[sl])
+        a = kd.select(rescale, kd.exp2_fast(m[sl] - kd.select(mn == -kd.inf, kd.f32(0), mn)), kd.f32(1))
+        alpha = alpha + (a,)
+        m2 = m2 + (kd.select(rescale, mn, m[sl]),)
+        l2 = l2 + (l[sl] * a,)
+    m = m2
+    l = l2
+
+    # ---- P = exp2(logit - m) in place, the lane's part of each row sum
+    l2 = ()
+    for sl in kd.unroll(NS):
+        mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])  # nothing visible yet
+        ps = ()
+        for i in kd.unroll(NE):
+            if kd.fragment_row_slot(s, i) == sl:
+                p = kd.exp2_fast(kd.fma(kd.fragment_get(s, i), sc, -mu))
+                kd.fragment_set(s, i, p)
+                ps = ps + (p,)
+        l2 = l2 + (l[sl] + tree_fold(ps, False),)
+    l = l2
+
+    # ---- the previous P·V is done: its V stage goes back; O rescaled, P rounded
+    kd.group_wait(0)
+    if jt >= 1 and kd.lane_pos() == 0:
+        kd.barrier_arrive(vempty, (jt - 1) & 1)
+    if rescale:
+        for i in kd.unroll(NO):
+            kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
+    kd.fragment_convert(pa, s)
+
+    # ---- S_{jt+1} = Q·K_{jt+1}ᵀ, then O += P_jt·V_jt left running into the next softmax; with
+    # ping-pong, group 1 issues them after group 0 has (this step), group 0 after group 1 has (the
+    # last step): the tensor cores take one group's products while the other runs its softmax
+    if PINGPONG:
+        if g == 0 and jt >= 1:
+            kd.barrier_wait(turn, 0, (jt - 1) & 1)
+        if g == 1:
+            kd.barrier_wait(turn, 1, jt & 1)
+    if jt + 1 < nt:
+        kd.barrier_wait(kfull, (jt + 1) & 1, ((jt + 1) >> 1) & 1)
+        kd.group_mma(s, q_tile, kd.shared_tile(k_sh, ((jt + 1) & 1) * (BN * DP), DP, BN, transposed=True,
+                                               swizzle=SWIZZLE), accumulate=False)
+    kd.barrier_wait(vfull, jt & 1, (jt >> 1) & 1)
+    kd.group_mma(o, pa, kd.shared_tile(v_sh, (jt & 1) * (BN * DVP), BN, DVP, swizzle=SWIZZLE))
+    if PINGPONG and kd.lane_pos() == 0:
+        kd.barrier_arrive(turn, 1 - g)
+    kd.group_wait(1)  # S_{jt+1} is in: its K stage goes back
+    if jt + 1 < nt and kd.lane_pos() == 0:
+        kd.barrier_arrive(kempty, (jt + 1) & 1)
+    return m, l
+
 @kd.kernel
 def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Tensor[None, 2], out: kd.Tensor,
                        mask: kd.Tensor, bias: kd.Tensor, scale: kd.f32, softcap: kd.f32, causal: kd.i32,
                        Hkv: kd.i32, Skv: kd.i32, D: kd.Const[int], DV: kd.Const[int], BN: kd.Const[int],
                        NG: kd.Const[int], HAS_MASK: kd.Const[bool], HAS_BIAS: kd.Const[bool],
-                       SOFTCAP: kd.Const[bool]):
+                       SOFTCAP: kd.Const[bool], PINGPONG: kd.Const[bool]):
     """out[b, h, i] = softmax_j(logit(q[b, h, i]·k[b, h // G, j])) · v[b, h // G, j] for the
     block of query rows of this cube; q2, k2, v2 are the [rows, dims] views of q, k, v."""
     kd.static_assert(kd.cube_units() == (NG + 1) * 4 * kd.PLANE_DIM,
                      "launch NG + 1 groups a cube: NG consumers and a producer")
+    kd.static_assert(NG == 2 or not PINGPONG, "ping-pong takes two consumer groups")
     DT = q2.dtype
     BQ = GROUP_ROWS * NG
     DP = (D + 63) // 64 * 64
@@ -103,6 +208,7 @@ def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Te
     kempty = kd.arrival_barriers(2)
     vfull = kd.arrival_barriers(2)
     vempty = kd.arrival_barriers(2)
+    turn = kd.arrival_barriers(2)  # ping-pong: group g may issue its products once turn[g] completes
     if kd.unit_pos_x() == 0:
         kd.barrier_init(qfull, 0, 1)
         for s in kd.unroll(2):
@@ -110,6 +216,7 @@ def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Te
             kd.barrier_init(vfull, s, 1)
             kd.barrier_init(kempty, s, NG * 4)
             kd.barrier_init(vempty, s, NG * 4)
+            kd.barrier_init(turn, s, 4)  # the other group's planes have issued theirs
     kd.sync_cube()
     issuer = kd.unit_pos_x() == NG * 4 * kd.PLANE_DIM  # the producer group's first unit
     grp = kd.plane_pos() // 4
@@ -122,6 +229,8 @@ def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Te
     NE = kd.fragment_len(s)
     NO = kd.fragment_len(o)
     q_tile = kd.shared_tile(q_sh, grp * (GROUP_ROWS * DP), GROUP_ROWS, DP, swizzle=SWIZZLE)
+    at = (r0 + prow, rows, Sq, hk, G, causal, off, i_min)
+    ctx = (mask, bias, b, Skv, scale, scale2, softcap)
 
     with kd.role(NG, 1, registers=PRODUCER_REGISTERS):
         if issuer and nt > 0:
@@ -149,92 +258,15 @@ def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Te
 
     # Step jt: S_jt is in s; O += P_{jt-1}·V_{jt-1} may still run (it overlaps this softmax)
     for jt in range(nt):
-        with kd.role(0, NG):
-            j0 = jt * BN
-            ks = tile_start(jt, BN, Skv)  # first key of the tile held (< j0 for a head's pulled-back last tile)
-            interior = False
-            if not (HAS_MASK or HAS_BIAS or SOFTCAP):
-                interior = (ks == j0) & ((causal == 0) | (j0 + BN - 1 <= i_min + off))
-            fold = interior & (scale2 > 0.0)  # raw scores kept; the scale joins the max and the exponent
-            sc = kd.select(fold, scale2, kd.f32(1))
-
-            # ---- logits (log2 units) in place where the tile needs the rule
-            if interior:
-                if not fold:
-                    for i in kd.unroll(NE):
-                        kd.fragment_set(s, i, kd.fragment_get(s, i) * scale2)
-            else:
-                qrows = ()
-                for sl in kd.unroll(NS):
-                    qrows = qrows + (query_row(r0 + prow + slot_row(s, sl), rows, Sq, hk, G, causal, off, Skv),)
-                for i in kd.unroll(NE):
-                    h, iq, lim = qrows[kd.fragment_row_slot(s, i)]
-                    ctx = (mask, bias, b, h, iq, lim, Skv, softcap, LOG2E)
-                    j = ks + kd.fragment_col(s, i)
-                    x = logit2(kd.fragment_get(s, i) * scale, j, ctx, HAS_MASK, HAS_BIAS, SOFTCAP)
-                    kd.fragment_set(s, i, kd.select(j < j0, -kd.inf, x))  # keys of the previous tile
-
-            # ---- row maxima; the running max moves only when a row's grows by more than TAU
-            mts = ()
-            for sl in kd.unroll(NS):
-                xs = ()
-                for i in kd.unroll(NE):
-                    if kd.fragment_row_slot(s, i) == sl:
-                        xs = xs + (kd.fragment_get(s, i),)
-                mts = mts + (row_combine(tree_fold(xs, True), s, True) * sc,)
-            grow = mts[0] > m[0] + TAU
-            for sl in kd.unroll(1, NS):
-                grow = grow | (mts[sl] > m[sl] + TAU)
-            rescale = kd.plane_any(grow)
-            alpha = ()  # O's rescale factors, applied once the previous P·V is done
-            for sl in kd.unroll(NS):
-                alpha = alpha + (kd.f32(1),)
-            if rescale:
-                a2 = ()
-                m2 = ()
-                l2 = ()
-                for sl in kd.unroll(NS):
-                    mn = kd.max(m[sl], mts[sl])
-                    a = kd.exp2_fast(m[sl] - kd.select(mn == -kd.inf, kd.f32(0), mn))
-                    a2 = a2 + (a,)
-                    m2 = m2 + (mn,)
-                    l2 = l2 + (l[sl] * a,)
-                alpha = a2
-                m = m2
-                l = l2
-
-            # ---- P = exp2(logit - m) in place, the lane's part of each row sum
-            l2 = ()
-            for sl in kd.unroll(NS):
-                mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])  # nothing visible yet
-                ps = ()
-                for i in kd.unroll(NE):
-                    if kd.fragment_row_slot(s, i) == sl:
-                        p = kd.exp2_fast(kd.fma(kd.fragment_get(s, i), sc, -mu))
-                        kd.fragment_set(s, i, p)
-                        ps = ps + (p,)
-                l2 = l2 + (l[sl] + tree_fold(ps, False),)
-            l = l2
-
-            # ---- the previous P·V is done: its V stage goes back; O rescaled, P rounded
-            kd.group_wait(0)
-            if jt >= 1 and kd.lane_pos() == 0:
-                kd.barrier_arrive(vempty, (jt - 1) & 1)
-            if rescale:
-                for i in kd.unroll(NO):
-                    kd.fragment_set(o, i, kd.fragment_get(o, i) * alpha[kd.fragment_row_slot(o, i)])
-            kd.fragment_convert(pa, s)
-
-            # ---- S_{jt+1} = Q·K_{jt+1}ᵀ, then O += P_jt·V_jt left running into the next softmax
-            if jt + 1 < nt:
-                kd.barrier_wait(kfull, (jt + 1) & 1, ((jt + 1) >> 1) & 1)
-                kd.group_mma(s, q_tile, kd.shared_tile(k_sh, ((jt + 1) & 1) * (BN * DP), DP, BN, transposed=True,
-                                                       swizzle=SWIZZLE), accumulate=False)
-            kd.barrier_wait(vfull, jt & 1, (jt >> 1) & 1)
-            kd.group_mma(o, pa, kd.shared_tile(v_sh, (jt & 1) * (BN * DVP), BN, DVP, swizzle=SWIZZLE))
-            kd.group_wait(1)  # S_{jt+1} is in: its K stage goes back
-            if jt + 1 < nt and kd.lane_pos() == 0:
-                kd.barrier_arrive(kempty, (jt + 1) & 1)
+        if PINGPONG:
+            for g in kd.unroll(NG):
+                with kd.role(g, 1):
+                    m, l = consume(s, pa, o, m, l, q_tile, k_sh, v_sh, kfull, kempty, vfull, vempty, turn, jt, nt, at,
+                                   ctx, g, BN, DP, DVP, True, HAS_MASK, HAS_BIAS, SOFTCAP)
+        else:
+            with kd.role(0, NG):
+                m, l = consume(s, pa, o, m, l, q_tile, k_sh, v_sh, kfull, kempty, vfull, vempty, turn, jt, nt, at,
+                               ctx, 0, BN, DP, DVP, False, HAS_MASK, HAS_BIAS, SOFTCAP)
         with kd.role(NG, 1):
             # K tile jt + 2 into tile jt's stage (handed back when S_jt was done, a step ago);
             # V tile jt + 1 into tile jt - 1's stage (handed back in this step)
@@ -309,11 +341,12 @@ def shared_bytes(p, tiling) -> int:
     bq = 64 * consumer_groups(tiling)
     bn = keys_per_step(tiling)
     dp, dvp = (p.D + 63) // 64 * 64, (p.Dv + 63) // 64 * 64
-    return p.dtype.itemsize * (bq * dp + 2 * bn * (dp + dvp)) + 9 * 8
+    return p.dtype.itemsize * (bq * dp + 2 * bn * (dp + dvp)) + 11 * 8
 
 
-def run(p, out, dummy_mask, dummy_bias, tiling) -> None:
-    """Launch for a validated problem with contiguous q, k, v (fits(p, tiling) true)."""
+def run(p, out, dummy_mask, dummy_bias, tiling, pingpong: bool | None = None) -> None:
+    """Launch for a validated problem with contiguous q, k, v (fits(p, tiling) true).
+    `pingpong` (two consumer groups) overrides PINGPONG."""
     ng = consumer_groups(tiling)
     units = (ng + 1) * 4 * p.runtime.capabilities.plane_dim
     bq = 64 * ng
@@ -323,4 +356,5 @@ def run(p, out, dummy_mask, dummy_bias, tiling) -> None:
     flash_roles_kernel[grid, units](
         q2, k2, v2, out, p.mask if p.mask is not None else dummy_mask,
         p.bias if p.bias is not None else dummy_bias, p.scale, p.softcap or 1.0, int(p.causal), p.Hkv, p.Skv,
-        p.D, p.Dv, keys_per_step(tiling), ng, p.mask is not None, p.bias is not None, p.softcap is not None)
+        p.D, p.Dv, keys_per_step(tiling), ng, p.mask is not None, p.bias is not None, p.softcap is not None,
+        ng == 2 and (PINGPONG if pingpong is None else bool(pingpong)))
