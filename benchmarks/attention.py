@@ -7,7 +7,8 @@ cuda (when a device and torch with CUDA exist): bf16, B·S = 16k tokens, H·D = 
 D in {64, 128}, S in {1024, 4096}, causal and not. FlashBlackboxAccelerated (its default
 tiling; `--tilings` adds a sweep of BlackboxAcceleratedStrategy tilings; `--kernels` adds
 the group kernel (flash_group, tiling 4,1,1) and the roles kernel (flash_roles, tiling
-12,1,1; where the device has bulk copies) side by side) next to torch's sdpa with the cuDNN
+12,1,1, where the device has bulk copies; as chosen, and with ping-pong forced on and off)
+side by side) next to torch's sdpa with the cuDNN
 and FLASH backends. Inputs are made by torch on the device and shared through DLPack; times
 are medians of event-timed repetitions; with `--rounds N` every contender of a shape is
 timed in turn N times and the table gives the medians of the rounds and, in "x cuDNN
@@ -49,7 +50,32 @@ TILINGS = [BlackboxAcceleratedStrategy(8, 1, 1), BlackboxAcceleratedStrategy(4, 
 # --kernels: the kernels compared side by side (what the tiling runs where the device has
 # bulk copies and native group products)
 KERNELS = [("  group kernel 4,1,1", BlackboxAcceleratedStrategy(4, 1, 1)),
-           ("  roles kernel 12,1,1", BlackboxAcceleratedStrategy(12, 1, 1))]
+           ("  roles kernel 12,1,1", BlackboxAcceleratedStrategy(12, 1, 1)),
+           ("  roles 12,1,1 ping-pong", ("roles", True)),
+           ("  roles 12,1,1 no ping-pong", ("roles", False))]
+
+
+def roles_variant(q, k, v, opts, pingpong: bool):
+    """The roles kernel (tiling 12,1,1) with ping-pong on or off, past the public API's choice;
+    refuses (AttentionSetupError) where the kernel does not serve these inputs."""
+    from rudnn.attention import flash_roles, problem
+    p = problem.validate(q, k, v, None, None, opts)
+    tiling = BlackboxAcceleratedStrategy(12, 1, 1)
+    if not flash_roles.usable(p, tiling):
+        raise problem.AttentionSetupError("the roles kernel does not serve these inputs here")
+    out = p.runtime.empty(p.out_shape, p.dtype)
+    flash_roles.run(p, out, *_dummies(p.runtime), tiling, pingpong=pingpong)
+    return out
+
+
+_DUMMIES: dict = {}
+
+
+def _dummies(rt):
+    """The stand-ins for an absent mask and bias, made once per runtime (not in the timed calls)."""
+    if rt.name not in _DUMMIES:
+        _DUMMIES[rt.name] = (rt.zeros((1, 1, 1, 1), "bool"), rt.zeros((1, 1, 1, 1), "f32"))
+    return _DUMMIES[rt.name]
 
 
 def flops(B, H, Sq, Skv, D, causal):
@@ -200,7 +226,10 @@ def bench_cuda(rt, small, reps, sweep, kernels=False, rounds=1):
                 ours += [(f"  tiling {t.num_planes},{t.seq_q},{t.seq_kv}", t) for t in TILINGS]
             errs = {}
             for label, strategy in ours:
-                call = lambda o=opts, st=strategy: attention(q, k, v, options=o, strategy=st)
+                if isinstance(strategy, tuple):  # a roles kernel variant
+                    call = lambda o=opts, pp=strategy[1]: roles_variant(q, k, v, o, pp)
+                else:
+                    call = lambda o=opts, st=strategy: attention(q, k, v, options=o, strategy=st)
                 try:
                     result = call()
                 except Exception as e:  # noqa: BLE001  (a tiling too large for this device: say so, go on)
