@@ -353,9 +353,13 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
 
 
 # the roles kernel's default: two consumer groups of 64 query rows and a producer, 128-key
-# steps (FlashAttention-3's shape for head dims 64 and 128); the head dims it is the default for
+# steps (FlashAttention-3's shape for head dim 128); the head dims it is the default for. Not
+# yet measured on the H200 (issue 23, benchmarks/RESULTS.md): D 128, where the group kernel
+# stops at 0.69x cuDNN; D 64 (0.81-0.86x with the group kernel, whose small cubes run several
+# to an SM where the roles kernel's 384 units at 168 registers run one) keeps the group kernel
+# until `python -m benchmarks.attention --kernels` shows the roles kernel ahead there too
 ROLES_TILING = BlackboxAcceleratedStrategy(12, 1, 1)
-ROLES_DIMS = (64, 128)
+ROLES_DIMS = (128,)
 
 
 def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:

@@ -25,7 +25,7 @@ class BlackboxAcceleratedStrategy:
     also has bulk copies and the inputs suit them: there (12, 1, 1) and (8, 1, k) run the
     roles kernel (a producer group and two or one consumer groups of 64 query rows; keys a
     step count the consumers' planes only: 128, or 64·k). Defaults: (12, 1, 1) where the
-    roles kernel serves the inputs (head dims 64 and 128); (4, 1, 1) elsewhere with group
+    roles kernel serves the inputs (head dim 128: flash_mma.ROLES_DIMS); (4, 1, 1) elsewhere with group
     products; (4, 2, 2) on other tensor-core devices and shapes (head dims up to 128); else
     (4, 1, 1); smaller tilings where shared memory is short."""
 
