@@ -302,7 +302,8 @@ def test_roles_kernel_takes_what_the_copy_engine_reads():
     (else the group kernel); kernel_for picks it there."""
     import types
     cpu = kd.runtime("cpu")
-    hopper = types.SimpleNamespace(capabilities=types.SimpleNamespace(bulk_copy=True, group_mma_native=True))
+    hopper = types.SimpleNamespace(capabilities=types.SimpleNamespace(
+        bulk_copy=True, group_mma_native=True, mma_native=True, plane_dim=32, max_shared_bytes=232448))
     til = BlackboxAcceleratedStrategy(12, 1, 1)
 
     def prob(q, k, v, runtime=hopper):
@@ -322,6 +323,11 @@ def test_roles_kernel_takes_what_the_copy_engine_reads():
     assert not flash_roles.usable(prob(q, k, cpu.zeros((1, 1, 128, 256), "bf16").transpose(2, 3)), til)
     shifted = cpu.zeros(1 + 2 * 64 * 128, "bf16")[1:].reshape(1, 2, 64, 128)  # 2 bytes in
     assert not flash_roles.usable(prob(shifted, k, v), til)
+    assert flash_mma.kernel_for(prob(*qkv()), til) == "roles"
+    assert flash_mma.kernel_for(prob(*qkv(D=96)), til) == "group"
+    assert flash_mma.default_tiling(prob(*qkv())) == flash_mma.ROLES_TILING == til       # D 128
+    assert flash_mma.default_tiling(prob(*qkv(D=64))) == BlackboxAcceleratedStrategy(4, 1, 1)  # not ROLES_DIMS
+    assert flash_mma.default_tiling(prob(shifted, k, v)) == BlackboxAcceleratedStrategy(4, 1, 1)
 
 
 # ------------------------------------------------------------------ views, inputs, empty sizes
