@@ -21,7 +21,11 @@ The consumers (many registers) only wait and compute, software-pipelined as `fla
 while O += P_{j-1}·V_{j-1} runs, the softmax of S_j in registers (the shared logit rule on
 edge, diagonal and masked tiles; raw scores with the scale folded into the exponent on the
 others; the lazy running max); then S_{j+1} = Q·K_{j+1}ᵀ and O += P_j·V_j are issued
-together and only S_{j+1} is waited for. Causal: tiles past the block's last visible key are
+together and only S_{j+1} is waited for. With two consumer groups and PINGPONG they take
+turns issuing those products (FlashAttention-3's ping-pong, through `turn` arrival barriers):
+group 1 after group 0 has issued this step's, group 0 after group 1 has issued the last
+step's, so that the tensor cores run one group's products while the other runs its softmax;
+each group is then a role of its own in the loop (its own copy of the code). Causal: tiles past the block's last visible key are
 never copied nor computed; the diagonal ones take the logit rule. The output leaves from the
 accumulators element by element, rows past the block masked.
 
@@ -42,7 +46,7 @@ GROUP_ROWS = 64           # query rows of a consumer group
 SWIZZLE = 128             # tiles in the 128-byte layout: a tile is one bulk copy of whole 64-column bands
 DIMS = (64, 128)          # head dims taken (whole bands; S, P and O of a group stay in registers)
 PRODUCER_REGISTERS = 24   # the copy-issuing group keeps few registers ...
-CONSUMER_REGISTERS = 240  # ... so that two consumer groups' S, P and O fit (3 x 128 units x 240 + 24)
+CONSUMER_REGISTERS = 240  # ... so that two consumer groups' S, P and O fit (256 units x 240 + 128 x 24)
 MAX_KEYS = 128            # keys a step (registers: S and P of 128 keys and O of 128 dims at 240 a unit)
 PINGPONG = True           # two consumer groups take turns issuing their products (FlashAttention-3's ping-pong)
 
