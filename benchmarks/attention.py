@@ -1,12 +1,18 @@
 """rudnn.attention next to PyTorch's scaled_dot_product_attention, on the runtimes this machine has.
 
-    python -m benchmarks.attention [--small] [--reps N] [--runtimes cpu,cuda] [--tilings] [--interleave SECONDS]
+    python -m benchmarks.attention [--small] [--reps N] [--runtimes cpu,cuda] [--tilings] [--kernels]
+                                   [--rounds N] [--interleave SECONDS]
 
 cuda (when a device and torch with CUDA exist): bf16, B·S = 16k tokens, H·D = 2048,
 D in {64, 128}, S in {1024, 4096}, causal and not. FlashBlackboxAccelerated (its default
-tiling; `--tilings` adds a sweep of BlackboxAcceleratedStrategy tilings) next to torch's
-sdpa with the cuDNN and FLASH backends. Inputs are made by torch on the device and shared
-through DLPack; times are medians of event-timed repetitions.
+tiling; `--tilings` adds a sweep of BlackboxAcceleratedStrategy tilings; `--kernels` adds
+the group kernel (flash_group, tiling 4,1,1) and the roles kernel (flash_roles, tiling
+12,1,1, where the device has bulk copies; as chosen, and with ping-pong forced on and off)
+side by side) next to torch's sdpa with the cuDNN
+and FLASH backends. Inputs are made by torch on the device and shared through DLPack; times
+are medians of event-timed repetitions; with `--rounds N` every contender of a shape is
+timed in turn N times and the table gives the medians of the rounds and, in "x cuDNN
+range", the lowest and highest per-round ratio.
 
 cpu: f32, B 1, H 16, S 2048, D 64, causal and not. FlashUnit and Fallback next to torch's
 CPU sdpa and a numpy batched-matmul reference (BLAS on every core); times are best of N
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 
 import numpy as np
@@ -33,10 +40,42 @@ from .common import best_time, machine, median_device_time, median_torch_cuda_ti
 
 S = AttentionStrategy
 # (n, 1, k) with n a multiple of 4 run the group kernel where group products are native
-# (wgmma); the others the register kernel
+# (wgmma), except (8, 1, k) and (12, 1, 1), which run the roles kernel where the device also has
+# bulk copies (one or two consumer groups and a producer; 64·k or 128 keys a step); the
+# others the register kernel
 TILINGS = [BlackboxAcceleratedStrategy(8, 1, 1), BlackboxAcceleratedStrategy(4, 1, 1),
            BlackboxAcceleratedStrategy(4, 1, 2), BlackboxAcceleratedStrategy(4, 2, 2),
-           BlackboxAcceleratedStrategy(8, 2, 1)]
+           BlackboxAcceleratedStrategy(8, 2, 1), BlackboxAcceleratedStrategy(12, 1, 1),
+           BlackboxAcceleratedStrategy(8, 1, 2)]
+# --kernels: the kernels compared side by side (what the tiling runs where the device has
+# bulk copies and native group products)
+KERNELS = [("  group kernel 4,1,1", BlackboxAcceleratedStrategy(4, 1, 1)),
+           ("  roles kernel 12,1,1", BlackboxAcceleratedStrategy(12, 1, 1)),
+           ("  roles 12,1,1 ping-pong", ("roles", True)),
+           ("  roles 12,1,1 no ping-pong", ("roles", False))]
+
+
+def roles_variant(q, k, v, opts, pingpong: bool):
+    """The roles kernel (tiling 12,1,1) with ping-pong on or off, past the public API's choice;
+    refuses (AttentionSetupError) where the kernel does not serve these inputs."""
+    from rudnn.attention import flash_roles, problem
+    p = problem.validate(q, k, v, None, None, opts)
+    tiling = BlackboxAcceleratedStrategy(12, 1, 1)
+    if not flash_roles.usable(p, tiling):
+        raise problem.AttentionSetupError("the roles kernel does not serve these inputs here")
+    out = p.runtime.empty(p.out_shape, p.dtype)
+    flash_roles.run(p, out, *_dummies(p.runtime), tiling, pingpong=pingpong)
+    return out
+
+
+_DUMMIES: dict = {}
+
+
+def _dummies(rt):
+    """The stand-ins for an absent mask and bias, made once per runtime (not in the timed calls)."""
+    if rt.name not in _DUMMIES:
+        _DUMMIES[rt.name] = (rt.zeros((1, 1, 1, 1), "bool"), rt.zeros((1, 1, 1, 1), "f32"))
+    return _DUMMIES[rt.name]
 
 
 def flops(B, H, Sq, Skv, D, causal):
@@ -138,13 +177,19 @@ time_torch = median_torch_cuda_time
 
 
 
+def _time_sdpa(torch, sdpa_kernel, backend, sdpa, qkv, causal, reps):
+    """Median time of torch's sdpa on one backend (selected once, outside the timed calls)."""
+    with sdpa_kernel([backend]):
+        return time_torch(torch, lambda: sdpa(*qkv, is_causal=causal), reps)
+
+
 def gpu_peak(torch, reps):
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     return 2 * n ** 3 / time_torch(torch, lambda: a @ a, reps)
 
 
-def bench_cuda(rt, small, reps, sweep):
+def bench_cuda(rt, small, reps, sweep, kernels=False, rounds=1):
     torch = torch_or_none()
     if torch is None or not torch.cuda.is_available():
         print("\ncuda runtime present but torch has no CUDA: skipping the GPU table")
@@ -162,39 +207,59 @@ def bench_cuda(rt, small, reps, sweep):
         q, k, v = kd.from_dlpack(tq), kd.from_dlpack(tk), kd.from_dlpack(tv)
         for causal in (False, True):
             f = flops(B, H, Sq, Sq, D, causal)
-            base = {}
+            fns = {}
             for name, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("FLASH", SDPBackend.FLASH_ATTENTION)):
                 try:
                     with sdpa_kernel([backend]):
-                        base[name] = time_torch(torch, lambda: sdpa(tq, tk, tv, is_causal=causal), reps)
-                        want = sdpa(tq, tk, tv, is_causal=causal)
+                        sdpa(tq, tk, tv, is_causal=causal)
+                    fns[name] = lambda b=backend, c=causal: _time_sdpa(torch, sdpa_kernel, b, sdpa, (tq, tk, tv), c,
+                                                                       reps)
                 except RuntimeError as e:  # backend not built or not supported for this shape
                     print(f"  torch {name} unavailable for D={D}, S={Sq}: {str(e).splitlines()[0]}")
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]):
                 want = sdpa(tq, tk, tv, is_causal=causal).float()
             opts = AttentionModuleOptions(is_causal=causal)
             ours = [("FlashBlackboxAccelerated", S.FlashBlackboxAccelerated)]
+            if kernels:
+                ours += KERNELS
             if sweep:
                 ours += [(f"  tiling {t.num_planes},{t.seq_q},{t.seq_kv}", t) for t in TILINGS]
+            errs = {}
             for label, strategy in ours:
+                if isinstance(strategy, tuple):  # a roles kernel variant
+                    call = lambda o=opts, pp=strategy[1]: roles_variant(q, k, v, o, pp)
+                else:
+                    call = lambda o=opts, st=strategy: attention(q, k, v, options=o, strategy=st)
                 try:
-                    t = time_events(rt, lambda: attention(q, k, v, options=opts, strategy=strategy), reps)
+                    result = call()
                 except Exception as e:  # noqa: BLE001  (a tiling too large for this device: say so, go on)
                     print(f"  {label} D={D} S={Sq}: {type(e).__name__}: {str(e).splitlines()[0]}")
                     continue
-                result = attention(q, k, v, options=opts, strategy=strategy)
                 rt.synchronize()  # before torch reads it on its own stream
-                got = torch.from_dlpack(result).float()
-                err = (got - want).abs().max().item()
-                cu, fl = base.get("cuDNN"), base.get("FLASH")
+                errs[label] = (torch.from_dlpack(result).float() - want).abs().max().item()
+                fns[label] = lambda fn=call: time_events(rt, fn, reps)
+            times = {key: [] for key in fns}
+            for _ in range(rounds):  # every contender in turn, each round
+                for key, timer in fns.items():
+                    times[key].append(timer())
+            cus = times.get("cuDNN")
+            cu = statistics.median(cus) if cus else None
+            fl = statistics.median(times["FLASH"]) if "FLASH" in times else None
+            for label, _ in ours:
+                if label not in errs:
+                    continue
+                t = statistics.median(times[label])
+                ratios = [c / x for c, x in zip(cus, times[label])] if cus else []
                 rows.append((f"[{B},{H},{Sq},{D}]", "bf16", "causal" if causal else "full", label,
                              f"{t * 1e3:.3f}", f"{cu * 1e3:.3f}" if cu else "-", f"{fl * 1e3:.3f}" if fl else "-",
-                             f"{cu / t:.2f}" if cu else "-", f"{fl / t:.2f}" if fl else "-",
-                             f"{f / t / 1e12:.0f}", f"{f / t / peak:.0%}", f"{err:.1e}"))
+                             f"{cu / t:.2f}" if cu else "-",
+                             f"{min(ratios):.2f}-{max(ratios):.2f}" if ratios else "-",
+                             f"{fl / t:.2f}" if fl else "-",
+                             f"{f / t / 1e12:.0f}", f"{f / t / peak:.0%}", f"{errs[label]:.1e}"))
     print(f"\ncuda runtime: {rt.capabilities.device_name}; torch {torch.__version__}; measured bf16 GEMM peak "
-          f"{peak / 1e12:.0f} TFLOP/s; medians of {reps}")
+          f"{peak / 1e12:.0f} TFLOP/s; medians of {reps}" + (f", {rounds} rounds in turn" if rounds > 1 else ""))
     print(table(rows, ["shape [B,H,S,D]", "dtype", "mask", "ours", "ours ms", "cuDNN ms", "FLASH ms",
-                       "x cuDNN", "x FLASH", "TFLOP/s", "% peak", "max err"]))
+                       "x cuDNN", "x cuDNN range", "x FLASH", "TFLOP/s", "% peak", "max err"]))
 
 
 def main(argv=None):
@@ -203,6 +268,10 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     ap.add_argument("--tilings", action="store_true", help="also sweep BlackboxAcceleratedStrategy tilings (cuda)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="cuda: also time the group kernel (4,1,1) and the roles kernel (12,1,1) side by side")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="cuda: time every contender of a shape in turn this many times (medians and ranges)")
     ap.add_argument("--interleave", type=float, default=0.0, metavar="SECONDS",
                     help="cpu: run ours and the baselines in turn for this long and keep each one's best "
                          "(fairer than best-of-N on a shared machine)")
@@ -214,7 +283,7 @@ def main(argv=None):
         if name.split(":")[0] not in avail:
             print(f"{name}: not available here ({avail})")
         elif name.startswith("cuda"):
-            bench_cuda(kd.runtime(name), args.small, args.reps, args.tilings)
+            bench_cuda(kd.runtime(name), args.small, args.reps, args.tilings, args.kernels, max(args.rounds, 1))
         elif name.startswith("cpu"):
             bench_cpu(kd.runtime(name), args.small, args.reps, args.interleave)
         else:

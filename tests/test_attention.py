@@ -10,7 +10,7 @@ import kerneldsl as kd
 import rudnn
 from rudnn.attention import (AttentionModuleOptions, AttentionSetupError, AttentionStrategy,
                              BlackboxAcceleratedStrategy, attention)
-from rudnn.attention import flash_group, flash_mma, problem
+from rudnn.attention import flash_group, flash_mma, flash_roles, problem
 
 from reference.attention import attention as reference
 
@@ -257,6 +257,79 @@ def test_group_kernel_plain_and_rescaled(runtime, rng, scale):
     flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)),
                   BlackboxAcceleratedStrategy(4, 1, 1), kernel="group")
     check(out.numpy(), q, k, v, scale=scale)
+
+
+# the roles kernel (the path where bulk copies and native group products exist), forced on every
+# runtime: one consumer group (8 planes, 64-key steps) with every option, GQA and rows past the
+# block; two (12 planes, 128-key steps, taking turns) causal, with Skv not a multiple of the step
+# (a head's last tile pulled back inside the head) and the next batch holding inf everywhere:
+# nothing of it may reach this batch's rows (its own rows are inf/NaN, as the reference's are)
+@kd.testing.interpreted  # the interpreter checks that program order meets every barrier wait
+@pytest.mark.parametrize("planes", [8, 12])
+def test_roles_kernel(runtime, rng, planes):
+    tiling = BlackboxAcceleratedStrategy(planes, 1, 1)
+    caps = runtime.capabilities
+    if planes == 12 and not (caps.interpreted or caps.group_mma_native):
+        pytest.skip("CI time: two consumer groups taking turns (ping-pong) compile for minutes on the cpu runtime "
+                    "(and need 320 KiB of shared memory on opencl); the interpreter runs them, checking that program "
+                    "order meets every barrier wait, and the one-group case runs everywhere")
+    if planes == 8:
+        q, k, v = inputs(rng, B=1, Hq=4, Hkv=2, Sq=37, Skv=90, D=64, Dv=64, dtype="bf16")
+        mask = rng.random((1, 1, 37, 90)) < 0.2
+        bias = rng.standard_normal((1, 4, 37, 90)).astype(np.float32)
+        opts = dict(scale=0.3, softcap=5.0, is_causal=True)
+    else:
+        q, k, v = inputs(rng, B=2, Hq=2, Hkv=1, Sq=70, Skv=200, D=64, Dv=64, dtype="bf16")
+        for x in (q, k, v):
+            x[1] = np.inf
+        mask = bias = None
+        opts = dict(scale=0.2, is_causal=True)
+    t = runtime.tensor
+    p = problem.validate(t(q), t(k), t(v), None if mask is None else t(mask), None if bias is None else t(bias),
+                         AttentionModuleOptions(**opts))
+    assert flash_roles.fits(p, tiling)
+    assert flash_roles.usable(p, tiling) == bool(caps.bulk_copy and caps.group_mma_native)  # natively on the H200
+    out = runtime.empty(p.out_shape, p.dtype)
+    flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)), tiling, kernel="roles")
+    got = out.numpy()
+    if planes == 8:
+        check(got, q, k, v, mask, bias, **opts)
+    else:
+        check(got[:1], q[:1], k[:1], v[:1], **opts)
+
+
+def test_roles_kernel_takes_what_the_copy_engine_reads():
+    """flash_roles.usable: bulk copies and native group products, F16/BF16, whole 64-column head
+    dims up to 128, at least one step of keys, contiguous inputs starting on 16-byte boundaries
+    (else the group kernel); kernel_for picks it there."""
+    import types
+    cpu = kd.runtime("cpu")
+    hopper = types.SimpleNamespace(capabilities=types.SimpleNamespace(
+        bulk_copy=True, group_mma_native=True, mma_native=True, plane_dim=32, max_shared_bytes=232448))
+    til = BlackboxAcceleratedStrategy(12, 1, 1)
+
+    def prob(q, k, v, runtime=hopper):
+        p = problem.validate(q, k, v, None, None, AttentionModuleOptions())
+        return types.SimpleNamespace(q=p.q, k=p.k, v=p.v, runtime=runtime, dtype=p.dtype, D=p.D, Dv=p.Dv,
+                                     Skv=p.Skv)
+
+    def qkv(D=128, Skv=256, dtype="bf16"):
+        return cpu.zeros((1, 2, 64, D), dtype), cpu.zeros((1, 1, Skv, D), dtype), cpu.zeros((1, 1, Skv, D), dtype)
+
+    assert flash_roles.usable(prob(*qkv()), til) and not flash_roles.usable(prob(*qkv(), runtime=cpu), til)
+    assert flash_roles.usable(prob(*qkv(D=64)), til) and flash_roles.usable(prob(*qkv(dtype="f16")), til)
+    assert not flash_roles.usable(prob(*qkv(D=96)), til)                      # not whole 64-column bands
+    assert not flash_roles.usable(prob(*qkv(Skv=100)), til)                   # fewer keys than a step
+    assert not flash_roles.usable(prob(*qkv()), BlackboxAcceleratedStrategy(4, 1, 1))  # no producer group
+    q, k, v = qkv()
+    assert not flash_roles.usable(prob(q, k, cpu.zeros((1, 1, 128, 256), "bf16").transpose(2, 3)), til)
+    shifted = cpu.zeros(1 + 2 * 64 * 128, "bf16")[1:].reshape(1, 2, 64, 128)  # 2 bytes in
+    assert not flash_roles.usable(prob(shifted, k, v), til)
+    assert flash_mma.kernel_for(prob(*qkv()), til) == "roles"
+    assert flash_mma.kernel_for(prob(*qkv(D=96)), til) == "group"
+    assert flash_mma.default_tiling(prob(*qkv())) == flash_mma.ROLES_TILING == til       # D 128
+    assert flash_mma.default_tiling(prob(*qkv(D=64))) == BlackboxAcceleratedStrategy(4, 1, 1)  # not ROLES_DIMS
+    assert flash_mma.default_tiling(prob(shifted, k, v)) == BlackboxAcceleratedStrategy(4, 1, 1)
 
 
 # ------------------------------------------------------------------ views, inputs, empty sizes

@@ -412,3 +412,41 @@ def test_convolution_weight_backward_on_group_products_compiles():
     ptx_of(wg.sum_partials, wg.SUM_UNITS, (part, as_5d(CPU.empty((128, 32, 3, 3), "bf16"), 2, False), 128 * 288,
                                            g.consts()))
     ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, (p.x, x_cl, p.dtype))
+
+
+def ptxas_report(source: str, sm: int = 90) -> str:
+    """ptxas's resource report (registers, spills) and warnings for `source`, as NVRTC logs them."""
+    nvrtc = compiler._nvrtc()
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    try:
+        arch = f"--gpu-architecture=sm_{sm}{'a' if sm == 90 else ''}"
+        opts = [o.encode() for o in compiler.OPTIONS + (arch, "--ptxas-options=-v")]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        assert result == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        return compiler._log(nvrtc, prog)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+@pytest.mark.parametrize("D,NG,BN,PINGPONG", [(128, 2, 128, True), (128, 2, 128, False), (64, 2, 128, True)])
+def test_attention_roles_kernel_compiles_without_spills(D, NG, BN, PINGPONG):
+    """sm_90a: attention's roles kernel (ops/attention/flash_roles.py) gives its producer 24
+    registers and its consumers 240, copies with the tensor memory accelerator onto mbarriers,
+    multiplies with wgmma, and neither spills nor has its products serialised by ptxas (no C75xx
+    warning; with ping-pong each consumer group has its own copy of the code, and those copies
+    end the kernel, else C7512); sm_80 compiles the emulated form (no budgets, no bulk copies)."""
+    from rudnn.attention.flash_roles import CONSUMER_REGISTERS, PRODUCER_REGISTERS, flash_roles_kernel
+    rows = CPU.zeros((256, D), "bf16")
+    args = (rows, rows, rows, CPU.zeros((1, 2, 128, D), "bf16"), CPU.zeros((1, 1, 1, 1), "bool"),
+            CPU.zeros((1, 1, 1, 1)), 0.1, 1.0, 1, 1, 128, D, D, BN, NG, False, False, False, PINGPONG)
+    units = (NG + 1) * 128
+    ptx = ptx_of(flash_roles_kernel, units, args)
+    assert f"setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGISTERS};" in ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGISTERS};" in ptx
+    assert "wgmma.mma_async" in ptx and "mbarrier.try_wait.parity" in ptx
+    assert "cp.async.bulk.tensor.2d" in ptx
+    log = ptxas_report(compile_launch(flash_roles_kernel, units, args, "sm_90").rendered.source)
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+    assert not re.search(r"C75\d\d", log), log[-2000:]
+    ptx80 = ptx_of(flash_roles_kernel, units, args, sm=80)
+    assert "setmaxnreg" not in ptx80 and "cp.async.bulk" not in ptx80

@@ -79,8 +79,14 @@ def role_copies(k: ir.KernelIR) -> ir.KernelIR:
     parts = _parts(_roles(suffix), k.cube_units, group_units)
     if parts is None or len(parts) < 2:
         return k
-    branches = [ir.Role(first_unit=lo, units=n, registers=None, body=_restrict(suffix, lo, lo + n), loc=suffix[0].loc)
-                for lo, n in parts]
+    # each copy ends the kernel for its units: nothing it computed is live into the next copy
+    # (otherwise a fragment written in one copy and overwritten in the next, e.g. by a group
+    # product's accumulator operand, counts as live across the copies, outside their register
+    # budgets: ptxas then serialised the group products of two consumer copies, C7512)
+    branches = [ir.Role(first_unit=lo, units=n, registers=None,
+                        body=_restrict(suffix, lo, lo + n) + ([ir.Return(loc=suffix[-1].loc)] if i < len(parts) - 1
+                                                              else []), loc=suffix[0].loc)
+                for i, (lo, n) in enumerate(parts)]
     out = copy.copy(k)
     out.body = body[:first] + branches
     return out

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from . import flash_group, flash_regs
+from . import flash_group, flash_regs, flash_roles
 from .blocks import cube_block, fetch_kv, fetch_rows, key_range
 from .options import BlackboxAcceleratedStrategy
 from .problem import AttentionSetupError, Problem
@@ -289,10 +289,15 @@ def use_registers(p: Problem) -> bool:
 
 
 def kernel_for(p: Problem, tiling: BlackboxAcceleratedStrategy) -> str:
-    """Which kernel `run` launches: 'group' (flash_group: the group primitive reads Q, K and
+    """Which kernel `run` launches: 'roles' (flash_roles: a producer group issuing bulk copies,
+    consumer groups multiplying) where the device has bulk copies and native group products,
+    the tiling has a producer and one or two consumer groups and the inputs suit the copy
+    engine (flash_roles.usable); else 'group' (flash_group: the group primitive reads Q, K and
     V from shared memory itself) where the device's group products are native (wgmma) and
     the tiling has whole groups; else 'registers' (flash_regs) where the primitive is native
     and the head dims fit; else 'shared' (this module's kernel)."""
+    if flash_roles.usable(p, tiling):
+        return "roles"
     if p.runtime.capabilities.group_mma_native and flash_group.fits(p, tiling):
         return "group"
     return "registers" if use_registers(p) else "shared"
@@ -301,6 +306,8 @@ def kernel_for(p: Problem, tiling: BlackboxAcceleratedStrategy) -> str:
 def needed_shared_bytes(p: Problem, tiling: BlackboxAcceleratedStrategy, kernel: str | None = None) -> int:
     """Shared memory of the kernel `run` launches for p with this tiling."""
     kernel = kernel or kernel_for(p, tiling)
+    if kernel == "roles":
+        return flash_roles.shared_bytes(p, tiling)
     if kernel == "group":
         return flash_group.shared_bytes(p, tiling)
     if kernel == "registers":
@@ -345,6 +352,16 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
                                   f"{caps.device_name} has {caps.max_shared_bytes}: use fewer planes or shorter tiles")
 
 
+# the roles kernel's default: two consumer groups of 64 query rows and a producer, 128-key
+# steps (FlashAttention-3's shape for head dim 128); the head dims it is the default for. Not
+# yet measured on the H200 (issue 23, benchmarks/RESULTS.md): D 128, where the group kernel
+# stops at 0.69x cuDNN; D 64 (0.81-0.86x with the group kernel, whose small cubes run several
+# to an SM where the roles kernel's 384 units at 168 registers run one) keeps the group kernel
+# until `python -m benchmarks.attention --kernels` shows the roles kernel ahead there too
+ROLES_TILING = BlackboxAcceleratedStrategy(12, 1, 1)
+ROLES_DIMS = (128,)
+
+
 def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
     """The tiling used for the plain enum member. Measured on the H200 (benchmarks/RESULTS.md,
     session 18): with wgmma, (4, 1, 1), the group kernel with one group of 64 rows a cube and
@@ -353,11 +370,14 @@ def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:
     and causal, ahead of (8, 1, 1) and of the register kernel in every case; else, where the
     register kernel runs, (4, 2, 2): 4 planes of two query tiles (32 rows each,
     FlashAttention-2's shape) and 64-key steps; else 4 planes and 64-key steps. Smaller when
-    the tiles do not fit the device's shared memory."""
+    the tiles do not fit the device's shared memory. Where the roles kernel serves p (bulk
+    copies, native group products, flash_roles.usable: issue 23), ROLES_TILING before all."""
     caps = p.runtime.capabilities
     first = [BlackboxAcceleratedStrategy(4, 2, 2)] if use_registers(p) else []
     if caps.group_mma_native and max(p.D, p.Dv) <= flash_group.MAX_DIM:
         first = [BlackboxAcceleratedStrategy(4, 1, 1)] + first
+    if max(p.D, p.Dv) in ROLES_DIMS and flash_roles.usable(p, ROLES_TILING):
+        first = [ROLES_TILING] + first
     for tiling in first + [BlackboxAcceleratedStrategy(4, 1, 1), BlackboxAcceleratedStrategy(2, 1, 1),
                            BlackboxAcceleratedStrategy(1, 1, 1)]:
         if needed_shared_bytes(p, tiling) <= caps.max_shared_bytes:
@@ -377,12 +397,15 @@ def _vector_rows(t, dim: int) -> bool:
 def run(p: Problem, out, dummy_mask, dummy_bias, tiling: BlackboxAcceleratedStrategy, hold: bool | None = None,
         vec: bool | None = None, kernel: str | None = None) -> None:
     """Launch the fused matrix-primitive kernel for a validated problem (check() first).
-    `kernel` ('group', 'registers', 'shared'; see kernel_for), `hold` and `vec` override
+    `kernel` ('roles', 'group', 'registers', 'shared'; see kernel_for), `hold` and `vec` override
     which kernel runs, where Q lives (shared-memory kernel) and how tiles are copied (tests
     run every variant on every runtime)."""
     if vec is None:
         vec = _vector_rows(p.k, p.D) and _vector_rows(p.v, p.Dv)
     kernel = kernel or kernel_for(p, tiling)
+    if kernel == "roles":
+        flash_roles.run(p, out, dummy_mask, dummy_bias, tiling)
+        return
     if kernel == "group":
         flash_group.run(p, out, dummy_mask, dummy_bias, tiling, bool(vec and _vector_rows(p.q, p.D)))
         return

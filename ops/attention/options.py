@@ -21,10 +21,13 @@ class BlackboxAcceleratedStrategy:
     tensor-core devices, whose kernels keep the scores in registers, 16·ceil(num_planes·
     seq_kv / seq_q) keys: a plane's score tiles stay num_planes·seq_kv however many query
     tiles it owns). Where group products are native (wgmma), seq_q = 1 with num_planes a
-    multiple of 4 runs the group kernel (64 query rows per 4 planes). Defaults: (8, 1, 1)
-    there for head dims above 64 and 2048 keys or more; (4, 2, 2) on other tensor-core
-    devices and shapes (head dims up to 128); else (4, 1, 1); smaller tilings where shared
-    memory is short."""
+    multiple of 4 runs the group kernel (64 query rows per 4 planes), except where the device
+    also has bulk copies and the inputs suit them: there (12, 1, 1) and (8, 1, k) run the
+    roles kernel (a producer group and two or one consumer groups of 64 query rows; keys a
+    step count the consumers' planes only: 128, or 64·k). Defaults: (12, 1, 1) where the
+    roles kernel serves the inputs (head dim 128: flash_mma.ROLES_DIMS); (4, 1, 1) elsewhere with group
+    products; (4, 2, 2) on other tensor-core devices and shapes (head dims up to 128); else
+    (4, 1, 1); smaller tilings where shared memory is short."""
 
     num_planes: int = 4
     seq_q: int = 1
