@@ -261,16 +261,17 @@ def test_group_kernel_plain_and_rescaled(runtime, rng, scale):
 
 # the roles kernel (the path where bulk copies and native group products exist), forced on every
 # runtime: one consumer group (8 planes, 64-key steps) with every option, GQA and rows past the
-# block; two (12 planes, 128-key steps, taking turns) causal, with Skv not a multiple of the step
-# (a head's last tile pulled back inside the head) and the next batch holding inf everywhere:
-# nothing of it may reach this batch's rows (its own rows are inf/NaN, as the reference's are)
+# block; two (12 planes, 128-key steps, in turn or not) causal at head dim 128 (two 64-column bands:
+# each group's Q rows are a tile of their own), with Skv not a multiple of the step (a head's last
+# tile pulled back inside the head) and the next batch holding inf everywhere: nothing of it may
+# reach this batch's rows (its own rows are inf/NaN, as the reference's are)
 @kd.testing.interpreted  # the interpreter checks that program order meets every barrier wait
-@pytest.mark.parametrize("planes", [8, 12])
-def test_roles_kernel(runtime, rng, planes):
+@pytest.mark.parametrize("planes,pingpong", [(8, False), (12, False), (12, True)])
+def test_roles_kernel(runtime, rng, planes, pingpong):
     tiling = BlackboxAcceleratedStrategy(planes, 1, 1)
     caps = runtime.capabilities
     if planes == 12 and not (caps.interpreted or caps.group_mma_native):
-        pytest.skip("CI time: two consumer groups taking turns (ping-pong) compile for minutes on the cpu runtime "
+        pytest.skip("CI time: two consumer groups compile for minutes on the cpu runtime "
                     "(and need 320 KiB of shared memory on opencl); the interpreter runs them, checking that program "
                     "order meets every barrier wait, and the one-group case runs everywhere")
     if planes == 8:
@@ -279,7 +280,7 @@ def test_roles_kernel(runtime, rng, planes):
         bias = rng.standard_normal((1, 4, 37, 90)).astype(np.float32)
         opts = dict(scale=0.3, softcap=5.0, is_causal=True)
     else:
-        q, k, v = inputs(rng, B=2, Hq=2, Hkv=1, Sq=70, Skv=200, D=64, Dv=64, dtype="bf16")
+        q, k, v = inputs(rng, B=2, Hq=2, Hkv=1, Sq=64, Skv=200, D=128, Dv=128, dtype="bf16")
         for x in (q, k, v):
             x[1] = np.inf
         mask = bias = None
@@ -290,7 +291,7 @@ def test_roles_kernel(runtime, rng, planes):
     assert flash_roles.fits(p, tiling)
     assert flash_roles.usable(p, tiling) == bool(caps.bulk_copy and caps.group_mma_native)  # natively on the H200
     out = runtime.empty(p.out_shape, p.dtype)
-    flash_mma.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)), tiling, kernel="roles")
+    flash_roles.run(p, out, runtime.zeros((1, 1, 1, 1), "bool"), runtime.zeros((1, 1, 1, 1)), tiling, pingpong=pingpong)
     got = out.numpy()
     if planes == 8:
         check(got, q, k, v, mask, bias, **opts)
@@ -328,7 +329,7 @@ def test_roles_kernel_takes_what_the_copy_engine_reads():
     assert flash_mma.kernel_for(prob(*qkv()), til) == "roles"
     assert flash_mma.kernel_for(prob(*qkv(D=96)), til) == "group"
     assert flash_mma.default_tiling(prob(*qkv())) == flash_mma.ROLES_TILING == til       # D 128
-    assert flash_mma.default_tiling(prob(*qkv(D=64))) == BlackboxAcceleratedStrategy(4, 1, 1)  # not ROLES_DIMS
+    assert flash_mma.default_tiling(prob(*qkv(D=64))) == flash_mma.ROLES_TILING == til
     assert flash_mma.default_tiling(prob(shifted, k, v)) == BlackboxAcceleratedStrategy(4, 1, 1)
 
 

@@ -353,13 +353,12 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
 
 
 # the roles kernel's default: two consumer groups of 64 query rows and a producer, 128-key
-# steps (FlashAttention-3's shape for head dim 128); the head dims it is the default for. Not
-# yet measured on the H200 (issue 23, benchmarks/RESULTS.md): D 128, where the group kernel
-# stops at 0.69x cuDNN; D 64 (0.81-0.86x with the group kernel, whose small cubes run several
-# to an SM where the roles kernel's 384 units at 168 registers run one) keeps the group kernel
-# until `python -m benchmarks.attention --kernels` shows the roles kernel ahead there too
+# steps (FlashAttention-3's shape for head dim 128), and the head dims it is the default for.
+# Measured on the H200 (bf16 [4, 16, 4096, D], session 19, benchmarks/RESULTS.md): D 128
+# 0.89x / 0.88x cuDNN full / causal (the group kernel 0.68x / 0.69x); D 64 0.87x / 0.83x (the
+# group kernel 0.80x / 0.80x); one consumer group, (8, 1, 1) or (8, 1, 2), 0.49-0.63x
 ROLES_TILING = BlackboxAcceleratedStrategy(12, 1, 1)
-ROLES_DIMS = (128,)
+ROLES_DIMS = (64, 128)
 
 
 def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:

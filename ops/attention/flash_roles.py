@@ -48,7 +48,10 @@ DIMS = (64, 128)          # head dims taken (whole bands; S, P and O of a group 
 PRODUCER_REGISTERS = 24   # the copy-issuing group keeps few registers ...
 CONSUMER_REGISTERS = 240  # ... so that two consumer groups' S, P and O fit (256 units x 240 + 128 x 24)
 MAX_KEYS = 128            # keys a step (registers: S and P of 128 keys and O of 128 dims at 240 a unit)
-PINGPONG = True           # two consumer groups take turns issuing their products (FlashAttention-3's ping-pong)
+# two consumer groups take turns issuing their products (FlashAttention-3's ping-pong): off by
+# default, as it lost on the H200 in every case measured (D 128 full 0.905 against 0.898 ms without,
+# causal 0.542 / 0.538; D 64 0.716 / 0.661 and 0.427 / 0.402; session 19, benchmarks/RESULTS.md)
+PINGPONG = False
 
 
 @kd.func
@@ -239,7 +242,9 @@ def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Te
     with kd.role(NG, 1, registers=PRODUCER_REGISTERS):
         if issuer and nt > 0:
             kd.barrier_expect(qfull, 0, BQ * DP * 2)
-            kd.bulk_copy(q_sh, 0, q2, qrow, 0, BQ, DP, qfull, 0, swizzle=SWIZZLE)
+            for g in kd.unroll(NG):  # a group's 64 rows are one tile of their own (all its bands)
+                kd.bulk_copy(q_sh, g * (GROUP_ROWS * DP), q2, qrow + g * GROUP_ROWS, 0, GROUP_ROWS, DP, qfull, 0,
+                             swizzle=SWIZZLE)
             for t in kd.unroll(2):
                 if t < nt:
                     copy_kv(k_sh, k2, kfull, t, krow + tile_start(t, BN, Skv), BN, DP)
