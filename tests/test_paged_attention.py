@@ -518,6 +518,9 @@ def test_mla_roles_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, 
     if (h, r, p, dtype, page_size, tokens) != MLA_ROLES_CASES[0] and not caps.mma_native:
         pytest.skip("the roles kernel is emulated here (tuning picks it only where bulk copies are native): "
                     "its first case covers the emulation (compile time: 1-3 min a runtime)")
+    if caps.units_are_simd_lanes and caps.plane_dim > 8:
+        pytest.skip("on SIMD lanes the emulation compiles in 3.5 min with the default planes (it passes: "
+                    "benchmarks/RESULTS.md, issue 16 on roles); planes of 8 (cpu-p8) cover it in 40 s")
     monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_roles")
     monkeypatch.setattr(tuning, "MLA_ROLES_TOKENS", tokens)
     check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
