@@ -526,6 +526,27 @@ def test_mla_roles_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, 
     check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
 
 
+@pytest.mark.interpreter
+def test_mla_roles_barrier_order(runtime, rng, monkeypatch):
+    """mla_roles.py on the interpreter, which raises DivergenceError at an arrival-barrier wait
+    whose phase program order has not completed: two sequences of 40 and 20 tokens (two 32-token
+    steps, the second partial; one step) over pages of 16, a causal prefill row, unsplit and
+    over 3 splits, against the float64 reference."""
+    if runtime.name != "interpreter":
+        pytest.skip("the compiled runtimes run test_mla_roles_kernel (a larger plan)")
+    monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_roles")
+    monkeypatch.setattr(tuning, "MLA_ROLES_TOKENS", 32)
+    plan = dict(page_size=16, pages=6, tables=[[3, 0, 5], [1, 2]], lengths=[40, 20], sequence_ids=[0, 1, 0],
+                positions=[39, 19, 30])
+    (q, qp, lat, kp), (tq, tqp, tlat, tkp) = tensors(runtime, rng, "bf16", (3, 8, 128), (3, 8, 8),
+                                                     (6, 16, 1, 128), (6, 16, 1, 8))
+    dev = upload(plan, tq)
+    assert_matches(dev.mla(tq, tqp, tlat, tkp, 0.2, True), ref.paged_mla(plan, q, qp, lat, kp, 0.2, True), "bf16")
+    ws = SplitWorkspace(tq, 3, 8, 128, 3)
+    assert_matches(dev.mla_with_workspace(tq, tqp, tlat, tkp, 0.2, False, ws),
+                   ref.paged_mla(plan, q, qp, lat, kp, 0.2, False), "bf16")
+
+
 def test_mla_roles_launch_choice(runtime):
     """mla_roles.py takes R in an even number of 64-column bands (at most 8), R and P multiples
     of 8, pages that divide a step or hold whole steps (boxes of at least 8 rows); it runs
