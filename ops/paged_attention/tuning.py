@@ -446,9 +446,10 @@ def mla_roles_launch(p: Problem) -> MlaRolesLaunch | None:
 
 def kernel_for(p: Problem) -> str:
     """For MLA 'mla_roles' (mla_roles.py) where bulk copies and group products are native, its
-    launch fits and the copy engine reads the operands; 'decode_mma' (decode_mma.py) for
-    attention where the matrix primitive runs on hardware and the launch fits; for MLA 'mla_group' (mla_group.py) where group products do and its
-    launch fits, else 'mla_mma' (mla_mma.py) on decode_mma's terms; 'decode'
+    launch fits and the copy engine reads the operands, else 'mla_group' (mla_group.py) where
+    group products are native and its launch fits, else 'mla_mma' (mla_mma.py) on
+    decode_mma's terms; 'decode_mma' (decode_mma.py) for attention where the matrix primitive
+    runs on hardware and the launch fits; 'decode'
     (decode_kernel.py) for attention where units are hardware threads and its launch fits;
     'decode_lanes' (decode_lanes.py) for attention where units are SIMD lanes and a cube gets
     at least LANES_MIN_UNITS lanes; else 'general' (paged_kernel.py)."""
