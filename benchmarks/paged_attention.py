@@ -244,7 +244,9 @@ def bench_mla_kernels(rt, quick, reps, kernels, rounds):
                 tuning.kernel_for = lambda p, k=k: k
                 try:
                     times[k].append(median_device_time(rt, case.ours, reps))
-                    errs[k] = (torch.from_dlpack(case.ours()).float() - want).abs().max().item()
+                    got = case.ours()
+                    rt.synchronize()  # torch reads the result on its own stream
+                    errs[k] = (torch.from_dlpack(got).float() - want).abs().max().item()
                 except Exception as e:  # noqa: BLE001 - reported, the others still run
                     errs[k] = f"failed: {str(e).splitlines()[0][:100]}"
             base.append(median_torch_cuda_time(torch, case.unfused, reps))
