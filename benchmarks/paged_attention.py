@@ -225,6 +225,9 @@ class MlaCase:
         return torch.bmm(torch.softmax(s.float(), dim=-1).to(torch.bfloat16), self.lat_d)
 
 
+MLA_KERNELS = ("mla_roles", "mla_group", "mla_mma", "general")  # what --mla-kernels may force
+
+
 def bench_mla_kernels(rt, quick, reps, kernels, rounds):
     """The MLA decode case on each kernel of `kernels` (tuning.kernel_for forced; a kernel whose
     launch does not fit says so) and unfused PyTorch, in alternation, `rounds` rounds of medians
@@ -420,6 +423,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.kernel:
         tuning.kernel_for = lambda p, kind=args.kernel: kind if p.P == 0 else "general"
+    mla_kernels = [k.strip() for k in (args.mla_kernels or "").split(",") if k.strip()]
+    unknown = [k for k in mla_kernels if k not in MLA_KERNELS]
+    if unknown:
+        ap.error(f"--mla-kernels: unknown {unknown}; MLA kernels: {', '.join(MLA_KERNELS)}")
     avail = kd.available_runtimes()
     names = [n.strip() for n in args.runtimes.split(",")] if args.runtimes else avail
     t0 = time.perf_counter()
@@ -427,7 +434,7 @@ def main(argv=None):
         if name.split(":")[0] not in avail:
             print(f"{name}: not available here ({avail})")
         elif name.startswith("cuda") and args.mla_kernels:
-            bench_mla_kernels(kd.runtime(name), args.quick, args.reps, args.mla_kernels.split(","), args.rounds)
+            bench_mla_kernels(kd.runtime(name), args.quick, args.reps, mla_kernels, args.rounds)
         elif name.startswith("cuda") and args.mla_sweep:
             sweep_mla(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda") and args.sweep:
