@@ -504,10 +504,11 @@ def test_mla_group_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, 
     check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
 
 
-# (heads, R, P, dtype, page size, tokens a step): one head chunk, pages of 16 tokens with 32-token
-# steps (two pages a step), P narrower than its 64-column box (zeros from outside the tensor);
-# two head chunks, R of 8 bands, pages that hold two steps
-MLA_ROLES_CASES = [(40, 128, 8, "bf16", 16, 32), (70, 512, 64, "bf16", 64, 32)]
+# (heads, R, P, dtype, page size, tokens a step): one head chunk, pages of 64 tokens with 32-token
+# steps (two steps a page: boxes from the middle of a page), P narrower than its 64-column box
+# (zeros from outside the tensor); two head chunks, R of 8 bands, two pages a step (pages of 16;
+# test_mla_roles_barrier_order has those on the interpreter)
+MLA_ROLES_CASES = [(40, 128, 8, "bf16", 64, 32), (70, 512, 64, "bf16", 16, 32)]
 
 
 @pytest.mark.parametrize("h,r,p,dtype,page_size,tokens", MLA_ROLES_CASES)
