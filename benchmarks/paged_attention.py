@@ -15,6 +15,8 @@ cpu: f32 GQA decode (B 4, Hq 32, Hkv 8, L 1024, D 128, page 16) next to torch's 
 the dense cache (enable_gqa=True). Every row checks our result against the baseline.
 --mla-sweep (cuda): the MLA decode case over the launch shapes of the kernel tuning.py picks for it.
 --mla-only (cuda): the MLA decode case alone (for a profiler).
+--mla-kernels mla_roles,mla_group (cuda): the MLA decode case on each named kernel (forced) and
+unfused PyTorch, alternating, --rounds rounds of medians of --reps: ranges over the rounds.
 --gqa-only (cuda): the GQA decode case alone (for a profiler). --kernel NAME: force a kernel for attention.
 --sweep (cuda): the GQA decode case over the launch shapes of the kernel tuning.py picks for it
 (decode_mma.py: planes, ring stages, split waves; decode_kernel.py: KV heads per cube, lanes per
@@ -223,6 +225,50 @@ class MlaCase:
         return torch.bmm(torch.softmax(s.float(), dim=-1).to(torch.bfloat16), self.lat_d)
 
 
+MLA_KERNELS = ("mla_roles", "mla_group", "mla_mma", "general")  # what --mla-kernels may force
+
+
+def bench_mla_kernels(rt, quick, reps, kernels, rounds):
+    """The MLA decode case on each kernel of `kernels` (tuning.kernel_for forced; a kernel whose
+    launch does not fit says so) and unfused PyTorch, in alternation, `rounds` rounds of medians
+    of `reps`: min..max of the rounds, the ratio of the medians, the error against torch."""
+    torch = torch_or_none()
+    if torch is None or not torch.cuda.is_available():
+        print("\ncuda runtime present but torch has no CUDA: no MLA kernel comparison")
+        return
+    case = MlaCase(torch, np.random.default_rng(0), quick)
+    want = case.unfused().float()
+    saved = tuning.kernel_for
+    times = {k: [] for k in kernels}
+    errs, base = {}, []
+    try:
+        for _ in range(rounds):
+            for k in kernels:
+                tuning.kernel_for = lambda p, k=k: k
+                try:
+                    times[k].append(median_device_time(rt, case.ours, reps))
+                    got = case.ours()
+                    rt.synchronize()  # torch reads the result on its own stream
+                    errs[k] = (torch.from_dlpack(got).float() - want).abs().max().item()
+                except Exception as e:  # noqa: BLE001 - reported, the others still run
+                    errs[k] = f"failed: {str(e).splitlines()[0][:100]}"
+            base.append(median_torch_cuda_time(torch, case.unfused, reps))
+    finally:
+        tuning.kernel_for = saved
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    rows = [("unfused torch", f"{min(base) * 1e3:.3f}..{max(base) * 1e3:.3f}", "1.00", "-", "-")]
+    for k in kernels:
+        if not times[k]:
+            rows.append((k, "-", "-", "-", errs.get(k, "-")))
+            continue
+        t = med(times[k])
+        rows.append((k, f"{min(times[k]) * 1e3:.3f}..{max(times[k]) * 1e3:.3f}", f"{med(base) / t:.2f}",
+                     f"{case.kv / t / 1e9:.0f}", f"{errs[k]:.1e}" if isinstance(errs[k], float) else errs[k]))
+    print(f"\nMLA decode kernels: {case.shape} bf16, {rounds} rounds of medians of {reps} (alternating); "
+          f"default choice {case.kernel}")
+    print(table(rows, ["kernel", "ms (min..max)", "x unfused (medians)", "KV GB/s", "err"]))
+
+
 def sweep_knobs(knobs, shapes, measure) -> list:
     """Rows (*shape, *measure()) with tuning's `knobs` set to each shape in turn (restored
     afterwards), printed as they come; a shape that fails to compile or launch (registers,
@@ -247,7 +293,8 @@ def sweep_knobs(knobs, shapes, measure) -> list:
 
 def sweep_mla(rt, quick, reps):
     """The MLA decode case on the kernel tuning.py picks for it over its launch shapes
-    (mla_group.py: R slices at least and at most, tokens per step, ring stages, split waves;
+    (mla_roles.py: tokens a step, ring stages, split waves; mla_group.py: R slices at least
+    and at most, tokens per step, ring stages, split waves;
     mla_mma.py: head groups, R parts, tiles per step, ring stages, split waves): device time,
     KV GB/s, and the error against the unfused PyTorch result."""
     torch = torch_or_none()
@@ -257,7 +304,10 @@ def sweep_mla(rt, quick, reps):
     case = MlaCase(torch, np.random.default_rng(0), quick)
     want = case.unfused().float()
     base = median_torch_cuda_time(torch, case.unfused, reps)
-    if case.kernel == "mla_group":
+    if case.kernel == "mla_roles":
+        knobs = ("MLA_ROLES_TOKENS", "MLA_ROLES_STAGES", "MLA_ROLES_WAVES")
+        shapes = [(32, 4, 1), (32, 3, 1), (64, 2, 1), (32, 2, 1), (16, 6, 1), (16, 4, 1), (32, 4, 2)]
+    elif case.kernel == "mla_group":
         knobs = ("MLA_GROUP_MIN_GROUPS", "MLA_GROUP_MAX_GROUPS", "MLA_GROUP_TOKENS", "MLA_GROUP_STAGES",
                  "MLA_GROUP_WAVES")
         shapes = [(1, 2, 16, 4, 1), (4, 4, 16, 4, 1), (4, 4, 16, 3, 1), (4, 4, 32, 3, 1), (1, 2, 16, 6, 1),
@@ -363,6 +413,9 @@ def main(argv=None):
     ap.add_argument("--sweep", action="store_true", help="cuda: the decode kernel over launch shapes")
     ap.add_argument("--mla-sweep", action="store_true", help="cuda: the MLA decode kernel over launch shapes")
     ap.add_argument("--mla-only", action="store_true", help="cuda: only the MLA decode case (for profiling)")
+    ap.add_argument("--mla-kernels", default=None,
+                    help="cuda: the MLA case on each of these kernels (comma-separated, e.g. mla_roles,mla_group)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --mla-kernels")
     ap.add_argument("--gqa-only", action="store_true", help="cuda: only the GQA decode case (for profiling)")
     ap.add_argument("--kernel", choices=("decode_mma", "decode", "decode_lanes", "general"), default=None,
                     help="force this kernel for attention (default: tuning.kernel_for's choice)")
@@ -370,12 +423,18 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.kernel:
         tuning.kernel_for = lambda p, kind=args.kernel: kind if p.P == 0 else "general"
+    mla_kernels = [k.strip() for k in (args.mla_kernels or "").split(",") if k.strip()]
+    unknown = [k for k in mla_kernels if k not in MLA_KERNELS]
+    if unknown:
+        ap.error(f"--mla-kernels: unknown {unknown}; MLA kernels: {', '.join(MLA_KERNELS)}")
     avail = kd.available_runtimes()
     names = [n.strip() for n in args.runtimes.split(",")] if args.runtimes else avail
     t0 = time.perf_counter()
     for name in names:
         if name.split(":")[0] not in avail:
             print(f"{name}: not available here ({avail})")
+        elif name.startswith("cuda") and args.mla_kernels:
+            bench_mla_kernels(kd.runtime(name), args.quick, args.reps, mla_kernels, args.rounds)
         elif name.startswith("cuda") and args.mla_sweep:
             sweep_mla(kd.runtime(name), args.quick, args.reps)
         elif name.startswith("cuda") and args.sweep:

@@ -450,3 +450,28 @@ def test_attention_roles_kernel_compiles_without_spills(D, NG, BN, PINGPONG):
     assert not re.search(r"C75\d\d", log), log[-2000:]
     ptx80 = ptx_of(flash_roles_kernel, units, args, sm=80)
     assert "setmaxnreg" not in ptx80 and "cp.async.bulk" not in ptx80
+
+
+def test_mla_roles_compiles_with_budgets_and_tensor_copies():
+    """rudnn's paged MLA decode on roles (ops/paged_attention/mla_roles.py) in its H200 shape
+    (R 512, P 64, pages of 64, tuning's tokens and stages): sm_90a gives the producer 40
+    registers and the consumers 232, copies with the copy engine and multiplies with wgmma;
+    sm_80 (no bulk copies: the emulation, 2 stages to fit its shared memory) compiles too."""
+    from rudnn.paged_attention import tuning
+    from rudnn.paged_attention.mla_roles import mla_roles_kernel
+    B, H, R, P, PS = 2, 128, 512, 64, 64
+    N = tuning.MLA_ROLES_TOKENS
+    q, qp = CPU.zeros((B * H, R), "bf16"), CPU.zeros((B * H, P), "bf16")
+    lat, kp = CPU.zeros((8 * PS, R), "bf16"), CPU.zeros((8 * PS, P), "bf16")
+    meta = (CPU.zeros((B, 4), "i32"), CPU.zeros((B,), "i32"), CPU.zeros((B,), "i32"), CPU.zeros((B,), "i32"))
+    out = CPU.zeros((B, H, R), "bf16")
+    for sm, stages in ((90, tuning.MLA_ROLES_STAGES), (80, 2)):
+        args = (q, qp, lat, kp, *meta, out, out, 0.1, 1, 1, H, R, P, N, PS, min(PS, N), stages, False)
+        ptx = ptx_of(mla_roles_kernel, 384, args, sm=sm)
+        if sm == 90:
+            assert "setmaxnreg.dec.sync.aligned.u32 40;" in ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
+            assert f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.bf16.bf16" in ptx
+            assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in ptx
+            assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+        else:
+            assert "setmaxnreg" not in ptx and "mbarrier" not in ptx and "mma.sync" in ptx

@@ -2,7 +2,8 @@
 (ragged lengths, empty sequences, shared pages, page sizes 1/4/16, GQA ratios 1/4/8, large
 D and P) against the float64 reference, MLA, split == unsplit, the automatic split, append
 writing exactly its slots, PyTorch's SDPA on the dense cache, each kernel forced on small odd
-plans (the decode kernels, the MLA kernels on the matrix primitive) and the launch choices;
+plans (the decode kernels, the MLA kernels on the matrix primitive and on roles) and the
+launch choices;
 the plan/error rules are in test_paged_attention_errors.py."""
 import numpy as np
 import pytest
@@ -503,6 +504,73 @@ def test_mla_group_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, 
     check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
 
 
+# (heads, R, P, dtype, page size, tokens a step): one head chunk, pages of 64 tokens with 32-token
+# steps (two steps a page: boxes from the middle of a page), P narrower than its 64-column box
+# (zeros from outside the tensor); two head chunks, R of 8 bands, two pages a step (pages of 16;
+# test_mla_roles_barrier_order has those on the interpreter)
+MLA_ROLES_CASES = [(40, 128, 8, "bf16", 64, 32), (70, 512, 64, "bf16", 16, 32)]
+
+
+@pytest.mark.parametrize("h,r,p,dtype,page_size,tokens", MLA_ROLES_CASES)
+def test_mla_roles_kernel(runtime, rng, monkeypatch, h, r, p, dtype, page_size, tokens):
+    """mla_roles.py (a producer role's bulk copies, two consumers' group products; emulated in
+    program order where not native): see check_forced_mla. The first case runs everywhere."""
+    caps = runtime.capabilities
+    if (h, r, p, dtype, page_size, tokens) != MLA_ROLES_CASES[0] and not caps.mma_native:
+        pytest.skip("the roles kernel is emulated here (tuning picks it only where bulk copies are native): "
+                    "its first case covers the emulation (compile time: 1-3 min a runtime)")
+    if caps.units_are_simd_lanes and caps.plane_dim > 8:
+        pytest.skip("on SIMD lanes the emulation compiles in 3.5 min with the default planes (it passes: "
+                    "benchmarks/RESULTS.md, issue 16 on roles); planes of 8 (cpu-p8) cover it in 40 s")
+    monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_roles")
+    monkeypatch.setattr(tuning, "MLA_ROLES_TOKENS", tokens)
+    check_forced_mla(runtime, rng, h, r, p, dtype, page_size)
+
+
+@pytest.mark.interpreter
+def test_mla_roles_barrier_order(runtime, rng, monkeypatch):
+    """mla_roles.py on the interpreter, which raises DivergenceError at an arrival-barrier wait
+    whose phase program order has not completed: two sequences of 40 and 20 tokens (two 32-token
+    steps, the second partial; one step) over pages of 16, a causal prefill row, unsplit and
+    over 3 splits, against the float64 reference."""
+    if runtime.name != "interpreter":
+        pytest.skip("the compiled runtimes run test_mla_roles_kernel (a larger plan)")
+    monkeypatch.setattr(tuning, "kernel_for", lambda prob: "mla_roles")
+    monkeypatch.setattr(tuning, "MLA_ROLES_TOKENS", 32)
+    plan = dict(page_size=16, pages=6, tables=[[3, 0, 5], [1, 2]], lengths=[40, 20], sequence_ids=[0, 1, 0],
+                positions=[39, 19, 30])
+    (q, qp, lat, kp), (tq, tqp, tlat, tkp) = tensors(runtime, rng, "bf16", (3, 8, 128), (3, 8, 8),
+                                                     (6, 16, 1, 128), (6, 16, 1, 8))
+    dev = upload(plan, tq)
+    assert_matches(dev.mla(tq, tqp, tlat, tkp, 0.2, True), ref.paged_mla(plan, q, qp, lat, kp, 0.2, True), "bf16")
+    ws = SplitWorkspace(tq, 3, 8, 128, 3)
+    assert_matches(dev.mla_with_workspace(tq, tqp, tlat, tkp, 0.2, False, ws),
+                   ref.paged_mla(plan, q, qp, lat, kp, 0.2, False), "bf16")
+
+
+def test_mla_roles_launch_choice(runtime):
+    """mla_roles.py takes R in an even number of 64-column bands (at most 8), R and P multiples
+    of 8, pages that divide a step or hold whole steps (boxes of at least 8 rows); it runs
+    where bulk copies and group products are native and the copy engine reads the operands."""
+    caps = runtime.capabilities
+    from rudnn.paged_attention.problem import validate_mla
+    for page, h, r, p, ok in ((64, 128, 512, 64, True), (16, 8, 128, 8, True), (4, 8, 128, 8, False),
+                              (24, 8, 128, 8, False), (64, 8, 192, 64, False), (64, 8, 1024, 64, False),
+                              (64, 8, 128, 12, False)):
+        plan = upload(dict(page_size=page, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0], positions=[4]),
+                      runtime.zeros((1, 1)))
+        m = validate_mla(plan, runtime.zeros((1, h, r), "bf16"), runtime.zeros((1, h, p), "bf16"),
+                         runtime.zeros((2, page, 1, r), "bf16"), runtime.zeros((2, page, 1, p), "bf16"), 1.0, True)
+        lay = tuning.mla_roles_launch(m)
+        fits = 12 * caps.plane_dim <= caps.max_cube_units and (caps.mma_native or 32 % caps.plane_dim == 0)
+        assert (lay is not None) == (ok and fits and "bf16" in [d.name for d in caps.mma_dtypes])
+        if lay is not None:
+            assert lay.chunks == -(-h // 64) and lay.box == min(page, lay.tokens) and lay.stages >= 2
+            assert tuning.mla_roles_shared_bytes(m, lay.tokens, lay.stages) <= caps.max_shared_bytes
+        native = caps.bulk_copy and caps.group_mma_native
+        assert (tuning.kernel_for(m) == "mla_roles") == (lay is not None and native)
+
+
 def test_mla_launch_choice(runtime):
     """MLA in f16/bf16 with R and P whole 16-byte chunks has launch shapes on the matrix
     primitive (mla_mma.py: R parts dividing R's tiles of 16; mla_group.py: R in the fewest
@@ -533,7 +601,9 @@ def test_mla_launch_choice(runtime):
             assert group.chunks == -(-h // 64)
             assert tuning.mla_group_shared_bytes(m, group.groups, group.tokens, group.stages) <= caps.max_shared_bytes
         want = "general"
-        if caps.group_mma_native and group is not None:
+        if caps.bulk_copy and caps.group_mma_native and tuning.mla_roles_launch(m) is not None:
+            want = "mla_roles"
+        elif caps.group_mma_native and group is not None:
             want = "mla_group"
         elif caps.mma_native and lay is not None:
             want = "mla_mma"

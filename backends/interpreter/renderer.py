@@ -174,7 +174,7 @@ class InterpreterRenderer(dispatch.SharedHandlers):
         the last value)."""
         n = self._loops
         self._loops += 1
-        i, lo, step = f"_kd_i{n}", f"_kd_lo{n}", f"_kd_step{n}"
+        i, lo, step = f"_kd_it{n}", f"_kd_lo{n}", f"_kd_step{n}"
         var, cast = self.names[s.var], self.dtype(self.k.var_types.get(s.var, s.start.dtype))
         self.emit(f"{lo}, {step} = int({self.x(s.start)}), int({self.x(s.step)})")
         self.emit(f"{i} = None")

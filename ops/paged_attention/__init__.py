@@ -9,7 +9,7 @@
 Query rows of prefill and decode mix in one call: row r attends to the tokens of sequence
 sequence_ids[r] (all of them, or causally those up to its absolute position), read straight
 from the physical pages in one online-softmax pass in F32 (on the matrix primitive,
-decode_mma.py, mla_group.py and mla_mma.py, the probabilities are rounded to the input
+decode_mma.py, mla_roles.py, mla_group.py and mla_mma.py, the probabilities are rounded to the input
 dtype for P·V, as in FlashAttention; products accumulate in F32). Long rows split over a
 `SplitWorkspace` (flash-decoding) and merge in F32.
 """

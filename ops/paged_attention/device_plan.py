@@ -15,17 +15,19 @@ from .host_plan import HostPlan
 from .merge_kernel import merge_kernel
 from .mla_group import mla_group_kernel
 from .mla_mma import mla_mma_kernel
+from .mla_roles import mla_roles_kernel, views
 from .paged_kernel import paged_kernel
 from .problem import (CHECKS, Problem, validate_append, validate_attention, validate_mla,
                       validate_workspace)
 from . import tuning
 from .scores import LOG2E
 from .tuning import (auto_splits, decode_launch, decode_splits, lanes_launch, launch, mla_group_launch,
-                     mla_mma_launch, mma_decode_launch)
+                     mla_mma_launch, mla_roles_launch, mma_decode_launch)
 from .workspace import SplitWorkspace
 
 LAUNCHES = {"decode": decode_launch, "decode_mma": mma_decode_launch, "mla_mma": mla_mma_launch,
-            "mla_group": mla_group_launch, "decode_lanes": lanes_launch}  # the launch shape of each kernel but the general one
+            "mla_group": mla_group_launch, "mla_roles": mla_roles_launch,
+            "decode_lanes": lanes_launch}  # the launch shape of each kernel but the general one
 APPEND_UNITS = 128
 MERGE_UNITS = 64
 
@@ -95,7 +97,8 @@ class DevicePlan:
                 splits = auto_splits(p, lay, longest)
             else:
                 waves = {"decode_mma": tuning.DECODE_MMA_WAVES, "mla_mma": tuning.MLA_WAVES,
-                         "mla_group": tuning.MLA_GROUP_WAVES, "decode_lanes": tuning.LANES_WAVES}.get(kind)
+                         "mla_group": tuning.MLA_GROUP_WAVES, "mla_roles": tuning.MLA_ROLES_WAVES,
+                         "decode_lanes": tuning.LANES_WAVES}.get(kind)
                 splits = decode_splits(p, lay, longest, waves)
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
@@ -106,6 +109,10 @@ class DevicePlan:
             decode_mma_kernel[lay.grid(p, splits), lay.units(p)](
                 p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
                 p.k.shape[1], lay.stages, workspace is not None)
+        elif kind == "mla_roles":
+            mla_roles_kernel[lay.grid(p, splits), lay.units(p)](
+                *views(p.q, p.qp, p.k, p.kp), *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.Hq, p.Dv,
+                p.P, lay.tokens, p.k.shape[1], lay.box, lay.stages, workspace is not None)
         elif kind == "mla_group":
             mla_group_kernel[lay.grid(p, splits), lay.units(p)](
                 p.q, p.qp, p.k, p.kp, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.Dv, p.P,

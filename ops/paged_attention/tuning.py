@@ -1,7 +1,9 @@
 """Which kernel runs a paged-attention call and its launch shape, from the problem and
 `runtime.capabilities` only. Attention (P = 0) in f16/bf16 with rows of whole 16-byte chunks
 runs decode_mma.py (the matrix primitive, K/V through async-copy rings) where the matrix
-primitive is native; MLA in f16/bf16 with R and P whole 16-byte chunks runs mla_group.py
+primitive is native; MLA in f16/bf16 with R and P whole 16-byte chunks runs mla_roles.py
+(a producer role's bulk copies, two consumer groups' products) where bulk copies and group
+products are native and its shape fits, else mla_group.py
 (group products, 64 heads a cube) where group products are native, else mla_mma.py
 (plane-owned products) where the matrix primitive is; other attention where units are
 hardware threads runs the decode kernel (decode_kernel.py: lane groups, registers,
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..validation import aligned
+from . import mla_roles
 from .problem import Problem
 
 STATIC_SHARED_LIMIT = 48 * 1024  # statically sized shared arrays stay under every device's default
@@ -383,14 +386,77 @@ def mla_group_launch(p: Problem) -> MlaGroupLaunch | None:
     return MlaGroupLaunch(groups, tokens, stages, -(-p.Hq // GROUP_ROWS))
 
 
+# ---------------------------------------------------------------- MLA decode on roles and bulk copies
+MLA_ROLES_TOKENS = 32   # tokens per step (N): 64 leaves room for 2 stages only (Q 72 KiB + 72 KiB a stage)
+MLA_ROLES_STAGES = 4    # ring stages at most (fewer where shared memory is short; at least 2)
+MLA_ROLES_WAVES = 1     # automatic splits: cubes per compute unit at most
+
+
+@dataclass(frozen=True)
+class MlaRolesLaunch:
+    tokens: int   # N
+    box: int      # rows of a bulk copy: min(page size, N)
+    stages: int
+    chunks: int   # head chunks of 64 per query row
+
+    def grid(self, p: Problem, splits: int) -> tuple:
+        return (p.queries * self.chunks, 1, splits)
+
+    def units(self, p: Problem) -> int:
+        return 12 * p.runtime.capabilities.plane_dim
+
+
+def mla_roles_shared_bytes(p: Problem, tokens: int, stages: int) -> int:
+    """Shared memory of mla_roles.py: Q (64 rows) and the ring (`tokens` rows a stage) of
+    [latent | kp] in bands of 64 columns, the ring's and Q's arrival barriers."""
+    bands = -(-p.Dv // 64) + -(-p.P // 64)
+    return p.dtype.itemsize * bands * 64 * (GROUP_ROWS + stages * tokens) + 8 * (2 * stages + 1)
+
+
+def mla_roles_launch(p: Problem) -> MlaRolesLaunch | None:
+    """mla_roles.py's shape for MLA problem p, or None where it does not apply: f16/bf16 taken
+    by the matrix primitive, R and P multiples of 8, R in an even number of bands of 64 columns
+    (two consumers, at most 256 output columns each), a cube of 12 planes, a page size that
+    divides a step or is a multiple of it in whole 8-row boxes, Q and two stages in shared
+    memory, and (where the primitive is emulated) steps and output slices of whole planes.
+    MLA_ROLES_STAGES stages and MLA_ROLES_TOKENS tokens a step, fewer where shared memory is
+    short (stages first)."""
+    caps = p.runtime.capabilities
+    bands = -(-p.Dv // 64)
+    if (p.P == 0 or p.dtype.itemsize != 2 or p.dtype not in caps.mma_dtypes or p.Dv % 8 or p.P % 8
+            or bands % 2 or bands > 8 or 12 * caps.plane_dim > caps.max_cube_units):
+        return None
+    ps = p.k.shape[1]
+    tokens, stages = MLA_ROLES_TOKENS, max(2, MLA_ROLES_STAGES)
+    while mla_roles_shared_bytes(p, tokens, stages) > caps.max_shared_bytes:
+        if stages > 2:
+            stages -= 1
+        elif tokens > 16:
+            tokens //= 2
+        else:
+            return None
+    box = min(ps, tokens)
+    if box % 8 or (ps % tokens and tokens % ps):
+        return None
+    pd = caps.plane_dim
+    if not caps.mma_native and (tokens % pd or bands * 32 % pd):
+        return None
+    return MlaRolesLaunch(tokens, box, stages, -(-p.Hq // GROUP_ROWS))
+
+
 def kernel_for(p: Problem) -> str:
-    """'decode_mma' (decode_mma.py) for attention where the matrix primitive runs on hardware
-    and the launch fits; for MLA 'mla_group' (mla_group.py) where group products do and its
-    launch fits, else 'mla_mma' (mla_mma.py) on decode_mma's terms; 'decode'
+    """For MLA 'mla_roles' (mla_roles.py) where bulk copies and group products are native, its
+    launch fits and the copy engine reads the operands, else 'mla_group' (mla_group.py) where
+    group products are native and its launch fits, else 'mla_mma' (mla_mma.py) on
+    decode_mma's terms; 'decode_mma' (decode_mma.py) for attention where the matrix primitive
+    runs on hardware and the launch fits; 'decode'
     (decode_kernel.py) for attention where units are hardware threads and its launch fits;
     'decode_lanes' (decode_lanes.py) for attention where units are SIMD lanes and a cube gets
     at least LANES_MIN_UNITS lanes; else 'general' (paged_kernel.py)."""
     caps = p.runtime.capabilities
+    if (p.P > 0 and caps.bulk_copy and caps.group_mma_native and mla_roles_launch(p) is not None
+            and mla_roles.usable(p.q, p.qp, p.k, p.kp)):
+        return "mla_roles"
     if p.P > 0 and caps.group_mma_native and mla_group_launch(p) is not None:
         return "mla_group"
     if p.P > 0 and caps.mma_native and mla_mma_launch(p) is not None:
