@@ -143,6 +143,37 @@ def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_lo
     assert "chunk_sweep" not in launches and ("pad_tokens" in launches) == (T % chunk != 0)
 
 
+@pytest.mark.feature("gated_delta: group sweep")
+@pytest.mark.parametrize("dtype,T,K,V,g_low", [("bf16", 150, 32, 64, -1.0), ("f16", 64, 64, 128, -60.0)])
+def test_group_sweep(runtime, rng, monkeypatch, launches, dtype, T, K, V, g_low):
+    """The group-product kernels (chunk_state_group.py, chunk_output_group.py after
+    chunk_prepare_mma.py), which the entry point takes only where wgmma is on hardware, forced
+    here so every runtime checks them on the exact emulation (bulk copies, arrival barriers and
+    group products emulated): chunks of 64; T = 150 pads its third chunk and refills the ring
+    (32-byte layout, one tile of columns); T = 64 with K = 64 and two column tiles takes the
+    128-byte layout, with decays that forget the state every step."""
+    from rudnn import gated_delta as package
+    monkeypatch.setattr(package, "group_sweep", lambda caps, dt, K, V, C: True)
+    a = arrays(rng, B=1, H=2, T=T, K=K, V=V, dtype=dtype, g_low=g_low, g_high=g_low / 2 if g_low < -1 else 0.0)
+    check(run(runtime, a, 64), a, dtype=dtype)
+    assert {"chunk_prepare_mma", "chunk_state_group", "chunk_output_group"} <= set(launches)
+    assert "chunk_sweep_mma" not in launches and ("pad_tokens" in launches) == (T % 64 != 0)
+
+
+def test_group_sweep_only_where_native(runtime):
+    """Auto's choice reads capabilities only: wgmma on hardware, chunks of 64, whole tiles; an
+    sm_90 record takes it, an sm_80 one (mma.sync only) does not."""
+    from kerneldsl.backends.cuda.capabilities import for_arch
+    from rudnn.gated_delta.tuning import group_sweep
+    caps = runtime.capabilities
+    assert group_sweep(caps, kd.bf16, 128, 128, 64) is (caps.group_mma_native and "mma" in caps.matrix_kinds)
+    h200 = for_arch("sm_90")
+    assert group_sweep(h200, kd.bf16, 128, 128, 64) and group_sweep(h200, kd.f16, 256, 64, 64)
+    assert not group_sweep(h200, kd.f32, 128, 128, 64) and not group_sweep(h200, kd.bf16, 128, 128, 32)
+    assert not group_sweep(h200, kd.bf16, 120, 128, 64) and not group_sweep(h200, kd.bf16, 128, 96, 64)
+    assert not group_sweep(for_arch("sm_80"), kd.bf16, 128, 128, 64)
+
+
 def test_matrix_sweep_only_where_native(runtime):
     """Auto's choice reads capabilities only: the primitive on hardware, whole tiles."""
     from rudnn.gated_delta.tuning import matrix_sweep

@@ -24,11 +24,13 @@ from .chunk_prepare import chunk_prepare
 from .chunk_sweep import chunk_sweep
 from .chunk_sweep_mma import PLANES, chunk_sweep_mma
 from .chunk_prepare_mma import chunk_prepare_mma, pad_tokens
+from .chunk_output_group import chunk_output_group
+from .chunk_state_group import BV as GROUP_COLUMNS, chunk_state_group
 from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
 from ..validation import aligned
 from .recurrent import gated_delta_recurrent
 from .recurrent_planes import gated_delta_recurrent_planes
-from .tuning import (matrix_columns, matrix_sweep, plane_tiling, prefer_planes, prepare_units, recurrent_tiling,
+from .tuning import (group_sweep, group_swizzle, matrix_columns, matrix_sweep, plane_tiling, prefer_planes, prepare_units, recurrent_tiling,
                      sweep_shared_bytes, sweep_tiling)
 
 PAD_UNITS = 256  # units per cube of the padding copy
@@ -75,6 +77,9 @@ def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDelt
     rt, rows = p.runtime, p.B * p.H
     chunks = -(-p.T // C)
     Tp = chunks * C
+    if group_sweep(caps, p.q.dtype, p.K, p.V, C):
+        _chunked_group(p, C, out, final)
+        return GatedDeltaOutput(out, final)
     if matrix_sweep(caps, p.q.dtype, p.K, p.V, C):
         _chunked_matrix(p, C, out, final)
         return GatedDeltaOutput(out, final)
@@ -107,6 +112,33 @@ def _chunked_matrix(p: Problem, C: int, out, final) -> None:
                                              C, dt)
     bv = matrix_columns(rt.capabilities, rows, p.K, p.V, C)
     chunk_sweep_mma[p.V // bv * rows, units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, bv, dt)
+
+
+def _chunked_group(p: Problem, C: int, out, final) -> None:
+    """The chunked rule on group products: the operands of every chunk at once
+    (chunk_prepare_mma, u in the inputs' dtype), the sweep of deltas and states
+    (chunk_state_group, storing each chunk's entering state and deltas, transposed), then
+    every chunk's output at once (chunk_output_group). Operands are 2-D [B·H·Tp, ·] views
+    for the bulk copies."""
+    rt, rows, dt = p.runtime, p.B * p.H, p.q.dtype
+    chunks = -(-p.T // C)
+    Tp = chunks * C
+    q, k, v = p.q, p.k, p.v
+    if Tp != p.T:
+        q, k, v = (_padded(rt, x, p.T, Tp) for x in (q, k, v))
+    gc = rt.empty((rows, Tp), kd.f32)
+    u = rt.empty((rows * Tp, p.V), dt)
+    a = rt.empty((rows * Tp, C), dt)
+    wn, qg, kdk = (rt.empty((rows * Tp, p.K), dt) for _ in range(3))
+    units = PLANES * rt.plane_dim
+    chunk_prepare_mma[chunks * rows, units](q, k, v, p.beta, p.g, gc, wn, u, a, qg, kdk, p.T, p.scale, p.K, p.V,
+                                             C, dt)
+    hT = rt.empty((rows * chunks * p.V, p.K), dt)
+    dT = rt.empty((rows * chunks * p.V, C), dt)
+    sw = group_swizzle(p.K, C)
+    tiles = p.V // GROUP_COLUMNS
+    chunk_state_group[tiles * rows, units](wn, kdk, u, gc, p.s0, hT, dT, final, p.T, p.K, p.V, C, sw)
+    chunk_output_group[rows * chunks * tiles, units](qg, a, hT, dT, out, p.T, p.K, p.V, C, sw)
 
 
 def _padded(rt, x, T: int, Tp: int):

@@ -45,7 +45,7 @@ def pad_tokens(src: kd.Tensor, dst: kd.Tensor, T: kd.i32, Tp: kd.i32, D: kd.i32,
 
 @kd.kernel
 def chunk_prepare_mma(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor, g: kd.Tensor[kd.f32],
-                      gc: kd.Tensor[kd.f32], wn: kd.Tensor, u: kd.Tensor[kd.f32], p: kd.Tensor, qg: kd.Tensor,
+                      gc: kd.Tensor[kd.f32], wn: kd.Tensor, u: kd.Tensor, p: kd.Tensor, qg: kd.Tensor,
                       kdk: kd.Tensor, T: kd.i32, scale: kd.f32, K: kd.Const[int], V: kd.Const[int],
                       C: kd.Const[int], DT: kd.Const[object]):
     """The operands of one chunk of one row bh; q, k, v padded to Tp rows."""

@@ -152,3 +152,35 @@ def matrix_columns(caps, heads: int, K: int, V: int, C: int) -> int:
     wide = (V % 64 == 0 and 2 * (K + C) * 64 <= caps.max_shared_bytes
             and heads * (V // 64) >= 2 * caps.compute_units)
     return 64 if wide else 32
+
+
+GROUP_CHUNK = 64   # the chunk of the group-product kernels: one 64-row group accumulator
+GROUP_MAX_K = 256  # the widest group accumulator (the transposed state is BV × K)
+
+
+def group_swizzle(K: int, C: int) -> int:
+    """The shared layout of the group kernels: 128-byte rows where K and C are whole bands of
+    64 (one bulk-copy box a tile), else the 32-byte layout."""
+    return 128 if K % 64 == 0 and C % 64 == 0 else 32
+
+
+def group_shared_bytes(K: int, C: int) -> int:
+    """The larger of the group kernels' shared arrays: the sweep's two stages of wn, kd (C×K)
+    and u (C×64) plus Sᵀ and Δᵀ, or the output's qg, hᵀ, p and Δᵀ tiles (all 16-bit)."""
+    from .chunk_state_group import BV, STAGES
+    sweep = 2 * (STAGES * (2 * C * K + C * BV) + BV * K + BV * C)
+    output = 2 * (C * K + BV * K + C * C + BV * C)
+    return max(sweep, output)
+
+
+def group_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
+    """Whether the chunked rule runs on group products (chunk_state_group.py and
+    chunk_output_group.py, after chunk_prepare_mma.py): where they are on hardware (wgmma:
+    `group_mma_native`, the H200), for F16/BF16 inputs, chunks of GROUP_CHUNK, K in whole
+    16-column bands up to GROUP_MAX_K, V in whole 64-column tiles, and the prepare's and the
+    group kernels' shared arrays within the device's."""
+    from .chunk_state_group import BV
+    prepare_bytes = 4 * (2 * C + 2 * C * C) + 2 * 2 * C * C
+    return (caps.group_mma_native and "mma" in caps.matrix_kinds and dtype in caps.mma_dtypes
+            and C == GROUP_CHUNK and K % 16 == 0 and K <= GROUP_MAX_K and V % BV == 0
+            and max(prepare_bytes, group_shared_bytes(K, C)) <= caps.max_shared_bytes)
