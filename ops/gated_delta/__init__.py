@@ -109,17 +109,18 @@ def _chunked_matrix(p: Problem, C: int, out, final) -> None:
     wn, qg, kdk = (rt.empty((rows, Tp, p.K), dt) for _ in range(3))
     units = PLANES * rt.plane_dim
     chunk_prepare_mma[chunks * rows, units](q, k, v, p.beta, p.g, gc, wn, u, a, qg, kdk, p.T, p.scale, p.K, p.V,
-                                             C, dt)
+                                             C, dt, True)
     bv = matrix_columns(rt.capabilities, rows, p.K, p.V, C)
     chunk_sweep_mma[p.V // bv * rows, units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, bv, dt)
 
 
 def _chunked_group(p: Problem, C: int, out, final) -> None:
     """The chunked rule on group products: the operands of every chunk at once
-    (chunk_prepare_mma, u in the inputs' dtype), the sweep of deltas and states
-    (chunk_state_group, storing each chunk's entering state and deltas, transposed), then
-    every chunk's output at once (chunk_output_group). Operands are 2-D [B·H·Tp, ·] views
-    for the bulk copies."""
+    (chunk_prepare_mma with u in the inputs' dtype and without p and qg, whose parameters
+    get wn as an unused stand-in), the sweep of deltas and states (chunk_state_group,
+    storing each chunk's entering state and deltas, transposed), then every chunk's output
+    at once (chunk_output_group, from q and k). Operands are 2-D [B·H·Tp, ·] views for the
+    bulk copies."""
     rt, rows, dt = p.runtime, p.B * p.H, p.q.dtype
     chunks = -(-p.T // C)
     Tp = chunks * C
@@ -128,17 +129,17 @@ def _chunked_group(p: Problem, C: int, out, final) -> None:
         q, k, v = (_padded(rt, x, p.T, Tp) for x in (q, k, v))
     gc = rt.empty((rows, Tp), kd.f32)
     u = rt.empty((rows * Tp, p.V), dt)
-    a = rt.empty((rows * Tp, C), dt)
-    wn, qg, kdk = (rt.empty((rows * Tp, p.K), dt) for _ in range(3))
+    wn, kdk = (rt.empty((rows * Tp, p.K), dt) for _ in range(2))
     units = PLANES * rt.plane_dim
-    chunk_prepare_mma[chunks * rows, units](q, k, v, p.beta, p.g, gc, wn, u, a, qg, kdk, p.T, p.scale, p.K, p.V,
-                                             C, dt)
+    chunk_prepare_mma[chunks * rows, units](q, k, v, p.beta, p.g, gc, wn, u, wn, wn, kdk, p.T, p.scale, p.K, p.V,
+                                             C, dt, False)
     hT = rt.empty((rows * chunks * p.V, p.K), dt)
     dT = rt.empty((rows * chunks * p.V, C), dt)
     sw = group_swizzle(p.K, C)
     tiles = p.V // GROUP_COLUMNS
     chunk_state_group[tiles * rows, units](wn, kdk, u, gc, p.s0, hT, dT, final, p.T, p.K, p.V, C, sw)
-    chunk_output_group[rows * chunks * tiles, units](qg, a, hT, dT, out, p.T, p.K, p.V, C, sw)
+    q2, k2 = (x.reshape((rows * Tp, p.K)) for x in (q, k))
+    chunk_output_group[rows * chunks * tiles, units](q2, k2, gc, hT, dT, out, p.T, p.scale, p.K, p.V, C, sw)
 
 
 def _padded(rt, x, T: int, Tp: int):

@@ -1,12 +1,15 @@
 """The output of the chunked gated delta rule on group products, every chunk at once: one
 cube (one group of 4 planes) per (batch·head, chunk, tile of BV = 64 value columns) computes
 
-    o = qg·h + p·Δ        (C×BV: qg C×K and p C×C from chunk_prepare_mma.py; h = S_op
-                           entering the chunk and Δ its deltas, from chunk_state_group.py)
+    P = lower part of scale·e^(G_i − G_j)·(q·kᵀ)     (C×C, F32 accumulator, then rounded to
+                                                     DT in registers: the A operand below)
+    o = scale·e^G·(q·h) + P·Δ                        (C×BV, one F32 accumulator)
 
-with both products on one F32 group accumulator; the four tiles come by bulk copies onto one
-arrival barrier, h and Δ read as transposed operands of their stored transposes. Rows past
-T are not stored. Taking this off the sequential sweep leaves it the state alone.
+with h = S_op entering the chunk and Δ its deltas (chunk_state_group.py) read as transposed
+operands of their stored transposes, and G the chunk's cumulative decay (gc). q, k, hᵀ and Δᵀ
+come by bulk copies onto one arrival barrier. The intra-chunk attention P is made here, where
+it is used, so the prepare writes neither it nor a scaled copy of q. Rows past T are not
+stored. Taking the output off the sequential sweep leaves that the state alone.
 """
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ from .chunk_state_group import BV
 
 
 @kd.kernel
-def chunk_output_group(qg: kd.Tensor[None, 2], p: kd.Tensor[None, 2], hT: kd.Tensor[None, 2],
-                       dT: kd.Tensor[None, 2], out: kd.Tensor, T: kd.i32, K: kd.Const[int], V: kd.Const[int],
-                       C: kd.Const[int], SW: kd.Const[int]):
-    """out[bh, chunk rows < T, cols] (a one-dimensional grid of (bh, chunk, tile), tiles fastest)."""
+def chunk_output_group(q: kd.Tensor[None, 2], k: kd.Tensor[None, 2], gc: kd.Tensor[kd.f32], hT: kd.Tensor[None, 2],
+                       dT: kd.Tensor[None, 2], out: kd.Tensor, T: kd.i32, scale: kd.f32, K: kd.Const[int],
+                       V: kd.Const[int], C: kd.Const[int], SW: kd.Const[int]):
+    """out[bh, chunk rows < T, cols]; q, k [B·H·Tp, K] (padded), gc [B·H, Tp] (a one-dimensional
+    grid of (bh, chunk, tile), tiles fastest)."""
     kd.static_assert(kd.cube_units() == 4 * kd.PLANE_DIM, "launch one group (4 planes) a cube")
     kd.static_assert(C == 64, "a chunk is one 64-row group accumulator")
     VT = V // BV
@@ -30,27 +34,42 @@ def chunk_output_group(qg: kd.Tensor[None, 2], p: kd.Tensor[None, 2], hT: kd.Ten
     bh = x // (VT * chunks)
     row_p = bh * (chunks * C) + n * C
     hrow = (bh * chunks + n) * V + c0
-    Q = kd.shared(qg.dtype, C * K)
-    H = kd.shared(qg.dtype, BV * K)
-    P = kd.shared(qg.dtype, C * C)
-    D = kd.shared(qg.dtype, BV * C)
+    Q = kd.shared(q.dtype, C * K)
+    Ks = kd.shared(q.dtype, C * K)
+    H = kd.shared(q.dtype, BV * K)
+    D = kd.shared(q.dtype, BV * C)
+    G = kd.shared(kd.f32, C)
     full = kd.arrival_barriers(1)
-    if kd.unit_pos_x() == 0:
+    me = kd.unit_pos_x()
+    if me == 0:
         kd.barrier_init(full, 0, 1)
+    for i in range(me, C, kd.cube_units()):
+        G[i] = gc[kd.i64(row_p) + i]
     kd.sync_cube()
-    if kd.unit_pos_x() == 0:
-        kd.barrier_expect(full, 0, (C * K + BV * K + C * C + BV * C) * 2)
-        kd.bulk_copy(Q, 0, qg, row_p, 0, C, K, full, 0, swizzle=SW)
+    if me == 0:
+        kd.barrier_expect(full, 0, (2 * C * K + BV * K + BV * C) * 2)
+        kd.bulk_copy(Q, 0, q, row_p, 0, C, K, full, 0, swizzle=SW)
+        kd.bulk_copy(Ks, 0, k, row_p, 0, C, K, full, 0, swizzle=SW)
         kd.bulk_copy(H, 0, hT, hrow, 0, BV, K, full, 0, swizzle=SW)
-        kd.bulk_copy(P, 0, p, row_p, 0, C, C, full, 0, swizzle=SW)
         kd.bulk_copy(D, 0, dT, hrow, 0, BV, C, full, 0, swizzle=SW)
     kd.barrier_wait(full, 0, 0)
+    s = kd.group_fragment_acc(C, C)
     acc = kd.group_fragment_acc(C, BV)
-    kd.group_mma(acc, kd.shared_tile(Q, 0, C, K, swizzle=SW), kd.shared_tile(H, 0, K, BV, transposed=True, swizzle=SW),
-                 accumulate=False)
-    kd.group_mma(acc, kd.shared_tile(P, 0, C, C, swizzle=SW), kd.shared_tile(D, 0, C, BV, transposed=True, swizzle=SW))
+    pa = kd.group_fragment_a(q.dtype, C, C)
+    qt = kd.shared_tile(Q, 0, C, K, swizzle=SW)
+    kd.group_mma(s, qt, kd.shared_tile(Ks, 0, K, C, transposed=True, swizzle=SW), accumulate=False)
+    kd.group_mma(acc, qt, kd.shared_tile(H, 0, K, BV, transposed=True, swizzle=SW), accumulate=False)
     kd.group_wait(0)
-    for i in kd.unroll(kd.fragment_len(acc)):
-        t = n * C + kd.fragment_row(acc, i)
+    for e in kd.unroll(kd.fragment_len(s)):
+        i = kd.fragment_row(s, e)
+        j = kd.fragment_col(s, e)
+        kd.fragment_set(s, e, kd.select(j <= i, scale * kd.exp(G[i] - G[kd.min(i, j)]) * kd.fragment_get(s, e), 0.0))
+    kd.fragment_convert(pa, s)
+    for e in kd.unroll(kd.fragment_len(acc)):
+        kd.fragment_set(acc, e, scale * kd.exp(G[kd.fragment_row(acc, e)]) * kd.fragment_get(acc, e))
+    kd.group_mma(acc, pa, kd.shared_tile(D, 0, C, BV, transposed=True, swizzle=SW))
+    kd.group_wait(0)
+    for e in kd.unroll(kd.fragment_len(acc)):
+        t = n * C + kd.fragment_row(acc, e)
         if t < T:
-            out[(kd.i64(bh) * T + t) * V + c0 + kd.fragment_col(acc, i)] = kd.fragment_get(acc, i)
+            out[(kd.i64(bh) * T + t) * V + c0 + kd.fragment_col(acc, e)] = kd.fragment_get(acc, e)

@@ -134,13 +134,19 @@ def prepare_units(caps) -> int:
     return min(PREPARE_UNITS, caps.max_cube_units)
 
 
+def prepare_shared_bytes(C: int) -> int:
+    """Shared memory of chunk_prepare_mma.py: 5 F32 decay vectors, A and (I + A)⁻¹ (F32 C×C),
+    a block row of sums (F32 16×C) and the two 16-bit C×C products' left operands."""
+    return 4 * (5 * C + 2 * C * C + 16 * C) + 2 * 2 * C * C
+
+
 def matrix_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
     """Whether the chunked rule runs on the matrix primitive (chunk_prepare_mma.py and
     chunk_sweep_mma.py): hardware fragments for the inputs' dtype, K and C in whole 32-row
     tile pairs (so 4 planes share the tiles evenly), V in whole 32-column tiles, and both
     kernels' shared arrays within the device's shared memory."""
     from .chunk_sweep_mma import COLUMNS
-    prepare_bytes = 4 * (2 * C + 2 * C * C) + 2 * 2 * C * C
+    prepare_bytes = prepare_shared_bytes(C)
     return ("mma" in caps.matrix_kinds and dtype in caps.mma_dtypes and K % 32 == 0 and C % 32 == 0
             and V % min(COLUMNS) == 0 and max(prepare_bytes, 2 * (K + C) * min(COLUMNS)) <= caps.max_shared_bytes)
 
@@ -180,7 +186,7 @@ def group_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
     16-column bands up to GROUP_MAX_K, V in whole 64-column tiles, and the prepare's and the
     group kernels' shared arrays within the device's."""
     from .chunk_state_group import BV
-    prepare_bytes = 4 * (2 * C + 2 * C * C) + 2 * 2 * C * C
+    prepare_bytes = prepare_shared_bytes(C)
     return (caps.group_mma_native and "mma" in caps.matrix_kinds and dtype in caps.mma_dtypes
             and C == GROUP_CHUNK and K % 16 == 0 and K <= GROUP_MAX_K and V % BV == 0
             and max(prepare_bytes, group_shared_bytes(K, C)) <= caps.max_shared_bytes)
