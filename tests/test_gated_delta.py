@@ -146,8 +146,8 @@ def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_lo
 @pytest.mark.feature("gated_delta: group sweep")
 @pytest.mark.parametrize("dtype,T,K,V,g_low", [("bf16", 150, 32, 64, -1.0), ("f16", 64, 64, 128, -60.0)])
 def test_group_sweep(runtime, rng, monkeypatch, launches, dtype, T, K, V, g_low):
-    """The group-product kernels (chunk_state_group.py, chunk_output_group.py after
-    chunk_prepare_mma.py), which the entry point takes only where wgmma is on hardware, forced
+    """The group-product kernels (chunk_prepare_group.py, chunk_state_group.py,
+    chunk_output_group.py), which the entry point takes only where wgmma is on hardware, forced
     here so every runtime checks them on the exact emulation (bulk copies, arrival barriers and
     group products emulated): chunks of 64; T = 150 pads its third chunk and refills the ring
     (32-byte layout, one tile of columns); T = 64 with K = 64 and two column tiles takes the
@@ -156,8 +156,8 @@ def test_group_sweep(runtime, rng, monkeypatch, launches, dtype, T, K, V, g_low)
     monkeypatch.setattr(package, "group_sweep", lambda caps, dt, K, V, C: True)
     a = arrays(rng, B=1, H=2, T=T, K=K, V=V, dtype=dtype, g_low=g_low, g_high=g_low / 2 if g_low < -1 else 0.0)
     check(run(runtime, a, 64), a, dtype=dtype)
-    assert {"chunk_prepare_mma", "chunk_state_group", "chunk_output_group"} <= set(launches)
-    assert "chunk_sweep_mma" not in launches and ("pad_tokens" in launches) == (T % 64 != 0)
+    assert {"chunk_prepare_group", "chunk_state_group", "chunk_output_group"} <= set(launches)
+    assert not {"chunk_prepare_mma", "chunk_sweep_mma"} & set(launches) and ("pad_tokens" in launches) == (T % 64 != 0)
 
 
 def test_group_sweep_only_where_native(runtime):

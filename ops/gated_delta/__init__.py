@@ -25,6 +25,7 @@ from .chunk_sweep import chunk_sweep
 from .chunk_sweep_mma import PLANES, chunk_sweep_mma
 from .chunk_prepare_mma import chunk_prepare_mma, pad_tokens
 from .chunk_output_group import chunk_output_group
+from .chunk_prepare_group import chunk_prepare_group
 from .chunk_state_group import BV as GROUP_COLUMNS, chunk_state_group
 from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
 from ..validation import aligned
@@ -109,15 +110,14 @@ def _chunked_matrix(p: Problem, C: int, out, final) -> None:
     wn, qg, kdk = (rt.empty((rows, Tp, p.K), dt) for _ in range(3))
     units = PLANES * rt.plane_dim
     chunk_prepare_mma[chunks * rows, units](q, k, v, p.beta, p.g, gc, wn, u, a, qg, kdk, p.T, p.scale, p.K, p.V,
-                                             C, dt, True)
+                                             C, dt)
     bv = matrix_columns(rt.capabilities, rows, p.K, p.V, C)
     chunk_sweep_mma[p.V // bv * rows, units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, bv, dt)
 
 
 def _chunked_group(p: Problem, C: int, out, final) -> None:
     """The chunked rule on group products: the operands of every chunk at once
-    (chunk_prepare_mma with u in the inputs' dtype and without p and qg, whose parameters
-    get wn as an unused stand-in), the sweep of deltas and states (chunk_state_group,
+    (chunk_prepare_group), the sweep of deltas and states (chunk_state_group,
     storing each chunk's entering state and deltas, transposed), then every chunk's output
     at once (chunk_output_group, from q and k). Operands are 2-D [B·H·Tp, ·] views for the
     bulk copies."""
@@ -131,14 +131,14 @@ def _chunked_group(p: Problem, C: int, out, final) -> None:
     u = rt.empty((rows * Tp, p.V), dt)
     wn, kdk = (rt.empty((rows * Tp, p.K), dt) for _ in range(2))
     units = PLANES * rt.plane_dim
-    chunk_prepare_mma[chunks * rows, units](q, k, v, p.beta, p.g, gc, wn, u, wn, wn, kdk, p.T, p.scale, p.K, p.V,
-                                             C, dt, False)
+    q2, k2 = (x.reshape((rows * Tp, p.K)) for x in (q, k))
+    sw = group_swizzle(p.K, C)
+    chunk_prepare_group[chunks * rows, units](k2, v.reshape((rows * Tp, p.V)), p.beta, p.g, gc, wn, u, kdk, p.T,
+                                               p.K, p.V, C, sw, group_swizzle(p.V, C))
     hT = rt.empty((rows * chunks * p.V, p.K), dt)
     dT = rt.empty((rows * chunks * p.V, C), dt)
-    sw = group_swizzle(p.K, C)
     tiles = p.V // GROUP_COLUMNS
     chunk_state_group[tiles * rows, units](wn, kdk, u, gc, p.s0, hT, dT, final, p.T, p.K, p.V, C, sw)
-    q2, k2 = (x.reshape((rows * Tp, p.K)) for x in (q, k))
     chunk_output_group[rows * chunks * tiles, units](q2, k2, gc, hT, dT, out, p.T, p.scale, p.K, p.V, C, sw)
 
 

@@ -110,11 +110,10 @@ def pad_tokens(src: kd.Tensor, dst: kd.Tensor, T: kd.i32, Tp: kd.i32, D: kd.i32,
 
 @kd.kernel
 def chunk_prepare_mma(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor, g: kd.Tensor[kd.f32],
-                      gc: kd.Tensor[kd.f32], wn: kd.Tensor, u: kd.Tensor, p: kd.Tensor, qg: kd.Tensor,
+                      gc: kd.Tensor[kd.f32], wn: kd.Tensor, u: kd.Tensor[kd.f32], p: kd.Tensor, qg: kd.Tensor,
                       kdk: kd.Tensor, T: kd.i32, scale: kd.f32, K: kd.Const[int], V: kd.Const[int],
-                      C: kd.Const[int], DT: kd.Const[object], QP: kd.Const[bool]):
-    """The operands of one chunk of one row bh; q, k, v padded to Tp rows. QP: also p and qg
-    (chunk_sweep_mma.py reads them; chunk_output_group.py makes its own from q and k)."""
+                      C: kd.Const[int], DT: kd.Const[object]):
+    """The operands of one chunk of one row bh; q, k, v padded to Tp rows."""
     NU = kd.cube_units()
     me = kd.unit_pos()
     pl = kd.plane_pos()
@@ -148,17 +147,15 @@ def chunk_prepare_mma(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor,
             i = it * 16 + kd.fragment_row(acc, e)
             c = jt * 16 + kd.fragment_col(acc, e)
             A[i * C + c] = kd.select(c < i, Bt[i] * kd.exp(G[i] - G[kd.min(c, i)]) * kd.fragment_get(acc, e), 0.0)
-        if QP:
-            tile_product(acc, fa, fbt, q, (row_p + it * 16) * K, K, k, (row_p + jt * 16) * K, K, 16, K // 16)
-            for e in kd.unroll(n_el):
-                i = it * 16 + kd.fragment_row(acc, e)
-                c = jt * 16 + kd.fragment_col(acc, e)
-                p[(row_p + i) * C + c] = kd.select(c <= i, scale * kd.exp(G[i] - G[kd.min(c, i)]) *
-                                                   kd.fragment_get(acc, e), 0.0)
+        tile_product(acc, fa, fbt, q, (row_p + it * 16) * K, K, k, (row_p + jt * 16) * K, K, 16, K // 16)
+        for e in kd.unroll(n_el):
+            i = it * 16 + kd.fragment_row(acc, e)
+            c = jt * 16 + kd.fragment_col(acc, e)
+            p[(row_p + i) * C + c] = kd.select(c <= i, scale * kd.exp(G[i] - G[kd.min(c, i)]) *
+                                               kd.fragment_get(acc, e), 0.0)
     for e in range(me, C * K, NU):
         i = e // K
-        if QP:
-            qg[row_p * K + e] = scale * EG[i] * kd.f32(q[row_p * K + e])
+        qg[row_p * K + e] = scale * EG[i] * kd.f32(q[row_p * K + e])
         kdk[row_p * K + e] = EL[i] * kd.f32(k[row_p * K + e])
     kd.sync_cube()
     invert_unit_lower(A, Tf, Xs, C)

@@ -170,23 +170,24 @@ def group_swizzle(K: int, C: int) -> int:
     return 128 if K % 64 == 0 and C % 64 == 0 else 32
 
 
-def group_shared_bytes(K: int, C: int) -> int:
-    """The larger of the group kernels' shared arrays: the sweep's two stages of wn, kd (C×K)
-    and u (C×64) plus Sᵀ and Δᵀ, or the output's qg, hᵀ, p and Δᵀ tiles (all 16-bit)."""
+def group_shared_bytes(K: int, V: int, C: int) -> int:
+    """The largest of the group kernels' shared arrays: the prepare's k, v, two C×C 16-bit
+    operands and its F32 decays, A, (I + A)⁻¹ and block-row sums; the sweep's two stages of
+    wn, kd (C×K) and u (C×64) plus Sᵀ and Δᵀ; the output's q, k, hᵀ and Δᵀ tiles."""
     from .chunk_state_group import BV, STAGES
+    prepare = 2 * (C * K + C * V + 2 * C * C) + 4 * (5 * C + 2 * C * C + 16 * C)
     sweep = 2 * (STAGES * (2 * C * K + C * BV) + BV * K + BV * C)
-    output = 2 * (C * K + BV * K + C * C + BV * C)
-    return max(sweep, output)
+    output = 2 * (2 * C * K + BV * K + BV * C) + 4 * C
+    return max(prepare, sweep, output)
 
 
 def group_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
-    """Whether the chunked rule runs on group products (chunk_state_group.py and
-    chunk_output_group.py, after chunk_prepare_mma.py): where they are on hardware (wgmma:
+    """Whether the chunked rule runs on group products (chunk_prepare_group.py,
+    chunk_state_group.py, chunk_output_group.py): where they are on hardware (wgmma:
     `group_mma_native`, the H200), for F16/BF16 inputs, chunks of GROUP_CHUNK, K in whole
-    16-column bands up to GROUP_MAX_K, V in whole 64-column tiles, and the prepare's and the
-    group kernels' shared arrays within the device's."""
+    16-column bands and V in whole 64-column tiles, both up to GROUP_MAX_K (one accumulator,
+    one bulk-copy box), and the kernels' shared arrays within the device's."""
     from .chunk_state_group import BV
-    prepare_bytes = prepare_shared_bytes(C)
     return (caps.group_mma_native and "mma" in caps.matrix_kinds and dtype in caps.mma_dtypes
-            and C == GROUP_CHUNK and K % 16 == 0 and K <= GROUP_MAX_K and V % BV == 0
-            and max(prepare_bytes, group_shared_bytes(K, C)) <= caps.max_shared_bytes)
+            and C == GROUP_CHUNK and K % 16 == 0 and K <= GROUP_MAX_K and V % BV == 0 and V <= GROUP_MAX_K
+            and group_shared_bytes(K, V, C) <= caps.max_shared_bytes)
