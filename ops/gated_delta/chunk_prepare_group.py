@@ -6,18 +6,30 @@ whole chunks), and with G the chunk's cumulative decay (G_L its last):
 
     A = strictly lower part of β_i·e^(G_i − G_j)·(k·kᵀ)     (one 64×64 group product, F32)
     Tm = (I + A)⁻¹                                         (invert_unit_lower: blocks of 16)
-    wn = −(Tm·diag(β·e^G))·k,  u = (Tm·diag(β))·v          (two group products)
+    wn = −(Tm·diag(β·e^G))·k,  u = (Tm·diag(β))·v          (two group products, one after
+                                                            the other from one shared operand)
     kd = e^(G_L − G)·k
 
 It is chunk_prepare_mma.py without q (the output kernel makes the intra-chunk attention
 itself) and with every product a single group product from shared memory instead of
-16×16 fragments loaded from global memory by each plane.
+16×16 fragments loaded from global memory by each plane. Its shared arrays (73 KB for
+K = V = 128) let three cubes share an H200 multiprocessor.
 """
 from __future__ import annotations
 
 import kerneldsl as kd
 
 from .chunk_prepare_mma import chunk_decays, invert_unit_lower
+
+
+@kd.func
+def scaled_inverse(TM, Tf, scale, C):
+    """TM (16-bit, group layout) = the lower part of Tf times diag(scale); ends with a cube barrier."""
+    for e in range(kd.unit_pos_x(), C * C, kd.cube_units()):
+        i = e // C
+        c = e % C
+        TM[kd.tile_offset(i, c, C)] = kd.select(c <= i, Tf[e], kd.f32(0)) * scale[c]
+    kd.sync_cube()
 
 
 @kd.kernel
@@ -46,9 +58,7 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
     EL = kd.shared(kd.f32, C)
     A = kd.shared(kd.f32, C * C)
     Tf = kd.shared(kd.f32, C * C)
-    Xs = kd.shared(kd.f32, 16 * C)
-    TW = kd.shared(k.dtype, C * C)  # Tm·diag(β·e^G), group layout
-    TU = kd.shared(k.dtype, C * C)  # Tm·diag(β)
+    TM = kd.shared(k.dtype, C * C)  # Tm·diag(β·e^G), then Tm·diag(β): group layout
     full = kd.arrival_barriers(1)
     if me == 0:
         kd.barrier_init(full, 0, 1)
@@ -71,20 +81,17 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
         c = kd.fragment_col(s, e)
         A[i * C + c] = kd.select(c < i, Bt[i] * kd.exp(G[i] - G[kd.min(c, i)]) * kd.fragment_get(s, e), 0.0)
     kd.sync_cube()
-    invert_unit_lower(A, Tf, Xs, C)
-    for e in range(me, C * C, NU):
-        i = e // C
-        c = e % C
-        x = kd.select(c <= i, Tf[e], kd.f32(0))
-        TW[kd.tile_offset(i, c, C)] = x * BE[c]
-        TU[kd.tile_offset(i, c, C)] = x * Bt[c]
-    kd.sync_cube()
+    invert_unit_lower(A, Tf, None, C)
+    scaled_inverse(TM, Tf, BE, C)
     w = kd.group_fragment_acc(C, K)
-    ua = kd.group_fragment_acc(C, V)
-    kd.group_mma(w, kd.shared_tile(TW, 0, C, C), kt, accumulate=False)
-    kd.group_mma(ua, kd.shared_tile(TU, 0, C, C), kd.shared_tile(Vs, 0, C, V, swizzle=SWV), accumulate=False)
+    kd.group_mma(w, kd.shared_tile(TM, 0, C, C), kt, accumulate=False)
     kd.group_wait(0)
+    kd.sync_cube()  # every plane's product read TM
+    scaled_inverse(TM, Tf, Bt, C)
+    ua = kd.group_fragment_acc(C, V)
+    kd.group_mma(ua, kd.shared_tile(TM, 0, C, C), kd.shared_tile(Vs, 0, C, V, swizzle=SWV), accumulate=False)
     for e in kd.unroll(kd.fragment_len(w)):
         wn[row_p + kd.fragment_row(w, e), kd.fragment_col(w, e)] = -kd.fragment_get(w, e)
+    kd.group_wait(0)
     for e in kd.unroll(kd.fragment_len(ua)):
         u[row_p + kd.fragment_row(ua, e), kd.fragment_col(ua, e)] = kd.fragment_get(ua, e)

@@ -62,9 +62,10 @@ def invert_unit_lower(A, Tf, Xs, C):
     """Tf = (I + A)⁻¹ on and below the diagonal, A strictly lower (F32, C×C row-major, shared;
     C a multiple of 16), by blocks of 16: each diagonal block by forward substitution (one
     column a unit, at most 15 steps deep), then block row by block row
-    Tf_ij = −Tf_ii·Σ_(j ≤ m < i) A_im·Tf_mj, every element of a block row at once (Xs holds
-    the sums). The unit-per-column substitution over the whole chunk was a chain C deep.
-    Ends with a cube barrier."""
+    Tf_ij = −Tf_ii·Σ_(j ≤ m < i) A_im·Tf_mj, every element of a block row at once, the sums
+    in Xs (16×C F32; None: in A's rows of the block row before, which nothing reads any more).
+    The unit-per-column substitution over the whole chunk was a chain C deep. Ends with a
+    cube barrier."""
     me = kd.unit_pos()
     NU = kd.cube_units()
     for c in range(me, C, NU):
@@ -83,14 +84,20 @@ def invert_unit_lower(A, Tf, Xs, C):
             x = kd.f32(0)
             for m in range(c, r0):
                 x += A[(r0 + r) * C + m] * Tf[m * C + c]
-            Xs[r * C + c] = x
+            if Xs is None:
+                A[(r0 - 16) * C + r * C + c] = x
+            else:
+                Xs[r * C + c] = x
         kd.sync_cube()
         for e in range(me, 16 * r0, NU):
             r = e // r0
             c = e % r0
             x = kd.f32(0)
             for m in range(r + 1):
-                x -= Tf[(r0 + r) * C + r0 + m] * Xs[m * C + c]
+                if Xs is None:
+                    x -= Tf[(r0 + r) * C + r0 + m] * A[(r0 - 16) * C + m * C + c]
+                else:
+                    x -= Tf[(r0 + r) * C + r0 + m] * Xs[m * C + c]
             Tf[(r0 + r) * C + c] = x
         kd.sync_cube()
 
