@@ -9,10 +9,15 @@ the scaled query. `gated_delta_rule` runs the recurrence (state in registers, on
 pass over T, fast for decode: recurrent_planes.py, K rows across a plane's lanes, on
 GPUs; recurrent.py, row groups and a shared-memory sum, elsewhere); `chunk_gated_delta_rule` gives the same
 result chunk-parallel: chunk_prepare.py solves every chunk's triangular system (WY/UT
-form) at once, chunk_sweep.py carries the state across chunks in order. Where the matrix
-primitive is on hardware for F16/BF16 inputs (and K, C, V fill whole tiles:
-tuning.matrix_sweep), chunk_prepare_mma.py and chunk_sweep_mma.py do the same with every
-product on fragments (F16/BF16 operands, F32 accumulation and state). Outputs are in
+form) at once, chunk_sweep.py carries the state across chunks in order. Where group
+products are on hardware (wgmma, the H200) for F16/BF16 inputs with chunks of 64
+(tuning.group_sweep), chunk_prepare_group.py makes every chunk's operands, chunk_state_group.py
+walks the chunks computing only the deltas and the state (storing each chunk's entering
+state), and chunk_output_group.py computes every chunk's output at once, off the sequential
+path; all three multiply on group products from shared memory filled by bulk copies. Where
+only the matrix primitive is on hardware (and K, C, V fill whole tiles: tuning.matrix_sweep),
+chunk_prepare_mma.py and chunk_sweep_mma.py do the products on 16×16 fragments. Operands
+are rounded to the inputs' dtype there, accumulation and state stay F32. Outputs are in
 the query's dtype, states F32; initial_state is never written.
 """
 from __future__ import annotations
