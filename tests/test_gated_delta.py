@@ -160,6 +160,21 @@ def test_group_sweep(runtime, rng, monkeypatch, launches, dtype, T, K, V, g_low)
     assert not {"chunk_prepare_mma", "chunk_sweep_mma"} & set(launches) and ("pad_tokens" in launches) == (T % 64 != 0)
 
 
+@pytest.mark.feature("gated_delta: group sweep")
+def test_group_sweep_unaligned_inputs(runtime, rng, monkeypatch, launches):
+    """A query starting one element past a 16-byte boundary (T a whole chunk): the bulk copies
+    could not read it, so the group path copies it (pad_tokens) and gives the same result."""
+    from rudnn import gated_delta as package
+    monkeypatch.setattr(package, "group_sweep", lambda caps, dt, K, V, C: True)
+    a = arrays(rng, B=1, H=1, T=64, K=16, V=64, dtype="bf16")
+    flat = runtime.tensor(np.concatenate([np.zeros(1, a[0].dtype), a[0].reshape(-1)]))
+    q = flat[1:].reshape(a[0].shape)
+    res = chunk_gated_delta_rule(GatedDeltaInput(q, *(runtime.tensor(x) for x in a[1:5]), runtime.tensor(a[5]),
+                                                 SCALE), 64)
+    check((res.output.numpy(), res.final_state.numpy()), a, dtype="bf16")
+    assert launches.count("pad_tokens") == 1 and "chunk_state_group" in launches
+
+
 def test_group_sweep_only_where_native(runtime):
     """Auto's choice reads capabilities only: wgmma on hardware, chunks of 64, whole tiles; an
     sm_90 record takes it, an sm_80 one (mma.sync only) does not."""

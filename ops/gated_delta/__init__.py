@@ -23,6 +23,8 @@ the query's dtype, states F32; initial_state is never written.
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.errors import LaunchError
+from kerneldsl.launch_checks import check_bulk_source
 from kerneldsl.replay import replayable
 
 from .chunk_prepare import chunk_prepare
@@ -36,8 +38,8 @@ from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput,
 from ..validation import aligned
 from .recurrent import gated_delta_recurrent
 from .recurrent_planes import gated_delta_recurrent_planes
-from .tuning import (group_sweep, group_swizzle, matrix_columns, matrix_sweep, plane_tiling, prefer_planes, prepare_units, recurrent_tiling,
-                     sweep_shared_bytes, sweep_tiling)
+from .tuning import (group_sweep, group_swizzle, matrix_columns, matrix_sweep, plane_tiling, prefer_planes,
+                     prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling)
 
 PAD_UNITS = 256  # units per cube of the padding copy
 
@@ -129,9 +131,9 @@ def _chunked_group(p: Problem, C: int, out, final) -> None:
     rt, rows, dt = p.runtime, p.B * p.H, p.q.dtype
     chunks = -(-p.T // C)
     Tp = chunks * C
-    q, k, v = p.q, p.k, p.v
-    if Tp != p.T:
-        q, k, v = (_padded(rt, x, p.T, Tp) for x in (q, k, v))
+    # padded copies where T needs them, or where an input's memory breaks the bulk-copy rules
+    q, k, v = (x if Tp == p.T and _bulk_readable(x, rows * Tp) else _padded(rt, x, p.T, Tp)
+               for x in (p.q, p.k, p.v))
     gc = rt.empty((rows, Tp), kd.f32)
     u = rt.empty((rows * Tp, p.V), dt)
     wn, kdk = (rt.empty((rows * Tp, p.K), dt) for _ in range(2))
@@ -147,8 +149,18 @@ def _chunked_group(p: Problem, C: int, out, final) -> None:
     chunk_output_group[rows * chunks, units](q2, k2, gc, hT, dT, out, p.T, p.scale, p.K, p.V, C, sw)
 
 
+def _bulk_readable(x, rows: int) -> bool:
+    """Whether the contiguous x, viewed as [rows, D], may be a kd.bulk_copy source (16-byte
+    aligned: the launch's own check, kerneldsl.launch_checks)."""
+    try:
+        check_bulk_source(x.reshape((rows, x.shape[-1])), "chunk_gated_delta_rule", "input")
+    except LaunchError:
+        return False
+    return True
+
+
 def _padded(rt, x, T: int, Tp: int):
-    """x [B, H, T, D] (contiguous) as [B, H, Tp, D], zeros past T."""
+    """x [B, H, T, D] (contiguous) as [B, H, Tp, D] in new memory, zeros past T."""
     B, H, _, D = x.shape
     dst = rt.empty((B, H, Tp, D), x.dtype)
     n = dst.size
