@@ -282,7 +282,8 @@ def bench_chunked_kernels(rt, quick, reps):
         for kern, ts in times[name].items():
             total += statistics.median(ts)
             rows.append((name, kern, f"{statistics.median(ts) * 1e3:.3f}", f"{min(ts) * 1e3:.3f}-{max(ts) * 1e3:.3f}"))
-        rows.append((name, "(sum of medians)", f"{total * 1e3:.3f}", f"max |diff| {np.abs(outs[name] - first).max():.1e}"))
+        check = f"max |diff| {np.abs(outs[name] - first).max():.1e}"
+        rows.append((name, "(sum of medians)", f"{total * 1e3:.3f}", check))
     print(f"\n{rt.name} chunked kernels [{B},{H},{T},{K},{V}] bf16 chunk {CHUNK}: {rt.capabilities.device_name}; "
           f"medians of {reps}" + ("" if timed else " (no events on this runtime: no times)"))
     print(table(rows, ["path", "kernel", "median ms", "range ms / check"]))

@@ -36,8 +36,8 @@ def issue_chunk(Wsh, KDsh, Ush, wn, kdk, u, full, slot, row, c0, C: kd.Const[int
 
 @kd.kernel
 def chunk_state_group(wn: kd.Tensor[None, 2], kdk: kd.Tensor[None, 2], u: kd.Tensor[None, 2], gc: kd.Tensor[kd.f32],
-                      s0: kd.Tensor[kd.f32], hT: kd.Tensor[None, 2], dT: kd.Tensor[None, 2], s1: kd.Tensor[kd.f32], T: kd.i32,
-                      K: kd.Const[int], V: kd.Const[int], C: kd.Const[int], SW: kd.Const[int]):
+                      s0: kd.Tensor[kd.f32], hT: kd.Tensor[None, 2], dT: kd.Tensor[None, 2], s1: kd.Tensor[kd.f32],
+                      T: kd.i32, K: kd.Const[int], V: kd.Const[int], C: kd.Const[int], SW: kd.Const[int]):
     """hT[(bh·chunks + n)·V + cols, :] (states entering each chunk, transposed), dT[same rows, :]
     (the chunks' deltas, transposed) and s1[bh, :, cols] for the cube's BV columns; wn, kdk
     [B·H·Tp, K], u [B·H·Tp, V] (a one-dimensional grid of (bh, tile))."""
