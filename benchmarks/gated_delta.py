@@ -233,20 +233,37 @@ def bench_recurrent_kernels(rt, reps):
 def bench_chunked_kernels(rt, quick, reps):
     """Each kernel of the chunked rule apart (B 4, T 8192, H 16, K = V = 128, bf16, chunk 64;
     --quick: B 1, H 4, T 1024), for both paths where the device has them: the group products
-    (chunk_prepare_mma, chunk_state_group, chunk_output_group) and the fragment kernels
+    (chunk_prepare_group, chunk_state_group, chunk_output_group) and the fragment kernels
     (chunk_prepare_mma, chunk_sweep_mma). Every launch is bracketed by the runtime's events
-    (on CUDA: device time of that kernel); medians of `reps` calls, the paths alternating,
-    each path's output against the first's (max |diff|)."""
+    (on CUDA: device time of that kernel); medians of `reps` rounds, each round running the
+    paths and (on CUDA with fla-core) fla's chunk_gated_delta_rule in turn, each output
+    against the first path's (max |diff|)."""
     import statistics
     from rudnn import gated_delta as package
     B, H, T, K, V = (1, 4, 1024, 128, 128) if quick else (4, 16, 8192, 128, 128)
     a = inputs(np.random.default_rng(0), B, H, T, K, V)
-    inp = GatedDeltaInput(*(rt.tensor(x.astype(kd.bf16.np)) for x in a[:4]), rt.tensor(a[4]), rt.tensor(a[5]),
-                          K ** -0.5)
+    scale = K ** -0.5
+    torch = fla = None
+    if rt.name.startswith("cuda"):
+        try:
+            import torch
+        except ImportError:
+            torch = None
+    if torch is not None and torch.cuda.is_available():
+        dev = [torch.from_numpy(x).cuda() for x in a]
+        dev = [x.bfloat16() if i < 4 else x for i, x in enumerate(dev)]
+        torch.cuda.synchronize()
+        inp = GatedDeltaInput(*(kd.from_dlpack(x) for x in dev), scale)
+        fla = _fla()
+        bthk = [x.transpose(1, 2).contiguous() for x in dev[:5]]
+    else:
+        inp = GatedDeltaInput(*(rt.tensor(x.astype(kd.bf16.np)) for x in a[:4]), rt.tensor(a[4]), rt.tensor(a[5]),
+                              scale)
     real_group, real_launch = package.group_sweep, kd.Kernel.launch
     paths = {"group": lambda caps, dt, K, V, C: real_group(caps, dt, K, V, C),
              "fragment": lambda caps, dt, K, V, C: False}
     times = {name: {} for name in paths}
+    times["fla"] = {}
     outs = {}
     timed = hasattr(rt, "elapsed_ms")
     current = {}
@@ -272,12 +289,25 @@ def bench_chunked_kernels(rt, quick, reps):
                 if rep and timed:
                     for kern, events in current.items():
                         times[name].setdefault(kern, []).append(sum(rt.elapsed_ms(s, e) for s, e in events) / 1e3)
+            if fla is not None:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                o = fla[0](*bthk[:3], g=bthk[4], beta=bthk[3], scale=scale, initial_state=dev[5],
+                           output_final_state=True)[0]
+                end.record()
+                torch.cuda.synchronize()
+                outs.setdefault("fla", o.transpose(1, 2).float().cpu().numpy())
+                if rep:
+                    times["fla"].setdefault("chunk_gated_delta_rule (whole call)", []).append(
+                        start.elapsed_time(end) / 1e3)
     finally:
         package.group_sweep, kd.Kernel.launch = real_group, real_launch
         kd.replay.clear()
     first = next(iter(outs.values()))
     rows = []
-    for name in paths:
+    for name in times:
+        if name not in outs:
+            continue
         total = 0.0
         for kern, ts in times[name].items():
             total += statistics.median(ts)
