@@ -173,10 +173,10 @@ def group_swizzle(K: int, C: int) -> int:
 def group_shared_bytes(K: int, V: int, C: int) -> int:
     """The largest of the group kernels' shared arrays: the prepare's k, v, a C×C 16-bit
     operand and its F32 decays, A and (I + A)⁻¹; the sweep's two stages of
-    wn, kd (C×K) and u (C×64) plus Sᵀ and Δᵀ; the output's q, k, hᵀ and Δᵀ tiles (all V columns)."""
+    wn, kd (C×K), u (C×64), Sᵀ and Δᵀ; the output's q, k, hᵀ and Δᵀ tiles (all V columns)."""
     from .chunk_state_group import BV, STAGES
     prepare = 2 * (C * K + C * V + C * C) + 4 * (5 * C + 2 * C * C)
-    sweep = 2 * (STAGES * (2 * C * K + C * BV) + BV * K + BV * C)
+    sweep = 2 * STAGES * (2 * C * K + C * BV + BV * K + BV * C)
     output = 2 * (2 * C * K + V * K + V * C) + 4 * C
     return max(prepare, sweep, output)
 
