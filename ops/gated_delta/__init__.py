@@ -146,7 +146,8 @@ def _chunked_group(p: Problem, C: int, out, final) -> None:
     dT = rt.empty((rows * chunks * p.V, C), dt)
     tiles = p.V // GROUP_COLUMNS
     chunk_state_group[tiles * rows, units](wn, kdk, u, gc, p.s0, hT, dT, final, p.T, p.K, p.V, C, sw)
-    chunk_output_group[rows * chunks, units](q2, k2, gc, hT, dT, out, p.T, p.scale, p.K, p.V, C, sw)
+    chunk_output_group[rows * chunks, units](q2, k2, gc, hT, dT, out.reshape((rows * p.T, p.V)), p.T, p.scale,
+                                             p.K, p.V, C, sw, group_swizzle(p.V, C))
 
 
 def _bulk_readable(x, rows: int) -> bool:

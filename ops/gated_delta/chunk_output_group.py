@@ -9,8 +9,9 @@ and the attention P are read and made once per chunk), computes
 with h = S_op entering the chunk and Δ its deltas (chunk_state_group.py) read as transposed
 operands of their stored transposes, and G the chunk's cumulative decay (gc). q, k, hᵀ and Δᵀ
 come by bulk copies onto one arrival barrier. The intra-chunk attention P is made here, where
-it is used, so the prepare writes neither it nor a scaled copy of q. Rows past T are not
-stored. Taking the output off the sequential sweep leaves that the state alone.
+it is used, so the prepare writes neither it nor a scaled copy of q. A whole chunk's output
+is staged in Δ's place and bulk-stored; the tail's rows past T are not stored. Taking the
+output off the sequential sweep leaves that the state alone.
 """
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from .tuning import GROUP_MAX_K
 
 @kd.kernel
 def chunk_output_group(q: kd.Tensor[None, 2], k: kd.Tensor[None, 2], gc: kd.Tensor[kd.f32], hT: kd.Tensor[None, 2],
-                       dT: kd.Tensor[None, 2], out: kd.Tensor, T: kd.i32, scale: kd.f32, K: kd.Const[int],
-                       V: kd.Const[int], C: kd.Const[int], SW: kd.Const[int]):
-    """out[bh, chunk rows < T, :]; q, k [B·H·Tp, K] (padded), gc [B·H, Tp] (a one-dimensional
-    grid of (bh, chunk))."""
+                       dT: kd.Tensor[None, 2], out: kd.Tensor[None, 2], T: kd.i32, scale: kd.f32, K: kd.Const[int],
+                       V: kd.Const[int], C: kd.Const[int], SW: kd.Const[int], SWV: kd.Const[int]):
+    """out[bh·T + chunk rows < T, :] ([B·H·T, V]); q, k [B·H·Tp, K] (padded), gc [B·H, Tp]
+    (a one-dimensional grid of (bh, chunk)); SW, SWV: the layouts of K-wide and V-wide tiles."""
     kd.static_assert(kd.cube_units() == 4 * kd.PLANE_DIM, "launch one group (4 planes) a cube")
     kd.static_assert(C == 64, "a chunk is one 64-row group accumulator")
     kd.static_assert(V <= GROUP_MAX_K, "the output is one group accumulator, V columns wide")
@@ -68,7 +69,17 @@ def chunk_output_group(q: kd.Tensor[None, 2], k: kd.Tensor[None, 2], gc: kd.Tens
         kd.fragment_set(acc, e, scale * kd.exp(G[kd.fragment_row(acc, e)]) * kd.fragment_get(acc, e))
     kd.group_mma(acc, pa, kd.shared_tile(D, 0, C, V, transposed=True, swizzle=SW))
     kd.group_wait(0)
-    for e in kd.unroll(kd.fragment_len(acc)):
-        t = n * C + kd.fragment_row(acc, e)
-        if t < T:
-            out[(kd.i64(bh) * T + t) * V + kd.fragment_col(acc, e)] = kd.fragment_get(acc, e)
+    if n * C + C <= T:  # a whole chunk: staged in Δ's place, one bulk store
+        kd.sync_cube()  # every plane's product read Δ
+        for e in kd.unroll(kd.fragment_len(acc)):
+            r = kd.fragment_row(acc, e)
+            D[kd.tile_offset(r, kd.fragment_col(acc, e), C, swizzle=SWV)] = kd.fragment_get(acc, e)
+        kd.sync_cube()
+        if me == 0:
+            kd.bulk_store(out, bh * T + n * C, 0, D, 0, C, V, swizzle=SWV)
+            kd.bulk_store_wait()
+    else:  # the tail: its rows past T belong to the next (b, h)
+        for e in kd.unroll(kd.fragment_len(acc)):
+            t = n * C + kd.fragment_row(acc, e)
+            if t < T:
+                out[kd.i64(bh) * T + t, kd.fragment_col(acc, e)] = kd.fragment_get(acc, e)

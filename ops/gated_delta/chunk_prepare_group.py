@@ -12,7 +12,9 @@ whole chunks), and with G the chunk's cumulative decay (G_L its last):
 
 It is chunk_prepare_mma.py without q (the output kernel makes the intra-chunk attention
 itself) and with every product a single group product from shared memory instead of
-16×16 fragments loaded from global memory by each plane. Its shared arrays (73 KB for
+16×16 fragments loaded from global memory by each plane; wn and u are staged in the
+places of k and v and written by bulk stores (a group accumulator's elements stored one by
+one would be 2-byte stores eight rows wide). Its shared arrays (73 KB for
 K = V = 128) let three cubes share an H200 multiprocessor.
 """
 from __future__ import annotations
@@ -86,12 +88,19 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
     w = kd.group_fragment_acc(C, K)
     kd.group_mma(w, kd.shared_tile(TM, 0, C, C), kt, accumulate=False)
     kd.group_wait(0)
-    kd.sync_cube()  # every plane's product read TM
-    scaled_inverse(TM, Tf, Bt, C)
+    kd.sync_cube()  # every plane's product read TM and k: both free
+    for e in kd.unroll(kd.fragment_len(w)):  # −w staged in k's place, stored whole below
+        Ks[kd.tile_offset(kd.fragment_row(w, e), kd.fragment_col(w, e), C, swizzle=SW)] = -kd.fragment_get(w, e)
+    scaled_inverse(TM, Tf, Bt, C)  # (its barrier also orders the staged −w)
+    if me == 0:
+        kd.bulk_store(wn, row_p, 0, Ks, 0, C, K, swizzle=SW)
     ua = kd.group_fragment_acc(C, V)
     kd.group_mma(ua, kd.shared_tile(TM, 0, C, C), kd.shared_tile(Vs, 0, C, V, swizzle=SWV), accumulate=False)
-    for e in kd.unroll(kd.fragment_len(w)):
-        wn[row_p + kd.fragment_row(w, e), kd.fragment_col(w, e)] = -kd.fragment_get(w, e)
     kd.group_wait(0)
+    kd.sync_cube()  # every plane's product read v
     for e in kd.unroll(kd.fragment_len(ua)):
-        u[row_p + kd.fragment_row(ua, e), kd.fragment_col(ua, e)] = kd.fragment_get(ua, e)
+        Vs[kd.tile_offset(kd.fragment_row(ua, e), kd.fragment_col(ua, e), C, swizzle=SWV)] = kd.fragment_get(ua, e)
+    kd.sync_cube()
+    if me == 0:
+        kd.bulk_store(u, row_p, 0, Vs, 0, C, V, swizzle=SWV)
+        kd.bulk_store_wait()
