@@ -387,8 +387,8 @@ def test_convolution_data_backward_on_group_products_compiles():
 def test_gated_delta_group_kernels_are_wgmma_fed_by_bulk_copies():
     """The chunked gated delta rule's group path (rudnn.gated_delta: chunk_prepare_group,
     chunk_state_group, chunk_output_group) in the H200 shape (K = V = 128, chunk 64, the
-    128-byte layout): wgmma products fed by tensor bulk copies for sm_90; the same kernels
-    compile for sm_80 (mma.sync, emulated copies)."""
+    128-byte layout): wgmma products fed by tensor bulk copies, results out by tensor bulk
+    stores, for sm_90; the same kernels compile for sm_80 (mma.sync, emulated copies)."""
     from rudnn.gated_delta.chunk_output_group import chunk_output_group
     from rudnn.gated_delta.chunk_prepare_group import chunk_prepare_group
     from rudnn.gated_delta.chunk_state_group import chunk_state_group
@@ -400,9 +400,10 @@ def test_gated_delta_group_kernels_are_wgmma_fed_by_bulk_copies():
     hT, dT = m(rows * 2 * V, K), m(rows * 2 * V, C)
     jobs = [(chunk_prepare_group, (kk, vv, beta, g, gc, wn, vv, wn, T, K, V, C, 128, 128)),
             (chunk_state_group, (wn, wn, vv, gc, s, hT, dT, s, T, K, V, C, 128)),
-            (chunk_output_group, (kk, kk, gc, hT, dT, m(1, 2, T, V), T, 0.5, K, V, C, 128))]
+            (chunk_output_group, (kk, kk, gc, hT, dT, m(rows * T, V), T, 0.5, K, V, C, 128, 128))]
     for kernel, args in jobs:
         ptx = ptx_of(kernel, 128, args)
         assert len(instructions(ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16")) >= 1
         assert "cp.async.bulk.tensor" in ptx, kernel.__name__
+        assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx), kernel.__name__  # a bulk store
         assert "mma.sync" in ptx_of(kernel, 128, args, sm=80), kernel.__name__
