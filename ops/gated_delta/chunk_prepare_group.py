@@ -5,33 +5,94 @@ batch·head), all chunks at once. The chunk's k and v come by bulk copies into s
 whole chunks), and with G the chunk's cumulative decay (G_L its last):
 
     A = strictly lower part of β_i·e^(G_i − G_j)·(k·kᵀ)     (one 64×64 group product, F32)
-    Tm = (I + A)⁻¹                                         (invert_unit_lower: blocks of 16)
-    wn = −(Tm·diag(β·e^G))·k,  u = (Tm·diag(β))·v          (two group products, one after
-                                                            the other from one shared operand)
+    Tm = (I + A)⁻¹                                         (invert_in_place: blocks of 16,
+                                                            in A's own shared storage)
+    wn = −(Tm·diag(β·e^G))·k,  u = (Tm·diag(β))·v          (two group products whose left
+                                                            operand is in registers)
     kd = e^(G_L − G)·k
 
 It is chunk_prepare_mma.py without q (the output kernel makes the intra-chunk attention
-itself) and with every product a single group product from shared memory instead of
-16×16 fragments loaded from global memory by each plane; wn and u are staged in the
-places of k and v and written by bulk stores (a group accumulator's elements stored one by
-one would be 2-byte stores eight rows wide). Its shared arrays (73 KB for
-K = V = 128) let three cubes share an H200 multiprocessor.
+itself) and with every product a single group product instead of 16×16 fragments loaded
+from global memory by each plane; wn and u are staged in the places of k and v and written
+by bulk stores (a group accumulator's elements stored one by one would be 2-byte stores
+eight rows wide). The kernel is latency-bound (little work, every phase waits on the one
+before), so its shared memory decides how many cubes overlap: k, v and one F32 C×C matrix
+(55 KB for K = V = 128, 1 KB-aligned arrays included) let four cubes share an H200
+multiprocessor; with A and its inverse apart and the scaled inverse staged as a 16-bit
+shared operand it was 78 KB, two cubes.
 """
 from __future__ import annotations
 
 import kerneldsl as kd
 
-from .chunk_prepare_mma import chunk_decays, invert_unit_lower
+from .chunk_prepare_mma import chunk_decays
+
+
+def stride(C: int) -> int:
+    """Row stride of the shared F32 matrix M: C + 4 words, so that a group fragment's
+    elements (eight rows, four column pairs a warp instruction) fall on at most two
+    elements a bank either way round (row-major or transposed), where a stride of C put
+    eight rows on one bank; the column-per-unit substitution stays conflict-free."""
+    return C + 4
 
 
 @kd.func
-def scaled_inverse(TM, Tf, scale, C):
-    """TM (16-bit, group layout) = the lower part of Tf times diag(scale); ends with a cube barrier."""
-    for e in range(kd.unit_pos_x(), C * C, kd.cube_units()):
-        i = e // C
-        c = e % C
-        TM[kd.tile_offset(i, c, C)] = kd.select(c <= i, Tf[e], kd.f32(0)) * scale[c]
+def invert_in_place(M, C):
+    """(I + A)⁻¹ in A's own storage: M (F32, C rows of stride(C), shared) holds A strictly
+    lower on entry; on exit the inverse Tm (unit lower) is there as Tm_ic at M[i, c] for
+    blocks below the diagonal and as Tm_ic at M[c, i] (transposed, in the zero upper half
+    of the block) inside each 16×16 diagonal block. Each diagonal block by forward
+    substitution (one column a unit, chains ≤ 15 deep, reading A's lower half while writing
+    the upper), then block row by block row: X = A_(row, <r0)·Tm in the unused blocks above
+    the diagonal of rows 0..15 (columns 16..C), then Tm_(row, <r0) = −Tm_ii·X over A's
+    consumed entries. One matrix instead of A and Tf: 16 KB of shared memory less.
+    Ends with a cube barrier."""
+    S = stride(C)
+    me = kd.unit_pos()
+    NU = kd.cube_units()
+    for c in range(me, C, NU):
+        b0 = c // 16 * 16
+        for i in range(c + 1, b0 + 16):
+            x = -M[i * S + c]
+            for j in range(c + 1, i):
+                x -= M[i * S + j] * M[c * S + j]
+            M[c * S + i] = x
     kd.sync_cube()
+    for bi in range(1, C // 16):
+        r0 = bi * 16
+        for e in range(me, 16 * r0, NU):
+            r = e // r0
+            c = e % r0
+            row = (r0 + r) * S
+            x = M[row + c]
+            for m in range(c + 1, c // 16 * 16 + 16):
+                x += M[row + m] * M[c * S + m]
+            for m in range(c // 16 * 16 + 16, r0):
+                x += M[row + m] * M[m * S + c]
+            M[r * S + 16 + c] = x
+        kd.sync_cube()
+        for e in range(me, 16 * r0, NU):
+            r = e // r0
+            c = e % r0
+            x = -M[r * S + 16 + c]
+            for m in range(r):
+                x -= M[(r0 + m) * S + r0 + r] * M[m * S + 16 + c]
+            M[(r0 + r) * S + c] = x
+        kd.sync_cube()
+
+
+@kd.func
+def scaled_inverse(pa, ts, M, scale, C):
+    """pa (the group's A operand in registers, rounded) = Tm·diag(scale), Tm as
+    invert_in_place leaves it in M; ts is a C×C group accumulator used for the F32 values."""
+    S = stride(C)
+    for e in kd.unroll(kd.fragment_len(ts)):
+        i = kd.fragment_row(ts, e)
+        c = kd.fragment_col(ts, e)
+        t = kd.select(c // 16 < i // 16, M[i * S + c],
+                      kd.select(c < i, M[c * S + i], kd.select(c == i, kd.f32(1), kd.f32(0))))
+        kd.fragment_set(ts, e, t * scale[c])
+    kd.fragment_convert(pa, ts)
 
 
 @kd.kernel
@@ -58,9 +119,7 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
     BE = kd.shared(kd.f32, C)
     EG = kd.shared(kd.f32, C)
     EL = kd.shared(kd.f32, C)
-    A = kd.shared(kd.f32, C * C)
-    Tf = kd.shared(kd.f32, C * C)
-    TM = kd.shared(k.dtype, C * C)  # Tm·diag(β·e^G), then Tm·diag(β): group layout
+    M = kd.shared(kd.f32, C * stride(C))  # A, then (I + A)⁻¹ (invert_in_place)
     full = kd.arrival_barriers(1)
     if me == 0:
         kd.barrier_init(full, 0, 1)
@@ -78,24 +137,28 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
         col = e % K
         kdk[row_p + i, col] = EL[i] * kd.f32(Ks[kd.tile_offset(i, col, C, swizzle=SW)])
     kd.group_wait(0)
+    S = stride(C)
     for e in kd.unroll(kd.fragment_len(s)):
         i = kd.fragment_row(s, e)
         c = kd.fragment_col(s, e)
-        A[i * C + c] = kd.select(c < i, Bt[i] * kd.exp(G[i] - G[kd.min(c, i)]) * kd.fragment_get(s, e), 0.0)
+        if c < i:
+            M[i * S + c] = Bt[i] * kd.exp(G[i] - G[c]) * kd.fragment_get(s, e)
     kd.sync_cube()
-    invert_unit_lower(A, Tf, None, C)
-    scaled_inverse(TM, Tf, BE, C)
+    invert_in_place(M, C)
+    pa = kd.group_fragment_a(k.dtype, C, C)
+    scaled_inverse(pa, s, M, BE, C)
     w = kd.group_fragment_acc(C, K)
-    kd.group_mma(w, kd.shared_tile(TM, 0, C, C), kt, accumulate=False)
+    kd.group_mma(w, pa, kt, accumulate=False)
     kd.group_wait(0)
-    kd.sync_cube()  # every plane's product read TM and k: both free
+    kd.sync_cube()  # every plane's product read k: free
     for e in kd.unroll(kd.fragment_len(w)):  # −w staged in k's place, stored whole below
         Ks[kd.tile_offset(kd.fragment_row(w, e), kd.fragment_col(w, e), C, swizzle=SW)] = -kd.fragment_get(w, e)
-    scaled_inverse(TM, Tf, Bt, C)  # (its barrier also orders the staged −w)
+    scaled_inverse(pa, s, M, Bt, C)
+    ua = kd.group_fragment_acc(C, V)
+    kd.group_mma(ua, pa, kd.shared_tile(Vs, 0, C, V, swizzle=SWV), accumulate=False)
+    kd.sync_cube()  # orders the staged −w
     if me == 0:
         kd.bulk_store(wn, row_p, 0, Ks, 0, C, K, swizzle=SW)
-    ua = kd.group_fragment_acc(C, V)
-    kd.group_mma(ua, kd.shared_tile(TM, 0, C, C), kd.shared_tile(Vs, 0, C, V, swizzle=SWV), accumulate=False)
     kd.group_wait(0)
     kd.sync_cube()  # every plane's product read v
     for e in kd.unroll(kd.fragment_len(ua)):
