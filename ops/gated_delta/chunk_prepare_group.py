@@ -39,44 +39,53 @@ def stride(C: int) -> int:
 @kd.func
 def invert_in_place(M, C):
     """(I + A)⁻¹ in A's own storage: M (F32, C rows of stride(C), shared) holds A strictly
-    lower on entry; on exit the inverse Tm (unit lower) is there as Tm_ic at M[i, c] for
-    blocks below the diagonal and as Tm_ic at M[c, i] (transposed, in the zero upper half
-    of the block) inside each 16×16 diagonal block. Each diagonal block by forward
-    substitution (one column a unit, chains ≤ 15 deep, reading A's lower half while writing
-    the upper), then block row by block row: X = A_(row, <r0)·Tm in the unused blocks above
-    the diagonal of rows 0..15 (columns 16..C), then Tm_(row, <r0) = −Tm_ii·X over A's
-    consumed entries. One matrix instead of A and Tf: 16 KB of shared memory less.
-    Ends with a cube barrier."""
+    lower (zeros above) on entry; on exit the inverse Tm (unit lower) is there as Tm_ic at
+    M[i, c] for blocks below the diagonal and as Tm_ic at M[c, i] (transposed, in the upper
+    half of the block) inside each 16×16 diagonal block. Each diagonal block by forward
+    substitution, one column a unit with the column in registers (the loops unrolled: the
+    loads of A do not wait on the chain, which is 120 fused multiply-adds), then block row by
+    block row: X = A_(row, <r0)·Tm in the unused blocks above the diagonal of rows 0..15
+    (columns 16..C), then Tm_(row, <r0) = −Tm_ii·X over A's consumed entries, every element
+    of a block row at once with its sums unrolled 16 terms at a time. One matrix instead of
+    A and Tf: 16 KB of shared memory less. Ends with a cube barrier."""
     S = stride(C)
     me = kd.unit_pos()
     NU = kd.cube_units()
     for c in range(me, C, NU):
         b0 = c // 16 * 16
-        for i in range(c + 1, b0 + 16):
-            x = -M[i * S + c]
-            for j in range(c + 1, i):
-                x -= M[i * S + j] * M[c * S + j]
-            M[c * S + i] = x
+        lc = c - b0
+        t = ()
+        for i in kd.unroll(16):
+            x = kd.select(i == lc, kd.f32(1), kd.f32(0))
+            for j in kd.unroll(i):
+                x -= M[(b0 + i) * S + b0 + j] * t[j]
+            t = t + (x,)
+            if i > lc:
+                M[c * S + b0 + i] = x
     kd.sync_cube()
-    for bi in range(1, C // 16):
+    for bi in kd.unroll(1, C // 16):
         r0 = bi * 16
         for e in range(me, 16 * r0, NU):
             r = e // r0
             c = e % r0
+            cb = c // 16 * 16
+            lc = c - cb
             row = (r0 + r) * S
-            x = M[row + c]
-            for m in range(c + 1, c // 16 * 16 + 16):
-                x += M[row + m] * M[c * S + m]
-            for m in range(c // 16 * 16 + 16, r0):
-                x += M[row + m] * M[m * S + c]
+            x = kd.f32(0)
+            for m in kd.unroll(16):  # c's own diagonal block: Tm stored transposed, 0 above c
+                tm = kd.select(m == lc, kd.f32(1), kd.select(m > lc, M[c * S + cb + m], kd.f32(0)))
+                x += M[row + cb + m] * tm
+            for mb in range(cb + 16, r0, 16):  # the blocks below it: Tm stored as is
+                for m in kd.unroll(16):
+                    x += M[row + mb + m] * M[(mb + m) * S + c]
             M[r * S + 16 + c] = x
         kd.sync_cube()
         for e in range(me, 16 * r0, NU):
             r = e // r0
             c = e % r0
             x = -M[r * S + 16 + c]
-            for m in range(r):
-                x -= M[(r0 + m) * S + r0 + r] * M[m * S + 16 + c]
+            for m in kd.unroll(15):
+                x -= kd.select(m < r, M[(r0 + m) * S + r0 + r], kd.f32(0)) * M[m * S + 16 + c]
             M[(r0 + r) * S + c] = x
         kd.sync_cube()
 
@@ -141,8 +150,7 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
     for e in kd.unroll(kd.fragment_len(s)):
         i = kd.fragment_row(s, e)
         c = kd.fragment_col(s, e)
-        if c < i:
-            M[i * S + c] = Bt[i] * kd.exp(G[i] - G[c]) * kd.fragment_get(s, e)
+        M[i * S + c] = kd.select(c < i, Bt[i] * kd.exp(G[i] - G[kd.min(c, i)]) * kd.fragment_get(s, e), 0.0)
     kd.sync_cube()
     invert_in_place(M, C)
     pa = kd.group_fragment_a(k.dtype, C, C)
