@@ -175,6 +175,44 @@ def test_group_sweep_unaligned_inputs(runtime, rng, monkeypatch, launches):
     assert launches.count("pad_tokens") == 1 and "chunk_state_group" in launches
 
 
+@pytest.mark.feature("gated_delta: group sweep")
+def test_group_prepare_every_block_of_the_inverse(runtime, rng):
+    """chunk_prepare_group's wn, u, kd and gc against float64 numpy with weak decays and
+    correlated keys, so the blocks of (I + A)⁻¹ far below the diagonal are large (the entry
+    point's tests decay them to nothing); T = 100 pads its second chunk."""
+    from rudnn.gated_delta.chunk_prepare_group import chunk_prepare_group
+    from rudnn.gated_delta.tuning import group_swizzle
+    T, K, V, C = 100, 32, 64, 64
+    Tp = 128
+    bf = kd.as_dtype("bf16").np
+    k = rng.standard_normal((Tp, K))
+    k = k / np.linalg.norm(k, axis=-1, keepdims=True) + 0.3
+    k[T:] = 0
+    v = rng.standard_normal((Tp, V))
+    v[T:] = 0
+    k, v = k.astype(bf), v.astype(bf)
+    beta = rng.uniform(0.3, 1.0, (1, T)).astype(bf)
+    g = rng.uniform(-0.03, 0.0, (1, T)).astype(np.float32)
+    gc = runtime.empty((1, Tp), kd.f32)
+    wn, kdk, u = runtime.empty((Tp, K), kd.bf16), runtime.empty((Tp, K), kd.bf16), runtime.empty((Tp, V), kd.bf16)
+    chunk_prepare_group[2, 4 * runtime.plane_dim](runtime.tensor(k), runtime.tensor(v), runtime.tensor(beta),
+                                                  runtime.tensor(g), gc, wn, u, kdk, T, K, V, C,
+                                                  group_swizzle(K, C), group_swizzle(V, C))
+    got = [x.numpy().astype(np.float64) for x in (wn, u, kdk)] + [gc.numpy()[0].astype(np.float64)]
+    kk, vv = k.astype(np.float64), v.astype(np.float64)
+    b, gg = np.zeros(Tp), np.zeros(Tp)
+    b[:T], gg[:T] = beta[0], g[0]
+    for n in range(2):
+        s = slice(n * C, n * C + C)
+        G = np.cumsum(gg[s])
+        A = np.tril(b[s, None] * np.exp(G[:, None] - G[None, :]) * (kk[s] @ kk[s].T), -1)
+        tm = np.linalg.inv(np.eye(C) + A)
+        assert n == 1 or np.abs(tm[48:, :16]).max() > 1.0  # the far block matters (chunk 0: whole)
+        want = [-(tm * (b[s] * np.exp(G))) @ kk[s], (tm * b[s]) @ vv[s], np.exp(G[-1] - G)[:, None] * kk[s], G]
+        for x, w in zip(got, want):
+            np.testing.assert_allclose(x[s], w, atol=2e-2 * np.abs(w).max())
+
+
 def test_group_sweep_only_where_native(runtime):
     """Auto's choice reads capabilities only: wgmma on hardware, chunks of 64, whole tiles; an
     sm_90 record takes it, an sm_80 one (mma.sync only) does not."""

@@ -130,13 +130,12 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
     EL = kd.shared(kd.f32, C)
     M = kd.shared(kd.f32, C * stride(C))  # A, then (I + A)⁻¹ (invert_in_place)
     full = kd.arrival_barriers(1)
-    if me == 0:
+    if me == 0:  # k and v on their way while the decays are made (one unit sets up and arms the barrier)
         kd.barrier_init(full, 0, 1)
-    chunk_decays(G, Bt, BE, EG, EL, gc, g, beta, row_t, kd.i64(row_p), t0, T, C)  # its barriers order the init
-    if me == 0:
         kd.barrier_expect(full, 0, (C * K + C * V) * 2)
         kd.bulk_copy(Ks, 0, k, row_p, 0, C, K, full, 0, swizzle=SW)
         kd.bulk_copy(Vs, 0, v, row_p, 0, C, V, full, 0, swizzle=SWV)
+    chunk_decays(G, Bt, BE, EG, EL, gc, g, beta, row_t, kd.i64(row_p), t0, T, C)  # its barriers order the init
     kd.barrier_wait(full, 0, 0)
     s = kd.group_fragment_acc(C, C)
     kt = kd.shared_tile(Ks, 0, C, K, swizzle=SW)
