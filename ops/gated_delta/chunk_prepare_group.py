@@ -135,7 +135,7 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
         kd.barrier_expect(full, 0, (C * K + C * V) * 2)
         kd.bulk_copy(Ks, 0, k, row_p, 0, C, K, full, 0, swizzle=SW)
         kd.bulk_copy(Vs, 0, v, row_p, 0, C, V, full, 0, swizzle=SWV)
-    chunk_decays(G, Bt, BE, EG, EL, gc, g, beta, row_t, kd.i64(row_p), t0, T, C)  # its barriers order the init
+    chunk_decays(G, Bt, BE, EG, EL, M, gc, g, beta, row_t, kd.i64(row_p), t0, T, C)  # orders the init; M after
     kd.barrier_wait(full, 0, 0)
     s = kd.group_fragment_acc(C, C)
     kt = kd.shared_tile(Ks, 0, C, K, swizzle=SW)

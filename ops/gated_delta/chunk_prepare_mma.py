@@ -31,29 +31,33 @@ def tile_product(acc, fa, fb, a, a_at, a_stride, b, b_at, b_stride, b_step, step
 
 
 @kd.func
-def chunk_decays(G, Bt, BE, EG, EL, gc, g, beta, row_t, row_p, t0, T, C):
+def chunk_decays(G, Bt, BE, EG, EL, Gs, gc, g, beta, row_t, row_p, t0, T, C):
     """The chunk's decays, once (shared; zeros past T): β, the cumulative decay G (also to gc),
-    β·e^G, e^G and e^(G_L − G). g is read once, by one unit a position, into EG, and summed
-    there; ends with a cube barrier."""
+    β·e^G, e^G and e^(G_L − G). g is read once, by one unit a position, into the scratch Gs
+    (C F32 words of shared memory that the caller writes only after this), then each unit
+    sums its prefix and the whole chunk's (unrolled: C loads that wait on nothing, in the
+    order of a loop, so G_L is the same number in every unit), which saves the barrier
+    between G and the decays made from it. Ends with a cube barrier."""
     me = kd.unit_pos()
     NU = kd.cube_units()
     for i in range(me, C, NU):
         live = t0 + i < T
         at = row_t + kd.min(t0 + i, T - 1)
-        EG[i] = kd.select(live, g[at], kd.f32(0))
+        Gs[i] = kd.select(live, g[at], kd.f32(0))
         Bt[i] = kd.select(live, kd.f32(beta[at]), kd.f32(0))
     kd.sync_cube()
     for i in range(me, C, NU):
         total = kd.f32(0)
-        for j in range(i + 1):
-            total += EG[j]
+        last = kd.f32(0)
+        for j in kd.unroll(C):
+            x = Gs[j]
+            total += kd.select(j <= i, x, kd.f32(0))
+            last += x
         G[i] = total
         gc[row_p + i] = total
-    kd.sync_cube()
-    for i in range(me, C, NU):
-        EG[i] = kd.exp(G[i])
+        EG[i] = kd.exp(total)
         BE[i] = Bt[i] * EG[i]
-        EL[i] = kd.exp(G[C - 1] - G[i])
+        EL[i] = kd.exp(last - total)
     kd.sync_cube()
 
 
@@ -63,7 +67,7 @@ def invert_unit_lower(A, Tf, Xs, C):
     C a multiple of 16), by blocks of 16: each diagonal block by forward substitution (one
     column a unit, at most 15 steps deep), then block row by block row
     Tf_ij = −Tf_ii·Σ_(j ≤ m < i) A_im·Tf_mj, every element of a block row at once, the sums
-    in Xs (16×C F32; None: in A's rows of the block row before, which nothing reads any more).
+    in Xs (16×C F32).
     The unit-per-column substitution over the whole chunk was a chain C deep. Ends with a
     cube barrier."""
     me = kd.unit_pos()
@@ -84,20 +88,14 @@ def invert_unit_lower(A, Tf, Xs, C):
             x = kd.f32(0)
             for m in range(c, r0):
                 x += A[(r0 + r) * C + m] * Tf[m * C + c]
-            if Xs is None:
-                A[(r0 - 16) * C + r * C + c] = x
-            else:
-                Xs[r * C + c] = x
+            Xs[r * C + c] = x
         kd.sync_cube()
         for e in range(me, 16 * r0, NU):
             r = e // r0
             c = e % r0
             x = kd.f32(0)
             for m in range(r + 1):
-                if Xs is None:
-                    x -= Tf[(r0 + r) * C + r0 + m] * A[(r0 - 16) * C + m * C + c]
-                else:
-                    x -= Tf[(r0 + r) * C + r0 + m] * Xs[m * C + c]
+                x -= Tf[(r0 + r) * C + r0 + m] * Xs[m * C + c]
             Tf[(r0 + r) * C + c] = x
         kd.sync_cube()
 
@@ -146,7 +144,7 @@ def chunk_prepare_mma(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, beta: kd.Tensor,
     fb = kd.fragment_b(DT, 16, 16, 16)
     acc = kd.fragment_acc(16, 16, 16)
     n_el = kd.fragment_len(acc)
-    chunk_decays(G, Bt, BE, EG, EL, gc, g, beta, row_t, row_p, t0, T, C)
+    chunk_decays(G, Bt, BE, EG, EL, Tf, gc, g, beta, row_t, row_p, t0, T, C)  # Tf: written after
     for j in kd.unroll(CT * CT // PLANES):  # k·kᵀ -> A, q·kᵀ -> p
         it, jt = tile_of(pl + PLANES * j, CT)
         tile_product(acc, fa, fbt, k, (row_p + it * 16) * K, K, k, (row_p + jt * 16) * K, K, 16, K // 16)
