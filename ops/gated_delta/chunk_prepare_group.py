@@ -5,8 +5,8 @@ batch·head), all chunks at once. The chunk's k and v come by bulk copies into s
 whole chunks), and with G the chunk's cumulative decay (G_L its last):
 
     A = strictly lower part of β_i·e^(G_i − G_j)·(k·kᵀ)     (one 64×64 group product, F32)
-    Tm = (I + A)⁻¹                                         (invert_in_place: blocks of 16,
-                                                            in A's own shared storage)
+    Tm = (I + A)⁻¹                                         (blocks of 16: invert_diagonal_blocks,
+                                                            invert_block_rows; in A's storage)
     wn = −(Tm·diag(β·e^G))·k,  u = (Tm·diag(β))·v          (two group products whose left
                                                             operand is in registers)
     kd = e^(G_L − G)·k
@@ -37,21 +37,14 @@ def stride(C: int) -> int:
 
 
 @kd.func
-def invert_in_place(M, C):
-    """(I + A)⁻¹ in A's own storage: M (F32, C rows of stride(C), shared) holds A strictly
-    lower (zeros above) on entry; on exit the inverse Tm (unit lower) is there as Tm_ic at
-    M[i, c] for blocks below the diagonal and as Tm_ic at M[c, i] (transposed, in the upper
-    half of the block) inside each 16×16 diagonal block. Each diagonal block by forward
-    substitution, one column a unit with the column in registers (the loops unrolled: the
-    loads of A do not wait on the chain, which is 120 fused multiply-adds), then block row by
-    block row: X = A_(row, <r0)·Tm in the unused blocks above the diagonal of rows 0..15
-    (columns 16..C), then Tm_(row, <r0) = −Tm_ii·X over A's consumed entries, every element
-    of a block row at once with its sums unrolled 16 terms at a time. One matrix instead of
-    A and Tf: 16 KB of shared memory less. Ends with a cube barrier."""
+def invert_diagonal_blocks(M, C):
+    """The first half of the in-place inversion (invert_block_rows has the layout): each
+    16×16 diagonal block of (I + A)⁻¹ by forward substitution, one column a unit, units
+    0..C−1, with the column in registers (the loops unrolled: the loads of A do not wait on
+    the chain, which is 120 fused multiply-adds, and no value goes through shared memory
+    between rows), written transposed into the block's upper half. No barrier."""
     S = stride(C)
-    me = kd.unit_pos()
-    NU = kd.cube_units()
-    for c in range(me, C, NU):
+    for c in range(kd.unit_pos(), C, kd.cube_units()):
         b0 = c // 16 * 16
         lc = c - b0
         t = ()
@@ -62,7 +55,21 @@ def invert_in_place(M, C):
             t = t + (x,)
             if i > lc:
                 M[c * S + b0 + i] = x
-    kd.sync_cube()
+
+
+@kd.func
+def invert_block_rows(M, C):
+    """(I + A)⁻¹ in A's own storage, after invert_diagonal_blocks and a cube barrier: M (F32,
+    C rows of stride(C), shared) held A strictly lower (zeros above); on exit the inverse Tm
+    (unit lower) is there as Tm_ic at M[i, c] for blocks below the diagonal and as Tm_ic at
+    M[c, i] (transposed, in the upper half of the block) inside each 16×16 diagonal block.
+    Block row by block row: X = A_(row, <r0)·Tm in the unused blocks above the diagonal of
+    rows 0..15 (columns 16..C), then Tm_(row, <r0) = −Tm_ii·X over A's consumed entries,
+    every element of a block row at once with its sums unrolled 16 terms at a time. One
+    matrix instead of A and Tf: 16 KB of shared memory less. Ends with a cube barrier."""
+    S = stride(C)
+    me = kd.unit_pos()
+    NU = kd.cube_units()
     for bi in kd.unroll(1, C // 16):
         r0 = bi * 16
         for e in range(me, 16 * r0, NU):
@@ -91,9 +98,19 @@ def invert_in_place(M, C):
 
 
 @kd.func
+def store_kd(kdk, Ks, EL, row_p, first, step, C, K, SW):
+    """kd = e^(G_L − G)·k from the staged k, rows row_p.., elements first, first + step, ..
+    (element by element: coalesced rows of two-byte stores)."""
+    for e in range(first, C * K, step):
+        i = e // K
+        col = e % K
+        kdk[row_p + i, col] = EL[i] * kd.f32(Ks[kd.tile_offset(i, col, C, swizzle=SW)])
+
+
+@kd.func
 def scaled_inverse(pa, ts, M, scale, C):
     """pa (the group's A operand in registers, rounded) = Tm·diag(scale), Tm as
-    invert_in_place leaves it in M; ts is a C×C group accumulator used for the F32 values."""
+    invert_block_rows leaves it in M; ts is a C×C group accumulator used for the F32 values."""
     S = stride(C)
     for e in kd.unroll(kd.fragment_len(ts)):
         i = kd.fragment_row(ts, e)
@@ -128,7 +145,7 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
     BE = kd.shared(kd.f32, C)
     EG = kd.shared(kd.f32, C)
     EL = kd.shared(kd.f32, C)
-    M = kd.shared(kd.f32, C * stride(C))  # A, then (I + A)⁻¹ (invert_in_place)
+    M = kd.shared(kd.f32, C * stride(C))  # A, then (I + A)⁻¹ (invert_block_rows)
     full = kd.arrival_barriers(1)
     if me == 0:  # k and v on their way while the decays are made (one unit sets up and arms the barrier)
         kd.barrier_init(full, 0, 1)
@@ -140,10 +157,6 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
     s = kd.group_fragment_acc(C, C)
     kt = kd.shared_tile(Ks, 0, C, K, swizzle=SW)
     kd.group_mma(s, kt, kd.shared_tile(Ks, 0, K, C, transposed=True, swizzle=SW), accumulate=False)
-    for e in range(me, C * K, NU):
-        i = e // K
-        col = e % K
-        kdk[row_p + i, col] = EL[i] * kd.f32(Ks[kd.tile_offset(i, col, C, swizzle=SW)])
     kd.group_wait(0)
     S = stride(C)
     for e in kd.unroll(kd.fragment_len(s)):
@@ -151,7 +164,16 @@ def chunk_prepare_group(k: kd.Tensor[None, 2], v: kd.Tensor[None, 2], beta: kd.T
         c = kd.fragment_col(s, e)
         M[i * S + c] = kd.select(c < i, Bt[i] * kd.exp(G[i] - G[kd.min(c, i)]) * kd.fragment_get(s, e), 0.0)
     kd.sync_cube()
-    invert_in_place(M, C)
+    if NU >= 2 * C:  # the units past the diagonal blocks' columns store kd meanwhile
+        if me < C:
+            invert_diagonal_blocks(M, C)
+        else:
+            store_kd(kdk, Ks, EL, row_p, me - C, NU - C, C, K, SW)
+    else:
+        store_kd(kdk, Ks, EL, row_p, me, NU, C, K, SW)
+        invert_diagonal_blocks(M, C)
+    kd.sync_cube()
+    invert_block_rows(M, C)
     pa = kd.group_fragment_a(k.dtype, C, C)
     scaled_inverse(pa, s, M, BE, C)
     w = kd.group_fragment_acc(C, K)
