@@ -5,6 +5,7 @@ and the recurrent kernel (decode).
     python -m benchmarks.gated_delta --quick               # small shapes: a smoke run
     python -m benchmarks.gated_delta --runtimes cuda       # the H200 targets
     python -m benchmarks.gated_delta --runtimes cuda --kernels   # recurrent kernels and their tilings
+    python -m benchmarks.gated_delta --runtimes cuda --chunked-kernels   # each kernel of the chunked paths
 
 CPU runtimes: chunked (chunk 64) next to our recurrent kernel and to numpy (float32): the
 same chunked WY/UT algorithm on BLAS matmuls, and the plain recurrence, at T 4096. Best wall
@@ -229,6 +230,95 @@ def bench_recurrent_kernels(rt, reps):
     print(table(rows, ["shape", "[B,H,T,K,V]", "kernel", "ms", "state TB/s", "max |diff| vs row groups"]))
 
 
+def bench_chunked_kernels(rt, quick, reps):
+    """Each kernel of the chunked rule apart (B 4, T 8192, H 16, K = V = 128, bf16, chunk 64;
+    --quick: B 1, H 4, T 1024), for both paths where the device has them: the group products
+    (chunk_prepare_group, chunk_state_group, chunk_output_group) and the fragment kernels
+    (chunk_prepare_mma, chunk_sweep_mma). Every launch is bracketed by the runtime's events
+    (on CUDA: device time of that kernel); medians of `reps` rounds, each round running the
+    paths and (on CUDA with fla-core) fla's chunk_gated_delta_rule in turn, each output
+    against the first path's (max |diff|)."""
+    import statistics
+    from rudnn import gated_delta as package
+    B, H, T, K, V = (1, 4, 1024, 128, 128) if quick else (4, 16, 8192, 128, 128)
+    a = inputs(np.random.default_rng(0), B, H, T, K, V)
+    scale = K ** -0.5
+    torch = fla = None
+    if rt.name.startswith("cuda"):
+        try:
+            import torch
+        except ImportError:
+            torch = None
+    if torch is not None and torch.cuda.is_available():
+        dev = [torch.from_numpy(x).cuda() for x in a]
+        dev = [x.bfloat16() if i < 4 else x for i, x in enumerate(dev)]
+        torch.cuda.synchronize()
+        inp = GatedDeltaInput(*(kd.from_dlpack(x) for x in dev), scale)
+        fla = _fla()
+        bthk = [x.transpose(1, 2).contiguous() for x in dev[:5]]
+    else:
+        inp = GatedDeltaInput(*(rt.tensor(x.astype(kd.bf16.np)) for x in a[:4]), rt.tensor(a[4]), rt.tensor(a[5]),
+                              scale)
+    real_group, real_launch = package.group_sweep, kd.Kernel.launch
+    paths = {"group": lambda caps, dt, K, V, C: real_group(caps, dt, K, V, C),
+             "fragment": lambda caps, dt, K, V, C: False}
+    times = {name: {} for name in paths}
+    times["fla"] = {}
+    outs = {}
+    timed = hasattr(rt, "elapsed_ms")
+    current = {}
+
+    def launch(self, *args, **kwargs):
+        if not timed:
+            return real_launch(self, *args, **kwargs)
+        start = rt.record_event()
+        res = real_launch(self, *args, **kwargs)
+        current.setdefault(self.__name__, []).append((start, rt.record_event()))
+        return res
+
+    try:
+        kd.Kernel.launch = launch
+        for rep in range(reps + 1):  # the first round warms up
+            for name, choice in paths.items():
+                package.group_sweep = choice
+                kd.replay.clear()
+                current.clear()
+                res = chunk_gated_delta_rule(inp, CHUNK)
+                rt.synchronize()
+                outs.setdefault(name, res.output.numpy().astype(np.float32))
+                if rep and timed:
+                    for kern, events in current.items():
+                        times[name].setdefault(kern, []).append(sum(rt.elapsed_ms(s, e) for s, e in events) / 1e3)
+            if fla is not None:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                o = fla[0](*bthk[:3], g=bthk[4], beta=bthk[3], scale=scale, initial_state=dev[5],
+                           output_final_state=True)[0]
+                end.record()
+                torch.cuda.synchronize()
+                outs.setdefault("fla", o.transpose(1, 2).float().cpu().numpy())
+                if rep:
+                    times["fla"].setdefault("chunk_gated_delta_rule (whole call)", []).append(
+                        start.elapsed_time(end) / 1e3)
+    finally:
+        package.group_sweep, kd.Kernel.launch = real_group, real_launch
+        kd.replay.clear()
+    first = next(iter(outs.values()))
+    rows = []
+    for name in times:
+        if name not in outs:
+            continue
+        total = 0.0
+        for kern, ts in times[name].items():
+            total += statistics.median(ts)
+            rows.append((name, kern, f"{statistics.median(ts) * 1e3:.3f}", f"{min(ts) * 1e3:.3f}-{max(ts) * 1e3:.3f}"))
+        check = f"max |diff| {np.abs(outs[name] - first).max():.1e}"
+        rows.append((name, "(sum of medians)", f"{total * 1e3:.3f}", check))
+    print(f"\n{rt.name} chunked kernels [{B},{H},{T},{K},{V}] bf16 chunk {CHUNK}: {rt.capabilities.device_name}; "
+          f"medians of {reps}" + ("" if timed else " (no events on this runtime: no times)"))
+    print(table(rows, ["path", "kernel", "median ms", "range ms / check"]))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small shapes: a quick check that everything runs")
@@ -236,6 +326,8 @@ def main(argv=None):
     ap.add_argument("--runtimes", default=None, help="comma-separated subset of the available runtimes")
     ap.add_argument("--kernels", action="store_true",
                     help="only the recurrent kernels and their tilings on the GPU shapes (a tuning table)")
+    ap.add_argument("--chunked-kernels", action="store_true",
+                    help="only the chunked rule, each kernel timed apart, group and fragment paths")
     args = ap.parse_args(argv)
     avail = kd.available_runtimes()
     t0 = time.perf_counter()
@@ -243,6 +335,8 @@ def main(argv=None):
         bench = bench_cuda if name.startswith("cuda") else bench_cpu
         if args.kernels:
             bench = lambda rt, quick, reps: bench_recurrent_kernels(rt, reps)  # noqa: E731
+        if args.chunked_kernels:
+            bench = bench_chunked_kernels
         if name.split(":")[0] in avail:
             bench(kd.runtime(name), args.quick, args.reps)
         else:

@@ -475,3 +475,28 @@ def test_mla_roles_compiles_with_budgets_and_tensor_copies():
             assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
         else:
             assert "setmaxnreg" not in ptx and "mbarrier" not in ptx and "mma.sync" in ptx
+
+
+def test_gated_delta_group_kernels_are_wgmma_fed_by_bulk_copies():
+    """The chunked gated delta rule's group path (rudnn.gated_delta: chunk_prepare_group,
+    chunk_state_group, chunk_output_group) in the H200 shape (K = V = 128, chunk 64, the
+    128-byte layout): wgmma products fed by tensor bulk copies, results out by tensor bulk
+    stores, for sm_90; the same kernels compile for sm_80 (mma.sync, emulated copies)."""
+    from rudnn.gated_delta.chunk_output_group import chunk_output_group
+    from rudnn.gated_delta.chunk_prepare_group import chunk_prepare_group
+    from rudnn.gated_delta.chunk_state_group import chunk_state_group
+    K = V = 128
+    C, T, rows = 64, 128, 2
+    m = lambda *s, dt="bf16": CPU.zeros(s, dt)  # noqa: E731
+    kk, vv, wn = m(rows * T, K), m(rows * T, V), m(rows * T, K)
+    beta, g, gc, s = m(1, 2, T), m(1, 2, T, dt="f32"), m(rows, T, dt="f32"), m(1, 2, K, V, dt="f32")
+    hT, dT = m(rows * 2 * V, K), m(rows * 2 * V, C)
+    jobs = [(chunk_prepare_group, (kk, vv, beta, g, gc, wn, vv, wn, T, K, V, C, 128, 128)),
+            (chunk_state_group, (wn, wn, vv, gc, s, hT, dT, s, T, K, V, C, 128)),
+            (chunk_output_group, (kk, kk, gc, hT, dT, m(rows * T, V), T, 0.5, K, V, C, 128, 128))]
+    for kernel, args in jobs:
+        ptx = ptx_of(kernel, 128, args)
+        assert len(instructions(ptx, r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.bf16\.bf16")) >= 1
+        assert "cp.async.bulk.tensor" in ptx, kernel.__name__
+        assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx), kernel.__name__  # a bulk store
+        assert "mma.sync" in ptx_of(kernel, 128, args, sm=80), kernel.__name__

@@ -143,6 +143,90 @@ def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_lo
     assert "chunk_sweep" not in launches and ("pad_tokens" in launches) == (T % chunk != 0)
 
 
+@pytest.mark.feature("gated_delta: group sweep")
+@pytest.mark.parametrize("dtype,T,K,V,g_low", [("bf16", 150, 32, 64, -1.0), ("f16", 64, 64, 128, -60.0)])
+def test_group_sweep(runtime, rng, monkeypatch, launches, dtype, T, K, V, g_low):
+    """The group-product kernels (chunk_prepare_group.py, chunk_state_group.py,
+    chunk_output_group.py), which the entry point takes only where wgmma is on hardware, forced
+    here so every runtime checks them on the exact emulation (bulk copies, arrival barriers and
+    group products emulated): chunks of 64; T = 150 pads its third chunk and refills the ring
+    (32-byte layout, one tile of columns); T = 64 with K = 64 and two column tiles takes the
+    128-byte layout, with decays that forget the state every step."""
+    from rudnn import gated_delta as package
+    monkeypatch.setattr(package, "group_sweep", lambda caps, dt, K, V, C: True)
+    a = arrays(rng, B=1, H=2, T=T, K=K, V=V, dtype=dtype, g_low=g_low, g_high=g_low / 2 if g_low < -1 else 0.0)
+    check(run(runtime, a, 64), a, dtype=dtype)
+    assert {"chunk_prepare_group", "chunk_state_group", "chunk_output_group"} <= set(launches)
+    assert not {"chunk_prepare_mma", "chunk_sweep_mma"} & set(launches) and ("pad_tokens" in launches) == (T % 64 != 0)
+
+
+@pytest.mark.feature("gated_delta: group sweep")
+def test_group_sweep_unaligned_inputs(runtime, rng, monkeypatch, launches):
+    """A query starting one element past a 16-byte boundary (T a whole chunk): the bulk copies
+    could not read it, so the group path copies it (pad_tokens) and gives the same result."""
+    from rudnn import gated_delta as package
+    monkeypatch.setattr(package, "group_sweep", lambda caps, dt, K, V, C: True)
+    a = arrays(rng, B=1, H=1, T=64, K=16, V=64, dtype="bf16")
+    flat = runtime.tensor(np.concatenate([np.zeros(1, a[0].dtype), a[0].reshape(-1)]))
+    q = flat[1:].reshape(a[0].shape)
+    res = chunk_gated_delta_rule(GatedDeltaInput(q, *(runtime.tensor(x) for x in a[1:5]), runtime.tensor(a[5]),
+                                                 SCALE), 64)
+    check((res.output.numpy(), res.final_state.numpy()), a, dtype="bf16")
+    assert launches.count("pad_tokens") == 1 and "chunk_state_group" in launches
+
+
+@pytest.mark.feature("gated_delta: group sweep")
+def test_group_prepare_every_block_of_the_inverse(runtime, rng):
+    """chunk_prepare_group's wn, u, kd and gc against float64 numpy with weak decays and
+    correlated keys, so the blocks of (I + A)⁻¹ far below the diagonal are large (the entry
+    point's tests decay them to nothing); T = 100 pads its second chunk."""
+    from rudnn.gated_delta.chunk_prepare_group import chunk_prepare_group
+    from rudnn.gated_delta.tuning import group_swizzle
+    T, K, V, C = 100, 32, 64, 64
+    Tp = 128
+    bf = kd.as_dtype("bf16").np
+    k = rng.standard_normal((Tp, K))
+    k = k / np.linalg.norm(k, axis=-1, keepdims=True) + 0.3
+    k[T:] = 0
+    v = rng.standard_normal((Tp, V))
+    v[T:] = 0
+    k, v = k.astype(bf), v.astype(bf)
+    beta = rng.uniform(0.3, 1.0, (1, T)).astype(bf)
+    g = rng.uniform(-0.03, 0.0, (1, T)).astype(np.float32)
+    gc = runtime.empty((1, Tp), kd.f32)
+    wn, kdk, u = runtime.empty((Tp, K), kd.bf16), runtime.empty((Tp, K), kd.bf16), runtime.empty((Tp, V), kd.bf16)
+    chunk_prepare_group[2, 4 * runtime.plane_dim](runtime.tensor(k), runtime.tensor(v), runtime.tensor(beta),
+                                                  runtime.tensor(g), gc, wn, u, kdk, T, K, V, C,
+                                                  group_swizzle(K, C), group_swizzle(V, C))
+    got = [x.numpy().astype(np.float64) for x in (wn, u, kdk)] + [gc.numpy()[0].astype(np.float64)]
+    kk, vv = k.astype(np.float64), v.astype(np.float64)
+    b, gg = np.zeros(Tp), np.zeros(Tp)
+    b[:T], gg[:T] = beta[0], g[0]
+    for n in range(2):
+        s = slice(n * C, n * C + C)
+        G = np.cumsum(gg[s])
+        A = np.tril(b[s, None] * np.exp(G[:, None] - G[None, :]) * (kk[s] @ kk[s].T), -1)
+        tm = np.linalg.inv(np.eye(C) + A)
+        assert n == 1 or np.abs(tm[48:, :16]).max() > 1.0  # the far block matters (chunk 0: whole)
+        want = [-(tm * (b[s] * np.exp(G))) @ kk[s], (tm * b[s]) @ vv[s], np.exp(G[-1] - G)[:, None] * kk[s], G]
+        for x, w in zip(got, want):
+            np.testing.assert_allclose(x[s], w, atol=2e-2 * np.abs(w).max())
+
+
+def test_group_sweep_only_where_native(runtime):
+    """Auto's choice reads capabilities only: wgmma on hardware, chunks of 64, whole tiles; an
+    sm_90 record takes it, an sm_80 one (mma.sync only) does not."""
+    from kerneldsl.backends.cuda.capabilities import for_arch
+    from rudnn.gated_delta.tuning import group_sweep
+    caps = runtime.capabilities
+    assert group_sweep(caps, kd.bf16, 128, 128, 64) is (caps.group_mma_native and "mma" in caps.matrix_kinds)
+    h200 = for_arch("sm_90")
+    assert group_sweep(h200, kd.bf16, 128, 128, 64) and group_sweep(h200, kd.f16, 256, 64, 64)
+    assert not group_sweep(h200, kd.f32, 128, 128, 64) and not group_sweep(h200, kd.bf16, 128, 128, 32)
+    assert not group_sweep(h200, kd.bf16, 120, 128, 64) and not group_sweep(h200, kd.bf16, 128, 96, 64)
+    assert not group_sweep(for_arch("sm_80"), kd.bf16, 128, 128, 64)
+
+
 def test_matrix_sweep_only_where_native(runtime):
     """Auto's choice reads capabilities only: the primitive on hardware, whole tiles."""
     from rudnn.gated_delta.tuning import matrix_sweep

@@ -9,27 +9,37 @@ the scaled query. `gated_delta_rule` runs the recurrence (state in registers, on
 pass over T, fast for decode: recurrent_planes.py, K rows across a plane's lanes, on
 GPUs; recurrent.py, row groups and a shared-memory sum, elsewhere); `chunk_gated_delta_rule` gives the same
 result chunk-parallel: chunk_prepare.py solves every chunk's triangular system (WY/UT
-form) at once, chunk_sweep.py carries the state across chunks in order. Where the matrix
-primitive is on hardware for F16/BF16 inputs (and K, C, V fill whole tiles:
-tuning.matrix_sweep), chunk_prepare_mma.py and chunk_sweep_mma.py do the same with every
-product on fragments (F16/BF16 operands, F32 accumulation and state). Outputs are in
+form) at once, chunk_sweep.py carries the state across chunks in order. Where group
+products are on hardware (wgmma, the H200) for F16/BF16 inputs with chunks of 64
+(tuning.group_sweep), chunk_prepare_group.py makes every chunk's operands, chunk_state_group.py
+walks the chunks computing only the deltas and the state (storing each chunk's entering
+state), and chunk_output_group.py computes every chunk's output at once, off the sequential
+path; all three multiply on group products from shared memory filled by bulk copies. Where
+only the matrix primitive is on hardware (and K, C, V fill whole tiles: tuning.matrix_sweep),
+chunk_prepare_mma.py and chunk_sweep_mma.py do the products on 16×16 fragments. Operands
+are rounded to the inputs' dtype there, accumulation and state stay F32. Outputs are in
 the query's dtype, states F32; initial_state is never written.
 """
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.errors import LaunchError
+from kerneldsl.launch_checks import check_bulk_source
 from kerneldsl.replay import replayable
 
 from .chunk_prepare import chunk_prepare
 from .chunk_sweep import chunk_sweep
 from .chunk_sweep_mma import PLANES, chunk_sweep_mma
 from .chunk_prepare_mma import chunk_prepare_mma, pad_tokens
+from .chunk_output_group import chunk_output_group
+from .chunk_prepare_group import chunk_prepare_group
+from .chunk_state_group import BV as GROUP_COLUMNS, chunk_state_group
 from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
 from ..validation import aligned
 from .recurrent import gated_delta_recurrent
 from .recurrent_planes import gated_delta_recurrent_planes
-from .tuning import (matrix_columns, matrix_sweep, plane_tiling, prefer_planes, prepare_units, recurrent_tiling,
-                     sweep_shared_bytes, sweep_tiling)
+from .tuning import (group_sweep, group_swizzle, matrix_columns, matrix_sweep, plane_tiling, prefer_planes,
+                     prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling)
 
 PAD_UNITS = 256  # units per cube of the padding copy
 
@@ -75,6 +85,9 @@ def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDelt
     rt, rows = p.runtime, p.B * p.H
     chunks = -(-p.T // C)
     Tp = chunks * C
+    if group_sweep(caps, p.q.dtype, p.K, p.V, C):
+        _chunked_group(p, C, out, final)
+        return GatedDeltaOutput(out, final)
     if matrix_sweep(caps, p.q.dtype, p.K, p.V, C):
         _chunked_matrix(p, C, out, final)
         return GatedDeltaOutput(out, final)
@@ -109,8 +122,46 @@ def _chunked_matrix(p: Problem, C: int, out, final) -> None:
     chunk_sweep_mma[p.V // bv * rows, units](wn, u, qg, kdk, a, gc, p.s0, out, final, p.T, p.K, p.V, C, bv, dt)
 
 
+def _chunked_group(p: Problem, C: int, out, final) -> None:
+    """The chunked rule on group products: the operands of every chunk at once
+    (chunk_prepare_group), the sweep of deltas and states (chunk_state_group,
+    storing each chunk's entering state and deltas, transposed), then every chunk's output
+    at once (chunk_output_group, from q and k). Operands are 2-D [B·H·Tp, ·] views for the
+    bulk copies."""
+    rt, rows, dt = p.runtime, p.B * p.H, p.q.dtype
+    chunks = -(-p.T // C)
+    Tp = chunks * C
+    # padded copies where T needs them, or where an input's memory breaks the bulk-copy rules
+    q, k, v = (x if Tp == p.T and _bulk_readable(x, rows * Tp) else _padded(rt, x, p.T, Tp)
+               for x in (p.q, p.k, p.v))
+    gc = rt.empty((rows, Tp), kd.f32)
+    u = rt.empty((rows * Tp, p.V), dt)
+    wn, kdk = (rt.empty((rows * Tp, p.K), dt) for _ in range(2))
+    units = PLANES * rt.plane_dim
+    q2, k2 = (x.reshape((rows * Tp, p.K)) for x in (q, k))
+    sw = group_swizzle(p.K, C)
+    chunk_prepare_group[chunks * rows, units](k2, v.reshape((rows * Tp, p.V)), p.beta, p.g, gc, wn, u, kdk, p.T,
+                                               p.K, p.V, C, sw, group_swizzle(p.V, C))
+    hT = rt.empty((rows * chunks * p.V, p.K), dt)
+    dT = rt.empty((rows * chunks * p.V, C), dt)
+    tiles = p.V // GROUP_COLUMNS
+    chunk_state_group[tiles * rows, units](wn, kdk, u, gc, p.s0, hT, dT, final, p.T, p.K, p.V, C, sw)
+    chunk_output_group[rows * chunks, units](q2, k2, gc, hT, dT, out.reshape((rows * p.T, p.V)), p.T, p.scale,
+                                             p.K, p.V, C, sw, group_swizzle(p.V, C))
+
+
+def _bulk_readable(x, rows: int) -> bool:
+    """Whether the contiguous x, viewed as [rows, D], may be a kd.bulk_copy source (16-byte
+    aligned: the launch's own check, kerneldsl.launch_checks)."""
+    try:
+        check_bulk_source(x.reshape((rows, x.shape[-1])), "chunk_gated_delta_rule", "input")
+    except LaunchError:
+        return False
+    return True
+
+
 def _padded(rt, x, T: int, Tp: int):
-    """x [B, H, T, D] (contiguous) as [B, H, Tp, D], zeros past T."""
+    """x [B, H, T, D] (contiguous) as [B, H, Tp, D] in new memory, zeros past T."""
     B, H, _, D = x.shape
     dst = rt.empty((B, H, Tp, D), x.dtype)
     n = dst.size

@@ -134,13 +134,19 @@ def prepare_units(caps) -> int:
     return min(PREPARE_UNITS, caps.max_cube_units)
 
 
+def prepare_shared_bytes(C: int) -> int:
+    """Shared memory of chunk_prepare_mma.py: 5 F32 decay vectors, A and (I + A)⁻¹ (F32 C×C),
+    a block row of sums (F32 16×C) and the two 16-bit C×C products' left operands."""
+    return 4 * (5 * C + 2 * C * C + 16 * C) + 2 * 2 * C * C
+
+
 def matrix_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
     """Whether the chunked rule runs on the matrix primitive (chunk_prepare_mma.py and
     chunk_sweep_mma.py): hardware fragments for the inputs' dtype, K and C in whole 32-row
     tile pairs (so 4 planes share the tiles evenly), V in whole 32-column tiles, and both
     kernels' shared arrays within the device's shared memory."""
     from .chunk_sweep_mma import COLUMNS
-    prepare_bytes = 4 * (2 * C + 2 * C * C) + 2 * 2 * C * C
+    prepare_bytes = prepare_shared_bytes(C)
     return ("mma" in caps.matrix_kinds and dtype in caps.mma_dtypes and K % 32 == 0 and C % 32 == 0
             and V % min(COLUMNS) == 0 and max(prepare_bytes, 2 * (K + C) * min(COLUMNS)) <= caps.max_shared_bytes)
 
@@ -152,3 +158,36 @@ def matrix_columns(caps, heads: int, K: int, V: int, C: int) -> int:
     wide = (V % 64 == 0 and 2 * (K + C) * 64 <= caps.max_shared_bytes
             and heads * (V // 64) >= 2 * caps.compute_units)
     return 64 if wide else 32
+
+
+GROUP_CHUNK = 64   # the chunk of the group-product kernels: one 64-row group accumulator
+GROUP_MAX_K = 256  # the widest group accumulator (the transposed state is BV × K)
+
+
+def group_swizzle(K: int, C: int) -> int:
+    """The shared layout of the group kernels: 128-byte rows where K and C are whole bands of
+    64 (one bulk-copy box a tile), else the 32-byte layout."""
+    return 128 if K % 64 == 0 and C % 64 == 0 else 32
+
+
+def group_shared_bytes(K: int, V: int, C: int) -> int:
+    """The largest of the group kernels' shared arrays: the prepare's k, v, a C×C 16-bit
+    operand and its F32 decays, A and (I + A)⁻¹; the sweep's two stages of
+    wn, kd (C×K), u (C×64), Sᵀ and Δᵀ; the output's q, k, hᵀ and Δᵀ tiles (all V columns)."""
+    from .chunk_state_group import BV, STAGES
+    prepare = 2 * (C * K + C * V + C * C) + 4 * (5 * C + 2 * C * C)
+    sweep = 2 * STAGES * (2 * C * K + C * BV + BV * K + BV * C)
+    output = 2 * (2 * C * K + V * K + V * C) + 4 * C
+    return max(prepare, sweep, output)
+
+
+def group_sweep(caps, dtype, K: int, V: int, C: int) -> bool:
+    """Whether the chunked rule runs on group products (chunk_prepare_group.py,
+    chunk_state_group.py, chunk_output_group.py): where they are on hardware (wgmma:
+    `group_mma_native`, the H200), for F16/BF16 inputs, chunks of GROUP_CHUNK, K in whole
+    16-column bands and V in whole 64-column tiles, both up to GROUP_MAX_K (one accumulator,
+    one bulk-copy box), and the kernels' shared arrays within the device's."""
+    from .chunk_state_group import BV
+    return (caps.group_mma_native and "mma" in caps.matrix_kinds and dtype in caps.mma_dtypes
+            and C == GROUP_CHUNK and K % 16 == 0 and K <= GROUP_MAX_K and V % BV == 0 and V <= GROUP_MAX_K
+            and group_shared_bytes(K, V, C) <= caps.max_shared_bytes)
