@@ -621,3 +621,23 @@ def test_backward_errors(runtime, no_launch):
 def test_error_class_is_exported():
     assert rudnn.ConvSetupError is ConvSetupError and issubclass(ConvSetupError, rudnn.RudnnError)
     assert issubclass(ConvSetupError, ValueError)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_copy_to_channels_last(runtime, rng, layout):
+    """implicit_gemm_dgrad.copy_to_channels_last (the copies the group-product data and weight
+    gradients make): the flat kernel for a contiguous NCHW input (its 2-D view has a size-1 depth
+    axis), the general one for pixels that are not one run; partial 32 x 32 tiles both ways."""
+    from rudnn.convolution.implicit_gemm_dgrad import channels_last_view, copy_to_channels_last
+    from kerneldsl.tensor import Tensor
+    from rudnn.convolution.problem import as_5d
+    x = host(rng.standard_normal((2, 37, 9, 11)), "bf16")
+    src = runtime.tensor(x, dtype="bf16")
+    if layout == "strided":
+        wide = runtime.tensor(np.concatenate([x, x], axis=3), dtype="bf16")
+        src = Tensor(runtime, wide.buffer, (2, 37, 9, 11), wide.dtype, wide.strides, wide.offset)  # half of each row
+    src5 = as_5d(src, 2, False)
+    buf = runtime.empty((2 * 9 * 11 * 37,), "bf16")
+    dst = channels_last_view(runtime, buf.buffer, (2, 37, 1, 9, 11), src5.dtype, buf.offset)
+    copy_to_channels_last(runtime, src5, dst, src5.dtype)
+    np.testing.assert_array_equal(buf.numpy().reshape(2, 9, 11, 37), np.moveaxis(x, 1, -1))

@@ -374,6 +374,9 @@ def test_convolution_data_backward_on_group_products_compiles():
     w_cl = implicit_gemm_dgrad.channels_last_view(CPU, CPU.empty((64 * 32 * 9,), "bf16").buffer, ws, p.dtype)
     ptx = ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, (p.dy, dy_cl, p.dtype))
     assert "bar.sync" in ptx or "barrier.sync" in ptx
+    from kerneldsl.tensor import Tensor
+    flat = (dy.reshape(2, 64, 196), Tensor(CPU, dy_cl.buffer, (2, 64, 196), p.dtype, (196 * 64, 1, 64)), p.dtype)
+    ptx_of(implicit_gemm_dgrad.to_channels_last_flat, implicit_gemm_dgrad.TILE_UNITS, flat)
     ptx_of(implicit_gemm_dgrad.flip_weights, implicit_gemm_dgrad.COPY_UNITS, (p.w, w_cl, 64 * 32 * 9, g.consts()))
     fp = implicit_gemm_dgrad.forward_problem(p, dy_cl, w_cl)
     assert fp.geo.pad == (0, 1, 1) and fp.geo.Cg == 32 and fp.geo.Kg == 32

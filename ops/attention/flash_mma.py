@@ -354,11 +354,13 @@ def check(p: Problem, tiling: BlackboxAcceleratedStrategy) -> None:
 
 # the roles kernel's default: two consumer groups of 64 query rows and a producer, 128-key
 # steps (FlashAttention-3's shape for head dim 128), and the head dims it is the default for.
-# Measured on the H200 (bf16 [4, 16, 4096, D], session 19, benchmarks/RESULTS.md): D 128
-# 0.89x / 0.88x cuDNN full / causal (the group kernel 0.68x / 0.69x); D 64 0.87x / 0.83x (the
-# group kernel 0.80x / 0.80x); one consumer group, (8, 1, 1) or (8, 1, 2), 0.49-0.63x
+# Measured on the H200 (bf16, events, session 19, benchmarks/RESULTS.md), x cuDNN, roles / group
+# kernel: D 128 [4, 16, 4096] 0.92 / 0.72 full, 0.85 / 0.72 causal; [16, 16, 1024] 0.65 / 0.60,
+# 0.60 / 0.61. D 64 [4, 32, 4096] 0.87 / 0.83, 0.81 / 0.82; [16, 32, 1024] 0.66 / 0.75, 0.57 / 0.71:
+# D 64 keeps the group kernel (several of its small cubes share an SM). One consumer group,
+# (8, 1, 1) or (8, 1, 2): 0.49-0.63x at S 4096
 ROLES_TILING = BlackboxAcceleratedStrategy(12, 1, 1)
-ROLES_DIMS = (64, 128)
+ROLES_DIMS = (128,)
 
 
 def default_tiling(p: Problem) -> BlackboxAcceleratedStrategy:

@@ -60,6 +60,52 @@ def to_channels_last(src: kd.Tensor, dst: kd.Tensor, DT: kd.Const[object]):
 
 
 @kd.kernel
+def to_channels_last_flat(src: kd.Tensor[None, 3], dst: kd.Tensor[None, 3], DT: kd.Const[object]):
+    """dst[b, c, p] = src[b, c, p] for [B, C, P] views whose pixels are one flat axis (src's of
+    stride 1, dst's channels contiguous): to_channels_last without splitting pixels into (z, y, x)
+    and without 5-D strides (two divisions and five products an element less)."""
+    kd.static_assert(kd.cube_units() == TILE_UNITS, "launch with 256 units per cube")
+    ROWS = TILE_UNITS // TILE
+    C = src.shape[1]
+    P = src.shape[2]
+    b = kd.cube_pos_z()
+    p0 = kd.cube_pos_x() * TILE
+    c0 = kd.cube_pos_y() * TILE
+    t = kd.unit_pos()
+    row = t // TILE
+    col = t % TILE
+    tile = kd.shared(DT, TILE * (TILE + 1))
+    p = p0 + col
+    if p < P:
+        for i in kd.unroll(TILE // ROWS):
+            c = c0 + row + i * ROWS
+            if c < C:
+                tile[(row + i * ROWS) * (TILE + 1) + col] = src[b, c, p]
+    kd.sync_cube()
+    c = c0 + col
+    if c < C:
+        for i in kd.unroll(TILE // ROWS):
+            q = p0 + row + i * ROWS
+            if q < P:
+                dst[b, c, q] = tile[col * (TILE + 1) + row + i * ROWS]
+
+
+def copy_to_channels_last(rt, src: Tensor, dst: Tensor, dtype) -> None:
+    """dst (a packed channels-last [N, C, D, H, W] view, channels_last_view) = src (any 5-D view):
+    the flat kernel where src's pixels are one run of stride 1 (a contiguous NCDHW tensor), else
+    the general one."""
+    N, C, D, H, W = src.shape
+    P = D * H * W
+    grid = (-(-P // TILE), -(-C // TILE), N)
+    if all(n == 1 or st == want for n, st, want in zip((D, H, W), src.strides[2:], (H * W, W, 1))):
+        s3 = Tensor(rt, src.buffer, (N, C, P), dtype, (src.strides[0], src.strides[1], 1), src.offset)
+        d3 = Tensor(rt, dst.buffer, (N, C, P), dtype, (P * C, 1, C), dst.offset)
+        to_channels_last_flat[grid, TILE_UNITS](s3, d3, dtype)
+    else:
+        to_channels_last[grid, TILE_UNITS](src, dst, dtype)
+
+
+@kd.kernel
 def flip_weights(w: kd.Tensor, wt: kd.Tensor, n: kd.i32, G: kd.Const[tuple]):
     """wt[g·Cg + c, k, t] = w[g·Kg + k, c, T − 1 − t] for the 5-D views w [K, Cg, *R] and
     wt [C, Kg, *R] (channels contiguous); a unit per element of wt, in its memory order."""
@@ -122,7 +168,7 @@ def run_data_backward(p: Problem, dx5: Tensor, dummy) -> None:
     w_buf = rt.empty((g.C * g.Kg * g.taps,), p.dtype)
     dy_cl = channels_last_view(rt, dy_buf.buffer, dys, p.dtype, dy_buf.offset)
     w_cl = channels_last_view(rt, w_buf.buffer, ws, p.dtype, w_buf.offset)
-    to_channels_last[(-(-g.pixels // TILE), -(-g.K // TILE), g.B), TILE_UNITS](p.dy, dy_cl, p.dtype)
+    copy_to_channels_last(rt, p.dy, dy_cl, p.dtype)
     n = g.C * g.Kg * g.taps
     flip_weights[-(-n // COPY_UNITS), COPY_UNITS](p.w, w_cl, n, g.consts())
     implicit_gemm_group.run_forward(forward_problem(p, dy_cl, w_cl), dx5, dummy)
