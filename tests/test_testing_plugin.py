@@ -19,6 +19,10 @@ from kerneldsl.testing import RuntimeChoice, RuntimeSelectionError, runtime_choi
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = kd.testing.feature("kd.testing")
+# pytester's in-process runs drop the modules first imported inside them; pyopencl (a nanobind
+# extension) aborts the process when imported a second time, so it is imported here, once, before
+# any of them (a run of this file alone, or first in a pytest-xdist worker, would crash otherwise)
+kd.available_runtimes()
 
 ONE_TEST_PER_RUNTIME = """
 import kerneldsl as kd

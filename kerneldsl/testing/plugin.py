@@ -12,6 +12,7 @@ from .choices import ENV_VAR, RuntimeChoice, RuntimeSelectionError, runtime_choi
 from .matrix import NO_RUNTIME, FeatureMatrix
 
 _MATRIX = pytest.StashKey[FeatureMatrix]()
+_MATRIX_PROPERTY = "kerneldsl_matrix"  # a report's (feature, column, outcome) for the matrix
 _CHOICES = pytest.StashKey[list]()
 REASONLESS = ("", "Skipped", "unconditional skip")  # pytest's words for a skip given no reason
 
@@ -22,6 +23,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "interpreter: also run this test on the interpreter runtime (slow, so "
                                        "tests opt in; kd.testing.interpreted)")
     config.stash[_MATRIX] = FeatureMatrix()
+    config.pluginmanager.register(_MatrixRecorder(config.stash[_MATRIX]), "kerneldsl-matrix")
     if os.environ.get(ENV_VAR, "").strip():
         _choices(config)  # a runtime asked for and missing stops the run before any test
 
@@ -99,7 +101,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = (f"{item.nodeid}: skipped without a reason; pass one, "
                            f"e.g. pytest.skip(\"{_column(item)} has no fp64\")")
     outcome = "pass" if report.passed else "skip" if report.skipped else "FAIL"
-    item.config.stash[_MATRIX].record(feature, _column(item), outcome)
+    # recorded from the report (pytest_runtest_logreport), which pytest-xdist sends from its
+    # worker processes to the one that prints the summary
+    report.user_properties.append((_MATRIX_PROPERTY, (feature, _column(item), outcome)))
+
+
+class _MatrixRecorder:
+    """Records the matrix outcomes reports carry, in the process that prints the summary."""
+
+    def __init__(self, matrix: FeatureMatrix):
+        self.matrix = matrix
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == _MATRIX_PROPERTY:
+                self.matrix.record(*value)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
