@@ -177,3 +177,24 @@ def queued_torch_cuda_time(torch, fn, reps: int, calls: int = 10) -> float:
     per_cycle = max(a.elapsed_time(b) / 1e3 / probe, 1e-12)
     return _queued(lambda s: torch.cuda._sleep(int(s / per_cycle)), record,
                    lambda x, y: x.elapsed_time(y) / 1e3, torch.cuda.synchronize, fn, reps, calls)
+
+
+def rounds_in_turn(rt, torch, base, runs: dict, out, rounds: int, reps: int) -> tuple:
+    """Time the baseline `base()` (torch CUDA; None: none) and each `runs[name](out)` in turn,
+    `rounds` times (medians of `reps` calls each): ({name: [seconds a round]}, [baseline's])."""
+    times = {v: [] for v in runs}
+    base_times = []
+    for _ in range(rounds):
+        if base is not None:
+            base_times.append(median_torch_cuda_time(torch, base, reps))
+        for v, fn in runs.items():
+            times[v].append(median_device_time(rt, lambda fn=fn: fn(out), reps))
+    return times, base_times
+
+
+def ratio_cells(base_times: list, times: list) -> tuple:
+    """("min-maxx" of baseline / ours over the rounds, the baseline's best ms) or ("-", "-")."""
+    if not base_times:
+        return "-", "-"
+    ratios = [b / o for b, o in zip(base_times, times)]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{min(base_times) * 1e3:.3f}"

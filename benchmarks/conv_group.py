@@ -23,7 +23,7 @@ import kerneldsl as kd
 from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_nhwc
 from rudnn.convolution.problem import as_5d, user_shape, validate_forward
 
-from .common import median_device_time, median_torch_cuda_time, table
+from .common import ratio_cells, rounds_in_turn, table
 from .convolution import rel_err
 
 SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-3x3-256@14": (256, 256, 14)}
@@ -85,22 +85,11 @@ def main(argv=None):
                 fn(as_5d(check, g.rank, True))
                 rt.synchronize()
                 errs[v] = rel_err(check.numpy().astype(np.float32), want)
-            times = {v: [] for v in runs}
-            base_times = []
-            for _ in range(args.rounds):
-                if base is not None:
-                    base_times.append(median_torch_cuda_time(torch, base, reps))
-                for v, fn in runs.items():
-                    times[v].append(median_device_time(rt, lambda fn=fn: fn(y5), reps))
+            times, base_times = rounds_in_turn(rt, torch, base, runs, y5, args.rounds, reps)
             flops = 2.0 * N * K * H * H * C * 9
             for v in runs:
                 t = min(times[v])
-                if base_times:
-                    ratios = [b / o for b, o in zip(base_times, times[v])]
-                    ratio = f"{min(ratios):.2f}-{max(ratios):.2f}x"
-                    tb = f"{min(base_times) * 1e3:.3f}"
-                else:
-                    ratio = tb = "-"
+                ratio, tb = ratio_cells(base_times, times[v])
                 rows.append((rt_name, name, f"N{N}", v, f"{t * 1e3:.3f}", tb, ratio, f"{flops / t / 1e12:.1f}",
                              f"{errs[v]:.1e}"))
                 print(*rows[-1], flush=True)

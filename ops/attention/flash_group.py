@@ -27,7 +27,8 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .blocks import cube_block, fetch_kv, fetch_rows, key_range
-from .flash_regs import TAU, key_tiles, query_row, row_combine, slot_row, tree_fold
+from .flash_regs import key_tiles, query_row, row_combine, slot_row
+from .group_softmax import exp_in_place, tile_maxima
 from .scores import LOG2E, logit2
 
 GROUP_ROWS = 64  # rows of a group fragment
@@ -112,17 +113,7 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
                 kd.fragment_set(s, i, logit2(kd.fragment_get(s, i) * scale, j, ctx, HAS_MASK, HAS_BIAS, SOFTCAP))
 
         # ---- row maxima; the running max moves only when a row's grows by more than TAU
-        mts = ()
-        for sl in kd.unroll(NS):
-            xs = ()
-            for i in kd.unroll(NE):
-                if kd.fragment_row_slot(s, i) == sl:
-                    xs = xs + (kd.fragment_get(s, i),)
-            mts = mts + (row_combine(tree_fold(xs, True), s, True) * sc,)
-        grow = mts[0] > m[0] + TAU
-        for sl in kd.unroll(1, NS):
-            grow = grow | (mts[sl] > m[sl] + TAU)
-        rescale = kd.plane_any(grow)
+        mts, rescale = tile_maxima(s, m, sc)
         alpha = ()  # O's rescale factors, applied once the previous P·V is done
         for sl in kd.unroll(NS):
             alpha = alpha + (kd.f32(1),)
@@ -141,17 +132,7 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
             l = l2
 
         # ---- P = exp2(logit - m) in place, the lane's part of each row sum
-        l2 = ()
-        for sl in kd.unroll(NS):
-            mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])  # nothing visible yet
-            ps = ()
-            for i in kd.unroll(NE):
-                if kd.fragment_row_slot(s, i) == sl:
-                    p = kd.exp2_fast(kd.fma(kd.fragment_get(s, i), sc, -mu))
-                    kd.fragment_set(s, i, p)
-                    ps = ps + (p,)
-            l2 = l2 + (l[sl] + tree_fold(ps, False),)
-        l = l2
+        l = exp_in_place(s, m, l, sc)
 
         # ---- the previous P·V is done: O rescaled, P rounded into the a fragment
         kd.group_wait(0)

@@ -39,7 +39,8 @@ import kerneldsl as kd
 from kerneldsl.errors import LaunchError
 from kerneldsl.launch_checks import check_bulk_source
 
-from .flash_regs import TAU, query_row, row_combine, slot_row, tree_fold
+from .flash_regs import query_row, row_combine, slot_row
+from .group_softmax import exp_in_place, tile_maxima
 from .scores import LOG2E, logit2
 
 GROUP_ROWS = 64           # query rows of a consumer group
@@ -105,17 +106,7 @@ def consume(s, pa, o, m, l, q_tile, k_sh, v_sh, kfull, kempty, vfull, vempty, tu
             kd.fragment_set(s, i, kd.select(j < j0, -kd.inf, x))  # keys of the previous tile
 
     # ---- row maxima; the running max moves only when a row's grows by more than TAU
-    mts = ()
-    for sl in kd.unroll(NS):
-        xs = ()
-        for i in kd.unroll(NE):
-            if kd.fragment_row_slot(s, i) == sl:
-                xs = xs + (kd.fragment_get(s, i),)
-        mts = mts + (row_combine(tree_fold(xs, True), s, True) * sc,)
-    grow = mts[0] > m[0] + TAU
-    for sl in kd.unroll(1, NS):
-        grow = grow | (mts[sl] > m[sl] + TAU)
-    rescale = kd.plane_any(grow)
+    mts, rescale = tile_maxima(s, m, sc)
     alpha = ()  # O's rescale factors (1 unless rescaling), applied once the previous P·V is done
     m2 = ()
     l2 = ()
@@ -129,17 +120,7 @@ def consume(s, pa, o, m, l, q_tile, k_sh, v_sh, kfull, kempty, vfull, vempty, tu
     l = l2
 
     # ---- P = exp2(logit - m) in place, the lane's part of each row sum
-    l2 = ()
-    for sl in kd.unroll(NS):
-        mu = kd.select(m[sl] == -kd.inf, kd.f32(0), m[sl])  # nothing visible yet
-        ps = ()
-        for i in kd.unroll(NE):
-            if kd.fragment_row_slot(s, i) == sl:
-                p = kd.exp2_fast(kd.fma(kd.fragment_get(s, i), sc, -mu))
-                kd.fragment_set(s, i, p)
-                ps = ps + (p,)
-        l2 = l2 + (l[sl] + tree_fold(ps, False),)
-    l = l2
+    l = exp_in_place(s, m, l, sc)
 
     # ---- the previous P·V is done: its V stage goes back; O rescaled, P rounded
     kd.group_wait(0)
@@ -233,7 +214,6 @@ def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Te
     pa = kd.group_fragment_a(DT, GROUP_ROWS, BN)
     o = kd.group_fragment_acc(GROUP_ROWS, DVP)
     NS = kd.fragment_row_slots(s)
-    NE = kd.fragment_len(s)
     NO = kd.fragment_len(o)
     q_tile = kd.shared_tile(q_sh, grp * (GROUP_ROWS * DP), GROUP_ROWS, DP, swizzle=SWIZZLE)
     at = (r0 + prow, rows, Sq, hk, G, causal, off, i_min)
