@@ -20,7 +20,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .mla_mma import fetch_query_band, fetch_tile
-from .online_softmax import exp_rows, fresh_state, lazy_max, row_sums, scale_rows
+from .online_softmax import exp_rows, fresh_state, lazy_max, scale_rows, store_group_output
 from .paged_kernel import split_range
 
 GROUP_ROWS = 64  # query heads a cube: the rows of a group fragment
@@ -75,7 +75,6 @@ def mla_group_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor,
     o = kd.group_fragment_acc(GROUP_ROWS, DVG)
     kd.fill_fragment(o, 0.0)
     NE = kd.fragment_len(sacc)
-    NO = kd.fragment_len(o)
     q_tile = kd.shared_tile(q_sh, grp * KCG * 16 * GROUP_ROWS, GROUP_ROWS, KCG * 16)
     kd.group_mma(sacc, q_tile, kd.shared_tile(ring, grp * KCG * 16 * N, KCG * 16, N, transposed=True),
                  accumulate=False)
@@ -122,20 +121,4 @@ def mla_group_kernel(q: kd.Tensor, qp: kd.Tensor, lat: kd.Tensor, kp: kd.Tensor,
     kd.async_wait(0)
 
     # ---- this group's columns of the output (split: unnormalised, and the (max, sum) once)
-    lt = row_sums(l, sacc)
-    for i in kd.unroll(NO):
-        h = h0 + kd.fragment_row(o, i)
-        d = grp * DVG + kd.fragment_col(o, i)
-        x = kd.fragment_get(o, i)
-        if (h < H) & (d < R):
-            if SPLIT:
-                work[r, h, sp, d] = x
-            else:
-                tot = lt[kd.fragment_row_slot(o, i)]
-                out[r, h, d] = kd.select(tot > 0.0, x / tot, kd.f32(0))
-    if SPLIT:
-        for e in kd.unroll(NE):
-            h = h0 + kd.fragment_row(sacc, e)
-            if (h < H) & (grp == 0) & (kd.fragment_col(sacc, e) == 0):
-                work[r, h, sp, R] = m[kd.fragment_row_slot(sacc, e)]
-                work[r, h, sp, R + 1] = lt[kd.fragment_row_slot(sacc, e)]
+    store_group_output(o, sacc, m, l, out, work, r, h0, sp, grp, DVG, H, R, SPLIT)

@@ -31,7 +31,7 @@ from kerneldsl.errors import LaunchError
 from kerneldsl.launch_checks import check_bulk_source
 
 from ..stage_ring import next_stage, ring_start, stage_barriers
-from .online_softmax import exp_rows, fresh_state, lazy_max, row_sums, scale_rows
+from .online_softmax import exp_rows, fresh_state, lazy_max, scale_rows, store_group_output
 
 HEADS = 64                # query heads a cube: the rows of a group fragment
 CONSUMERS = 2             # consumer groups (each half of the latent columns)
@@ -187,23 +187,7 @@ def mla_roles_kernel(q: kd.Tensor[None, 2], qp: kd.Tensor[None, 2], lat: kd.Tens
     # ---- this consumer's columns of the output (split: unnormalised, and the (max, sum) once)
     with kd.role(0, CONSUMERS):
         kd.group_wait(0)
-        lt = row_sums(l, sacc)
-        for i in kd.unroll(kd.fragment_len(o)):
-            h = h0 + kd.fragment_row(o, i)
-            d = g * DVG + kd.fragment_col(o, i)
-            x = kd.fragment_get(o, i)
-            if (h < H) & (d < R):
-                if SPLIT:
-                    work[r, h, sp, d] = x
-                else:
-                    tot = lt[kd.fragment_row_slot(o, i)]
-                    out[r, h, d] = kd.select(tot > 0.0, x / tot, kd.f32(0))
-        if SPLIT:
-            for e in kd.unroll(NE):
-                h = h0 + kd.fragment_row(sacc, e)
-                if (h < H) & (g == 0) & (kd.fragment_col(sacc, e) == 0):
-                    work[r, h, sp, R] = m[kd.fragment_row_slot(sacc, e)]
-                    work[r, h, sp, R + 1] = lt[kd.fragment_row_slot(sacc, e)]
+        store_group_output(o, sacc, m, l, out, work, r, h0, sp, g, DVG, H, R, SPLIT)
 
 
 def views(q, qp, lat, kp) -> tuple:

@@ -89,3 +89,28 @@ def row_sums(l, ref):
     for sl in kd.unroll(kd.fragment_row_slots(ref)):
         lt = lt + (row_combine(l[sl], ref, False),)
     return lt
+
+
+@kd.func
+def store_group_output(o, sacc, m, l, out, work, r, h0, sp, g, DVG, H, R, SPLIT):
+    """Consumer group g's columns (g·DVG ..) of query r's output from its accumulator o (heads
+    h0 ..): normalised into out[r, h, d], or with SPLIT unnormalised into work[r, h, sp, d] and
+    the rows' (max, sum) once (group 0) into work[r, h, sp, R : R + 2]; sacc is the score tile
+    whose row slots m and l follow."""
+    lt = row_sums(l, sacc)
+    for i in kd.unroll(kd.fragment_len(o)):
+        h = h0 + kd.fragment_row(o, i)
+        d = g * DVG + kd.fragment_col(o, i)
+        x = kd.fragment_get(o, i)
+        if (h < H) & (d < R):
+            if SPLIT:
+                work[r, h, sp, d] = x
+            else:
+                tot = lt[kd.fragment_row_slot(o, i)]
+                out[r, h, d] = kd.select(tot > 0.0, x / tot, kd.f32(0))
+    if SPLIT:
+        for e in kd.unroll(kd.fragment_len(sacc)):
+            h = h0 + kd.fragment_row(sacc, e)
+            if (h < H) & (g == 0) & (kd.fragment_col(sacc, e) == 0):
+                work[r, h, sp, R] = m[kd.fragment_row_slot(sacc, e)]
+                work[r, h, sp, R + 1] = lt[kd.fragment_row_slot(sacc, e)]
