@@ -372,11 +372,11 @@ def test_convolution_data_backward_on_group_products_compiles():
     dys, ws = implicit_gemm_dgrad._shapes(g)
     dy_cl = implicit_gemm_dgrad.channels_last_view(CPU, CPU.empty((2 * 14 * 14 * 64,), "bf16").buffer, dys, p.dtype)
     w_cl = implicit_gemm_dgrad.channels_last_view(CPU, CPU.empty((64 * 32 * 9,), "bf16").buffer, ws, p.dtype)
-    ptx = ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, (p.dy, dy_cl, p.dtype))
+    ptx = ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, (p.dy, dy_cl, p.dtype, False))
     assert "bar.sync" in ptx or "barrier.sync" in ptx
     from kerneldsl.tensor import Tensor
-    flat = (dy.reshape(2, 64, 196), Tensor(CPU, dy_cl.buffer, (2, 64, 196), p.dtype, (196 * 64, 1, 64)), p.dtype)
-    ptx_of(implicit_gemm_dgrad.to_channels_last_flat, implicit_gemm_dgrad.TILE_UNITS, flat)
+    flat = (dy.reshape(2, 64, 196), Tensor(CPU, dy_cl.buffer, (2, 64, 196), p.dtype, (196 * 64, 1, 64)), p.dtype, True)
+    ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, flat)
     ptx_of(implicit_gemm_dgrad.flip_weights, implicit_gemm_dgrad.COPY_UNITS, (p.w, w_cl, 64 * 32 * 9, g.consts()))
     fp = implicit_gemm_dgrad.forward_problem(p, dy_cl, w_cl)
     assert fp.geo.pad == (0, 1, 1) and fp.geo.Cg == 32 and fp.geo.Kg == 32
@@ -414,7 +414,7 @@ def test_convolution_weight_backward_on_group_products_compiles():
     assert "wgmma" not in ptx80 and "mma.sync" in ptx80
     ptx_of(wg.sum_partials, wg.SUM_UNITS, (part, as_5d(CPU.empty((128, 32, 3, 3), "bf16"), 2, False), 128 * 288,
                                            g.consts()))
-    ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, (p.x, x_cl, p.dtype))
+    ptx_of(implicit_gemm_dgrad.to_channels_last, implicit_gemm_dgrad.TILE_UNITS, (p.x, x_cl, p.dtype, False))
 
 
 def ptxas_report(source: str, sm: int = 90) -> str:

@@ -27,14 +27,20 @@ COPY_UNITS = 256
 
 
 @kd.kernel
-def to_channels_last(src: kd.Tensor, dst: kd.Tensor, DT: kd.Const[object]):
-    """dst[b, c, p] = src[b, c, p] for 5-D [B, C, D, H, W] views src (any strides) and dst
-    (channels contiguous): cube (x, y, z) moves pixels 32x.., channels 32y.. of batch z."""
+def to_channels_last(src: kd.Tensor, dst: kd.Tensor, DT: kd.Const[object], FLAT: kd.Const[bool]):
+    """dst[b, c, p] = src[b, c, p]: cube (x, y, z) moves pixels 32x.., channels 32y.. of batch z
+    through a shared tile. FLAT: [B, C, P] views whose pixels are one axis (src's of stride 1,
+    dst's channels contiguous); else 5-D [B, C, D, H, W] views (src any strides, dst channels
+    contiguous), each pixel split into (z, y, x)."""
     kd.static_assert(kd.cube_units() == TILE_UNITS, "launch with 256 units per cube")
     ROWS = TILE_UNITS // TILE
     C = src.shape[1]
-    H, W = src.shape[3], src.shape[4]
-    P = src.shape[2] * H * W
+    P = src.shape[2]
+    H = 1
+    W = 1
+    if not FLAT:
+        H, W = src.shape[3], src.shape[4]
+        P = src.shape[2] * H * W
     b = kd.cube_pos_z()
     p0 = kd.cube_pos_x() * TILE
     c0 = kd.cube_pos_y() * TILE
@@ -44,65 +50,40 @@ def to_channels_last(src: kd.Tensor, dst: kd.Tensor, DT: kd.Const[object]):
     tile = kd.shared(DT, TILE * (TILE + 1))
     p = p0 + col                       # reads: a row of units runs along the pixels of a channel
     if p < P:
-        z, y, x = split_pixel(p, H, W)
         for i in kd.unroll(TILE // ROWS):
             c = c0 + row + i * ROWS
             if c < C:
-                tile[(row + i * ROWS) * (TILE + 1) + col] = src[b, c, z, y, x]
+                if FLAT:
+                    tile[(row + i * ROWS) * (TILE + 1) + col] = src[b, c, p]
+                else:
+                    z, y, x = split_pixel(p, H, W)
+                    tile[(row + i * ROWS) * (TILE + 1) + col] = src[b, c, z, y, x]
     kd.sync_cube()
     c = c0 + col                       # writes: a row of units runs along the channels of a pixel
     if c < C:
         for i in kd.unroll(TILE // ROWS):
             q = p0 + row + i * ROWS
             if q < P:
-                z, y, x = split_pixel(q, H, W)
-                dst[b, c, z, y, x] = tile[col * (TILE + 1) + row + i * ROWS]
-
-
-@kd.kernel
-def to_channels_last_flat(src: kd.Tensor[None, 3], dst: kd.Tensor[None, 3], DT: kd.Const[object]):
-    """dst[b, c, p] = src[b, c, p] for [B, C, P] views whose pixels are one flat axis (src's of
-    stride 1, dst's channels contiguous): to_channels_last without splitting pixels into (z, y, x)
-    and without 5-D strides (two divisions and five products an element less)."""
-    kd.static_assert(kd.cube_units() == TILE_UNITS, "launch with 256 units per cube")
-    ROWS = TILE_UNITS // TILE
-    C = src.shape[1]
-    P = src.shape[2]
-    b = kd.cube_pos_z()
-    p0 = kd.cube_pos_x() * TILE
-    c0 = kd.cube_pos_y() * TILE
-    t = kd.unit_pos()
-    row = t // TILE
-    col = t % TILE
-    tile = kd.shared(DT, TILE * (TILE + 1))
-    p = p0 + col
-    if p < P:
-        for i in kd.unroll(TILE // ROWS):
-            c = c0 + row + i * ROWS
-            if c < C:
-                tile[(row + i * ROWS) * (TILE + 1) + col] = src[b, c, p]
-    kd.sync_cube()
-    c = c0 + col
-    if c < C:
-        for i in kd.unroll(TILE // ROWS):
-            q = p0 + row + i * ROWS
-            if q < P:
-                dst[b, c, q] = tile[col * (TILE + 1) + row + i * ROWS]
+                if FLAT:
+                    dst[b, c, q] = tile[col * (TILE + 1) + row + i * ROWS]
+                else:
+                    z, y, x = split_pixel(q, H, W)
+                    dst[b, c, z, y, x] = tile[col * (TILE + 1) + row + i * ROWS]
 
 
 def copy_to_channels_last(rt, src: Tensor, dst: Tensor, dtype) -> None:
     """dst (a packed channels-last [N, C, D, H, W] view, channels_last_view) = src (any 5-D view):
-    the flat kernel where src's pixels are one run of stride 1 (a contiguous NCDHW tensor), else
-    the general one."""
+    as [N, C, P] views where src's pixels are one run of stride 1 (a contiguous NCDHW tensor: no
+    per-element pixel split, no 5-D strides), else as 5-D views."""
     N, C, D, H, W = src.shape
     P = D * H * W
     grid = (-(-P // TILE), -(-C // TILE), N)
     if all(n == 1 or st == want for n, st, want in zip((D, H, W), src.strides[2:], (H * W, W, 1))):
         s3 = Tensor(rt, src.buffer, (N, C, P), dtype, (src.strides[0], src.strides[1], 1), src.offset)
         d3 = Tensor(rt, dst.buffer, (N, C, P), dtype, (P * C, 1, C), dst.offset)
-        to_channels_last_flat[grid, TILE_UNITS](s3, d3, dtype)
+        to_channels_last[grid, TILE_UNITS](s3, d3, dtype, True)
     else:
-        to_channels_last[grid, TILE_UNITS](src, dst, dtype)
+        to_channels_last[grid, TILE_UNITS](src, dst, dtype, False)
 
 
 @kd.kernel

@@ -33,6 +33,7 @@ import kerneldsl as kd
 
 from .gather import split_tap
 from .implicit_gemm_dgrad import channels_last_view, copy_to_channels_last
+from .implicit_gemm_group import next_slot
 from .problem import Problem
 
 BM = 64           # output channels a cube (one group of 4 planes)
@@ -40,15 +41,6 @@ BK = 64           # pixels a reduction step: A's stored rows are one 128-byte ba
 SW = 128          # the group-tile layout's swizzle span (bytes)
 SUM_UNITS = 256
 MIN_STEPS = 8     # reduction steps a split at least (the ring's fill and the epilogue amortised)
-
-
-@kd.func
-def next_slot(s, S):
-    """The ring position after s (a counter, never a remainder)."""
-    s += 1
-    if s == S:
-        s = 0
-    return s
 
 
 @kd.func
