@@ -198,3 +198,19 @@ def ratio_cells(base_times: list, times: list) -> tuple:
         return "-", "-"
     ratios = [b / o for b, o in zip(base_times, times)]
     return f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{min(base_times) * 1e3:.3f}"
+
+
+VARIANT_HEADERS = ("runtime", "shape", "batch", "variant", "ms (best round)", "cuDNN ms", "ratio range", "TFLOP/s",
+                   "rel err")
+
+
+def variant_rows(prefix: tuple, times: dict, base_times: list, errs: dict, flops: float) -> list:
+    """One row a variant (prefix: runtime, shape, batch) for VARIANT_HEADERS, each printed as it
+    is made: its best round, the baseline's, the ratio range, TFLOP/s and its error."""
+    rows = []
+    for v, ts in times.items():
+        t = min(ts)
+        ratio, tb = ratio_cells(base_times, ts)
+        rows.append((*prefix, v, f"{t * 1e3:.3f}", tb, ratio, f"{flops / t / 1e12:.1f}", f"{errs[v]:.1e}"))
+        print(*rows[-1], flush=True)
+    return rows

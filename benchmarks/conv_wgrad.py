@@ -23,7 +23,7 @@ import kerneldsl as kd
 from rudnn.convolution import ConvOptions, implicit_gemm, implicit_gemm_wgrad as wg
 from rudnn.convolution.problem import as_5d, validate_weight_backward
 
-from .common import ratio_cells, rounds_in_turn, table
+from .common import VARIANT_HEADERS, rounds_in_turn, table, variant_rows
 from .convolution import rel_err
 
 SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-3x3-256@14": (256, 256, 14)}
@@ -89,14 +89,8 @@ def main(argv=None):
                 errs[v] = rel_err(check.numpy().astype(np.float32), want) if v != "copies only" else 0.0
             times, base_times = rounds_in_turn(rt, torch, base, runs, dw5, args.rounds, reps)
             flops = 2.0 * N * K * H * H * C * 9
-            for v in runs:
-                t = min(times[v])
-                ratio, tb = ratio_cells(base_times, times[v])
-                rows.append((rt_name, name, f"N{N}", v, f"{t * 1e3:.3f}", tb, ratio, f"{flops / t / 1e12:.1f}",
-                             f"{errs[v]:.1e}"))
-                print(*rows[-1], flush=True)
-    print(table(rows, ("runtime", "shape", "batch", "variant", "ms (best round)", "cuDNN ms", "ratio range",
-                       "TFLOP/s", "rel err")))
+            rows += variant_rows((rt_name, name, f"N{N}"), times, base_times, errs, flops)
+    print(table(rows, VARIANT_HEADERS))
 
 
 if __name__ == "__main__":

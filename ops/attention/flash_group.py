@@ -27,8 +27,8 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .blocks import cube_block, fetch_kv, fetch_rows, key_range
-from .flash_regs import key_tiles, query_row, row_combine, slot_row
-from .group_softmax import exp_in_place, tile_maxima
+from .flash_regs import key_tiles, query_row, slot_row
+from .group_softmax import exp_in_place, store_normalised, tile_maxima
 from .scores import LOG2E, logit2
 
 GROUP_ROWS = 64  # rows of a group fragment
@@ -160,16 +160,7 @@ def flash_group_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, out: kd.Tensor,
     kd.async_wait(0)
 
     # ---- out = O / l (rows with no visible key: zeros)
-    inv = ()
-    for sl in kd.unroll(NS):
-        lr = row_combine(l[sl], s, False)
-        inv = inv + (kd.select(lr > 0.0, 1.0 / lr, kd.f32(0)),)
-    for i in kd.unroll(NO):
-        rg = r0 + prow + kd.fragment_row(o, i)
-        h, iq, lim = query_row(rg, rows, Sq, hk, G, causal, off, Skv)
-        c = kd.fragment_col(o, i)
-        if (rg < rows) & (c < DV):
-            out[b, h, iq, c] = kd.fragment_get(o, i) * inv[kd.fragment_row_slot(o, i)]
+    store_normalised(out, o, s, l, b, r0 + prow, rows, Sq, hk, G, causal, off, Skv, DV)
 
 
 def fits(p, tiling) -> bool:

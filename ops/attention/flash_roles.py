@@ -39,8 +39,8 @@ import kerneldsl as kd
 from kerneldsl.errors import LaunchError
 from kerneldsl.launch_checks import check_bulk_source
 
-from .flash_regs import query_row, row_combine, slot_row
-from .group_softmax import exp_in_place, tile_maxima
+from .flash_regs import query_row, slot_row
+from .group_softmax import exp_in_place, store_normalised, tile_maxima
 from .scores import LOG2E, logit2
 
 GROUP_ROWS = 64           # query rows of a consumer group
@@ -214,7 +214,6 @@ def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Te
     pa = kd.group_fragment_a(DT, GROUP_ROWS, BN)
     o = kd.group_fragment_acc(GROUP_ROWS, DVP)
     NS = kd.fragment_row_slots(s)
-    NO = kd.fragment_len(o)
     q_tile = kd.shared_tile(q_sh, grp * (GROUP_ROWS * DP), GROUP_ROWS, DP, swizzle=SWIZZLE)
     at = (r0 + prow, rows, Sq, hk, G, causal, off, i_min)
     ctx = (mask, bias, b, Skv, scale, scale2, softcap)
@@ -270,16 +269,7 @@ def flash_roles_kernel(q2: kd.Tensor[None, 2], k2: kd.Tensor[None, 2], v2: kd.Te
     with kd.role(0, NG):
         kd.group_wait(0)
         # ---- out = O / l (rows with no visible key: zeros)
-        inv = ()
-        for sl in kd.unroll(NS):
-            lr = row_combine(l[sl], s, False)
-            inv = inv + (kd.select(lr > 0.0, 1.0 / lr, kd.f32(0)),)
-        for i in kd.unroll(NO):
-            rg = r0 + prow + kd.fragment_row(o, i)
-            h, iq, lim = query_row(rg, rows, Sq, hk, G, causal, off, Skv)
-            c = kd.fragment_col(o, i)
-            if (rg < rows) & (c < DV):
-                out[b, h, iq, c] = kd.fragment_get(o, i) * inv[kd.fragment_row_slot(o, i)]
+        store_normalised(out, o, s, l, b, r0 + prow, rows, Sq, hk, G, causal, off, Skv, DV)
 
 
 def consumer_groups(tiling) -> int:

@@ -1,12 +1,13 @@
 """The online-softmax steps shared by the group-product attention kernels (flash_group.py and
 flash_roles.py) on a score tile `s` held in a group accumulator, row slot by row slot: the
 tile's row maxima with the lazy-rescale test, and P = exp2(logit − max) in place with the row
-sums. `sc` is the scale folded into the exponent (1 where the logits are already scaled)."""
+sums, and the normalised output. `sc` is the scale folded into the exponent (1 where the logits
+are already scaled)."""
 from __future__ import annotations
 
 import kerneldsl as kd
 
-from .flash_regs import TAU, row_combine, tree_fold
+from .flash_regs import TAU, query_row, row_combine, tree_fold
 
 
 @kd.func
@@ -45,3 +46,19 @@ def exp_in_place(s, m, l, sc):
                 ps = ps + (p,)
         l2 = l2 + (l[sl] + tree_fold(ps, False),)
     return l2
+
+
+@kd.func
+def store_normalised(out, o, s, l, b, rfirst, rows, Sq, hk, G, causal, off, Skv, DV):
+    """out[b, h, i, :DV] = O / l for the group's rows rfirst .. (of the block's [heads x Sq]
+    rows; those past `rows` not stored); a row with no visible key (l = 0) gets zeros."""
+    inv = ()
+    for sl in kd.unroll(kd.fragment_row_slots(s)):
+        lr = row_combine(l[sl], s, False)
+        inv = inv + (kd.select(lr > 0.0, 1.0 / lr, kd.f32(0)),)
+    for i in kd.unroll(kd.fragment_len(o)):
+        rg = rfirst + kd.fragment_row(o, i)
+        h, iq, lim = query_row(rg, rows, Sq, hk, G, causal, off, Skv)
+        c = kd.fragment_col(o, i)
+        if (rg < rows) & (c < DV):
+            out[b, h, iq, c] = kd.fragment_get(o, i) * inv[kd.fragment_row_slot(o, i)]
