@@ -214,3 +214,15 @@ def variant_rows(prefix: tuple, times: dict, base_times: list, errs: dict, flops
         rows.append((*prefix, v, f"{t * 1e3:.3f}", tb, ratio, f"{flops / t / 1e12:.1f}", f"{errs[v]:.1e}"))
         print(*rows[-1], flush=True)
     return rows
+
+
+def sweep_arguments(doc: str, argv=None):
+    """The options of the tile-shape sweeps next to cuDNN (conv_group, conv_wgrad): --runtimes,
+    --reps, --rounds, --quick."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runtimes", default="cuda")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="N 2 and 3 reps (a smoke run)")
+    return ap.parse_args(argv)

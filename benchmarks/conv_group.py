@@ -15,15 +15,13 @@ can launch them (native group products only on the H200).
 """
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 import kerneldsl as kd
 from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_nhwc
 from rudnn.convolution.problem import as_5d, user_shape, validate_forward
 
-from .common import VARIANT_HEADERS, rounds_in_turn, table, variant_rows
+from .common import VARIANT_HEADERS, rounds_in_turn, sweep_arguments, table, variant_rows
 from .convolution import rel_err
 
 SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-3x3-256@14": (256, 256, 14)}
@@ -44,12 +42,7 @@ def variants(p, dummy):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runtimes", default="cuda")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="N 2 and 3 reps (a smoke run)")
-    args = ap.parse_args(argv)
+    args = sweep_arguments(__doc__, argv)
     import torch
     F = torch.nn.functional
     torch.backends.cudnn.benchmark = True
