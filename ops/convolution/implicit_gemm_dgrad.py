@@ -50,13 +50,13 @@ def to_channels_last(src: kd.Tensor, dst: kd.Tensor, DT: kd.Const[object], FLAT:
     tile = kd.shared(DT, TILE * (TILE + 1))
     p = p0 + col                       # reads: a row of units runs along the pixels of a channel
     if p < P:
+        z, y, x = split_pixel(p, H, W)  # once a unit (FLAT: H = W = 1, folded away)
         for i in kd.unroll(TILE // ROWS):
             c = c0 + row + i * ROWS
             if c < C:
                 if FLAT:
                     tile[(row + i * ROWS) * (TILE + 1) + col] = src[b, c, p]
                 else:
-                    z, y, x = split_pixel(p, H, W)
                     tile[(row + i * ROWS) * (TILE + 1) + col] = src[b, c, z, y, x]
     kd.sync_cube()
     c = c0 + col                       # writes: a row of units runs along the channels of a pixel
