@@ -209,6 +209,56 @@ def test_implicit_gemm_routes_to_group_products(runtime, rng, monkeypatch, dtype
     close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, None, (2, 1), (2, 1), (2, 1), 2), dtype)
 
 
+POINTWISE_CASES = {  # x shape [B, C, *S], K, bias, dtype
+    "2d-bias-partial-tiles": ((2, 24, 5, 7), 40, True, "bf16"),
+    "1d-no-bias": ((3, 16, 50), 8, False, "f16"),
+    "3d-bias": ((1, 8, 3, 4, 5), 24, True, "bf16"),
+}
+
+
+@pytest.mark.parametrize("case", list(POINTWISE_CASES))
+def test_pointwise_forward_on_the_roles_gemm(runtime, rng, monkeypatch, case):
+    """A 1×1, stride-1, unpadded, ungrouped channels-last forward is y = x·wᵀ (+ bias) on the
+    MoE roles GEMM (pointwise.py; its bulk copies, roles and group products emulated off
+    Hopper, so gemm_roles.usable is forced here): partial row and column tiles, 1/2/3-D."""
+    from rudnn.convolution import pointwise
+    from rudnn.moe import gemm_roles
+    xs, K, with_bias, dtype = POINTWISE_CASES[case]
+    calls = []
+    run = pointwise.run_forward
+    monkeypatch.setattr(gemm_roles, "usable", lambda rt, ts: True)
+    monkeypatch.setattr(pointwise, "run_forward", lambda *a: (calls.append(1), run(*a)))
+    x = host(rng.standard_normal(xs), dtype)
+    w = host(rng.standard_normal((K, xs[1]) + (1,) * (len(xs) - 2)), dtype)
+    b = host(rng.standard_normal(K), dtype) if with_bias else None
+    t = lambda a: runtime.tensor(channels_last(a), dtype=dtype)  # noqa: E731
+    y = conv_forward_nhwc(t(x), t(w), None if b is None else runtime.tensor(b, dtype=dtype), ConvOptions(),
+                          ImplicitGemm)
+    assert calls == [1]
+    close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, b, 1, 0, 1, 1), dtype)
+
+
+def test_pointwise_forward_only_where_it_is_a_matrix_product(runtime, rng, monkeypatch, dtype="bf16"):
+    """Stride 2, padding, groups or NCHW input keep the implicit GEMM kernels (and still agree
+    with the reference)."""
+    from rudnn.convolution import pointwise
+    from rudnn.moe import gemm_roles
+    calls = []
+    run = pointwise.run_forward
+    monkeypatch.setattr(gemm_roles, "usable", lambda rt, ts: True)
+    monkeypatch.setattr(pointwise, "run_forward", lambda *a: (calls.append(1), run(*a)))
+    x = host(rng.standard_normal((1, 16, 6, 5)), dtype)
+    w = host(rng.standard_normal((8, 16, 1, 1)), dtype)
+    t = lambda a: runtime.tensor(channels_last(a), dtype=dtype)  # noqa: E731
+    for opts in (ConvOptions(stride=2), ConvOptions(padding=1)):
+        y = conv_forward_nhwc(t(x), t(w), None, opts, ImplicitGemm)
+        close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, None, opts.stride, opts.padding, 1, 1), dtype)
+    y = conv_forward(runtime.tensor(x, dtype=dtype), runtime.tensor(w, dtype=dtype), None, ConvOptions(),
+                     ImplicitGemm)
+    close(y.numpy(), ref.forward(x, w, None, 1, 0, 1, 1), dtype)
+    assert calls == []
+
+
 def force_group_data_backward(monkeypatch):
     """implicit_gemm_group.covers without its native-group-products rule (the emulated devices
     lack them), so the stride-1 data backward takes implicit_gemm_dgrad; returns its calls."""

@@ -225,9 +225,14 @@ def _units(p) -> int:
 
 
 def run_forward(p, y5, dummy) -> None:
-    """y5 = the forward pass: group products where the device has them natively and the
+    """y5 = the forward pass: a 1×1 channels-last convolution as the roles GEMM where the device
+    has it (pointwise.py), group products where the device has them natively and the
     channels-last layout allows it, else the async-copy ring where the layout allows it."""
-    from . import implicit_gemm_group, implicit_gemm_nhwc
+    from . import implicit_gemm_group, implicit_gemm_nhwc, pointwise
+    views = pointwise.operands(p, y5)
+    if views is not None:
+        pointwise.run_forward(p, views, dummy)
+        return
     if implicit_gemm_group.covers(p):
         implicit_gemm_group.run_forward(p, y5, dummy)
         return

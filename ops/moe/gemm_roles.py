@@ -56,10 +56,10 @@ def issue(sa, s0, s1, x, w0, w1, full, slot, kt, r0, wrow, BN, SWIGLU):
 def grouped_gemm_roles(x: kd.Tensor[None, 2], w0: kd.Tensor[None, 2], w1: kd.Tensor[None, 2],
                        y: kd.Tensor, offsets: kd.Tensor[kd.u32, 1], tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32,
                        N: kd.i32, ROWS: kd.i32, COLS: kd.i32, SWIGLU: kd.Const[bool], BN: kd.Const[int],
-                       S: kd.Const[int], GM: kd.Const[int]):
-    """y[r, n] = silu(x[r]·w0[e·N + n]) * (x[r]·w1[e·N + n]) (SWIGLU), else x[r]·w0[e·N + n],
-    for the rows r of each expert e; w0, w1 are [E * N, K] views of the expert weights (w1 is
-    not read unless SWIGLU)."""
+                       S: kd.Const[int], GM: kd.Const[int], bias: kd.Tensor, HAS_BIAS: kd.Const[bool]):
+    """y[r, n] = silu(x[r]·w0[e·N + n]) * (x[r]·w1[e·N + n]) (SWIGLU), else x[r]·w0[e·N + n]
+    (+ bias[n] with HAS_BIAS: the 1×1 convolution reuses this kernel), for the rows r of each
+    expert e; w0, w1 are [E * N, K] views of the expert weights (w1 is not read unless SWIGLU)."""
     kd.static_assert(kd.cube_units() == UNITS_PLANES * kd.PLANE_DIM,
                      "launch three groups (12 planes) a cube: two consumers and a producer")
     tile, col = swizzle(ROWS, COLS, GM)
@@ -114,6 +114,8 @@ def grouped_gemm_roles(x: kd.Tensor[None, 2], w0: kd.Tensor[None, 2], w1: kd.Ten
             if r < rend and n < N:
                 if SWIGLU:
                     y[r, n] = silu(kd.fragment_get(acc0, i)) * kd.fragment_get(acc1, i)
+                elif HAS_BIAS:
+                    y[r, n] = kd.fragment_get(acc0, i) + kd.f32(bias[n])
                 else:
                     y[r, n] = kd.fragment_get(acc0, i)
 
@@ -153,7 +155,8 @@ def run(x, gate, up, down, h, y, offsets, tiles_of, E: int, rows_bound) -> None:
     units = UNITS_PLANES * rt.plane_dim
     g2, u2, d2 = (w.reshape(w.shape[0] * w.shape[1], w.shape[2]) for w in (gate, up, down))
     cols = -(-I // bn_fused)
-    grouped_gemm_roles[rows * cols, units](x, g2, u2, h, offsets, tiles, E, I, rows, cols, True, bn_fused, stages, GM)
+    grouped_gemm_roles[rows * cols, units](x, g2, u2, h, offsets, tiles, E, I, rows, cols, True, bn_fused, stages, GM,
+                                           h, False)
     cols = -(-H // bn_down)
     grouped_gemm_roles[rows * cols, units](h, d2, d2, y, offsets, tiles, E, H, rows, cols, False, bn_down, stages,
-                                           GM)
+                                           GM, y, False)
