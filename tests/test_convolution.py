@@ -209,10 +209,11 @@ def test_implicit_gemm_routes_to_group_products(runtime, rng, monkeypatch, dtype
     close(np.moveaxis(y.numpy(), -1, 1), ref.forward(x, w, None, (2, 1), (2, 1), (2, 1), 2), dtype)
 
 
-POINTWISE_CASES = {  # x shape [B, C, *S], K, bias, dtype
-    "2d-bias-partial-tiles": ((2, 24, 5, 7), 40, True, "bf16"),
-    "1d-no-bias": ((3, 16, 50), 8, False, "f16"),
-    "3d-bias": ((1, 8, 3, 4, 5), 24, True, "bf16"),
+POINTWISE_CASES = {  # x shape [B, C, *S], K, bias, dtype, tile stored through shared memory
+    "2d-bias-partial-tiles": ((2, 24, 5, 7), 40, True, "bf16", True),
+    "2d-bias-element-stores": ((2, 24, 5, 7), 40, True, "bf16", False),
+    "1d-no-bias": ((3, 16, 50), 8, False, "f16", True),
+    "3d-bias": ((1, 8, 3, 4, 5), 24, True, "bf16", True),
 }
 
 
@@ -220,10 +221,12 @@ POINTWISE_CASES = {  # x shape [B, C, *S], K, bias, dtype
 def test_pointwise_forward_on_the_roles_gemm(runtime, rng, monkeypatch, case):
     """A 1×1, stride-1, unpadded, ungrouped channels-last forward is y = x·wᵀ (+ bias) on the
     MoE roles GEMM (pointwise.py; its bulk copies, roles and group products emulated off
-    Hopper, so gemm_roles.usable is forced here): partial row and column tiles, 1/2/3-D."""
+    Hopper, so gemm_roles.usable is forced here): partial row and column tiles, 1/2/3-D, the
+    tile leaving by bulk stores (staged) or element by element."""
     from rudnn.convolution import pointwise
     from rudnn.moe import gemm_roles
-    xs, K, with_bias, dtype = POINTWISE_CASES[case]
+    xs, K, with_bias, dtype, staged = POINTWISE_CASES[case]
+    monkeypatch.setattr(pointwise, "STAGED", staged)
     calls = []
     run = pointwise.run_forward
     monkeypatch.setattr(gemm_roles, "usable", lambda rt, ts: True)

@@ -11,6 +11,9 @@ import numpy as np
 
 from ..moe import gemm_roles
 
+# the tile leaves through shared memory and bulk stores (element stores of a 1024-column
+# bf16 output wrote 0.58 TB/s on the H200: 0.883 ms at 256 → 1024 channels, 56², N 64)
+STAGED = True
 _TILE_OFFSETS: dict = {}  # (runtime id, rows) -> (offsets, tile offsets) of one expert of `rows` rows
 
 
@@ -48,7 +51,7 @@ def operands(p, y5) -> tuple | None:
     w2 = _matrix_view(p.w, g.K, g.C)
     if x2 is None or y2 is None or w2 is None or rows >= 1 << 31:
         return None
-    if not gemm_roles.usable(p.runtime, (x2, w2)):
+    if not gemm_roles.usable(p.runtime, (x2, w2, y2)):
         return None
     return x2, w2, y2
 
@@ -76,4 +79,4 @@ def run_forward(p, views: tuple, dummy) -> None:
     bias = p.bias if p.bias is not None else dummy
     gemm_roles.grouped_gemm_roles[row_tiles * cols, gemm_roles.UNITS_PLANES * rt.plane_dim](
         x2, w2, w2, y2, offsets, tiles, 1, n, row_tiles, cols, False, bn, stages, gemm_roles.GM, bias,
-        p.bias is not None)
+        p.bias is not None, STAGED)

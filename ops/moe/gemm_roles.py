@@ -52,14 +52,36 @@ def issue(sa, s0, s1, x, w0, w1, full, slot, kt, r0, wrow, BN, SWIGLU):
         kd.bulk_copy(s1, slot * (BN * BK), w1, wrow, kt * BK, BN, BK, full, slot, swizzle=SWIZZLE)
 
 
+@kd.func
+def store_staged(y, acc, sa, bias, r0, n0, g, u, N, BN, HAS_BIAS):
+    """(The consumers, every product done) the 128 x BN tile laid out in the ring's A stages
+    (the 128-byte layout, a group's 64 rows after the other's), then unit 0 writes it with bulk
+    stores, which leave out rows and columns past y's end."""
+    kd.sync_role()  # both groups' products have read the ring
+    for i in kd.unroll(kd.fragment_len(acc)):
+        v = kd.fragment_get(acc, i)
+        if HAS_BIAS:
+            v = v + kd.f32(bias[kd.min(n0 + kd.fragment_col(acc, i), N - 1)])
+        sa[g * 64 * BN + kd.tile_offset(kd.fragment_row(acc, i), kd.fragment_col(acc, i), 64, swizzle=SWIZZLE)] = \
+            kd.cast(v, sa.dtype)
+    kd.sync_role()
+    if u == 0:
+        for h in kd.unroll(GROUPS):
+            kd.bulk_store(y, r0 + 64 * h, n0, sa, h * 64 * BN, 64, BN, swizzle=SWIZZLE)
+        kd.bulk_store_wait()
+
+
 @kd.kernel
 def grouped_gemm_roles(x: kd.Tensor[None, 2], w0: kd.Tensor[None, 2], w1: kd.Tensor[None, 2],
                        y: kd.Tensor, offsets: kd.Tensor[kd.u32, 1], tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32,
                        N: kd.i32, ROWS: kd.i32, COLS: kd.i32, SWIGLU: kd.Const[bool], BN: kd.Const[int],
-                       S: kd.Const[int], GM: kd.Const[int], bias: kd.Tensor, HAS_BIAS: kd.Const[bool]):
+                       S: kd.Const[int], GM: kd.Const[int], bias: kd.Tensor, HAS_BIAS: kd.Const[bool],
+                       STAGED: kd.Const[bool]):
     """y[r, n] = silu(x[r]·w0[e·N + n]) * (x[r]·w1[e·N + n]) (SWIGLU), else x[r]·w0[e·N + n]
     (+ bias[n] with HAS_BIAS: the 1×1 convolution reuses this kernel), for the rows r of each
-    expert e; w0, w1 are [E * N, K] views of the expert weights (w1 is not read unless SWIGLU)."""
+    expert e; w0, w1 are [E * N, K] views of the expert weights (w1 is not read unless SWIGLU).
+    STAGED (one expert, not SWIGLU): the tile leaves through the drained ring and bulk stores
+    (rows past the expert's end then lie outside y, which the stores leave out)."""
     kd.static_assert(kd.cube_units() == UNITS_PLANES * kd.PLANE_DIM,
                      "launch three groups (12 planes) a cube: two consumers and a producer")
     tile, col = swizzle(ROWS, COLS, GM)
@@ -106,18 +128,23 @@ def grouped_gemm_roles(x: kd.Tensor[None, 2], w0: kd.Tensor[None, 2], w1: kd.Ten
                 kd.barrier_wait(empty, refill, rphase)
                 issue(sa, s0, s1, x, w0, w1, full, refill, kt - 1 + S, r0, wrow, BN, SWIGLU)
                 refill, rphase = next_stage(refill, rphase, S)
+    kd.static_assert(not STAGED or (not SWIGLU and S * BK >= BN), "STAGED: one projection, the ring holds the tile")
     with kd.role(0, GROUPS):
         kd.group_wait(0)
-        for i in kd.unroll(kd.fragment_len(acc0)):
-            r = r0 + g * 64 + kd.fragment_row(acc0, i)
-            n = n0 + kd.fragment_col(acc0, i)
-            if r < rend and n < N:
-                if SWIGLU:
-                    y[r, n] = silu(kd.fragment_get(acc0, i)) * kd.fragment_get(acc1, i)
-                elif HAS_BIAS:
-                    y[r, n] = kd.fragment_get(acc0, i) + kd.f32(bias[n])
-                else:
-                    y[r, n] = kd.fragment_get(acc0, i)
+        if STAGED:
+            if r0 < rend:
+                store_staged(y, acc0, sa, bias, r0, n0, g, u, N, BN, HAS_BIAS)
+        else:
+            for i in kd.unroll(kd.fragment_len(acc0)):
+                r = r0 + g * 64 + kd.fragment_row(acc0, i)
+                n = n0 + kd.fragment_col(acc0, i)
+                if r < rend and n < N:
+                    if SWIGLU:
+                        y[r, n] = silu(kd.fragment_get(acc0, i)) * kd.fragment_get(acc1, i)
+                    elif HAS_BIAS:
+                        y[r, n] = kd.fragment_get(acc0, i) + kd.f32(bias[n])
+                    else:
+                        y[r, n] = kd.fragment_get(acc0, i)
 
 
 def usable(rt, tensors) -> bool:
@@ -156,7 +183,7 @@ def run(x, gate, up, down, h, y, offsets, tiles_of, E: int, rows_bound) -> None:
     g2, u2, d2 = (w.reshape(w.shape[0] * w.shape[1], w.shape[2]) for w in (gate, up, down))
     cols = -(-I // bn_fused)
     grouped_gemm_roles[rows * cols, units](x, g2, u2, h, offsets, tiles, E, I, rows, cols, True, bn_fused, stages, GM,
-                                           h, False)
+                                           h, False, False)
     cols = -(-H // bn_down)
     grouped_gemm_roles[rows * cols, units](h, d2, d2, y, offsets, tiles, E, H, rows, cols, False, bn_down, stages,
-                                           GM, y, False)
+                                           GM, y, False, False)
