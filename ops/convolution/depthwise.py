@@ -1,0 +1,330 @@
+"""Depthwise convolution (groups == Cin, one input channel a group) for devices whose units
+are not SIMD lanes (GPUs): `Direct`'s plan there when covers() accepts the pass, in place of
+direct.py, whose register block of output channels a group is wasted at one channel a group
+and whose channels-last tap loads are 2-byte reads a channel stride apart.
+
+- forward, channels last (multiplier Cout/Cin = 1): a unit owns a vector of V channels
+  (16 bytes) of PX consecutive output pixels of a row, for ROWS rows in turn. It loads its
+  channels' weights once (T·V packed elements: T vector loads, regrouped per tap in
+  registers), then per output row and tap row the SPAN input columns the PX pixels reach as
+  V-lane vectors; consecutive units take consecutive channel vectors (coalesced).
+- forward, any layout (any multiplier): a cube owns a TH x TW tile of one output plane
+  (b, co, od); it stages the input tile and its halo (per kernel depth tap) in shared
+  memory, F32, zeros outside the input, then every unit sums its outputs' taps from there.
+  The same kernel runs the stride-1 data backward (multiplier 1) as a forward over dy with
+  the taps reversed and padding (R − 1)·dilation − padding.
+- weight backward: a cube owns (output channel co, a fixed range of batch items); its units
+  split the range's pixels, hold one sum per tap and finish with `kd.cube_sum` into F32
+  partials [splits, Cout, taps]; a second kernel sums the partials in split order, so the
+  result is deterministic (the same order every run).
+"""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .gather import split_pixel, window_value
+
+UNITS = 128          # units per cube of every kernel here
+PX = 4               # channels-last forward: output pixels along a row a unit
+ROWS = 2             # channels-last forward: output rows a unit
+TILE_UNITS_Q = 4     # plane-tile forward: at most this many output rows a unit
+WGRAD_UNITS = 256
+SUM_UNITS = 256
+
+
+# ------------------------------------------------------------------------ channels last
+@kd.func
+def vector_of(t, V):
+    """The vector of the V (4 or 8) scalars of tuple t."""
+    if V == 4:
+        v = kd.make_vec(t[0], t[1], t[2], t[3])
+    else:
+        v = kd.make_vec(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7])
+    return v
+
+
+@kd.kernel
+def forward_channels_last(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
+                          V: kd.Const[int], PXU: kd.Const[int], RU: kd.Const[int], G: kd.Const[tuple]):
+    """y[b, c, o] = bias[c] + sum_k x[b, c, o·S + k·Dil − P]·w[c, 0, k], x and y channels-last
+    (channel stride 1, every other stride and both offsets multiples of V, C a multiple of V),
+    w packed [C, taps]; a unit: V channels x PXU pixels of a row x RU rows."""
+    C = x.shape[1]
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
+    KD, KH, KW = G[9], G[10], G[11]
+    T = KD * KH * KW
+    SPAN = (PXU - 1) * G[2] + (KW - 1) * G[8] + 1
+    nv = C // V
+    ncol = (OW + PXU - 1) // PXU
+    nrow = (OH + RU - 1) // RU
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < y.shape[0] * OD * nrow * ncol * nv:
+        c0 = i % nv * V
+        r = i // nv
+        ow0 = r % ncol * PXU
+        r = r // ncol
+        oh0 = r % nrow * RU
+        r = r // nrow
+        od = r % OD
+        b = r // OD
+        packed = ()                          # w[c0 .. c0 + V, taps]: T·V elements, in order
+        for q in kd.unroll(T):
+            wv = kd.cast(kd.load_vec(w, c0 * T + q * V, V), kd.f32)
+            for e in kd.unroll(V):
+                packed = packed + (wv[e],)
+        bv = kd.splat(kd.f32(0), V)
+        if HAS_BIAS:
+            bv = kd.cast(kd.load_vec(bias, c0, V), kd.f32)
+        xb = b * x.stride(0) + c0
+        yb = b * y.stride(0) + od * y.stride(2) + c0
+        for rr in range(RU):
+            oh = oh0 + rr
+            if oh < OH:
+                acc = ()
+                for j in kd.unroll(PXU):
+                    acc = acc + (bv,)
+                for kz in kd.unroll(KD):
+                    iz = od * G[0] + kz * G[6] - G[3]
+                    for ky in kd.unroll(KH):
+                        iy = oh * G[1] + ky * G[7] - G[4]
+                        row_ok = iz >= 0 and iz < D and iy >= 0 and iy < H
+                        line = xb + iz * x.stride(2) + iy * x.stride(3)
+                        cols = ()
+                        for m in kd.unroll(SPAN):
+                            ix = ow0 * G[2] - G[5] + m
+                            ok = row_ok and ix >= 0 and ix < W
+                            cols = cols + (kd.cast(kd.load_vec(x, line + ix * x.stride(4), V), kd.f32)
+                                           if ok else kd.splat(kd.f32(0), V),)
+                        for kx in kd.unroll(KW):
+                            t = (kz * KH + ky) * KW + kx
+                            lanes = ()
+                            for e in kd.unroll(V):
+                                lanes = lanes + (packed[e * T + t],)
+                            wt = vector_of(lanes, V)
+                            nxt = ()
+                            for j in kd.unroll(PXU):
+                                nxt = nxt + (acc[j] + cols[j * G[2] + kx * G[8]] * wt,)
+                            acc = nxt
+                for j in kd.unroll(PXU):
+                    if ow0 + j < OW:
+                        kd.store_vec(y, yb + oh * y.stride(3) + (ow0 + j) * y.stride(4), kd.cast(acc[j], y.dtype))
+
+
+# ------------------------------------------------------------------------ plane tiles
+@kd.kernel
+def forward_planes(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
+                   FLIP: kd.Const[bool], TW: kd.Const[int], Q: kd.Const[int], G: kd.Const[tuple]):
+    """y[b, co, o] = bias[co] + sum_k x[b, co // M, o·S + k·Dil − P]·w[co, 0, k] (M = Cout/Cin;
+    FLIP: w[co, 0, R − 1 − k], the stride-1 data backward); any strides. Cube (x, y) = plane
+    (b, co, od), output tile y: TH = (units / TW)·Q rows x TW columns."""
+    RS = kd.cube_units() // TW
+    TH = RS * Q
+    KD, KH, KW = G[9], G[10], G[11]
+    IH = (TH - 1) * G[1] + (KH - 1) * G[7] + 1
+    IW = (TW - 1) * G[2] + (KW - 1) * G[8] + 1
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
+    K = y.shape[1]
+    OD, OH, OW = y.shape[2], y.shape[3], y.shape[4]
+    M = K // x.shape[1]
+    plane = kd.cube_pos_x()
+    od = plane % OD
+    co = plane // OD % K
+    b = plane // OD // K
+    ci = co // M
+    ntw = (OW + TW - 1) // TW
+    oh0 = kd.cube_pos_y() // ntw * TH
+    ow0 = kd.cube_pos_y() % ntw * TW
+    ih0 = oh0 * G[1] - G[4]
+    iw0 = ow0 * G[2] - G[5]
+    t = kd.unit_pos()
+    tx = t % TW
+    ty = t // TW
+    tile = kd.shared(kd.f32, IH * IW)
+    acc = (kd.f32(0),) * Q
+    for kz in kd.unroll(KD):
+        iz = od * G[0] + kz * G[6] - G[3]
+        if kz > 0:
+            kd.sync_cube()                  # every unit is done reading the previous slice
+        z_ok = iz >= 0 and iz < D
+        for e in range(t, IH * IW, kd.cube_units()):
+            iy = ih0 + e // IW
+            ix = iw0 + e % IW
+            ok = z_ok and iy >= 0 and iy < H and ix >= 0 and ix < W
+            tile[e] = kd.f32(x[b, ci, iz, iy, ix]) if ok else kd.f32(0)
+        kd.sync_cube()
+        for ky in kd.unroll(KH):
+            for kx in kd.unroll(KW):
+                if FLIP:
+                    wk = kd.f32(w[co, 0, KD - 1 - kz, KH - 1 - ky, KW - 1 - kx])
+                else:
+                    wk = kd.f32(w[co, 0, kz, ky, kx])
+                nxt = ()
+                for q in kd.unroll(Q):
+                    at = ((ty + q * RS) * G[1] + ky * G[7]) * IW + tx * G[2] + kx * G[8]
+                    nxt = nxt + (acc[q] + tile[at] * wk,)
+                acc = nxt
+    ow = ow0 + tx
+    if ow < OW:
+        for q in kd.unroll(Q):
+            oh = oh0 + ty + q * RS
+            if oh < OH:
+                r = acc[q]
+                if HAS_BIAS:
+                    r = r + kd.f32(bias[co])
+                y[b, co, od, oh, ow] = r
+
+
+# ------------------------------------------------------------------------ weight gradient
+@kd.kernel
+def weight_partials(x: kd.Tensor, dy: kd.Tensor, part: kd.Tensor[kd.f32, 3], PER: kd.i32, G: kd.Const[tuple]):
+    """part[s, co, k] = sum over b in [s·PER, (s + 1)·PER) and output pixels o of
+    dy[b, co, o]·x[b, co // M, o·S + k·Dil − P]; cube (co, s)."""
+    OH, OW = dy.shape[3], dy.shape[4]
+    T = G[9] * G[10] * G[11]
+    co = kd.cube_pos_x()
+    s = kd.cube_pos_y()
+    ci = co // (dy.shape[1] // x.shape[1])
+    P = dy.shape[2] * OH * OW
+    b0 = s * PER
+    n = kd.min(dy.shape[0] - b0, PER) * P
+    acc = (kd.f32(0),) * T
+    for j in range(kd.unit_pos_x(), n, kd.cube_dim_x()):
+        b = b0 + j // P
+        od, oh, ow = split_pixel(j % P, OH, OW)
+        d = kd.f32(dy[b, co, od, oh, ow])
+        nxt = ()
+        for kz in kd.unroll(G[9]):
+            for ky in kd.unroll(G[10]):
+                for kx in kd.unroll(G[11]):
+                    v = window_value(x, b, ci, od, oh, ow, kz, ky, kx, G)
+                    nxt = nxt + (acc[(kz * G[10] + ky) * G[11] + kx] + d * v,)
+        acc = nxt
+    for k in kd.unroll(T):
+        total = kd.cube_sum(acc[k])
+        if kd.unit_pos_x() == 0:
+            part[s, co, k] = total
+
+
+@kd.kernel
+def sum_splits(part: kd.Tensor[kd.f32, 3], dw: kd.Tensor):
+    """dw[co, k] = sum over splits s, in order, of part[s, co, k] (dw a [Cout, taps] view)."""
+    T = dw.shape[1]
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < dw.shape[0] * T:
+        total = kd.f32(0)
+        for s in range(part.shape[0]):
+            total += part[s, i // T, i % T]
+        dw[i // T, i % T] = total
+
+
+# ------------------------------------------------------------------------ host side
+def is_depthwise(p) -> bool:
+    """groups == Cin (one input channel a group), any channel multiplier Cout/Cin."""
+    g = p.geo
+    return g.groups == g.C and g.Cg == 1
+
+
+def vector_lanes(p) -> int:
+    """Lanes of a 16-byte vector of the dtype (F32: 4, F16/BF16: 8)."""
+    return 16 // p.dtype.itemsize
+
+
+def _aligned(t, lanes: int, skip: int) -> bool:
+    """Every stride but axis `skip` and the offset of t multiples of `lanes`."""
+    return t.offset % lanes == 0 and all(s % lanes == 0 for a, s in enumerate(t.strides) if a != skip)
+
+
+def _packed_weights(w) -> bool:
+    """w ([K, 1, KD, KH, KW]) packed: each channel's taps one contiguous run of `taps`."""
+    K, _, KD, KH, KW = w.shape
+    want = (KH * KW, KW, 1)
+    return all(s == e for s, e, n in zip(w.strides[2:], want, (KD, KH, KW)) if n > 1) and \
+        (K == 1 or w.strides[0] == KD * KH * KW)
+
+
+def channels_last_covers(p, y5) -> bool:
+    """Whether forward_channels_last runs p: multiplier 1, x and y channels-last with aligned
+    strides and offsets, C a multiple of the vector, packed weights (and bias) aligned."""
+    V = vector_lanes(p)
+    g = p.geo
+    return (g.K == g.C and g.C % V == 0 and p.x.strides[1] == 1 and y5.strides[1] == 1
+            and _aligned(p.x, V, 1) and _aligned(y5, V, 1) and _packed_weights(p.w) and p.w.offset % V == 0
+            and (p.bias is None or (p.bias.strides[0] == 1 and p.bias.offset % V == 0)))
+
+
+def data_covers(p) -> bool:
+    """The stride-1 data backward as a flipped forward: multiplier 1, stride 1, and the flipped
+    padding (R − 1)·dilation − padding >= 0 on every axis."""
+    g = p.geo
+    return (is_depthwise(p) and g.K == g.C and all(s == 1 for s in g.stride)
+            and all((r - 1) * d - pd >= 0 for r, d, pd in zip(g.R, g.dil, g.pad)))
+
+
+def covers(p, pass_name: str) -> bool:
+    """Whether this module runs pass `pass_name` ('forward', 'data', 'weight') of p."""
+    if not is_depthwise(p):
+        return False
+    if pass_name == "data":
+        return data_covers(p)
+    return True
+
+
+def plane_tile(OW: int, OH: int, units: int = UNITS) -> tuple:
+    """(TW, Q) of the plane-tile kernel: TW the power of two from 8 to 32 that covers the row
+    best, Q the rows a unit so that the tile covers OH (at most TILE_UNITS_Q)."""
+    TW = 8 if OW <= 8 else 16 if OW <= 16 else 32
+    RS = units // TW
+    return TW, max(1, min(TILE_UNITS_Q, -(-OH // RS)))
+
+
+def _run_planes(x, w, bias, y5, flip: bool, G: tuple, dummy) -> None:
+    B, K, OD, OH, OW = y5.shape
+    TW, Q = plane_tile(OW, OH)
+    TH = UNITS // TW * Q
+    grid = (B * K * OD, -(-OH // TH) * -(-OW // TW))
+    forward_planes[grid, UNITS](x, w, bias if bias is not None else dummy, y5, bias is not None, flip, TW, Q, G)
+
+
+def run_forward(p, y5, dummy, px: int = PX, rows: int = ROWS) -> None:
+    """y5 = the depthwise forward pass of p: the channels-last vector kernel where it covers p,
+    else the plane-tile kernel."""
+    g = p.geo
+    bias = p.bias if p.bias is not None else dummy
+    if channels_last_covers(p, y5):
+        V = vector_lanes(p)
+        OD, OH, OW = g.O
+        n = g.B * OD * -(-OH // rows) * -(-OW // px) * (g.C // V)
+        forward_channels_last[-(-n // UNITS), UNITS](p.x, p.w, bias, y5, p.bias is not None, V, px, rows,
+                                                     g.consts())
+    else:
+        _run_planes(p.x, p.w, p.bias, y5, False, g.consts(), dummy)
+
+
+def run_data_backward(p, dx5, dummy) -> None:
+    """dx5 = the stride-1 depthwise data backward (data_covers): a forward over dy with the taps
+    reversed and padding (R − 1)·dilation − padding."""
+    g = p.geo
+    pad = tuple((r - 1) * d - pd for r, d, pd in zip(g.R, g.dil, g.pad))
+    G = (*g.stride, *pad, *g.dil, *g.R)
+    _run_planes(p.dy, p.w, None, dx5, True, G, dummy)
+
+
+def weight_splits(p) -> int:
+    """Batch ranges of the weight gradient: enough cubes to fill the device about four times."""
+    g = p.geo
+    want = -(-4 * max(p.runtime.capabilities.compute_units, 1) // g.K)
+    return max(1, min(g.B, want))
+
+
+def run_weight_backward(p, dw5) -> None:
+    """dw5 (a [Cout, 1, KD, KH, KW] view) = the depthwise weight gradient: partials per
+    (split of the batch, output channel), summed in split order."""
+    g = p.geo
+    splits = weight_splits(p)
+    per = -(-g.B // splits)
+    splits = -(-g.B // per)
+    part = p.runtime.empty((splits, g.K, g.taps), "f32")
+    weight_partials[(g.K, splits), WGRAD_UNITS](p.x, p.dy, part, per, g.consts())
+    dw = dw5._view((g.K, g.taps), (g.taps, 1))     # the fresh packed result of conv_weight_backward
+    sum_splits[-(-g.K * g.taps // SUM_UNITS), SUM_UNITS](part, dw)
