@@ -230,9 +230,17 @@ def vector_lanes(p) -> int:
     return 16 // p.dtype.itemsize
 
 
+def _base_aligned(t, lanes: int) -> bool:
+    """t's first element at a multiple of `lanes` elements from its memory's start, and that
+    memory 16-byte aligned where its address is a number (imported device memory, e.g. a
+    DLPack view with a storage offset, need not be; the runtimes' own allocations are)."""
+    raw = getattr(t.buffer, "raw", None)
+    return t.offset % lanes == 0 and not (isinstance(raw, int) and raw % 16)
+
+
 def _aligned(t, lanes: int, skip: int) -> bool:
-    """Every stride but axis `skip` and the offset of t multiples of `lanes`."""
-    return t.offset % lanes == 0 and all(s % lanes == 0 for a, s in enumerate(t.strides) if a != skip)
+    """_base_aligned, and every stride of t but axis `skip`'s a multiple of `lanes`."""
+    return _base_aligned(t, lanes) and all(s % lanes == 0 for a, s in enumerate(t.strides) if a != skip)
 
 
 def _packed_weights(w) -> bool:
@@ -249,8 +257,8 @@ def channels_last_covers(p, y5) -> bool:
     V = vector_lanes(p)
     g = p.geo
     return (g.K == g.C and g.C % V == 0 and p.x.strides[1] == 1 and y5.strides[1] == 1
-            and _aligned(p.x, V, 1) and _aligned(y5, V, 1) and _packed_weights(p.w) and p.w.offset % V == 0
-            and (p.bias is None or (p.bias.strides[0] == 1 and p.bias.offset % V == 0)))
+            and _aligned(p.x, V, 1) and _aligned(y5, V, 1) and _packed_weights(p.w) and _base_aligned(p.w, V)
+            and (p.bias is None or (p.bias.strides[0] == 1 and _base_aligned(p.bias, V))))
 
 
 def data_covers(p) -> bool:
