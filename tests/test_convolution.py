@@ -591,6 +591,10 @@ def test_depthwise_plan_follows_capabilities(runtime, monkeypatch):
     assert tuning.direct_plan(p2, "data") == ("rows" if other == "rows" else "units")
     p3 = validate_forward("conv_forward", x, runtime.zeros((8, 2, 3, 3), "f32"), None, ConvOptions(groups=4), False)
     assert tuning.direct_plan(p3, "forward") == ("rows" if other == "rows" else "units")
+    big = ConvOptions(padding=248, dilation=16, groups=8)    # 32x32 taps dilated by 16: a 1 MB tile
+    p4 = validate_forward("conv_forward", x, runtime.zeros((8, 1, 32, 32), "f32"), None, big, False)
+    assert tuning.direct_plan(p4, "forward") == ("rows" if other == "rows" else "units")
+    assert tuning.direct_plan(p4, "weight") == other
 
 
 # ---------------------------------------------------------------------------- PyTorch

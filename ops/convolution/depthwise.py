@@ -28,7 +28,7 @@ UNITS = 128          # units per cube of every kernel here
 PX = 4               # channels-last forward: output pixels along a row a unit
 ROWS = 2             # channels-last forward: output rows a unit
 TILE_UNITS_Q = 4     # plane-tile forward: at most this many output rows a unit
-WGRAD_UNITS = 256
+WGRAD_UNITS = 128
 SUM_UNITS = 256
 
 
@@ -269,13 +269,27 @@ def data_covers(p) -> bool:
             and all((r - 1) * d - pd >= 0 for r, d, pd in zip(g.R, g.dil, g.pad)))
 
 
+def tile_bytes(p) -> int:
+    """Shared memory of the plane-tile kernel for p: its F32 input tile and halo."""
+    g = p.geo
+    O = g.S if p.dy is not None and p.x is None else g.O   # the data backward's outputs are dx's pixels
+    TW, Q = plane_tile(O[2], O[1])
+    TH = UNITS // TW * Q
+    IH = (TH - 1) * g.stride[1] + (g.R[1] - 1) * g.dil[1] + 1
+    IW = (TW - 1) * g.stride[2] + (g.R[2] - 1) * g.dil[2] + 1
+    return 4 * IH * IW
+
+
 def covers(p, pass_name: str) -> bool:
-    """Whether this module runs pass `pass_name` ('forward', 'data', 'weight') of p."""
+    """Whether this module runs pass `pass_name` ('forward', 'data', 'weight') of p (the
+    forward and data passes only where the plane tile fits the device's shared memory)."""
     if not is_depthwise(p):
         return False
-    if pass_name == "data":
-        return data_covers(p)
-    return True
+    if pass_name == "weight":
+        return True
+    if tile_bytes(p) > p.runtime.capabilities.max_shared_bytes:
+        return False
+    return data_covers(p) if pass_name == "data" else True
 
 
 def plane_tile(OW: int, OH: int, units: int = UNITS) -> tuple:
