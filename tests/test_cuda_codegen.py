@@ -534,5 +534,5 @@ def test_convolution_depthwise_compiles(dt):
         ptx_of(depthwise.forward_planes, depthwise.UNITS, (pn.x, as_5d(wn, 2, False), CPU.zeros((1,), "f32"), yn,
                                                           False, True, TW, Q, pn.geo.consts()), sm=sm)
         part = CPU.empty((3, 256, 9), "f32")
-        ptx_of(depthwise.weight_partials, depthwise.WGRAD_UNITS, (pn.x, pn.dy, part, 1, pn.geo.consts()), sm=sm)
+        ptx_of(depthwise.weight_partials, depthwise.WGRAD_UNITS, (pn.x, pn.dy, part, 1, 32, pn.geo.consts()), sm=sm)
         ptx_of(depthwise.sum_splits, depthwise.SUM_UNITS, (part, CPU.empty((256, 9), dt)), sm=sm)

@@ -14,15 +14,15 @@ and whose channels-last tap loads are 2-byte reads a channel stride apart.
   The same kernel runs the stride-1 data backward (multiplier 1) as a forward over dy with
   the taps reversed and padding (R − 1)·dilation − padding.
 - weight backward: a cube owns (output channel co, a fixed range of batch items); its units
-  split the range's pixels, hold one sum per tap and finish with `kd.cube_sum` into F32
-  partials [splits, Cout, taps]; a second kernel sums the partials in split order, so the
-  result is deterministic (the same order every run).
+  split the range's pixels (a unit: fixed output columns, rows in turn), hold one sum per
+  tap and finish with `kd.cube_sum` into F32 partials [splits, Cout, taps]; a second kernel
+  sums the partials in split order, so the result is deterministic (the same order every
+  run).
 """
 from __future__ import annotations
 
 import kerneldsl as kd
 
-from .gather import split_pixel, window_value
 
 UNITS = 128          # units per cube of every kernel here
 PX = 4               # channels-last forward: output pixels along a row a unit
@@ -177,32 +177,46 @@ def forward_planes(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HA
 
 # ------------------------------------------------------------------------ weight gradient
 @kd.kernel
-def weight_partials(x: kd.Tensor, dy: kd.Tensor, part: kd.Tensor[kd.f32, 3], PER: kd.i32, G: kd.Const[tuple]):
+def weight_partials(x: kd.Tensor, dy: kd.Tensor, part: kd.Tensor[kd.f32, 3], PER: kd.i32, CW: kd.Const[int],
+                    G: kd.Const[tuple]):
     """part[s, co, k] = sum over b in [s·PER, (s + 1)·PER) and output pixels o of
-    dy[b, co, o]·x[b, co // M, o·S + k·Dil − P]; cube (co, s)."""
-    OH, OW = dy.shape[3], dy.shape[4]
+    dy[b, co, o]·x[b, co // M, o·S + k·Dil − P]; cube (co, s). A unit keeps output columns
+    tx, tx + CW, ... (its taps' column tests fixed) and walks rows ty, ty + units/CW, ...
+    of the range's (b, od, oh), so consecutive units read consecutive columns."""
+    OD, OH, OW = dy.shape[2], dy.shape[3], dy.shape[4]
+    D, H, W = x.shape[2], x.shape[3], x.shape[4]
     T = G[9] * G[10] * G[11]
+    RS = kd.cube_units() // CW
     co = kd.cube_pos_x()
     s = kd.cube_pos_y()
     ci = co // (dy.shape[1] // x.shape[1])
-    P = dy.shape[2] * OH * OW
     b0 = s * PER
-    n = kd.min(dy.shape[0] - b0, PER) * P
+    rows = kd.min(dy.shape[0] - b0, PER) * OD * OH
+    tx = kd.unit_pos() % CW
+    ty = kd.unit_pos() // CW
     acc = (kd.f32(0),) * T
-    for j in range(kd.unit_pos_x(), n, kd.cube_dim_x()):
-        b = b0 + j // P
-        od, oh, ow = split_pixel(j % P, OH, OW)
-        d = kd.f32(dy[b, co, od, oh, ow])
-        nxt = ()
-        for kz in kd.unroll(G[9]):
-            for ky in kd.unroll(G[10]):
-                for kx in kd.unroll(G[11]):
-                    v = window_value(x, b, ci, od, oh, ow, kz, ky, kx, G)
-                    nxt = nxt + (acc[(kz * G[10] + ky) * G[11] + kx] + d * v,)
-        acc = nxt
+    for ow in range(tx, OW, CW):
+        for r in range(ty, rows, RS):
+            oh = r % OH
+            q = r // OH
+            od = q % OD
+            b = b0 + q // OD
+            d = kd.f32(dy[b, co, od, oh, ow])
+            nxt = ()
+            for kz in kd.unroll(G[9]):
+                iz = od * G[0] + kz * G[6] - G[3]
+                for ky in kd.unroll(G[10]):
+                    iy = oh * G[1] + ky * G[7] - G[4]
+                    row_ok = iz >= 0 and iz < D and iy >= 0 and iy < H
+                    for kx in kd.unroll(G[11]):
+                        ix = ow * G[2] + kx * G[8] - G[5]
+                        ok = row_ok and ix >= 0 and ix < W
+                        v = kd.f32(x[b, ci, iz, iy, ix]) if ok else kd.f32(0)
+                        nxt = nxt + (acc[(kz * G[10] + ky) * G[11] + kx] + d * v,)
+            acc = nxt
     for k in kd.unroll(T):
         total = kd.cube_sum(acc[k])
-        if kd.unit_pos_x() == 0:
+        if kd.unit_pos() == 0:
             part[s, co, k] = total
 
 
@@ -347,6 +361,7 @@ def run_weight_backward(p, dw5) -> None:
     per = -(-g.B // splits)
     splits = -(-g.B // per)
     part = p.runtime.empty((splits, g.K, g.taps), "f32")
-    weight_partials[(g.K, splits), WGRAD_UNITS](p.x, p.dy, part, per, g.consts())
+    CW = plane_tile(g.O[2], g.O[1], WGRAD_UNITS)[0]
+    weight_partials[(g.K, splits), WGRAD_UNITS](p.x, p.dy, part, per, CW, g.consts())
     dw = dw5._view((g.K, g.taps), (g.taps, 1))     # the fresh packed result of conv_weight_backward
     sum_splits[-(-g.K * g.taps // SUM_UNITS), SUM_UNITS](part, dw)
