@@ -347,9 +347,10 @@ def run_data_backward(p, dx5, dummy) -> None:
 
 
 def weight_splits(p) -> int:
-    """Batch ranges of the weight gradient: enough cubes to fill the device about four times."""
+    """Batch ranges of the weight gradient: about 16 cubes (2048 units) a compute unit, so
+    that each walks few rows and enough are in flight to hide the loads' latency."""
     g = p.geo
-    want = -(-4 * max(p.runtime.capabilities.compute_units, 1) // g.K)
+    want = -(-16 * max(p.runtime.capabilities.compute_units, 1) // g.K)
     return max(1, min(g.B, want))
 
 
