@@ -9,7 +9,7 @@ Passes and their baselines (`cudnn.benchmark`): the forward in channels-last lay
 x [N, H, W, C]; cuDNN: F.conv2d on channels_last tensors), the forward in NCHW (F.conv2d),
 the data and the weight gradients in NCHW (`aten.convolution_backward` for one output alone).
 Variants: "vector PXxROWS" (the channels-last vector kernel, PX pixels of a row and ROWS rows
-a unit), "tiles" (the plane-tile kernel; for the data gradient the flipped forward), "weight
+a unit), "tiles" (the plane-tile kernels: forward, and the data gradient's gather), "weight
 xS" (the split-batch weight partials, S times weight_splits' splits), "units (before)"
 (direct.py). Each variant is checked against torch first (relative L2 error), then the
 variants and cuDNN are timed in turn, --rounds rounds of the median of --reps calls each
@@ -39,7 +39,7 @@ def forward_variants(p, dummy, channels_last: bool) -> dict:
     if channels_last:
         for px, rows in VECTOR_TILES:
             out[f"vector {px}x{rows}"] = lambda y5, px=px, rows=rows: depthwise.run_forward(p, y5, dummy, px, rows)
-    out["tiles"] = lambda y5: depthwise._run_planes(p.x, p.w, None, y5, False, p.geo.consts(), dummy)
+    out["tiles"] = lambda y5: depthwise.run_forward_tiles(p, y5, dummy)
     out["units (before)"] = lambda y5: direct.run_forward(p, y5, dummy)
     return out
 
@@ -104,7 +104,7 @@ def main(argv=None):
             passes = {
                 "fwd NHWC": (forward_variants(pl, dummy, True), (N, H, H, C), True),
                 "fwd NCHW": (forward_variants(pn, dummy, False), (N, C, H, H), False),
-                "data": ({"tiles (flipped)": lambda dx5: depthwise.run_data_backward(pd, dx5, dummy),
+                "data": ({"tiles (gather)": lambda dx5: depthwise.run_data_backward(pd, dx5, dummy),
                           "units (before)": lambda dx5: direct.run_data_backward(pd, dx5)}, (N, C, H, H), False),
                 "weight": (weight_variants(pw), (C, 1, 3, 3), False),
             }

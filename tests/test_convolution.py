@@ -492,30 +492,30 @@ def test_direct_plan_follows_capabilities(runtime, rng, monkeypatch):
 # ---------------------------------------------------------------------------- the depthwise plan
 # depthwise.py, forced on every runtime (Direct takes it for depthwise passes where units are
 # not SIMD lanes): the channels-last vector forward (C a multiple of the 16-byte vector: F32
-# C 8/16) with partial pixel and row blocks, the plane-tile forward (NCHW; two tiles a row and
-# a column: W 37, OH 20), 3-D (the per-depth-tap staging), the stride-1 data backward as a
-# flipped forward (5x5 dilated), the split-batch weight gradient, and the fallbacks: stride 2
-# and a channel multiplier of 2 (data backward on direct.py; multiplier 2 forward on tiles)
+# C 4/8/16) with partial pixel and row blocks, the plane-tile forward (NCHW; two tiles a row
+# and a column: W 37, OH 20) and data backward (the gather: stride 2 with uneven padding, 5x5
+# dilated, multiplier 2, 3-D with a depth stride), the split-batch weight gradient; a
+# multiplier of 2 forward in NHWC on tiles
 DW_CASES = {
     "dw-vector-odd": ((3, 16, 9, 11), (16, 1, 3, 3), 1, 1, 1, 16),
     "dw-stride2-pad": ((1, 8, 10, 7), (8, 1, 3, 3), 2, (1, 2), 1, 8),
     "dw-5x5-dil": ((1, 8, 12, 10), (8, 1, 5, 5), 1, 4, 2, 8),
     "dw-tiles": ((1, 4, 20, 37), (4, 1, 3, 3), 1, 1, 1, 4),
     "dw-multiplier2": ((1, 4, 6, 7), (8, 1, 3, 3), 1, 0, 1, 4),
-    "dw-3d": ((1, 4, 4, 5, 6), (4, 1, 3, 2, 3), (1, 1, 2), 1, 1, 4),
+    "dw-3d": ((1, 4, 5, 5, 6), (4, 1, 3, 2, 3), (2, 1, 2), 1, 1, 4),
 }
 
 
 @pytest.fixture
 def depthwise_plan(monkeypatch):
     """Direct runs depthwise.py wherever it covers the pass (direct.py otherwise); returns the
-    list of depthwise kernels launched ('vector', 'tiles', 'weight')."""
+    list of depthwise kernels launched ('vector', 'tiles', 'data', 'weight')."""
     from rudnn.convolution import depthwise, tuning
     plan = tuning.direct_plan
     monkeypatch.setattr(tuning, "direct_plan",
                         lambda p, pass_name: "depthwise" if depthwise.covers(p, pass_name) else plan(p, pass_name))
     ran = []
-    for name, tag in (("forward_channels_last", "vector"), ("forward_planes", "tiles"),
+    for name, tag in (("forward_channels_last", "vector"), ("forward_planes", "tiles"), ("data_planes", "data"),
                       ("weight_partials", "weight")):
         kernel = getattr(depthwise, name)
 
@@ -539,8 +539,7 @@ def test_depthwise_plan(runtime, rng, depthwise_plan, case):
     assert depthwise_plan.pop() == ("tiles" if case == "dw-multiplier2" else "vector")
     close(conv_data_backward(t(dy), t(w), x.shape, opts, Direct).numpy(), ref.data_backward(dy, w, x.shape, *geo),
           "f32")
-    flipped = case not in ("dw-stride2-pad", "dw-multiplier2", "dw-3d")   # stride 1 and multiplier 1 only
-    assert depthwise_plan == (["tiles"] if flipped else [])
+    assert depthwise_plan == ["data"]
     close(conv_weight_backward(t(x), t(dy), w.shape, opts, Direct).numpy(),
           ref.weight_backward(x, dy, w.shape, *geo), "f32")
     assert depthwise_plan[-1] == "weight"
@@ -574,12 +573,13 @@ def test_depthwise_plan_half_precision_views(runtime, rng, depthwise_plan, dtype
           ref.data_backward(dy2[..., ::2], w, x.shape, 1, 1, 1, 16), dtype)
     close(conv_weight_backward(t(x_full)[:, 8:24, ::2], t(dy2)[..., ::2], w.shape, o1, Direct).numpy(),
           ref.weight_backward(x, dy2[..., ::2], w.shape, 1, 1, 1, 16), dtype)
-    assert depthwise_plan[-2:] == ["tiles", "weight"]
+    assert depthwise_plan[-2:] == ["data", "weight"]
 
 
 def test_depthwise_plan_follows_capabilities(runtime, monkeypatch):
     """Direct takes depthwise.py for depthwise passes exactly where units are not SIMD lanes
-    (the cpu runtime keeps its rows plan), and direct.py for what it does not cover."""
+    (the cpu runtime keeps its rows plan), and direct.py for what it does not cover (groups of
+    2 channels; a plane tile beyond the device's shared memory)."""
     from rudnn.convolution import tuning
     from rudnn.convolution.problem import validate_data_backward, validate_forward
     x, w = runtime.zeros((1, 8, 6, 6), "f32"), runtime.zeros((8, 1, 3, 3), "f32")
@@ -588,7 +588,7 @@ def test_depthwise_plan_follows_capabilities(runtime, monkeypatch):
     assert tuning.direct_plan(p, "forward") == other
     dy = runtime.zeros((1, 8, 3, 3), "f32")
     p2 = validate_data_backward(dy, w, (1, 8, 6, 6), ConvOptions(stride=2, padding=1, groups=8))
-    assert tuning.direct_plan(p2, "data") == ("rows" if other == "rows" else "units")
+    assert tuning.direct_plan(p2, "data") == other
     p3 = validate_forward("conv_forward", x, runtime.zeros((8, 2, 3, 3), "f32"), None, ConvOptions(groups=4), False)
     assert tuning.direct_plan(p3, "forward") == ("rows" if other == "rows" else "units")
     big = ConvOptions(padding=248, dilation=16, groups=8)    # 32x32 taps dilated by 16: a 1 MB tile

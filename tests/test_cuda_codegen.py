@@ -509,8 +509,8 @@ def test_gated_delta_group_kernels_are_wgmma_fed_by_bulk_copies():
 def test_convolution_depthwise_compiles(dt):
     """The depthwise kernels (rudnn.convolution.depthwise) for sm_90 and sm_80: the channels-last
     forward loads taps and weights and stores outputs as 16-byte vectors without spilling (its
-    H200 shape: 3x3, 256 channels at 28²); the plane-tile forward (flipped: the data backward),
-    the weight partials and their ordered sum compile."""
+    H200 shape: 3x3, 256 channels at 28²); the plane-tile forward and data backward, the weight
+    partials and their ordered sum compile."""
     from rudnn.convolution import ConvOptions, depthwise
     from rudnn.convolution.problem import as_5d, validate_forward, validate_weight_backward
     x, w = CPU.zeros((2, 28, 28, 256), dt), CPU.zeros((256, 3, 3, 1), dt)
@@ -532,7 +532,9 @@ def test_convolution_depthwise_compiles(dt):
     TW, Q = depthwise.plane_tile(28, 28)
     for sm in (90, 80):
         ptx_of(depthwise.forward_planes, depthwise.UNITS, (pn.x, as_5d(wn, 2, False), CPU.zeros((1,), "f32"), yn,
-                                                          False, True, TW, Q, pn.geo.consts()), sm=sm)
+                                                          False, TW, Q, pn.geo.consts()), sm=sm)
+        ptx_of(depthwise.data_planes, depthwise.UNITS, (pn.dy, as_5d(wn, 2, False), yn, TW, Q, pn.geo.consts()),
+               sm=sm)
         part = CPU.empty((3, 256, 9), "f32")
         ptx_of(depthwise.weight_partials, depthwise.WGRAD_UNITS, (pn.x, pn.dy, part, 1, 32, pn.geo.consts()), sm=sm)
         ptx_of(depthwise.sum_splits, depthwise.SUM_UNITS, (part, CPU.empty((256, 9), dt)), sm=sm)

@@ -11,8 +11,10 @@ and whose channels-last tap loads are 2-byte reads a channel stride apart.
 - forward, any layout (any multiplier): a cube owns a TH x TW tile of one output plane
   (b, co, od); it stages the input tile and its halo (per kernel depth tap) in shared
   memory, F32, zeros outside the input, then every unit sums its outputs' taps from there.
-  The same kernel runs the stride-1 data backward (multiplier 1) as a forward over dy with
-  the taps reversed and padding (R − 1)·dilation − padding.
+- data backward (any stride, dilation, multiplier): the same tiling over dx, the transposed
+  convolution as a gather: per (multiplier m, depth tap) a cube stages the dy rows and
+  columns its tile reaches, and a unit takes, per tap, the value whose position is a whole
+  multiple of the stride (no scatter, no atomics).
 - weight backward: a cube owns (output channel co, a fixed range of batch items); its units
   split the range's pixels (a unit: fixed output columns, rows in turn), hold one sum per
   tap and finish with `kd.cube_sum` into F32 partials [splits, Cout, taps]; a second kernel
@@ -114,10 +116,10 @@ def forward_channels_last(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Ten
 # ------------------------------------------------------------------------ plane tiles
 @kd.kernel
 def forward_planes(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HAS_BIAS: kd.Const[bool],
-                   FLIP: kd.Const[bool], TW: kd.Const[int], Q: kd.Const[int], G: kd.Const[tuple]):
-    """y[b, co, o] = bias[co] + sum_k x[b, co // M, o·S + k·Dil − P]·w[co, 0, k] (M = Cout/Cin;
-    FLIP: w[co, 0, R − 1 − k], the stride-1 data backward); any strides. Cube (x, y) = plane
-    (b, co, od), output tile y: TH = (units / TW)·Q rows x TW columns."""
+                   TW: kd.Const[int], Q: kd.Const[int], G: kd.Const[tuple]):
+    """y[b, co, o] = bias[co] + sum_k x[b, co // M, o·S + k·Dil − P]·w[co, 0, k] (M = Cout/Cin);
+    any strides. Cube (x, y) = plane (b, co, od), output tile y: TH = (units / TW)·Q rows x TW
+    columns."""
     RS = kd.cube_units() // TW
     TH = RS * Q
     KD, KH, KW = G[9], G[10], G[11]
@@ -155,10 +157,7 @@ def forward_planes(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HA
         kd.sync_cube()
         for ky in kd.unroll(KH):
             for kx in kd.unroll(KW):
-                if FLIP:
-                    wk = kd.f32(w[co, 0, KD - 1 - kz, KH - 1 - ky, KW - 1 - kx])
-                else:
-                    wk = kd.f32(w[co, 0, kz, ky, kx])
+                wk = kd.f32(w[co, 0, kz, ky, kx])
                 nxt = ()
                 for q in kd.unroll(Q):
                     at = ((ty + q * RS) * G[1] + ky * G[7]) * IW + tx * G[2] + kx * G[8]
@@ -173,6 +172,75 @@ def forward_planes(x: kd.Tensor, w: kd.Tensor, bias: kd.Tensor, y: kd.Tensor, HA
                 if HAS_BIAS:
                     r = r + kd.f32(bias[co])
                 y[b, co, od, oh, ow] = r
+
+
+@kd.func
+def first_reaching(i0, P, K, Dil, S):
+    """The first output index o with o·S >= i0 + P − (K − 1)·Dil, for i0 >= 0 (a ceiling
+    division whose numerator a compile-time shift keeps non-negative)."""
+    M = (P + (K - 1) * Dil) // S + 2
+    return (i0 + P - (K - 1) * Dil + S - 1 + S * M) // S - M
+
+
+@kd.kernel
+def data_planes(dy: kd.Tensor, w: kd.Tensor, dx: kd.Tensor, TW: kd.Const[int], Q: kd.Const[int],
+                G: kd.Const[tuple]):
+    """dx[b, c, i] = sum over m < M and taps k of dy[b, c·M + m, o]·w[c·M + m, 0, k] for the o
+    with o·S + k·Dil − P = i (whole, in range): the transposed convolution as a gather. Cube
+    (x, y) = input plane (b, c, iz), a TH x TW tile of dx; per (m, depth tap) it stages the dy
+    rows and columns the tile reaches (zeros outside dy), then each unit adds its taps."""
+    RS = kd.cube_units() // TW
+    TH = RS * Q
+    KD, KH, KW = G[9], G[10], G[11]
+    NH = ((TH - 1) + (KH - 1) * G[7]) // G[1] + 2
+    NW = ((TW - 1) + (KW - 1) * G[8]) // G[2] + 2
+    C, D, H, W = dx.shape[1], dx.shape[2], dx.shape[3], dx.shape[4]
+    OD, OH, OW = dy.shape[2], dy.shape[3], dy.shape[4]
+    M = dy.shape[1] // C
+    plane = kd.cube_pos_x()
+    iz = plane % D
+    c = plane // D % C
+    b = plane // D // C
+    ntw = (W + TW - 1) // TW
+    ih0 = kd.cube_pos_y() // ntw * TH
+    iw0 = kd.cube_pos_y() % ntw * TW
+    oh_lo = first_reaching(ih0, G[4], KH, G[7], G[1])
+    ow_lo = first_reaching(iw0, G[5], KW, G[8], G[2])
+    t = kd.unit_pos()
+    tx = t % TW
+    ty = t // TW
+    tile = kd.shared(kd.f32, NH * NW)
+    acc = (kd.f32(0),) * Q
+    for m in range(M):
+        co = c * M + m
+        for kz in kd.unroll(KD):
+            tz = iz + G[3] - kz * G[6]
+            oz = kd.max(tz, 0) // G[0]
+            z_hit = tz >= 0 and oz * G[0] == tz and oz < OD     # the same for the whole cube
+            for e in range(t, NH * NW, kd.cube_units()):
+                oy = oh_lo + e // NW
+                ox = ow_lo + e % NW
+                ok = z_hit and oy >= 0 and oy < OH and ox >= 0 and ox < OW
+                tile[e] = kd.f32(dy[b, co, oz, oy, ox]) if ok else kd.f32(0)
+            kd.sync_cube()
+            for ky in kd.unroll(KH):
+                for kx in kd.unroll(KW):
+                    wk = kd.f32(w[co, 0, kz, ky, kx])
+                    ux = iw0 + tx + G[5] - kx * G[8] - ow_lo * G[2] + G[2]     # > 0
+                    nxt = ()
+                    for q in kd.unroll(Q):
+                        uy = ih0 + ty + q * RS + G[4] - ky * G[7] - oh_lo * G[1] + G[1]
+                        hit = uy % G[1] == 0 and ux % G[2] == 0
+                        v = tile[(uy // G[1] - 1) * NW + ux // G[2] - 1] if hit else kd.f32(0)
+                        nxt = nxt + (acc[q] + v * wk,)
+                    acc = nxt
+            kd.sync_cube()                  # every unit is done reading before the next stage
+    ix = iw0 + tx
+    if ix < W:
+        for q in kd.unroll(Q):
+            iy = ih0 + ty + q * RS
+            if iy < H:
+                dx[b, c, iz, iy, ix] = acc[q]
 
 
 # ------------------------------------------------------------------------ weight gradient
@@ -275,35 +343,26 @@ def channels_last_covers(p, y5) -> bool:
             and (p.bias is None or (p.bias.strides[0] == 1 and _base_aligned(p.bias, V))))
 
 
-def data_covers(p) -> bool:
-    """The stride-1 data backward as a flipped forward: multiplier 1, stride 1, and the flipped
-    padding (R − 1)·dilation − padding >= 0 on every axis."""
+def tile_bytes(p, pass_name: str) -> int:
+    """Shared memory of the plane-tile kernel of a 'forward' or 'data' pass of p: the F32 tile
+    of x (forward: the output tile's windows) or of dy (data: the outputs reaching dx's tile)."""
     g = p.geo
-    return (is_depthwise(p) and g.K == g.C and all(s == 1 for s in g.stride)
-            and all((r - 1) * d - pd >= 0 for r, d, pd in zip(g.R, g.dil, g.pad)))
-
-
-def tile_bytes(p) -> int:
-    """Shared memory of the plane-tile kernel for p: its F32 input tile and halo."""
-    g = p.geo
-    O = g.S if p.dy is not None and p.x is None else g.O   # the data backward's outputs are dx's pixels
+    O = g.S if pass_name == "data" else g.O
     TW, Q = plane_tile(O[2], O[1])
     TH = UNITS // TW * Q
-    IH = (TH - 1) * g.stride[1] + (g.R[1] - 1) * g.dil[1] + 1
-    IW = (TW - 1) * g.stride[2] + (g.R[2] - 1) * g.dil[2] + 1
-    return 4 * IH * IW
+    if pass_name == "data":
+        return 4 * ((TH - 1 + (g.R[1] - 1) * g.dil[1]) // g.stride[1] + 2) * \
+            ((TW - 1 + (g.R[2] - 1) * g.dil[2]) // g.stride[2] + 2)
+    return 4 * ((TH - 1) * g.stride[1] + (g.R[1] - 1) * g.dil[1] + 1) * \
+        ((TW - 1) * g.stride[2] + (g.R[2] - 1) * g.dil[2] + 1)
 
 
 def covers(p, pass_name: str) -> bool:
     """Whether this module runs pass `pass_name` ('forward', 'data', 'weight') of p (the
-    forward and data passes only where the plane tile fits the device's shared memory)."""
+    forward and data passes only where their plane tile fits the device's shared memory)."""
     if not is_depthwise(p):
         return False
-    if pass_name == "weight":
-        return True
-    if tile_bytes(p) > p.runtime.capabilities.max_shared_bytes:
-        return False
-    return data_covers(p) if pass_name == "data" else True
+    return pass_name == "weight" or tile_bytes(p, pass_name) <= p.runtime.capabilities.max_shared_bytes
 
 
 def plane_tile(OW: int, OH: int, units: int = UNITS) -> tuple:
@@ -314,12 +373,12 @@ def plane_tile(OW: int, OH: int, units: int = UNITS) -> tuple:
     return TW, max(1, min(TILE_UNITS_Q, -(-OH // RS)))
 
 
-def _run_planes(x, w, bias, y5, flip: bool, G: tuple, dummy) -> None:
-    B, K, OD, OH, OW = y5.shape
-    TW, Q = plane_tile(OW, OH)
+def _tile_grid(shape5: tuple) -> tuple:
+    """(grid, TW, Q) of a plane-tile kernel writing a [B, C, D, H, W] result."""
+    B, C, D, H, W = shape5
+    TW, Q = plane_tile(W, H)
     TH = UNITS // TW * Q
-    grid = (B * K * OD, -(-OH // TH) * -(-OW // TW))
-    forward_planes[grid, UNITS](x, w, bias if bias is not None else dummy, y5, bias is not None, flip, TW, Q, G)
+    return (B * C * D, -(-H // TH) * -(-W // TW)), TW, Q
 
 
 def run_forward(p, y5, dummy, px: int = PX, rows: int = ROWS) -> None:
@@ -334,16 +393,22 @@ def run_forward(p, y5, dummy, px: int = PX, rows: int = ROWS) -> None:
         forward_channels_last[-(-n // UNITS), UNITS](p.x, p.w, bias, y5, p.bias is not None, V, px, rows,
                                                      g.consts())
     else:
-        _run_planes(p.x, p.w, p.bias, y5, False, g.consts(), dummy)
+        run_forward_tiles(p, y5, dummy)
+
+
+def run_forward_tiles(p, y5, dummy) -> None:
+    """y5 = the depthwise forward pass of p on the plane-tile kernel."""
+    grid, TW, Q = _tile_grid(y5.shape)
+    bias = p.bias if p.bias is not None else dummy
+    forward_planes[grid, UNITS](p.x, p.w, bias, y5, p.bias is not None, TW, Q, p.geo.consts())
 
 
 def run_data_backward(p, dx5, dummy) -> None:
-    """dx5 = the stride-1 depthwise data backward (data_covers): a forward over dy with the taps
-    reversed and padding (R − 1)·dilation − padding."""
-    g = p.geo
-    pad = tuple((r - 1) * d - pd for r, d, pd in zip(g.R, g.dil, g.pad))
-    G = (*g.stride, *pad, *g.dil, *g.R)
-    _run_planes(p.dy, p.w, None, dx5, True, G, dummy)
+    """dx5 = the depthwise data backward of p (any stride, dilation, multiplier): the gather on
+    plane tiles."""
+    del dummy
+    grid, TW, Q = _tile_grid(dx5.shape)
+    data_planes[grid, UNITS](p.dy, p.w, dx5, TW, Q, p.geo.consts())
 
 
 def weight_splits(p) -> int:
