@@ -579,7 +579,7 @@ def test_depthwise_plan_half_precision_views(runtime, rng, depthwise_plan, dtype
 def test_depthwise_plan_follows_capabilities(runtime, monkeypatch):
     """Direct takes depthwise.py for depthwise passes exactly where units are not SIMD lanes
     (the cpu runtime keeps its rows plan), and direct.py for what it does not cover (groups of
-    2 channels; a plane tile beyond the device's shared memory)."""
+    2 channels; a plane tile beyond the device's shared memory, more tiles than a grid axis)."""
     from rudnn.convolution import tuning
     from rudnn.convolution.problem import validate_data_backward, validate_forward
     x, w = runtime.zeros((1, 8, 6, 6), "f32"), runtime.zeros((8, 1, 3, 3), "f32")
@@ -595,6 +595,11 @@ def test_depthwise_plan_follows_capabilities(runtime, monkeypatch):
     p4 = validate_forward("conv_forward", x, runtime.zeros((8, 1, 32, 32), "f32"), None, big, False)
     assert tuning.direct_plan(p4, "forward") == ("rows" if other == "rows" else "units")
     assert tuning.direct_plan(p4, "weight") == other
+    if other == "depthwise":    # more tiles a plane (of 32 columns) than the grid's y axis takes
+        import dataclasses
+        n = (runtime.capabilities.max_grid[1] + 1) * 32
+        p5 = dataclasses.replace(p, geo=dataclasses.replace(p.geo, S=(1, 1, n), O=(1, 1, n)))
+        assert tuning.direct_plan(p5, "forward") == "units" and tuning.direct_plan(p5, "data") == "units"
 
 
 # ---------------------------------------------------------------------------- PyTorch

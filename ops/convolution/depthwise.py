@@ -359,10 +359,17 @@ def tile_bytes(p, pass_name: str) -> int:
 
 def covers(p, pass_name: str) -> bool:
     """Whether this module runs pass `pass_name` ('forward', 'data', 'weight') of p (the
-    forward and data passes only where their plane tile fits the device's shared memory)."""
+    forward and data passes only where their plane tile fits the device's shared memory and
+    their grid the device's limits: planes on x, tiles of a plane on y)."""
     if not is_depthwise(p):
         return False
-    return pass_name == "weight" or tile_bytes(p, pass_name) <= p.runtime.capabilities.max_shared_bytes
+    if pass_name == "weight":
+        return True
+    g = p.geo
+    caps = p.runtime.capabilities
+    grid = _tile_grid((g.B, g.C, *g.S) if pass_name == "data" else (g.B, g.K, *g.O))[0]
+    return (tile_bytes(p, pass_name) <= caps.max_shared_bytes and grid[0] <= caps.max_grid[0]
+            and grid[1] <= caps.max_grid[1])
 
 
 def plane_tile(OW: int, OH: int, units: int = UNITS) -> tuple:
