@@ -493,16 +493,16 @@ def test_direct_plan_follows_capabilities(runtime, rng, monkeypatch):
 # depthwise.py, forced on every runtime (Direct takes it for depthwise passes where units are
 # not SIMD lanes): the channels-last vector forward (C a multiple of the 16-byte vector: F32
 # C 4/8/16) with partial pixel and row blocks, the plane-tile forward (NCHW; two tiles a row
-# and a column: W 37, OH 20) and data backward (the gather: stride 2 with uneven padding, 5x5
+# and a column: W 37, OH 20) and data backward (the gather: stride 2 with uneven padding, 3x5
 # dilated, multiplier 2, 3-D with a depth stride), the split-batch weight gradient; a
 # multiplier of 2 forward in NHWC on tiles
 DW_CASES = {
     "dw-vector-odd": ((3, 16, 9, 11), (16, 1, 3, 3), 1, 1, 1, 16),
     "dw-stride2-pad": ((1, 8, 10, 7), (8, 1, 3, 3), 2, (1, 2), 1, 8),
-    "dw-5x5-dil": ((1, 8, 12, 10), (8, 1, 5, 5), 1, 4, 2, 8),
+    "dw-3x5-dil": ((1, 8, 12, 10), (8, 1, 3, 5), 1, (2, 3), (2, 1), 8),
     "dw-tiles": ((1, 4, 20, 37), (4, 1, 3, 3), 1, 1, 1, 4),
     "dw-multiplier2": ((1, 4, 6, 7), (8, 1, 3, 3), 1, 0, 1, 4),
-    "dw-3d": ((1, 4, 5, 5, 6), (4, 1, 3, 2, 3), (2, 1, 2), 1, 1, 4),
+    "dw-3d": ((1, 4, 5, 5, 6), (4, 1, 3, 1, 3), (2, 1, 2), 1, 1, 4),
 }
 
 
