@@ -542,6 +542,119 @@ def test_direct_plan_follows_capabilities(runtime, rng, monkeypatch):
     assert ran == ["rows" if runtime.capabilities.units_are_simd_lanes else "units"] * 3
 
 
+# ---------------------------------------------------------------------------- the depthwise plan
+# depthwise.py, forced on every runtime (Direct takes it for depthwise passes where units are
+# not SIMD lanes): the channels-last vector forward (C a multiple of the 16-byte vector: F32
+# C 4/8/16) with partial pixel and row blocks, the plane-tile forward (NCHW; two tiles a row
+# and a column: W 37, OH 20) and data backward (the gather: stride 2 with uneven padding, 3x5
+# dilated, multiplier 2, 3-D with a depth stride), the split-batch weight gradient; a
+# multiplier of 2 forward in NHWC on tiles
+DW_CASES = {
+    "dw-vector-odd": ((3, 16, 9, 11), (16, 1, 3, 3), 1, 1, 1, 16),
+    "dw-stride2-pad": ((1, 8, 10, 7), (8, 1, 3, 3), 2, (1, 2), 1, 8),
+    "dw-3x5-dil": ((1, 8, 12, 10), (8, 1, 3, 5), 1, (2, 3), (2, 1), 8),
+    "dw-tiles": ((1, 4, 20, 37), (4, 1, 3, 3), 1, 1, 1, 4),
+    "dw-multiplier2": ((1, 4, 6, 7), (8, 1, 3, 3), 1, 0, 1, 4),
+    "dw-3d": ((1, 4, 5, 5, 6), (4, 1, 3, 1, 3), (2, 1, 2), 1, 1, 4),
+}
+
+
+@pytest.fixture
+def depthwise_plan(monkeypatch):
+    """Direct runs depthwise.py wherever it covers the pass (direct.py otherwise); returns the
+    list of depthwise kernels launched ('vector', 'tiles', 'data', 'weight')."""
+    from rudnn.convolution import depthwise, tuning
+    plan = tuning.direct_plan
+    monkeypatch.setattr(tuning, "direct_plan",
+                        lambda p, pass_name: "depthwise" if depthwise.covers(p, pass_name) else plan(p, pass_name))
+    ran = []
+    for name, tag in (("forward_channels_last", "vector"), ("forward_planes", "tiles"), ("data_planes", "data"),
+                      ("weight_partials", "weight")):
+        kernel = getattr(depthwise, name)
+
+        class Spy:
+            def __getitem__(self, launch, kernel=kernel, tag=tag):
+                ran.append(tag)
+                return kernel[launch]
+        monkeypatch.setattr(depthwise, name, Spy())
+    return ran
+
+
+@pytest.mark.parametrize("case", list(DW_CASES))
+def test_depthwise_plan(runtime, rng, depthwise_plan, case):
+    """Forward in both layouts (with bias) and both backward passes against the float64 reference."""
+    x, w, b, opts, y_ref, dy, geo = make(rng, case, cases=DW_CASES)
+    t = runtime.tensor
+    close(conv_forward(t(x), t(w), t(b), opts, Direct).numpy(), y_ref, "f32")
+    assert depthwise_plan.pop() == "tiles"
+    yl = conv_forward_nhwc(t(channels_last(x)), t(channels_last(w)), t(b), opts, Direct)
+    close(np.moveaxis(yl.numpy(), -1, 1), y_ref, "f32")
+    assert depthwise_plan.pop() == ("tiles" if case == "dw-multiplier2" else "vector")
+    close(conv_data_backward(t(dy), t(w), x.shape, opts, Direct).numpy(), ref.data_backward(dy, w, x.shape, *geo),
+          "f32")
+    assert depthwise_plan == ["data"]
+    close(conv_weight_backward(t(x), t(dy), w.shape, opts, Direct).numpy(),
+          ref.weight_backward(x, dy, w.shape, *geo), "f32")
+    assert depthwise_plan[-1] == "weight"
+
+
+@kd.testing.interpreted
+def test_depthwise_plan_half_precision_views(runtime, rng, depthwise_plan, dtype="bf16"):
+    """BF16 (8-lane vectors) through views: NHWC with a channel slice at an aligned offset and a
+    spatial step (the vector kernel), the same in NCHW and a 12-channel NHWC slice (not a
+    multiple of the vector: tiles), a strided output gradient; on the interpreter too (its
+    race and bounds checks)."""
+    x_full = host(rng.standard_normal((2, 24, 14, 5)), dtype)
+    w = host(rng.standard_normal((16, 1, 3, 3)), dtype)
+    b = host(rng.standard_normal(16), dtype)
+    x = x_full[:, 8:24, ::2]
+    opts = ConvOptions(stride=(1, 2), padding=1, groups=16)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    y_ref = ref.forward(x, w, b, (1, 2), 1, 1, 16)
+    xl = t(channels_last(x_full))[:, ::2, :, 8:24]
+    close(np.moveaxis(conv_forward_nhwc(xl, t(channels_last(w)), t(b), opts, Direct).numpy(), -1, 1), y_ref, dtype)
+    close(conv_forward(t(x_full)[:, 8:24, ::2], t(w), t(b), opts, Direct).numpy(), y_ref, dtype)
+    assert depthwise_plan == ["vector", "tiles"]
+    xl12 = t(channels_last(x_full))[:, ::2, :, 4:16]
+    o12 = ConvOptions(padding=1, groups=12)
+    close(np.moveaxis(conv_forward_nhwc(xl12, t(channels_last(w[:12])), None, o12, Direct).numpy(), -1, 1),
+          ref.forward(x_full[:, 4:16, ::2], w[:12], None, 1, 1, 1, 12), dtype)
+    assert depthwise_plan[-1] == "tiles"
+    o1 = ConvOptions(padding=1, groups=16)
+    dy2 = host(rng.standard_normal((2, 16, 7, 10)), dtype)
+    close(conv_data_backward(t(dy2)[..., ::2], t(w), x.shape, o1, Direct).numpy(),
+          ref.data_backward(dy2[..., ::2], w, x.shape, 1, 1, 1, 16), dtype)
+    close(conv_weight_backward(t(x_full)[:, 8:24, ::2], t(dy2)[..., ::2], w.shape, o1, Direct).numpy(),
+          ref.weight_backward(x, dy2[..., ::2], w.shape, 1, 1, 1, 16), dtype)
+    assert depthwise_plan[-2:] == ["data", "weight"]
+
+
+def test_depthwise_plan_follows_capabilities(runtime, monkeypatch):
+    """Direct takes depthwise.py for depthwise passes exactly where units are not SIMD lanes
+    (the cpu runtime keeps its rows plan), and direct.py for what it does not cover (groups of
+    2 channels; a plane tile beyond the device's shared memory, more tiles than a grid axis)."""
+    from rudnn.convolution import tuning
+    from rudnn.convolution.problem import validate_data_backward, validate_forward
+    x, w = runtime.zeros((1, 8, 6, 6), "f32"), runtime.zeros((8, 1, 3, 3), "f32")
+    p = validate_forward("conv_forward", x, w, None, ConvOptions(padding=1, groups=8), False)
+    other = "rows" if runtime.capabilities.units_are_simd_lanes else "depthwise"
+    assert tuning.direct_plan(p, "forward") == other
+    dy = runtime.zeros((1, 8, 3, 3), "f32")
+    p2 = validate_data_backward(dy, w, (1, 8, 6, 6), ConvOptions(stride=2, padding=1, groups=8))
+    assert tuning.direct_plan(p2, "data") == other
+    p3 = validate_forward("conv_forward", x, runtime.zeros((8, 2, 3, 3), "f32"), None, ConvOptions(groups=4), False)
+    assert tuning.direct_plan(p3, "forward") == ("rows" if other == "rows" else "units")
+    big = ConvOptions(padding=248, dilation=16, groups=8)    # 32x32 taps dilated by 16: a 1 MB tile
+    p4 = validate_forward("conv_forward", x, runtime.zeros((8, 1, 32, 32), "f32"), None, big, False)
+    assert tuning.direct_plan(p4, "forward") == ("rows" if other == "rows" else "units")
+    assert tuning.direct_plan(p4, "weight") == other
+    if other == "depthwise":    # more tiles a plane (of 32 columns) than the grid's y axis takes
+        import dataclasses
+        n = (runtime.capabilities.max_grid[1] + 1) * 32
+        p5 = dataclasses.replace(p, geo=dataclasses.replace(p.geo, S=(1, 1, n), O=(1, 1, n)))
+        assert tuning.direct_plan(p5, "forward") == "units" and tuning.direct_plan(p5, "data") == "units"
+
+
 # ---------------------------------------------------------------------------- PyTorch
 TORCH_CASES = ["1d-stride-dil-groups", "2d-groups-dil", "2d-depthwise", "3d"]
 

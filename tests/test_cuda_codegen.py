@@ -503,3 +503,38 @@ def test_gated_delta_group_kernels_are_wgmma_fed_by_bulk_copies():
         assert "cp.async.bulk.tensor" in ptx, kernel.__name__
         assert re.search(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx), kernel.__name__  # a bulk store
         assert "mma.sync" in ptx_of(kernel, 128, args, sm=80), kernel.__name__
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+def test_convolution_depthwise_compiles(dt):
+    """The depthwise kernels (rudnn.convolution.depthwise) for sm_90 and sm_80: the channels-last
+    forward loads taps and weights and stores outputs as 16-byte vectors without spilling (its
+    H200 shape: 3x3, 256 channels at 28²); the plane-tile forward and data backward, the weight
+    partials and their ordered sum compile."""
+    from rudnn.convolution import ConvOptions, depthwise
+    from rudnn.convolution.problem import as_5d, validate_forward, validate_weight_backward
+    x, w = CPU.zeros((2, 28, 28, 256), dt), CPU.zeros((256, 3, 3, 1), dt)
+    opts = ConvOptions(padding=1, groups=256)
+    p = validate_forward("conv_forward_nhwc", x, w, None, opts, True)
+    y5 = as_5d(CPU.empty((2, 28, 28, 256), dt), 2, True)
+    assert depthwise.channels_last_covers(p, y5)
+    V = depthwise.vector_lanes(p)
+    args = (p.x, p.w, CPU.zeros((256,), dt), y5, True, V, depthwise.PX, depthwise.ROWS, p.geo.consts())
+    for sm in (90, 80):
+        ptx = ptx_of(depthwise.forward_channels_last, depthwise.UNITS, args, sm=sm)
+        assert len(re.findall(r"ld\.global[.\w]*\.v4\.[bfu]32", ptx)) >= 9 + 3 * 6   # weights, one row of taps
+        assert len(re.findall(r"st\.global[.\w]*\.v4\.[bfu]32", ptx)) == depthwise.PX
+    log = ptxas_report(compile_launch(depthwise.forward_channels_last, depthwise.UNITS, args, "sm_90").rendered.source)
+    assert "0 bytes spill stores" in log
+    xn, wn = CPU.zeros((2, 256, 28, 28), dt), CPU.zeros((256, 1, 3, 3), dt)
+    pn = validate_weight_backward(xn, xn, (256, 1, 3, 3), opts)
+    yn = as_5d(CPU.empty((2, 256, 28, 28), dt), 2, False)
+    TW, Q = depthwise.plane_tile(28, 28)
+    for sm in (90, 80):
+        ptx_of(depthwise.forward_planes, depthwise.UNITS, (pn.x, as_5d(wn, 2, False), CPU.zeros((1,), "f32"), yn,
+                                                          False, TW, Q, pn.geo.consts()), sm=sm)
+        ptx_of(depthwise.data_planes, depthwise.UNITS, (pn.dy, as_5d(wn, 2, False), yn, TW, Q, pn.geo.consts()),
+               sm=sm)
+        part = CPU.empty((3, 256, 9), "f32")
+        ptx_of(depthwise.weight_partials, depthwise.WGRAD_UNITS, (pn.x, pn.dy, part, 1, 32, pn.geo.consts()), sm=sm)
+        ptx_of(depthwise.sum_splits, depthwise.SUM_UNITS, (part, CPU.empty((256, 9), dt)), sm=sm)

@@ -9,7 +9,8 @@ backward passes (SPEC §6).
 x [B, Cin, *S], w [Cout, Cin/groups, *K] -> y [B, Cout, *O] (conv_forward_nhwc: x [B, *S, Cin],
 w [Cout, *K, Cin/groups] -> y [B, *O, Cout]); F32/F16/BF16 with F32 accumulation. `Direct`
 covers every configuration (where a cube's units are SIMD lanes, the CPU, its three passes
-take the row-vector plan of rows.py: tuning.direct_plan); `ImplicitGemm` runs
+take the row-vector plan of rows.py, elsewhere depthwise passes take depthwise.py:
+tuning.direct_plan); `ImplicitGemm` runs
 a GEMM over the implicit im2col matrix where it covers the call (tuning.py says when) and
 `Direct` otherwise; `Autotune` times the valid ones once per shape bucket and remembers the
 fastest.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from kerneldsl.replay import replayable
 
-from . import direct, implicit_gemm, rows, tuning
+from . import depthwise, direct, implicit_gemm, rows, tuning
 from .options import ConvOptions, ConvStrategy
 from .problem import (ConvSetupError, as_5d, check_strategy, user_shape, validate_data_backward,
                       validate_forward, validate_weight_backward)
@@ -37,24 +38,33 @@ def _dummy(rt):
 
 def _direct_forward(p, y5) -> None:
     """The `Direct` forward pass, through the plan tuning.direct_plan picks for the device."""
-    if tuning.direct_plan(p, "forward") == "rows":
+    plan = tuning.direct_plan(p, "forward")
+    if plan == "rows":
         rows.run_forward(p, y5)
+    elif plan == "depthwise":
+        depthwise.run_forward(p, y5, _dummy(p.runtime))
     else:
         direct.run_forward(p, y5, _dummy(p.runtime))
 
 
 def _direct_data_backward(p, dx5) -> None:
     """The `Direct` data backward pass, through the plan tuning.direct_plan picks."""
-    if tuning.direct_plan(p, "data") == "rows":
+    plan = tuning.direct_plan(p, "data")
+    if plan == "rows":
         rows.run_data_backward(p, dx5)
+    elif plan == "depthwise":
+        depthwise.run_data_backward(p, dx5, _dummy(p.runtime))
     else:
         direct.run_data_backward(p, dx5)
 
 
 def _direct_weight_backward(p, dw5) -> None:
     """The `Direct` weight backward pass, through the plan tuning.direct_plan picks."""
-    if tuning.direct_plan(p, "weight") == "rows":
+    plan = tuning.direct_plan(p, "weight")
+    if plan == "rows":
         rows.run_weight_backward(p, dw5)
+    elif plan == "depthwise":
+        depthwise.run_weight_backward(p, dw5)
     else:
         direct.run_weight_backward(p, dw5)
 

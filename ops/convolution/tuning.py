@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kerneldsl import autotune
 
-from . import implicit_gemm
+from . import depthwise, implicit_gemm
 from .options import ConvStrategy
 
 FAMILY = "convolution"
@@ -39,9 +39,12 @@ def direct_plan(p, pass_name: str) -> str:
     bounds-tested). All passes choose alike: the data backward's rows plan spreads the
     gradient out by the stride (stride-product times the products), yet at a spread of 25
     (5x5, stride 5) it still measured 17x faster than the units plan on the 2-core dev box;
-    the weight gradient's rows plan measured 100x faster (3x3, 64 channels at 56²)."""
-    del pass_name
-    return "rows" if p.runtime.capabilities.units_are_simd_lanes else "units"
+    the weight gradient's rows plan measured 100x faster (3x3, 64 channels at 56²).
+    Elsewhere a depthwise pass that depthwise.py covers takes 'depthwise' (a unit or cube per
+    channel, not direct.py's block of output channels of one group)."""
+    if p.runtime.capabilities.units_are_simd_lanes:
+        return "rows"
+    return "depthwise" if depthwise.covers(p, pass_name) else "units"
 
 
 def resolve(p, pass_name: str, strategy: ConvStrategy, runners: dict) -> str:
