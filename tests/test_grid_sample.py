@@ -293,3 +293,85 @@ def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, mon
             for a, b in zip(lane[1:], got[2][1:]):
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=str(opts))
         np.testing.assert_array_equal(got[0][1], got[1][1])   # the same sums, wherever the planes live
+
+
+# ---------------------------------------------------------------------------- channels-last backward
+@needs_torch
+@pytest.mark.interpreter
+def test_channels_last_backward_forced_matches_torch_and_the_direct_kernel(runtime, rng, monkeypatch):
+    """backward_last.py (GPUs with a native i64 atomic add), forced on this runtime: 4 units a
+    point (channels 8: 2 each) and, for 6 channels, 2; points straddling cubes; every mode and
+    padding mode in 2-D, 3-D, align on and off; F32 and BF16; a NaN and an infinite out_grad.
+    The input gradient is bit for bit the direct kernel's (the same fixed-point integers added
+    in another order) and the same when run again; gradients within rounding of torch (float64)."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    if kd.i64 not in runtime.capabilities.atomics["add"]:
+        pytest.skip(f"{runtime.capabilities.device_name} has no 64-bit atomic add")
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(tuning, "BACKWARD_CHANNELS_LAST", True)
+    monkeypatch.setattr(tuning, "BACKWARD_GROUP", 4)
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)   # (the cpu runtime's lanes.py otherwise)
+    gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
+    assert tuning.backward_group(gpu, 8, 2) == 4 and tuning.backward_group(gpu, 6, 2) == 2
+    assert tuning.backward_group(dataclasses.replace(gpu, atomics={}), 8, 2) == 0
+    assert tuning.backward_group(runtime.capabilities, 8, 2) == (0 if runtime.capabilities.units_are_simd_lanes else 4)
+    forced = (lambda caps, *a: tuning.backward_group(gpu, *a))
+    direct = (lambda *a: 0)
+    launched = _count_launches(monkeypatch, gs._bwd_last.backward_channels_last)
+    cases = [(2, GridSampleMode.Bilinear, 8, (5, 7), (9, 6), np.float32),
+             (2, GridSampleMode.Bicubic, 6, (6, 5), (3, 8), np.float32),
+             (2, GridSampleMode.Nearest, 8, (4, 9), (3, 6), np.float32),
+             (3, GridSampleMode.Bilinear, 8, (3, 4, 5), (2, 3, 4), np.float32),
+             (2, GridSampleMode.Bilinear, 8, (5, 7), (9, 6), kd.bf16.np)]
+    for dims, mode, c, size_in, size_out, dtype in cases:
+        x = rng.standard_normal((2, c, *size_in)).astype(dtype)
+        grid = rng.uniform(-1.2, 1.2, (2, *size_out, dims)).astype(dtype)
+        go = rng.standard_normal((2, c, *size_out)).astype(dtype)
+        for pad in PADS:
+            opts = GridSampleOptions(mode, pad, pad == GridSamplePaddingMode.Border)
+            args = runtime.tensor(x), runtime.tensor(grid), runtime.tensor(go)
+            got = {}
+            for name, pick in (("last", forced), ("direct", direct)):
+                monkeypatch.setattr(gs, "backward_group", pick)
+                before = launched()
+                got[name] = [t.numpy().astype(np.float32) for t in grid_sample_backward(*args, opts)]
+                assert launched() - before == (name == "last"), name
+            what = f"{opts} {size_in}->{size_out} {np.dtype(dtype).name}"
+            np.testing.assert_array_equal(got["last"][0], got["direct"][0], err_msg="input grad " + what)
+            tol = 1e-5 if dtype == np.float32 else 2 ** -7
+            scale = np.abs(got["direct"][1]).max() + 1
+            np.testing.assert_allclose(got["last"][1], got["direct"][1], rtol=tol, atol=tol * scale, err_msg=what)
+            if dtype == np.float32:
+                _, gx, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+                np.testing.assert_allclose(got["last"][0], gx, rtol=1e-5, atol=1e-5, err_msg=what)
+                np.testing.assert_allclose(got["last"][1], gg, rtol=1e-5 * max(size_in), atol=1e-5 * max(size_in),
+                                           err_msg=what)
+    # many points on few pixels, twice (and the direct kernel's order of contributions above);
+    # non-finite out_grad values make NaN / ±inf pixels, only in their planes
+    x = rng.standard_normal((1, 8, 4, 5)).astype(np.float32)
+    grid = rng.uniform(-0.6, 0.6, (1, 16, 16, 2)).astype(np.float32)
+    go = rng.standard_normal((1, 8, 16, 16)).astype(np.float32) * 1e3
+    monkeypatch.setattr(gs, "backward_group", forced)
+    args = runtime.tensor(x), runtime.tensor(grid)
+    first = grid_sample_backward(*args, runtime.tensor(go))[0].numpy()
+    assert np.array_equal(grid_sample_backward(*args, runtime.tensor(go))[0].numpy(), first)
+    go[0, 1, 3, 3], go[0, 0, 5, 5] = np.inf, np.nan
+    dx = grid_sample_backward(*args, runtime.tensor(go))[0].numpy()
+    assert np.isnan(dx[0, 0]).any() and (np.isinf(dx[0, 1]).any() or np.isnan(dx[0, 1]).any())
+    assert np.isfinite(dx[0, 2:]).all()
+
+
+def _count_launches(monkeypatch, kernel):
+    """Counts the launches of `kernel` from here on (a callable returning the count)."""
+    count = [0]
+    launch = type(kernel).__getitem__
+
+    def counted(self, grid):
+        if self is kernel:
+            count[0] += 1
+        return launch(self, grid)
+    monkeypatch.setattr(type(kernel), "__getitem__", counted)
+    return lambda: count[0]

@@ -62,6 +62,26 @@ def transpose_lanes(channels: int, spatial: int, itemsize: int) -> int:
     return v
 
 
+# the channels-last backward (backward_last.py): G units a grid point (BACKWARD_GROUP, or the
+# largest power of two below it dividing the channels), where the device adds i64 words
+# atomically. Not measured on a GPU yet: off until the lead's timing (benchmarks/grid_variants.py).
+BACKWARD_CHANNELS_LAST = False
+BACKWARD_GROUP = 32
+
+
+def backward_group(caps, channels: int, batch: int) -> int:
+    """Units a grid point of the channels-last backward, or 0 where sample.sample_backward
+    serves: while BACKWARD_CHANNELS_LAST is off, where units are SIMD lanes (lanes.py),
+    without a native i64 atomic add, or more batch items than the transposes' grid."""
+    if (not BACKWARD_CHANNELS_LAST or caps.units_are_simd_lanes or kd.i64 not in caps.atomics.get("add", ())
+            or batch > GRID_Z):
+        return 0
+    g = min(BACKWARD_GROUP, UNITS)
+    while g > 1 and channels % g:
+        g //= 2
+    return g
+
+
 def cubes(total: int) -> int:
     return -(-total // UNITS)
 
