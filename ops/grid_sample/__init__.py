@@ -89,7 +89,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
             _lanes.scatter_input_grad_global[cube](go.reshape(go.size), tap_at, tap_w, acc, dx.reshape(size),
                                                    x5.shape[1], p.locations, size // planes, plan.taps, plan.planes)
         return dx, grad_grid
-    max_bits = rt.zeros((1,), kd.u32)
+    max_bits = rt.zeros((2,), kd.u32)   # max |out_grad|'s bits; nonzero where it has non-finite values
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
     room = headroom(p.locations, o.mode)
     group = backward_group(rt.capabilities, input.shape[1], input.shape[0])
@@ -127,7 +127,8 @@ def _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points: int, l
     rt = x5.runtime
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
-    acc, flags = rt.zeros((x5.size,), kd.i64), rt.zeros((x5.size,), kd.u32)
+    acc, flags = rt.zeros((x5.size,), kd.i64), rt.empty((x5.size,), kd.u32)
+    _bwd_last.clear_flags[cubes(x5.size), UNITS](flags, max_bits, x5.size)
     _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
         _to_channels_last(x5), g5.reshape(g5.size), _to_channels_last(go5), grad_grid.reshape(grad_grid.size), acc,
         flags, max_bits, points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group)

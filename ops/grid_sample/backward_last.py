@@ -13,7 +13,9 @@ bit for bit the direct kernel's, in any launch order. The grid gradient (a per-p
 over channels) is summed by each unit over its channels, then over the G units in order
 through shared memory: deterministic, within rounding of the direct kernel's order.
 `finish_channels_last` converts the words back to [N, C, D, H, W] in the input's dtype
-through a 32 × 32 tile in shared memory (reads and writes in order)."""
+through a 32 × 32 tile in shared memory (reads and writes in order). The flag words beside
+the accumulator (NaN/±inf contributions) are only cleared, set and read where max_bits[1]
+says out_grad holds a non-finite (or huge) value: nothing to touch in the common case."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -36,6 +38,14 @@ def add_wide(acc, flags, at, v, scale):
     else:
         bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
         kd.atomic_or(flags, at, kd.u32(bit))
+
+
+@kd.kernel
+def clear_flags(flags: kd.Tensor[kd.u32, 1], max_bits: kd.Tensor[kd.u32, 1], total: kd.i64):
+    """flags = 0 where out_grad has a non-finite or huge value (max_bits[1]), else nothing."""
+    e = kd.i64(kd.cube_pos_x()) * kd.cube_dim_x() + kd.unit_pos_x()
+    if max_bits[1] != 0 and e < total:
+        flags[e] = kd.u32(0)
 
 
 @kd.kernel
@@ -113,12 +123,15 @@ def finish_channels_last(acc: kd.Tensor[kd.i64, 1], flags: kd.Tensor[kd.u32, 1],
     tx = kd.unit_pos_x()
     ty = kd.unit_pos_y()
     unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
+    special = max_bits[1] != 0
     for i in kd.unroll(T // R):
         s = s0 + ty + i * R
         if s < S and c0 + tx < C:
             at = (n * S + s) * C + c0 + tx
             v = kd.f32(kd.f64(acc[at]) * unit)
-            f = flags[at]
+            f = kd.u32(0)
+            if special:
+                f = flags[at]
             if f != 0:
                 pos = (f & POS_INF_BIT) != 0
                 neg = (f & NEG_INF_BIT) != 0
