@@ -1,5 +1,5 @@
 """rudnn.grid_sample's GPU forms next to PyTorch in one run (issue 19): every forward form
-(the direct kernel, the channels-last forward at several vector and transpose widths) and
+(the direct kernel with flat cubes or tiles of grid points, the channels-last forward at several vector and transpose widths) and
 every backward form (the direct fixed-point scatter, the channels-last backward at several
 units a point), plus the channels-last transpose alone, on a random and an affine grid,
 bilinear / zeros / align_corners False, input [N, C, S, S] and grid [N, S, S, 2].
@@ -27,7 +27,10 @@ from .common import machine, median_device_time, median_torch_cuda_time, table
 from .spatial_sampling import TDTYPES, affine_grid, default_runtimes, max_rel_err
 
 FORWARD = {   # name -> tuning constants
-    "direct": {"CHANNELS_LAST": False},
+    "direct": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 0},
+    "direct tiles 32w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 32},
+    "direct tiles 16w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 16},
+    "direct tiles 8w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 8},
     "last V1 T1": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 1},
     "last V1 T2": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 2},
     "last V1 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 4},

@@ -375,3 +375,28 @@ def _count_launches(monkeypatch, kernel):
         return launch(self, grid)
     monkeypatch.setattr(type(kernel), "__getitem__", counted)
     return lambda: count[0]
+
+
+@pytest.mark.interpreter
+def test_tiled_direct_forward_matches_the_flat_one(runtime, rng, monkeypatch):
+    """sample.sample_forward with a cube a tile of grid points (tuning.FORWARD_TILE_W: 8 points
+    wide, and 128 wide with 2 rows), forced where units are not SIMD lanes: tiles cut at the
+    plane's edges, 2-D and 3-D, every mode: the flat kernel's samples bit for bit."""
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    assert tuning.forward_tiles((5, 7), 3) == (0, 1)
+    for dims, size_in, size_out in ((2, (5, 7), (9, 13)), (3, (3, 4, 5), (2, 3, 4))):
+        x = rng.standard_normal((2, 3, *size_in)).astype(np.float32)
+        grid = rng.uniform(-1.2, 1.2, (2, *size_out, dims)).astype(np.float32)
+        for mode in MODES if dims == 2 else (GridSampleMode.Bilinear,):
+            opts = GridSampleOptions(mode, GridSamplePaddingMode.Reflection)
+            got = []
+            for tw in (0, 8, 128):
+                monkeypatch.setattr(tuning, "FORWARD_TILE_W", tw)
+                got.append(grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy())
+            np.testing.assert_array_equal(got[1], got[0], err_msg=str(opts))
+            np.testing.assert_array_equal(got[2], got[0], err_msg=str(opts))
+    monkeypatch.setattr(tuning, "FORWARD_TILE_W", 8)
+    assert tuning.forward_tiles((9, 13), 4) == (8, 4 * 1 * 2)

@@ -24,7 +24,7 @@ from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from .tuning import (MAX_CUBES, UNITS, as_5d, backward_group, channels_last_lanes, channels_last_vectors, cubes,
-                     headroom, lane_plan, transpose_lanes)
+                     forward_tiles, headroom, lane_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -52,8 +52,8 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
             x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), *_lane_sizes(x5, y5),
             *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
         return out
-    _sample.sample_forward[cubes(points), UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value,
-                                                 p.dims, UNITS)
+    tw, count = forward_tiles(y5.shape[3:], y5.shape[0] * y5.shape[2])
+    _sample.sample_forward[count, UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value, p.dims, UNITS, tw)
     return out
 
 

@@ -82,6 +82,23 @@ def backward_group(caps, channels: int, batch: int) -> int:
     return g
 
 
+# the direct forward (sample.sample_forward): a cube takes a tile of UNITS / FORWARD_TILE_W rows
+# of FORWARD_TILE_W grid points (0: UNITS consecutive points). On a smooth (affine) grid a
+# warp's taps then fall in a few short rows of the input rather than along a long slanted
+# line: fewer memory sectors a load. Not measured on a GPU yet (benchmarks/grid_variants.py).
+FORWARD_TILE_W = 0
+
+
+def forward_tiles(out_spatial: tuple, batch_planes: int) -> tuple:
+    """(TW, cubes) of the direct forward for output planes of `out_spatial` (Ho, Wo),
+    `batch_planes` = N·Do of them: FORWARD_TILE_W where set (and below UNITS), else flat."""
+    tw = FORWARD_TILE_W
+    if tw <= 0 or tw >= UNITS or UNITS % tw:
+        return 0, cubes(batch_planes * out_spatial[0] * out_spatial[1])
+    th = UNITS // tw
+    return tw, batch_planes * -(-out_spatial[0] // th) * -(-out_spatial[1] // tw)
+
+
 def cubes(total: int) -> int:
     return -(-total // UNITS)
 
