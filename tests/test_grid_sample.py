@@ -400,3 +400,46 @@ def test_tiled_direct_forward_matches_the_flat_one(runtime, rng, monkeypatch):
             np.testing.assert_array_equal(got[2], got[0], err_msg=str(opts))
     monkeypatch.setattr(tuning, "FORWARD_TILE_W", 8)
     assert tuning.forward_tiles((9, 13), 4) == (8, 4 * 1 * 2)
+
+
+@pytest.mark.interpreter
+def test_staged_forward_matches_the_direct_kernel(runtime, rng, monkeypatch):
+    """staged.py forced where units are not SIMD lanes, with tiles of 4 rows of 4 points (cubes
+    of 16 units) and 3 channels staged at a time (of 5: the last group partial), boxes of at
+    most 60 pixels: a smooth (rotated) grid whose bilinear boxes fit (15 to 36 pixels), a
+    random grid whose boxes do not (80 to 99: the cubes gather), tiles cut at the plane's
+    edges, every mode and padding mode, a NaN pixel: the direct kernel's samples bit for bit,
+    and the float64 reference's."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    monkeypatch.setattr(gs, "UNITS", 16)
+    monkeypatch.setattr(tuning, "UNITS", 16)
+    for k, v in (("STAGED_FORWARD", True), ("STAGED_TILE_W", 4), ("STAGED_CHANNELS", 3), ("STAGED_AREA", 60)):
+        monkeypatch.setattr(tuning, k, v)
+    gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
+    assert tuning.staged_plan(gpu, 2, (9, 11), 4) == (4, 3, 60) and tuning.staged_plan(gpu, 3, (2, 9, 11), 4) is None
+    staged = (lambda caps, *a: tuning.staged_plan(gpu, *a))
+    x = rng.standard_normal((2, 5, 9, 11)).astype(np.float32)
+    x[1, 3, 4, 5] = np.nan
+    h, w = 7, 10
+    ys, xs = np.meshgrid(np.linspace(-0.8, 0.8, h), np.linspace(-0.9, 0.9, w), indexing="ij")
+    a = 0.2
+    smooth = np.stack([np.cos(a) * xs - np.sin(a) * ys, np.sin(a) * xs + np.cos(a) * ys], -1)
+    grids = {"smooth": np.broadcast_to(smooth, (2, h, w, 2)).astype(np.float32),
+             "random": rng.uniform(-1.2, 1.2, (2, h, w, 2)).astype(np.float32)}
+    for name, grid in grids.items():
+        for mode in MODES:
+            for pad in PADS:
+                opts = GridSampleOptions(mode, pad, pad == GridSamplePaddingMode.Zeros)
+                got = []
+                for plan in (staged, lambda *a: None):
+                    monkeypatch.setattr(gs, "staged_plan", plan)
+                    got.append(grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy())
+                what = f"{name} {opts}"
+                np.testing.assert_array_equal(got[0], got[1], err_msg=what)
+                want = ref.grid_sample(x, grid, mode.value, pad.value, opts.align_corners)
+                np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5, err_msg=what)

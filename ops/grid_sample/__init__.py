@@ -20,11 +20,12 @@ from . import channels_last as _last
 from . import fixed_point as _fixed
 from . import lanes as _lanes
 from . import sample as _sample
+from . import staged as _staged
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from .tuning import (MAX_CUBES, UNITS, as_5d, backward_group, channels_last_lanes, channels_last_vectors, cubes,
-                     forward_tiles, headroom, lane_plan, transpose_lanes)
+                     forward_tiles, headroom, lane_plan, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -51,6 +52,12 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
         _lanes.forward_lanes[_lane_grid(y5, plan), plan.bx](
             x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), *_lane_sizes(x5, y5),
             *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
+        return out
+    staged = staged_plan(rt.capabilities, p.dims, x5.shape[3:], input.dtype.itemsize)
+    if staged is not None:   # smooth grids: a tile's input box through shared memory (decided per cube)
+        tw, ch, area = staged
+        count = y5.shape[0] * -(-y5.shape[3] // (UNITS // tw)) * -(-y5.shape[4] // tw)
+        _staged.sample_staged[count, UNITS](x5, g5, y5, *_runtime_options(o), o.mode.value, UNITS, tw, ch, area)
         return out
     tw, count = forward_tiles(y5.shape[3:], y5.shape[0] * y5.shape[2])
     _sample.sample_forward[count, UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value, p.dims, UNITS, tw)

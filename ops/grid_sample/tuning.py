@@ -99,6 +99,27 @@ def forward_tiles(out_spatial: tuple, batch_planes: int) -> tuple:
     return tw, batch_planes * -(-out_spatial[0] // th) * -(-out_spatial[1] // tw)
 
 
+# the staged 2-D forward (staged.py): a cube a tile of UNITS / STAGED_TILE_W rows of
+# STAGED_TILE_W grid points; where its taps' input box holds at most STAGED_AREA pixels, that
+# box is copied to shared memory, STAGED_CHANNELS channels at a time (else the cube gathers
+# as the direct kernel). Not measured on a GPU yet: off (benchmarks/grid_variants.py).
+STAGED_FORWARD = False
+STAGED_TILE_W = 16
+STAGED_CHANNELS = 4
+STAGED_AREA = 1024
+
+
+def staged_plan(caps, dims: int, in_spatial: tuple, itemsize: int) -> tuple | None:
+    """(TW, CH, AREA) of the staged forward, or None where the direct kernel serves: while
+    STAGED_FORWARD is off, where units are SIMD lanes, for 3-D calls, inputs of 2^24 pixels
+    a side or more (the box's bounds pass through F32), or a stage above the shared memory."""
+    tw, ch, area = STAGED_TILE_W, STAGED_CHANNELS, STAGED_AREA
+    if (not STAGED_FORWARD or caps.units_are_simd_lanes or dims != 2 or max(in_spatial) >= 2 ** 24
+            or tw <= 0 or UNITS % tw or ch * area * itemsize > caps.max_shared_bytes // 2):
+        return None
+    return tw, ch, area
+
+
 def cubes(total: int) -> int:
     return -(-total // UNITS)
 
