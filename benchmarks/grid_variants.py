@@ -1,5 +1,6 @@
 """rudnn.grid_sample's GPU forms next to PyTorch in one run (issue 19): every forward form
-(the direct kernel with flat cubes or tiles of grid points, the channels-last forward at several vector and transpose widths) and
+(the direct kernel with flat cubes or tiles of grid points, the staged forward at several
+tile widths, channels a step and box sizes, the channels-last forward at several vector and transpose widths) and
 every backward form (the direct fixed-point scatter, the channels-last backward at several
 units a point), plus the channels-last transpose alone, on a random and an affine grid,
 bilinear / zeros / align_corners False, input [N, C, S, S] and grid [N, S, S, 2].
@@ -31,6 +32,10 @@ FORWARD = {   # name -> tuning constants
     "direct tiles 32w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 32},
     "direct tiles 16w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 16},
     "direct tiles 8w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 8},
+    "staged 16w CH4 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 4, "STAGED_AREA": 1024},
+    "staged 16w CH8 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 8, "STAGED_AREA": 1024},
+    "staged 32w CH4 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 32, "STAGED_CHANNELS": 4, "STAGED_AREA": 1024},
+    "staged 16w CH2 A2048": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 2, "STAGED_AREA": 2048},
     "last V1 T1": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 1},
     "last V1 T2": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 2},
     "last V1 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 4},

@@ -107,15 +107,17 @@ STAGED_FORWARD = False
 STAGED_TILE_W = 16
 STAGED_CHANNELS = 4
 STAGED_AREA = 1024
+STAGED_MAX_BYTES = 32 * 1024   # the stage is a static shared array (48 KiB at most on CUDA)
 
 
 def staged_plan(caps, dims: int, in_spatial: tuple, itemsize: int) -> tuple | None:
     """(TW, CH, AREA) of the staged forward, or None where the direct kernel serves: while
     STAGED_FORWARD is off, where units are SIMD lanes, for 3-D calls, inputs of 2^24 pixels
-    a side or more (the box's bounds pass through F32), or a stage above the shared memory."""
+    a side or more (the box's bounds pass through F32), or a stage above STAGED_MAX_BYTES or
+    half the shared memory."""
     tw, ch, area = STAGED_TILE_W, STAGED_CHANNELS, STAGED_AREA
     if (not STAGED_FORWARD or caps.units_are_simd_lanes or dims != 2 or max(in_spatial) >= 2 ** 24
-            or tw <= 0 or UNITS % tw or ch * area * itemsize > caps.max_shared_bytes // 2):
+            or tw <= 0 or UNITS % tw or ch * area * itemsize > min(STAGED_MAX_BYTES, caps.max_shared_bytes // 2)):
         return None
     return tw, ch, area
 
