@@ -9,7 +9,14 @@ input gradient is scattered as 64-bit fixed-point integers (fixed_point.py), so 
 same whatever order the units run in; the grid gradient is a per-point sum over channels.
 Where units are SIMD lanes (tuning.lane_plan: the cpu runtime), lanes.py runs instead: a cube
 of consecutive grid points (vector grid reads and output stores, taps kept for every
-channel), and an input gradient summed plane by plane in a fixed order by one unit."""
+channel), and an input gradient summed plane by plane in a fixed order by one unit.
+
+GPU forms behind tuning constants (each off by default until timed on a GPU; benchmarks/
+grid_variants.py times them all): channels_last.py (CHANNELS_LAST: the forward on a
+channels-last copy), staged.py (STAGED_FORWARD: 2-D forward, a tile's input box through
+shared memory where it fits, chosen per cube on the device), tiles of grid points for the
+direct forward (FORWARD_TILE_W), and backward_last.py (BACKWARD_CHANNELS_LAST: the backward
+on channels-last copies, native 64-bit fixed-point atomics where the device has them)."""
 from __future__ import annotations
 
 import kerneldsl as kd
