@@ -51,13 +51,19 @@ def sample_staged(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, pad_mode: kd.i32,
     channels = x.shape[1]
     u = kd.unit_pos_x()
     if box <= AREA:   # the same for every unit of the cube
+        # the box's pixels u, u + BX, ... (consecutive units: consecutive pixels of a row),
+        # found once: the same for every channel
+        rows = ()
+        cols = ()
+        for m in kd.unroll(-(-AREA // BX)):
+            r = kd.min(u + m * BX, box - 1)
+            rows = rows + (y0 + r // fw,)
+            cols = cols + (x0 + r % fw,)
         for c0 in range(0, channels, CH):
-            for i in range(u, CH * box, BX):   # consecutive units: consecutive pixels of a row
-                ch = i // box
-                r = i - ch * box
-                yy = r // fw
-                if c0 + ch < channels:
-                    stage[ch * AREA + r] = x[n, c0 + ch, 0, y0 + yy, x0 + r - yy * fw]
+            for ch in kd.unroll(CH):
+                for m in kd.unroll(-(-AREA // BX)):
+                    if u + m * BX < box and c0 + ch < channels:
+                        stage[ch * AREA + u + m * BX] = x[n, c0 + ch, 0, rows[m], cols[m]]
             kd.sync_cube()
             for ch in kd.unroll(CH):
                 acc = kd.f32(0)
