@@ -106,8 +106,8 @@ def main(argv=None):
                 if args.only and args.only not in "transpose":
                     continue
                 t = timed(rt, lambda: gs._to_channels_last(x5), settings, reps)
-                rows.append((f"{v} (input copy)", dtype, f"{t * 1e3:.3f}", "-", "-", f"{2 * x_t.numel() * item / t / 1e9:.0f}",
-                             "-"))
+                rate = 2 * x_t.numel() * item / t / 1e9
+                rows.append((f"{v} (input copy)", dtype, f"{t * 1e3:.3f}", "-", "-", f"{rate:.0f}", "-"))
                 print(*rows[-1], flush=True)
             for gname, grid_t in grids.items():
                 grid = wrap(grid_t)
