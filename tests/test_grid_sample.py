@@ -300,7 +300,8 @@ def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, mon
 @pytest.mark.interpreter
 def test_channels_last_backward_forced_matches_torch_and_the_direct_kernel(runtime, rng, monkeypatch):
     """backward_last.py (GPUs with a native i64 atomic add), forced on this runtime: 4 units a
-    point (channels 8: 2 each) and, for 6 channels, 2; points straddling cubes; every mode,
+    point (channels 8: 2 each) and, for 6 channels, 2, reading out_grad through shared memory
+    (the cube's rows straddling batch items); points straddling cubes; every mode,
     every padding mode (bilinear), 2-D and 3-D, align on and off; F32 and BF16; a NaN and an
     infinite out_grad.
     The input gradient is bit for bit the direct kernel's (the same fixed-point integers added
@@ -314,9 +315,11 @@ def test_channels_last_backward_forced_matches_torch_and_the_direct_kernel(runti
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
     monkeypatch.setattr(tuning, "BACKWARD_CHANNELS_LAST", True)
     monkeypatch.setattr(tuning, "BACKWARD_GROUP", 4)
+    monkeypatch.setattr(tuning, "BACKWARD_STAGED_CHANNELS", 6)   # 6 channels: out_grad through shared memory
     monkeypatch.setattr(gs, "lane_plan", lambda *a: None)   # (the cpu runtime's lanes.py otherwise)
     gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
     assert tuning.backward_group(gpu, 8, 2) == 4 and tuning.backward_group(gpu, 6, 2) == 2
+    assert tuning.backward_staged_channels(6, 2) == 6 and tuning.backward_staged_channels(8, 4) == 0
     assert tuning.backward_group(dataclasses.replace(gpu, atomics={}), 8, 2) == 0
     assert tuning.backward_group(runtime.capabilities, 8, 2) == (0 if runtime.capabilities.units_are_simd_lanes else 4)
     forced = (lambda caps, *a: tuning.backward_group(gpu, *a))

@@ -31,7 +31,7 @@ from . import staged as _staged
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
-from .tuning import (MAX_CUBES, UNITS, as_5d, backward_group, channels_last_lanes, channels_last_vectors, cubes,
+from .tuning import (MAX_CUBES, UNITS, as_5d, backward_group, backward_staged_channels, channels_last_lanes, channels_last_vectors, cubes,
                      forward_tiles, headroom, lane_plan, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
@@ -143,9 +143,11 @@ def _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points: int, l
     spatial = x5.size // (n * c)
     acc, flags = rt.zeros((x5.size,), kd.i64), rt.empty((x5.size,), kd.u32)
     _bwd_last.clear_flags[cubes(x5.size), UNITS](flags, max_bits, x5.size)
+    staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
+    gl = go5.reshape(go5.size) if staged else _to_channels_last(go5)
     _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
-        _to_channels_last(x5), g5.reshape(g5.size), _to_channels_last(go5), grad_grid.reshape(grad_grid.size), acc,
-        flags, max_bits, points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group)
+        _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), acc, flags, max_bits,
+        points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group, staged)
     bx, by = _bwd_last.FINISH_UNITS
     _bwd_last.finish_channels_last[(-(-spatial // bx), -(-c // bx), n), (bx, by)](
         acc, flags, max_bits, dx.reshape(dx.size), c, spatial, room)

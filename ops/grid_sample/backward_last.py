@@ -53,17 +53,33 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
                            acc: kd.Tensor[kd.i64, 1], flags: kd.Tensor[kd.u32, 1], max_bits: kd.Tensor[kd.u32, 1],
                            total: kd.i32, locations: kd.i32, C: kd.i32, size_d: kd.i32, size_h: kd.i32,
                            size_w: kd.i32, pad_mode: kd.i32, align: kd.i32, MODE: kd.Const[str],
-                           DIMS: kd.Const[int], HEADROOM: kd.Const[int], G: kd.Const[int]):
-    """xl [N, S, C] and gl [N·locations, C] (flat, channels last), grid [N·locations, DIMS]
-    (flat): unit u of a cube takes channels u % G + i·G of the cube's point u // G, adds its
-    contributions to acc [N, S, C] (flags beside it) and its share of the grid gradient,
-    which the point's first unit sums over the G units into grad_grid [N·locations, DIMS]."""
+                           DIMS: kd.Const[int], HEADROOM: kd.Const[int], G: kd.Const[int], STAGED_C: kd.Const[int]):
+    """xl [N, S, C] (flat, channels last), grid [N·locations, DIMS] (flat): unit u of a cube
+    takes channels u % G + i·G of the cube's point u // G, adds its contributions to acc
+    [N, S, C] (flags beside it) and its share of the grid gradient, which the point's first
+    unit sums over the G units into grad_grid [N·locations, DIMS]. out_grad: gl [N·locations,
+    C] (flat, channels last) where STAGED_C = 0; else gl is out_grad itself, [N, C, locations]
+    (flat, C = STAGED_C), whose rows of the cube's points are first copied to shared memory
+    (consecutive units reading consecutive points: no transpose pass)."""
     UNITS = kd.cube_dim_x()
     PTS = UNITS // G
     parts = kd.shared(kd.f32, 3 * UNITS)
     u = kd.unit_pos_x()
     chunk = u % G
-    wanted = kd.cube_pos_x() * PTS + u // G
+    first = kd.cube_pos_x() * PTS
+    wanted = first + u // G
+    if STAGED_C > 0:
+        rows = kd.shared(kd.f32, STAGED_C * PTS)
+        for i in kd.unroll(-(-(STAGED_C * PTS) // UNITS)):
+            slot = u + i * UNITS
+            f = first + slot % PTS
+            if slot < STAGED_C * PTS:
+                v = kd.f32(0)
+                if f < total:   # (points past the last: zeros, read by units that add nothing)
+                    m = f // locations
+                    v = kd.f32(gl[(kd.i64(m) * STAGED_C + slot // PTS) * locations + f - m * locations])
+                rows[slot] = v
+        kd.sync_cube()
     live = wanted < total          # units past the last point compute a copy of it, add nothing
     e = kd.min(wanted, total - 1)
     t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
@@ -75,7 +91,10 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
     gy = kd.f32(0)
     gz = kd.f32(0)
     for c in range(chunk, C, G):
-        go = kd.f32(gl[row + c])
+        if STAGED_C > 0:
+            go = rows[c * PTS + u // G]
+        else:
+            go = kd.f32(gl[row + c])
         for a in kd.unroll(TZ):
             for b in kd.unroll(TX):
                 for k in kd.unroll(TX):

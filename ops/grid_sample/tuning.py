@@ -67,6 +67,19 @@ def transpose_lanes(channels: int, spatial: int, itemsize: int) -> int:
 # atomically. Not measured on a GPU yet: off until the lead's timing (benchmarks/grid_variants.py).
 BACKWARD_CHANNELS_LAST = False
 BACKWARD_GROUP = 32
+# out_grad read by the channels-last backward from its own layout through shared memory (a
+# cube's rows of points), instead of a channels-last copy, for at most this many channels
+# (the kernel is then specialised per channel count); 0: always the copy
+BACKWARD_STAGED_CHANNELS = 0
+BACKWARD_STAGED_BYTES = 32 * 1024   # its F32 rows: a static shared array
+
+
+def backward_staged_channels(channels: int, group: int) -> int:
+    """The channel count the channels-last backward is specialised for when it reads out_grad
+    through shared memory (BACKWARD_STAGED_CHANNELS, its rows within BACKWARD_STAGED_BYTES),
+    else 0 (out_grad copied channels-last)."""
+    fits = channels * (UNITS // group) * 4 <= BACKWARD_STAGED_BYTES
+    return channels if channels <= BACKWARD_STAGED_CHANNELS and fits else 0
 
 
 def backward_group(caps, channels: int, batch: int) -> int:
