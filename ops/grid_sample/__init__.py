@@ -31,8 +31,8 @@ from . import staged as _staged
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
-from .tuning import (MAX_CUBES, UNITS, as_5d, backward_group, backward_staged_channels, channels_last_lanes, channels_last_vectors, cubes,
-                     forward_tiles, headroom, lane_plan, staged_plan, transpose_lanes)
+from .tuning import (MAX_CUBES, UNITS, as_5d, backward_group, backward_staged_channels, channels_last_lanes,
+                     channels_last_vectors, cubes, forward_tiles, headroom, lane_plan, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
