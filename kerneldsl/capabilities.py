@@ -18,10 +18,11 @@ I32_MAX = (1 << 31) - 1
 I64_MAX = (1 << 63) - 1
 
 
-def default_atomics(float_add: bool = True) -> dict:
+def default_atomics(float_add: bool = True, i64_add: bool = False) -> dict:
+    """op -> dtypes: every op on i32/u32; `add` also on f32 (`float_add`) and on i64
+    (`i64_add`: a native 64-bit integer add, e.g. for exact fixed-point sums)."""
     table = {op: INT_ATOMIC_TYPES for op in ATOMIC_OPS}
-    if float_add:
-        table["add"] = INT_ATOMIC_TYPES + (dt.f32,)
+    table["add"] = INT_ATOMIC_TYPES + ((dt.f32,) if float_add else ()) + ((dt.i64,) if i64_add else ())
     return table
 
 

@@ -69,6 +69,14 @@ def test_vector_accesses_are_128_bit_where_aligned(dt, lanes):
     assert instructions(ptx, wide) == {"ld", "st"}
 
 
+def test_i64_atomic_add_is_one_64_bit_atomic():
+    from test_dsl_atomics import wide_add
+    x = CPU.zeros(64, "i64")
+    ptx = ptx_of(wide_add, 64, (x, x, x, 64))
+    assert instructions(ptx, r"\b((?:atom|red)\.global\.add\.u64)\b") == {"atom.global.add.u64"}
+    assert kd.i64 in capabilities.for_arch("sm_80").atomics["add"]
+
+
 def test_vector_lanes_to_shared_become_one_wide_store():
     from test_cuda_fragments import vec_to_shared
     x = CPU.zeros(8 * 32, "f32")

@@ -1,5 +1,5 @@
 """Atomics on global and shared memory: add/min/max/exchange/cas/and/or/xor on i32/u32,
-add on f32; contended updates from many cubes and units."""
+add on f32 (and i64 where the device has it); contended updates from many cubes and units."""
 import numpy as np
 import pytest
 
@@ -116,3 +116,28 @@ def test_shared_atomics(runtime, rng):
         np.testing.assert_array_equal(got[c, :8], np.bincount(xs % 8, minlength=8))
         assert got[c, 8] == xs.max()
         assert fout.numpy()[c] == xs.sum() * 0.5
+
+
+@kd.kernel
+def wide_add(x: kd.Tensor[kd.i64], acc: kd.Tensor[kd.i64], old: kd.Tensor[kd.i64], n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        old[i] = kd.atomic_add(acc, i % 3, x[i])
+
+
+def test_i64_atomic_add_where_the_device_has_it(runtime, rng):
+    """kd.atomic_add on i64 (caps.atomics['add'] lists it where the device adds 64-bit words):
+    values of either sign past 32 bits, carries across the low word; exact sums, and the old
+    values returned form each slot's chain of partial sums."""
+    if kd.i64 not in runtime.capabilities.atomics["add"]:
+        pytest.skip(f"{runtime.capabilities.device_name} has no 64-bit atomic add")
+    n = 999
+    x = rng.integers(-(1 << 40), 1 << 40, n).astype(np.int64)
+    init = np.array([0, (1 << 32) - 1, -(1 << 33)], np.int64)
+    acc, old = runtime.tensor(init), runtime.zeros(n, "i64")
+    wide_add[(n + 63) // 64, 64](runtime.tensor(x), acc, old, n)
+    got, olds = acc.numpy(), old.numpy()
+    for s in range(3):
+        xs, os_ = x[s::3], olds[s::3]
+        assert got[s] == init[s] + xs.sum()
+        np.testing.assert_array_equal(np.sort(np.append(os_, got[s])), np.sort(np.append(os_ + xs, init[s])))

@@ -293,3 +293,164 @@ def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, mon
             for a, b in zip(lane[1:], got[2][1:]):
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=str(opts))
         np.testing.assert_array_equal(got[0][1], got[1][1])   # the same sums, wherever the planes live
+
+
+# ---------------------------------------------------------------------------- channels-last backward
+@needs_torch
+@pytest.mark.interpreter
+def test_channels_last_backward_forced_matches_torch_and_the_direct_kernel(runtime, rng, monkeypatch):
+    """backward_last.py (GPUs with a native i64 atomic add), forced on this runtime: 4 units a
+    point (channels 8: 2 each) and, for 6 channels, 2, reading out_grad through shared memory
+    (the cube's rows straddling batch items); points straddling cubes; every mode,
+    every padding mode (bilinear), 2-D and 3-D, align on and off; F32 and BF16; a NaN and an
+    infinite out_grad.
+    The input gradient is bit for bit the direct kernel's (the same fixed-point integers added
+    in another order) and the same when run again; gradients within rounding of torch (float64)."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    if kd.i64 not in runtime.capabilities.atomics["add"]:
+        pytest.skip(f"{runtime.capabilities.device_name} has no 64-bit atomic add")
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(tuning, "BACKWARD_CHANNELS_LAST", True)
+    monkeypatch.setattr(tuning, "BACKWARD_GROUP", 4)
+    monkeypatch.setattr(tuning, "BACKWARD_STAGED_CHANNELS", 6)   # 6 channels: out_grad through shared memory
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)   # (the cpu runtime's lanes.py otherwise)
+    gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
+    assert tuning.backward_group(gpu, 8, 2) == 4 and tuning.backward_group(gpu, 6, 2) == 2
+    assert tuning.backward_staged_channels(6, 2) == 6 and tuning.backward_staged_channels(8, 4) == 0
+    assert tuning.backward_group(dataclasses.replace(gpu, atomics={}), 8, 2) == 0
+    assert tuning.backward_group(runtime.capabilities, 8, 2) == (0 if runtime.capabilities.units_are_simd_lanes else 4)
+    forced = (lambda caps, *a: tuning.backward_group(gpu, *a))
+    direct = (lambda *a: 0)
+    launched = _count_launches(monkeypatch, gs._bwd_last.backward_channels_last)
+    cases = [(2, GridSampleMode.Bilinear, 8, (5, 7), (9, 6), np.float32),
+             (2, GridSampleMode.Bicubic, 6, (6, 5), (3, 8), np.float32),
+             (2, GridSampleMode.Nearest, 8, (4, 9), (3, 6), np.float32),
+             (3, GridSampleMode.Bilinear, 8, (3, 4, 5), (2, 3, 4), np.float32),
+             (2, GridSampleMode.Bilinear, 6, (5, 7), (9, 6), kd.bf16.np)]
+    for i, (dims, mode, c, size_in, size_out, dtype) in enumerate(cases):
+        x = rng.standard_normal((2, c, *size_in)).astype(dtype)
+        grid = rng.uniform(-1.2, 1.2, (2, *size_out, dims)).astype(dtype)
+        go = rng.standard_normal((2, c, *size_out)).astype(dtype)
+        for pad in PADS if i == 0 else PADS[i % 3:i % 3 + 1]:   # (the taps are coords.py's, tested above)
+            opts = GridSampleOptions(mode, pad, pad == GridSamplePaddingMode.Border)
+            args = runtime.tensor(x), runtime.tensor(grid), runtime.tensor(go)
+            got = {}
+            for name, pick in (("last", forced), ("direct", direct)):
+                monkeypatch.setattr(gs, "backward_group", pick)
+                before = launched()
+                got[name] = [t.numpy().astype(np.float32) for t in grid_sample_backward(*args, opts)]
+                assert launched() - before == (name == "last"), name
+            what = f"{opts} {size_in}->{size_out} {np.dtype(dtype).name}"
+            np.testing.assert_array_equal(got["last"][0], got["direct"][0], err_msg="input grad " + what)
+            tol = 1e-5 if dtype == np.float32 else 2 ** -7
+            scale = np.abs(got["direct"][1]).max() + 1
+            np.testing.assert_allclose(got["last"][1], got["direct"][1], rtol=tol, atol=tol * scale, err_msg=what)
+            if dtype == np.float32:
+                _, gx, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+                np.testing.assert_allclose(got["last"][0], gx, rtol=1e-5, atol=1e-5, err_msg=what)
+                np.testing.assert_allclose(got["last"][1], gg, rtol=1e-5 * max(size_in), atol=1e-5 * max(size_in),
+                                           err_msg=what)
+    # many points on few pixels, twice (and the direct kernel's order of contributions above);
+    # non-finite out_grad values make NaN / ±inf pixels, only in their planes
+    x = rng.standard_normal((1, 8, 4, 5)).astype(np.float32)
+    grid = rng.uniform(-0.6, 0.6, (1, 16, 16, 2)).astype(np.float32)
+    go = rng.standard_normal((1, 8, 16, 16)).astype(np.float32) * 1e3
+    monkeypatch.setattr(gs, "backward_group", forced)
+    args = runtime.tensor(x), runtime.tensor(grid)
+    first = grid_sample_backward(*args, runtime.tensor(go))[0].numpy()
+    assert np.array_equal(grid_sample_backward(*args, runtime.tensor(go))[0].numpy(), first)
+    go[0, 1, 3, 3], go[0, 0, 5, 5] = np.inf, np.nan
+    dx = grid_sample_backward(*args, runtime.tensor(go))[0].numpy()
+    assert np.isnan(dx[0, 0]).any() and (np.isinf(dx[0, 1]).any() or np.isnan(dx[0, 1]).any())
+    assert np.isfinite(dx[0, 2:]).all()
+
+
+def _count_launches(monkeypatch, kernel):
+    """Counts the launches of `kernel` from here on (a callable returning the count)."""
+    count = [0]
+    launch = type(kernel).__getitem__
+
+    def counted(self, grid):
+        if self is kernel:
+            count[0] += 1
+        return launch(self, grid)
+    monkeypatch.setattr(type(kernel), "__getitem__", counted)
+    return lambda: count[0]
+
+
+@pytest.mark.interpreter
+def test_tiled_direct_forward_matches_the_flat_one(runtime, rng, monkeypatch):
+    """sample.sample_forward with a cube a tile of grid points (tuning.FORWARD_TILE_W: 8 points
+    wide, and 128 wide with 2 rows), forced where units are not SIMD lanes: tiles cut at the
+    plane's edges, 2-D (bilinear, bicubic) and 3-D: the flat kernel's samples bit for bit."""
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    assert tuning.forward_tiles((5, 7), 3) == (0, 1)
+    for dims, size_in, size_out in ((2, (5, 7), (9, 13)), (3, (3, 4, 5), (2, 3, 4))):
+        x = rng.standard_normal((2, 3, *size_in)).astype(np.float32)
+        grid = rng.uniform(-1.2, 1.2, (2, *size_out, dims)).astype(np.float32)
+        for mode in (GridSampleMode.Bilinear, GridSampleMode.Bicubic) if dims == 2 else (GridSampleMode.Bilinear,):
+            opts = GridSampleOptions(mode, GridSamplePaddingMode.Reflection)
+            got = []
+            for tw in (0, 8, 128):
+                monkeypatch.setattr(tuning, "FORWARD_TILE_W", tw)
+                got.append(grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy())
+            np.testing.assert_array_equal(got[1], got[0], err_msg=str(opts))
+            np.testing.assert_array_equal(got[2], got[0], err_msg=str(opts))
+    monkeypatch.setattr(tuning, "FORWARD_TILE_W", 8)
+    assert tuning.forward_tiles((9, 13), 4) == (8, 4 * 1 * 2)
+
+
+@pytest.mark.interpreter
+def test_staged_forward_matches_the_direct_kernel(runtime, rng, monkeypatch):
+    """staged.py forced where units are not SIMD lanes, with tiles of 4 rows of 4 points (cubes
+    of 16 units) and 3 channels staged at a time (of 5: the last group partial), boxes of at
+    most 60 pixels: a smooth (rotated) grid whose bilinear boxes fit (15 to 36 pixels), a
+    random grid whose boxes do not (80 to 99: the cubes gather), tiles cut at the plane's
+    edges, every mode, every padding mode (bilinear), a NaN pixel: the direct kernel's
+    samples bit for bit, and the float64 reference's."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    monkeypatch.setattr(gs, "UNITS", 16)
+    monkeypatch.setattr(tuning, "UNITS", 16)
+    for k, v in (("STAGED_FORWARD", True), ("STAGED_TILE_W", 4), ("STAGED_CHANNELS", 3), ("STAGED_AREA", 60)):
+        monkeypatch.setattr(tuning, k, v)
+    gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
+    assert tuning.staged_plan(gpu, 2, (9, 11), 4) == (4, 3, 60) and tuning.staged_plan(gpu, 3, (2, 9, 11), 4) is None
+    staged = (lambda caps, *a: tuning.staged_plan(gpu, *a))
+    x = rng.standard_normal((2, 5, 9, 11)).astype(np.float32)
+    x[1, 3, 4, 5] = np.nan
+    h, w = 7, 10
+    ys, xs = np.meshgrid(np.linspace(-0.8, 0.8, h), np.linspace(-0.9, 0.9, w), indexing="ij")
+    a = 0.2
+    smooth = np.stack([np.cos(a) * xs - np.sin(a) * ys, np.sin(a) * xs + np.cos(a) * ys], -1)
+    grids = {"smooth": np.broadcast_to(smooth, (2, h, w, 2)).astype(np.float32),
+             "random": rng.uniform(-1.2, 1.2, (2, h, w, 2)).astype(np.float32)}
+    for name, grid in grids.items():
+        for mode, pads in ((GridSampleMode.Bilinear, PADS), (GridSampleMode.Nearest, PADS[1:2]),
+                           (GridSampleMode.Bicubic, PADS[2:])):
+            for pad in pads:
+                opts = GridSampleOptions(mode, pad, pad == GridSamplePaddingMode.Zeros)
+                got = []
+                for plan in (staged, lambda *a: None):
+                    monkeypatch.setattr(gs, "staged_plan", plan)
+                    got.append(grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy())
+                what = f"{name} {opts}"
+                np.testing.assert_array_equal(got[0], got[1], err_msg=what)
+                want = ref.grid_sample(x, grid, mode.value, pad.value, opts.align_corners)
+                np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5, err_msg=what)
+    xb, gb = runtime.tensor(x.astype(kd.bf16.np)), runtime.tensor(grids["smooth"].astype(kd.bf16.np))
+    got = []
+    for plan in (staged, lambda *a: None):   # BF16: the stage in the input's dtype
+        monkeypatch.setattr(gs, "staged_plan", plan)
+        got.append(grid_sample(xb, gb).numpy().astype(np.float32))
+    np.testing.assert_array_equal(got[0], got[1])

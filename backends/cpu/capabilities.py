@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from kerneldsl.capabilities import I32_MAX, I64_MAX, Capabilities
+from kerneldsl.capabilities import I32_MAX, I64_MAX, Capabilities, default_atomics
 
 from . import compiler
 
@@ -32,6 +32,7 @@ def capabilities(plane_dim: int = DEFAULT_PLANE_DIM) -> Capabilities:
         max_cube_units=4096,
         max_shared_bytes=1 << 20,
         native_plane_ops=False,
+        atomics=default_atomics(float_add=True, i64_add=True),  # LLVM atomicrmw on i64
         mma_native=False,
         compute_units=os.cpu_count() or 1,  # the worker pool's default size (runtime.py)
         shared_memory_emulated=True,

@@ -51,7 +51,7 @@ def for_arch(arch, device_name: str | None = None, max_shared_bytes: int | None 
         max_cube_units=max_cube_units,
         max_shared_bytes=max_shared_bytes,
         native_plane_ops=True,
-        atomics=default_atomics(float_add=True),
+        atomics=default_atomics(float_add=True, i64_add=True),  # i64 add through the u64 atomicAdd
         mma_dtypes=(f16, bf16),
         mma_shapes=((16, 16, 16),),
         mma_native=True,

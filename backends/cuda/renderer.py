@@ -207,6 +207,8 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
     # ------------------------------------------------------------------ atomics
     def atomic(self, op: str, space: str, ptr: str, value: str, compare, t) -> str:
         p = f"({self.mem_type_names[t]}*){ptr}"  # the atomic intrinsics take plain pointers
+        if t is i64:  # add only (capabilities): two's complement, so the unsigned add is the signed one
+            return f"(long long)atomicAdd((unsigned long long*){ptr}, (unsigned long long)({value}))"
         if op == "cas":
             return f"atomicCAS({p}, {compare}, {value})"
         return f"{_ATOMIC_FN[op]}({p}, {value})"

@@ -1,7 +1,7 @@
 """The interpreter's device record: every DSL feature, all of it emulated in Python."""
 from __future__ import annotations
 
-from kerneldsl.capabilities import I32_MAX, I64_MAX, Capabilities
+from kerneldsl.capabilities import I32_MAX, I64_MAX, Capabilities, default_atomics
 
 DEFAULT_PLANE_DIM = 32  # as the cpu runtime and CUDA, so kernels behave as they do there
 PLANE_DIMS = (1, 2, 4, 8, 16, 32, 64)  # 64: an OpenCL device's sub-groups may be that wide
@@ -20,6 +20,7 @@ def capabilities(plane_dim: int = DEFAULT_PLANE_DIM) -> Capabilities:
         max_cube_units=1024,
         max_shared_bytes=1 << 20,
         native_plane_ops=False,
+        atomics=default_atomics(float_add=True, i64_add=True),
         mma_native=False,
         interpreted=True,
         compute_units=1,

@@ -10,6 +10,9 @@ from kerneldsl.capabilities import I32_MAX, Capabilities, default_atomics
 EMULATED_PLANE_DIM = 32  # like CUDA's warps, so kernels tuned for 32 lanes behave the same
 
 
+INT64_ATOMICS = "cl_khr_int64_base_atomics"
+
+
 def extensions(device) -> set:
     return set(device.extensions.split())
 
@@ -67,7 +70,8 @@ def capabilities(platform, device, native_planes: bool = False, plane_dim: int =
         max_shared_bytes=int(device.local_mem_size),
         dtypes=types,
         native_plane_ops=native_planes,
-        atomics=default_atomics(float_add=True),  # f32 add as a compare-exchange loop
+        # f32 add as a compare-exchange loop; i64 add where cl_khr_int64_base_atomics is listed
+        atomics=default_atomics(float_add=True, i64_add=INT64_ATOMICS in extensions(device)),
         mma_native=False,
         compute_units=int(device.max_compute_units),
         shared_memory_emulated=local_memory_emulated(device),

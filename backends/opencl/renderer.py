@@ -15,6 +15,7 @@ from kerneldsl import ir
 from kerneldsl.dtypes import bf16, boolean, f16, f32, f64, i32, i64, u8, u32
 
 from ..clike import CLikeRenderer
+from .capabilities import INT64_ATOMICS
 
 _OCL_TYPES = {f32: "float", f64: "double", i32: "int", u32: "uint", i64: "long", u8: "uchar", boolean: "bool",
               f16: "ushort", bf16: "ushort"}
@@ -46,7 +47,9 @@ class OpenCLRenderer(CLikeRenderer):
         return {"fp64": self.caps.supports_dtype(f64), "extensions": self.extensions()}
 
     def extensions(self) -> list:
-        return []
+        """The OpenCL extensions the kernel enables: 64-bit atomics where it adds to an i64."""
+        wide = any(isinstance(s, ir.Atomic) and s.dtype is i64 for s in ir.walk_stmts(self.k.body))
+        return [INT64_ATOMICS] if wide else []
 
     def kernel_attributes(self) -> str:
         x, y, z = self.k.cube_dim
@@ -112,6 +115,8 @@ class OpenCLRenderer(CLikeRenderer):
             return f"{self.need('kd_atomic_add_f32_' + space)}(({q} volatile float*){ptr}, {value})"
         ct = self.type_names[t]
         p = f"({q} volatile {ct}*){ptr}"
+        if t is i64:  # add only (capabilities): cl_khr_int64_base_atomics
+            return f"atom_add({p}, {value})"
         if op == "cas":
             return f"atomic_cmpxchg({p}, {compare}, {value})"
         return f"{_ATOMIC_FN[op]}({p}, {value})"
@@ -235,7 +240,8 @@ class NativePlaneRenderer(OpenCLRenderer):
     subgroup_attribute = ""  # INTEL_SUBGROUP_32 where the device sizes sub-groups on request
 
     def extensions(self) -> list:
-        return list(KHR_EXTENSIONS) if self.primitives == "khr" and self.uses_planes else []
+        planes = list(KHR_EXTENSIONS) if self.primitives == "khr" and self.uses_planes else []
+        return super().extensions() + planes
 
     @property
     def plane_fence(self) -> str:

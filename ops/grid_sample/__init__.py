@@ -9,21 +9,30 @@ input gradient is scattered as 64-bit fixed-point integers (fixed_point.py), so 
 same whatever order the units run in; the grid gradient is a per-point sum over channels.
 Where units are SIMD lanes (tuning.lane_plan: the cpu runtime), lanes.py runs instead: a cube
 of consecutive grid points (vector grid reads and output stores, taps kept for every
-channel), and an input gradient summed plane by plane in a fixed order by one unit."""
+channel), and an input gradient summed plane by plane in a fixed order by one unit.
+
+GPU forms behind tuning constants (each off by default until timed on a GPU; benchmarks/
+grid_variants.py times them all): channels_last.py (CHANNELS_LAST: the forward on a
+channels-last copy), staged.py (STAGED_FORWARD: 2-D forward, a tile's input box through
+shared memory where it fits, chosen per cube on the device), tiles of grid points for the
+direct forward (FORWARD_TILE_W), and backward_last.py (BACKWARD_CHANNELS_LAST: the backward
+on channels-last copies, native 64-bit fixed-point atomics where the device has them)."""
 from __future__ import annotations
 
 import kerneldsl as kd
 from kerneldsl.replay import replayable
 
+from . import backward_last as _bwd_last
 from . import channels_last as _last
 from . import fixed_point as _fixed
 from . import lanes as _lanes
 from . import sample as _sample
+from . import staged as _staged
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
-from .tuning import (MAX_CUBES, UNITS, as_5d, channels_last_lanes, channels_last_vectors, cubes, headroom,
-                     lane_plan, transpose_lanes)
+from .tuning import (MAX_CUBES, UNITS, as_5d, backward_group, backward_staged_channels, channels_last_lanes,
+                     channels_last_vectors, cubes, forward_tiles, headroom, lane_plan, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -51,8 +60,14 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
             x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), *_lane_sizes(x5, y5),
             *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
         return out
-    _sample.sample_forward[cubes(points), UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value,
-                                                 p.dims, UNITS)
+    staged = staged_plan(rt.capabilities, p.dims, x5.shape[3:], input.dtype.itemsize)
+    if staged is not None:   # smooth grids: a tile's input box through shared memory (decided per cube)
+        tw, ch, area = staged
+        count = y5.shape[0] * -(-y5.shape[3] // (UNITS // tw)) * -(-y5.shape[4] // tw)
+        _staged.sample_staged[count, UNITS](x5, g5, y5, *_runtime_options(o), o.mode.value, UNITS, tw, ch, area)
+        return out
+    tw, count = forward_tiles(y5.shape[3:], y5.shape[0] * y5.shape[2])
+    _sample.sample_forward[count, UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value, p.dims, UNITS, tw)
     return out
 
 
@@ -88,11 +103,15 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
             _lanes.scatter_input_grad_global[cube](go.reshape(go.size), tap_at, tap_w, acc, dx.reshape(size),
                                                    x5.shape[1], p.locations, size // planes, plan.taps, plan.planes)
         return dx, grad_grid
-    max_bits = rt.zeros((1,), kd.u32)
+    max_bits = rt.zeros((2,), kd.u32)   # max |out_grad|'s bits; nonzero where it has non-finite values
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
+    room = headroom(p.locations, o.mode)
+    group = backward_group(rt.capabilities, input.shape[1], input.shape[0])
+    if group:
+        _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points, p.locations, o, p.dims, room, group)
+        return dx, grad_grid
     lo, hi, flags = rt.empty((size,), kd.u32), rt.empty((size,), kd.i32), rt.empty((size,), kd.u32)
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
-    room = headroom(p.locations, o.mode)
     _sample.sample_backward[cubes(points), UNITS](
         x5, g5, go5, as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
         room, UNITS)
@@ -100,19 +119,46 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     return dx, grad_grid
 
 
+def _to_channels_last(t5) -> kd.Tensor:
+    """A contiguous [N, C, *S] tensor copied to channels-last order, flat ([N, S, C])."""
+    n, c = t5.shape[:2]
+    spatial = t5.size // (n * c)
+    tl = t5.runtime.empty((t5.size,), t5.dtype)
+    v = transpose_lanes(c, spatial, t5.dtype.itemsize)
+    while v > 1 and not aligned(t5, v):  # (imported memory may start anywhere)
+        v //= 2
+    bx, by = _last.TILE_UNITS
+    tile = bx * v
+    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](t5.reshape(t5.size), tl, c, spatial, v)
+    return tl
+
+
+def _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points: int, locations: int,
+                            o: GridSampleOptions, dims: int, room: int, group: int) -> None:
+    """The channels-last backward (backward_last.py, where tuning.backward_group picks it):
+    input and out_grad copied to channels last, `group` units a grid point scatter into
+    [N, S, C] 64-bit words, then one pass converts them to dx [N, C, *S]."""
+    rt = x5.runtime
+    n, c = x5.shape[:2]
+    spatial = x5.size // (n * c)
+    acc, flags = rt.zeros((x5.size,), kd.i64), rt.empty((x5.size,), kd.u32)
+    _bwd_last.clear_flags[cubes(x5.size), UNITS](flags, max_bits, x5.size)
+    staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
+    gl = go5.reshape(go5.size) if staged else _to_channels_last(go5)
+    _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
+        _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), acc, flags, max_bits,
+        points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group, staged)
+    bx, by = _bwd_last.FINISH_UNITS
+    _bwd_last.finish_channels_last[(-(-spatial // bx), -(-c // bx), n), (bx, by)](
+        acc, flags, max_bits, dx.reshape(dx.size), c, spatial, room)
+
+
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,
                           lanes: int) -> None:
     """The channels-last forward (channels_last.py, where tuning.channels_last_lanes picks it):
     x5 [N, C, D, H, W] copied to [N, D·H·W, C], then sampled by C / (lanes·vectors) units a point."""
     n, c = x5.shape[:2]
-    spatial = x5.size // (n * c)
-    xl = x5.runtime.empty((x5.size,), x5.dtype)
-    v = transpose_lanes(c, spatial, x5.dtype.itemsize)
-    while v > 1 and not aligned(x5, v):  # (imported memory may start anywhere)
-        v //= 2
-    bx, by = _last.TILE_UNITS
-    tile = bx * v
-    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](x5.reshape(x5.size), xl, c, spatial, v)
+    xl = _to_channels_last(x5)
     vecs = channels_last_vectors(c, lanes)
     groups = c // (lanes * vecs)
     _last.sample_channels_last[-(-points // (UNITS // groups)), UNITS](

@@ -15,20 +15,26 @@ import kerneldsl as kd
 NAN_BIT = 1
 POS_INF_BIT = 2
 NEG_INF_BIT = 4
+HUGE = 2.0 ** 127  # |out_grad| from here on may give a non-finite contribution (a tap weight a bit over 1)
 
 
 @kd.kernel
 def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.Const[int]):
     """out[0] = the bits of max |g| over g's finite elements (positive floats order as u32):
-    each cube strides over the tensor, reduces, and makes one atomic."""
+    each cube strides over the tensor, reduces, and makes one atomic. out[1] becomes nonzero
+    where some |g| is not finite or at least HUGE (its contributions may be non-finite)."""
     m = kd.f32(0)
+    bad = 0
     step = kd.cube_count_x() * BX
     for e in range(kd.cube_pos_x() * BX + kd.unit_pos_x(), total, step):
         v = kd.abs(kd.f32(g[e]))
         m = kd.max(m, kd.select(v < kd.inf, v, 0.0))
+        bad = kd.max(bad, kd.select(v < HUGE, 0, 1))
     m = kd.cube_max(m)
     if kd.unit_pos() == 0:
         kd.atomic_max(out, 0, kd.bitcast(m, kd.u32))
+    if bad != 0:   # rare: one atomic a unit that saw one
+        kd.atomic_or(out, 1, kd.u32(1))
 
 
 @kd.kernel

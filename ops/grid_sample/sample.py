@@ -58,12 +58,43 @@ def channel_sample(x, t, n, c, TZ, TX, Z, Y, X):
     return acc
 
 
+@kd.func
+def tiled_point(y, BX, TW):
+    """(inside, n, do, ho, wo) of this unit's grid point where a cube takes a tile of
+    BX / TW rows of TW points of one output plane (tiles of a plane in row order)."""
+    TH = BX // TW
+    tiles_w = (y.shape[4] + TW - 1) // TW
+    tiles_h = (y.shape[3] + TH - 1) // TH
+    q = kd.cube_pos_x()
+    tw = q % tiles_w
+    q = q // tiles_w
+    th = q % tiles_h
+    q = q // tiles_h
+    u = kd.unit_pos_x()
+    oh = th * TH + u // TW
+    ow = tw * TW + u % TW
+    return (oh < y.shape[3] and ow < y.shape[4], q // y.shape[2], q % y.shape[2], oh, ow)
+
+
+@kd.func
+def unit_point(y, total, BX, TW):
+    """(inside, n, do, ho, wo): flat grid points a cube (TW = 0), or tiles (tiled_point)."""
+    if TW == 0:
+        e = kd.cube_pos_x() * BX + kd.unit_pos_x()
+        where = (e < total,) + point(kd.min(e, total - 1), y)
+    else:
+        where = tiled_point(y, BX, TW)
+    return where
+
+
 @kd.kernel
 def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, pad_mode: kd.i32, align: kd.i32,
-                   MODE: kd.Const[str], DIMS: kd.Const[int], BX: kd.Const[int]):
-    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
-    if e < total:
-        n, od, oh, ow = point(e, y)
+                   MODE: kd.Const[str], DIMS: kd.Const[int], BX: kd.Const[int], TW: kd.Const[int]):
+    """y = the samples of x at grid's points: a unit a point (BX a cube: flat points where
+    TW = 0, else a tile of BX / TW rows of TW points, whose taps fall closer together on a
+    smooth grid), all its channels."""
+    inside, n, od, oh, ow = unit_point(y, total, BX, TW)
+    if inside:
         t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
         TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
         channels = x.shape[1]

@@ -62,6 +62,79 @@ def transpose_lanes(channels: int, spatial: int, itemsize: int) -> int:
     return v
 
 
+# the channels-last backward (backward_last.py): G units a grid point (BACKWARD_GROUP, or the
+# largest power of two below it dividing the channels), where the device adds i64 words
+# atomically. Not measured on a GPU yet: off until the lead's timing (benchmarks/grid_variants.py).
+BACKWARD_CHANNELS_LAST = False
+BACKWARD_GROUP = 32
+# out_grad read by the channels-last backward from its own layout through shared memory (a
+# cube's rows of points), instead of a channels-last copy, for at most this many channels
+# (the kernel is then specialised per channel count); 0: always the copy
+BACKWARD_STAGED_CHANNELS = 0
+BACKWARD_STAGED_BYTES = 32 * 1024   # its F32 rows: a static shared array
+
+
+def backward_staged_channels(channels: int, group: int) -> int:
+    """The channel count the channels-last backward is specialised for when it reads out_grad
+    through shared memory (BACKWARD_STAGED_CHANNELS, its rows within BACKWARD_STAGED_BYTES),
+    else 0 (out_grad copied channels-last)."""
+    fits = channels * (UNITS // group) * 4 <= BACKWARD_STAGED_BYTES
+    return channels if channels <= BACKWARD_STAGED_CHANNELS and fits else 0
+
+
+def backward_group(caps, channels: int, batch: int) -> int:
+    """Units a grid point of the channels-last backward, or 0 where sample.sample_backward
+    serves: while BACKWARD_CHANNELS_LAST is off, where units are SIMD lanes (lanes.py),
+    without a native i64 atomic add, or more batch items than the transposes' grid."""
+    if (not BACKWARD_CHANNELS_LAST or caps.units_are_simd_lanes or kd.i64 not in caps.atomics.get("add", ())
+            or batch > GRID_Z):
+        return 0
+    g = min(BACKWARD_GROUP, UNITS)
+    while g > 1 and channels % g:
+        g //= 2
+    return g
+
+
+# the direct forward (sample.sample_forward): a cube takes a tile of UNITS / FORWARD_TILE_W rows
+# of FORWARD_TILE_W grid points (0: UNITS consecutive points). On a smooth (affine) grid a
+# warp's taps then fall in a few short rows of the input rather than along a long slanted
+# line: fewer memory sectors a load. Not measured on a GPU yet (benchmarks/grid_variants.py).
+FORWARD_TILE_W = 0
+
+
+def forward_tiles(out_spatial: tuple, batch_planes: int) -> tuple:
+    """(TW, cubes) of the direct forward for output planes of `out_spatial` (Ho, Wo),
+    `batch_planes` = N·Do of them: FORWARD_TILE_W where set (and below UNITS), else flat."""
+    tw = FORWARD_TILE_W
+    if tw <= 0 or tw >= UNITS or UNITS % tw:
+        return 0, cubes(batch_planes * out_spatial[0] * out_spatial[1])
+    th = UNITS // tw
+    return tw, batch_planes * -(-out_spatial[0] // th) * -(-out_spatial[1] // tw)
+
+
+# the staged 2-D forward (staged.py): a cube a tile of UNITS / STAGED_TILE_W rows of
+# STAGED_TILE_W grid points; where its taps' input box holds at most STAGED_AREA pixels, that
+# box is copied to shared memory, STAGED_CHANNELS channels at a time (else the cube gathers
+# as the direct kernel). Not measured on a GPU yet: off (benchmarks/grid_variants.py).
+STAGED_FORWARD = False
+STAGED_TILE_W = 16
+STAGED_CHANNELS = 4
+STAGED_AREA = 1024
+STAGED_MAX_BYTES = 32 * 1024   # the stage is a static shared array (48 KiB at most on CUDA)
+
+
+def staged_plan(caps, dims: int, in_spatial: tuple, itemsize: int) -> tuple | None:
+    """(TW, CH, AREA) of the staged forward, or None where the direct kernel serves: while
+    STAGED_FORWARD is off, where units are SIMD lanes, for 3-D calls, inputs of 2^24 pixels
+    a side or more (the box's bounds pass through F32), or a stage above STAGED_MAX_BYTES or
+    half the shared memory."""
+    tw, ch, area = STAGED_TILE_W, STAGED_CHANNELS, STAGED_AREA
+    if (not STAGED_FORWARD or caps.units_are_simd_lanes or dims != 2 or max(in_spatial) >= 2 ** 24
+            or tw <= 0 or UNITS % tw or ch * area * itemsize > min(STAGED_MAX_BYTES, caps.max_shared_bytes // 2)):
+        return None
+    return tw, ch, area
+
+
 def cubes(total: int) -> int:
     return -(-total // UNITS)
 

@@ -1,0 +1,155 @@
+"""rudnn.grid_sample's GPU forms next to PyTorch in one run (issue 19): every forward form
+(the direct kernel with flat cubes or tiles of grid points, the staged forward at several
+tile widths, channels a step and box sizes, the channels-last forward at several vector and transpose widths) and
+every backward form (the direct fixed-point scatter, the channels-last backward at several
+units a point), plus the channels-last transpose alone, on a random and an affine grid,
+bilinear / zeros / align_corners False, input [N, C, S, S] and grid [N, S, S, 2].
+
+    BENCH_TIMING=queued python -m benchmarks.grid_variants               # H200: N 32, C 64, 256²
+    python -m benchmarks.grid_variants --runtimes opencl --quick         # a smoke run on the host
+
+A form is a set of tuning constants (rudnn.grid_sample.tuning), set before its timing with
+the replay records dropped, so each call plans anew. Rounds: torch, then every form, in
+turn, --rounds times (medians of --reps calls each; CUDA events, or device time alone
+with BENCH_TIMING=queued); a row gives a form's best round, torch's best, and the range of
+torch / ours over the rounds. Every form's output is first checked against torch in F32
+on the same (dtype-rounded) data: max |ours − torch| / max |torch| over its outputs."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import kerneldsl as kd
+import rudnn.grid_sample as gs
+from kerneldsl import replay
+from rudnn.grid_sample import tuning
+
+from .common import machine, median_device_time, median_torch_cuda_time, table
+from .spatial_sampling import TDTYPES, affine_grid, default_runtimes, max_rel_err
+
+FORWARD = {   # name -> tuning constants
+    "direct": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 0},
+    "direct tiles 32w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 32},
+    "direct tiles 16w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 16},
+    "direct tiles 8w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 8},
+    "staged 16w CH4 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 4, "STAGED_AREA": 1024},
+    "staged 16w CH8 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 8, "STAGED_AREA": 1024},
+    "staged 32w CH4 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 32, "STAGED_CHANNELS": 4, "STAGED_AREA": 1024},
+    "staged 16w CH2 A2048": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 2, "STAGED_AREA": 2048},
+    "last V1 T1": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 1},
+    "last V1 T2": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 2},
+    "last V1 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 4},
+    "last V2 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 2, "TRANSPOSE_LANES": 4},
+}
+BACKWARD = {
+    "direct": {"BACKWARD_CHANNELS_LAST": False},
+    "last G8": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 8},
+    "last G16": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 16},
+    "last G32": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 32},
+    "last G8 go-rows": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 8, "BACKWARD_STAGED_CHANNELS": 64},
+    "last G16 go-rows": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 16, "BACKWARD_STAGED_CHANNELS": 64},
+    "last G32 go-rows": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 32, "BACKWARD_STAGED_CHANNELS": 64},
+}
+TRANSPOSE = {f"transpose T{v}": {"TRANSPOSE_LANES": v} for v in (1, 2, 4)}
+
+
+@contextlib.contextmanager
+def constants(settings: dict):
+    """tuning constants set to `settings` (records of earlier plans dropped), then restored."""
+    old = {k: getattr(tuning, k) for k in settings}
+    for k, v in settings.items():
+        setattr(tuning, k, v)
+    replay.clear()
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(tuning, k, v)
+        replay.clear()
+
+
+def timed(rt, fn, settings: dict, reps: int) -> float:
+    with constants(settings):
+        return median_device_time(rt, fn, reps)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runtimes", default=None, help="comma-separated kerneldsl runtimes (default: cuda where present)")
+    p.add_argument("--dtypes", default="bf16,f32")
+    p.add_argument("--shape", default="32,64,256", help="N,C,S")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--only", default="", help="cases whose name contains this (e.g. 'random fwd', 'bwd')")
+    p.add_argument("--quick", action="store_true", help="N 2, C 32, S 48, 2 reps, 2 rounds: a smoke run")
+    args = p.parse_args(argv)
+    import torch
+    F = torch.nn.functional
+    print("machine:", machine(), "| torch", torch.__version__)
+    n, c, s = (2, 32, 48) if args.quick else tuple(int(v) for v in args.shape.split(","))
+    reps, rounds = (2, 2) if args.quick else (args.reps, args.rounds)
+    for rname in (args.runtimes.split(",") if args.runtimes else default_runtimes(torch)):
+        rt = kd.runtime(rname)
+        device = "cuda" if rname == "cuda" else "cpu"
+        share = kd.from_dlpack if device == "cuda" else (lambda t, d: rt.tensor(t.float().numpy(), dtype=d))
+        print(f"\nruntime {rt.name} ({rt.capabilities.device_name}); input [{n}, {c}, {s}, {s}]")
+        rows = []
+        for dtype in args.dtypes.split(","):
+            tdt = getattr(torch, TDTYPES[dtype])
+            gen = torch.Generator(device="cpu").manual_seed(0)
+            x_t = torch.randn((n, c, s, s), generator=gen).to(device=device, dtype=tdt)
+            go_t = torch.randn((n, c, s, s), generator=gen).to(device=device, dtype=tdt)
+            grids = {"random": (torch.rand((n, s, s, 2), generator=gen) * 2.2 - 1.1).to(device=device, dtype=tdt),
+                     "affine": affine_grid(torch, n, s, s, device, tdt)}
+            wrap = (lambda t: share(t)) if device == "cuda" else (lambda t: share(t, dtype))
+            x, go = wrap(x_t), wrap(go_t)
+            item = x_t.element_size()
+            x5 = x.reshape(n, c, 1, s, s)
+            for v, settings in TRANSPOSE.items():
+                if args.only and args.only not in "transpose":
+                    continue
+                t = timed(rt, lambda: gs._to_channels_last(x5), settings, reps)
+                rate = 2 * x_t.numel() * item / t / 1e9
+                rows.append((f"{v} (input copy)", dtype, f"{t * 1e3:.3f}", "-", "-", f"{rate:.0f}", "-"))
+                print(*rows[-1], flush=True)
+            for gname, grid_t in grids.items():
+                grid = wrap(grid_t)
+                xf, gf, gof = x_t.float(), grid_t.float(), go_t.float()
+                fwd_ref = F.grid_sample(xf, gf, "bilinear", "zeros", align_corners=False)
+                bwd_ref = torch.ops.aten.grid_sampler_2d_backward(gof, xf, gf, 0, 0, False, [True, True])
+                work = {
+                    f"grid_sample {gname} fwd": (FORWARD, lambda g=grid: gs.grid_sample(x, g),
+                                                 lambda g=grid_t: F.grid_sample(x_t, g, "bilinear", "zeros",
+                                                                                align_corners=False),
+                                                 fwd_ref, (2 * x_t.numel() + grid_t.numel()) * item),
+                    f"grid_sample {gname} bwd": (BACKWARD, lambda g=grid: gs.grid_sample_backward(x, g, go),
+                                                 lambda g=grid_t: torch.ops.aten.grid_sampler_2d_backward(
+                                                     go_t, x_t, g, 0, 0, False, [True, True]),
+                                                 bwd_ref, (3 * x_t.numel() + 2 * grid_t.numel()) * item),
+                }
+                for name, (forms, ours, theirs, ref, moved) in work.items():
+                    if args.only not in name:
+                        continue
+                    errs = {}
+                    for v, settings in forms.items():
+                        with constants(settings):
+                            errs[v] = max_rel_err(torch, ours(), ref, device)
+                    times = {v: [] for v in forms}
+                    base = []
+                    for _ in range(rounds):   # torch, then every form, in turn
+                        base.append(median_torch_cuda_time(torch, theirs, reps) if device == "cuda"
+                                    else median_device_time(rt, theirs, reps))
+                        for v, settings in forms.items():
+                            times[v].append(timed(rt, ours, settings, reps))
+                    for v, ts in times.items():
+                        ratios = [b / o for b, o in zip(base, ts)]
+                        rows.append((f"{name}: {v}", dtype, f"{min(ts) * 1e3:.3f}", f"{min(base) * 1e3:.3f}",
+                                     f"{min(ratios):.2f}-{max(ratios):.2f}x", f"{moved / min(ts) / 1e9:.0f}",
+                                     f"{errs[v]:.1e}"))
+                        print(*rows[-1], flush=True)
+        print(table(rows, ["case: form", "dtype", "ours ms", "torch ms", "torch/ours", "ours GB/s", "max rel err"]))
+    return 0
+
+
+if __name__ == "__main__":
+    main()
