@@ -154,6 +154,23 @@ def test_implicit_gemm_group_products(runtime, rng, dtype="bf16"):
     close(y, ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("groups,mi", [(4, 1), (2, 2)])
+def test_implicit_gemm_group_products_256_row_tiles(runtime, rng, groups, mi, dtype="bf16"):
+    """BM = 256 (issue 17): 4 groups of one 64-row fragment, or 2 groups of two sharing each
+    B tile; one product step in flight (the wait covers MI products). Stride, padding,
+    dilation, 2 groups, bias; M = 315 (a full and a partial tile, rows past M), Kg = 35, R = 144
+    (3 steps of 64 in 3 slots: the ring wraps)."""
+    if runtime.name == "interpreter" and groups != 2:
+        pytest.skip("the interpreter runs the two-fragment case (slow); 4 groups run on cpu and opencl")
+    x = host(rng.standard_normal((3, 32, 9, 21)), dtype)
+    w = host(rng.standard_normal((70, 16, 3, 3)), dtype)
+    b = host(rng.standard_normal(70), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    y = forced_group_forward(runtime, x, w, b, opts, dtype, bn=64, stages=3, inflight=1, groups=groups, mi=mi)
+    close(y, ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
 def test_implicit_gemm_group_products_native_shape(runtime, rng, dtype="f16"):
     """The H200's tile shape (BN 128, 4 slots), every product waited for in its step: 2 x 2
     partial tiles of 128 x 128 (M = 144, Kg = 136), R = 216 (4 steps: the ring wraps), no bias."""
