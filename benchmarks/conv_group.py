@@ -10,7 +10,7 @@ Each variant is checked against torch first (relative L2 error), then the varian
 (`F.conv2d` on channels_last tensors, `cudnn.benchmark`) are timed in turn, --rounds rounds of
 the median of --reps launches each (CUDA events); the table gives each variant's best round
 and the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours).
-Group variants are named BN/STAGES/INFLIGHT (see tile_shape); they run wherever the runtime
+Group variants are named BMxBN/STAGES/INFLIGHT gGROUPSmMI (see tile_shape and run_forward); they run wherever the runtime
 can launch them (native group products only on the H200).
 """
 from __future__ import annotations
@@ -25,19 +25,24 @@ from .common import VARIANT_HEADERS, rounds_in_turn, sweep_arguments, table, var
 from .convolution import rel_err
 
 SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-3x3-256@14": (256, 256, 14)}
-# (BN, STAGES, INFLIGHT); BN None: tile_shape's
-CONFIGS = ((None, 4, 1), (None, 3, 1), (None, 4, 0), (None, 3, 0), (None, 6, 1), (128, 3, 0), (128, 4, 1))
+# (BN, STAGES, INFLIGHT, GROUPS, MI); BN None: tile_shape's. GROUPS x MI 64-row fragments a cube:
+# BM = 128 (2, 1: today's), 256 (4, 1: 16 planes; 2, 2: two fragments a group), issue 17.
+CONFIGS = ((None, 3, 0, 2, 1), (None, 4, 1, 2, 1), (None, 4, 0, 2, 1), (128, 3, 0, 2, 1),
+           (None, 3, 0, 4, 1), (None, 2, 0, 4, 1), (None, 4, 1, 4, 1), (None, 4, 0, 4, 1),
+           (None, 3, 0, 2, 2), (None, 2, 0, 2, 2), (None, 4, 1, 2, 2), (None, 4, 0, 2, 2))
 
 
 def variants(p, dummy):
     """name -> fn(y5): a launch of one forward into y5."""
     out = {"ring (plane fragments)": lambda y5: implicit_gemm_nhwc.run_forward(p, y5, dummy)}
     default_bn = implicit_gemm_group.tile_shape(p.runtime.capabilities, p.geo.Kg)[0]
-    for bn, stages, inflight in CONFIGS:
+    for bn, stages, inflight, groups, mi in CONFIGS:
         bn = bn or default_bn
-        if implicit_gemm_group.fits(p, bn, stages):
-            out[f"group {bn}/{stages}/{inflight}"] = (
-                lambda y5, bn=bn, s=stages, i=inflight: implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i))
+        if implicit_gemm_group.fits(p, bn, stages, groups, mi):
+            bm = implicit_gemm_group.block_m(groups, mi)
+            out[f"group {bm}x{bn}/{stages}/{inflight} g{groups}m{mi}"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi:
+                implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i, gr, m))
     return out
 
 
