@@ -10,15 +10,17 @@ Each variant is checked against torch first (relative L2 error), then the varian
 (`F.conv2d` on channels_last tensors, `cudnn.benchmark`) are timed in turn, --rounds rounds of
 the median of --reps launches each (CUDA events); the table gives each variant's best round
 and the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours).
-Group variants are named BMxBN/STAGES/INFLIGHT gGROUPSmMI (see tile_shape and run_forward); they run wherever the runtime
-can launch them (native group products only on the H200).
+Group variants are named BMxBN/STAGES/INFLIGHT gGROUPSmMI (see tile_shape and run_forward),
+"persistent ... xC" the persistent form with C cubes a multiprocessor in all
+(implicit_gemm_group_persistent); they run wherever the runtime can launch them (native group
+products only on the H200).
 """
 from __future__ import annotations
 
 import numpy as np
 
 import kerneldsl as kd
-from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_nhwc
+from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_group_persistent, implicit_gemm_nhwc
 from rudnn.convolution.problem import as_5d, user_shape, validate_forward
 
 from .common import VARIANT_HEADERS, rounds_in_turn, sweep_arguments, table, variant_rows
@@ -30,6 +32,10 @@ SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-
 CONFIGS = ((None, 3, 0, 2, 1), (None, 4, 1, 2, 1), (None, 4, 0, 2, 1), (128, 3, 0, 2, 1),
            (None, 3, 0, 4, 1), (None, 2, 0, 4, 1), (None, 4, 1, 4, 1), (None, 4, 0, 4, 1),
            (None, 3, 0, 2, 2), (None, 2, 0, 2, 2), (None, 4, 1, 2, 2), (None, 4, 0, 2, 2))
+
+# the persistent form (implicit_gemm_group_persistent): (BN, STAGES, INFLIGHT, GROUPS, MI, cubes a SM)
+PERSISTENT = ((None, 3, 0, 2, 1, 2), (None, 4, 1, 2, 1, 2), (None, 4, 0, 2, 1, 2), (None, 3, 0, 2, 1, 1),
+              (None, 3, 0, 2, 2, 1), (None, 4, 1, 2, 2, 1), (None, 3, 0, 4, 1, 1))
 
 
 def variants(p, dummy):
@@ -43,6 +49,13 @@ def variants(p, dummy):
             out[f"group {bm}x{bn}/{stages}/{inflight} g{groups}m{mi}"] = (
                 lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi:
                 implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i, gr, m))
+    for bn, stages, inflight, groups, mi, per in PERSISTENT:
+        bn = bn or default_bn
+        if implicit_gemm_group_persistent.fits(p, bn, stages, inflight, groups, mi):
+            bm = implicit_gemm_group.block_m(groups, mi)
+            out[f"persistent {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} x{per}"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi, c=per:
+                implicit_gemm_group_persistent.run_forward(p, y5, dummy, bn, s, i, gr, m, c))
     return out
 
 

@@ -505,13 +505,15 @@ def test_gated_delta_group_kernels_are_wgmma_fed_by_bulk_copies():
         assert "mma.sync" in ptx_of(kernel, 128, args, sm=80), kernel.__name__
 
 
-@pytest.mark.parametrize("groups,mi,inflight", [(2, 1, 0), (4, 1, 0), (2, 2, 0), (2, 2, 1)])
-def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inflight):
+@pytest.mark.parametrize("groups,mi,inflight,persistent", [(2, 1, 0, False), (4, 1, 0, False), (2, 2, 0, False),
+                                                         (2, 2, 1, False), (2, 1, 0, True), (2, 2, 0, True)])
+def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inflight, persistent):
     """The channels-last forward on group products at 64@56's shape (issue 17) in its tile
     variants (BM = 128 today; 256 with 4 groups or 2 fragments a group): sm_90a has MI wgmma
     m64n64 a k16 step, neither spills nor has its products serialised (no C75xx warning);
-    sm_80 compiles the same kernel (mma.sync). Prints ptxas's register report (pytest -s)."""
-    from rudnn.convolution import ConvOptions, implicit_gemm_group
+    sm_80 compiles the same kernel (mma.sync). Also the persistent form (one pipeline across a
+    cube's tiles). Prints ptxas's register report (pytest -s)."""
+    from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_group_persistent
     from rudnn.convolution.problem import as_5d, user_shape, validate_forward
     x, w = CPU.zeros((2, 56, 56, 64), "bf16"), CPU.zeros((64, 3, 3, 64), "bf16")
     p = validate_forward("conv_forward_nhwc", x, w, None, ConvOptions(padding=1), True)
@@ -519,11 +521,13 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
     y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, True), "bf16"), g.rank, True)
     args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), 64, 3, inflight, groups, mi)
     units = 128 * groups
-    ptx = ptx_of(implicit_gemm_group.conv_gemm_group, units, args)
+    kernel = (implicit_gemm_group_persistent.conv_gemm_group_persistent if persistent
+              else implicit_gemm_group.conv_gemm_group)
+    ptx = ptx_of(kernel, units, args)
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 4 * mi
-    log = ptxas_report(compile_launch(implicit_gemm_group.conv_gemm_group, units, args, "sm_90").rendered.source)
-    print(f"groups {groups} mi {mi} inflight {inflight}:", " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
+    log = ptxas_report(compile_launch(kernel, units, args, "sm_90").rendered.source)
+    print(f"groups {groups} mi {mi} inflight {inflight} persistent {persistent}:", " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
           " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
     assert not re.search(r"C75\d\d", log), log[-2000:]
-    assert "wgmma" not in ptx_of(implicit_gemm_group.conv_gemm_group, units, args, sm=80)
+    assert "wgmma" not in ptx_of(kernel, units, args, sm=80)
