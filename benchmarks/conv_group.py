@@ -12,7 +12,7 @@ the median of --reps launches each (CUDA events); the table gives each variant's
 and the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours).
 Group variants are named BMxBN/STAGES/INFLIGHT gGROUPSmMI (see tile_shape and run_forward),
 "persistent ... xC" the persistent form with C cubes a multiprocessor in all
-(implicit_gemm_group_persistent); they run wherever the runtime can launch them (native group
+(implicit_gemm_group_persistent; "persistent W": the weights copied once a cube); they run wherever the runtime can launch them (native group
 products only on the H200).
 """
 from __future__ import annotations
@@ -33,9 +33,12 @@ CONFIGS = ((None, 3, 0, 2, 1), (None, 4, 1, 2, 1), (None, 4, 0, 2, 1), (128, 3, 
            (None, 3, 0, 4, 1), (None, 2, 0, 4, 1), (None, 4, 1, 4, 1), (None, 4, 0, 4, 1),
            (None, 3, 0, 2, 2), (None, 2, 0, 2, 2), (None, 4, 1, 2, 2), (None, 4, 0, 2, 2))
 
-# the persistent form (implicit_gemm_group_persistent): (BN, STAGES, INFLIGHT, GROUPS, MI, cubes a SM)
-PERSISTENT = ((None, 3, 0, 2, 1, 2), (None, 4, 1, 2, 1, 2), (None, 4, 0, 2, 1, 2), (None, 3, 0, 2, 1, 1),
-              (None, 3, 0, 2, 2, 1), (None, 4, 1, 2, 2, 1), (None, 3, 0, 4, 1, 1))
+# the persistent form (implicit_gemm_group_persistent): (BN, STAGES, INFLIGHT, GROUPS, MI, cubes a SM,
+# weights stationary)
+PERSISTENT = ((None, 3, 0, 2, 1, 2, False), (None, 4, 1, 2, 1, 2, False), (None, 4, 0, 2, 1, 2, False),
+              (None, 3, 0, 2, 1, 1, False), (None, 3, 0, 2, 2, 1, False), (None, 4, 1, 2, 2, 1, False),
+              (None, 3, 0, 4, 1, 1, False), (None, 3, 0, 2, 1, 1, True), (None, 4, 0, 2, 1, 1, True),
+              (None, 3, 0, 2, 2, 1, True), (None, 3, 0, 4, 1, 1, True))
 
 
 def variants(p, dummy):
@@ -49,13 +52,13 @@ def variants(p, dummy):
             out[f"group {bm}x{bn}/{stages}/{inflight} g{groups}m{mi}"] = (
                 lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi:
                 implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i, gr, m))
-    for bn, stages, inflight, groups, mi, per in PERSISTENT:
+    for bn, stages, inflight, groups, mi, per, st in PERSISTENT:
         bn = bn or default_bn
-        if implicit_gemm_group_persistent.fits(p, bn, stages, inflight, groups, mi):
+        if implicit_gemm_group_persistent.fits(p, bn, stages, inflight, groups, mi, st):
             bm = implicit_gemm_group.block_m(groups, mi)
-            out[f"persistent {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} x{per}"] = (
-                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi, c=per:
-                implicit_gemm_group_persistent.run_forward(p, y5, dummy, bn, s, i, gr, m, c))
+            out[f"persistent{' W' if st else ''} {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} x{per}"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi, c=per, st=st:
+                implicit_gemm_group_persistent.run_forward(p, y5, dummy, bn, s, i, gr, m, c, st))
     return out
 
 

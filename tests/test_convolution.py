@@ -172,27 +172,28 @@ def test_implicit_gemm_group_products_256_row_tiles(runtime, rng, groups, mi, dt
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("groups,mi,cubes", [(2, 1, 2), (2, 2, 1)])
-def test_implicit_gemm_group_products_persistent(runtime, rng, groups, mi, cubes, dtype="bf16"):
+@pytest.mark.parametrize("groups,mi,cubes,stationary", [(2, 1, 2, False), (2, 2, 1, False), (2, 1, 2, True)])
+def test_implicit_gemm_group_products_persistent(runtime, rng, groups, mi, cubes, stationary, dtype="bf16"):
     """The persistent form (implicit_gemm_group_persistent, issue 17): `cubes` cubes a (Cout
     tile, group) loop over the row tiles with one pipeline across them (3 slots, 2 steps
     ahead: the last steps of a tile fetch the next one's, the last tile's fetch zeros). M =
     315 in 3 (BM 128) or 2 (BM 256) tiles, so a cube does 1 or 2 tiles; R = 144 (3 steps),
-    stride, padding, dilation, 2 groups, Kg = 35, bias."""
+    stride, padding, dilation, 2 groups, Kg = 35, bias; `stationary`: the 3 steps' weights
+    copied once a cube, A alone in the ring."""
     from rudnn.convolution import implicit_gemm_group_persistent as pers
     from rudnn.convolution.problem import as_5d, user_shape, validate_forward
-    if runtime.name == "interpreter" and mi != 2:
-        pytest.skip("the interpreter runs the two-fragment case (slow); the other runs on cpu and opencl")
+    if runtime.name == "interpreter" and not stationary:
+        pytest.skip("the interpreter runs the stationary case (slow); the others run on cpu and opencl")
     x = host(rng.standard_normal((3, 32, 9, 21)), dtype)
     w = host(rng.standard_normal((70, 16, 3, 3)), dtype)
     b = host(rng.standard_normal(70), dtype)
     opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
     t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
     p = validate_forward("conv_forward_nhwc", t(channels_last(x)), t(channels_last(w)), t(b), opts, True)
-    assert pers.fits(p, 64, 3, 0, groups, mi)
+    assert pers.fits(p, 64, 3, 0, groups, mi, stationary)
     g = p.geo
     out = runtime.empty(user_shape((g.B, g.K, *g.O), g.rank, True), dtype)
-    pers.launch(p, as_5d(out, g.rank, True), runtime.zeros((1,), "f32"), 64, 3, 0, groups, mi, cubes)
+    pers.launch(p, as_5d(out, g.rank, True), runtime.zeros((1,), "f32"), 64, 3, 0, groups, mi, cubes, stationary)
     close(np.moveaxis(out.numpy(), -1, 1), ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
 
 

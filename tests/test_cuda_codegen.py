@@ -506,13 +506,15 @@ def test_gated_delta_group_kernels_are_wgmma_fed_by_bulk_copies():
 
 
 @pytest.mark.parametrize("groups,mi,inflight,persistent", [(2, 1, 0, False), (4, 1, 0, False), (2, 2, 0, False),
-                                                         (2, 2, 1, False), (2, 1, 0, True), (2, 2, 0, True)])
+                                                         (2, 2, 1, False), (2, 1, 0, True), (2, 2, 0, True),
+                                                         (2, 1, 0, "stationary"), (2, 2, 0, "stationary")])
 def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inflight, persistent):
     """The channels-last forward on group products at 64@56's shape (issue 17) in its tile
     variants (BM = 128 today; 256 with 4 groups or 2 fragments a group): sm_90a has MI wgmma
     m64n64 a k16 step, neither spills nor has its products serialised (no C75xx warning);
     sm_80 compiles the same kernel (mma.sync). Also the persistent form (one pipeline across a
-    cube's tiles). Prints ptxas's register report (pytest -s)."""
+    cube's tiles; "stationary": the weights copied once a cube). Prints ptxas's register
+    report (pytest -s)."""
     from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_group_persistent
     from rudnn.convolution.problem import as_5d, user_shape, validate_forward
     x, w = CPU.zeros((2, 56, 56, 64), "bf16"), CPU.zeros((64, 3, 3, 64), "bf16")
@@ -520,6 +522,8 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
     g = p.geo
     y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, True), "bf16"), g.rank, True)
     args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), 64, 3, inflight, groups, mi)
+    if persistent:
+        args += (9 if persistent == "stationary" else 0,)  # WSTAT: 9 steps of 64 (576 = 9 taps x 64)
     units = 128 * groups
     kernel = (implicit_gemm_group_persistent.conv_gemm_group_persistent if persistent
               else implicit_gemm_group.conv_gemm_group)
@@ -530,4 +534,6 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
           " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
     assert not re.search(r"C75\d\d", log), log[-2000:]
-    assert "wgmma" not in ptx_of(kernel, units, args, sm=80)
+    smem = (3 * 64 * groups * mi + (9 if persistent == "stationary" else 3) * 64) * 64 * 2
+    if smem <= capabilities.for_arch("sm_80").max_shared_bytes:  # 2 x 2 stationary: 168 KiB, past the A100's
+        assert "wgmma" not in ptx_of(kernel, units, args, sm=80)
