@@ -5,6 +5,7 @@ implicit_gemm_group.py) in several tile shapes, next to today's async-copy ring
 
     python -m benchmarks.conv_group                    # the cuda runtime, every config
     python -m benchmarks.conv_group --quick --runtimes cpu   # a smoke run (N 2, cpu, no baseline)
+    python -m benchmarks.conv_group --shapes 64@56 --only "g2m1,persistent"   # a part of the sweep
 
 Each variant is checked against torch first (relative L2 error), then the variants and cuDNN
 (`F.conv2d` on channels_last tensors, `cudnn.benchmark`) are timed in turn, --rounds rounds of
@@ -73,6 +74,8 @@ def main(argv=None):
         cuda = rt.capabilities.backend == "cuda" and torch.cuda.is_available()
         reps = 3 if args.quick else args.reps
         for name, (C, K, H) in SHAPES.items():
+            if args.shapes and not any(t in name for t in args.shapes.split(",")):
+                continue
             N = 2 if args.quick else 64
             gen = torch.Generator().manual_seed(0)
             x = torch.randn(N, C, H, H, generator=gen).bfloat16()
@@ -93,6 +96,8 @@ def main(argv=None):
                 base = None
                 want = F.conv2d(x.float(), w.float(), None, 1, 1).permute(0, 2, 3, 1).numpy()
             runs = variants(p, dummy)
+            if args.only:
+                runs = {v: fn for v, fn in runs.items() if any(t in v for t in args.only.split(","))}
             errs = {}
             for v, fn in runs.items():
                 check = rt.tensor(np.full(shape, np.nan, np.float32), dtype="bf16")  # nothing left from before
