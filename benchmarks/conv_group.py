@@ -9,12 +9,12 @@ implicit_gemm_group.py) in several tile shapes, next to today's async-copy ring
 
 Each variant is checked against torch first (relative L2 error), then the variants and cuDNN
 (`F.conv2d` on channels_last tensors, `cudnn.benchmark`) are timed in turn, --rounds rounds of
-the median of --reps launches each (CUDA events); the table gives each variant's best round
-and the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours).
-Group variants are named BMxBN/STAGES/INFLIGHT gGROUPSmMI (see tile_shape and run_forward),
-"persistent ... xC" the persistent form with C cubes a multiprocessor in all
-(implicit_gemm_group_persistent; "persistent W": the weights copied once a cube); they run wherever the runtime can launch them (native group
-products only on the H200).
+the median of --reps launches each (CUDA events); the table gives each variant's best round and
+the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours). Group variants
+are named BMxBN/STAGES/INFLIGHT gGROUPSmMI (see tile_shape and run_forward), "persistent ...
+xC" the persistent form with C cubes a multiprocessor in all (implicit_gemm_group_persistent;
+"persistent W": the weights copied once a cube); they run wherever the runtime can launch them
+(native group products only on the H200).
 """
 from __future__ import annotations
 

@@ -530,7 +530,8 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
     ptx = ptx_of(kernel, units, args)
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 4 * mi
     log = ptxas_report(compile_launch(kernel, units, args, "sm_90").rendered.source)
-    print(f"groups {groups} mi {mi} inflight {inflight} persistent {persistent}:", " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
+    print(f"groups {groups} mi {mi} inflight {inflight} persistent {persistent}:",
+          " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
           " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
     assert not re.search(r"C75\d\d", log), log[-2000:]

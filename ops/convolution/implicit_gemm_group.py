@@ -15,16 +15,17 @@ BN x BK transpose) into a ring slot, both in the group-tile layout with the 128-
 in 16 contiguous bytes), which `kd.group_mma` reads itself: no plane loads a fragment.
 
 The ring has STAGES slots. With INFLIGHT = 1 a group keeps one product running across the
-step's barrier (`kd.group_wait(1)`), so the copies look STAGES - 2 steps ahead; with
-INFLIGHT = 0 each product is waited for in its step and the copies look STAGES - 1 ahead.
-Step kt: wait for this unit's copies of step kt, barrier (everyone's are in, and every group
-has waited for the product that last read the slot to be refilled), issue product kt (MI products,
-one a fragment), issue the copies of step kt + AHEAD into slot (kt + AHEAD) mod STAGES, wait
-for products down to INFLIGHT steps' (INFLIGHT·MI products). Why the refilled slot is free: it last held step kt + AHEAD - STAGES =
-kt - 1 - INFLIGHT, whose product each group waited for at the end of step kt - 1 (it then had
-at most INFLIGHT newer ones), before this step's barrier. Ring positions are counters, never
-divided (a division between a product's issue and its wait made ptxas serialise wgmma), and
-the unit's per-step index arithmetic is unsigned for the same reason.
+step's barrier (`kd.group_wait(1)`), so the copies look STAGES - 2 steps ahead; with INFLIGHT =
+0 each product is waited for in its step and the copies look STAGES - 1 ahead. Step kt: wait
+for this unit's copies of step kt, barrier (everyone's are in, and every group has waited for
+the product that last read the slot to be refilled), issue product kt (MI products, one a
+fragment), issue the copies of step kt + AHEAD into slot (kt + AHEAD) mod STAGES, wait for
+products down to INFLIGHT steps' (INFLIGHT·MI products). Why the refilled slot is free: it last
+held step kt + AHEAD - STAGES = kt - 1 - INFLIGHT, whose product each group waited for at the
+end of step kt - 1 (it then had at most INFLIGHT newer ones), before this step's barrier. Ring
+positions are counters, never divided (a division between a product's issue and its wait made
+ptxas serialise wgmma), and the unit's per-step index arithmetic is unsigned for the same
+reason.
 
 Each unit copies a fixed 8-column chunk (`col`) of NR = BM / RS rows of A and of BN / RS rows of
 B (RS = units / 8 rows apart), so the pixel decomposition of its A rows and the weight rows'
