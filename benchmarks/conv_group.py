@@ -13,8 +13,9 @@ the median of --reps launches each (CUDA events); the table gives each variant's
 the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours). Group variants
 are named BMxBN/STAGES/INFLIGHT gGROUPSmMI (see tile_shape and run_forward), "persistent ...
 xC" the persistent form with C cubes a multiprocessor in all (implicit_gemm_group_persistent;
-"persistent W": the weights copied once a cube); they run wherever the runtime can launch them
-(native group products only on the H200).
+"persistent W": the weights copied once a cube), a trailing "P" the epilogue storing column
+pairs (pairs=True); they run wherever the runtime can launch them (native group products only
+on the H200).
 """
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ PERSISTENT = ((None, 3, 0, 2, 1, 2, False), (None, 4, 1, 2, 1, 2, False), (None,
               (None, 3, 0, 4, 1, 1, False), (None, 3, 0, 2, 1, 1, True), (None, 4, 0, 2, 1, 1, True),
               (None, 3, 0, 2, 2, 1, True), (None, 3, 0, 4, 1, 1, True))
 
+# epilogue storing column pairs (run_forward pairs=True): (BN, STAGES, INFLIGHT, GROUPS, MI)
+PAIRED = ((None, 3, 0, 2, 1), (None, 3, 0, 4, 1), (None, 3, 0, 2, 2))
+# and the persistent form with it: (BN, STAGES, INFLIGHT, GROUPS, MI, cubes a SM, weights stationary)
+PAIRED_PERSISTENT = ((None, 3, 0, 2, 1, 2, False), (None, 3, 0, 2, 1, 1, True), (None, 3, 0, 2, 2, 1, False))
+
 
 def variants(p, dummy):
     """name -> fn(y5): a launch of one forward into y5."""
@@ -60,6 +66,20 @@ def variants(p, dummy):
             out[f"persistent{' W' if st else ''} {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} x{per}"] = (
                 lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi, c=per, st=st:
                 implicit_gemm_group_persistent.run_forward(p, y5, dummy, bn, s, i, gr, m, c, st))
+    for bn, stages, inflight, groups, mi in PAIRED:
+        bn = bn or default_bn
+        if implicit_gemm_group.fits(p, bn, stages, groups, mi):
+            bm = implicit_gemm_group.block_m(groups, mi)
+            out[f"group {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} P"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi:
+                implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i, gr, m, pairs=True))
+    for bn, stages, inflight, groups, mi, per, st in PAIRED_PERSISTENT:
+        bn = bn or default_bn
+        if implicit_gemm_group_persistent.fits(p, bn, stages, inflight, groups, mi, st):
+            bm = implicit_gemm_group.block_m(groups, mi)
+            out[f"persistent{' W' if st else ''} {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} x{per} P"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi, c=per, st=st:
+                implicit_gemm_group_persistent.run_forward(p, y5, dummy, bn, s, i, gr, m, c, st, pairs=True))
     return out
 
 

@@ -100,7 +100,7 @@ def fetch_step(sa, sb, x, w, abase, bbase, arows, brows, kt, col, R, g, Cg, RS, 
 @kd.kernel
 def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, HAS_BIAS: kd.Const[bool],
                     DT: kd.Const[object], G: kd.Const[tuple], BN: kd.Const[int], STAGES: kd.Const[int],
-                    INFLIGHT: kd.Const[int], GROUPS: kd.Const[int], MI: kd.Const[int]):
+                    INFLIGHT: kd.Const[int], GROUPS: kd.Const[int], MI: kd.Const[int], PAIRS: kd.Const[bool]):
     """y[b, o, g·Kg + n] (+ bias) = sum_{tap, c} x[b, o·S + tap·Dil − P, g·Cg + c]·w[g·Kg + n, tap, c].
     GROUPS groups of 4 planes a cube, each multiplying MI 64-row fragments: BM = 64·GROUPS·MI."""
     kd.static_assert(kd.cube_units() == 4 * GROUPS * kd.PLANE_DIM, "launch with 4 planes per group")
@@ -163,13 +163,15 @@ def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, H
     kd.group_wait(0)
     kd.async_wait(0)
     for f in kd.unroll(MI):
-        store_tile(y, bias, HAS_BIAS, accs[f], m0 + (grp * MI + f) * 64, n0, g, Mg, Kg, P, OH, OW)
+        store_tile(y, bias, HAS_BIAS, PAIRS, accs[f], m0 + (grp * MI + f) * 64, n0, g, Mg, Kg, P, OH, OW)
 
 
 @kd.func
-def store_tile(y, bias, HAS_BIAS, acc, mbase, n0, g, Mg, Kg, P, OH, OW):
+def store_tile(y, bias, HAS_BIAS, PAIRS, acc, mbase, n0, g, Mg, Kg, P, OH, OW):
     """The epilogue of one 64 x BN fragment (rows from pixel mbase, columns from n0 of group
-    g): each of the lane's row slots (a pixel) resolved once, then its elements stored."""
+    g): each of the lane's row slots (a pixel) resolved once, then its elements stored. PAIRS
+    (y's channels contiguous, its strides, start and Kg even: run_forward): a lane's elements
+    q, q + 1 of one row at columns c, c + 1 with c even go out as one 2-lane store."""
     rows = ()
     for sl in kd.unroll(kd.fragment_row_slots(acc)):
         r = 0
@@ -182,15 +184,32 @@ def store_tile(y, bias, HAS_BIAS, acc, mbase, n0, g, Mg, Kg, P, OH, OW):
         od, oh, ow = split_pixel(mm % P, OH, OW)
         rows = rows + ((live, kd.i64(mm // P) * y.stride(0) + kd.i64(od) * y.stride(2) + kd.i64(oh) * y.stride(3)
                         + kd.i64(ow) * y.stride(4)),)
-    for q in kd.unroll(kd.fragment_len(acc)):
-        live, at = rows[kd.fragment_row_slot(acc, q)]
-        n = n0 + kd.fragment_col(acc, q)
-        if live and n < Kg:
-            v = kd.fragment_get(acc, q)
-            co = g * Kg + n
-            if HAS_BIAS:
-                v = v + kd.f32(bias[co])
-            y[at + kd.i64(co) * y.stride(1)] = v
+    L = kd.fragment_len(acc)
+    for q in kd.unroll(0, L, 2):
+        done = False
+        if PAIRS and q + 1 < L and kd.fragment_row_slot(acc, q) == kd.fragment_row_slot(acc, q + 1):
+            live, at = rows[kd.fragment_row_slot(acc, q)]
+            c = kd.fragment_col(acc, q)
+            n = n0 + c
+            if live and kd.fragment_col(acc, q + 1) == c + 1 and c % 2 == 0 and n + 1 < Kg:
+                v0 = kd.fragment_get(acc, q)
+                v1 = kd.fragment_get(acc, q + 1)
+                co = g * Kg + n
+                if HAS_BIAS:
+                    v0 = v0 + kd.f32(bias[co])
+                    v1 = v1 + kd.f32(bias[co + 1])
+                kd.store_vec(y, at + kd.i64(co) * y.stride(1), kd.cast(kd.make_vec(v0, v1), y.dtype))
+                done = True
+        for e in kd.unroll(q, q + 2):
+            if e < L:
+                live, at = rows[kd.fragment_row_slot(acc, e)]
+                n = n0 + kd.fragment_col(acc, e)
+                if live and n < Kg and not done:
+                    v = kd.fragment_get(acc, e)
+                    co = g * Kg + n
+                    if HAS_BIAS:
+                        v = v + kd.f32(bias[co])
+                    y[at + kd.i64(co) * y.stride(1)] = v
 
 
 def tile_shape(caps, Kg: int) -> tuple:
@@ -235,11 +254,19 @@ def covers(p) -> bool:
             and fits(p, *tile_shape(caps, p.geo.Kg)[:2]))
 
 
+def pairs_fit(p, y5) -> bool:
+    """The epilogue may store column pairs: y's channels contiguous, its start, its other
+    strides (of axes longer than 1) and Kg even, so an even column's pair is 4-byte aligned."""
+    return (y5.strides[1] == 1 and y5.offset % 2 == 0 and p.geo.Kg % 2 == 0
+            and all(s % 2 == 0 for i, (n, s) in enumerate(zip(y5.shape, y5.strides)) if i != 1 and n > 1))
+
+
 def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, inflight: int | None = None,
-                groups: int = 2, mi: int = 1) -> None:
+                groups: int = 2, mi: int = 1, pairs: bool = False) -> None:
     """y5 = the forward pass of p (implicit_gemm_nhwc.covers(p) and fits(...) must hold); the
     tile shape from tile_shape() unless given (tests and benchmarks force others): BN, ring
-    slots, steps of products in flight, groups a cube and 64-row fragments a group."""
+    slots, steps of products in flight, groups a cube and 64-row fragments a group; `pairs`:
+    2-lane stores in the epilogue where pairs_fit (else it is ignored)."""
     g = p.geo
     BN, S, L = tile_shape(p.runtime.capabilities, g.Kg)
     BN, S, L = bn or BN, stages or S, L if inflight is None else inflight
@@ -248,4 +275,5 @@ def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, 
     grid = ((M + bm - 1) // bm, (g.Kg + BN - 1) // BN, g.groups)
     bias = p.bias if p.bias is not None else dummy
     conv_gemm_group[grid, 4 * groups * p.runtime.plane_dim](p.x, p.w, y5, bias, p.bias is not None, p.dtype,
-                                                            g.consts(), BN, S, L, groups, mi)
+                                                            g.consts(), BN, S, L, groups, mi,
+                                                            pairs and pairs_fit(p, y5))

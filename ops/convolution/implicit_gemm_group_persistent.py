@@ -28,7 +28,8 @@ from . import implicit_gemm_group
 def conv_gemm_group_persistent(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor,
                                HAS_BIAS: kd.Const[bool], DT: kd.Const[object], G: kd.Const[tuple],
                                BN: kd.Const[int], STAGES: kd.Const[int], INFLIGHT: kd.Const[int],
-                               GROUPS: kd.Const[int], MI: kd.Const[int], WSTAT: kd.Const[int]):
+                               GROUPS: kd.Const[int], MI: kd.Const[int], WSTAT: kd.Const[int],
+                               PAIRS: kd.Const[bool]):
     """implicit_gemm_group.conv_gemm_group's result, each cube looping over row tiles. WSTAT > 0:
     the weights stay: all WSTAT (= the reduction's steps) B tiles are copied once, before the
     first tile, and the ring streams A only; WSTAT 0: B streams with A."""
@@ -107,7 +108,7 @@ def conv_gemm_group_persistent(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: k
             ws = next_slot(ws, STAGES)
         kd.group_wait(0)
         for f in kd.unroll(MI):
-            store_tile(y, bias, HAS_BIAS, accs[f], m0 + (grp * MI + f) * 64, n0, g, Mg, Kg, P, OH, OW)
+            store_tile(y, bias, HAS_BIAS, PAIRS, accs[f], m0 + (grp * MI + f) * 64, n0, g, Mg, Kg, P, OH, OW)
             kd.fill_fragment(accs[f], 0.0)
         tile = nt
     kd.async_wait(0)
@@ -132,10 +133,12 @@ def fits(p, bn: int, stages: int, inflight: int, groups: int = 2, mi: int = 1, s
 
 
 def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, inflight: int | None = None,
-                groups: int = 2, mi: int = 1, per_unit: int = 2, stationary: bool = False) -> None:
+                groups: int = 2, mi: int = 1, per_unit: int = 2, stationary: bool = False,
+                pairs: bool = False) -> None:
     """y5 = the forward pass of p (fits(...) must hold), persistent: per_unit cubes a compute
     unit (an SM) in all, at most one a row tile (a device with no compute-unit count: one
-    cube a row tile); `stationary`: the weights copied once a cube."""
+    cube a row tile); `stationary`: the weights copied once a cube; `pairs`: as in
+    implicit_gemm_group.run_forward."""
     g = p.geo
     BN, S, L = tile_shape(p.runtime.capabilities, g.Kg)
     BN, S, L = bn or BN, stages or S, L if inflight is None else inflight
@@ -144,14 +147,14 @@ def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, 
     nt = (g.Kg + BN - 1) // BN
     cu = p.runtime.capabilities.compute_units
     gx = mt if cu <= 0 else max(1, min(mt, -(-per_unit * cu // (nt * g.groups))))
-    launch(p, y5, dummy, BN, S, L, groups, mi, gx, stationary)
+    launch(p, y5, dummy, BN, S, L, groups, mi, gx, stationary, pairs)
 
 
 def launch(p, y5, dummy, bn: int, stages: int, inflight: int, groups: int, mi: int, cubes: int,
-           stationary: bool = False) -> None:
+           stationary: bool = False, pairs: bool = False) -> None:
     """The persistent kernel with `cubes` cubes a (Cout tile, group) (tests force a few)."""
     g = p.geo
     bias = p.bias if p.bias is not None else dummy
     conv_gemm_group_persistent[(cubes, (g.Kg + bn - 1) // bn, g.groups), 4 * groups * p.runtime.plane_dim](
         p.x, p.w, y5, bias, p.bias is not None, p.dtype, g.consts(), bn, stages, inflight, groups, mi,
-        steps(p) if stationary else 0)
+        steps(p) if stationary else 0, pairs and implicit_gemm_group.pairs_fit(p, y5))
