@@ -218,11 +218,13 @@ def variant_rows(prefix: tuple, times: dict, base_times: list, errs: dict, flops
 
 def sweep_arguments(doc: str, argv=None):
     """The options of the tile-shape sweeps next to cuDNN (conv_group, conv_wgrad): --runtimes,
-    --reps, --rounds, --quick."""
+    --reps, --rounds, --quick; --shapes and --only narrow a sweep (conv_group reads them)."""
     import argparse
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runtimes", default="cuda")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="N 2 and 3 reps (a smoke run)")
+    ap.add_argument("--shapes", default="", help="comma-separated substrings of shape names (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated substrings of variant names (default: all)")
     return ap.parse_args(argv)

@@ -5,39 +5,81 @@ implicit_gemm_group.py) in several tile shapes, next to today's async-copy ring
 
     python -m benchmarks.conv_group                    # the cuda runtime, every config
     python -m benchmarks.conv_group --quick --runtimes cpu   # a smoke run (N 2, cpu, no baseline)
+    python -m benchmarks.conv_group --shapes 64@56 --only "g2m1,persistent"   # a part of the sweep
 
 Each variant is checked against torch first (relative L2 error), then the variants and cuDNN
 (`F.conv2d` on channels_last tensors, `cudnn.benchmark`) are timed in turn, --rounds rounds of
-the median of --reps launches each (CUDA events); the table gives each variant's best round
-and the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours).
-Group variants are named BN/STAGES/INFLIGHT (see tile_shape); they run wherever the runtime
-can launch them (native group products only on the H200).
+the median of --reps launches each (CUDA events); the table gives each variant's best round and
+the range of its ratio to cuDNN over the rounds ("ratio" = cuDNN time / ours). Group variants
+are named BMxBN/STAGES/INFLIGHT gGROUPSmMI (see tile_shape and run_forward), "persistent ...
+xC" the persistent form with C cubes a multiprocessor in all (implicit_gemm_group_persistent;
+"persistent W": the weights copied once a cube), a trailing "P" the epilogue storing column
+pairs (pairs=True); they run wherever the runtime can launch them (native group products only
+on the H200).
 """
 from __future__ import annotations
 
 import numpy as np
 
 import kerneldsl as kd
-from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_nhwc
+from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_group_persistent, implicit_gemm_nhwc
 from rudnn.convolution.problem import as_5d, user_shape, validate_forward
 
 from .common import VARIANT_HEADERS, rounds_in_turn, sweep_arguments, table, variant_rows
 from .convolution import rel_err
 
 SHAPES = {"r50-3x3-64@56": (64, 64, 56), "r50-3x3-128@28": (128, 128, 28), "r50-3x3-256@14": (256, 256, 14)}
-# (BN, STAGES, INFLIGHT); BN None: tile_shape's
-CONFIGS = ((None, 4, 1), (None, 3, 1), (None, 4, 0), (None, 3, 0), (None, 6, 1), (128, 3, 0), (128, 4, 1))
+# (BN, STAGES, INFLIGHT, GROUPS, MI); BN None: tile_shape's. GROUPS x MI 64-row fragments a cube:
+# BM = 128 (2, 1: today's), 256 (4, 1: 16 planes; 2, 2: two fragments a group), issue 17.
+CONFIGS = ((None, 3, 0, 2, 1), (None, 4, 1, 2, 1), (None, 4, 0, 2, 1), (128, 3, 0, 2, 1),
+           (None, 3, 0, 4, 1), (None, 2, 0, 4, 1), (None, 4, 1, 4, 1), (None, 4, 0, 4, 1),
+           (None, 3, 0, 2, 2), (None, 2, 0, 2, 2), (None, 4, 1, 2, 2), (None, 4, 0, 2, 2))
+
+# the persistent form (implicit_gemm_group_persistent): (BN, STAGES, INFLIGHT, GROUPS, MI, cubes a SM,
+# weights stationary)
+PERSISTENT = ((None, 3, 0, 2, 1, 2, False), (None, 4, 1, 2, 1, 2, False), (None, 4, 0, 2, 1, 2, False),
+              (None, 3, 0, 2, 1, 1, False), (None, 3, 0, 2, 2, 1, False), (None, 4, 1, 2, 2, 1, False),
+              (None, 3, 0, 4, 1, 1, False), (None, 3, 0, 2, 1, 1, True), (None, 4, 0, 2, 1, 1, True),
+              (None, 3, 0, 2, 2, 1, True), (None, 3, 0, 4, 1, 1, True))
+
+# epilogue storing column pairs (run_forward pairs=True): (BN, STAGES, INFLIGHT, GROUPS, MI)
+PAIRED = ((None, 3, 0, 2, 1), (None, 3, 0, 4, 1), (None, 3, 0, 2, 2))
+# and the persistent form with it: (BN, STAGES, INFLIGHT, GROUPS, MI, cubes a SM, weights stationary)
+PAIRED_PERSISTENT = ((None, 3, 0, 2, 1, 2, False), (None, 3, 0, 2, 1, 1, True), (None, 3, 0, 2, 2, 1, False))
 
 
 def variants(p, dummy):
     """name -> fn(y5): a launch of one forward into y5."""
     out = {"ring (plane fragments)": lambda y5: implicit_gemm_nhwc.run_forward(p, y5, dummy)}
     default_bn = implicit_gemm_group.tile_shape(p.runtime.capabilities, p.geo.Kg)[0]
-    for bn, stages, inflight in CONFIGS:
+    for bn, stages, inflight, groups, mi in CONFIGS:
         bn = bn or default_bn
-        if implicit_gemm_group.fits(p, bn, stages):
-            out[f"group {bn}/{stages}/{inflight}"] = (
-                lambda y5, bn=bn, s=stages, i=inflight: implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i))
+        if implicit_gemm_group.fits(p, bn, stages, groups, mi):
+            bm = implicit_gemm_group.block_m(groups, mi)
+            out[f"group {bm}x{bn}/{stages}/{inflight} g{groups}m{mi}"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi:
+                implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i, gr, m))
+    for bn, stages, inflight, groups, mi, per, st in PERSISTENT:
+        bn = bn or default_bn
+        if implicit_gemm_group_persistent.fits(p, bn, stages, inflight, groups, mi, st):
+            bm = implicit_gemm_group.block_m(groups, mi)
+            out[f"persistent{' W' if st else ''} {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} x{per}"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi, c=per, st=st:
+                implicit_gemm_group_persistent.run_forward(p, y5, dummy, bn, s, i, gr, m, c, st))
+    for bn, stages, inflight, groups, mi in PAIRED:
+        bn = bn or default_bn
+        if implicit_gemm_group.fits(p, bn, stages, groups, mi):
+            bm = implicit_gemm_group.block_m(groups, mi)
+            out[f"group {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} P"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi:
+                implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i, gr, m, pairs=True))
+    for bn, stages, inflight, groups, mi, per, st in PAIRED_PERSISTENT:
+        bn = bn or default_bn
+        if implicit_gemm_group_persistent.fits(p, bn, stages, inflight, groups, mi, st):
+            bm = implicit_gemm_group.block_m(groups, mi)
+            out[f"persistent{' W' if st else ''} {bm}x{bn}/{stages}/{inflight} g{groups}m{mi} x{per} P"] = (
+                lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi, c=per, st=st:
+                implicit_gemm_group_persistent.run_forward(p, y5, dummy, bn, s, i, gr, m, c, st, pairs=True))
     return out
 
 
@@ -52,6 +94,8 @@ def main(argv=None):
         cuda = rt.capabilities.backend == "cuda" and torch.cuda.is_available()
         reps = 3 if args.quick else args.reps
         for name, (C, K, H) in SHAPES.items():
+            if args.shapes and not any(t in name for t in args.shapes.split(",")):
+                continue
             N = 2 if args.quick else 64
             gen = torch.Generator().manual_seed(0)
             x = torch.randn(N, C, H, H, generator=gen).bfloat16()
@@ -72,6 +116,8 @@ def main(argv=None):
                 base = None
                 want = F.conv2d(x.float(), w.float(), None, 1, 1).permute(0, 2, 3, 1).numpy()
             runs = variants(p, dummy)
+            if args.only:
+                runs = {v: fn for v, fn in runs.items() if any(t in v for t in args.only.split(","))}
             errs = {}
             for v, fn in runs.items():
                 check = rt.tensor(np.full(shape, np.nan, np.float32), dtype="bf16")  # nothing left from before

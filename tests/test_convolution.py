@@ -154,13 +154,60 @@ def test_implicit_gemm_group_products(runtime, rng, dtype="bf16"):
     close(y, ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("groups,mi", [(4, 1), (2, 2)])
+def test_implicit_gemm_group_products_256_row_tiles(runtime, rng, groups, mi, dtype="bf16"):
+    """BM = 256 (issue 17): 4 groups of one 64-row fragment, or 2 groups of two sharing each
+    B tile; one product step in flight (the wait covers MI products). Stride, padding,
+    dilation, 2 groups, bias; M = 315 (a full and a partial tile, rows past M), Kg = 35, R = 144
+    (3 steps of 64 in 3 slots: the ring wraps)."""
+    if runtime.name == "interpreter" and groups != 2:
+        pytest.skip("the interpreter runs the two-fragment case (slow); 4 groups run on cpu and opencl")
+    x = host(rng.standard_normal((3, 32, 9, 21)), dtype)
+    w = host(rng.standard_normal((70, 16, 3, 3)), dtype)
+    b = host(rng.standard_normal(70), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    y = forced_group_forward(runtime, x, w, b, opts, dtype, bn=64, stages=3, inflight=1, groups=groups, mi=mi)
+    close(y, ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("groups,mi,cubes,stationary", [(2, 1, 2, False), (2, 2, 1, False), (2, 1, 2, True)])
+def test_implicit_gemm_group_products_persistent(runtime, rng, groups, mi, cubes, stationary, dtype="bf16"):
+    """The persistent form (implicit_gemm_group_persistent, issue 17): `cubes` cubes a (Cout
+    tile, group) loop over the row tiles with one pipeline across them (3 slots, 2 steps
+    ahead: the last steps of a tile fetch the next one's, the last tile's fetch zeros). M =
+    315 in 3 (BM 128) or 2 (BM 256) tiles, so a cube does 1 or 2 tiles; R = 144 (3 steps),
+    stride, padding, dilation, 2 groups, Kg = 35, bias; `stationary`: the 3 steps' weights
+    copied once a cube, A alone in the ring."""
+    from rudnn.convolution import implicit_gemm_group_persistent as pers
+    from rudnn.convolution.problem import as_5d, user_shape, validate_forward
+    if runtime.name == "interpreter" and not stationary:
+        pytest.skip("the interpreter runs the stationary case (slow); the others run on cpu and opencl")
+    x = host(rng.standard_normal((3, 32, 9, 21)), dtype)
+    w = host(rng.standard_normal((70, 16, 3, 3)), dtype)
+    b = host(rng.standard_normal(70), dtype)
+    opts = ConvOptions(stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=2)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    p = validate_forward("conv_forward_nhwc", t(channels_last(x)), t(channels_last(w)), t(b), opts, True)
+    assert pers.fits(p, 64, 3, 0, groups, mi, stationary)
+    g = p.geo
+    out = runtime.empty(user_shape((g.B, g.K, *g.O), g.rank, True), dtype)
+    pers.launch(p, as_5d(out, g.rank, True), runtime.zeros((1,), "f32"), 64, 3, 0, groups, mi, cubes, stationary)
+    close(np.moveaxis(out.numpy(), -1, 1), ref.forward(x, w, b, (2, 1), (2, 1), (2, 1), 2), dtype)
+
+
 def test_implicit_gemm_group_products_native_shape(runtime, rng, dtype="f16"):
     """The H200's tile shape (BN 128, 4 slots), every product waited for in its step: 2 x 2
-    partial tiles of 128 x 128 (M = 144, Kg = 136), R = 216 (4 steps: the ring wraps), no bias."""
+    partial tiles of 128 x 128 (M = 144, Kg = 136), R = 216 (4 steps: the ring wraps), bias;
+    pairs=True (issue 17; Kg even): the emulations' layouts never put a lane's elements q, q + 1
+    in adjacent columns, so they take the per-element fallback here; the paired stores run
+    only where the layout is native (CUDA: compile-checked in test_cuda_codegen)."""
     x = host(rng.standard_normal((1, 24, 12, 12)), dtype)
     w = host(rng.standard_normal((136, 24, 3, 3)), dtype)
-    y = forced_group_forward(runtime, x, w, None, ConvOptions(padding=1), dtype, bn=128, stages=4, inflight=0)
-    close(y, ref.forward(x, w, None, 1, 1, 1, 1), dtype)
+    b = host(rng.standard_normal(136), dtype)
+    y = forced_group_forward(runtime, x, w, b, ConvOptions(padding=1), dtype, bn=128, stages=4, inflight=0, pairs=True)
+    close(y, ref.forward(x, w, b, 1, 1, 1, 1), dtype)
 
 
 def test_group_products_are_chosen_from_capabilities(runtime):

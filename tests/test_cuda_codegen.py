@@ -359,7 +359,7 @@ def test_convolution_group_products_are_wgmma():
         y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, True), "bf16"), g.rank, True)
         BN, S, L = implicit_gemm_group.tile_shape(capabilities.for_arch("sm_90"), K)
         assert BN == min(K, 128)
-        args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), BN, S, L)
+        args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), BN, S, L, 2, 1, False)
         src = compile_launch(implicit_gemm_group.conv_gemm_group, 256, args, "sm_90").rendered.source
         descs = re.findall(r"kd_wg_desc\(\([^;]*\);", src)
         assert descs and all(d.endswith(", 1);") for d in descs)
@@ -390,7 +390,7 @@ def test_convolution_data_backward_on_group_products_compiles():
     assert fp.geo.pad == (0, 1, 1) and fp.geo.Cg == 32 and fp.geo.Kg == 32
     BN, S, L = implicit_gemm_group.tile_shape(capabilities.for_arch("sm_90"), fp.geo.Kg)
     dx5 = as_5d(CPU.empty((2, 64, 14, 14), "bf16"), 2, False)
-    args = (fp.x, fp.w, dx5, CPU.zeros((1,), "f32"), False, p.dtype, fp.geo.consts(), BN, S, L)
+    args = (fp.x, fp.w, dx5, CPU.zeros((1,), "f32"), False, p.dtype, fp.geo.consts(), BN, S, L, 2, 1, False)
     ptx = ptx_of(implicit_gemm_group.conv_gemm_group, 256, args)
     assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.bf16.bf16") == 4
 
@@ -546,3 +546,41 @@ def test_convolution_depthwise_compiles(dt):
         part = CPU.empty((3, 256, 9), "f32")
         ptx_of(depthwise.weight_partials, depthwise.WGRAD_UNITS, (pn.x, pn.dy, part, 1, 32, pn.geo.consts()), sm=sm)
         ptx_of(depthwise.sum_splits, depthwise.SUM_UNITS, (part, CPU.empty((256, 9), dt)), sm=sm)
+
+
+@pytest.mark.parametrize("groups,mi,inflight,persistent,pairs", [
+    (2, 1, 0, False, False), (4, 1, 0, False, False), (2, 2, 0, False, False), (2, 2, 1, False, False),
+    (2, 1, 0, True, False), (2, 2, 0, True, False), (2, 1, 0, "stationary", False), (2, 2, 0, "stationary", False),
+    (2, 1, 0, False, True)])
+def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inflight, persistent, pairs):
+    """The channels-last forward on group products at 64@56's shape (issue 17) in its tile
+    variants (BM = 128 today; 256 with 4 groups or 2 fragments a group): sm_90a has MI wgmma
+    m64n64 a k16 step, neither spills nor has its products serialised (no C75xx warning);
+    sm_80 compiles the same kernel (mma.sync). Also the epilogue's paired stores, and the persistent form (one pipeline across a
+    cube's tiles; "stationary": the weights copied once a cube). Prints ptxas's register
+    report (pytest -s)."""
+    from rudnn.convolution import ConvOptions, implicit_gemm_group, implicit_gemm_group_persistent
+    from rudnn.convolution.problem import as_5d, user_shape, validate_forward
+    x, w = CPU.zeros((2, 56, 56, 64), "bf16"), CPU.zeros((64, 3, 3, 64), "bf16")
+    p = validate_forward("conv_forward_nhwc", x, w, None, ConvOptions(padding=1), True)
+    g = p.geo
+    y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, True), "bf16"), g.rank, True)
+    args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), 64, 3, inflight, groups, mi)
+    if persistent:
+        args += (9 if persistent == "stationary" else 0,)  # WSTAT: 9 steps of 64 (576 = 9 taps x 64)
+    args += (pairs,)
+    units = 128 * groups
+    kernel = (implicit_gemm_group_persistent.conv_gemm_group_persistent if persistent
+              else implicit_gemm_group.conv_gemm_group)
+    ptx = ptx_of(kernel, units, args)
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 4 * mi
+    assert ("st.global.v2.u16" in ptx) == pairs  # pairs: a lane's column pair in one 4-byte store
+    log = ptxas_report(compile_launch(kernel, units, args, "sm_90").rendered.source)
+    print(f"groups {groups} mi {mi} inflight {inflight} persistent {persistent}:",
+          " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
+          " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+    assert not re.search(r"C75\d\d", log), log[-2000:]
+    smem = (3 * 64 * groups * mi + (9 if persistent == "stationary" else 3) * 64) * 64 * 2
+    if smem <= capabilities.for_arch("sm_80").max_shared_bytes:  # 2 x 2 stationary: 168 KiB, past the A100's
+        assert "wgmma" not in ptx_of(kernel, units, args, sm=80)

@@ -2,8 +2,11 @@
 the H200, an exact emulation elsewhere), for the operands the async-copy ring takes
 (implicit_gemm_nhwc.covers: F16/BF16, Cin/groups a multiple of 8, 16-byte aligned).
 
-A cube of 2 groups (8 planes) owns a 128 x BN tile of [B·O pixels] x [Cout of one group];
-group g multiplies rows 64g .. 64g + 63 into its 64 x BN f32 accumulator. The reduction index
+A cube of GROUPS groups (4 planes each) owns a BM x BN tile of [B·O pixels] x [Cout of one
+group], BM = 64·GROUPS·MI; group q multiplies its MI 64-row fragments (rows 64(q·MI + f) ..
++ 63) into 64 x BN f32 accumulators, with the same B tile. The default is 2 groups of one
+fragment (BM = 128); 4 groups (16 planes) or 2 fragments a group (BM = 256) halve the weight
+reads and the barriers per pixel (issue 17: variants for the H200 sweep). The reduction index
 is r = tap·Cg + c (channels innermost, as they lie in memory), BK = 64 columns a step. Every
 unit copies its share of a step with 16-byte `kd.async_copy`s straight from the NHWC input
 (A, zero-filled outside it: the padding is never stored) and the weights (B, stored as its
@@ -12,16 +15,17 @@ BN x BK transpose) into a ring slot, both in the group-tile layout with the 128-
 in 16 contiguous bytes), which `kd.group_mma` reads itself: no plane loads a fragment.
 
 The ring has STAGES slots. With INFLIGHT = 1 a group keeps one product running across the
-step's barrier (`kd.group_wait(1)`), so the copies look STAGES - 2 steps ahead; with
-INFLIGHT = 0 each product is waited for in its step and the copies look STAGES - 1 ahead.
-Step kt: wait for this unit's copies of step kt, barrier (everyone's are in, and every group
-has waited for the product that last read the slot to be refilled), issue product kt, issue
-the copies of step kt + AHEAD into slot (kt + AHEAD) mod STAGES, wait for products down to
-INFLIGHT. Why the refilled slot is free: it last held step kt + AHEAD - STAGES =
-kt - 1 - INFLIGHT, whose product each group waited for at the end of step kt - 1 (it then had
-at most INFLIGHT newer ones), before this step's barrier. Ring positions are counters, never
-divided (a division between a product's issue and its wait made ptxas serialise wgmma), and
-the unit's per-step index arithmetic is unsigned for the same reason.
+step's barrier (`kd.group_wait(1)`), so the copies look STAGES - 2 steps ahead; with INFLIGHT =
+0 each product is waited for in its step and the copies look STAGES - 1 ahead. Step kt: wait
+for this unit's copies of step kt, barrier (everyone's are in, and every group has waited for
+the product that last read the slot to be refilled), issue product kt (MI products, one a
+fragment), issue the copies of step kt + AHEAD into slot (kt + AHEAD) mod STAGES, wait for
+products down to INFLIGHT steps' (INFLIGHT·MI products). Why the refilled slot is free: it last
+held step kt + AHEAD - STAGES = kt - 1 - INFLIGHT, whose product each group waited for at the
+end of step kt - 1 (it then had at most INFLIGHT newer ones), before this step's barrier. Ring
+positions are counters, never divided (a division between a product's issue and its wait made
+ptxas serialise wgmma), and the unit's per-step index arithmetic is unsigned for the same
+reason.
 
 Each unit copies a fixed 8-column chunk (`col`) of NR = BM / RS rows of A and of BN / RS rows of
 B (RS = units / 8 rows apart), so the pixel decomposition of its A rows and the weight rows'
@@ -33,7 +37,6 @@ import kerneldsl as kd
 
 from .gather import forward_sizes, split_pixel
 
-BM = 128          # output pixels a cube (two groups of 64 rows)
 BK = 64           # reduction columns a step: one 128-byte band row
 SW = 128          # the group-tile layout's swizzle span (bytes)
 CHUNKS = BK // 8  # 16-byte chunks a staged row
@@ -97,11 +100,13 @@ def fetch_step(sa, sb, x, w, abase, bbase, arows, brows, kt, col, R, g, Cg, RS, 
 @kd.kernel
 def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, HAS_BIAS: kd.Const[bool],
                     DT: kd.Const[object], G: kd.Const[tuple], BN: kd.Const[int], STAGES: kd.Const[int],
-                    INFLIGHT: kd.Const[int]):
-    """y[b, o, g·Kg + n] (+ bias) = sum_{tap, c} x[b, o·S + tap·Dil − P, g·Cg + c]·w[g·Kg + n, tap, c]."""
-    kd.static_assert(kd.cube_units() == 8 * kd.PLANE_DIM, "launch with 8 planes (2 groups) per cube")
-    kd.static_assert(INFLIGHT == 0 or INFLIGHT == 1, "INFLIGHT: 0 or 1 products left running")
+                    INFLIGHT: kd.Const[int], GROUPS: kd.Const[int], MI: kd.Const[int], PAIRS: kd.Const[bool]):
+    """y[b, o, g·Kg + n] (+ bias) = sum_{tap, c} x[b, o·S + tap·Dil − P, g·Cg + c]·w[g·Kg + n, tap, c].
+    GROUPS groups of 4 planes a cube, each multiplying MI 64-row fragments: BM = 64·GROUPS·MI."""
+    kd.static_assert(kd.cube_units() == 4 * GROUPS * kd.PLANE_DIM, "launch with 4 planes per group")
+    kd.static_assert(INFLIGHT == 0 or INFLIGHT == 1, "INFLIGHT: 0 or 1 steps of products left running")
     kd.static_assert(STAGES >= 2 + INFLIGHT, "the ring needs STAGES - 1 - INFLIGHT >= 1 steps ahead")
+    BM = 64 * GROUPS * MI
     U = kd.cube_units()
     RS = U // CHUNKS                      # rows between a unit's rows
     kd.static_assert(RS % 8 == 0 and BM % RS == 0 and BN % RS == 0, "units must split the tiles by whole 8-row blocks")
@@ -133,8 +138,11 @@ def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, H
 
     sa = kd.shared(DT, STAGES * A_STAGE)
     sb = kd.shared(DT, STAGES * B_STAGE)
-    acc = kd.group_fragment_acc(64, BN)
-    kd.fill_fragment(acc, 0.0)
+    accs = ()
+    for f in kd.unroll(MI):
+        acc = kd.group_fragment_acc(64, BN)
+        kd.fill_fragment(acc, 0.0)
+        accs = accs + (acc,)
 
     for s in kd.unroll(AHEAD):
         fetch_step(sa, sb, x, w, s * A_STAGE + adst, s * B_STAGE + bdst, arows, brows, s, col, R, g, Cg,
@@ -143,39 +151,66 @@ def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, H
     ws = AHEAD    # ring slot of step kt + AHEAD
     for kt in range(KT):
         kd.async_wait(AHEAD - 1)   # this unit's copies of step kt are in ...
-        kd.sync_cube()             # ... everyone's are, and slot ws's last product is done
-        kd.group_mma(acc, kd.shared_tile(sa, rs * A_STAGE + grp * (64 * BK), 64, BK, swizzle=SW),
-                     kd.shared_tile(sb, rs * B_STAGE, BK, BN, transposed=True, swizzle=SW))
+        kd.sync_cube()             # ... everyone's are, and slot ws's last products are done
+        for f in kd.unroll(MI):    # the group's fragments share the step's B tile
+            kd.group_mma(accs[f], kd.shared_tile(sa, rs * A_STAGE + (grp * MI + f) * (64 * BK), 64, BK, swizzle=SW),
+                         kd.shared_tile(sb, rs * B_STAGE, BK, BN, transposed=True, swizzle=SW))
         fetch_step(sa, sb, x, w, ws * A_STAGE + adst, ws * B_STAGE + bdst, arows, brows, kt + AHEAD, col, R, g,
                    Cg, RS, NR, NRB, G)
-        kd.group_wait(INFLIGHT)
+        kd.group_wait(INFLIGHT * MI)   # one product a fragment a step
         rs = next_slot(rs, STAGES)
         ws = next_slot(ws, STAGES)
     kd.group_wait(0)
     kd.async_wait(0)
+    for f in kd.unroll(MI):
+        store_tile(y, bias, HAS_BIAS, PAIRS, accs[f], m0 + (grp * MI + f) * 64, n0, g, Mg, Kg, P, OH, OW)
 
-    # epilogue: each of the lane's row slots (a pixel) resolved once, then its elements stored
+
+@kd.func
+def store_tile(y, bias, HAS_BIAS, PAIRS, acc, mbase, n0, g, Mg, Kg, P, OH, OW):
+    """The epilogue of one 64 x BN fragment (rows from pixel mbase, columns from n0 of group
+    g): each of the lane's row slots (a pixel) resolved once, then its elements stored. PAIRS
+    (y's channels contiguous, its strides, start and Kg even: run_forward): a lane's elements
+    q, q + 1 of one row at columns c, c + 1 with c even go out as one 2-lane store."""
     rows = ()
     for sl in kd.unroll(kd.fragment_row_slots(acc)):
         r = 0
         for q in kd.unroll(kd.fragment_len(acc)):
             if kd.fragment_row_slot(acc, q) == sl:
                 r = kd.fragment_row(acc, q)
-        m = m0 + grp * 64 + r
+        m = mbase + r
         live = m < Mg
         mm = kd.select(live, m, 0)
         od, oh, ow = split_pixel(mm % P, OH, OW)
         rows = rows + ((live, kd.i64(mm // P) * y.stride(0) + kd.i64(od) * y.stride(2) + kd.i64(oh) * y.stride(3)
                         + kd.i64(ow) * y.stride(4)),)
-    for q in kd.unroll(kd.fragment_len(acc)):
-        live, at = rows[kd.fragment_row_slot(acc, q)]
-        n = n0 + kd.fragment_col(acc, q)
-        if live and n < Kg:
-            v = kd.fragment_get(acc, q)
-            co = g * Kg + n
-            if HAS_BIAS:
-                v = v + kd.f32(bias[co])
-            y[at + kd.i64(co) * y.stride(1)] = v
+    L = kd.fragment_len(acc)
+    for q in kd.unroll(0, L, 2):
+        done = False
+        if PAIRS and q + 1 < L and kd.fragment_row_slot(acc, q) == kd.fragment_row_slot(acc, q + 1):
+            live, at = rows[kd.fragment_row_slot(acc, q)]
+            c = kd.fragment_col(acc, q)
+            n = n0 + c
+            if live and kd.fragment_col(acc, q + 1) == c + 1 and c % 2 == 0 and n + 1 < Kg:
+                v0 = kd.fragment_get(acc, q)
+                v1 = kd.fragment_get(acc, q + 1)
+                co = g * Kg + n
+                if HAS_BIAS:
+                    v0 = v0 + kd.f32(bias[co])
+                    v1 = v1 + kd.f32(bias[co + 1])
+                kd.store_vec(y, at + kd.i64(co) * y.stride(1), kd.cast(kd.make_vec(v0, v1), y.dtype))
+                done = True
+        for e in kd.unroll(q, q + 2):
+            if e < L:
+                live, at = rows[kd.fragment_row_slot(acc, e)]
+                n = n0 + kd.fragment_col(acc, e)
+                if live and n < Kg and not done:
+                    v = kd.fragment_get(acc, e)
+                    co = g * Kg + n
+                    if HAS_BIAS:
+                        v = v + kd.f32(bias[co])
+                    y[at + kd.i64(co) * y.stride(1)] = v
+
 
 def tile_shape(caps, Kg: int) -> tuple:
     """(BN, STAGES, INFLIGHT). Native group products: 128-column tiles (64 where the group has
@@ -189,19 +224,25 @@ def tile_shape(caps, Kg: int) -> tuple:
     return 64, 3, 1
 
 
-def shared_bytes(bn: int, stages: int) -> int:
+def block_m(groups: int, mi: int) -> int:
+    """Output pixels a cube: `groups` groups of `mi` 64-row fragments."""
+    return 64 * groups * mi
+
+
+def shared_bytes(bn: int, stages: int, groups: int = 2, mi: int = 1) -> int:
     """Shared memory of the ring (16-bit elements)."""
-    return stages * (BM + bn) * BK * 2
+    return stages * (block_m(groups, mi) + bn) * BK * 2
 
 
-def fits(p, bn: int, stages: int) -> bool:
-    """The launch shape works for p's device: two groups of 4 planes whose units split the
-    tiles in whole 8-row blocks, and the ring within the device's shared memory."""
+def fits(p, bn: int, stages: int, groups: int = 2, mi: int = 1) -> bool:
+    """The launch shape works for p's device: `groups` groups of 4 planes whose units split
+    the tiles in whole 8-row blocks, and the ring within the device's shared memory."""
     caps = p.runtime.capabilities
-    U = 8 * caps.plane_dim
+    U = 4 * groups * caps.plane_dim
     rs = U // CHUNKS
-    return (U <= caps.max_cube_units and U % CHUNKS == 0 and rs % 8 == 0 and BM % rs == 0 and bn % rs == 0
-            and shared_bytes(bn, stages) <= caps.max_shared_bytes)
+    bm = block_m(groups, mi)
+    return (U <= caps.max_cube_units and U % CHUNKS == 0 and rs % 8 == 0 and bm % rs == 0 and bn % rs == 0
+            and shared_bytes(bn, stages, groups, mi) <= caps.max_shared_bytes)
 
 
 def covers(p) -> bool:
@@ -213,14 +254,26 @@ def covers(p) -> bool:
             and fits(p, *tile_shape(caps, p.geo.Kg)[:2]))
 
 
-def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, inflight: int | None = None) -> None:
+def pairs_fit(p, y5) -> bool:
+    """The epilogue may store column pairs: y's channels contiguous, its start, its other
+    strides (of axes longer than 1) and Kg even, so an even column's pair is 4-byte aligned."""
+    return (y5.strides[1] == 1 and y5.offset % 2 == 0 and p.geo.Kg % 2 == 0
+            and all(s % 2 == 0 for i, (n, s) in enumerate(zip(y5.shape, y5.strides)) if i != 1 and n > 1))
+
+
+def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, inflight: int | None = None,
+                groups: int = 2, mi: int = 1, pairs: bool = False) -> None:
     """y5 = the forward pass of p (implicit_gemm_nhwc.covers(p) and fits(...) must hold); the
-    tile shape from tile_shape() unless given (tests and benchmarks force others)."""
+    tile shape from tile_shape() unless given (tests and benchmarks force others): BN, ring
+    slots, steps of products in flight, groups a cube and 64-row fragments a group; `pairs`:
+    2-lane stores in the epilogue where pairs_fit (else it is ignored)."""
     g = p.geo
     BN, S, L = tile_shape(p.runtime.capabilities, g.Kg)
     BN, S, L = bn or BN, stages or S, L if inflight is None else inflight
+    bm = block_m(groups, mi)
     M = g.B * g.pixels
-    grid = ((M + BM - 1) // BM, (g.Kg + BN - 1) // BN, g.groups)
+    grid = ((M + bm - 1) // bm, (g.Kg + BN - 1) // BN, g.groups)
     bias = p.bias if p.bias is not None else dummy
-    conv_gemm_group[grid, 8 * p.runtime.plane_dim](p.x, p.w, y5, bias, p.bias is not None, p.dtype, g.consts(),
-                                                   BN, S, L)
+    conv_gemm_group[grid, 4 * groups * p.runtime.plane_dim](p.x, p.w, y5, bias, p.bias is not None, p.dtype,
+                                                            g.consts(), BN, S, L, groups, mi,
+                                                            pairs and pairs_fit(p, y5))
