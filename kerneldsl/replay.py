@@ -14,9 +14,16 @@ kernels with the same grids, cube shapes and scalars on tensors rebuilt at the s
 in the new call's memory, and returns results built the same way. Nothing is validated
 again: the recorded call was, and every check depends only on what the key fixes.
 
+Two more kinds of argument are keyed: a numpy array by its dtype and shape only, for
+operators that pass host values to the device — the call must upload each such array as it
+is (`rt.tensor(array)`), which the record keeps as an upload step of the new call's array
+(ctc's packed targets and lengths); and an object with a `replay_fields()` method by what
+that returns (tensors, plain values: e.g. a paged-attention `DevicePlan` or moe's
+`SwiGluExperts`, whose methods are replayed with the object as their first argument).
+
 A record is kept only when the first call was layout-pure as far as the runtime can see:
-a host upload (`rt.tensor`) or download (`rt.to_numpy`, `.numpy()`) during the call means
-its work may depend on tensor *values*, and a stream switch (`rt.use_stream`) orders work a
+any other host upload (`rt.tensor`), a host array argument not uploaded as it is, or a
+download (`rt.to_numpy`, `.numpy()`) during the call means its work may depend on values, and a stream switch (`rt.use_stream`) orders work a
 replay would not, so such a call is not recorded (it still runs). An
 operator opts in with the decorator only when its Python branches on nothing else (no
 global state other than the runtime's capabilities, `KERNELDSL_BOUNDS_CHECK` — part of the
@@ -32,6 +39,8 @@ import functools
 import sys
 import threading
 import weakref
+
+import numpy as np
 
 from . import envflags
 from .tensor import Tensor
@@ -94,8 +103,14 @@ def _leaf_key(a, buffers: dict, tensors: list):
         return (type(a),) + tuple(_leaf_key(x, buffers, tensors) for x in a)
     if isinstance(a, enum.Enum):
         return (type(a), a)
+    if type(a) is np.ndarray:  # host values the call uploads as they are (Recording.uploaded)
+        tensors.append(a)
+        return (np.ndarray, a.dtype.str, a.shape)
     if dataclasses.is_dataclass(a) and not isinstance(a, type):  # keyed by its fields' values now
         return (type(a),) + tuple(_leaf_key(getattr(a, f.name), buffers, tensors) for f in dataclasses.fields(a))
+    fields = getattr(type(a), "replay_fields", None)
+    if fields is not None:  # an object whose methods' host work depends on these only
+        return (type(a),) + tuple(_leaf_key(x, buffers, tensors) for x in fields(a))
     raise _Unkeyed
 
 
@@ -133,10 +148,17 @@ class Recording:
     def __init__(self, inputs: list):
         self.sources: dict = {}  # id(buffer) -> (kind, index, base byte offset)
         self.held: list = []  # buffers referred to by id above (kept alive while recording)
+        self.arrays: dict = {}  # id(host array argument) -> its index in inputs
         for i, t in enumerate(inputs):
-            self._source(t.buffer, ("in", i, t.offset * t.dtype.itemsize))
+            if type(t) is Tensor:
+                self._source(t.buffer, ("in", i, t.offset * t.dtype.itemsize))
+            else:
+                self.arrays[id(t)] = i
+        self.uploads: set = set()  # indices of the host arrays uploaded as they are
         self.allocations: list = []  # (runtime, nbytes)
-        self.steps: list = []  # ("launch", kernel, grid, block, argspecs, runtime) | ("zero", spec)
+        # ("launch", kernel, grid, block, argspecs, runtime) | ("run", prepared, refs) | ("zero", spec)
+        # | ("upload", host array index, spec)
+        self.steps: list = []
         self.refused = None  # why the call cannot be replayed
 
     def _source(self, buffer, where):
@@ -179,6 +201,17 @@ class Recording:
         self.refuse(f"a {type(value).__name__} among the results")
         return ("V", None)
 
+    def is_argument(self, array) -> bool:
+        """Whether `array` is one of the call's host array arguments, uploadable as it is
+        (C-contiguous): its upload can be replayed with the next call's array."""
+        return id(array) in self.arrays and array.flags.c_contiguous
+
+    def uploaded(self, array, t: Tensor) -> None:
+        """`t` was made by uploading the host array argument `array` (is_argument)."""
+        index = self.arrays[id(array)]
+        self.uploads.add(index)
+        self.steps.append(("upload", index, self.tensor_spec(t)))
+
     def zero_filled(self, t: Tensor) -> None:
         self.steps.append(("zero", self.tensor_spec(t)))
 
@@ -196,6 +229,8 @@ class Recording:
 
     def program(self, result) -> "Program | None":
         built = self.spec(result)
+        if len(self.uploads) != len(self.arrays):  # its values may have steered the call
+            self.refuse("a host array argument not uploaded as it is")
         if self.refused is not None:
             return None
         return Program(tuple(self.allocations), tuple(self.steps), built)
@@ -255,7 +290,7 @@ class Program:
             buffers = [(whole, base) for base in bases]
         else:
             buffers = [(rt.allocate(nbytes), 0) for rt, nbytes in self.allocations]
-        places = [(t.buffer, t.offset * t.dtype.itemsize) for t in inputs]
+        places = [(t.buffer, t.offset * t.dtype.itemsize) if type(t) is Tensor else None for t in inputs]
         for step in self.steps:
             if step[0] == "run":  # (Buffer, byte offset) of each tensor argument in this call
                 refs = []
@@ -272,6 +307,11 @@ class Program:
             elif step[0] == "launch":
                 _, kernel, grid, block, specs, runtime = step
                 kernel.launch(grid, block, *[_build(s, inputs, buffers) for s in specs], runtime=runtime)
+            elif step[0] == "upload":
+                t = _tensor(step[2], inputs, buffers)
+                host = inputs[step[1]]
+                if host.size:
+                    t.runtime._upload(t.buffer, t.offset * t.dtype.itemsize, host.reshape(-1).view(np.uint8))
             else:
                 t = _tensor(step[1], inputs, buffers)
                 t.runtime._fill_zero(t)
