@@ -96,6 +96,8 @@ def _integers(check: Checks, name: str, value, shape_rule: str, n: int | None) -
 
 
 def _in_range(check: Checks, name: str, values: np.ndarray, high: int, high_is: str) -> None:
+    if not values.size or (values.min() >= 0 and values.max() <= high):  # (two reductions: the common case)
+        return
     bad = np.flatnonzero((values < 0) | (values > high))
     if bad.size:
         i = int(bad[0])
@@ -147,9 +149,15 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
             check.fail(f"target_lengths must sum to at most the length of the concatenated targets ({width}), "
                        f"got {int(tl.sum())}")
         offsets = np.concatenate([[0], np.cumsum(tl)[:-1]]).astype(np.int64)
-    flat = np.asarray(tg.numpy()).astype(np.int64).reshape(-1) if tg.size else np.zeros(0, np.int64)
-    labels = np.concatenate([flat[o:o + n] for o, n in zip(offsets, tl)]) if N else np.zeros(0, np.int64)
-    bad = np.flatnonzero((labels < 0) | (labels >= C) | (labels == b))
+    flat = tg.numpy().reshape(-1) if tg.size else np.zeros(0, np.int64)
+    if not N:
+        labels = flat[:0]
+    elif padded:  # each row's first target-length entries, row after row
+        labels = flat.reshape(N, width)[np.arange(width) < tl[:, None]]
+    else:  # concatenated targets lie back to back from the start
+        labels = flat[:int(tl.sum())]
+    bad = np.flatnonzero((labels < 0) | (labels >= C) | (labels == b)) if labels.size and (
+        labels.min() < 0 or labels.max() >= C or (labels == b).any()) else labels[:0]
     if bad.size:
         v = int(labels[bad[0]])
         n = int(np.searchsorted(np.cumsum(tl), bad[0], side="right"))
