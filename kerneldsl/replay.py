@@ -49,13 +49,14 @@ FUSE_LIMIT = 1 << 20  # a replayed call whose buffers total at most this takes t
 FUSED_ALIGN = 256  # byte alignment of each buffer inside a fused allocation (what allocations give)
 SPARE_LIMIT = 16 << 20  # bytes of fused buffers records may hold for reuse, all records together
 MAX_RECORDS = 256  # records kept per operator (oldest dropped first): shapes of one model repeat
-_PLAIN = (int, float, bool, str, bytes, type(None))
+_PLAIN = frozenset((int, float, bool, str, bytes, type(None)))
 
 _local = threading.local()  # .recorder: the Recording of this thread's outermost replayable call
 _records: list = []  # every operator's records and refusals (for clear())
 _SPARE_LOCK = threading.Lock()
 _SPARES: "weakref.WeakSet[Program]" = weakref.WeakSet()  # records holding a spare buffer
 _spare_bytes = 0
+_FIELD_NAMES: dict = {}  # dataclass type -> its field names (dataclasses.fields costs a µs a call)
 
 
 enabled = envflags.switch("KERNELDSL_REPLAY", True)
@@ -100,17 +101,20 @@ def _leaf_key(a, buffers: dict, tensors: list):
     if type(a) in _PLAIN:
         return (type(a), a)
     if isinstance(a, (tuple, list)):
-        return (type(a),) + tuple(_leaf_key(x, buffers, tensors) for x in a)
+        return (type(a), *[_leaf_key(x, buffers, tensors) for x in a])
     if isinstance(a, enum.Enum):
         return (type(a), a)
     if type(a) is np.ndarray:  # host values the call uploads as they are (Recording.uploaded)
         tensors.append(a)
         return (np.ndarray, a.dtype.str, a.shape)
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):  # keyed by its fields' values now
-        return (type(a),) + tuple(_leaf_key(getattr(a, f.name), buffers, tensors) for f in dataclasses.fields(a))
+    names = _FIELD_NAMES.get(type(a))
+    if names is None and dataclasses.is_dataclass(a) and not isinstance(a, type):
+        names = _FIELD_NAMES[type(a)] = tuple(f.name for f in dataclasses.fields(a))
+    if names is not None:  # a dataclass: keyed by its fields' values now
+        return (type(a), *[_leaf_key(getattr(a, n), buffers, tensors) for n in names])
     fields = getattr(type(a), "replay_fields", None)
     if fields is not None:  # an object whose methods' host work depends on these only
-        return (type(a),) + tuple(_leaf_key(x, buffers, tensors) for x in fields(a))
+        return (type(a), *[_leaf_key(x, buffers, tensors) for x in fields(a)])
     raise _Unkeyed
 
 
