@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import sys
 import threading
 import weakref
@@ -43,6 +44,7 @@ import weakref
 import numpy as np
 
 from . import envflags
+from .dtypes import u8
 from .tensor import Tensor
 
 FUSE_LIMIT = 1 << 20  # a replayed call whose buffers total at most this takes them as one allocation
@@ -247,7 +249,7 @@ class Program:
 
     def __init__(self, allocations: tuple, steps: tuple, result):
         self.allocations = allocations
-        self.steps = _joined(steps)
+        self.steps = _joined(_fills_first(steps))
         self.result = result
         # small calls on one runtime take all their memory as one allocation (each costs µs of
         # Python): the runtime, the total and each buffer's byte offset in it
@@ -260,6 +262,8 @@ class Program:
                 total += -(-max(nbytes, 1) // FUSED_ALIGN) * FUSED_ALIGN
             if total <= FUSE_LIMIT:
                 self.fused = (allocations[0][0], total, tuple(bases))
+        if self.fused is not None:
+            self.steps = _merged_fills(self.steps, allocations, self.fused[2])
         self.spare = None  # the last call's fused buffer, reused once nothing else holds it
 
     def _reuse(self, rt):
@@ -320,6 +324,63 @@ class Program:
                 t = _tensor(step[1], inputs, buffers)
                 t.runtime._fill_zero(t)
         return _build(self.result, inputs, buffers)
+
+
+def _fills_first(steps: tuple) -> tuple:
+    """The steps with each zero fill of a buffer the call allocated moved to the front when no
+    earlier step touches that buffer (fresh memory: nothing reads it before the fill), so that
+    the launches around it can be joined (a fill between them splits a handoff in two)."""
+    front, rest = [], []
+    touched: set = set()  # allocation indices an earlier step refers to
+    opaque = False  # an earlier step whose references are not listed (an unprepared launch)
+    for step in steps:
+        kind = step[0]
+        if kind == "zero" and step[1][0] == "buf" and not opaque and step[1][1] not in touched:
+            front.append(step)
+            continue
+        rest.append(step)
+        if kind == "run":
+            touched.update(index for where, index, _ in step[2] if where == "buf")
+        elif kind in ("zero", "upload"):
+            spec = step[1] if kind == "zero" else step[2]
+            if spec[0] == "buf":
+                touched.add(spec[1])
+        else:
+            opaque = True
+    return tuple(front + rest)
+
+
+def _covers(spec: tuple, allocations: tuple) -> bool:
+    """Whether a zero fill's tensor is the whole of an allocation of the call, packed."""
+    kind, index, delta, shape, strides, dtype, _ = spec
+    if kind != "buf" or delta != 0 or math.prod(shape) * dtype.itemsize != allocations[index][1]:
+        return False
+    packed, step = [], 1
+    for n in reversed(shape):
+        packed.append(step)
+        step *= n
+    return all(st == p for st, p, n in zip(strides, reversed(packed), shape) if n != 1)
+
+
+def _merged_fills(steps: tuple, allocations: tuple, bases: tuple) -> tuple:
+    """The steps of a fused call with each run of consecutive zero fills of whole, consecutive
+    allocations made one fill of bytes over them (the padding between them is the call's own,
+    unused memory): one fill costs a driver call or a numpy assignment whatever its size."""
+    out: list = []
+    for step in steps:
+        prev = out[-1] if out else None
+        if (step[0] == "zero" and prev is not None and prev[0] == "zero" and prev[1][5] is u8
+                and len(prev) == 3 and _covers(step[1], allocations) and step[1][1] == prev[2] + 1):
+            first, index = prev[1][1], step[1][1]
+            nbytes = bases[index] + allocations[index][1] - bases[first]
+            out[-1] = ("zero", ("buf", first, 0, (nbytes,), (1,), u8, step[1][6]), index)
+            continue
+        if step[0] == "zero" and _covers(step[1], allocations):
+            spec = step[1]
+            nbytes = allocations[spec[1]][1]
+            step = ("zero", ("buf", spec[1], 0, (nbytes,), (1,), u8, spec[6]), spec[1])  # (+ its last index)
+        out.append(step)
+    return tuple(out)
 
 
 def _joined(steps: tuple) -> tuple:
