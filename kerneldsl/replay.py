@@ -14,9 +14,16 @@ kernels with the same grids, cube shapes and scalars on tensors rebuilt at the s
 in the new call's memory, and returns results built the same way. Nothing is validated
 again: the recorded call was, and every check depends only on what the key fixes.
 
+Two more kinds of argument are keyed: a numpy array by its dtype and shape only, for
+operators that pass host values to the device — the call must upload each such array as it
+is (`rt.tensor(array)`), which the record keeps as an upload step of the new call's array
+(ctc's packed targets and lengths); and an object with a `replay_fields()` method by what
+that returns (tensors, plain values: e.g. a paged-attention `DevicePlan` or moe's
+`SwiGluExperts`, whose methods are replayed with the object as their first argument).
+
 A record is kept only when the first call was layout-pure as far as the runtime can see:
-a host upload (`rt.tensor`) or download (`rt.to_numpy`, `.numpy()`) during the call means
-its work may depend on tensor *values*, and a stream switch (`rt.use_stream`) orders work a
+any other host upload (`rt.tensor`), a host array argument not uploaded as it is, or a
+download (`rt.to_numpy`, `.numpy()`) during the call means its work may depend on values, and a stream switch (`rt.use_stream`) orders work a
 replay would not, so such a call is not recorded (it still runs). An
 operator opts in with the decorator only when its Python branches on nothing else (no
 global state other than the runtime's capabilities, `KERNELDSL_BOUNDS_CHECK` — part of the
@@ -29,24 +36,29 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import sys
 import threading
 import weakref
 
+import numpy as np
+
 from . import envflags
+from .dtypes import u8
 from .tensor import Tensor
 
 FUSE_LIMIT = 1 << 20  # a replayed call whose buffers total at most this takes them as one allocation
 FUSED_ALIGN = 256  # byte alignment of each buffer inside a fused allocation (what allocations give)
 SPARE_LIMIT = 16 << 20  # bytes of fused buffers records may hold for reuse, all records together
 MAX_RECORDS = 256  # records kept per operator (oldest dropped first): shapes of one model repeat
-_PLAIN = (int, float, bool, str, bytes, type(None))
+_PLAIN = frozenset((int, float, bool, str, bytes, type(None)))
 
 _local = threading.local()  # .recorder: the Recording of this thread's outermost replayable call
 _records: list = []  # every operator's records and refusals (for clear())
 _SPARE_LOCK = threading.Lock()
 _SPARES: "weakref.WeakSet[Program]" = weakref.WeakSet()  # records holding a spare buffer
 _spare_bytes = 0
+_FIELD_NAMES: dict = {}  # dataclass type -> its field names (dataclasses.fields costs a µs a call)
 
 
 enabled = envflags.switch("KERNELDSL_REPLAY", True)
@@ -91,11 +103,20 @@ def _leaf_key(a, buffers: dict, tensors: list):
     if type(a) in _PLAIN:
         return (type(a), a)
     if isinstance(a, (tuple, list)):
-        return (type(a),) + tuple(_leaf_key(x, buffers, tensors) for x in a)
+        return (type(a), *[_leaf_key(x, buffers, tensors) for x in a])
     if isinstance(a, enum.Enum):
         return (type(a), a)
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):  # keyed by its fields' values now
-        return (type(a),) + tuple(_leaf_key(getattr(a, f.name), buffers, tensors) for f in dataclasses.fields(a))
+    if type(a) is np.ndarray:  # host values the call uploads as they are (Recording.uploaded)
+        tensors.append(a)
+        return (np.ndarray, a.dtype.str, a.shape)
+    names = _FIELD_NAMES.get(type(a))
+    if names is None and dataclasses.is_dataclass(a) and not isinstance(a, type):
+        names = _FIELD_NAMES[type(a)] = tuple(f.name for f in dataclasses.fields(a))
+    if names is not None:  # a dataclass: keyed by its fields' values now
+        return (type(a), *[_leaf_key(getattr(a, n), buffers, tensors) for n in names])
+    fields = getattr(type(a), "replay_fields", None)
+    if fields is not None:  # an object whose methods' host work depends on these only
+        return (type(a), *[_leaf_key(x, buffers, tensors) for x in fields(a)])
     raise _Unkeyed
 
 
@@ -133,10 +154,17 @@ class Recording:
     def __init__(self, inputs: list):
         self.sources: dict = {}  # id(buffer) -> (kind, index, base byte offset)
         self.held: list = []  # buffers referred to by id above (kept alive while recording)
+        self.arrays: dict = {}  # id(host array argument) -> its index in inputs
         for i, t in enumerate(inputs):
-            self._source(t.buffer, ("in", i, t.offset * t.dtype.itemsize))
+            if type(t) is Tensor:
+                self._source(t.buffer, ("in", i, t.offset * t.dtype.itemsize))
+            else:
+                self.arrays[id(t)] = i
+        self.uploads: set = set()  # indices of the host arrays uploaded as they are
         self.allocations: list = []  # (runtime, nbytes)
-        self.steps: list = []  # ("launch", kernel, grid, block, argspecs, runtime) | ("zero", spec)
+        # ("launch", kernel, grid, block, argspecs, runtime) | ("run", prepared, refs) | ("zero", spec)
+        # | ("upload", host array index, spec)
+        self.steps: list = []
         self.refused = None  # why the call cannot be replayed
 
     def _source(self, buffer, where):
@@ -179,6 +207,17 @@ class Recording:
         self.refuse(f"a {type(value).__name__} among the results")
         return ("V", None)
 
+    def is_argument(self, array) -> bool:
+        """Whether `array` is one of the call's host array arguments, uploadable as it is
+        (C-contiguous): its upload can be replayed with the next call's array."""
+        return id(array) in self.arrays and array.flags.c_contiguous
+
+    def uploaded(self, array, t: Tensor) -> None:
+        """`t` was made by uploading the host array argument `array` (is_argument)."""
+        index = self.arrays[id(array)]
+        self.uploads.add(index)
+        self.steps.append(("upload", index, self.tensor_spec(t)))
+
     def zero_filled(self, t: Tensor) -> None:
         self.steps.append(("zero", self.tensor_spec(t)))
 
@@ -196,6 +235,8 @@ class Recording:
 
     def program(self, result) -> "Program | None":
         built = self.spec(result)
+        if len(self.uploads) != len(self.arrays):  # its values may have steered the call
+            self.refuse("a host array argument not uploaded as it is")
         if self.refused is not None:
             return None
         return Program(tuple(self.allocations), tuple(self.steps), built)
@@ -208,7 +249,7 @@ class Program:
 
     def __init__(self, allocations: tuple, steps: tuple, result):
         self.allocations = allocations
-        self.steps = _joined(steps)
+        self.steps = _joined(_fills_first(steps))
         self.result = result
         # small calls on one runtime take all their memory as one allocation (each costs µs of
         # Python): the runtime, the total and each buffer's byte offset in it
@@ -221,6 +262,8 @@ class Program:
                 total += -(-max(nbytes, 1) // FUSED_ALIGN) * FUSED_ALIGN
             if total <= FUSE_LIMIT:
                 self.fused = (allocations[0][0], total, tuple(bases))
+        if self.fused is not None:
+            self.steps = _merged_fills(self.steps, allocations, self.fused[2])
         self.spare = None  # the last call's fused buffer, reused once nothing else holds it
 
     def _reuse(self, rt):
@@ -255,7 +298,7 @@ class Program:
             buffers = [(whole, base) for base in bases]
         else:
             buffers = [(rt.allocate(nbytes), 0) for rt, nbytes in self.allocations]
-        places = [(t.buffer, t.offset * t.dtype.itemsize) for t in inputs]
+        places = [(t.buffer, t.offset * t.dtype.itemsize) if type(t) is Tensor else None for t in inputs]
         for step in self.steps:
             if step[0] == "run":  # (Buffer, byte offset) of each tensor argument in this call
                 refs = []
@@ -272,10 +315,72 @@ class Program:
             elif step[0] == "launch":
                 _, kernel, grid, block, specs, runtime = step
                 kernel.launch(grid, block, *[_build(s, inputs, buffers) for s in specs], runtime=runtime)
+            elif step[0] == "upload":
+                t = _tensor(step[2], inputs, buffers)
+                host = inputs[step[1]]
+                if host.size:
+                    t.runtime._upload(t.buffer, t.offset * t.dtype.itemsize, host.reshape(-1).view(np.uint8))
             else:
                 t = _tensor(step[1], inputs, buffers)
                 t.runtime._fill_zero(t)
         return _build(self.result, inputs, buffers)
+
+
+def _fills_first(steps: tuple) -> tuple:
+    """The steps with each zero fill of a buffer the call allocated moved to the front when no
+    earlier step touches that buffer (fresh memory: nothing reads it before the fill), so that
+    the launches around it can be joined (a fill between them splits a handoff in two)."""
+    front, rest = [], []
+    touched: set = set()  # allocation indices an earlier step refers to
+    opaque = False  # an earlier step whose references are not listed (an unprepared launch)
+    for step in steps:
+        kind = step[0]
+        if kind == "zero" and step[1][0] == "buf" and not opaque and step[1][1] not in touched:
+            front.append(step)
+            continue
+        rest.append(step)
+        if kind == "run":
+            touched.update(index for where, index, _ in step[2] if where == "buf")
+        elif kind in ("zero", "upload"):
+            spec = step[1] if kind == "zero" else step[2]
+            if spec[0] == "buf":
+                touched.add(spec[1])
+        else:
+            opaque = True
+    return tuple(front + rest)
+
+
+def _covers(spec: tuple, allocations: tuple) -> bool:
+    """Whether a zero fill's tensor is the whole of an allocation of the call, packed."""
+    kind, index, delta, shape, strides, dtype, _ = spec
+    if kind != "buf" or delta != 0 or math.prod(shape) * dtype.itemsize != allocations[index][1]:
+        return False
+    packed, step = [], 1
+    for n in reversed(shape):
+        packed.append(step)
+        step *= n
+    return all(st == p for st, p, n in zip(strides, reversed(packed), shape) if n != 1)
+
+
+def _merged_fills(steps: tuple, allocations: tuple, bases: tuple) -> tuple:
+    """The steps of a fused call with each run of consecutive zero fills of whole, consecutive
+    allocations made one fill of bytes over them (the padding between them is the call's own,
+    unused memory): one fill costs a driver call or a numpy assignment whatever its size."""
+    out: list = []
+    for step in steps:
+        prev = out[-1] if out else None
+        if (step[0] == "zero" and prev is not None and prev[0] == "zero" and prev[1][5] is u8
+                and len(prev) == 3 and _covers(step[1], allocations) and step[1][1] == prev[2] + 1):
+            first, index = prev[1][1], step[1][1]
+            nbytes = bases[index] + allocations[index][1] - bases[first]
+            out[-1] = ("zero", ("buf", first, 0, (nbytes,), (1,), u8, step[1][6]), index)
+            continue
+        if step[0] == "zero" and _covers(step[1], allocations):
+            spec = step[1]
+            nbytes = allocations[spec[1]][1]
+            step = ("zero", ("buf", spec[1], 0, (nbytes,), (1,), u8, spec[6]), spec[1])  # (+ its last index)
+        out.append(step)
+    return tuple(out)
 
 
 def _joined(steps: tuple) -> tuple:

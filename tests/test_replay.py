@@ -349,3 +349,99 @@ def test_imported_memory_at_another_alignment_is_another_layout():
     assert len(set(keys)) == 3  # 0, 4 and 64 bytes further: three places modulo 256
     pooled = [replay.call_key((rt.empty((64,), kd.f32),), {}, []) for _ in range(2)]
     assert pooled[0] == pooled[1]
+
+
+@kd.kernel
+def add_into(x: kd.Tensor[kd.f32, 1], h: kd.Tensor[kd.f32, 1], y: kd.Tensor[kd.f32, 1], n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        y[i] = x[i] + h[i]
+
+
+@replay.replayable
+def plus_host(x, host: np.ndarray):
+    """x + host, the host array uploaded as it is: replayed with the next call's array."""
+    n = x.shape[0]
+    y = x.runtime.empty((n,), kd.f32)
+    add_into[(n + 63) // 64, 64](x, x.runtime.tensor(host), y, n)
+    return y
+
+
+@replay.replayable
+def plus_host_first(x, host: np.ndarray):
+    """x + host[0]: the array's values steer the launch (a scalar), so never recorded."""
+    n = x.shape[0]
+    y = x.runtime.empty((n,), kd.f32)
+    scale_into[(n + 63) // 64, 64](x, y, 1.0, n)
+    add_in_place[(n + 63) // 64, 64](y, float(host[0]), n)
+    return y
+
+
+def test_host_array_arguments_are_uploaded_afresh_in_a_replay(runtime, rng):
+    x = runtime.tensor(rng.standard_normal(70).astype(np.float32))
+    for _ in range(3):  # new values each call: a stale upload would fail
+        h = rng.standard_normal(70).astype(np.float32)
+        np.testing.assert_array_equal(plus_host(x, h).numpy(), x.numpy() + h)
+        np.testing.assert_array_equal(plus_host_first(x, h).numpy(), x.numpy() + h[0])
+    assert len(plus_host.replay_records) == 1
+    assert plus_host_first.replay_records == {} and "not uploaded" in str(plus_host_first.replay_refusals)
+
+
+def test_ctc_replays_with_new_targets_and_still_checks_them(runtime, rng, monkeypatch):
+    """ctc validates targets and lengths on the host each call; the launches are replayed
+    with the new call's targets uploaded (a stale upload would give the first call's loss)."""
+    from rudnn import ctc as CTC
+    T, Nb, C, S = 10, 3, 6, 4
+    lp = rng.standard_normal((T, Nb, C)).astype(np.float32)
+    lp = runtime.tensor(lp - np.log(np.exp(lp).sum(-1, keepdims=True)))
+    il = runtime.tensor(np.array([10, 9, 7], np.int32))
+    for _ in range(3):
+        tg = runtime.tensor(rng.integers(1, C, (Nb, S)).astype(np.int32))
+        tl = runtime.tensor(rng.integers(1, S + 1, Nb).astype(np.int32))
+        got = CTC.ctc_loss(lp, tg, il, tl, reduction="none").numpy()
+        grad = CTC.ctc_loss_backward(lp, tg, il, tl, 1.0).numpy()
+        monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+        np.testing.assert_array_equal(got, CTC.ctc_loss(lp, tg, il, tl, reduction="none").numpy())
+        np.testing.assert_array_equal(grad, CTC.ctc_loss_backward(lp, tg, il, tl, 1.0).numpy())
+        monkeypatch.setenv("KERNELDSL_REPLAY", "1")
+    assert CTC._loss.replay_records and CTC._backward.replay_records
+    bad = runtime.tensor(np.zeros((Nb, S), np.int32))  # the blank as a label: same layout, still refused
+    with pytest.raises(CTC.CtcError, match="not the blank"):
+        CTC.ctc_loss(lp, bad, il, runtime.tensor(np.array([2, 1, 1], np.int32)), reduction="none")
+
+
+def test_plan_methods_replay_on_the_plan_they_are_called_on(runtime, rng, monkeypatch):
+    """Two DevicePlans of one layout but other page tables: each call reads its own plan's
+    tables; an append on a plan whose writes collide still raises after a replayed one."""
+    from rudnn.paged_attention import DevicePlan, HostPlan, PagedAttentionError
+    q = runtime.tensor(rng.standard_normal((2, 2, 8)).astype(np.float32))
+    k, v = (runtime.tensor(rng.standard_normal((4, 4, 1, 8)).astype(np.float32)) for _ in range(2))
+    plans = [DevicePlan.upload(HostPlan(4, 4, t, [6, 5], [0, 1], [5, 4]), q) for t in ([[3, 0], [2, 1]],
+                                                                                        [[1, 2], [0, 3]])]
+    for plan in plans + plans:
+        got = plan.attention(q, k, v, 0.5, True).numpy()
+        monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+        np.testing.assert_array_equal(got, plan.attention(q, k, v, 0.5, True).numpy())
+        monkeypatch.setenv("KERNELDSL_REPLAY", "1")
+    assert len(DevicePlan.attention.replay_records) == 1
+    nk = runtime.tensor(rng.standard_normal((2, 1, 8)).astype(np.float32))
+    for plan in plans:
+        assert plan.append(nk, nk, k, v) == (k, v)
+    clash = DevicePlan.upload(HostPlan(4, 4, [[3, 0], [2, 0]], [6, 5], [0, 1], [5, 4]), q)  # page 0 shared
+    with pytest.raises(PagedAttentionError, match="validate_writes"):
+        clash.append(nk, nk, k, v)
+
+
+def test_experts_forward_replays_on_each_experts_weights(runtime, rng, monkeypatch):
+    from rudnn import moe
+    T, E, H, I = 6, 4, 8, 16
+    x, logits = (runtime.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((T, H), (T, E)))
+    opts = moe.RoutingOptions(top_k=2, renormalize=True)
+    experts = [moe.SwiGluExperts(*(runtime.tensor((rng.standard_normal(s) * 0.1).astype(np.float32))
+                                   for s in ((E, I, H), (E, I, H), (E, H, I)))) for _ in range(2)]
+    for ex in experts + experts:
+        got = ex.forward(x, logits, opts).numpy()
+        monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+        np.testing.assert_array_equal(got, ex.forward(x, logits, opts).numpy())
+        monkeypatch.setenv("KERNELDSL_REPLAY", "1")
+    assert len(moe.SwiGluExperts.forward.replay_records) == 1

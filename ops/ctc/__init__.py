@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import kerneldsl as kd
 import numpy as np
+from kerneldsl.replay import replayable
 
 from . import gradient as _grad
 from . import plane as _plane
 from . import recursion as _rec
-from .problem import REDUCTIONS, CtcError, CtcProblem, ctc_problem, grad_out_scale
+from .problem import REDUCTIONS, CtcCall, CtcError, ctc_call, ctc_problem, grad_out_scale
 from .tuning import cube_units, grad_plan, recursion_plan
 
 __all__ = ["CtcError", "ctc_loss", "ctc_alpha_beta", "ctc_loss_backward"]
@@ -31,16 +32,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     """The CTC loss: [N] per-sample nll for "none", else their sum or mean (each ÷ max(target
     length, 1)); infinite losses are 0 under zero_infinity. In log_probs' dtype."""
     p = ctc_problem("ctc_loss", log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)
-    rt = p.runtime
     if p.N == 0:  # nothing to launch: an empty [0], or the sum (0) or mean (NaN) of no losses
-        return rt.tensor(np.full(p.loss_shape, np.nan if p.reduction == "mean" else 0.0, p.log_probs.dtype.np))
-    out = rt.empty(p.loss_shape, p.log_probs.dtype)
-    samples = _sample_tensors(rt, p)
-    _, _, nll = _recursions(p, samples, store=False)
-    units = cube_units(rt.capabilities, p.N)
-    _grad.reduce_loss[1, units](nll, samples[3], out.reshape(max(out.size, 1)), p.N, _mode(p), p.zero_infinity,
-                                units)
-    return out
+        return p.runtime.tensor(np.full(p.loss_shape, np.nan if p.reduction == "mean" else 0.0, p.log_probs.dtype.np))
+    return _loss(ctc_call(p))
 
 
 def ctc_alpha_beta(log_probs, targets, input_lengths, target_lengths, blank=0) -> tuple:
@@ -48,10 +42,10 @@ def ctc_alpha_beta(log_probs, targets, input_lengths, target_lengths, blank=0) -
     including the emission at t; -inf outside a sample's range) and the F32 [N] nll.
     Unbatched input gives [T, 2S + 1] and a scalar nll."""
     p = ctc_problem("ctc_alpha_beta", log_probs, targets, input_lengths, target_lengths, blank)
-    alpha, beta, nll = _recursions(p, _sample_tensors(p.runtime, p) if p.N else None, store=True)
-    if p.batched:
+    if p.N == 0:
+        alpha, beta, nll = _outputs(p, store=True)
         return alpha, beta, nll
-    return alpha.reshape(p.T, p.states), beta.reshape(p.T, p.states), nll.reshape(())
+    return _alpha_beta(ctc_call(p))
 
 
 def ctc_loss_backward(log_probs, targets, input_lengths, target_lengths, grad_out, blank=0, reduction="mean",
@@ -61,59 +55,91 @@ def ctc_loss_backward(log_probs, targets, input_lengths, target_lengths, grad_ou
     fn = "ctc_loss_backward"
     p = ctc_problem(fn, log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)
     g = grad_out_scale(fn, p, grad_out)
-    rt = p.runtime
-    grad = rt.empty(log_probs.shape, log_probs.dtype)
     if p.N == 0 or p.T == 0 or p.C == 0:
-        return grad
-    samples = _sample_tensors(rt, p)
-    alpha, beta, nll = _recursions(p, samples, store=True)
+        return p.runtime.empty(log_probs.shape, log_probs.dtype)
+    return _backward(ctc_call(p), g, tuple(log_probs.shape))
+
+
+# ---------------------------------------------------------------------------- launches
+# Validation reads targets and lengths on the host (problem.py); what follows depends only on
+# the CtcCall's layout and plain values, so it is replayed per layout (kerneldsl/replay.py),
+# the packed samples uploaded afresh each call.
+@replayable
+def _loss(c: CtcCall) -> kd.Tensor:
+    rt = c.runtime
+    out = rt.empty(c.loss_shape, c.log_probs.dtype)
+    samples = _sample_tensors(rt, c)
+    _, _, nll = _recursions(c, samples, store=False)
+    units = cube_units(rt.capabilities, c.N)
+    _grad.reduce_loss[1, units](nll, samples[3], out.reshape(max(out.size, 1)), c.N, _mode(c), c.zero_infinity,
+                                units)
+    return out
+
+
+@replayable
+def _alpha_beta(c: CtcCall) -> tuple:
+    alpha, beta, nll = _recursions(c, _sample_tensors(c.runtime, c), store=True)
+    if c.batched:
+        return alpha, beta, nll
+    return alpha.reshape(c.T, c.states), beta.reshape(c.T, c.states), nll.reshape(())
+
+
+@replayable
+def _backward(c: CtcCall, g, shape: tuple) -> kd.Tensor:
+    """`g`: grad_out's tensor, or its number for a scalar loss (part of the replay key)."""
+    rt = c.runtime
+    grad = rt.empty(shape, c.log_probs.dtype)
+    samples = _sample_tensors(rt, c)
+    alpha, beta, nll = _recursions(c, samples, store=True)
     scalar = not isinstance(g, kd.Tensor)
     g_t = nll if scalar else g.contiguous().reshape(max(g.size, 1))
-    mode = _mode(p)
-    plan = grad_plan(rt.capabilities, p.T, p.N, p.C, p.states)
-    _grad.ctc_grad[plan.grid(p.N, p.T), plan.units](
-        p.log_probs, alpha, beta, nll, *samples, g_t, g if scalar else 0.0,
-        grad.reshape(p.T, p.N, p.C), p.blank, p.N, plan.steps, mode, p.zero_infinity, scalar, plan.class_chunk,
+    plan = grad_plan(rt.capabilities, c.T, c.N, c.C, c.states)
+    _grad.ctc_grad[plan.grid(c.N, c.T), plan.units](
+        c.log_probs, alpha, beta, nll, *samples, g_t, g if scalar else 0.0,
+        grad.reshape(c.T, c.N, c.C), c.blank, c.N, plan.steps, _mode(c), c.zero_infinity, scalar, plan.class_chunk,
         plan.units)
     return grad
 
 
 # ---------------------------------------------------------------------------- helpers
-def _mode(p: CtcProblem) -> int:
+def _mode(p) -> int:
     """The reduction code; an unbatched "none" loss is its one sample's (a sum of one)."""
     return _MODES["sum" if p.reduction == "none" and not p.batched else p.reduction]
 
 
-def _sample_tensors(rt, p: CtcProblem) -> tuple:
-    """(labels, offsets, input lengths, target lengths) as I32 views of one upload; labels
-    never empty (one spare element)."""
-    parts = (p.labels, np.zeros(1, np.int32), p.offsets, p.input_lengths, p.target_lengths)
-    packed = rt.tensor(np.concatenate(parts).astype(np.int32))
-    cut = np.cumsum([0, p.labels.size + 1, p.N, p.N, p.N])
-    return tuple(packed[int(a):int(b)] for a, b in zip(cut[:-1], cut[1:]))
+def _sample_tensors(rt, c: CtcCall) -> tuple:
+    """(labels, offsets, input lengths, target lengths) as I32 views of one upload of
+    `c.samples`; labels never empty (one spare element)."""
+    packed = rt.tensor(c.samples)
+    cut = (0, c.labels + 1, c.labels + 1 + c.N, c.labels + 1 + 2 * c.N, c.labels + 1 + 3 * c.N)
+    return tuple(packed[a:b] for a, b in zip(cut[:-1], cut[1:]))
 
 
-def _recursions(p: CtcProblem, samples, store: bool) -> tuple:
-    """alpha and beta ([T, N, 2S + 1] F32, when `store`) and nll ([N] F32); `samples` from _sample_tensors."""
+def _outputs(p, store: bool) -> tuple:
+    """alpha and beta ([T, N, 2S + 1] F32, when `store`; else a [1, 1, 1] stand-in) and nll ([N] F32)."""
     rt = p.runtime
     shape = (p.T, p.N, p.states)
     alpha = rt.empty(shape, kd.f32) if store else rt.empty((1, 1, 1), kd.f32)
     beta = rt.empty(shape, kd.f32) if store else alpha
     nll = rt.empty((p.N,), kd.f32)
-    if p.N == 0:
-        return alpha, beta, nll
-    directions = 2 if store else 1
-    plan = recursion_plan(rt.capabilities, int(2 * p.target_lengths.max() + 1), p.N * directions)
-    args = (p.log_probs, *samples, alpha, beta, nll)
-    if plan.per_lane:
-        per_cube = plan.samples_per_cube(rt.plane_dim)
-        _plane.ctc_plane[(-(-p.N // per_cube), directions), plan.units](*args, p.blank, plan.per_lane, store)
-        return alpha, beta, nll
-    grid = (p.N, directions)
-    if plan.shared:
-        _rec.ctc_shared[grid, plan.units](*args, p.blank, plan.plane, store, plan.units)
-    else:
-        work = rt.empty((grid[0] * grid[1] * 2 * plan.plane,), kd.f32)
-        _rec.ctc_global[grid, plan.units](*args, work, p.blank, plan.plane, store, plan.units)
     return alpha, beta, nll
 
+
+def _recursions(c: CtcCall, samples, store: bool) -> tuple:
+    """alpha, beta and nll (`_outputs`) of a call of N >= 1 samples; `samples` from _sample_tensors."""
+    rt = c.runtime
+    alpha, beta, nll = _outputs(c, store)
+    directions = 2 if store else 1
+    plan = recursion_plan(rt.capabilities, c.longest, c.N * directions)
+    args = (c.log_probs, *samples, alpha, beta, nll)
+    if plan.per_lane:
+        per_cube = plan.samples_per_cube(rt.plane_dim)
+        _plane.ctc_plane[(-(-c.N // per_cube), directions), plan.units](*args, c.blank, plan.per_lane, store)
+        return alpha, beta, nll
+    grid = (c.N, directions)
+    if plan.shared:
+        _rec.ctc_shared[grid, plan.units](*args, c.blank, plan.plane, store, plan.units)
+    else:
+        work = rt.empty((grid[0] * grid[1] * 2 * plan.plane,), kd.f32)
+        _rec.ctc_global[grid, plan.units](*args, work, c.blank, plan.plane, store, plan.units)
+    return alpha, beta, nll

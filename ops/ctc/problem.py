@@ -30,9 +30,11 @@ CHECKS = Checks(CtcError)
 @dataclass(frozen=True)
 class CtcProblem:
     """A validated call. `log_probs` is [T, N, C] (an unbatched [T, C] input seen with N = 1);
-    `labels` holds every sample's target labels back to back (I32, host), sample n's from
-    `offsets[n]`; `states` = 2S + 1 is the last axis of alpha and beta, S being the padded
-    target width (or the longest target when targets are concatenated)."""
+    `labels` is the targets tensor's values flattened (I32, host: padded rows keep their
+    padding, which no launch reads), sample n's labels from `offsets[n]`; `states` = 2S + 1 is
+    the last axis of alpha and beta, S being the padded target width (or the longest target
+    when targets are concatenated). `labels` has the targets' size whatever the lengths, so
+    calls of one layout upload arrays of one shape (what a replay keys on, `CtcCall`)."""
 
     log_probs: kd.Tensor
     batched: bool
@@ -94,6 +96,8 @@ def _integers(check: Checks, name: str, value, shape_rule: str, n: int | None) -
 
 
 def _in_range(check: Checks, name: str, values: np.ndarray, high: int, high_is: str) -> None:
+    if not values.size or (values.min() >= 0 and values.max() <= high):  # (two reductions: the common case)
+        return
     bad = np.flatnonzero((values < 0) | (values > high))
     if bad.size:
         i = int(bad[0])
@@ -145,19 +149,57 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
             check.fail(f"target_lengths must sum to at most the length of the concatenated targets ({width}), "
                        f"got {int(tl.sum())}")
         offsets = np.concatenate([[0], np.cumsum(tl)[:-1]]).astype(np.int64)
-    flat = np.asarray(tg.numpy()).astype(np.int64).reshape(-1) if tg.size else np.zeros(0, np.int64)
-    labels = np.concatenate([flat[o:o + n] for o, n in zip(offsets, tl)]) if N else np.zeros(0, np.int64)
-    bad = np.flatnonzero((labels < 0) | (labels >= C) | (labels == b))
+    flat = tg.numpy().reshape(-1) if tg.size else np.zeros(0, np.int64)
+    if not N:
+        labels = flat[:0]
+    elif padded:  # each row's first target-length entries, row after row
+        labels = flat.reshape(N, width)[np.arange(width) < tl[:, None]]
+    else:  # concatenated targets lie back to back from the start
+        labels = flat[:int(tl.sum())]
+    bad = np.flatnonzero((labels < 0) | (labels >= C) | (labels == b)) if labels.size and (
+        labels.min() < 0 or labels.max() >= C or (labels == b).any()) else labels[:0]
     if bad.size:
         v = int(labels[bad[0]])
         n = int(np.searchsorted(np.cumsum(tl), bad[0], side="right"))
         need = f"not the blank ({b})" if v == b else f"in [0, C) = [0, {C})"
         check.fail(f"targets must hold labels {need} within each target length, got {v} in sample {n}")
     max_target = width if padded else (int(tl.max()) if N else 0)
-    packed_offsets = np.concatenate([[0], np.cumsum(tl)[:-1]]) if N else np.zeros(0, np.int64)
     view = lp if batched else (lp if lp.is_contiguous() else lp.contiguous()).reshape(T, 1, C)
-    return CtcProblem(view, batched, labels.astype(np.int32), packed_offsets.astype(np.int32), il.astype(np.int32),
+    return CtcProblem(view, batched, flat.astype(np.int32), offsets.astype(np.int32), il.astype(np.int32),
                       tl.astype(np.int32), max_target, b, reduction, zi)
+
+
+@dataclass(frozen=True)
+class CtcCall:
+    """What a validated call's launches depend on, in the form `@replayable` keys
+    (kerneldsl/replay.py): log_probs [T, N, C]; `samples`, the host I32 array the call uploads
+    (the flattened targets, one spare element, then per sample the label offset, input length
+    and target length: one shape per layout); and plain values. `longest` (2·the longest
+    target length + 1) picks the recursion's cube shape; `labels` is the targets' size."""
+
+    log_probs: kd.Tensor
+    samples: np.ndarray
+    labels: int
+    longest: int
+    max_target: int
+    blank: int
+    reduction: str
+    zero_infinity: bool
+    batched: bool
+
+    runtime = CtcProblem.runtime
+    T = CtcProblem.T
+    N = CtcProblem.N
+    C = CtcProblem.C
+    states = CtcProblem.states
+    loss_shape = CtcProblem.loss_shape
+
+
+def ctc_call(p: CtcProblem) -> CtcCall:
+    """The launch form of a validated call (for N >= 1)."""
+    samples = np.concatenate((p.labels, np.zeros(1, np.int32), p.offsets, p.input_lengths, p.target_lengths))
+    return CtcCall(p.log_probs, samples, p.labels.size, int(2 * p.target_lengths.max() + 1), p.max_target, p.blank,
+                   p.reduction, p.zero_infinity, p.batched)
 
 
 def grad_out_scale(fn: str, p: CtcProblem, grad_out) -> kd.Tensor | float:

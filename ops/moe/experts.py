@@ -9,6 +9,7 @@ for the dtype and Scalar otherwise.
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from . import gemm_roles as gr
 from . import gemm_scalar as gs
@@ -43,7 +44,13 @@ class SwiGluExperts:
         return (f"SwiGluExperts(experts={self.experts}, hidden={self.hidden}, intermediate={self.intermediate}, "
                 f"dtype={self.dtype.name}, runtime={self.runtime.name!r})")
 
+    def replay_fields(self) -> tuple:
+        """The weights: all a forward's host work depends on besides its arguments (the
+        forwards are replayed per layout, kerneldsl/replay.py)."""
+        return (self.gate, self.up, self.down)
+
     # ------------------------------------------------------------------ forward passes
+    @replayable
     def forward(self, input: kd.Tensor, logits: kd.Tensor, options) -> kd.Tensor:  # noqa: A002
         """Softmax-route, dispatch, run the experts (Scalar) and combine: [T, H]."""
         check_forward_args(self, input, logits)
@@ -51,6 +58,7 @@ class SwiGluExperts:
         dispatched = route(logits, options).dispatch(input)
         return dispatched.combine(self.forward_dispatched(dispatched))
 
+    @replayable
     def forward_sigmoid_grouped(self, input: kd.Tensor, logits: kd.Tensor, bias, options,  # noqa: A002
                                 strategy: GroupedStrategy) -> kd.Tensor:
         """Grouped-sigmoid-route, dispatch, run the experts with `strategy` and combine: [T, H]."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import kerneldsl as kd
+from kerneldsl.replay import replayable
 
 from .append_kernel import append_kernel
 from .decode_kernel import decode_kernel
@@ -17,6 +18,7 @@ from .mla_group import mla_group_kernel
 from .mla_mma import mla_mma_kernel
 from .mla_roles import mla_roles_kernel, views
 from .paged_kernel import paged_kernel
+from ..errors import RudnnError
 from .problem import (CHECKS, Problem, validate_append, validate_attention, validate_mla,
                       validate_workspace)
 from . import tuning
@@ -38,8 +40,27 @@ class DevicePlan:
     def __init__(self, host: HostPlan, runtime, tables, lengths, sequence_ids, positions):
         self._host = host
         self._longest = {}  # causal -> the most tokens any row sees (picks the automatic split)
+        self._fields = None  # replay_fields(), made on first use
         self.runtime = runtime
         self.tables, self.lengths, self.sequence_ids, self.positions = tables, lengths, sequence_ids, positions
+
+    def replay_fields(self) -> tuple:
+        """What the host work of this plan's calls depends on besides their own arguments
+        (kerneldsl/replay.py keys the replayed calls on it): the metadata tensors (a replay
+        launches on the new plan's), the plan's sizes, the longest row (which picks the split)
+        either way of `causal`, and whether `append`'s write rules hold. Fixed once uploaded."""
+        if self._fields is None:
+            host = self._host
+            try:
+                host.validate_writes()
+                writable = True
+            except RudnnError:
+                writable = False
+            longest = tuple(max((host.visible(r, c) for r in range(host.query_count())), default=0)
+                            for c in (False, True))
+            self._fields = (self.tables, self.lengths, self.sequence_ids, self.positions, host.page_size,
+                            host.pages, host.query_count(), longest, writable)
+        return self._fields
 
     @classmethod
     def upload(cls, host: HostPlan, like: kd.Tensor) -> "DevicePlan":
@@ -49,23 +70,35 @@ class DevicePlan:
         check.tensor("like", like)
         rt = like.runtime
         width = max(1, max(len(t) for t in host.tables))
-        table = np.zeros((host.sequence_count(), width), np.int32)
+        S = host.sequence_count()
+        Q = max(1, host.query_count())
+        # one upload (each costs a host→device copy): the table, then lengths, ids and positions,
+        # each starting at a multiple of 16 elements (64 bytes)
+        starts, end = [], 0
+        for n in (S * width, S, Q, Q):
+            starts.append(end)
+            end += -(-n // 16) * 16
+        packed = np.zeros(end, np.int32)
         for s, t in enumerate(host.tables):
-            table[s, :len(t)] = t
-        ids = np.asarray(host.sequence_ids or [0], np.int32)
-        pos = np.asarray(host.positions or [0], np.int32)
-        return cls(host, rt, rt.tensor(table), rt.tensor(np.asarray(host.lengths, np.int32)),
-                   rt.tensor(ids), rt.tensor(pos))
+            packed[starts[0] + s * width:starts[0] + s * width + len(t)] = t
+        packed[starts[1]:starts[1] + S] = host.lengths
+        packed[starts[2]:starts[2] + len(host.sequence_ids)] = host.sequence_ids
+        packed[starts[3]:starts[3] + len(host.positions)] = host.positions
+        whole = rt.tensor(packed)
+        return cls(host, rt, whole[starts[0]:starts[0] + S * width].reshape(S, width), whole[starts[1]:starts[1] + S],
+                   whole[starts[2]:starts[2] + Q], whole[starts[3]:starts[3] + Q])
 
     def host(self) -> HostPlan:
         """The HostPlan this plan was uploaded from."""
         return self._host
 
     # ------------------------------------------------------------------ attention
+    @replayable
     def attention(self, q, k, v, scale, causal):
         """softmax(scale·q·Kᵀ)·V over each row's visible tokens: [queries, Hq, Dv] in q's dtype."""
         return self._run(validate_attention(self, q, k, v, scale, causal), None)
 
+    @replayable
     def mla(self, q, qp, latent, kp, scale, causal):
         """Multi-head latent attention: score scale·(q·latent + qp·kp), values the latent: [queries, H, R]."""
         return self._run(validate_mla(self, q, qp, latent, kp, scale, causal), None)
@@ -141,12 +174,17 @@ class DevicePlan:
     # ------------------------------------------------------------------ append
     def append(self, new_k, new_v, k_cache, v_cache):
         """Write each query row's new K/V into its slot of the caches, in place; returns the caches."""
+        self._append(new_k, new_v, k_cache, v_cache)
+        return k_cache, v_cache
+
+    @replayable
+    def _append(self, new_k, new_v, k_cache, v_cache) -> None:
+        """`append`'s checks and launches (replayed per layout; `append` hands back the very caches)."""
         validate_append(self, new_k, new_v, k_cache, v_cache)
         if self._host.query_count() > 0:
             Q = self._host.query_count()
             append_kernel[(Q,), APPEND_UNITS](new_k, k_cache, self.tables, self.sequence_ids, self.positions)
             append_kernel[(Q,), APPEND_UNITS](new_v, v_cache, self.tables, self.sequence_ids, self.positions)
-        return k_cache, v_cache
 
     def __repr__(self) -> str:
         return f"DevicePlan({self._host!r}, runtime={self.runtime.name!r})"
