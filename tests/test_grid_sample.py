@@ -226,17 +226,19 @@ def test_channels_last_forward_matches_torch(runtime, rng, monkeypatch, dtype, t
 
 
 def test_channels_last_is_chosen_from_the_channels_and_capabilities(runtime, monkeypatch):
-    """tuning.channels_last_lanes: off by default; when on, vectors of up to 16 bytes whose
-    groups divide a cube, for channels filling a memory line, never where units are SIMD lanes."""
+    """tuning.channels_last_lanes: on by default, off when CHANNELS_LAST is; vectors of up to 16
+    bytes whose groups divide a cube, for channels filling a memory line, never where units are
+    SIMD lanes."""
     import dataclasses
 
     from rudnn.grid_sample import tuning
     from rudnn.grid_sample.tuning import channels_last_lanes
     gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
     cpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True)
+    assert channels_last_lanes(gpu, 64, 32, 2) == 8       # bf16: 8 units a point
+    monkeypatch.setattr(tuning, "CHANNELS_LAST", False)
     assert channels_last_lanes(gpu, 64, 32, 2) == 0
     monkeypatch.setattr(tuning, "CHANNELS_LAST", True)
-    assert channels_last_lanes(gpu, 64, 32, 2) == 8       # bf16: 8 units a point
     assert channels_last_lanes(gpu, 64, 32, 4) == 4       # f32: 16 units a point
     assert channels_last_lanes(gpu, 96, 32, 4) == 0       # 24 or 48 groups do not divide 256
     assert channels_last_lanes(gpu, 32, 32, 2) == 0       # 64 bytes a point: the direct kernel

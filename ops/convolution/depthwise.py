@@ -27,8 +27,11 @@ import kerneldsl as kd
 
 
 UNITS = 128          # units per cube of every kernel here
-PX = 4               # channels-last forward: output pixels along a row a unit
-ROWS = 2             # channels-last forward: output rows a unit
+# channels-last forward: output pixels along a row and rows a unit. H200, N 64, bf16
+# (`python -m benchmarks.conv_depthwise`, best rounds): 2 x 4 gave 0.094 / 0.125 / 0.062 ms at
+# 256@28 / 128@56 / 512@14, within 3 % of the best shape on each (4 x 2: 0.104 / - / 0.066)
+PX = 2
+ROWS = 4
 TILE_UNITS_Q = 4     # plane-tile forward: at most this many output rows a unit
 WGRAD_UNITS = 128
 SUM_UNITS = 256

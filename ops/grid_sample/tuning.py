@@ -18,15 +18,17 @@ TAP_WEIGHT_BOUND = {GridSampleMode.Bilinear: 1.0, GridSampleMode.Nearest: 1.0, G
 # this many bytes: one memory line a tap (a warp's load then touches a line per grid point,
 # not one per point and channel)
 CHANNELS_LAST_MIN_BYTES = 128
-# off by default: H200, bf16 [32, 64, 256²] (device time alone; its first form, a 32 × 32
-# transpose of single elements): random grid 0.683 ms against the direct kernel's 1.436
-# (torch 1.503: 2.20× / 1.05×), but affine grid 0.680 against 0.546 (torch 0.464): the
-# transpose alone took 0.383 ms (1.4 TB/s). The present transpose (V elements a unit
-# access, tiles in the input's dtype) was not measured on a GPU yet.
-CHANNELS_LAST = False
+# on by default since session 20: H200, [32, 64, 256²] bilinear zeros, device time alone
+# (`BENCH_TIMING=queued python -m benchmarks.grid_variants`), with two 16-byte vectors a tap
+# and a transpose of 4 elements a unit access (its copy of the f32 input 0.296 ms, 3.6 TB/s):
+# random grid f32 0.674 ms against the direct kernel's 1.577 (torch 1.707: 2.53× / 1.08×);
+# affine grid f32 0.611 against 0.767 (torch 0.538: 0.88× / 0.70×), bf16 0.416 against 0.522
+# (torch 0.447: 1.08× / 0.86×). The first form (single elements a transpose access, one
+# vector a tap) lost on the affine grid: 0.680 against 0.546 ms (bf16).
+CHANNELS_LAST = True
 GRID_Z = 65535   # batch items of the transpose (one a grid z step)
-CHANNELS_LAST_VECTORS = 1   # vectors a unit of the channels-last forward loads a tap (where they divide)
-TRANSPOSE_LANES = 2         # elements a unit access of the transpose (where they divide the sizes)
+CHANNELS_LAST_VECTORS = 2   # vectors a unit of the channels-last forward loads a tap (where they divide)
+TRANSPOSE_LANES = 4         # elements a unit access of the transpose (where they divide the sizes)
 
 
 def channels_last_lanes(caps, channels: int, batch: int, itemsize: int) -> int:
@@ -64,9 +66,12 @@ def transpose_lanes(channels: int, spatial: int, itemsize: int) -> int:
 
 # the channels-last backward (backward_last.py): G units a grid point (BACKWARD_GROUP, or the
 # largest power of two below it dividing the channels), where the device adds i64 words
-# atomically. Not measured on a GPU yet: off until the lead's timing (benchmarks/grid_variants.py).
-BACKWARD_CHANNELS_LAST = False
-BACKWARD_GROUP = 32
+# atomically. H200, same cases as above: G = 8 was the best of 8/16/32 (and of the forms reading
+# out_grad through shared memory): random grid f32 4.15 ms against the direct kernel's 12.76
+# (torch 6.13: 1.48× / 0.48×), affine f32 3.80 against 6.28 (torch 2.76: 0.72× / 0.44×), affine
+# bf16 3.14 against 5.76 (torch 4.46: 1.42× / 0.77×).
+BACKWARD_CHANNELS_LAST = True
+BACKWARD_GROUP = 8
 # out_grad read by the channels-last backward from its own layout through shared memory (a
 # cube's rows of points), instead of a channels-last copy, for at most this many channels
 # (the kernel is then specialised per channel count); 0: always the copy
