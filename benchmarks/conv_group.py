@@ -58,7 +58,7 @@ def variants(p, dummy):
             bm = implicit_gemm_group.block_m(groups, mi)
             out[f"group {bm}x{bn}/{stages}/{inflight} g{groups}m{mi}"] = (
                 lambda y5, bn=bn, s=stages, i=inflight, gr=groups, m=mi:
-                implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i, gr, m))
+                implicit_gemm_group.run_forward(p, y5, dummy, bn, s, i, gr, m, pairs=False))
     for bn, stages, inflight, groups, mi, per, st in PERSISTENT:
         bn = bn or default_bn
         if implicit_gemm_group_persistent.fits(p, bn, stages, inflight, groups, mi, st):

@@ -237,6 +237,11 @@ def test_group_products_are_chosen_from_capabilities(runtime):
     assert w11.strides == (16, 1, 1, 1)
     assert implicit_gemm_group.covers(problem(16, True, w11))
     assert implicit_gemm_group.tile_shape(problem(16, True).runtime.capabilities, 256) == (128, 3, 0)
+    # 256-row tiles (2 groups of 2 fragments) for long reductions, where products are native
+    native, emulated = problem(16, True).runtime.capabilities, problem(16, False).runtime.capabilities
+    assert implicit_gemm_group.tile_rows(native, 256 * 9) == (2, 2)
+    assert implicit_gemm_group.tile_rows(native, 128 * 9) == (2, 1)
+    assert implicit_gemm_group.tile_rows(emulated, 256 * 9) == (2, 1)
 
 
 def test_implicit_gemm_routes_to_group_products(runtime, rng, monkeypatch, dtype="bf16"):

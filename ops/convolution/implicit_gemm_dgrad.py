@@ -152,4 +152,6 @@ def run_data_backward(p: Problem, dx5: Tensor, dummy) -> None:
     copy_to_channels_last(rt, p.dy, dy_cl, p.dtype)
     n = g.C * g.Kg * g.taps
     flip_weights[-(-n // COPY_UNITS), COPY_UNITS](p.w, w_cl, n, g.consts())
-    implicit_gemm_group.run_forward(forward_problem(p, dy_cl, w_cl), dx5, dummy)
+    # 128-row tiles: the measured shape of this pass (tile_rows' 256-row tiles were timed on
+    # the forward only)
+    implicit_gemm_group.run_forward(forward_problem(p, dy_cl, w_cl), dx5, dummy, groups=2, mi=1)

@@ -224,6 +224,24 @@ def tile_shape(caps, Kg: int) -> tuple:
     return 64, 3, 1
 
 
+# 256-row tiles (two groups of two 64-row fragments: half the weight copies a pixel) where
+# the reduction is this long or longer. H200, bf16, N 64 (`python -m benchmarks.conv_group`,
+# session 20): 3x3 256@14 (2304 columns) 0.103-0.107 ms against 0.114-0.118 with 128 rows; at
+# 128@28 (1152) 128 rows stayed ahead (0.108 against 0.124), at 64@56 too (0.148 against 0.180)
+LONG_REDUCTION = 2048
+# the epilogue stores a lane's column pair as one 4-byte store where pairs_fit: H200, 64@56
+# 0.140 ms against 0.148-0.152 with 2-byte stores (session 20)
+PAIRS = True
+
+
+def tile_rows(caps, reduction: int) -> tuple:
+    """(groups a cube, 64-row fragments a group) for a forward whose reduction has
+    `reduction` columns (channels a group times taps)."""
+    if caps.group_mma_native and reduction >= LONG_REDUCTION:
+        return 2, 2
+    return 2, 1
+
+
 def block_m(groups: int, mi: int) -> int:
     """Output pixels a cube: `groups` groups of `mi` 64-row fragments."""
     return 64 * groups * mi
@@ -251,7 +269,7 @@ def covers(p) -> bool:
     from . import implicit_gemm_nhwc
     caps = p.runtime.capabilities
     return (caps.group_mma_native and p.dtype in caps.mma_dtypes and implicit_gemm_nhwc.covers(p)
-            and fits(p, *tile_shape(caps, p.geo.Kg)[:2]))
+            and fits(p, *tile_shape(caps, p.geo.Kg)[:2], *tile_rows(caps, p.geo.Cg * p.geo.taps)))
 
 
 def pairs_fit(p, y5) -> bool:
@@ -262,12 +280,14 @@ def pairs_fit(p, y5) -> bool:
 
 
 def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, inflight: int | None = None,
-                groups: int = 2, mi: int = 1, pairs: bool = False) -> None:
+                groups: int | None = None, mi: int | None = None, pairs: bool = PAIRS) -> None:
     """y5 = the forward pass of p (implicit_gemm_nhwc.covers(p) and fits(...) must hold); the
-    tile shape from tile_shape() unless given (tests and benchmarks force others): BN, ring
-    slots, steps of products in flight, groups a cube and 64-row fragments a group; `pairs`:
-    2-lane stores in the epilogue where pairs_fit (else it is ignored)."""
+    tile shape from tile_shape() and tile_rows() unless given (tests and benchmarks force
+    others): BN, ring slots, steps of products in flight, groups a cube and 64-row fragments a
+    group; `pairs`: 2-lane stores in the epilogue where pairs_fit (else it is ignored)."""
     g = p.geo
+    if groups is None or mi is None:
+        groups, mi = tile_rows(p.runtime.capabilities, g.Cg * g.taps)
     BN, S, L = tile_shape(p.runtime.capabilities, g.Kg)
     BN, S, L = bn or BN, stages or S, L if inflight is None else inflight
     bm = block_m(groups, mi)
