@@ -519,7 +519,7 @@ def test_convolution_depthwise_compiles(dt):
     forward loads taps and weights and stores outputs as 16-byte vectors without spilling (its
     H200 shape: 3x3, 256 channels at 28²); the plane-tile forward and data backward, the weight
     partials and their ordered sum compile."""
-    from rudnn.convolution import ConvOptions, depthwise
+    from rudnn.convolution import ConvOptions, depthwise, implicit_gemm
     from rudnn.convolution.problem import as_5d, validate_forward, validate_weight_backward
     x, w = CPU.zeros((2, 28, 28, 256), dt), CPU.zeros((256, 3, 3, 1), dt)
     opts = ConvOptions(padding=1, groups=256)
@@ -545,7 +545,7 @@ def test_convolution_depthwise_compiles(dt):
                sm=sm)
         part = CPU.empty((3, 256, 9), "f32")
         ptx_of(depthwise.weight_partials, depthwise.WGRAD_UNITS, (pn.x, pn.dy, part, 1, 32, pn.geo.consts()), sm=sm)
-        ptx_of(depthwise.sum_splits, depthwise.SUM_UNITS, (part, CPU.empty((256, 9), dt)), sm=sm)
+        ptx_of(implicit_gemm.sum_partials, depthwise.SUM_UNITS, (part, CPU.empty((256, 9), dt)), sm=sm)
 
 
 @pytest.mark.parametrize("groups,mi,inflight,persistent,pairs", [

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .implicit_gemm import sum_partials
+
 
 UNITS = 128          # units per cube of every kernel here
 # channels-last forward: output pixels along a row and rows a unit. H200, N 64, bf16
@@ -291,18 +293,6 @@ def weight_partials(x: kd.Tensor, dy: kd.Tensor, part: kd.Tensor[kd.f32, 3], PER
             part[s, co, k] = total
 
 
-@kd.kernel
-def sum_splits(part: kd.Tensor[kd.f32, 3], dw: kd.Tensor):
-    """dw[co, k] = sum over splits s, in order, of part[s, co, k] (dw a [Cout, taps] view)."""
-    T = dw.shape[1]
-    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
-    if i < dw.shape[0] * T:
-        total = kd.f32(0)
-        for s in range(part.shape[0]):
-            total += part[s, i // T, i % T]
-        dw[i // T, i % T] = total
-
-
 # ------------------------------------------------------------------------ host side
 def is_depthwise(p) -> bool:
     """groups == Cin (one input channel a group), any channel multiplier Cout/Cin."""
@@ -440,4 +430,4 @@ def run_weight_backward(p, dw5) -> None:
     CW = plane_tile(g.O[2], g.O[1], WGRAD_UNITS)[0]
     weight_partials[(g.K, splits), WGRAD_UNITS](p.x, p.dy, part, per, CW, g.consts())
     dw = dw5._view((g.K, g.taps), (g.taps, 1))     # the fresh packed result of conv_weight_backward
-    sum_splits[-(-g.K * g.taps // SUM_UNITS), SUM_UNITS](part, dw)
+    sum_partials[-(-g.K * g.taps // SUM_UNITS), SUM_UNITS](part, dw)  # in split order

@@ -66,6 +66,18 @@ def a_rows(m0, row, RS, NR, Mg, P, OH, OW, G):
 
 
 @kd.func
+def b_rows(n0, row, RS, NRB, Kg, g, w):
+    """Per B row of this unit (output channels n0 + row + i·RS of group g): (inside the
+    group, the offset of its weight row)."""
+    rows = ()
+    for i in kd.unroll(NRB):
+        n = n0 + row + i * RS
+        live = n < Kg
+        rows = rows + ((live, kd.i64(g * Kg + kd.select(live, n, 0)) * w.stride(0)),)
+    return rows
+
+
+@kd.func
 def fetch_step(sa, sb, x, w, abase, bbase, arows, brows, kt, col, R, g, Cg, RS, NR, NRB, G):
     """This unit's async copies of reduction step kt: its chunk (columns col .. col + 8) of
     its NR rows of A into sa[abase..] and of its NRB rows of B into sb[bbase..]; zeros outside
@@ -127,11 +139,7 @@ def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, H
     row = t // CHUNKS
     col = t % CHUNKS * 8
     arows = a_rows(m0, row, RS, NR, Mg, P, OH, OW, G)
-    brows = ()
-    for i in kd.unroll(NRB):
-        n = n0 + row + i * RS
-        live = n < Kg
-        brows = brows + ((live, kd.i64(g * Kg + kd.select(live, n, 0)) * w.stride(0)),)
+    brows = b_rows(n0, row, RS, NRB, Kg, g, w)
     # the unit's chunk in a slot: rows row + i·RS share row % 8, hence the swizzle's xor
     adst = kd.tile_offset(row, col, BM, swizzle=SW)
     bdst = kd.tile_offset(row, col, BN, swizzle=SW)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .gather import forward_sizes
-from .implicit_gemm_group import BK, CHUNKS, SW, a_rows, block_m, fetch_step, next_slot, store_tile, tile_shape
+from .implicit_gemm_group import BK, CHUNKS, SW, a_rows, b_rows, block_m, fetch_step, next_slot, store_tile, tile_shape
 from . import implicit_gemm_group
 
 
@@ -55,11 +55,7 @@ def conv_gemm_group_persistent(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: k
     t = kd.unit_pos()
     row = t // CHUNKS
     col = t % CHUNKS * 8
-    brows = ()
-    for i in kd.unroll(NRB):
-        n = n0 + row + i * RS
-        live = n < Kg
-        brows = brows + ((live, kd.i64(g * Kg + kd.select(live, n, 0)) * w.stride(0)),)
+    brows = b_rows(n0, row, RS, NRB, Kg, g, w)
     adst = kd.tile_offset(row, col, BM, swizzle=SW)
     bdst = kd.tile_offset(row, col, BN, swizzle=SW)
 
