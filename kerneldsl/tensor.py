@@ -39,6 +39,7 @@ _STRIDES: dict = {}  # shape (a tuple of ints) -> its contiguous strides
 # reshape targets met before (non-negative ints) -> (shape, contiguous strides, size); a target
 # equal to one of them (2.0 == 2) reshapes as it did, to the ints
 _RESHAPES: dict = {}
+_EXTENTS: dict = {}  # (shape, strides) met before -> Tensor.extent's value
 
 
 class Tensor:
@@ -99,10 +100,15 @@ class Tensor:
         return all(st == cs for st, cs, n in zip(self.strides, packed, self.shape) if n != 1)
 
     def extent(self) -> int:
-        """Elements reachable from the view's first element (what bounds checks allow)."""
-        if self.size == 0:
-            return 0
-        return 1 + sum((n - 1) * st for n, st in zip(self.shape, self.strides))
+        """Elements reachable from the view's first element (what bounds checks allow); every
+        launch passes each tensor's, so layouts met before are remembered."""
+        layout = (self.shape, self.strides)
+        got = _EXTENTS.get(layout)
+        if got is None:
+            got = 0 if self.size == 0 else 1 + sum((n - 1) * st for n, st in zip(self.shape, self.strides))
+            if len(_EXTENTS) < 4096:
+                _EXTENTS[layout] = got
+        return got
 
     def __repr__(self):
         return f"kd.Tensor(shape={self.shape}, dtype={self.dtype.name}, runtime={self.runtime.name!r})"

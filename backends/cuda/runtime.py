@@ -45,6 +45,12 @@ def _driver():
     return driver
 
 
+@functools.lru_cache(maxsize=None)
+def _success():
+    """CUDA_SUCCESS as cuda-python's enum (made once: the attribute builds a member each time)."""
+    return _driver().CUresult.CUDA_SUCCESS
+
+
 def _error_text(driver, err) -> str:
     try:
         _, name = driver.cuGetErrorName(err)
@@ -415,41 +421,46 @@ class CudaRuntime(CudaPipeline, Runtime):
 
     def launch(self, binary: CudaBinary, grid, block, args):
         kir = binary.info  # (grid and block were checked against capabilities: kerneldsl/launch_checks.py)
-        self._enter()
+        if not self._local.__dict__.get("entered"):  # (_enter and current_stream, inlined: every launch)
+            self._enter()
+        stream = self._stream_local.__dict__.get("current")
+        if stream is None:
+            stream = self._default_stream
         driver = _driver()
-        stream = getattr(self._stream_local, "current", self._default_stream)
         with binary.lock:
             slots = binary.slots
             for i, (kind, index, axis, packer) in enumerate(binary.plan):
-                if kind == "errbuf":
-                    err = self._error_buffer()
-                    slots[i] = err.raw
-                    err.record_stream(stream)
-                    _check(driver.cuMemsetD8Async(err.raw, 0, 32, stream.cu), "cuMemsetD8Async")
-                    continue
-                v = args[index]
                 if kind == "data":
+                    v = args[index]
                     buf = v.buffer
                     if buf.stream is not stream:
                         buf.record_stream(stream)  # the allocator and downloads wait for this stream
                     slots[i] = buf.raw + v.offset * v.dtype.itemsize
+                elif kind == "scalar":
+                    slots[i] = packer(args[index])
                 elif kind == "extent":  # (_slot_value's cases, inlined on the launch path)
-                    slots[i] = v.extent()
+                    slots[i] = args[index].extent()
                 elif kind == "shape":
-                    slots[i] = v.shape[axis]
+                    slots[i] = args[index].shape[axis]
                 elif kind == "stride":
-                    slots[i] = v.strides[axis]
+                    slots[i] = args[index].strides[axis]
+                elif kind == "errbuf":
+                    err = self._error_buffer()
+                    slots[i] = err.raw
+                    err.record_stream(stream)
+                    _check(driver.cuMemsetD8Async(err.raw, 0, 32, stream.cu), "cuMemsetD8Async")
                 elif kind == "tmap":  # passed by value: the parameter's address is the map's own
+                    v = args[index]
                     box = binary.tensor_maps[axis]  # [parameter index, rows, swizzle]
                     binary.params[i] = self._tensor_maps.address(v, box[1], box[2], kir.name, kir.params[index].name)
                 else:
-                    slots[i] = _slot_value(kir, kind, v, axis, packer)
+                    slots[i] = _slot_value(kir, kind, args[index], axis, packer)
             # cuLaunchKernel reads parameter i from the address in params[i] (little-endian:
             # the low bytes of a slot hold a 4-, 2- or 1-byte value) and copies it at launch
             result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                            binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
-            if result[0] != driver.CUresult.CUDA_SUCCESS:  # (the message is formatted only on failure)
-                _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
+        if result[0] != _success():  # (the message is formatted only on failure)
+            _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
         if kir.bounds_check:
             rec = self._download(self._errbuf, 0, 32).view(np.int64)
             if rec[0]:
