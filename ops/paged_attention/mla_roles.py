@@ -40,6 +40,10 @@ SWIZZLE = 128
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
 UNITS_PLANES = (CONSUMERS + 1) * 4  # planes a cube
+# O (256 registers' worth a lane pair) is rescaled only in steps whose running max moved (a
+# plane-uniform branch): most steps keep the max, and their 128 multiplications a lane sit
+# between a product's wait and the next issue
+RESCALE_ONLY_MOVED = True
 
 
 @kd.func
@@ -162,7 +166,11 @@ def mla_roles_kernel(q: kd.Tensor[None, 2], qp: kd.Tensor[None, 2], lat: kd.Tens
             kd.group_wait(0)
             if jt >= 1 and kd.lane_pos() == 0:
                 kd.barrier_arrive(empty, last)
-            scale_rows((o,), alpha)
+            if RESCALE_ONLY_MOVED:
+                if moved:
+                    scale_rows((o,), alpha)
+            else:
+                scale_rows((o,), alpha)
             kd.fragment_convert(pa, sacc)
         with kd.role(CONSUMERS, 1):
             # ---- refill the stage step jt - 1 read with step jt - 1 + S, once both consumers are through
