@@ -208,3 +208,45 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
     shared = planes * (in_spatial + 1) * 4 <= caps.max_shared_bytes // 2
     return LanePlan(bx, points % bx == 0, TAPS[mode] ** dims, planes, min(SCATTER_UNITS, caps.max_cube_units),
                     shared)
+
+
+# lanes_last.py (devices whose units are SIMD lanes, session 21): the input copied to
+# channels-last rows, a cube's units channels (vector loads of a tap's channels instead of
+# gathers). LAST_UNITS channels a vector (the cube's units: 16 lets LLVM vectorise the unit
+# loop, 8 was unrolled to scalar code), LAST_VECTORS such vectors a cube at most (where they
+# divide the channels), LAST_POINTS grid points a cube (a multiple of LAST_UNITS), and
+# LAST_SPAN positions a cube of the transpose (to_rows). Channels that LAST_UNITS does not
+# divide (1, 3, 17...) keep lanes.py. Zen 5 (shared, load 3.6), f32 [4, 16, 128²] random
+# grid, process CPU ms, best of 15: to_rows 1.4 against channels_last.to_channels_last's 3.5;
+# forward_last 3.3-3.6; the whole forward 4.3-5.2 against lanes.py's 6.0-9.3.
+LANE_LAST = True
+LAST_UNITS = 16
+LAST_VECTORS = 2
+LAST_POINTS = 256
+LAST_SPAN = 64
+
+
+@dataclass(frozen=True)
+class LastPlan:
+    """lanes_last.py's launch: `units` channels a vector (the cube's units), `vectors` such
+    vectors a cube (blocks = channels / (units·vectors) cubes along y), `points` grid points
+    a cube of the sampling kernels, `span` positions a cube of the transpose."""
+
+    units: int
+    vectors: int
+    blocks: int
+    points: int
+    span: int
+
+
+def lane_last_plan(caps, channels: int, batch: int, in_spatial: int) -> LastPlan | None:
+    """lanes_last.py's plan, or None (lanes.py or the GPU kernels): while LANE_LAST is off,
+    where units are not SIMD lanes, LAST_UNITS does not divide the channels, the batch
+    exceeds the grid's z axis or the channels-last rows (N·S + 1) would not fit an I32."""
+    if (not LANE_LAST or not caps.units_are_simd_lanes or channels % LAST_UNITS or batch > GRID_Z
+            or batch * in_spatial + 1 >= 2 ** 31 or LAST_UNITS > caps.max_cube_units):
+        return None
+    h = LAST_VECTORS
+    while channels % (h * LAST_UNITS):
+        h -= 1
+    return LastPlan(LAST_UNITS, h, channels // (h * LAST_UNITS), LAST_POINTS, LAST_SPAN)
