@@ -120,7 +120,7 @@ def zero_row_of(xl: kd.Tensor, start: kd.i64, channels: kd.i32):
 
 @kd.func
 def write_grad_taps(grid, rows, slopes, dpix, tap_at, tap_w, n, j0, points, size_d, size_h, size_w, PAD, align, MODE,
-                    DIMS, P, T):
+                    DIMS, P, T, EXACT):
     """The backward's phase 1 (grid_grad_last): for each point q < P of the cube (j0 + q,
     clamped), rows[k·P + q] = tap k's channels-last row (n·S + offset; the zero row N·S
     where outside, as write_taps), slopes[(a·T + k)·P + q] = d weight_k / d pixel coordinate
@@ -147,7 +147,10 @@ def write_grad_taps(grid, rows, slopes, dpix, tap_at, tap_w, n, j0, points, size
                     slopes[k * P + q] = t[X + 2 * TX + i] * wy * wz
                     slopes[(T + k) * P + q] = t[Y + 2 * TX + b] * wx * wz
                     slopes[(2 * T + k) * P + q] = t[Z + 2 * TZ + a] * wx * wy
-                    if j0 + q < points:
+                    if EXACT:   # (a condition per unit would make the whole phase scalar)
+                        tap_at[point * T + k] = kd.select(oks[k] != 0, offs[k], plane)
+                        tap_w[point * T + k] = w[k]
+                    elif j0 + q < points:
                         tap_at[point * T + k] = kd.select(oks[k] != 0, offs[k], plane)
                         tap_w[point * T + k] = w[k]
         dpix[q] = t[X + 4 * TX]
@@ -164,7 +167,7 @@ def grid_grad_last(xl: kd.Tensor, gl: kd.Tensor, grid: kd.Tensor, grad_grid: kd.
     """grad_grid = d(Σ g·y)/d grid from xl (the input's channels-last rows, a zero row at N·S)
     and gl (out_grad's, [N·points, C]): cube (x, 0, n) takes P points of batch item n and
     every channel, V (its units) a vector. Per point (a uniform loop, its taps scalars), each
-    unit sums over its channels c ≡ unit (mod V) g[c]·Σ_k x[tap k, c]·slope_k per axis; the
+    unit sums over its channels c ≡ unit (mod V) g[c]·(Σ_k x[tap k, c]·slope_k) per axis; the
     V partial sums leave through shared memory and are added in unit order per point. Also
     writes tap_at / tap_w for scatter_last (write_grad_taps)."""
     V = kd.cube_dim_x()
@@ -176,7 +179,7 @@ def grid_grad_last(xl: kd.Tensor, gl: kd.Tensor, grid: kd.Tensor, grad_grid: kd.
     n = kd.cube_pos_z()
     j0 = kd.cube_pos_x() * P
     write_grad_taps(grid, rows, slopes, dpix, tap_at, tap_w, n, j0, points, size_d, size_h, size_w, PAD, align, MODE,
-                    DIMS, P, T)
+                    DIMS, P, T, EXACT)
     kd.sync_cube()
     for q in range(P):   # uniform
         gx = kd.f32(0)
@@ -184,13 +187,20 @@ def grid_grad_last(xl: kd.Tensor, gl: kd.Tensor, grid: kd.Tensor, grad_grid: kd.
         gz = kd.f32(0)
         grow = (kd.i64(n) * points + kd.min(j0 + q, points - 1)) * channels
         for c0 in range(0, channels, V):   # uniform
-            go = kd.f32(gl[grow + c0 + u])
+            tx = kd.f32(0)
+            ty = kd.f32(0)
+            tz = kd.f32(0)
             for k in kd.unroll(T):
-                v = kd.f32(xl[kd.i64(rows[k * P + q]) * channels + c0 + u]) * go
-                gx += v * slopes[k * P + q]
-                gy += v * slopes[(T + k) * P + q]
+                v = kd.f32(xl[kd.i64(rows[k * P + q]) * channels + c0 + u])
+                tx += v * slopes[k * P + q]
+                ty += v * slopes[(T + k) * P + q]
                 if DIMS == 3:
-                    gz += v * slopes[(2 * T + k) * P + q]
+                    tz += v * slopes[(2 * T + k) * P + q]
+            go = kd.f32(gl[grow + c0 + u])
+            gx += go * tx
+            gy += go * ty
+            if DIMS == 3:
+                gz += go * tz
         parts[q * V + u] = gx
         parts[(P + q) * V + u] = gy
         parts[(2 * P + q) * V + u] = gz
