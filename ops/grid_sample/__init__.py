@@ -56,7 +56,8 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     if lanes:
         _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes)
         return out
-    last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]))
+    last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]),
+                          input.dtype.itemsize)
     if last is not None:   # units are SIMD lanes, channels in whole vectors: lanes_last.py
         _forward_lanes_last(x5, g5, out, p.locations, o, p.dims, last)
         return out
@@ -91,7 +92,8 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     dx = rt.empty(input.shape, input.dtype)
     go = out_grad.contiguous()
     x5, g5, go5 = as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2)
-    last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]))
+    last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]),
+                          input.dtype.itemsize)
     if last is not None:   # units are SIMD lanes, channels in whole vectors: lanes_last.py
         _backward_lanes_last(x5, g5, go5, grad_grid, dx, p.locations, o, p.dims, last)
         return dx, grad_grid
@@ -177,11 +179,11 @@ def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampl
 
 
 def _rows_of(x5, plan) -> kd.Tensor:
-    """lanes_last.to_rows: x5 [N, C, *S] copied to channels-last rows [N·S + 1, C] (flat),
-    the last row zeros."""
+    """lanes_last.to_rows: x5 [N, C, *S] copied to channels-last F32 rows [N·S + 1, C]
+    (flat), the last row zeros."""
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
-    xl = x5.runtime.empty(((n * spatial + 1) * c,), x5.dtype)
+    xl = x5.runtime.empty(((n * spatial + 1) * c,), kd.f32)
     _lanes_last.to_rows[(-(-spatial // plan.span), plan.blocks, n), plan.units](
         x5.reshape(x5.size), xl, c, spatial, plan.span, plan.vectors)
     return xl

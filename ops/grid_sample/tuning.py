@@ -224,6 +224,10 @@ LAST_UNITS = 16
 LAST_VECTORS = 2
 LAST_POINTS = 256
 LAST_SPAN = 64
+# element sizes it serves: F32 only by default (bf16 [4, 16, 128²], same box and load: forward
+# 4.2-5.6 against lanes.py's 4.7-5.6 CPU ms, backward 14.5-16.2 against 11.4-12.2: lanes.py's
+# 16-bit gathers halve its bytes; the rows here are F32 whatever the dtype)
+LAST_ITEMSIZES = (4,)
 
 
 @dataclass(frozen=True)
@@ -239,11 +243,13 @@ class LastPlan:
     span: int
 
 
-def lane_last_plan(caps, channels: int, batch: int, in_spatial: int) -> LastPlan | None:
+def lane_last_plan(caps, channels: int, batch: int, in_spatial: int, itemsize: int) -> LastPlan | None:
     """lanes_last.py's plan, or None (lanes.py or the GPU kernels): while LANE_LAST is off,
-    where units are not SIMD lanes, LAST_UNITS does not divide the channels, the batch
-    exceeds the grid's z axis or the channels-last rows (N·S + 1) would not fit an I32."""
-    if (not LANE_LAST or not caps.units_are_simd_lanes or channels % LAST_UNITS or batch > GRID_Z
+    where units are not SIMD lanes, for element sizes not in LAST_ITEMSIZES, where LAST_UNITS
+    does not divide the channels, the batch exceeds the grid's z axis or the channels-last
+    rows (N·S + 1) would not fit an I32."""
+    if (not LANE_LAST or not caps.units_are_simd_lanes or itemsize not in LAST_ITEMSIZES or channels % LAST_UNITS
+            or batch > GRID_Z
             or batch * in_spatial + 1 >= 2 ** 31 or LAST_UNITS > caps.max_cube_units):
         return None
     h = LAST_VECTORS
