@@ -1,4 +1,5 @@
-"""rudnn.grid_sample on the cpu runtime: lanes_last.py (channels last, tuning.LANE_LAST) against
+"""rudnn.grid_sample on the cpu runtime: lanes_last.py (channels last, tuning.LANE_LAST and
+LANE_LAST_BACKWARD, both on here whatever their defaults, and for 16-bit inputs too) against
 lanes.py (LANE_LAST off) and PyTorch CPU, forward and backward, random and affine grids, in
 one process, in turn (old, new, torch) so that a shared machine's load hits all three alike.
 
@@ -40,9 +41,11 @@ def timed(rt, fn, reps: int) -> tuple:
 
 
 def use(new: bool) -> None:
-    """lanes_last.py (new) or lanes.py; replay's records forget the other choice (they replay
-    the first call's launches whatever the tuning constants say now)."""
-    tuning.LANE_LAST = new
+    """lanes_last.py (new: forward and backward, F32 and 16-bit, whatever the defaults) or lanes.py; replay's
+    records forget the other choice (they replay the first call's launches whatever the
+    tuning constants say now)."""
+    tuning.LANE_LAST = tuning.LANE_LAST_BACKWARD = new
+    tuning.LAST_ITEMSIZES = (2, 4) if new else (4,)
     replay.clear()
 
 

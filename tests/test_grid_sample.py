@@ -468,9 +468,10 @@ def _last_forced(monkeypatch, units=4, vectors=2, points=8, span=4):
     from rudnn.grid_sample import tuning
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
     for k, v in (("LAST_UNITS", units), ("LAST_VECTORS", vectors), ("LAST_POINTS", points), ("LAST_SPAN", span),
-                 ("LAST_ITEMSIZES", (2, 4))):
+                 ("LAST_ITEMSIZES", (2, 4)), ("LANE_LAST", True), ("LANE_LAST_BACKWARD", True)):
         monkeypatch.setattr(tuning, k, v)
-    forced = (lambda caps, *a: tuning.lane_last_plan(dataclasses.replace(caps, units_are_simd_lanes=True), *a))
+    forced = (lambda caps, *a, **k: tuning.lane_last_plan(dataclasses.replace(caps, units_are_simd_lanes=True), *a,
+                                                          **k))
     monkeypatch.setattr(gs, "lane_last_plan", forced)
     return gs, forced
 
@@ -497,7 +498,7 @@ def _check_last(rt, rng, opts, c, size_in, size_out, dtype=np.float32, tol=None,
 @needs_torch
 @pytest.mark.interpreter
 def test_channels_last_lane_kernels_forced_match_torch(runtime, rng, monkeypatch):
-    """lanes_last.py (the cpu runtime's path for F32 with channels in whole vectors), forced
+    """lanes_last.py (the cpu runtime's forward for F32 with channels in whole vectors), forced
     with vectors of 4 channels, cubes of 8 points and transposes of 4 positions: 8 and 16
     channels (one and two vectors a cube; 24: three cubes of one vector along y), every mode ×
     padding mode × alignment in 2-D, 3-D, points that fill their cubes and points that leave
@@ -515,6 +516,9 @@ def test_channels_last_lane_kernels_forced_match_torch(runtime, rng, monkeypatch
     monkeypatch.setattr(tuning, "LAST_ITEMSIZES", (4,))
     assert forced(caps, 16, 2, 35, 2) is None                     # 16-bit: lanes.py by default
     monkeypatch.setattr(tuning, "LAST_ITEMSIZES", (2, 4))
+    monkeypatch.setattr(tuning, "LANE_LAST_BACKWARD", False)
+    assert forced(caps, 16, 2, 35, 4, backward=True) is None and forced(caps, 16, 2, 35, 4) is not None
+    monkeypatch.setattr(tuning, "LANE_LAST_BACKWARD", True)
     cases = [(GridSampleMode.Bilinear, 8, (5, 7), (3, 6)), (GridSampleMode.Bilinear, 16, (4, 6), (4, 4)),
              (GridSampleMode.Nearest, 8, (4, 9), (3, 5)), (GridSampleMode.Bicubic, 4, (6, 5), (2, 8))]
     for mode, c, size_in, size_out in cases:
@@ -553,7 +557,7 @@ def test_channels_last_lane_kernels_agree_with_lanes_and_are_deterministic(runti
     for g, pad in ((grid, PADS[0]), (odd, PADS[0]), (odd, PADS[1]), (odd, PADS[2])):
         opts = GridSampleOptions(GridSampleMode.Bilinear, pad, False)
         got = []
-        for last, lane in ((forced, lambda *a: None), (lambda *a: None, lanes)):
+        for last, lane in ((forced, lambda *a: None), (lambda *a, **k: None, lanes)):
             monkeypatch.setattr(gs, "lane_last_plan", last)
             monkeypatch.setattr(gs, "lane_plan", lane)
             ga = runtime.tensor(x), runtime.tensor(g)

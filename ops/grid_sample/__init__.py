@@ -9,7 +9,10 @@ input gradient is scattered as 64-bit fixed-point integers (fixed_point.py), so 
 same whatever order the units run in; the grid gradient is a per-point sum over channels.
 Where units are SIMD lanes (tuning.lane_plan: the cpu runtime), lanes.py runs instead: a cube
 of consecutive grid points (vector grid reads and output stores, taps kept for every
-channel), and an input gradient summed plane by plane in a fixed order by one unit.
+channel), and an input gradient summed plane by plane in a fixed order by one unit. For F32
+inputs whose channels fill whole vectors (tuning.lane_last_plan), lanes_last.py: the input
+copied to channels-last rows, a cube's units channels (vector loads of a tap's channels); its
+backward behind LANE_LAST_BACKWARD (off by default).
 
 GPU forms behind tuning constants (each off by default until timed on a GPU; benchmarks/
 grid_variants.py times them all): channels_last.py (CHANNELS_LAST: the forward on a
@@ -93,7 +96,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     go = out_grad.contiguous()
     x5, g5, go5 = as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2)
     last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]),
-                          input.dtype.itemsize)
+                          input.dtype.itemsize, backward=True)
     if last is not None:   # units are SIMD lanes, channels in whole vectors: lanes_last.py
         _backward_lanes_last(x5, g5, go5, grad_grid, dx, p.locations, o, p.dims, last)
         return dx, grad_grid

@@ -1,24 +1,33 @@
 """grid_sample on devices whose units are SIMD lanes (the cpu runtime), channels last:
-chosen by tuning.lane_last_plan (new in session 21; lanes.py stays for few channels).
+chosen by tuning.lane_last_plan (new in session 21; lanes.py stays for channels that are
+not whole vectors and, by default, for 16-bit inputs and the backward).
 
-lanes.py gives a unit a grid point and reads each tap channel by channel with a gather
-(`vgatherdps`), which caps the forward at torch's speed. Here the input is first copied to
-channels-last rows ([N·S + 1, C]: S the spatial size, the last row zeros), and a cube's
-units are CHANNELS (a block of CB of them, lanes along C): a point's tap reads
-xl[row·C + c0 + unit] are contiguous vector loads, whatever the grid.
+lanes.py gives a unit a grid point and reads each tap channel by channel with a gather,
+which caps the forward at torch's speed. Here the input is first copied to channels-last
+F32 rows (to_rows: [N·S + 1, C], S the spatial size, the last row zeros), and a cube's V
+units are CHANNELS (lanes along C; V = 16: with 8, LLVM unrolled the unit loop into scalar
+code): a point's tap reads xl[row·C + c0 + h·V + unit] are contiguous vector loads,
+whatever the grid. Values that are the same for every unit (a point's rows and weights)
+are read from cube-shared arrays inside uniform loops: scalar loads.
 
-A cube takes P consecutive grid points (cube_pos_x; a multiple of CB) of batch item
-cube_pos_z and a block of CB channels (cube_pos_y; CB divides C), in phases split by cube
-barriers (EXACT: P divides the item's points, else its last cube's stores are masked):
-1. taps: the units take the P points CB at a time (a unit a point, vectorised over
-   points as in lanes.py) and write each tap's input row (the zero row where the tap is
-   outside the input: no select later, and NaN/inf pixels under an outside tap stay
-   out) and weight to cube-shared arrays;
-2. samples: a uniform loop over the P points reads a point's rows and weights (the same
-   for every unit: scalar loads) and each unit adds w × xl[row, c] over the taps in tap
-   order (sample.channel_sample's sum and order), into a [P, CB] stage (vector stores);
-3. stores: a uniform loop over the block's channels, units over points, writes each
-   channel's P samples to y [N, C, points] (contiguous stores, strided reads of the stage).
+forward_last: a cube takes P consecutive grid points (cube_pos_x; a multiple of V) of batch
+item cube_pos_z and H·V channels (cube_pos_y), in phases split by cube barriers (EXACT: P
+divides the item's points, else its last cube's stores are masked):
+1. taps: the units take the P points V at a time (a unit a point, vectorised over points as
+   in lanes.py) and write each tap's input row (the zero row where the tap is outside the
+   input: no select later, and NaN/inf pixels under an outside tap stay out) and weight to
+   cube-shared arrays;
+2. samples: a uniform loop over the P points; each unit adds w × xl[row, c] over the taps in
+   tap order (sample.channel_sample's sum and order: lanes.py's bits) into a [H, P, V] stage
+   (vector stores);
+3. stores: units over points write each channel's P samples to y [N, C, points] (contiguous
+   stores, strided reads of the stage).
+The backward (tuning.LANE_LAST_BACKWARD): out_grad copied to rows as well; grid_grad_last
+sums each point's grid gradient over channel vectors (the V partial sums added in unit order
+through shared memory) and writes every point's taps; scatter_last adds the input gradient
+point by point, in order, into an F32 channels-last scratch (a cube a batch item and channel
+block: vector read-modify-writes that never collide, one fixed sum per element), then copies
+it to dx.
 
 Tensors are flat views of contiguous ones: xl [(N·S + 1)·C], grid [N, points, DIMS],
 y [N, C, points]."""
@@ -31,7 +40,7 @@ from .sample import tap_layout
 
 
 @kd.func
-def write_taps(grid, rows, ws, n, j0, points, size_d, size_h, size_w, zero_row, PAD, align, MODE, DIMS, P, T):
+def write_taps(grid, rows, ws, n, j0, points, size_d, size_h, size_w, zero_row, PAD, align, MODE, DIMS, P, T, EXACT):
     """Phase 1: rows[k·P + q] = the input row (n·S + the tap's offset, or zero_row where the
     tap is outside) and ws[k·P + q] = the weight of tap k of point j0 + q, for q < P (points
     past the item's last compute a copy of it)."""
@@ -39,7 +48,9 @@ def write_taps(grid, rows, ws, n, j0, points, size_d, size_h, size_w, zero_row, 
     plane = size_d * size_h * size_w
     for q0 in range(0, P, CB):   # (CB divides P)
         q = q0 + kd.unit_pos_x()
-        j = kd.min(j0 + q, points - 1)
+        j = j0 + q
+        if not EXACT:
+            j = kd.min(j, points - 1)
         t = grid_taps(grid, (kd.i64(n) * points + j) * DIMS, size_d, size_h, size_w, MODE, PAD, align, DIMS)
         offs, w, oks = tap_terms(t, size_h, size_w, DIMS)
         for k in kd.unroll(T):
@@ -62,7 +73,7 @@ def forward_last(xl: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
     n = kd.cube_pos_z()
     j0 = kd.cube_pos_x() * P
     c0 = kd.cube_pos_y() * (H * V)
-    write_taps(grid, rows, ws, n, j0, points, size_d, size_h, size_w, zero_row, PAD, align, MODE, DIMS, P, T)
+    write_taps(grid, rows, ws, n, j0, points, size_d, size_h, size_w, zero_row, PAD, align, MODE, DIMS, P, T, EXACT)
     kd.sync_cube()
     c = c0 + u
     for q in range(P):                 # uniform: a point's rows and weights are scalars
@@ -110,14 +121,6 @@ def to_rows(x: kd.Tensor, xl: kd.Tensor, channels: kd.i32, spatial: kd.i32, SB: 
             xl[kd.i64(kd.cube_count_z()) * spatial * channels + c0 + h * V + u] = kd.cast(0.0, xl.dtype)
 
 
-@kd.kernel
-def zero_row_of(xl: kd.Tensor, start: kd.i64, channels: kd.i32):
-    """xl[start .. start + channels) = 0: the zero row past the channels-last rows."""
-    u = kd.unit_pos_x()
-    if u < channels:
-        xl[start + u] = kd.f32(0)
-
-
 @kd.func
 def write_grad_taps(grid, rows, slopes, dpix, tap_at, tap_w, n, j0, points, size_d, size_h, size_w, PAD, align, MODE,
                     DIMS, P, T, EXACT):
@@ -131,7 +134,9 @@ def write_grad_taps(grid, rows, slopes, dpix, tap_at, tap_w, n, j0, points, size
     plane = size_d * size_h * size_w
     for q0 in range(0, P, CB):   # (CB divides P)
         q = q0 + kd.unit_pos_x()
-        j = kd.min(j0 + q, points - 1)
+        j = j0 + q
+        if not EXACT:   # (a clamp makes the grid's loads gathers)
+            j = kd.min(j, points - 1)
         point = kd.i64(n) * points + j
         t = grid_taps(grid, point * DIMS, size_d, size_h, size_w, MODE, PAD, align, DIMS)
         TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)

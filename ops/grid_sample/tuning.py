@@ -220,6 +220,12 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
 # grid, process CPU ms, best of 15: to_rows 1.4 against channels_last.to_channels_last's 3.5;
 # forward_last 3.3-3.6; the whole forward 4.3-5.2 against lanes.py's 6.0-9.3.
 LANE_LAST = True
+# the backward too (input and out_grad copied to rows, grid_grad_last, scatter_last): off by
+# default. Same box, load 3.8-4, process CPU ms: random grid 11.9 against lanes.py's 13.8,
+# affine grid 11.1 against 8.6 (kernels alone: grid gradient 5.0-7.6 / 3.9-4.6 against
+# lanes.py's 8.7-10.4 / 4.1-4.5, scatter 3.3-4.1 / 4.1 against 4.8-6.3 / 3.9-4.2; the two
+# copies to rows, 1.3-1.9 each, lose the affine grid's case)
+LANE_LAST_BACKWARD = False
 LAST_UNITS = 16
 LAST_VECTORS = 2
 LAST_POINTS = 256
@@ -243,12 +249,14 @@ class LastPlan:
     span: int
 
 
-def lane_last_plan(caps, channels: int, batch: int, in_spatial: int, itemsize: int) -> LastPlan | None:
-    """lanes_last.py's plan, or None (lanes.py or the GPU kernels): while LANE_LAST is off,
+def lane_last_plan(caps, channels: int, batch: int, in_spatial: int, itemsize: int,
+                   backward: bool = False) -> LastPlan | None:
+    """lanes_last.py's plan, or None (lanes.py or the GPU kernels): while LANE_LAST (for the
+    backward: LANE_LAST_BACKWARD) is off,
     where units are not SIMD lanes, for element sizes not in LAST_ITEMSIZES, where LAST_UNITS
     does not divide the channels, the batch exceeds the grid's z axis or the channels-last
     rows (N·S + 1) would not fit an I32."""
-    if (not LANE_LAST or not caps.units_are_simd_lanes or itemsize not in LAST_ITEMSIZES or channels % LAST_UNITS
+    if (not (LANE_LAST_BACKWARD if backward else LANE_LAST) or not caps.units_are_simd_lanes or itemsize not in LAST_ITEMSIZES or channels % LAST_UNITS
             or batch > GRID_Z
             or batch * in_spatial + 1 >= 2 ** 31 or LAST_UNITS > caps.max_cube_units):
         return None
