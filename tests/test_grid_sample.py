@@ -498,11 +498,13 @@ def _check_last(rt, rng, opts, c, size_in, size_out, dtype=np.float32, tol=None,
 @needs_torch
 @pytest.mark.interpreter
 def test_channels_last_lane_kernels_forced_match_torch(runtime, rng, monkeypatch):
-    """lanes_last.py (the cpu runtime's forward for F32 with channels in whole vectors), forced
-    with vectors of 4 channels, cubes of 8 points and transposes of 4 positions: 8 and 16
-    channels (one and two vectors a cube; 24: three cubes of one vector along y), every mode ×
-    padding mode × alignment in 2-D, 3-D, points that fill their cubes and points that leave
-    the last cube of each batch item masked; BF16 and F16. Channels the vectors do not divide (6) and (by default) 16-bit inputs get no plan."""
+    """lanes_last.py (the cpu runtime's forward where channels fill whole vectors), forced with
+    vectors of 4 channels, up to 2 a cube, cubes of 8 points and transposes of 4 positions:
+    4 channels (one vector), 8 (two), 16 and 24 (two a cube, 2 and 3 cubes along y); every
+    mode × padding mode × alignment in 2-D, 3-D, points that fill their cubes and points that
+    leave the last cube of each batch item masked; BF16 and F16, forward and backward (its
+    switch on). Channels the vectors do not divide (6) get no plan, nor 16-bit inputs without
+    LAST_ITEMSIZES, nor (by default) the backward."""
     import dataclasses
 
     from rudnn.grid_sample import tuning
@@ -514,7 +516,7 @@ def test_channels_last_lane_kernels_forced_match_torch(runtime, rng, monkeypatch
     assert forced(caps, 24, 2, 35, 4) == tuning.LastPlan(4, 2, 3, 8, 4)
     assert tuning.lane_last_plan(dataclasses.replace(caps, units_are_simd_lanes=False), 16, 2, 35, 4) is None
     monkeypatch.setattr(tuning, "LAST_ITEMSIZES", (4,))
-    assert forced(caps, 16, 2, 35, 2) is None                     # 16-bit: lanes.py by default
+    assert forced(caps, 16, 2, 35, 2) is None                     # 16-bit: lanes.py where LAST_ITEMSIZES says
     monkeypatch.setattr(tuning, "LAST_ITEMSIZES", (2, 4))
     monkeypatch.setattr(tuning, "LANE_LAST_BACKWARD", False)
     assert forced(caps, 16, 2, 35, 4, backward=True) is None and forced(caps, 16, 2, 35, 4) is not None
@@ -577,3 +579,25 @@ def test_channels_last_lane_kernels_agree_with_lanes_and_are_deterministic(runti
     dx = grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), runtime.tensor(go))[0].numpy()
     assert np.isfinite(dx[0]).all()
     assert np.isnan(dx[1, 0]).any() and np.isfinite(dx[1, 0]).any() and np.isfinite(dx[1, 1:]).all()
+
+
+@needs_torch
+def test_channels_last_lane_forward_is_the_default_where_units_are_simd_lanes(runtime, rng, monkeypatch):
+    """With the default constants, a 16-channel F32 or BF16 forward runs lanes_last.py exactly
+    where units are SIMD lanes (the cpu runtime), and matches torch; the backward keeps the
+    other kernels (LANE_LAST_BACKWARD off)."""
+    import rudnn.grid_sample as gs
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    forward = _count_launches(monkeypatch, gs._lanes_last.forward_last)
+    backward = _count_launches(monkeypatch, gs._lanes_last.scatter_last)
+    simd = runtime.capabilities.units_are_simd_lanes
+    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-5)), (kd.bf16.np, dict(rtol=4e-2, atol=4e-2))):
+        x = rng.standard_normal((2, 16, 9, 11)).astype(dtype)
+        grid = rng.uniform(-1.1, 1.1, (2, 7, 13, 2)).astype(dtype)
+        before = forward()
+        got = grid_sample(runtime.tensor(x), runtime.tensor(grid)).numpy().astype(np.float64)
+        assert forward() - before == (1 if simd else 0)
+        want = torch_grads(x.astype(np.float64), grid.astype(np.float64), np.ones((2, 16, 7, 13)), GridSampleOptions())[0]
+        np.testing.assert_allclose(got, want, **tol)
+        grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), runtime.tensor(np.ones((2, 16, 7, 13), dtype)))
+    assert backward() == 0

@@ -9,8 +9,8 @@ input gradient is scattered as 64-bit fixed-point integers (fixed_point.py), so 
 same whatever order the units run in; the grid gradient is a per-point sum over channels.
 Where units are SIMD lanes (tuning.lane_plan: the cpu runtime), lanes.py runs instead: a cube
 of consecutive grid points (vector grid reads and output stores, taps kept for every
-channel), and an input gradient summed plane by plane in a fixed order by one unit. For F32
-inputs whose channels fill whole vectors (tuning.lane_last_plan), lanes_last.py: the input
+channel), and an input gradient summed plane by plane in a fixed order by one unit. For inputs
+whose channels fill whole vectors (tuning.lane_last_plan), lanes_last.py: the input
 copied to channels-last rows, a cube's units channels (vector loads of a tap's channels); its
 backward behind LANE_LAST_BACKWARD (off by default).
 

@@ -1,6 +1,6 @@
 """grid_sample on devices whose units are SIMD lanes (the cpu runtime), channels last:
 chosen by tuning.lane_last_plan (new in session 21; lanes.py stays for channels that are
-not whole vectors and, by default, for 16-bit inputs and the backward).
+not whole vectors and, by default, for the backward).
 
 lanes.py gives a unit a grid point and reads each tap channel by channel with a gather,
 which caps the forward at torch's speed. Here the input is first copied to channels-last

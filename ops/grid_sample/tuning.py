@@ -211,29 +211,31 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
 
 
 # lanes_last.py (devices whose units are SIMD lanes, session 21): the input copied to
-# channels-last rows, a cube's units channels (vector loads of a tap's channels instead of
+# channels-last F32 rows, a cube's units channels (vector loads of a tap's channels instead of
 # gathers). LAST_UNITS channels a vector (the cube's units: 16 lets LLVM vectorise the unit
 # loop, 8 was unrolled to scalar code), LAST_VECTORS such vectors a cube at most (where they
-# divide the channels), LAST_POINTS grid points a cube (a multiple of LAST_UNITS), and
-# LAST_SPAN positions a cube of the transpose (to_rows). Channels that LAST_UNITS does not
-# divide (1, 3, 17...) keep lanes.py. Zen 5 (shared, load 3.6), f32 [4, 16, 128²] random
-# grid, process CPU ms, best of 15: to_rows 1.4 against channels_last.to_channels_last's 3.5;
-# forward_last 3.3-3.6; the whole forward 4.3-5.2 against lanes.py's 6.0-9.3.
+# divide the channels), LAST_POINTS grid points a cube (a multiple of LAST_UNITS), LAST_SPAN
+# positions a cube of the transpose (to_rows). Channels that LAST_UNITS does not divide (1, 3,
+# 17...) keep lanes.py. 2-core Zen box shared with two other helpers (load 2.7-3.4), process
+# CPU ms (every thread's), median of 5 rounds of best-of-5, `python -m benchmarks.grid_lanes_cpu`:
+# [4, 16, 128²] forward f32 random 3.14 against lanes.py's 5.21, affine 2.88 against 4.08;
+# bf16 random 2.83 against 3.54, affine 2.60 against 2.69. [2, 64, 128²] f32 forward, 1 / 2 / 4
+# vectors a cube: random 6.36 / 8.98 / 10.38 (lanes.py 9.5-10.1), affine 5.98 / 8.19 / 10.00
+# (lanes.py 8.2-8.4): more vectors a cube lose (the unit loop no longer vectorises well).
 LANE_LAST = True
 # the backward too (input and out_grad copied to rows, grid_grad_last, scatter_last): off by
-# default. Same box, load 3.8-4, process CPU ms: random grid 11.9 against lanes.py's 13.8,
-# affine grid 11.1 against 8.6 (kernels alone: grid gradient 5.0-7.6 / 3.9-4.6 against
-# lanes.py's 8.7-10.4 / 4.1-4.5, scatter 3.3-4.1 / 4.1 against 4.8-6.3 / 3.9-4.2; the two
-# copies to rows, 1.3-1.9 each, lose the affine grid's case)
+# default. Same runs, process CPU ms, [4, 16, 128²] f32: random grid 10.9 against lanes.py's
+# 12.3, affine 10.1 against 7.8; [2, 64, 128²] (1 vector): random 18.4 against 21.9, affine
+# 17.8 against 16.8. Kernels alone ([4, 16, 128²]): grid gradient 5.0-7.6 random / 3.9-4.6
+# affine against lanes.py's 8.7-10.4 / 4.1-4.5, scatter 3.3-4.1 / 4.1 against 4.8-6.3 /
+# 3.9-4.2; the two copies to rows (1.3-1.9 each) lose the affine grid's case.
 LANE_LAST_BACKWARD = False
 LAST_UNITS = 16
-LAST_VECTORS = 2
+LAST_VECTORS = 1
 LAST_POINTS = 256
 LAST_SPAN = 64
-# element sizes it serves: F32 only by default (bf16 [4, 16, 128²], same box and load: forward
-# 4.2-5.6 against lanes.py's 4.7-5.6 CPU ms, backward 14.5-16.2 against 11.4-12.2: lanes.py's
-# 16-bit gathers halve its bytes; the rows here are F32 whatever the dtype)
-LAST_ITEMSIZES = (4,)
+# element sizes it serves (the rows are F32 whatever the dtype)
+LAST_ITEMSIZES = (2, 4)
 
 
 @dataclass(frozen=True)
