@@ -456,3 +456,148 @@ def test_staged_forward_matches_the_direct_kernel(runtime, rng, monkeypatch):
         monkeypatch.setattr(gs, "staged_plan", plan)
         got.append(grid_sample(xb, gb).numpy().astype(np.float32))
     np.testing.assert_array_equal(got[0], got[1])
+
+
+# ---------------------------------------------------------------------------- SIMD lanes, channels last
+def _last_forced(monkeypatch, units=4, vectors=2, points=8, span=4):
+    """lanes_last.py forced on this runtime (its plan as where units are SIMD lanes, any element
+    size) with small vectors, cubes and transpose spans; replay off (each call picks anew)."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    for k, v in (("LAST_UNITS", units), ("LAST_VECTORS", vectors), ("LAST_POINTS", points), ("LAST_SPAN", span),
+                 ("LAST_ITEMSIZES", (2, 4)), ("LANE_LAST", True), ("LANE_LAST_BACKWARD", True)):
+        monkeypatch.setattr(tuning, k, v)
+    forced = (lambda caps, *a, **k: tuning.lane_last_plan(dataclasses.replace(caps, units_are_simd_lanes=True), *a,
+                                                          **k))
+    monkeypatch.setattr(gs, "lane_last_plan", forced)
+    return gs, forced
+
+
+def _check_last(rt, rng, opts, c, size_in, size_out, dtype=np.float32, tol=None, grid=None, go=None):
+    """lanes_last.py's forward and gradients against torch (float64) on C channels."""
+    dims = len(size_in)
+    x = rng.standard_normal((2, c, *size_in)).astype(dtype)
+    grid = rng.uniform(-1.25, 1.25, (2, *size_out, dims)).astype(dtype) if grid is None else grid.astype(dtype)
+    go = rng.standard_normal((2, c, *size_out)).astype(dtype) if go is None else go.astype(dtype)
+    y, gx, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+    tol = tol or dict(rtol=1e-5, atol=1e-5)
+    what = f"{opts} C={c} {size_in}->{size_out}"
+    np.testing.assert_allclose(grid_sample(rt.tensor(x), rt.tensor(grid), opts).numpy().astype(np.float64), y,
+                               **tol, err_msg=what)
+    dx, dgrid = grid_sample_backward(rt.tensor(x), rt.tensor(grid), rt.tensor(go), opts)
+    np.testing.assert_allclose(dx.numpy().astype(np.float64), gx, **tol, err_msg="input grad " + what)
+    scale = max(size_in) * c ** 0.5   # the grid gradient: size/2 times a sum over the channels
+    np.testing.assert_allclose(dgrid.numpy().astype(np.float64), gg, rtol=tol["rtol"] * scale,
+                               atol=tol["atol"] * scale, err_msg="grid grad " + what)
+    return dx.numpy()
+
+
+@needs_torch
+@pytest.mark.interpreter
+def test_channels_last_lane_kernels_forced_match_torch(runtime, rng, monkeypatch):
+    """lanes_last.py (the cpu runtime's forward where channels fill whole vectors), forced with
+    vectors of 4 channels, up to 2 a cube, cubes of 8 points and transposes of 4 positions:
+    4 channels (one vector), 8 (two), 16 and 24 (two a cube, 2 and 3 cubes along y); every
+    mode × padding mode × alignment in 2-D, 3-D, points that fill their cubes and points that
+    leave the last cube of each batch item masked; BF16 and F16, forward and backward (its
+    switch on). Channels the vectors do not divide (6) get no plan, nor 16-bit inputs without
+    LAST_ITEMSIZES, nor (by default) the backward."""
+    import dataclasses
+
+    from rudnn.grid_sample import tuning
+    gs, forced = _last_forced(monkeypatch)
+    launched = _count_launches(monkeypatch, gs._lanes_last.forward_last)
+    caps = runtime.capabilities
+    assert forced(caps, 6, 2, 35, 4) is None                      # 6 channels: lanes.py
+    assert forced(caps, 16, 2, 35, 4) == tuning.LastPlan(4, 2, 2, 8, 4)
+    assert forced(caps, 24, 2, 35, 4) == tuning.LastPlan(4, 2, 3, 8, 4)
+    assert tuning.lane_last_plan(dataclasses.replace(caps, units_are_simd_lanes=False), 16, 2, 35, 4) is None
+    monkeypatch.setattr(tuning, "LAST_ITEMSIZES", (4,))
+    assert forced(caps, 16, 2, 35, 2) is None                     # 16-bit: lanes.py where LAST_ITEMSIZES says
+    monkeypatch.setattr(tuning, "LAST_ITEMSIZES", (2, 4))
+    monkeypatch.setattr(tuning, "LANE_LAST_BACKWARD", False)
+    assert forced(caps, 16, 2, 35, 4, backward=True) is None and forced(caps, 16, 2, 35, 4) is not None
+    monkeypatch.setattr(tuning, "LANE_LAST_BACKWARD", True)
+    cases = [(GridSampleMode.Bilinear, 8, (5, 7), (3, 6)), (GridSampleMode.Bilinear, 16, (4, 6), (4, 4)),
+             (GridSampleMode.Nearest, 8, (4, 9), (3, 5)), (GridSampleMode.Bicubic, 4, (6, 5), (2, 8))]
+    for mode, c, size_in, size_out in cases:
+        for pad in PADS:
+            for align in (False, True):
+                _check_last(runtime, rng, GridSampleOptions(mode, pad, align), c, size_in, size_out)
+    for mode in (GridSampleMode.Bilinear, GridSampleMode.Nearest):   # 3-D; three channel cubes
+        _check_last(runtime, rng, GridSampleOptions(mode, PADS[0], False), 24, (3, 4, 5), (2, 3, 3))
+        _check_last(runtime, rng, GridSampleOptions(mode, PADS[2], True), 8, (2, 3, 5), (2, 2, 4))
+    assert launched() > 0
+    for dtype, tol in (("f16", dict(rtol=5e-3, atol=5e-3)), ("bf16", dict(rtol=4e-2, atol=4e-2))):
+        for mode in (GridSampleMode.Bilinear, GridSampleMode.Bicubic):
+            _check_last(runtime, rng, GridSampleOptions(mode, GridSamplePaddingMode.Border), 8, (6, 9), (5, 4),
+                        kd.as_dtype(dtype).np, tol)
+
+
+@needs_torch
+@pytest.mark.interpreter
+def test_channels_last_lane_kernels_agree_with_lanes_and_are_deterministic(runtime, rng, monkeypatch):
+    """lanes_last.py forced against lanes.py on the same calls (its forward: the same sums in
+    the same order; its gradients within rounding), with NaN / ±inf / huge grid coordinates
+    (outside, as the other kernels and torch's CUDA ones; torch's CPU gives NaN) in every
+    padding mode; a bitwise-repeatable input gradient with many grid points on few pixels;
+    non-finite out_grad values reaching only their taps' pixels."""
+    import dataclasses
+
+    from rudnn.grid_sample import tuning
+    gs, forced = _last_forced(monkeypatch)
+    lanes = (lambda caps, *a: tuning.lane_plan(dataclasses.replace(caps, units_are_simd_lanes=True), *a))
+    x = rng.standard_normal((2, 8, 4, 5)).astype(np.float32)
+    grid = rng.uniform(-0.7, 0.7, (2, 9, 7, 2)).astype(np.float32)
+    go = (rng.standard_normal((2, 8, 9, 7)) * 1e3).astype(np.float32)
+    args = runtime.tensor(x), runtime.tensor(grid)
+    odd = grid.copy()
+    odd[0, 1, 2, 0], odd[1, 2, 5, 1], odd[1, 0, 0, 0], odd[0, 0, 1, 1] = np.nan, np.inf, 1e30, -np.inf
+    for g, pad in ((grid, PADS[0]), (odd, PADS[0]), (odd, PADS[1]), (odd, PADS[2])):
+        opts = GridSampleOptions(GridSampleMode.Bilinear, pad, False)
+        got = []
+        for last, lane in ((forced, lambda *a: None), (lambda *a, **k: None, lanes)):
+            monkeypatch.setattr(gs, "lane_last_plan", last)
+            monkeypatch.setattr(gs, "lane_plan", lane)
+            ga = runtime.tensor(x), runtime.tensor(g)
+            got.append((grid_sample(*ga, opts).numpy(),
+                        *(t.numpy() for t in grid_sample_backward(*ga, runtime.tensor(go), opts))))
+        np.testing.assert_array_equal(got[0][0], got[1][0], err_msg=str(opts))
+        for a, b in zip(got[0][1:], got[1][1:]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max(), err_msg=str(opts))
+        if g is grid:
+            first = got[0][1]
+    monkeypatch.setattr(gs, "lane_last_plan", forced)
+    for _ in range(2):
+        assert np.array_equal(grid_sample_backward(*args, runtime.tensor(go))[0].numpy(), first)
+    go[0, 1, 3, 3] = np.inf
+    go[1, 0, 5, 5] = np.nan
+    grid[0, 3, 3] = 5.0   # (all its taps outside: its inf reaches no pixel)
+    dx = grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), runtime.tensor(go))[0].numpy()
+    assert np.isfinite(dx[0]).all()
+    assert np.isnan(dx[1, 0]).any() and np.isfinite(dx[1, 0]).any() and np.isfinite(dx[1, 1:]).all()
+
+
+@needs_torch
+def test_channels_last_lane_forward_is_the_default_where_units_are_simd_lanes(runtime, rng, monkeypatch):
+    """With the default constants, a 16-channel F32 or BF16 forward runs lanes_last.py exactly
+    where units are SIMD lanes (the cpu runtime), and matches torch; the backward keeps the
+    other kernels (LANE_LAST_BACKWARD off)."""
+    import rudnn.grid_sample as gs
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    forward = _count_launches(monkeypatch, gs._lanes_last.forward_last)
+    backward = _count_launches(monkeypatch, gs._lanes_last.scatter_last)
+    simd = runtime.capabilities.units_are_simd_lanes
+    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-5)), (kd.bf16.np, dict(rtol=4e-2, atol=4e-2))):
+        x = rng.standard_normal((2, 16, 9, 11)).astype(dtype)
+        grid = rng.uniform(-1.1, 1.1, (2, 7, 13, 2)).astype(dtype)
+        before = forward()
+        got = grid_sample(runtime.tensor(x), runtime.tensor(grid)).numpy().astype(np.float64)
+        assert forward() - before == (1 if simd else 0)
+        want = torch_grads(x.astype(np.float64), grid.astype(np.float64), np.ones((2, 16, 7, 13)), GridSampleOptions())[0]
+        np.testing.assert_allclose(got, want, **tol)
+        grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), runtime.tensor(np.ones((2, 16, 7, 13), dtype)))
+    assert backward() == 0

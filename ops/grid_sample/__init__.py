@@ -9,7 +9,10 @@ input gradient is scattered as 64-bit fixed-point integers (fixed_point.py), so 
 same whatever order the units run in; the grid gradient is a per-point sum over channels.
 Where units are SIMD lanes (tuning.lane_plan: the cpu runtime), lanes.py runs instead: a cube
 of consecutive grid points (vector grid reads and output stores, taps kept for every
-channel), and an input gradient summed plane by plane in a fixed order by one unit.
+channel), and an input gradient summed plane by plane in a fixed order by one unit. For inputs
+whose channels fill whole vectors (tuning.lane_last_plan), lanes_last.py: the input
+copied to channels-last rows, a cube's units channels (vector loads of a tap's channels); its
+backward behind LANE_LAST_BACKWARD (off by default).
 
 GPU forms behind tuning constants (each off by default until timed on a GPU; benchmarks/
 grid_variants.py times them all): channels_last.py (CHANNELS_LAST: the forward on a
@@ -26,13 +29,15 @@ from . import backward_last as _bwd_last
 from . import channels_last as _last
 from . import fixed_point as _fixed
 from . import lanes as _lanes
+from . import lanes_last as _lanes_last
 from . import sample as _sample
 from . import staged as _staged
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
-from .tuning import (MAX_CUBES, UNITS, as_5d, backward_group, backward_staged_channels, channels_last_lanes,
-                     channels_last_vectors, cubes, forward_tiles, headroom, lane_plan, staged_plan, transpose_lanes)
+from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_group, backward_staged_channels, channels_last_lanes,
+                     channels_last_vectors, cubes, forward_tiles, headroom, lane_last_plan, lane_plan, staged_plan,
+                     transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -53,6 +58,11 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     lanes = channels_last_lanes(rt.capabilities, input.shape[1], input.shape[0], input.dtype.itemsize)
     if lanes:
         _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes)
+        return out
+    last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]),
+                          input.dtype.itemsize)
+    if last is not None:   # units are SIMD lanes, channels in whole vectors: lanes_last.py
+        _forward_lanes_last(x5, g5, out, p.locations, o, p.dims, last)
         return out
     plan = _lane_plan(rt, x5, y5, o, p.dims)
     if plan is not None:   # units are SIMD lanes: a cube an output row, vector grid reads
@@ -85,6 +95,11 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     dx = rt.empty(input.shape, input.dtype)
     go = out_grad.contiguous()
     x5, g5, go5 = as_5d(input.contiguous(), p.dims, 2), as_5d(grid.contiguous(), p.dims, 1), as_5d(go, p.dims, 2)
+    last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]),
+                          input.dtype.itemsize, backward=True)
+    if last is not None:   # units are SIMD lanes, channels in whole vectors: lanes_last.py
+        _backward_lanes_last(x5, g5, go5, grad_grid, dx, p.locations, o, p.dims, last)
+        return dx, grad_grid
     plan = _lane_plan(rt, x5, go5, o, p.dims)
     if plan is not None:   # units are SIMD lanes: a cube a chunk of points, then planes a cube
         sizes = _lane_sizes(x5, go5)
@@ -164,6 +179,48 @@ def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampl
     _last.sample_channels_last[-(-points // (UNITS // groups)), UNITS](
         xl, g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:], *_runtime_options(o),
         o.mode.value, dims, lanes, vecs, groups)
+
+
+def _rows_of(x5, plan) -> kd.Tensor:
+    """lanes_last.to_rows: x5 [N, C, *S] copied to channels-last F32 rows [N·S + 1, C]
+    (flat), the last row zeros."""
+    n, c = x5.shape[:2]
+    spatial = x5.size // (n * c)
+    xl = x5.runtime.empty(((n * spatial + 1) * c,), kd.f32)
+    _lanes_last.to_rows[(-(-spatial // plan.span), plan.blocks, n), plan.units](
+        x5.reshape(x5.size), xl, c, spatial, plan.span, plan.vectors)
+    return xl
+
+
+def _forward_lanes_last(x5, g5, out, locations: int, o: GridSampleOptions, dims: int, plan) -> None:
+    """The forward of lanes_last.py (tuning.lane_last_plan): x5 copied to channels-last rows,
+    then forward_last, plan.points grid points and plan.units·plan.vectors channels a cube."""
+    n, c = x5.shape[:2]
+    xl = _rows_of(x5, plan)
+    spatial = x5.size // (n * c)
+    pad, align = _runtime_options(o)
+    _lanes_last.forward_last[(-(-locations // plan.points), plan.blocks, n), plan.units](
+        xl, g5.reshape(g5.size), out.reshape(out.size), c, locations, *x5.shape[2:], n * spatial, pad, align,
+        o.mode.value, dims, TAPS[o.mode] ** dims, plan.points, plan.vectors, locations % plan.points == 0)
+
+
+def _backward_lanes_last(x5, g5, go5, grad_grid, dx, locations: int, o: GridSampleOptions, dims: int, plan) -> None:
+    """The backward of lanes_last.py: input and out_grad copied to channels-last rows, the
+    grid gradient (grid_grad_last, which also writes every point's taps), then the input
+    gradient scattered in point order into an F32 channels-last scratch (scatter_last)."""
+    rt = x5.runtime
+    n, c = x5.shape[:2]
+    spatial = x5.size // (n * c)
+    taps = TAPS[o.mode] ** dims
+    xl, gl = _rows_of(x5, plan), _rows_of(go5, plan)
+    tap_at, tap_w = rt.empty((n * locations * taps,), kd.i32), rt.empty((n * locations * taps,), kd.f32)
+    pad, align = _runtime_options(o)
+    _lanes_last.grid_grad_last[(-(-locations // plan.points), 1, n), plan.units](
+        xl, gl, g5.reshape(g5.size), grad_grid.reshape(grad_grid.size), tap_at, tap_w, c, locations, *x5.shape[2:],
+        pad, align, o.mode.value, dims, taps, plan.points, locations % plan.points == 0)
+    acc = rt.empty((n * (spatial + 1) * c,), kd.f32)
+    _lanes_last.scatter_last[(1, plan.blocks, n), plan.units](gl, tap_at, tap_w, acc, dx.reshape(dx.size), c,
+                                                               locations, spatial, taps, plan.vectors)
 
 
 def _lane_plan(rt, x5, y5, o: GridSampleOptions, dims: int):

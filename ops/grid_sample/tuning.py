@@ -208,3 +208,61 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
     shared = planes * (in_spatial + 1) * 4 <= caps.max_shared_bytes // 2
     return LanePlan(bx, points % bx == 0, TAPS[mode] ** dims, planes, min(SCATTER_UNITS, caps.max_cube_units),
                     shared)
+
+
+# lanes_last.py (devices whose units are SIMD lanes, session 21): the input copied to
+# channels-last F32 rows, a cube's units channels (vector loads of a tap's channels instead of
+# gathers). LAST_UNITS channels a vector (the cube's units: 16 lets LLVM vectorise the unit
+# loop, 8 was unrolled to scalar code), LAST_VECTORS such vectors a cube at most (where they
+# divide the channels), LAST_POINTS grid points a cube (a multiple of LAST_UNITS), LAST_SPAN
+# positions a cube of the transpose (to_rows). Channels that LAST_UNITS does not divide (1, 3,
+# 17...) keep lanes.py. 2-core Zen box shared with two other helpers (load 2.7-3.4), process
+# CPU ms (every thread's), median of 5 rounds of best-of-5, `python -m benchmarks.grid_lanes_cpu`:
+# [4, 16, 128²] forward f32 random 3.14 against lanes.py's 5.21, affine 2.88 against 4.08;
+# bf16 random 2.83 against 3.54, affine 2.60 against 2.69. [2, 64, 128²] f32 forward, 1 / 2 / 4
+# vectors a cube: random 6.36 / 8.98 / 10.38 (lanes.py 9.5-10.1), affine 5.98 / 8.19 / 10.00
+# (lanes.py 8.2-8.4): more vectors a cube lose (the unit loop no longer vectorises well).
+LANE_LAST = True
+# the backward too (input and out_grad copied to rows, grid_grad_last, scatter_last): off by
+# default. Same runs, process CPU ms, [4, 16, 128²] f32: random grid 10.9 against lanes.py's
+# 12.3, affine 10.1 against 7.8; [2, 64, 128²] (1 vector): random 18.4 against 21.9, affine
+# 17.8 against 16.8. Kernels alone ([4, 16, 128²]): grid gradient 5.0-7.6 random / 3.9-4.6
+# affine against lanes.py's 8.7-10.4 / 4.1-4.5, scatter 3.3-4.1 / 4.1 against 4.8-6.3 /
+# 3.9-4.2; the two copies to rows (1.3-1.9 each) lose the affine grid's case.
+LANE_LAST_BACKWARD = False
+LAST_UNITS = 16
+LAST_VECTORS = 1
+LAST_POINTS = 256
+LAST_SPAN = 64
+# element sizes it serves (the rows are F32 whatever the dtype)
+LAST_ITEMSIZES = (2, 4)
+
+
+@dataclass(frozen=True)
+class LastPlan:
+    """lanes_last.py's launch: `units` channels a vector (the cube's units), `vectors` such
+    vectors a cube (blocks = channels / (units·vectors) cubes along y), `points` grid points
+    a cube of the sampling kernels, `span` positions a cube of the transpose."""
+
+    units: int
+    vectors: int
+    blocks: int
+    points: int
+    span: int
+
+
+def lane_last_plan(caps, channels: int, batch: int, in_spatial: int, itemsize: int,
+                   backward: bool = False) -> LastPlan | None:
+    """lanes_last.py's plan, or None (lanes.py or the GPU kernels): while LANE_LAST (for the
+    backward: LANE_LAST_BACKWARD) is off,
+    where units are not SIMD lanes, for element sizes not in LAST_ITEMSIZES, where LAST_UNITS
+    does not divide the channels, the batch exceeds the grid's z axis or the channels-last
+    rows (N·S + 1) would not fit an I32."""
+    if (not (LANE_LAST_BACKWARD if backward else LANE_LAST) or not caps.units_are_simd_lanes or itemsize not in LAST_ITEMSIZES or channels % LAST_UNITS
+            or batch > GRID_Z
+            or batch * in_spatial + 1 >= 2 ** 31 or LAST_UNITS > caps.max_cube_units):
+        return None
+    h = LAST_VECTORS
+    while channels % (h * LAST_UNITS):
+        h -= 1
+    return LastPlan(LAST_UNITS, h, channels // (h * LAST_UNITS), LAST_POINTS, LAST_SPAN)
