@@ -71,7 +71,7 @@ def conv_gemm_group_persistent(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: k
         accs = accs + (acc,)
 
     tile = kd.cube_pos_x()
-    first = a_rows(tile * BM, row, RS, NR, Mg, P, OH, OW, G)
+    first = a_rows(x, tile * BM, row, RS, NR, Mg, P, OH, OW, G)
     for s in kd.unroll(AHEAD):
         fetch_step(sa, sb, x, w, s * A_STAGE + adst, s * B_STAGE + bdst, first, brows, s, col, R, g, Cg,
                    RS, NR, NRS, G)
@@ -80,8 +80,8 @@ def conv_gemm_group_persistent(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: k
     while tile < MT:
         m0 = tile * BM
         nt = tile + kd.cube_count_x()
-        cur = a_rows(m0, row, RS, NR, Mg, P, OH, OW, G)
-        nxt = a_rows(nt * BM, row, RS, NR, Mg, P, OH, OW, G)   # past the matrix after the last tile: zeros
+        cur = a_rows(x, m0, row, RS, NR, Mg, P, OH, OW, G)
+        nxt = a_rows(x, nt * BM, row, RS, NR, Mg, P, OH, OW, G)   # past the matrix after the last tile: zeros
         for kt in range(KT):
             kd.async_wait(AHEAD - 1)
             kd.sync_cube()
