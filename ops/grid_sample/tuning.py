@@ -208,3 +208,51 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
     shared = planes * (in_spatial + 1) * 4 <= caps.max_shared_bytes // 2
     return LanePlan(bx, points % bx == 0, TAPS[mode] ** dims, planes, min(SCATTER_UNITS, caps.max_cube_units),
                     shared)
+
+
+# the gathered input gradient (backward_gather.py, issue 19): grid points bucketed by the cell
+# their taps start from, then one unit a pixel and BACKWARD_GATHER_BYTES of channels (K of
+# them, the largest power of two dividing the channels) walks the lists of the cells reaching
+# it and sums the fixed-point contributions in registers: no atomic a contribution (the
+# channels-last backward's ~537M i64 atomics for [32, 64, 256²]), dx bit for bit the same.
+# Bilinear and nearest only (bicubic keeps the scatter). The grid gradient is still
+# backward_last's per-point sum (its scatter off), so the same copies of input and out_grad.
+# Byte estimate for [32, 64, 256²] f32 (H200, ~4 TB/s): copies ~0.6 ms, grid gradient
+# 0.3-0.7 ms, gather 0.3-0.7 ms, bucketing ~0.1 ms: ~1.3-2.2 ms against 3.8-4.2 ms measured
+# for the scatter. On by default; not yet timed on a GPU (benchmarks/grid_variants.py).
+BACKWARD_GATHER = True
+BACKWARD_GATHER_BYTES = 32    # out_grad bytes a unit reads a listed point (one 32-byte sector)
+BACKWARD_GATHER_LAST = True   # read out_grad's channels-last copy (else [N, C, points] itself)
+
+
+def gather_cells(mode: GridSampleMode, dims: int, in_spatial: tuple) -> int:
+    """Cells a batch item of backward_gather's buckets, for input spatial axes (D, H, W) (D = 1
+    in 2-D): size + T − 1 along each axis of T taps a point (a 2-D call's depth: one)."""
+    t = 2 if mode is GridSampleMode.Bilinear else 1
+    d, h, w = in_spatial
+    return (d + (t - 1 if dims == 3 else 0)) * (h + t - 1) * (w + t - 1)
+
+
+def backward_gather_group(channels: int) -> int:
+    """Units a grid point of the gathered backward's grid-gradient pass (backward_last's kernel,
+    scatter off): BACKWARD_GROUP or the largest power of two below it dividing the channels."""
+    g = min(BACKWARD_GROUP, UNITS)
+    while g > 1 and channels % g:
+        g //= 2
+    return g
+
+
+def backward_gather_channels(caps, mode: GridSampleMode, dims: int, in_spatial: tuple, channels: int, batch: int,
+                             points: int, itemsize: int) -> int:
+    """K, the channels a unit of the gathered input gradient sums (in_spatial: (D, H, W), D = 1
+    in 2-D), or 0 where it does not
+    serve: while BACKWARD_GATHER is off, bicubic, where units are SIMD lanes (lanes.py),
+    more batch items than a grid's z steps, or cells or points beyond 32-bit indices."""
+    if (not BACKWARD_GATHER or mode is GridSampleMode.Bicubic or caps.units_are_simd_lanes or batch > GRID_Z
+            or batch * gather_cells(mode, dims, in_spatial) >= 2 ** 31 - UNITS
+            or points >= 2 ** 31):
+        return 0
+    k = max(1, BACKWARD_GATHER_BYTES // itemsize)
+    while k > 1 and channels % k:
+        k //= 2
+    return k
