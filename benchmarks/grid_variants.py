@@ -61,6 +61,9 @@ BACKWARD = {   # the scatter forms with the gathered input gradient off, then th
         "BACKWARD_GATHER": True, "BACKWARD_GROUP": g, "BACKWARD_GATHER_BYTES": b, "BACKWARD_GATHER_LAST": last,
         "BACKWARD_STAGED_CHANNELS": 0} for g, b, last in ((8, 32, True), (8, 16, True), (8, 64, True),
                                                           (16, 32, True), (8, 32, False))},
+    "gather G8 K32B last scalar": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
+                                   "BACKWARD_GATHER_LAST": True, "BACKWARD_STAGED_CHANNELS": 0,
+                                   "BACKWARD_GATHER_VECTOR": 1},
     "gather G8 K32B go-rows": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
                                "BACKWARD_GATHER_LAST": False, "BACKWARD_STAGED_CHANNELS": 64},
 }

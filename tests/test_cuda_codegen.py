@@ -607,13 +607,15 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
     grid, go = CPU.zeros((points * dims,), dt), CPU.zeros((n * c * locations,), dt)
     u32 = CPU.zeros((n * cells,), "u32")
     lists, bits, dx = CPU.zeros((points,), "i32"), CPU.zeros((2,), "u32"), CPU.zeros((n * c * s * s,), dt)
-    args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k, 256)
+    v = tuning.backward_gather_vector(k, 4 if dt == "f32" else 2)
+    args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k, v, 256)
     log = ptxas_report(compile_launch(bg.gather_input_grad, 256, args, "sm_90").rendered.source)
     assert "0 bytes spill stores" in log, log
     print(dt, mode, dims, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
     for sm in (90, 80):
         ptx = ptx_of(bg.gather_input_grad, 256, args, sm=sm)
         assert not re.search(r"\b(atom|red)\.", ptx)
+        assert re.search(r"ld\.global[.\w]*\.v4\.[bfu]32", ptx)   # out_grad's channels as 16-byte vectors
         count = ptx_of(bg.count_cells, 256, (grid, u32, points, locations, cells, *size, 0, 0, mode, dims), sm=sm)
         assert instructions(count, r"\b(?:atom|red)\.global\.add\.(\w+)") == {"u32"}
         fill = ptx_of(bg.fill_cells, 256, (grid, u32, u32, u32, lists, points, locations, cells, *size, 0, 0, mode,

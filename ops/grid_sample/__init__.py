@@ -16,7 +16,11 @@ grid_variants.py times them all): channels_last.py (CHANNELS_LAST: the forward o
 channels-last copy), staged.py (STAGED_FORWARD: 2-D forward, a tile's input box through
 shared memory where it fits, chosen per cube on the device), tiles of grid points for the
 direct forward (FORWARD_TILE_W), and backward_last.py (BACKWARD_CHANNELS_LAST: the backward
-on channels-last copies, native 64-bit fixed-point atomics where the device has them)."""
+on channels-last copies, native 64-bit fixed-point atomics where the device has them).
+backward_gather.py (BACKWARD_GATHER, on; bilinear and nearest where units are not SIMD
+lanes) takes the input gradient before both: grid points bucketed by cell, then a unit a
+pixel sums the same fixed-point integers in registers (no atomics on the values), the grid
+gradient by backward_last's kernel with its scatter off."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -34,7 +38,7 @@ from ..moe.tiles import SCAN_UNITS, exclusive_scan
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from . import tuning as _tuning
-from .tuning import (MAX_CUBES, UNITS, as_5d, backward_gather_channels, backward_gather_group, backward_group,
+from .tuning import (MAX_CUBES, UNITS, as_5d, backward_gather_channels, backward_gather_group, backward_gather_vector, backward_group,
                      backward_staged_channels, channels_last_lanes,
                      channels_last_vectors, cubes, forward_tiles, gather_cells, headroom, lane_plan, staged_plan,
                      transpose_lanes)
@@ -193,12 +197,12 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     _gather.fill_cells[cubes(points), UNITS](grid, cursor, local, offsets, lists, points, locations, cells, *sizes,
                                              *opts, UNITS)
     if _tuning.BACKWARD_GATHER_LAST and not staged:   # out_grad's channels-last copy, K consecutive channels a point
-        go, strides = gl, (c, 1)
+        go, strides, v = gl, (c, 1), backward_gather_vector(k, x5.dtype.itemsize)
     else:
-        go, strides = go5.reshape(go5.size), (1, locations)
+        go, strides, v = go5.reshape(go5.size), (1, locations), 1
     _gather.gather_input_grad[(cubes(spatial), c // k, n), UNITS](
         grid, go, counts, local, offsets, lists, max_bits, dx.reshape(dx.size), c, locations, cells, *sizes, *strides,
-        *opts, room, k, UNITS)
+        *opts, room, k, v, UNITS)
 
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,

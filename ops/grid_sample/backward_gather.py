@@ -137,14 +137,14 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                       dx: kd.Tensor, C: kd.i32, locations: kd.i32, cells: kd.i32, size_d: kd.i32, size_h: kd.i32,
                       size_w: kd.i32, point_stride: kd.i32, channel_stride: kd.i32, pad_mode: kd.i32, align: kd.i32,
                       MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], K: kd.Const[int],
-                      BLOCK: kd.Const[int]):
+                      V: kd.Const[int], BLOCK: kd.Const[int]):
     """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
     batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
     s and sums round(w·out_grad·2^k) over them in i64 (k as fixed_point.scale_exponent), flags
     for non-finite contributions, then stores the sums as floats (NaN / ±inf where flagged, as
     fixed_point.finish). out_grad go: element (n, c, point l) at n·C·locations + l·point_stride
     + c·channel_stride (point_stride 1, channel_stride locations: [N, C, locations]; C and 1: a
-    channels-last copy)."""
+    channels-last copy, read as vectors of V channels where V > 1, V dividing K)."""
     S = size_d * size_h * size_w
     s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
     n = kd.cube_pos_z()
@@ -173,10 +173,19 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                         t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
                         w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
                         at = item + kd.i64(e - n * locations) * point_stride + kd.i64(c0) * channel_stride
+                        vals = ()
+                        if V == 1:
+                            for j in kd.unroll(K):
+                                vals = vals + (kd.f32(go[at + j * channel_stride]),)
+                        else:   # channels consecutive (channel_stride 1): K / V vectors
+                            for h in kd.unroll(K // V):
+                                vec = kd.cast(kd.load_vec(go, at + h * V, V), kd.f32)
+                                for j in kd.unroll(V):
+                                    vals = vals + (vec[j],)
                         summed = ()
                         flagged = ()
                         for j in kd.unroll(K):
-                            v = w * kd.f32(go[at + j * channel_stride])
+                            v = w * vals[j]
                             finite = kd.abs(v) < kd.inf
                             q = kd.i64(kd.round(kd.f64(kd.select(finite, v, 0.0)) * scale))
                             bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))

@@ -223,6 +223,13 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
 BACKWARD_GATHER = True
 BACKWARD_GATHER_BYTES = 32    # out_grad bytes a unit reads a listed point (one 32-byte sector)
 BACKWARD_GATHER_LAST = True   # read out_grad's channels-last copy (else [N, C, points] itself)
+BACKWARD_GATHER_VECTOR = 16   # bytes a load of that copy (1 element: scalar loads)
+
+
+def backward_gather_vector(k: int, itemsize: int) -> int:
+    """Channels a vector load of the gather's channels-last out_grad: BACKWARD_GATHER_VECTOR
+    bytes (at most K; powers of two, so it divides K), or 1."""
+    return max(1, min(k, BACKWARD_GATHER_VECTOR // itemsize))
 
 
 def gather_cells(mode: GridSampleMode, dims: int, in_spatial: tuple) -> int:
