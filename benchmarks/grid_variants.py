@@ -56,7 +56,8 @@ BACKWARD = {   # the scatter forms with the gathered input gradient off, then th
                          "BACKWARD_STAGED_CHANNELS": 64},
     # backward_gather.py (issue 19): K = BYTES of channels a unit; out_grad's channels-last copy
     # (last) or [N, C, points] itself (nchw); go-rows: no out_grad copy at all (the grid
-    # gradient reads its rows through shared memory, the gather reads [N, C, points])
+    # gradient reads its rows through shared memory, the gather reads [N, C, points]); direct:
+    # no copies at all (the grid gradient by sample.py's kernel, a unit a point)
     **{f"gather G{g} K{b}B {'last' if last else 'nchw'}": {
         "BACKWARD_GATHER": True, "BACKWARD_GROUP": g, "BACKWARD_GATHER_BYTES": b, "BACKWARD_GATHER_LAST": last,
         "BACKWARD_STAGED_CHANNELS": 0} for g, b, last in ((8, 32, True), (8, 16, True), (8, 64, True),
@@ -64,6 +65,7 @@ BACKWARD = {   # the scatter forms with the gathered input gradient off, then th
     "gather G8 K32B last scalar": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
                                    "BACKWARD_GATHER_LAST": True, "BACKWARD_STAGED_CHANNELS": 0,
                                    "BACKWARD_GATHER_VECTOR": 1},
+    "gather K32B direct": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_BYTES": 32, "BACKWARD_GATHER_GRID_DIRECT": True},
     "gather G8 K32B go-rows": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
                                "BACKWARD_GATHER_LAST": False, "BACKWARD_STAGED_CHANNELS": 64},
 }

@@ -545,13 +545,16 @@ def test_gathered_input_gradient_is_the_scatters_bit_for_bit(runtime, rng, monke
 @needs_torch
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype, tol", [("f16", 5e-3), ("bf16", 4e-2)])
-@pytest.mark.parametrize("last", [True, False])
-def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, monkeypatch, dtype, tol, last):
+@pytest.mark.parametrize("form", ["last", "nchw", "direct"])
+def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, monkeypatch, dtype, tol, form):
     """F16 / BF16 (K = 16 of 16 channels, then 8 of 8 through out_grad's rows in shared memory
-    for the grid gradient), out_grad read from its channels-last copy or [N, C, points] itself
-    (BACKWARD_GATHER_LAST): dx bit for bit the scatter's, within the dtype's rounding of torch."""
+    for the grid gradient), out_grad read from its channels-last copy (as vectors) or [N, C,
+    points] itself (BACKWARD_GATHER_LAST), or the grid gradient by sample.py's kernel with no
+    copies (BACKWARD_GATHER_GRID_DIRECT): dx bit for bit the scatter's, within the dtype's
+    rounding of torch."""
     np_dtype = kd.as_dtype(dtype).np
-    use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_LAST=last,
+    use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_LAST=form == "last",
+                                                      BACKWARD_GATHER_GRID_DIRECT=form == "direct",
                                                       BACKWARD_STAGED_CHANNELS=8)
     for c, pad in ((16, GridSamplePaddingMode.Zeros), (8, GridSamplePaddingMode.Reflection)):
         opts = GridSampleOptions(GridSampleMode.Bilinear, pad, c == 8)

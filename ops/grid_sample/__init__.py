@@ -128,7 +128,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
     _sample.sample_backward[cubes(points), UNITS](
         x5, g5, go5, as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
-        room, UNITS)
+        room, UNITS, True)
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
 
@@ -171,19 +171,27 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
                      dims: int, room: int, k: int) -> None:
     """The gathered backward (backward_gather.py, where tuning.backward_gather_channels picks
     it): the grid gradient by backward_last's kernel with its scatter off, then the grid points
-    bucketed by cell and dx summed a pixel and K channels a unit (no atomics on its values)."""
+    bucketed by cell and dx summed a pixel and K channels a unit (no atomics on its values).
+    BACKWARD_GATHER_GRID_DIRECT: the grid gradient by sample.py's kernel instead (scatter off),
+    and the gather reads out_grad [N, C, points]: no channels-last copies at all."""
     rt = x5.runtime
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
     group = backward_gather_group(c)
-    staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
-    gl = go5.reshape(go5.size) if staged else _to_channels_last(go5)
-    none64, none32 = rt.empty((1,), kd.i64), rt.empty((1,), kd.u32)
     sizes = tuple(x5.shape[2:])
     opts = (*_runtime_options(o), o.mode.value, dims)
-    _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
-        _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), none64, none32, max_bits,
-        points, locations, c, *sizes, *opts, room, group, staged, False)
+    none64, none32, none_i32 = rt.empty((1,), kd.i64), rt.empty((1,), kd.u32), rt.empty((1,), kd.i32)
+    if _tuning.BACKWARD_GATHER_GRID_DIRECT:   # no copies: a unit a point reads [N, C, *S] input and out_grad
+        staged, gl = True, go5.reshape(go5.size)
+        _sample.sample_backward[cubes(points), UNITS](
+            x5, g5, go5, as_5d(grad_grid, dims, 1), none32, none_i32, none32, max_bits, points, *opts, room, UNITS,
+            False)
+    else:
+        staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
+        gl = go5.reshape(go5.size) if staged else _to_channels_last(go5)
+        _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
+            _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), none64, none32,
+            max_bits, points, locations, c, *sizes, *opts, room, group, staged, False)
     cells = gather_cells(o.mode, dims, sizes)
     total = n * cells
     blocks = cubes(total)

@@ -224,6 +224,9 @@ BACKWARD_GATHER = True
 BACKWARD_GATHER_BYTES = 32    # out_grad bytes a unit reads a listed point (one 32-byte sector)
 BACKWARD_GATHER_LAST = True   # read out_grad's channels-last copy (else [N, C, points] itself)
 BACKWARD_GATHER_VECTOR = 16   # bytes a load of that copy (1 element: scalar loads)
+# the grid gradient by sample.sample_backward (a unit a point, all channels, [N, C, *S] reads;
+# its scatter off) and no channels-last copies: smooth grids read coalesced without them
+BACKWARD_GATHER_GRID_DIRECT = False
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
