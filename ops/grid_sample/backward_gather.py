@@ -162,13 +162,19 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
             acc = acc + (kd.i64(0),)
             bad = bad + (kd.u32(0),)
         item = kd.i64(n) * C * locations
+        spans = ()   # every cell's list first (independent loads, in flight together), then the walks
         for a in kd.unroll(TZ):
             for b in kd.unroll(TX):
                 for k in kd.unroll(TX):
                     cell = ((pz + TZ - 1 - a) * (size_h + TX - 1) + py + TX - 1 - b) * (size_w + TX - 1) + px + TX - 1 - k
                     g = n * cells + cell
                     first = cell_start(local, offsets, g, BLOCK)
-                    for slot in range(first, first + kd.i32(counts[g])):
+                    spans = spans + (first, first + kd.i32(counts[g]))
+        for a in kd.unroll(TZ):
+            for b in kd.unroll(TX):
+                for k in kd.unroll(TX):
+                    at_span = 2 * ((a * TX + b) * TX + k)
+                    for slot in range(spans[at_span], spans[at_span + 1]):
                         e = lists[slot]
                         t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
                         w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
