@@ -591,8 +591,8 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
 def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, dims):
     """The gathered grid_sample input gradient (rudnn.grid_sample.backward_gather, issue 19) at
     its H200 shape ([32, 64, 256²], K = 32 bytes of channels a unit: 8 f32 / 16 bf16 i64
-    accumulators): sm_90a and sm_80 compile it with no spills and no atomics (the sums are
-    registers); the bucketing passes make 32-bit atomics only; backward_last's kernel with its
+    accumulators): sm_90a and sm_80 compile it with no atomics (the sums are registers) and no
+    spills with the default flag bits (one a channel; packed 10 a word, ptxas spills up to 24 bytes); the bucketing passes make 32-bit atomics only; backward_last's kernel with its
     scatter off (the grid gradient) has no 64-bit atomic left. Prints ptxas's register counts."""
     from rudnn.grid_sample import backward_gather as bg, backward_last as bl, tuning
     from rudnn.grid_sample.options import GridSampleMode
@@ -608,10 +608,14 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
     u32 = CPU.zeros((n * cells,), "u32")
     lists, bits, dx = CPU.zeros((points,), "i32"), CPU.zeros((2,), "u32"), CPU.zeros((n * c * s * s,), dt)
     v = tuning.backward_gather_vector(k, 4 if dt == "f32" else 2)
-    args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k, v, 256)
-    log = ptxas_report(compile_launch(bg.gather_input_grad, 256, args, "sm_90").rendered.source)
-    assert "0 bytes spill stores" in log, log
-    print(dt, mode, dims, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
+    for flags in (10, 1):   # flag bits packed 10 channels a u32, or one a channel
+        args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k,
+                v, flags, 256)
+        log = ptxas_report(compile_launch(bg.gather_input_grad, 256, args, "sm_90").rendered.source)
+        spilled = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+        assert spilled <= (24 if flags == 10 else 0), log   # (packed: ptxas aims at fewer registers, spills a little)
+        print(dt, mode, dims, flags, spilled, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
+    args = args[:-2] + (tuning.BACKWARD_GATHER_FLAGS, 256)
     for sm in (90, 80):
         ptx = ptx_of(bg.gather_input_grad, 256, args, sm=sm)
         assert not re.search(r"\b(atom|red)\.", ptx)

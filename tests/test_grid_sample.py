@@ -569,11 +569,13 @@ def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, 
 
 
 @pytest.mark.interpreter
-def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, rng, monkeypatch):
+@pytest.mark.parametrize("flags", [1, 3, 10])
+def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, rng, monkeypatch, flags):
     """Every point of an item at one location (one cell's long list, walked by 4 pixels), every
     point outside the input (empty lists: dx zero), NaN grid coordinates (no taps), and NaN /
-    ±inf out_grad values (NaN / ±inf pixels, as the scatter's flags): bit for bit the scatter's."""
-    use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime)
+    ±inf out_grad values (NaN / ±inf pixels, as the scatter's flags; flag bits kept 1, 3 or 10
+    channels a word: K = 4 channels in 4, 2 or 1 words): bit for bit the scatter's."""
+    use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_FLAGS=flags)
     x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     go = rng.standard_normal((2, 4, 12, 10)).astype(np.float32) * 1e3
     grid = np.empty((2, 12, 10, 2), np.float32)

@@ -34,6 +34,17 @@ from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, scale_exponent
 from .sample import tap_layout
 
 
+def flag_words(k: int, per_word: int) -> int:
+    """u32 words holding K channels' flag bits, per_word channels (≤ 10) a word (plain Python,
+    at compile time)."""
+    return -(-k // per_word)
+
+
+def flags_in_word(k: int, i: int, per_word: int) -> int:
+    """Channels whose flags word i holds (plain Python, at compile time)."""
+    return min(per_word, k - i * per_word)
+
+
 def taps_layout(mode: str, dims: int) -> tuple:
     """sample.tap_layout of flat_point_taps' tuple for `mode` ("Bilinear" or "Nearest"); plain
     Python, run at compile time."""
@@ -137,14 +148,15 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                       dx: kd.Tensor, C: kd.i32, locations: kd.i32, cells: kd.i32, size_d: kd.i32, size_h: kd.i32,
                       size_w: kd.i32, point_stride: kd.i32, channel_stride: kd.i32, pad_mode: kd.i32, align: kd.i32,
                       MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], K: kd.Const[int],
-                      V: kd.Const[int], BLOCK: kd.Const[int]):
+                      V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int]):
     """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
     batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
     s and sums round(w·out_grad·2^k) over them in i64 (k as fixed_point.scale_exponent), flags
     for non-finite contributions, then stores the sums as floats (NaN / ±inf where flagged, as
     fixed_point.finish). out_grad go: element (n, c, point l) at n·C·locations + l·point_stride
     + c·channel_stride (point_stride 1, channel_stride locations: [N, C, locations]; C and 1: a
-    channels-last copy, read as vectors of V channels where V > 1, V dividing K)."""
+    channels-last copy, read as vectors of V channels where V > 1, V dividing K). The channels'
+    NaN/±inf flag bits are kept FLAGS channels (≤ 10) to a u32 register.)"""
     S = size_d * size_h * size_w
     s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
     n = kd.cube_pos_z()
@@ -157,9 +169,10 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
         TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
         scale = kd.exp2(kd.f64(scale_exponent(max_bits[0], HEADROOM)))
         acc = ()
-        bad = ()
+        bad = ()   # the channels' flag bits, FLAGS channels of 3 bits a u32 (fewer registers)
         for j in kd.unroll(K):
             acc = acc + (kd.i64(0),)
+        for i in kd.unroll(flag_words(K, FLAGS)):
             bad = bad + (kd.u32(0),)
         item = kd.i64(n) * C * locations
         spans = ()   # every cell's list first (independent loads, in flight together), then the walks
@@ -189,20 +202,26 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                                 for j in kd.unroll(V):
                                     vals = vals + (vec[j],)
                         summed = ()
-                        flagged = ()
+                        marks = ()
                         for j in kd.unroll(K):
                             v = w * vals[j]
                             finite = kd.abs(v) < kd.inf
                             q = kd.i64(kd.round(kd.f64(kd.select(finite, v, 0.0)) * scale))
                             bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
                             summed = summed + (acc[j] + q,)
-                            flagged = flagged + (bad[j] | kd.select(finite, kd.u32(0), kd.u32(bit)),)
+                            marks = marks + (kd.select(finite, kd.u32(0), kd.u32(bit)),)
+                        flagged = ()
+                        for i in kd.unroll(flag_words(K, FLAGS)):
+                            word = bad[i]
+                            for j in kd.unroll(flags_in_word(K, i, FLAGS)):
+                                word = word | (marks[i * FLAGS + j] << (3 * j))
+                            flagged = flagged + (word,)
                         acc = summed
                         bad = flagged
         unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
         for j in kd.unroll(K):
             v = kd.f32(kd.f64(acc[j]) * unit)
-            f = bad[j]
+            f = (bad[j // FLAGS] >> (3 * (j % FLAGS))) & 7
             if f != 0:
                 pos = (f & POS_INF_BIT) != 0
                 neg = (f & NEG_INF_BIT) != 0

@@ -224,6 +224,10 @@ BACKWARD_GATHER = True
 BACKWARD_GATHER_BYTES = 32    # out_grad bytes a unit reads a listed point (one 32-byte sector)
 BACKWARD_GATHER_LAST = True   # read out_grad's channels-last copy (else [N, C, points] itself)
 BACKWARD_GATHER_VECTOR = 16   # bytes a load of that copy (1 element: scalar loads)
+# channels whose 3 NaN/±inf flag bits share a u32 register (1..10). sm_90a: 1 -> no spills
+# (registers: 64 f32 K 8, 97 bf16 K 16, 58 nearest, 80 3-D); 10 -> 64 / 80 (an 8-byte spill) /
+# 48 / 64 (24 bytes spilled). To be timed (grid_variants "flags10")
+BACKWARD_GATHER_FLAGS = 1
 # the grid gradient by sample.sample_backward (a unit a point, all channels, [N, C, *S] reads;
 # its scatter off) and no channels-last copies: smooth grids read coalesced without them
 BACKWARD_GATHER_GRID_DIRECT = False
