@@ -19,12 +19,13 @@ the cell is read off the taps: bilinear, the first tap inside -> its index + 1, 
 second's index (the first tap was −1); nearest, the tap's index. Pixel p along the axis is
 then tap k of cell p + T − 1 − k.
 
-Bucketing, per call (all on the device): `count_cells` (one unit a point, an i32-size atomic
+Bucketing, per call (all on the device): `count_cells` (one unit a point, a u32 atomic
 increment of its cell's count), `block_scan` (exclusive sums within blocks of a cube's units,
 and the block totals) followed by moe's one-cube `exclusive_scan` of the block totals, and
 `fill_cells` (one unit a point: its slot is the cell's start plus an atomic cursor). A cell's
 list starts at local[cell] + offsets[cell // block]. `gather_input_grad` then walks the lists.
-The grid gradient stays backward_last.backward_channels_last's per-point sum (SCATTER off)."""
+The grid gradient stays backward_last.backward_channels_last's per-point sum (SCATTER off), or
+sample.sample_backward's (SCATTER off) under tuning.BACKWARD_GATHER_GRID_DIRECT."""
 from __future__ import annotations
 
 import kerneldsl as kd
