@@ -2,11 +2,13 @@
 (the direct kernel with flat cubes or tiles of grid points, the staged forward at several
 tile widths, channels a step and box sizes, the channels-last forward at several vector and transpose widths) and
 every backward form (the direct fixed-point scatter, the channels-last backward at several
-units a point), plus the channels-last transpose alone, on a random and an affine grid,
+units a point, the gathered input gradient of backward_gather.py at several channel widths
+and out_grad layouts), plus the channels-last transpose alone, on a random and an affine grid,
 bilinear / zeros / align_corners False, input [N, C, S, S] and grid [N, S, S, 2].
 
     BENCH_TIMING=queued python -m benchmarks.grid_variants               # H200: N 32, C 64, 256²
     python -m benchmarks.grid_variants --runtimes opencl --quick         # a smoke run on the host
+    BENCH_TIMING=queued python -m benchmarks.grid_variants --only bwd    # the backward forms alone
 
 A form is a set of tuning constants (rudnn.grid_sample.tuning), set before its timing with
 the replay records dropped, so each call plans anew. Rounds: torch, then every form, in
@@ -41,14 +43,34 @@ FORWARD = {   # name -> tuning constants
     "last V1 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 4},
     "last V2 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 2, "TRANSPOSE_LANES": 4},
 }
-BACKWARD = {
-    "direct": {"BACKWARD_CHANNELS_LAST": False},
-    "last G8": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 8},
-    "last G16": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 16},
-    "last G32": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 32},
-    "last G8 go-rows": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 8, "BACKWARD_STAGED_CHANNELS": 64},
-    "last G16 go-rows": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 16, "BACKWARD_STAGED_CHANNELS": 64},
-    "last G32 go-rows": {"BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 32, "BACKWARD_STAGED_CHANNELS": 64},
+BACKWARD = {   # the scatter forms with the gathered input gradient off, then the gathered forms
+    "direct": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": False},
+    "last G8": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 8},
+    "last G16": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 16},
+    "last G32": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 32},
+    "last G8 go-rows": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 8,
+                        "BACKWARD_STAGED_CHANNELS": 64},
+    "last G16 go-rows": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 16,
+                         "BACKWARD_STAGED_CHANNELS": 64},
+    "last G32 go-rows": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": True, "BACKWARD_GROUP": 32,
+                         "BACKWARD_STAGED_CHANNELS": 64},
+    # backward_gather.py (issue 19): K = BYTES of channels a unit; out_grad's channels-last copy
+    # (last) or [N, C, points] itself (nchw); go-rows: no out_grad copy at all (the grid
+    # gradient reads its rows through shared memory, the gather reads [N, C, points]); direct:
+    # no copies at all (the grid gradient by sample.py's kernel, a unit a point)
+    **{f"gather G{g} K{b}B {'last' if last else 'nchw'}": {
+        "BACKWARD_GATHER": True, "BACKWARD_GROUP": g, "BACKWARD_GATHER_BYTES": b, "BACKWARD_GATHER_LAST": last,
+        "BACKWARD_STAGED_CHANNELS": 0} for g, b, last in ((8, 32, True), (8, 16, True), (8, 64, True),
+                                                          (16, 32, True), (8, 32, False))},
+    "gather G8 K32B last scalar": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
+                                   "BACKWARD_GATHER_LAST": True, "BACKWARD_STAGED_CHANNELS": 0,
+                                   "BACKWARD_GATHER_VECTOR": 1},
+    "gather G8 K32B last flags10": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
+                                   "BACKWARD_GATHER_LAST": True, "BACKWARD_STAGED_CHANNELS": 0,
+                                   "BACKWARD_GATHER_FLAGS": 10},
+    "gather K32B direct": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_BYTES": 32, "BACKWARD_GATHER_GRID_DIRECT": True},
+    "gather G8 K32B go-rows": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
+                               "BACKWARD_GATHER_LAST": False, "BACKWARD_STAGED_CHANNELS": 64},
 }
 TRANSPOSE = {f"transpose T{v}": {"TRANSPOSE_LANES": v} for v in (1, 2, 4)}
 

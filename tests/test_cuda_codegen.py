@@ -584,3 +584,50 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
     smem = (3 * 64 * groups * mi + (9 if persistent == "stationary" else 3) * 64) * 64 * 2
     if smem <= capabilities.for_arch("sm_80").max_shared_bytes:  # 2 x 2 stationary: 168 KiB, past the A100's
         assert "wgmma" not in ptx_of(kernel, units, args, sm=80)
+
+
+@pytest.mark.parametrize("dt,mode,dims", [("f32", "Bilinear", 2), ("bf16", "Bilinear", 2), ("f32", "Nearest", 2),
+                                          ("f32", "Bilinear", 3)])
+def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, dims):
+    """The gathered grid_sample input gradient (rudnn.grid_sample.backward_gather, issue 19) at
+    its H200 shape ([32, 64, 256²], K = 32 bytes of channels a unit: 8 f32 / 16 bf16 i64
+    accumulators): sm_90a and sm_80 compile it with no atomics (the sums are registers) and no
+    spills with the default flag bits (one a channel; packed 10 a word, ptxas spills up to 24 bytes); the bucketing passes make 32-bit atomics only; backward_last's kernel with its
+    scatter off (the grid gradient) has no 64-bit atomic left. Prints ptxas's register counts."""
+    from rudnn.grid_sample import backward_gather as bg, backward_last as bl, tuning
+    from rudnn.grid_sample.options import GridSampleMode
+    n, c, s = 32, 64, 256
+    size = (4, s, s) if dims == 3 else (1, s, s)
+    locations = s * s
+    points = n * locations
+    k = tuning.backward_gather_channels(capabilities.for_arch("sm_90"), GridSampleMode(mode), dims, size, c, n,
+                                        points, 4 if dt == "f32" else 2)
+    assert k == (8 if dt == "f32" else 16)
+    cells = tuning.gather_cells(GridSampleMode(mode), dims, size)
+    grid, go = CPU.zeros((points * dims,), dt), CPU.zeros((n * c * locations,), dt)
+    u32 = CPU.zeros((n * cells,), "u32")
+    lists, bits, dx = CPU.zeros((points,), "i32"), CPU.zeros((2,), "u32"), CPU.zeros((n * c * s * s,), dt)
+    v = tuning.backward_gather_vector(k, 4 if dt == "f32" else 2)
+    for flags in (10, 1):   # flag bits packed 10 channels a u32, or one a channel
+        args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k,
+                v, flags, 256)
+        log = ptxas_report(compile_launch(bg.gather_input_grad, 256, args, "sm_90").rendered.source)
+        spilled = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+        assert spilled <= (24 if flags == 10 else 0), log   # (packed: ptxas aims at fewer registers, spills a little)
+        print(dt, mode, dims, flags, spilled, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
+    args = args[:-2] + (tuning.BACKWARD_GATHER_FLAGS, 256)
+    for sm in (90, 80):
+        ptx = ptx_of(bg.gather_input_grad, 256, args, sm=sm)
+        assert not re.search(r"\b(atom|red)\.", ptx)
+        assert re.search(r"ld\.global[.\w]*\.v4\.[bfu]32", ptx)   # out_grad's channels as 16-byte vectors
+        count = ptx_of(bg.count_cells, 256, (grid, u32, points, locations, cells, *size, 0, 0, mode, dims), sm=sm)
+        assert instructions(count, r"\b(?:atom|red)\.global\.add\.(\w+)") == {"u32"}
+        fill = ptx_of(bg.fill_cells, 256, (grid, u32, u32, u32, lists, points, locations, cells, *size, 0, 0, mode,
+                                           dims, 256), sm=sm)
+        assert instructions(fill, r"\b(?:atom|red)\.global\.add\.(\w+)") == {"u32"}
+        ptx_of(bg.block_scan, 256, (u32, u32, u32, n * cells), sm=sm)
+        xl, gg = CPU.zeros((n * c * s * s,), dt), CPU.zeros((points * dims,), dt)
+        one64, one32 = CPU.zeros((1,), "i64"), CPU.zeros((1,), "u32")
+        ptx = ptx_of(bl.backward_channels_last, 256, (xl, grid, go, gg, one64, one32, bits, points, locations, c, *size,
+                                                      0, 0, mode, dims, 18, 8, 0, False), sm=sm)
+        assert not re.search(r"\b(atom|red)\.global\.add\.u64", ptx)

@@ -318,6 +318,7 @@ def test_channels_last_backward_forced_matches_torch_and_the_direct_kernel(runti
     monkeypatch.setattr(tuning, "BACKWARD_CHANNELS_LAST", True)
     monkeypatch.setattr(tuning, "BACKWARD_GROUP", 4)
     monkeypatch.setattr(tuning, "BACKWARD_STAGED_CHANNELS", 6)   # 6 channels: out_grad through shared memory
+    monkeypatch.setattr(tuning, "BACKWARD_GATHER", False)   # (the gathered input gradient otherwise)
     monkeypatch.setattr(gs, "lane_plan", lambda *a: None)   # (the cpu runtime's lanes.py otherwise)
     gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
     assert tuning.backward_group(gpu, 8, 2) == 4 and tuning.backward_group(gpu, 6, 2) == 2
@@ -601,3 +602,145 @@ def test_channels_last_lane_forward_is_the_default_where_units_are_simd_lanes(ru
         np.testing.assert_allclose(got, want, **tol)
         grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), runtime.tensor(np.ones((2, 16, 7, 13), dtype)))
     assert backward() == 0
+
+
+
+
+# ---------------------------------------------------------------------------- gathered input gradient
+def _force_gather(monkeypatch, runtime, **constants):
+    """backward_gather.py forced on this runtime (its coverage as on a GPU; lanes.py off):
+    returns (use_gather, use_scatter) switches and a launch counter of its gather kernel."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")   # each call picks its kernels anew
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    monkeypatch.setattr(gs, "backward_group", lambda *a: 0)   # the reference: sample.py's fixed-point scatter
+    for k, v in constants.items():
+        monkeypatch.setattr(tuning, k, v)
+    gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
+    on = (lambda caps, *a: tuning.backward_gather_channels(gpu, *a))
+    launched = _count_launches(monkeypatch, gs._gather.gather_input_grad)
+    return (lambda: monkeypatch.setattr(gs, "backward_gather_channels", on),
+            lambda: monkeypatch.setattr(gs, "backward_gather_channels", lambda *a: 0), launched)
+
+
+def _both_backwards(runtime, use_gather, use_scatter, launched, x, grid, go, opts):
+    """(gathered, scattered) backward results as float32 numpy arrays; checks which ran."""
+    args = runtime.tensor(x), runtime.tensor(grid), runtime.tensor(go)
+    got = []
+    for use, runs in ((use_gather, 1), (use_scatter, 0)):
+        use()
+        before = launched()
+        got.append([t.numpy().astype(np.float32) for t in grid_sample_backward(*args, opts)])
+        assert launched() - before == runs
+    return got
+
+
+def test_gather_coverage_follows_mode_capabilities_and_switch(runtime, monkeypatch):
+    """tuning.backward_gather_channels: K = 32 bytes of channels (halved until it divides them);
+    none for bicubic, where units are SIMD lanes, while the switch is off, or past 32-bit cells."""
+    import dataclasses
+
+    from rudnn.grid_sample import tuning
+    gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
+    lanes = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True)
+    B, N, Bc = GridSampleMode.Bilinear, GridSampleMode.Nearest, GridSampleMode.Bicubic
+    assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 64, 2, 128, 4) == 8
+    assert tuning.backward_gather_channels(gpu, N, 3, (3, 8, 8), 64, 2, 128, 2) == 16
+    assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 6, 2, 128, 4) == 2
+    assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 3, 2, 128, 4) == 1
+    assert tuning.backward_gather_channels(gpu, Bc, 2, (1, 8, 8), 64, 2, 128, 4) == 0
+    assert tuning.backward_gather_channels(lanes, B, 2, (1, 8, 8), 64, 2, 128, 4) == 0
+    assert tuning.backward_gather_channels(gpu, B, 2, (1, 2 ** 16, 2 ** 16), 64, 1, 128, 4) == 0
+    assert tuning.gather_cells(B, 2, (1, 5, 7)) == 6 * 8 and tuning.gather_cells(B, 3, (1, 5, 7)) == 2 * 6 * 8
+    assert tuning.gather_cells(N, 3, (3, 5, 7)) == 3 * 5 * 7
+    monkeypatch.setattr(tuning, "BACKWARD_GATHER", False)
+    assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 64, 2, 128, 4) == 0
+
+
+@needs_torch
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dims, mode", [(2, GridSampleMode.Bilinear), (2, GridSampleMode.Nearest),
+                                        (3, GridSampleMode.Bilinear), (3, GridSampleMode.Nearest)])
+def test_gathered_input_gradient_is_the_scatters_bit_for_bit(runtime, rng, monkeypatch, dims, mode):
+    """backward_gather.py forced on this runtime, against sample.py's fixed-point scatter and
+    torch (float64): every padding mode × align_corners, grids reaching past the input, more
+    cells than a scan block (several blocks), several channel ranges a pixel (K = 2 of 6
+    channels): dx bit for bit the scatter's (the same integers summed in another order), the
+    grid gradient within rounding, both within rounding of torch."""
+    use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_BYTES=8)
+    size_in, size_out = ((13, 17), (9, 11)) if dims == 2 else ((3, 7, 9), (2, 5, 6))
+    for pad in PADS:
+        for align in (False, True):
+            opts = GridSampleOptions(mode, pad, align)
+            x = rng.standard_normal((2, 6, *size_in)).astype(np.float32)
+            grid = rng.uniform(-1.3, 1.3, (2, *size_out, dims)).astype(np.float32)
+            go = rng.standard_normal((2, 6, *size_out)).astype(np.float32)
+            gathered, scattered = _both_backwards(runtime, use_gather, use_scatter, launched, x, grid, go, opts)
+            what = f"{opts} {size_in}->{size_out}"
+            np.testing.assert_array_equal(gathered[0], scattered[0], err_msg="input grad " + what)
+            scale = np.abs(scattered[1]).max() + 1
+            np.testing.assert_allclose(gathered[1], scattered[1], rtol=1e-5, atol=1e-5 * scale, err_msg=what)
+            _, gx, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+            np.testing.assert_allclose(gathered[0], gx, rtol=1e-5, atol=1e-5, err_msg="input grad " + what)
+            np.testing.assert_allclose(gathered[1], gg, rtol=1e-5 * max(size_in), atol=1e-5 * max(size_in),
+                                       err_msg="grid grad " + what)
+
+
+@needs_torch
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype, tol", [("f16", 5e-3), ("bf16", 4e-2)])
+@pytest.mark.parametrize("form", ["last", "nchw", "direct"])
+def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, monkeypatch, dtype, tol, form):
+    """F16 / BF16 (K = 16 of 16 channels, then 8 of 8 through out_grad's rows in shared memory
+    for the grid gradient), out_grad read from its channels-last copy (as vectors) or [N, C,
+    points] itself (BACKWARD_GATHER_LAST), or the grid gradient by sample.py's kernel with no
+    copies (BACKWARD_GATHER_GRID_DIRECT): dx bit for bit the scatter's, within the dtype's
+    rounding of torch."""
+    np_dtype = kd.as_dtype(dtype).np
+    use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_LAST=form == "last",
+                                                      BACKWARD_GATHER_GRID_DIRECT=form == "direct",
+                                                      BACKWARD_STAGED_CHANNELS=8)
+    for c, pad in ((16, GridSamplePaddingMode.Zeros), (8, GridSamplePaddingMode.Reflection)):
+        opts = GridSampleOptions(GridSampleMode.Bilinear, pad, c == 8)
+        x = rng.standard_normal((2, c, 6, 9)).astype(np_dtype)
+        grid = rng.uniform(-1.2, 1.2, (2, 5, 4, 2)).astype(np_dtype)
+        go = rng.standard_normal((2, c, 5, 4)).astype(np_dtype)
+        gathered, scattered = _both_backwards(runtime, use_gather, use_scatter, launched, x, grid, go, opts)
+        np.testing.assert_array_equal(gathered[0], scattered[0], err_msg=str(opts))
+        _, gx, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+        np.testing.assert_allclose(gathered[0], gx, rtol=tol, atol=tol, err_msg=str(opts))
+        np.testing.assert_allclose(gathered[1], gg, rtol=tol * 9, atol=tol * 9, err_msg=str(opts))
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("flags", [1, 3, 10])
+def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, rng, monkeypatch, flags):
+    """Every point of an item at one location (one cell's long list, walked by 4 pixels), every
+    point outside the input (empty lists: dx zero), NaN grid coordinates (no taps), and NaN /
+    ±inf out_grad values (NaN / ±inf pixels, as the scatter's flags; flag bits kept 1, 3 or 10
+    channels a word: K = 4 channels in 4, 2 or 1 words): bit for bit the scatter's."""
+    use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_FLAGS=flags)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    go = rng.standard_normal((2, 4, 12, 10)).astype(np.float32) * 1e3
+    grid = np.empty((2, 12, 10, 2), np.float32)
+    grid[0] = (0.13, -0.21)                     # item 0: one location for all 120 points
+    grid[1] = (3.5, -7.0)                       # item 1: all outside (zeros padding: no taps at all)
+    for pad in PADS:
+        for mode in (GridSampleMode.Bilinear, GridSampleMode.Nearest):
+            opts = GridSampleOptions(mode, pad, False)
+            gathered, scattered = _both_backwards(runtime, use_gather, use_scatter, launched, x, grid, go, opts)
+            np.testing.assert_array_equal(gathered[0], scattered[0], err_msg=str(opts))
+            assert np.count_nonzero(gathered[0][0, 0]) == (4 if mode == GridSampleMode.Bilinear else 1)
+            if pad == GridSamplePaddingMode.Zeros:
+                assert not gathered[0][1].any()
+    grid = rng.uniform(-1, 1, (2, 12, 10, 2)).astype(np.float32)
+    grid[0, 3, 4, 0] = grid[1, 0, 1, 1] = np.nan
+    grid[1, 1, 1] = grid[1, 0, 0]               # +inf and -inf on the same pixels: NaN
+    go[0, 1, 3, 3], go[0, 0, 5, 5], go[1, 2, 0, 0], go[1, 2, 1, 1] = np.inf, np.nan, np.inf, -np.inf
+    gathered, scattered = _both_backwards(runtime, use_gather, use_scatter, launched, x, grid, go, GridSampleOptions())
+    np.testing.assert_array_equal(gathered[0], scattered[0])
+    assert np.isnan(gathered[0][0, 0]).any() and np.isnan(gathered[0][1, 2]).any()
+    assert np.isfinite(gathered[0][:, 3]).all()

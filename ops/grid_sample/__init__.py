@@ -19,12 +19,17 @@ grid_variants.py times them all): channels_last.py (CHANNELS_LAST: the forward o
 channels-last copy), staged.py (STAGED_FORWARD: 2-D forward, a tile's input box through
 shared memory where it fits, chosen per cube on the device), tiles of grid points for the
 direct forward (FORWARD_TILE_W), and backward_last.py (BACKWARD_CHANNELS_LAST: the backward
-on channels-last copies, native 64-bit fixed-point atomics where the device has them)."""
+on channels-last copies, native 64-bit fixed-point atomics where the device has them).
+backward_gather.py (BACKWARD_GATHER, on; bilinear and nearest where units are not SIMD
+lanes) takes the input gradient before both: grid points bucketed by cell, then a unit a
+pixel sums the same fixed-point integers in registers (no atomics on the values), the grid
+gradient by backward_last's kernel with its scatter off."""
 from __future__ import annotations
 
 import kerneldsl as kd
 from kerneldsl.replay import replayable
 
+from . import backward_gather as _gather
 from . import backward_last as _bwd_last
 from . import channels_last as _last
 from . import fixed_point as _fixed
@@ -33,10 +38,14 @@ from . import lanes_last as _lanes_last
 from . import sample as _sample
 from . import staged as _staged
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
+from ..moe.tiles import SCAN_UNITS, exclusive_scan
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
-from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_group, backward_staged_channels, channels_last_lanes,
-                     channels_last_vectors, cubes, forward_tiles, headroom, lane_last_plan, lane_plan, staged_plan,
+from . import tuning as _tuning
+from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group,
+                     backward_gather_vector, backward_group, backward_staged_channels, channels_last_lanes,
+                     channels_last_vectors, cubes, forward_tiles, gather_cells, headroom, lane_last_plan, lane_plan,
+                     staged_plan,
                      transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
@@ -121,6 +130,11 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     max_bits = rt.zeros((2,), kd.u32)   # max |out_grad|'s bits; nonzero where it has non-finite values
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
     room = headroom(p.locations, o.mode)
+    k = backward_gather_channels(rt.capabilities, o.mode, p.dims, x5.shape[2:], input.shape[1], input.shape[0], points,
+                                 input.dtype.itemsize)
+    if k:
+        _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points, p.locations, o, p.dims, room, k)
+        return dx, grad_grid
     group = backward_group(rt.capabilities, input.shape[1], input.shape[0])
     if group:
         _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points, p.locations, o, p.dims, room, group)
@@ -129,7 +143,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
     _sample.sample_backward[cubes(points), UNITS](
         x5, g5, go5, as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
-        room, UNITS)
+        room, UNITS, True)
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
 
@@ -162,10 +176,56 @@ def _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points: int, l
     gl = go5.reshape(go5.size) if staged else _to_channels_last(go5)
     _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
         _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), acc, flags, max_bits,
-        points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group, staged)
+        points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group, staged, True)
     bx, by = _bwd_last.FINISH_UNITS
     _bwd_last.finish_channels_last[(-(-spatial // bx), -(-c // bx), n), (bx, by)](
         acc, flags, max_bits, dx.reshape(dx.size), c, spatial, room)
+
+
+def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, locations: int, o: GridSampleOptions,
+                     dims: int, room: int, k: int) -> None:
+    """The gathered backward (backward_gather.py, where tuning.backward_gather_channels picks
+    it): the grid gradient by backward_last's kernel with its scatter off, then the grid points
+    bucketed by cell and dx summed a pixel and K channels a unit (no atomics on its values).
+    BACKWARD_GATHER_GRID_DIRECT: the grid gradient by sample.py's kernel instead (scatter off),
+    and the gather reads out_grad [N, C, points]: no channels-last copies at all."""
+    rt = x5.runtime
+    n, c = x5.shape[:2]
+    spatial = x5.size // (n * c)
+    group = backward_gather_group(c)
+    sizes = tuple(x5.shape[2:])
+    opts = (*_runtime_options(o), o.mode.value, dims)
+    none64, none32, none_i32 = rt.empty((1,), kd.i64), rt.empty((1,), kd.u32), rt.empty((1,), kd.i32)
+    if _tuning.BACKWARD_GATHER_GRID_DIRECT:   # no copies: a unit a point reads [N, C, *S] input and out_grad
+        staged, gl = True, go5.reshape(go5.size)
+        _sample.sample_backward[cubes(points), UNITS](
+            x5, g5, go5, as_5d(grad_grid, dims, 1), none32, none_i32, none32, max_bits, points, *opts, room, UNITS,
+            False)
+    else:
+        staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
+        gl = go5.reshape(go5.size) if staged else _to_channels_last(go5)
+        _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
+            _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), none64, none32,
+            max_bits, points, locations, c, *sizes, *opts, room, group, staged, False)
+    cells = gather_cells(o.mode, dims, sizes)
+    total = n * cells
+    blocks = cubes(total)
+    counts, cursor = rt.zeros((total,), kd.u32), rt.zeros((total,), kd.u32)
+    local, sums, offsets = rt.empty((total,), kd.u32), rt.empty((blocks,), kd.u32), rt.empty((blocks + 1,), kd.u32)
+    lists = rt.empty((points,), kd.i32)
+    grid = g5.reshape(g5.size)
+    _gather.count_cells[cubes(points), UNITS](grid, counts, points, locations, cells, *sizes, *opts)
+    _gather.block_scan[blocks, UNITS](counts, local, sums, total)
+    exclusive_scan[1, SCAN_UNITS](sums, offsets, blocks, False, 1)
+    _gather.fill_cells[cubes(points), UNITS](grid, cursor, local, offsets, lists, points, locations, cells, *sizes,
+                                             *opts, UNITS)
+    if _tuning.BACKWARD_GATHER_LAST and not staged:   # out_grad's channels-last copy, K consecutive channels a point
+        go, strides, v = gl, (c, 1), backward_gather_vector(k, x5.dtype.itemsize)
+    else:
+        go, strides, v = go5.reshape(go5.size), (1, locations), 1
+    _gather.gather_input_grad[(cubes(spatial), c // k, n), UNITS](
+        grid, go, counts, local, offsets, lists, max_bits, dx.reshape(dx.size), c, locations, cells, *sizes, *strides,
+        *opts, room, k, v, max(1, min(10, _tuning.BACKWARD_GATHER_FLAGS)), UNITS)
 
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,

@@ -53,14 +53,16 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
                            acc: kd.Tensor[kd.i64, 1], flags: kd.Tensor[kd.u32, 1], max_bits: kd.Tensor[kd.u32, 1],
                            total: kd.i32, locations: kd.i32, C: kd.i32, size_d: kd.i32, size_h: kd.i32,
                            size_w: kd.i32, pad_mode: kd.i32, align: kd.i32, MODE: kd.Const[str],
-                           DIMS: kd.Const[int], HEADROOM: kd.Const[int], G: kd.Const[int], STAGED_C: kd.Const[int]):
+                           DIMS: kd.Const[int], HEADROOM: kd.Const[int], G: kd.Const[int], STAGED_C: kd.Const[int],
+                           SCATTER: kd.Const[bool]):
     """xl [N, S, C] (flat, channels last), grid [N·locations, DIMS] (flat): unit u of a cube
     takes channels u % G + i·G of the cube's point u // G, adds its contributions to acc
     [N, S, C] (flags beside it) and its share of the grid gradient, which the point's first
     unit sums over the G units into grad_grid [N·locations, DIMS]. out_grad: gl [N·locations,
     C] (flat, channels last) where STAGED_C = 0; else gl is out_grad itself, [N, C, locations]
     (flat, C = STAGED_C), whose rows of the cube's points are first copied to shared memory
-    (consecutive units reading consecutive points: no transpose pass)."""
+    (consecutive units reading consecutive points: no transpose pass). SCATTER False: the grid
+    gradient alone (acc and flags untouched; backward_gather.py sums the input gradient)."""
     UNITS = kd.cube_dim_x()
     PTS = UNITS // G
     parts = kd.shared(kd.f32, 3 * UNITS)
@@ -107,7 +109,7 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
                     gx += v * t[X + 2 * TX + k] * wy * wz * go
                     gy += v * t[Y + 2 * TX + b] * wx * wz * go
                     gz += v * t[Z + 2 * TZ + a] * wx * wy * go
-                    if ok and live:
+                    if SCATTER and ok and live:
                         add_wide(acc, flags, at, wz * wy * wx * go, scale)
     parts[u] = gx
     parts[UNITS + u] = gy

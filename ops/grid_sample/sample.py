@@ -110,7 +110,10 @@ def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, p
 def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Tensor,
                     lo: kd.Tensor[kd.u32, 1], hi: kd.Tensor[kd.i32, 1], flags: kd.Tensor[kd.u32, 1],
                     max_bits: kd.Tensor[kd.u32, 1], total: kd.i32, pad_mode: kd.i32, align: kd.i32,
-                    MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], BX: kd.Const[int]):
+                    MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], BX: kd.Const[int],
+                    SCATTER: kd.Const[bool]):
+    """A unit a grid point: its grid gradient, and (SCATTER) its input-gradient contributions
+    added to lo / hi / flags (SCATTER False: untouched; backward_gather.py sums them)."""
     e = kd.cube_pos_x() * BX + kd.unit_pos_x()
     if e < total:
         n, od, oh, ow = point(e, g)
@@ -137,7 +140,7 @@ def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
                         gx += v * t[X + 2 * TX + k] * wy * wz * go
                         gy += v * t[Y + 2 * TX + b] * wx * wz * go
                         gz += v * t[Z + 2 * TZ + a] * wx * wy * go
-                        if ok:
+                        if SCATTER and ok:
                             at = ((plane + t[Z + a]) * size_h + t[Y + b]) * size_w + t[X + k]
                             add_fixed(lo, hi, flags, at, wz * wy * wx * go, scale)
         grad_grid[n, od, oh, ow, 0] = gx * t[X + 4 * TX]

@@ -266,3 +266,70 @@ def lane_last_plan(caps, channels: int, batch: int, in_spatial: int, itemsize: i
     while channels % (h * LAST_UNITS):
         h -= 1
     return LastPlan(LAST_UNITS, h, channels // (h * LAST_UNITS), LAST_POINTS, LAST_SPAN)
+
+
+# the gathered input gradient (backward_gather.py, issue 19): grid points bucketed by the cell
+# their taps start from, then one unit a pixel and BACKWARD_GATHER_CHANNELS channels (K, or
+# the largest power of two below dividing the channels) walks the lists of the cells reaching
+# it and sums the fixed-point contributions in registers: no atomic a contribution (the
+# channels-last backward's ~537M i64 atomics for [32, 64, 256²]), dx bit for bit the same.
+# Bilinear and nearest only (bicubic keeps the scatter). The grid gradient is still
+# backward_last's per-point sum (its scatter off), so the same copies of input and out_grad.
+# Byte estimate for [32, 64, 256²] f32 (H200, ~4 TB/s): copies ~0.6 ms, grid gradient
+# 0.3-0.7 ms, gather 0.3-0.7 ms, bucketing ~0.1 ms: ~1.3-2.2 ms against 3.8-4.2 ms measured
+# for the scatter. On by default; timed on the H200 in session 21 (benchmarks/RESULTS.md):
+# ahead of the scatter except the random grid in BF16 (3.58 against 3.29 ms).
+BACKWARD_GATHER = True
+# channels a unit sums: on the H200 ([32, 64, 256²], random and affine grids) 8 beat 4 and 16
+# in F32 and BF16 alike (BF16 8 / 16: affine 2.62 / 2.74 ms, random 3.58 / 4.07; F32 8 / 16:
+# 3.00 / 3.17, 4.02 / 4.45); BACKWARD_GATHER_BYTES, where set, gives bytes instead
+BACKWARD_GATHER_CHANNELS = 8
+BACKWARD_GATHER_BYTES = None
+BACKWARD_GATHER_LAST = True   # read out_grad's channels-last copy (else [N, C, points] itself)
+BACKWARD_GATHER_VECTOR = 16   # bytes a load of that copy (1 element: scalar loads)
+# channels whose 3 NaN/±inf flag bits share a u32 register (1..10). sm_90a: 1 -> no spills
+# (registers: 64 f32 K 8, 97 bf16 K 16, 58 nearest, 80 3-D); 10 -> 64 / 80 (an 8-byte spill) /
+# 48 / 64 (24 bytes spilled). To be timed (grid_variants "flags10")
+BACKWARD_GATHER_FLAGS = 1
+# the grid gradient by sample.sample_backward (a unit a point, all channels, [N, C, *S] reads;
+# its scatter off) and no channels-last copies: smooth grids read coalesced without them
+BACKWARD_GATHER_GRID_DIRECT = False
+
+
+def backward_gather_vector(k: int, itemsize: int) -> int:
+    """Channels a vector load of the gather's channels-last out_grad: BACKWARD_GATHER_VECTOR
+    bytes (at most K; powers of two, so it divides K), or 1."""
+    return max(1, min(k, BACKWARD_GATHER_VECTOR // itemsize))
+
+
+def gather_cells(mode: GridSampleMode, dims: int, in_spatial: tuple) -> int:
+    """Cells a batch item of backward_gather's buckets, for input spatial axes (D, H, W) (D = 1
+    in 2-D): size + T − 1 along each axis of T taps a point (a 2-D call's depth: one)."""
+    t = 2 if mode is GridSampleMode.Bilinear else 1
+    d, h, w = in_spatial
+    return (d + (t - 1 if dims == 3 else 0)) * (h + t - 1) * (w + t - 1)
+
+
+def backward_gather_group(channels: int) -> int:
+    """Units a grid point of the gathered backward's grid-gradient pass (backward_last's kernel,
+    scatter off): BACKWARD_GROUP or the largest power of two below it dividing the channels."""
+    g = min(BACKWARD_GROUP, UNITS)
+    while g > 1 and channels % g:
+        g //= 2
+    return g
+
+
+def backward_gather_channels(caps, mode: GridSampleMode, dims: int, in_spatial: tuple, channels: int, batch: int,
+                             points: int, itemsize: int) -> int:
+    """K, the channels a unit of the gathered input gradient sums (in_spatial: (D, H, W), D = 1
+    in 2-D), or 0 where it does not
+    serve: while BACKWARD_GATHER is off, bicubic, where units are SIMD lanes (lanes.py),
+    more batch items than a grid's z steps, or cells or points beyond 32-bit indices."""
+    if (not BACKWARD_GATHER or mode is GridSampleMode.Bicubic or caps.units_are_simd_lanes or batch > GRID_Z
+            or batch * gather_cells(mode, dims, in_spatial) >= 2 ** 31 - UNITS
+            or points >= 2 ** 31):
+        return 0
+    k = BACKWARD_GATHER_CHANNELS if BACKWARD_GATHER_BYTES is None else max(1, BACKWARD_GATHER_BYTES // itemsize)
+    while k > 1 and channels % k:
+        k //= 2
+    return k

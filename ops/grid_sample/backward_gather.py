@@ -1,0 +1,230 @@
+"""The grid_sample input gradient as a gather (issue 19): no atomics on the gradient's values.
+
+backward_last.py scatters every contribution w·out_grad with a native 64-bit atomic add (one
+a tap, channel and grid point: ~537M atomics for [32, 64, 256²]); atomics bound it. Here the
+grid points are first bucketed by the cell their taps start from, and then one unit a pixel
+(and a range of K channels) walks the lists of the cells whose taps can reach it, recomputes
+each listed point's tap weights (flat_point_taps: the same function, so the same bits) and
+adds w·out_grad as the SAME fixed-point integers as fixed_point.add_fixed / backward_last.
+add_wide (same scale, same rounding of each contribution) in i64 registers. An integer sum
+does not depend on order, so the list order (an atomic cursor's) does not matter and dx is
+bit for bit the scatter's; it is written [N, C, *S] once, in order over pixels.
+
+Cells (modes whose taps are an anchor plus {0, 1} offsets: bilinear, nearest): along an axis
+of `size` pixels with T taps a point (2 bilinear, 1 nearest or a 2-D call's depth), a point's
+cell is its first tap's index before clamping plus T − 1, in [0, size + T − 2]; a point none
+of whose taps on some axis is inside the input gives nothing to dx and is in no list. The
+padding mode is applied to the coordinate before the taps are taken (coords.axis_taps), so
+the cell is read off the taps: bilinear, the first tap inside -> its index + 1, else the
+second's index (the first tap was −1); nearest, the tap's index. Pixel p along the axis is
+then tap k of cell p + T − 1 − k.
+
+Bucketing, per call (all on the device): `count_cells` (one unit a point, a u32 atomic
+increment of its cell's count), `block_scan` (exclusive sums within blocks of a cube's units,
+and the block totals) followed by moe's one-cube `exclusive_scan` of the block totals, and
+`fill_cells` (one unit a point: its slot is the cell's start plus an atomic cursor). A cell's
+list starts at local[cell] + offsets[cell // block]. `gather_input_grad` then walks the lists.
+The grid gradient stays backward_last.backward_channels_last's per-point sum (SCATTER off), or
+sample.sample_backward's (SCATTER off) under tuning.BACKWARD_GATHER_GRID_DIRECT."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .channels_last import flat_point_taps
+from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, scale_exponent
+from .sample import tap_layout
+
+
+def flag_words(k: int, per_word: int) -> int:
+    """u32 words holding K channels' flag bits, per_word channels (≤ 10) a word (plain Python,
+    at compile time)."""
+    return -(-k // per_word)
+
+
+def flags_in_word(k: int, i: int, per_word: int) -> int:
+    """Channels whose flags word i holds (plain Python, at compile time)."""
+    return min(per_word, k - i * per_word)
+
+
+def taps_layout(mode: str, dims: int) -> tuple:
+    """sample.tap_layout of flat_point_taps' tuple for `mode` ("Bilinear" or "Nearest"); plain
+    Python, run at compile time."""
+    t = 2 if mode == "Bilinear" else 1
+    tz = t if dims == 3 else 1
+    return tap_layout(4 * tz + 1 + 8 * t + 2, dims)
+
+
+@kd.func
+def axis_cell(t, at, T):
+    """(whether some tap along this axis is inside, the axis's cell index) from the part of a
+    point's taps starting at `at` (coords.axis_taps: T indices, T weights, T slopes, T inside)."""
+    if T == 2:
+        inside = t[at + 6] or t[at + 7]
+        cell = kd.select(t[at + 6], t[at] + 1, t[at + 1])
+    else:
+        inside = t[at + 3]
+        cell = t[at]
+    return (inside, cell)
+
+
+@kd.func
+def point_cell(t, size_h, size_w, DIMS):
+    """(whether the point gives dx anything, its cell in its batch item's cell grid [Dc, Hc, Wc],
+    Hc = size_h + TX − 1, Wc = size_w + TX − 1) from its taps t (flat_point_taps)."""
+    TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+    iz, cz = axis_cell(t, Z, TZ)
+    iy, cy = axis_cell(t, Y, TX)
+    ix, cx = axis_cell(t, X, TX)
+    return (iz and iy and ix, (cz * (size_h + TX - 1) + cy) * (size_w + TX - 1) + cx)
+
+
+@kd.kernel
+def count_cells(grid: kd.Tensor, counts: kd.Tensor[kd.u32, 1], total: kd.i32, locations: kd.i32, cells: kd.i32,
+                size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                MODE: kd.Const[str], DIMS: kd.Const[int]):
+    """counts[n·cells + cell] += 1 for each grid point (of grid [N·locations, DIMS], flat) that
+    gives dx something; counts starts at zero."""
+    e = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if e < total:
+        t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+        inside, cell = point_cell(t, size_h, size_w, DIMS)
+        if inside:
+            kd.atomic_add(counts, (e // locations) * cells + cell, kd.u32(1))
+
+
+@kd.kernel
+def block_scan(counts: kd.Tensor[kd.u32, 1], local: kd.Tensor[kd.u32, 1], sums: kd.Tensor[kd.u32, 1], n: kd.i32):
+    """local[i] = the sum of counts before i within its block (a cube's units, one element
+    each), sums[block] = the block's total: planes' inclusive sums, then the planes' totals
+    through shared memory."""
+    u = kd.unit_pos_x()
+    i = kd.cube_pos_x() * kd.cube_dim_x() + u
+    part = kd.shared(kd.u32, kd.plane_count())
+    v = kd.u32(0)
+    if i < n:
+        v = counts[i]
+    incl = kd.plane_inclusive_sum(v)
+    if kd.lane_pos() == kd.PLANE_DIM - 1:
+        part[kd.plane_pos()] = incl
+    kd.sync_cube()
+    before = kd.u32(0)
+    whole = kd.u32(0)
+    for p in range(kd.plane_count()):
+        s = part[p]
+        whole += s
+        if p < kd.plane_pos():
+            before += s
+    if i < n:
+        local[i] = before + incl - v
+    if u == 0:
+        sums[kd.cube_pos_x()] = whole
+
+
+@kd.func
+def cell_start(local, offsets, g, BLOCK):
+    """Where cell g's list starts in the point lists."""
+    return kd.i32(local[g]) + kd.i32(offsets[g // BLOCK])
+
+
+@kd.kernel
+def fill_cells(grid: kd.Tensor, cursor: kd.Tensor[kd.u32, 1], local: kd.Tensor[kd.u32, 1],
+               offsets: kd.Tensor[kd.u32, 1], lists: kd.Tensor[kd.i32, 1], total: kd.i32, locations: kd.i32,
+               cells: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
+               MODE: kd.Const[str], DIMS: kd.Const[int], BLOCK: kd.Const[int]):
+    """Writes each counted grid point's index e into its cell's list (an atomic cursor a cell,
+    starting at zero: the order within a list is arbitrary; after the pass cursor = counts)."""
+    e = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if e < total:
+        t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+        inside, cell = point_cell(t, size_h, size_w, DIMS)
+        if inside:
+            g = (e // locations) * cells + cell
+            slot = cell_start(local, offsets, g, BLOCK) + kd.i32(kd.atomic_add(cursor, g, kd.u32(1)))
+            lists[slot] = e
+
+
+@kd.kernel
+def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 1], local: kd.Tensor[kd.u32, 1],
+                      offsets: kd.Tensor[kd.u32, 1], lists: kd.Tensor[kd.i32, 1], max_bits: kd.Tensor[kd.u32, 1],
+                      dx: kd.Tensor, C: kd.i32, locations: kd.i32, cells: kd.i32, size_d: kd.i32, size_h: kd.i32,
+                      size_w: kd.i32, point_stride: kd.i32, channel_stride: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                      MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], K: kd.Const[int],
+                      V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int]):
+    """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
+    batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
+    s and sums round(w·out_grad·2^k) over them in i64 (k as fixed_point.scale_exponent), flags
+    for non-finite contributions, then stores the sums as floats (NaN / ±inf where flagged, as
+    fixed_point.finish). out_grad go: element (n, c, point l) at n·C·locations + l·point_stride
+    + c·channel_stride (point_stride 1, channel_stride locations: [N, C, locations]; C and 1: a
+    channels-last copy, read as vectors of V channels where V > 1, V dividing K). The channels'
+    NaN/±inf flag bits are kept FLAGS channels (≤ 10) to a u32 register.)"""
+    S = size_d * size_h * size_w
+    s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    n = kd.cube_pos_z()
+    c0 = kd.cube_pos_y() * K
+    if s < S:
+        px = s % size_w
+        r = s // size_w
+        py = r % size_h
+        pz = r // size_h
+        TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
+        scale = kd.exp2(kd.f64(scale_exponent(max_bits[0], HEADROOM)))
+        acc = ()
+        bad = ()   # the channels' flag bits, FLAGS channels of 3 bits a u32 (fewer registers)
+        for j in kd.unroll(K):
+            acc = acc + (kd.i64(0),)
+        for i in kd.unroll(flag_words(K, FLAGS)):
+            bad = bad + (kd.u32(0),)
+        item = kd.i64(n) * C * locations
+        spans = ()   # every cell's list first (independent loads, in flight together), then the walks
+        for a in kd.unroll(TZ):
+            for b in kd.unroll(TX):
+                for k in kd.unroll(TX):
+                    cell = ((pz + TZ - 1 - a) * (size_h + TX - 1) + py + TX - 1 - b) * (size_w + TX - 1) + px + TX - 1 - k
+                    g = n * cells + cell
+                    first = cell_start(local, offsets, g, BLOCK)
+                    spans = spans + (first, first + kd.i32(counts[g]))
+        for a in kd.unroll(TZ):
+            for b in kd.unroll(TX):
+                for k in kd.unroll(TX):
+                    at_span = 2 * ((a * TX + b) * TX + k)
+                    for slot in range(spans[at_span], spans[at_span + 1]):
+                        e = lists[slot]
+                        t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+                        w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
+                        at = item + kd.i64(e - n * locations) * point_stride + kd.i64(c0) * channel_stride
+                        vals = ()
+                        if V == 1:
+                            for j in kd.unroll(K):
+                                vals = vals + (kd.f32(go[at + j * channel_stride]),)
+                        else:   # channels consecutive (channel_stride 1): K / V vectors
+                            for h in kd.unroll(K // V):
+                                vec = kd.cast(kd.load_vec(go, at + h * V, V), kd.f32)
+                                for j in kd.unroll(V):
+                                    vals = vals + (vec[j],)
+                        summed = ()
+                        marks = ()
+                        for j in kd.unroll(K):
+                            v = w * vals[j]
+                            finite = kd.abs(v) < kd.inf
+                            q = kd.i64(kd.round(kd.f64(kd.select(finite, v, 0.0)) * scale))
+                            bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
+                            summed = summed + (acc[j] + q,)
+                            marks = marks + (kd.select(finite, kd.u32(0), kd.u32(bit)),)
+                        flagged = ()
+                        for i in kd.unroll(flag_words(K, FLAGS)):
+                            word = bad[i]
+                            for j in kd.unroll(flags_in_word(K, i, FLAGS)):
+                                word = word | (marks[i * FLAGS + j] << (3 * j))
+                            flagged = flagged + (word,)
+                        acc = summed
+                        bad = flagged
+        unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
+        for j in kd.unroll(K):
+            v = kd.f32(kd.f64(acc[j]) * unit)
+            f = (bad[j // FLAGS] >> (3 * (j % FLAGS))) & 7
+            if f != 0:
+                pos = (f & POS_INF_BIT) != 0
+                neg = (f & NEG_INF_BIT) != 0
+                v = kd.select((f & NAN_BIT) != 0 or (pos and neg), kd.nan, kd.select(pos, kd.inf, -kd.inf))
+            dx[(kd.i64(n) * C + c0 + j) * S + s] = v
