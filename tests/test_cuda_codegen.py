@@ -584,3 +584,61 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
     smem = (3 * 64 * groups * mi + (9 if persistent == "stationary" else 3) * 64) * 64 * 2
     if smem <= capabilities.for_arch("sm_80").max_shared_bytes:  # 2 x 2 stationary: 168 KiB, past the A100's
         assert "wgmma" not in ptx_of(kernel, units, args, sm=80)
+
+
+@pytest.mark.parametrize("kind,bn,stages,inflight,groups,mi,lanes", [
+    ("weight", 128, 3, 0, 2, 1, 8), ("weight", 256, 3, 0, 2, 1, 8), ("weight", 128, 4, 1, 2, 1, 8),
+    ("weight", 128, 3, 0, 2, 1, 2),
+    ("data", 128, 3, 0, 2, 1, 8), ("data", 128, 3, 0, 2, 2, 8), ("data", 256, 3, 0, 2, 1, 8),
+    ("data", 128, 4, 1, 2, 1, 8), ("data", 128, 3, 0, 4, 1, 8), ("data", 128, 3, 0, 2, 1, 4)])
+def test_convolution_pointwise_backward_compiles_without_spills(kind, bn, stages, inflight, groups, mi, lanes):
+    """The 1×1 backward passes as batched products on NCHW operands (rudnn.convolution.
+    pointwise_backward) at issue 17's shape (256 → 1024 channels, 56², bf16) in their tile
+    variants: sm_90a wgmma (the weight gradient's A and B K-major, the data backward's both
+    MN-major: descriptors of the 128-byte layout), cp.async copies (16-byte, or narrower
+    where LANES < 8), the data backward's paired 4-byte stores, no spills, no serialised
+    products (C75xx); sm_80 compiles the same kernels (mma.sync). Prints ptxas's report."""
+    from rudnn.convolution import ConvOptions, implicit_gemm, pointwise_backward as pb
+    from rudnn.convolution.problem import as_5d, validate_data_backward, validate_weight_backward
+    x, dy, w = CPU.zeros((2, 256, 56, 56), "bf16"), CPU.zeros((2, 1024, 56, 56), "bf16"), CPU.zeros((1024, 256, 1, 1),
+                                                                                                   "bf16")
+    caps = capabilities.for_arch("sm_90")
+    assert pb.native(caps)
+    units = 128 * groups
+    if kind == "weight":
+        p = validate_weight_backward(x, dy, (1024, 256, 1, 1), ConvOptions())
+        dy3, x3, lanes8 = pb._pixel_matrix(p.dy, CPU, p.dtype), pb._pixel_matrix(p.x, CPU, p.dtype), 8
+        part = CPU.empty((16, 1024, 256), "f32")
+        kernel, args = pb.wgrad_pointwise, (dy3, x3, part, 12, p.dtype, bn, stages, inflight, groups, lanes)
+        nprod, layout = bn, "0, 0"   # a (no transpose) b (no transpose): both K-major
+    else:
+        p = validate_data_backward(dy, w, (2, 256, 56, 56), ConvOptions())
+        dx5 = as_5d(CPU.empty((2, 256, 56, 56), "bf16"), 2, False)
+        dy3, w2, dxv, lanes8, pairs = pb.data_operands(
+            __import__("dataclasses").replace(p, runtime=__import__("types").SimpleNamespace(
+                capabilities=__import__("dataclasses").replace(CPU.capabilities, group_mma_native=True,
+                                                               mma_native=True, async_copy=True,
+                                                               mma_dtypes=(kd.f16, kd.bf16)), plane_dim=32)), dx5)
+        assert pairs
+        kernel, args = pb.dgrad_pointwise, (dy3, w2, dxv, p.dtype, bn, stages, inflight, groups, mi, lanes, True)
+        nprod, layout = bn, "1, 1"
+    assert lanes8 == 8
+    src = compile_launch(kernel, units, args, "sm_90").rendered.source
+    descs = re.findall(r"kd_wg_desc\(\([^;]*\);", src)
+    assert descs and all(d.endswith(", 1);") for d in descs)
+    ptx = ptx_of(kernel, units, args)
+    products = re.findall(rf"wgmma.mma_async.sync.aligned.m64n{nprod}k16.f32.bf16.bf16 [^;]*;", ptx)
+    assert len(products) == 4 * mi and all(re.search(rf"1, 1, {layout};$", q) for q in products), products[:1]
+    size = {8: "cg", 4: "ca", 2: "ca"}[lanes]
+    assert f"cp.async.{size}.shared.global" in ptx
+    if kind == "data":
+        assert "st.global.v2.u16" in ptx
+    log = ptxas_report(src)
+    print(f"{kind} bn {bn} stages {stages} inflight {inflight} groups {groups} mi {mi} lanes {lanes}:",
+          " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
+          " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+    assert not re.search(r"C75\d\d", log), log[-2000:]
+    if kind == "weight" and bn == 128 and stages == 3:
+        assert "wgmma" not in ptx_of(kernel, units, args, sm=80)
+        ptx_of(implicit_gemm.sum_partials, implicit_gemm.SUM_UNITS, (part, CPU.empty((1024, 256), "bf16")))
