@@ -13,7 +13,8 @@ torch CPU's), then the variants and cuDNN (`aten.convolution_backward` for the o
 `cudnn.benchmark`) are timed in turn, --rounds rounds of the median of --reps calls (CUDA
 events); "ratio" = cuDNN time / ours. Data variants are named new BN/STAGES/INFLIGHT g GROUPS
 mi MI (input channels a cube 64·GROUPS·MI), weight variants new BN/STAGES/INFLIGHT g GROUPS xS
-(S times weight_splits' reduction ranges). Off the H200 (--quick on cpu/opencl) the module's
+(S times weight_splits' reduction ranges) and "new roles GEMM" (WEIGHT_KERNEL = "roles": MoE's
+roles GEMM, one expert a sample, where the copy engine reads the operands). Off the H200 (--quick on cpu/opencl) the module's
 device rule is forced (pointwise_backward.native), so the smoke run runs the kernels.
 """
 from __future__ import annotations
@@ -74,6 +75,9 @@ def weight_variants(p, caps, only):
         splits = max(1, round(pb.weight_splits(p, tiles, smem, steps) * scale))
         out[f"new {bn}/{s}/{i} g{gr} x{scale:g} ({splits} splits)"] = (
             lambda dw5, c=(bn, s, i, gr, splits): pb.run_weight_backward(p, dw5, views, *c))
+    roles = pb.roles_operands(p, views)
+    if roles is not None:
+        out[f"new roles GEMM ({g.B} partials)"] = lambda dw5: pb.run_weight_backward_roles(p, dw5, roles)
     return {k: v for k, v in out.items() if not only or any(o in k for o in only)}
 
 
@@ -94,16 +98,22 @@ def main(argv=None):
     for rt_name in args.runtimes.split(","):
         rt = kd.runtime(rt_name)
         caps = rt.capabilities
-        if not pb.native(caps):
-            pb.native = lambda caps: True   # the smoke run: the emulated group products
+        if not pb.native(caps):   # the smoke run: the emulated group products and bulk copies
+            pb.native = lambda caps: True
+            from rudnn.moe import gemm_roles
+            gemm_roles.usable = lambda rt, ts: True
         cuda = caps.backend == "cuda" and torch.cuda.is_available()
         reps = 3 if args.quick else args.reps
         N, C, K, H = (2, 256, 1024, 8) if args.quick else SHAPE
-        gen = torch.Generator().manual_seed(0)
-        x = torch.randn(N, C, H, H, generator=gen).bfloat16()
-        dy = torch.randn(N, K, H, H, generator=gen).bfloat16()
-        w = (torch.randn(K, C, 1, 1, generator=gen) / 16).bfloat16()
-        kx, kdy, kw = (rt.tensor(t.float().numpy(), dtype="bf16") for t in (x, dy, w))
+        dev = "cuda" if cuda else "cpu"
+        gen = torch.Generator(device=dev).manual_seed(0)
+        x = torch.randn(N, C, H, H, generator=gen, device=dev).bfloat16()
+        dy = torch.randn(N, K, H, H, generator=gen, device=dev).bfloat16()
+        w = (torch.randn(K, C, 1, 1, generator=gen, device=dev) / 16).bfloat16()
+        if cuda:   # shared through DLPack (dy is 411 MB)
+            kx, kdy, kw = (kd.from_dlpack(t) for t in (x, dy, w))
+        else:
+            kx, kdy, kw = (rt.tensor(t.float().numpy(), dtype="bf16") for t in (x, dy, w))
         flops = 2.0 * N * K * H * H * C
         for pss in args.passes.split(","):
             if pss == "data":
@@ -115,9 +125,8 @@ def main(argv=None):
                 shape, mask, runs = (K, C, 1, 1), (False, True, False), weight_variants(p, caps, only)
             idx = 0 if pss == "data" else 1
             if cuda:
-                xc, dyc, wc = x.cuda(), dy.cuda(), w.cuda()
                 base = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
-                    dyc, xc, wc, None, (1, 1), (0, 0), (1, 1), False, (0, 0), 1, mask)[idx]
+                    dy, x, w, None, (1, 1), (0, 0), (1, 1), False, (0, 0), 1, mask)[idx]
                 want = base().float().cpu().numpy()
             else:
                 base = None
@@ -129,6 +138,7 @@ def main(argv=None):
                 fn(as_5d(check, 2, False))
                 rt.synchronize()
                 errs[v] = rel_err(check.numpy().astype(np.float32), want)
+                print(f"{pss} {v}: rel err {errs[v]:.1e}", flush=True)
             out = as_5d(rt.empty(shape, "bf16"), 2, False)
             times, base_times = rounds_in_turn(rt, torch, base, runs, out, args.rounds, reps)
             rows += variant_rows((rt_name, f"1x1-{C}to{K}@{H} {pss}", f"N{N}"), times, base_times, errs, flops)

@@ -512,6 +512,36 @@ def test_pointwise_backward_on_group_products(runtime, rng, monkeypatch, case, n
     close(dws[0], ref.weight_backward(x, dy, ws, 1, 0, dl, 1), dtype)
 
 
+@pytest.mark.parametrize("case", ["2d-p72", "3d-dil2"])
+def test_pointwise_weight_backward_on_the_roles_gemm(runtime, rng, monkeypatch, case):
+    """WEIGHT_KERNEL = "roles": the weight gradient on MoE's roles GEMM (forced off the H200),
+    one expert a sample (partial 128-row tiles past K), F32 partials summed in sample order:
+    deterministic, against numpy float64; P not a multiple of 8 keeps the ring kernel."""
+    from rudnn.moe import gemm_roles
+    from rudnn.convolution import pointwise_backward as pb
+    calls = force_pointwise_backward(monkeypatch)
+    monkeypatch.setattr(pb, "WEIGHT_KERNEL", "roles")
+    monkeypatch.setattr(gemm_roles, "usable", lambda rt, ts: True)
+    run = pb.run_weight_backward_roles
+    monkeypatch.setattr(pb, "run_weight_backward_roles", lambda *a: (calls.append("roles"), run(*a)))
+    xs, k, dl, dtype, _ = PW_CASES[case]
+    ws = (k, xs[1]) + (1,) * (len(xs) - 2)
+    x = host(rng.standard_normal(xs), dtype)
+    dy = host(rng.standard_normal((xs[0], k, *xs[2:])), dtype)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    opts = ConvOptions(dilation=dl)
+    dws = [conv_weight_backward(t(x), t(dy), ws, opts, ImplicitGemm).numpy() for _ in range(2)]
+    assert calls[:1] == ["roles"]
+    np.testing.assert_array_equal(dws[0].view(np.uint16), dws[1].view(np.uint16))
+    close(dws[0], ref.weight_backward(x, dy, ws, 1, 0, dl, 1), dtype)
+    del calls[:]
+    xs, dy_shape = (2, 16, 5, 6), (2, 8, 5, 6)   # P = 30: 4-byte copies, the ring kernel
+    x, dy = host(rng.standard_normal(xs), dtype), host(rng.standard_normal(dy_shape), dtype)
+    dw = conv_weight_backward(t(x), t(dy), (8, 16, 1, 1), ConvOptions(), ImplicitGemm).numpy()
+    assert calls == ["run_weight_backward"]
+    close(dw, ref.weight_backward(x, dy, (8, 16, 1, 1), 1, 0, 1, 1), dtype)
+
+
 def test_pointwise_backward_matches_pytorch(runtime, rng, monkeypatch, dtype="bf16"):
     """The same passes against torch.nn.grad.conv2d_input / conv2d_weight (float64)."""
     torch = pytest.importorskip("torch", reason="PyTorch CPU is the cross-check (pip install .[oracle])")

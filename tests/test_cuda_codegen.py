@@ -642,3 +642,24 @@ def test_convolution_pointwise_backward_compiles_without_spills(kind, bn, stages
     if kind == "weight" and bn == 128 and stages == 3:
         assert "wgmma" not in ptx_of(kernel, units, args, sm=80)
         ptx_of(implicit_gemm.sum_partials, implicit_gemm.SUM_UNITS, (part, CPU.empty((1024, 256), "bf16")))
+
+
+def test_convolution_pointwise_weight_backward_on_the_roles_gemm_compiles():
+    """pointwise_backward's "roles" weight gradient: MoE's roles GEMM over dy as [B·K, P] rows
+    and x as [B·C, P] expert weights, F32 partials, for sm_90a: bulk tensor copies, wgmma
+    m64n256k16, no spills."""
+    from rudnn.convolution import pointwise_backward as pb
+    from rudnn.moe import gemm_roles
+    B, C, K, P = 2, 256, 1024, 3136
+    dy2, x2 = CPU.zeros((B * K, P), "bf16"), CPU.zeros((B * C, P), "bf16")
+    part = CPU.empty((B * K, C), "f32")
+    offs, tiles = CPU.tensor(np.array([0, K, 2 * K], np.uint32)), CPU.tensor(np.array([0, 8, 16], np.uint32))
+    _, bn, stages = gemm_roles.tile_shape(capabilities.for_arch("sm_90"))
+    rows, cols = B * K // gemm_roles.BM, -(-C // bn)
+    units = gemm_roles.UNITS_PLANES * 32
+    args = (dy2, x2, x2, part, offs, tiles, B, C, rows, cols, False, bn, stages, gemm_roles.GM, part, False, False)
+    ptx = ptx_of(gemm_roles.grouped_gemm_roles, units, args)
+    assert "cp.async.bulk.tensor" in ptx and f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16" in ptx
+    log = ptxas_report(compile_launch(gemm_roles.grouped_gemm_roles, units, args, "sm_90").rendered.source)
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+    assert pb.WEIGHT_KERNEL in ("ring", "roles")

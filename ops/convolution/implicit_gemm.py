@@ -281,7 +281,7 @@ def run_weight_backward(p, dw5) -> None:
     from . import implicit_gemm_wgrad, pointwise_backward
     views = pointwise_backward.weight_operands(p)
     if views is not None:
-        pointwise_backward.run_weight_backward(p, dw5, views)
+        pointwise_backward.run_weight(p, dw5, views)
     elif implicit_gemm_wgrad.covers(p):
         implicit_gemm_wgrad.run_weight_backward(p, dw5)
     else:

@@ -46,6 +46,12 @@ from .implicit_gemm_group import next_slot, store_tile
 from .problem import Problem
 
 ENABLED = True    # route covered 1×1 backward passes here
+# the weight gradient's kernel where both fit: "ring" (wgrad_pointwise: async copies, split
+# reductions) or "roles" (MoE's roles GEMM, bulk copies and a producer group, one expert a
+# sample: F32 partials a sample); not yet timed against each other on the H200
+WEIGHT_KERNEL = "ring"
+MAX_KEPT = 64     # (runtime, samples, rows) whose expert offsets are kept
+_EXPERTS: dict = {}
 BK = 64           # reduction columns a step: one 128-byte band row
 SW = 128          # the group-tile layout's swizzle span (bytes)
 CHUNKS = BK // 8  # 16-byte chunks a band row
@@ -413,6 +419,72 @@ def run_weight_backward(p: Problem, dw5, views: tuple, bn: int | None = None, st
     wgrad_pointwise[grid, 4 * GR * rt.plane_dim](dy, x, part, chunk, p.dtype, BN, S, L, GR, lanes)
     dw = dw5._view((g.K, g.C), (g.C, 1))
     sum_partials[-(-(g.K * g.C) // SUM_UNITS), SUM_UNITS](part, dw)
+
+
+def roles_operands(p: Problem, views: tuple) -> tuple | None:
+    """(dy [B·K, P], x [B·C, P]) 2-D views for the roles GEMM (one expert a sample: rows of
+    dy[n], weights x[n]) when the copy engine reads both (packed, 16-byte aligned rows) and the
+    device has it, else None; `views` from weight_operands()."""
+    from ..moe import gemm_roles
+    dy, x, lanes = views
+    B, K, P = dy.shape
+    C = x.shape[1]
+    def packed(t, rows):
+        return t.strides[2] == 1 and (rows == 1 or t.strides[1] == P) and (B == 1 or t.strides[0] == rows * P)
+
+    if lanes != 8 or not (packed(dy, K) and packed(x, C)):
+        return None
+    dy2 = Tensor(p.runtime, dy.buffer, (B * K, P), p.dtype, (P, 1), dy.offset)
+    x2 = Tensor(p.runtime, x.buffer, (B * C, P), p.dtype, (P, 1), x.offset)
+    if not gemm_roles.usable(p.runtime, (dy2, x2)):
+        return None
+    return dy2, x2
+
+
+def _experts(rt, B: int, K: int, bm: int) -> tuple:
+    """Row offsets [0, K, 2K, .. B·K] and row-tile offsets of B experts of K rows, as device
+    tensors made once per (runtime, B, K, BM): an upload in every call would stop the call
+    being replayed."""
+    import numpy as np
+    key = (id(rt), B, K, bm)
+    got = _EXPERTS.get(key)
+    if got is None or got[0].runtime is not rt:
+        n = np.arange(B + 1, dtype=np.uint32)
+        got = (rt.tensor(n * K), rt.tensor(n * -(-K // bm)))
+        if len(_EXPERTS) >= MAX_KEPT:
+            _EXPERTS.clear()
+        _EXPERTS[key] = got
+    return got
+
+
+def run_weight_backward_roles(p: Problem, dw5, roles: tuple) -> None:
+    """dw5 = the weight gradient of p on MoE's roles GEMM: sample n is expert n, its rows dy[n]
+    ([K, P]) times its weight x[n] ([C, P]) transposed, F32 partials [B, K, C] (element stores),
+    then implicit_gemm.sum_partials in sample order (deterministic); `roles` from
+    roles_operands()."""
+    from ..moe import gemm_roles
+    from .implicit_gemm import SUM_UNITS, sum_partials
+    dy2, x2 = roles
+    rt = p.runtime
+    g = p.geo
+    _, bn, stages = gemm_roles.tile_shape(rt.capabilities)
+    offsets, tiles = _experts(rt, g.B, g.K, gemm_roles.BM)
+    rows, cols = g.B * -(-g.K // gemm_roles.BM), -(-g.C // bn)
+    part = rt.empty((g.B * g.K, g.C), "f32")
+    gemm_roles.grouped_gemm_roles[rows * cols, gemm_roles.UNITS_PLANES * rt.plane_dim](
+        dy2, x2, x2, part, offsets, tiles, g.B, g.C, rows, cols, False, bn, stages, gemm_roles.GM, part, False, False)
+    dw = dw5._view((g.K, g.C), (g.C, 1))
+    sum_partials[-(-(g.K * g.C) // SUM_UNITS), SUM_UNITS](part._view((g.B, g.K, g.C), (g.K * g.C, g.C, 1)), dw)
+
+
+def run_weight(p: Problem, dw5, views: tuple) -> None:
+    """dw5 = the weight gradient of p: the roles GEMM where WEIGHT_KERNEL asks for it and it
+    reads the operands, else the ring kernel (run_weight_backward)."""
+    roles = roles_operands(p, views) if WEIGHT_KERNEL == "roles" else None
+    if roles is not None:
+        run_weight_backward_roles(p, dw5, roles)
+    else:
+        run_weight_backward(p, dw5, views)
 
 
 def run_data_backward(p: Problem, views: tuple, bn: int | None = None, stages: int | None = None,
