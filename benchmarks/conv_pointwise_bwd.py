@@ -12,7 +12,7 @@ Every variant is checked against torch first (relative L2 error against cuDNN's 
 torch CPU's), then the variants and cuDNN (`aten.convolution_backward` for the one gradient,
 `cudnn.benchmark`) are timed in turn, --rounds rounds of the median of --reps calls (CUDA
 events); "ratio" = cuDNN time / ours. Data variants are named new BN/STAGES/INFLIGHT g GROUPS
-mi MI (input channels a cube 64·GROUPS·MI), weight variants new BN/STAGES/INFLIGHT g GROUPS xS
+mi MI (input channels a cube 64·GROUPS·MI; "staged": STAGED_DX, bulk stores of the result), weight variants new BN/STAGES/INFLIGHT g GROUPS xS
 (S times weight_splits' reduction ranges) and "new roles GEMM" (WEIGHT_KERNEL = "roles": MoE's
 roles GEMM, one expert a sample, where the copy engine reads the operands). Off the H200 (--quick on cpu/opencl) the module's
 device rule is forced (pointwise_backward.native), so the smoke run runs the kernels.
@@ -55,7 +55,10 @@ def data_variants(p, dummy, caps, only):
         if caps.max_shared_bytes < pb.data_shared_bytes(bn, s, gr, mi) or 4 * gr * caps.plane_dim > caps.max_cube_units:
             continue
         out[f"new {bn}/{s}/{i} g{gr} mi{mi}"] = (lambda dx5, c=(bn, s, i, gr, mi):
-                                                 pb.run_data_backward(p, pb.data_operands(p, dx5), *c))
+                                                 pb.run_data_backward(p, pb.data_operands(p, dx5), *c, False))
+        if s * pb.BK >= 64 * gr * mi:
+            out[f"new {bn}/{s}/{i} g{gr} mi{mi} staged"] = (lambda dx5, c=(bn, s, i, gr, mi):
+                                                            pb.run_data_backward(p, pb.data_operands(p, dx5), *c, True))
     return {k: v for k, v in out.items() if not only or any(o in k for o in only)}
 
 

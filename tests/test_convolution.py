@@ -470,7 +470,7 @@ def force_pointwise_backward(monkeypatch, native_shape=False):
         monkeypatch.setattr(pb, "data_shape", lambda caps: (128 if caps.max_shared_bytes >= 1 << 19 else 64, 3, 1, 2, 2))
     for name in ("run_data_backward", "run_weight_backward"):
         run = getattr(pb, name)
-        monkeypatch.setattr(pb, name, lambda *a, run=run, name=name: (calls.append(name), run(*a)))
+        monkeypatch.setattr(pb, name, lambda *a, run=run, name=name, **k: (calls.append(name), run(*a, **k)))
     return calls
 
 
@@ -540,6 +540,28 @@ def test_pointwise_weight_backward_on_the_roles_gemm(runtime, rng, monkeypatch, 
     dw = conv_weight_backward(t(x), t(dy), (8, 16, 1, 1), ConvOptions(), ImplicitGemm).numpy()
     assert calls == ["run_weight_backward"]
     close(dw, ref.weight_backward(x, dy, (8, 16, 1, 1), 1, 0, 1, 1), dtype)
+
+
+@pytest.mark.parametrize("xs,k,dtype", [((2, 128, 9, 8), 80, "bf16"), ((1, 64, 40), 16, "f16")])
+def test_pointwise_data_backward_staged_epilogue(runtime, rng, monkeypatch, xs, k, dtype):
+    """STAGED_DX: the data backward's tiles leave through shared memory and bulk stores into dx
+    as [B·C, P] rows (Cin a multiple of the cube's channels; the stores leave out the pixels
+    past P: 72 = 64 + 8, 40 < 64), against numpy float64."""
+    from rudnn.convolution import pointwise_backward as pb
+    from rudnn.convolution.problem import as_5d, validate_data_backward
+    force_pointwise_backward(monkeypatch)
+    monkeypatch.setattr(pb, "STAGED_DX", True)
+    w = host(rng.standard_normal((k, xs[1]) + (1,) * (len(xs) - 2)), dtype)
+    dy = host(rng.standard_normal((xs[0], k, *xs[2:])), dtype)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    want = ref.data_backward(dy, w, xs, 1, 0, 1, 1)
+    close(conv_data_backward(t(dy), t(w), xs, ConvOptions(), ImplicitGemm).numpy(), want, dtype)
+    p = validate_data_backward(t(dy), t(w), xs, ConvOptions())
+    dx = runtime.tensor(np.full(xs, np.nan, np.float32), dtype=dtype)
+    views = pb.data_operands(p, as_5d(dx, len(xs) - 2, False))
+    assert views[3] is not None and views[3].shape == (xs[0] * xs[1], int(np.prod(xs[2:])))
+    pb.run_data_backward(p, views, staged=True)
+    close(dx.numpy(), want, dtype)
 
 
 def test_pointwise_backward_matches_pytorch(runtime, rng, monkeypatch, dtype="bf16"):

@@ -590,13 +590,15 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
     ("weight", 128, 3, 0, 2, 1, 8), ("weight", 256, 3, 0, 2, 1, 8), ("weight", 128, 4, 1, 2, 1, 8),
     ("weight", 128, 3, 0, 2, 1, 2),
     ("data", 128, 3, 0, 2, 1, 8), ("data", 128, 3, 0, 2, 2, 8), ("data", 256, 3, 0, 2, 1, 8),
-    ("data", 128, 4, 1, 2, 1, 8), ("data", 128, 3, 0, 4, 1, 8), ("data", 128, 3, 0, 2, 1, 4)])
+    ("data", 128, 4, 1, 2, 1, 8), ("data", 128, 3, 0, 4, 1, 8), ("data", 128, 3, 0, 2, 1, 4),
+    ("data", 128, 4, 0, 2, 2, 8)])
 def test_convolution_pointwise_backward_compiles_without_spills(kind, bn, stages, inflight, groups, mi, lanes):
     """The 1×1 backward passes as batched products on NCHW operands (rudnn.convolution.
     pointwise_backward) at issue 17's shape (256 → 1024 channels, 56², bf16) in their tile
     variants: sm_90a wgmma (the weight gradient's A and B K-major, the data backward's both
     MN-major: descriptors of the 128-byte layout), cp.async copies (16-byte, or narrower
-    where LANES < 8), the data backward's paired 4-byte stores, no spills, no serialised
+    where LANES < 8), the data backward's paired 4-byte stores (or, staged, its bulk tensor
+    stores: the 2 x 2-fragment, 4-slot case), no spills, no serialised
     products (C75xx); sm_80 compiles the same kernels (mma.sync). Prints ptxas's report."""
     from rudnn.convolution import ConvOptions, implicit_gemm, pointwise_backward as pb
     from rudnn.convolution.problem import as_5d, validate_data_backward, validate_weight_backward
@@ -614,13 +616,15 @@ def test_convolution_pointwise_backward_compiles_without_spills(kind, bn, stages
     else:
         p = validate_data_backward(dy, w, (2, 256, 56, 56), ConvOptions())
         dx5 = as_5d(CPU.empty((2, 256, 56, 56), "bf16"), 2, False)
-        dy3, w2, dxv, lanes8, pairs = pb.data_operands(
+        dy3, w2, dxv, dx2, lanes8, pairs = pb.data_operands(
             __import__("dataclasses").replace(p, runtime=__import__("types").SimpleNamespace(
                 capabilities=__import__("dataclasses").replace(CPU.capabilities, group_mma_native=True,
                                                                mma_native=True, async_copy=True,
                                                                mma_dtypes=(kd.f16, kd.bf16)), plane_dim=32)), dx5)
-        assert pairs
-        kernel, args = pb.dgrad_pointwise, (dy3, w2, dxv, p.dtype, bn, stages, inflight, groups, mi, lanes, True)
+        assert pairs and dx2 is not None
+        staged = mi == 2 and stages == 4
+        kernel, args = pb.dgrad_pointwise, (dy3, w2, dxv, dx2 if staged else w2, p.dtype, bn, stages, inflight, groups,
+                                            mi, lanes, True, staged)
         nprod, layout = bn, "1, 1"
     assert lanes8 == 8
     src = compile_launch(kernel, units, args, "sm_90").rendered.source
@@ -632,7 +636,7 @@ def test_convolution_pointwise_backward_compiles_without_spills(kind, bn, stages
     size = {8: "cg", 4: "ca", 2: "ca"}[lanes]
     assert f"cp.async.{size}.shared.global" in ptx
     if kind == "data":
-        assert "st.global.v2.u16" in ptx
+        assert ("st.global.v2.u16" in ptx) != staged and ("cp.async.bulk.tensor" in ptx) == staged
     log = ptxas_report(src)
     print(f"{kind} bn {bn} stages {stages} inflight {inflight} groups {groups} mi {mi} lanes {lanes}:",
           " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),

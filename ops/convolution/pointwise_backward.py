@@ -50,6 +50,9 @@ ENABLED = True    # route covered 1×1 backward passes here
 # reductions) or "roles" (MoE's roles GEMM, bulk copies and a producer group, one expert a
 # sample: F32 partials a sample); not yet timed against each other on the H200
 WEIGHT_KERNEL = "ring"
+# the data backward's result leaves through shared memory and bulk stores (where they fit,
+# run_data_backward) instead of pair stores from the accumulators; not yet timed on the H200
+STAGED_DX = False
 MAX_KEPT = 64     # (runtime, samples, rows) whose expert offsets are kept
 _EXPERTS: dict = {}
 BK = 64           # reduction columns a step: one 128-byte band row
@@ -201,12 +204,31 @@ def fetch_data_step(sa, sb, w, dy, abase, bbase, acols, bcols, kt, row, col, nb,
     kd.async_commit()
 
 
+@kd.func
+def store_staged(dx2, sb, accs, grp, row0, p0, MI, BN):
+    """(Every product done, the ring drained) each fragment's 64 x BN tile laid out in sb in
+    the 128-byte layout, then unit 0 writes them with bulk stores into dx2 ([B·C, P] rows) at
+    rows row0 + 64·(fragment), columns p0 (the stores leave out pixels past P; the caller
+    makes sure no tile runs past its sample's channels)."""
+    for f in kd.unroll(MI):
+        at = (grp * MI + f) * (64 * BN)
+        for q in kd.unroll(kd.fragment_len(accs[f])):
+            sb[at + kd.tile_offset(kd.fragment_row(accs[f], q), kd.fragment_col(accs[f], q), 64, swizzle=SW)] = \
+                kd.cast(kd.fragment_get(accs[f], q), sb.dtype)
+    kd.sync_cube()
+    if kd.unit_pos() == 0:
+        for h in kd.unroll(kd.cube_units() // (4 * kd.PLANE_DIM) * MI):
+            kd.bulk_store(dx2, row0 + 64 * h, p0, sb, h * (64 * BN), 64, BN, swizzle=SW)
+        kd.bulk_store_wait()
+
+
 @kd.kernel
-def dgrad_pointwise(dy: kd.Tensor, w: kd.Tensor, dxv: kd.Tensor, DT: kd.Const[object], BN: kd.Const[int],
-                    STAGES: kd.Const[int], INFLIGHT: kd.Const[int], GROUPS: kd.Const[int], MI: kd.Const[int],
-                    LANES: kd.Const[int], PAIRS: kd.Const[bool]):
+def dgrad_pointwise(dy: kd.Tensor, w: kd.Tensor, dxv: kd.Tensor, dx2: kd.Tensor[None, 2], DT: kd.Const[object],
+                    BN: kd.Const[int], STAGES: kd.Const[int], INFLIGHT: kd.Const[int], GROUPS: kd.Const[int],
+                    MI: kd.Const[int], LANES: kd.Const[int], PAIRS: kd.Const[bool], STAGED: kd.Const[bool]):
     """dx[n, c, p] = sum_k w[k, c]·dy[n, k, p] (dy a [B, K, P] view with pixel stride 1, w a
-    [K, C] view with channel stride 1, dxv dx as the [B, P, C, 1, 1] view store_tile writes).
+    [K, C] view with channel stride 1, dxv dx as the [B, P, C, 1, 1] view store_tile writes;
+    STAGED: dx2, dx as packed [B·C, P] rows, written by bulk stores from shared memory instead).
     Cube x = (sample, pixel tile, channel tile), channel tile fastest: BM = 64·GROUPS·MI input
     channels x BN pixels; group q multiplies its MI 64-row fragments."""
     kd.static_assert(kd.cube_units() == 4 * GROUPS * kd.PLANE_DIM, "launch with 4 planes per group")
@@ -274,8 +296,13 @@ def dgrad_pointwise(dy: kd.Tensor, w: kd.Tensor, dxv: kd.Tensor, DT: kd.Const[ob
         ws = next_slot(ws, STAGES)
     kd.group_wait(0)
     kd.async_wait(0)
-    for f in kd.unroll(MI):   # rows (sample, input channel) of dxv, columns its pixels
-        store_tile(dxv, w, False, PAIRS, accs[f], nb * C + m0 + (grp * MI + f) * 64, p0, 0, nb * C + C, P, C, 1, 1)
+    if STAGED:
+        kd.static_assert(STAGES * BK >= BM, "STAGED: the B ring holds the BM x BN tile")
+        kd.sync_cube()        # every group's products have read the ring
+        store_staged(dx2, sb, accs, grp, nb * C + m0, p0, MI, BN)
+    else:
+        for f in kd.unroll(MI):   # rows (sample, input channel) of dxv, columns its pixels
+            store_tile(dxv, w, False, PAIRS, accs[f], nb * C + m0 + (grp * MI + f) * 64, p0, 0, nb * C + C, P, C, 1, 1)
 
 
 def native(caps) -> bool:
@@ -364,7 +391,8 @@ def weight_operands(p: Problem) -> tuple | None:
 
 
 def data_operands(p: Problem, dx5) -> tuple | None:
-    """(dy [B, K, P], w [K, C], dx as [B, P, C, 1, 1], LANES, PAIRS) when this module runs p's
+    """(dy [B, K, P], w [K, C], dx as [B, P, C, 1, 1], dx as [B·C, P] or None, LANES, PAIRS)
+    when this module runs p's
     data backward into dx5, else None: as weight_operands for dy and dx, and w's input channels
     contiguous in 16-byte aligned rows (C, its row stride and start multiples of 8)."""
     if not _pointwise(p):
@@ -385,7 +413,9 @@ def data_operands(p: Problem, dx5) -> tuple | None:
     P = dx.shape[2]
     dxv = Tensor(rt, dx.buffer, (g.B, P, g.C, 1, 1), p.dtype, (dx.strides[0], 1, dx.strides[1], 0, 0), dx.offset)
     pairs = dx.offset % 2 == 0 and all(n == 1 or s % 2 == 0 for n, s in zip(dx.shape[:2], dx.strides[:2]))
-    return dy, w2, dxv, lanes, pairs
+    packed = dx.strides[1:] == (P, 1) and (g.B == 1 or dx.strides[0] == g.C * P) and P % 8 == 0 and dx.offset % 8 == 0
+    dx2 = Tensor(rt, dx.buffer, (g.B * g.C, P), p.dtype, (P, 1), dx.offset) if packed else None
+    return dy, w2, dxv, dx2, lanes, pairs
 
 
 def weight_splits(p: Problem, tiles: int, shared: int, steps: int) -> int:
@@ -488,14 +518,21 @@ def run_weight(p: Problem, dw5, views: tuple) -> None:
 
 
 def run_data_backward(p: Problem, views: tuple, bn: int | None = None, stages: int | None = None,
-                      inflight: int | None = None, groups: int | None = None, mi: int | None = None) -> None:
+                      inflight: int | None = None, groups: int | None = None, mi: int | None = None,
+                      staged: bool | None = None) -> None:
     """dx = the data backward of p into the view data_operands() gave (`views`); the tile
-    shape from data_shape() unless given (tests and benchmarks force others)."""
-    dy, w2, dxv, lanes, pairs = views
+    shape from data_shape() and the epilogue from STAGED_DX unless given (tests and
+    benchmarks force others). The staged epilogue runs only where its bulk stores stay in
+    their sample's channels (Cin a multiple of the cube's channels), dx is packed rows of
+    16-byte multiples and the ring holds the tile; else the pair stores."""
+    dy, w2, dxv, dx2, lanes, pairs = views
     rt = p.runtime
     g = p.geo
     BN, S, L, GR, MI = data_shape(rt.capabilities)
     BN, S, GR, MI = bn or BN, stages or S, groups or GR, mi or MI
     L = L if inflight is None else inflight
-    cubes = -(-g.C // (64 * GR * MI)) * -(-dy.shape[2] // BN) * g.B
-    dgrad_pointwise[cubes, 4 * GR * rt.plane_dim](dy, w2, dxv, p.dtype, BN, S, L, GR, MI, lanes, pairs)
+    bm = 64 * GR * MI
+    staged = (STAGED_DX if staged is None else staged) and dx2 is not None and g.C % bm == 0 and S * BK >= bm
+    cubes = -(-g.C // bm) * -(-dy.shape[2] // BN) * g.B
+    dgrad_pointwise[cubes, 4 * GR * rt.plane_dim](dy, w2, dxv, dx2 if staged else w2, p.dtype, BN, S, L, GR, MI, lanes,
+                                                  pairs, staged)
