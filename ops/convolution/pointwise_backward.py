@@ -34,8 +34,16 @@ pixel tile, then sample, so the cubes that share a dy tile run side by side) sto
 are (sample, input channel) rows and whose "channels" are the contiguous pixels: a lane's
 two neighbouring columns go out as one 4-byte store.
 
+Options (module constants, off until timed on the H200): WEIGHT_KERNEL = "roles" runs the
+weight gradient on MoE's roles GEMM instead (bulk copies and a producer group; sample n is
+expert n: rows dy[n], weights x[n]; F32 partials a sample, summed in order), where the copy
+engine reads the operands; STAGED_DX lets dx's tiles leave through the drained ring and bulk
+stores (where Cin is a multiple of the cube's channels, so no store crosses into the next
+sample's rows).
+
 Channels-last operands (channel stride 1, as torch's channels_last memory) are not covered:
-the existing paths (implicit_gemm_dgrad / implicit_gemm_wgrad) read those without a copy.
+they keep the existing paths (implicit_gemm_wgrad reads packed channels-last x and dy without
+a copy; implicit_gemm_dgrad copies dy to channels-last, as before).
 `ENABLED = False` turns the module off (every call takes those paths again)."""
 from __future__ import annotations
 
