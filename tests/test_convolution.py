@@ -456,6 +456,203 @@ def test_weight_backward_group_products_are_chosen_from_capabilities(runtime):
     assert wg.weight_splits(problem(64, 64, True), 128, 3) == 1    # 3 steps: under MIN_STEPS, one range
 
 
+# ---- 1×1 backward passes as batched products on NCDHW operands (pointwise_backward, issue 17)
+
+def force_pointwise_backward(monkeypatch, native_shape=False):
+    """pointwise_backward without its native-device rule (the emulated devices lack native
+    group products); native_shape: the H200's tile shapes (two groups, 128 columns; the data
+    backward with two fragments a group) instead of the emulated ones. Returns the calls."""
+    from rudnn.convolution import pointwise_backward as pb
+    calls = []
+    monkeypatch.setattr(pb, "native", lambda caps: True)
+    if native_shape:   # (two 64-row fragments a group and 128 columns need 1 MiB of emulated shared memory)
+        monkeypatch.setattr(pb, "weight_shape", lambda caps, columns=256: (128, 3, 0, 2))
+        monkeypatch.setattr(pb, "data_shape", lambda caps: (128 if caps.max_shared_bytes >= 1 << 19 else 64, 3, 1, 2, 2))
+    for name in ("run_data_backward", "run_weight_backward"):
+        run = getattr(pb, name)
+        monkeypatch.setattr(pb, name, lambda *a, run=run, name=name, **k: (calls.append(name), run(*a, **k)))
+    return calls
+
+
+PW_CASES = {   # x shape, Cout, dilation, dtype, weight splits forced: P = 72 (16-byte copies), K not a tile multiple
+    "2d-p72": ((2, 16, 9, 8), 80, 1, "bf16", 3),
+    "2d-p100-lanes4": ((2, 24, 10, 10), 16, 2, "f16", None),   # P % 8 = 4: 8-byte copies, pixel tail
+    "2d-p30-lanes2": ((1, 8, 5, 6), 72, 1, "bf16", 2),         # P % 4 = 2: 4-byte copies
+    "1d": ((3, 16, 20), 8, 3, "bf16", None),
+    "3d-dil2": ((1, 8, 2, 3, 4), 24, 2, "f16", None),
+}
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("native_shape", [False, True])
+@pytest.mark.parametrize("case", list(PW_CASES))
+def test_pointwise_backward_on_group_products(runtime, rng, monkeypatch, case, native_shape):
+    """1×1, stride 1, unpadded: both backward passes as batched products straight on the NCDHW
+    tensors (pointwise_backward; forced off the H200) against numpy float64: P a multiple of 8,
+    of 4 and of 2 only (narrower copies, zero-filled pixel tails), partial channel tiles, ranks
+    1-3, dilation; the weight gradient deterministic over split reductions."""
+    xs, k, dl, dtype, splits = PW_CASES[case]
+    if runtime.name == "interpreter" and (native_shape or case not in ("2d-p100-lanes4", "1d")):
+        pytest.skip("the interpreter runs two cases (slow); the others run on cpu and opencl")
+    calls = force_pointwise_backward(monkeypatch, native_shape)
+    if splits:
+        from rudnn.convolution import pointwise_backward as pb
+        monkeypatch.setattr(pb, "weight_splits", lambda *a: splits)
+    ws = (k, xs[1]) + (1,) * (len(xs) - 2)
+    x = host(rng.standard_normal(xs), dtype)
+    w = host(rng.standard_normal(ws), dtype)
+    dy = host(rng.standard_normal((xs[0], k, *xs[2:])), dtype)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    opts = ConvOptions(dilation=dl)
+    dx = conv_data_backward(t(dy), t(w), xs, opts, ImplicitGemm)
+    dws = [conv_weight_backward(t(x), t(dy), ws, opts, ImplicitGemm).numpy() for _ in range(2)]
+    assert calls[:2] == ["run_data_backward", "run_weight_backward"]
+    close(dx.numpy(), ref.data_backward(dy, w, xs, 1, 0, dl, 1), dtype)
+    np.testing.assert_array_equal(dws[0].view(np.uint16), dws[1].view(np.uint16))
+    close(dws[0], ref.weight_backward(x, dy, ws, 1, 0, dl, 1), dtype)
+
+
+@pytest.mark.parametrize("case", ["2d-p72", "3d-dil2"])
+def test_pointwise_weight_backward_on_the_roles_gemm(runtime, rng, monkeypatch, case):
+    """WEIGHT_KERNEL = "roles": the weight gradient on MoE's roles GEMM (forced off the H200),
+    one expert a sample (partial 128-row tiles past K), F32 partials summed in sample order:
+    deterministic, against numpy float64; P not a multiple of 8 keeps the ring kernel."""
+    from rudnn.moe import gemm_roles
+    from rudnn.convolution import pointwise_backward as pb
+    calls = force_pointwise_backward(monkeypatch)
+    monkeypatch.setattr(pb, "WEIGHT_KERNEL", "roles")
+    monkeypatch.setattr(gemm_roles, "usable", lambda rt, ts: True)
+    run = pb.run_weight_backward_roles
+    monkeypatch.setattr(pb, "run_weight_backward_roles", lambda *a: (calls.append("roles"), run(*a)))
+    xs, k, dl, dtype, _ = PW_CASES[case]
+    ws = (k, xs[1]) + (1,) * (len(xs) - 2)
+    x = host(rng.standard_normal(xs), dtype)
+    dy = host(rng.standard_normal((xs[0], k, *xs[2:])), dtype)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    opts = ConvOptions(dilation=dl)
+    dws = [conv_weight_backward(t(x), t(dy), ws, opts, ImplicitGemm).numpy() for _ in range(2)]
+    assert calls[:1] == ["roles"]
+    np.testing.assert_array_equal(dws[0].view(np.uint16), dws[1].view(np.uint16))
+    close(dws[0], ref.weight_backward(x, dy, ws, 1, 0, dl, 1), dtype)
+    del calls[:]
+    xs, dy_shape = (2, 16, 5, 6), (2, 8, 5, 6)   # P = 30: 4-byte copies, the ring kernel
+    x, dy = host(rng.standard_normal(xs), dtype), host(rng.standard_normal(dy_shape), dtype)
+    dw = conv_weight_backward(t(x), t(dy), (8, 16, 1, 1), ConvOptions(), ImplicitGemm).numpy()
+    assert calls == ["run_weight_backward"]
+    close(dw, ref.weight_backward(x, dy, (8, 16, 1, 1), 1, 0, 1, 1), dtype)
+
+
+@pytest.mark.parametrize("xs,k,dtype", [((2, 128, 9, 8), 80, "bf16"), ((1, 64, 40), 16, "f16")])
+def test_pointwise_data_backward_staged_epilogue(runtime, rng, monkeypatch, xs, k, dtype):
+    """STAGED_DX: the data backward's tiles leave through shared memory and bulk stores into dx
+    as [B·C, P] rows (Cin a multiple of the cube's channels; the stores leave out the pixels
+    past P: 72 = 64 + 8, 40 < 64), against numpy float64."""
+    from rudnn.convolution import pointwise_backward as pb
+    from rudnn.convolution.problem import as_5d, validate_data_backward
+    force_pointwise_backward(monkeypatch)
+    monkeypatch.setattr(pb, "STAGED_DX", True)
+    w = host(rng.standard_normal((k, xs[1]) + (1,) * (len(xs) - 2)), dtype)
+    dy = host(rng.standard_normal((xs[0], k, *xs[2:])), dtype)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    want = ref.data_backward(dy, w, xs, 1, 0, 1, 1)
+    close(conv_data_backward(t(dy), t(w), xs, ConvOptions(), ImplicitGemm).numpy(), want, dtype)
+    p = validate_data_backward(t(dy), t(w), xs, ConvOptions())
+    dx = runtime.tensor(np.full(xs, np.nan, np.float32), dtype=dtype)
+    views = pb.data_operands(p, as_5d(dx, len(xs) - 2, False))
+    assert views[3] is not None and views[3].shape == (xs[0] * xs[1], int(np.prod(xs[2:])))
+    pb.run_data_backward(p, views, staged=True)
+    close(dx.numpy(), want, dtype)
+
+
+def test_pointwise_backward_matches_pytorch(runtime, rng, monkeypatch, dtype="bf16"):
+    """The same passes against torch.nn.grad.conv2d_input / conv2d_weight (float64)."""
+    torch = pytest.importorskip("torch", reason="PyTorch CPU is the cross-check (pip install .[oracle])")
+    calls = force_pointwise_backward(monkeypatch)
+    xs, ws = (2, 32, 6, 12), (48, 32, 1, 1)
+    x, w = host(rng.standard_normal(xs), dtype), host(rng.standard_normal(ws), dtype)
+    dy = host(rng.standard_normal((2, 48, 6, 12)), dtype)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    T = torch.from_numpy
+    dx = conv_data_backward(t(dy), t(w), xs, ConvOptions(), ImplicitGemm).numpy()
+    dw = conv_weight_backward(t(x), t(dy), ws, ConvOptions(), ImplicitGemm).numpy()
+    assert calls == ["run_data_backward", "run_weight_backward"]
+    close(dx, torch.nn.grad.conv2d_input(xs, T(w).double(), T(dy).double()).numpy(), dtype)
+    close(dw, torch.nn.grad.conv2d_weight(T(x).double(), ws, T(dy).double()).numpy(), dtype)
+
+
+def test_pointwise_backward_only_where_it_is_a_batched_product(runtime, rng, monkeypatch, dtype="bf16"):
+    """Odd pixel counts, channels-last memory, pixels that are not one stride-1 run, padding,
+    stride 2, groups and 3×3 kernels keep the other paths (still correct); a channel slice
+    (pixels still one run, rows 16-byte aligned) is covered."""
+    calls = force_pointwise_backward(monkeypatch)
+    t = lambda a: runtime.tensor(a, dtype=dtype)  # noqa: E731
+    # (x shape, weight shape, stride, padding, groups, layout of x and dy, covered)
+    cases = [((1, 16, 5, 3), (16, 16, 1, 1), 1, 0, 1, "nchw", False),     # P = 15: no aligned copy
+             ((2, 16, 4, 6), (8, 16, 1, 1), 1, 0, 1, "channels_last", False),
+             ((2, 16, 4, 6), (8, 16, 1, 1), 1, 0, 1, "pixel_step", False),
+             ((2, 16, 4, 6), (8, 16, 1, 1), 1, 0, 1, "channel_slice", True),
+             ((1, 16, 4, 4), (16, 16, 1, 1), 1, 1, 1, "nchw", False),
+             ((1, 16, 4, 4), (16, 16, 1, 1), 2, 0, 1, "nchw", False),
+             ((1, 16, 4, 4), (16, 8, 1, 1), 1, 0, 2, "nchw", False),
+             ((1, 16, 4, 4), (16, 16, 3, 3), 1, 1, 1, "nchw", False)]
+    for xs, ws, st, pd, g, layout, covered in cases:
+        del calls[:]
+        w = host(rng.standard_normal(ws), dtype)
+        opts = ConvOptions(stride=st, padding=pd, groups=g)
+        x = host(rng.standard_normal(xs), dtype)
+        dy = host(rng.standard_normal(ref.forward(x, w, None, st, pd, 1, g).shape), dtype)
+
+        def laid(a):
+            if layout == "channels_last":
+                return runtime.tensor(channels_last(a), dtype=dtype).permute(0, 3, 1, 2)
+            if layout == "pixel_step":
+                return t(np.repeat(a, 2, axis=3))[:, :, :, ::2]
+            if layout == "channel_slice":
+                return t(np.concatenate([a[:, :8], a], axis=1))[:, 8:]
+            return t(a)
+        dx = conv_data_backward(laid(dy), t(w), xs, opts, ImplicitGemm)
+        dw = conv_weight_backward(laid(x), laid(dy), ws, opts, ImplicitGemm)
+        assert calls == (["run_data_backward", "run_weight_backward"] if covered else []), (xs, ws, layout)
+        close(dx.numpy(), ref.data_backward(dy, w, xs, st, pd, 1, g), dtype)
+        close(dw.numpy(), ref.weight_backward(x, dy, ws, st, pd, 1, g), dtype)
+
+
+def test_pointwise_backward_is_chosen_from_capabilities(runtime, monkeypatch):
+    """Native group products and async copies (not the emulations), F16/BF16, ENABLED; the
+    H200 shapes: 128 x 128 weight tiles split to one wave of two 96 KiB rings an SM."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from rudnn.convolution import pointwise_backward as pb
+    from rudnn.convolution.problem import as_5d, validate_data_backward, validate_weight_backward
+
+    def problems(native, dtype="bf16", b=1, hw=8, c=256, k=1024):
+        caps = dataclasses.replace(runtime.capabilities, group_mma_native=native, mma_native=native,
+                                   async_copy=native, plane_dim=32, compute_units=132, max_cube_units=1024,
+                                   max_shared_bytes=227 * 1024, mma_dtypes=(kd.f16, kd.bf16))
+        rt = SimpleNamespace(capabilities=caps, plane_dim=32)
+        x, dy, w = (runtime.zeros((b, c, hw, hw), dtype), runtime.zeros((b, k, hw, hw), dtype),
+                    runtime.zeros((k, c, 1, 1), dtype))
+        pd = dataclasses.replace(validate_data_backward(dy, w, (b, c, hw, hw), ConvOptions()), runtime=rt)
+        pw = dataclasses.replace(validate_weight_backward(x, dy, (k, c, 1, 1), ConvOptions()), runtime=rt)
+        return pd, pw, runtime.zeros((b, c, hw, hw), dtype)
+
+    pd, pw, dx = problems(True)
+    assert pb.data_operands(pd, as_5d(dx, 2, False)) is not None
+    assert pb.weight_operands(pw) is not None
+    assert pb.weight_shape(pw.runtime.capabilities, 64) == (128, 3, 0, 2)
+    assert pb.weight_shape(pw.runtime.capabilities, 256) == (256, 3, 0, 2)
+    assert pb.weight_splits(pw, 16, pb.weight_shared_bytes(128, 3, 2), 64 * 49) == 2 * 132 // 16
+    pd, pw, dx = problems(False)
+    assert pb.data_operands(pd, as_5d(dx, 2, False)) is None
+    assert pb.weight_operands(pw) is None
+    pd, pw, dx = problems(True, "f32")
+    assert pb.weight_operands(pw) is None
+    monkeypatch.setattr(pb, "ENABLED", False)
+    pd, pw, dx = problems(True)
+    assert pb.weight_operands(pw) is None
+
+
 def test_strided_inputs(runtime, rng):
     """Non-contiguous views (a channel slice, a spatial step) give the results of their copies."""
     x_full = rng.standard_normal((2, 9, 14, 8)).astype(np.float32)

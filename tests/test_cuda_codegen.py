@@ -631,3 +631,86 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
         ptx = ptx_of(bl.backward_channels_last, 256, (xl, grid, go, gg, one64, one32, bits, points, locations, c, *size,
                                                       0, 0, mode, dims, 18, 8, 0, False), sm=sm)
         assert not re.search(r"\b(atom|red)\.global\.add\.u64", ptx)
+
+
+@pytest.mark.parametrize("kind,bn,stages,inflight,groups,mi,lanes", [
+    ("weight", 128, 3, 0, 2, 1, 8), ("weight", 256, 3, 0, 2, 1, 8), ("weight", 128, 4, 1, 2, 1, 8),
+    ("weight", 128, 3, 0, 2, 1, 2),
+    ("data", 128, 3, 0, 2, 1, 8), ("data", 128, 3, 0, 2, 2, 8), ("data", 256, 3, 0, 2, 1, 8),
+    ("data", 128, 4, 1, 2, 1, 8), ("data", 128, 3, 0, 4, 1, 8), ("data", 128, 3, 0, 2, 1, 4),
+    ("data", 128, 4, 0, 2, 2, 8)])
+def test_convolution_pointwise_backward_compiles_without_spills(kind, bn, stages, inflight, groups, mi, lanes):
+    """The 1×1 backward passes as batched products on NCHW operands (rudnn.convolution.
+    pointwise_backward) at issue 17's shape (256 → 1024 channels, 56², bf16) in their tile
+    variants: sm_90a wgmma (the weight gradient's A and B K-major, the data backward's both
+    MN-major: descriptors of the 128-byte layout), cp.async copies (16-byte, or narrower
+    where LANES < 8), the data backward's paired 4-byte stores (or, staged, its bulk tensor
+    stores: the 2 x 2-fragment, 4-slot case), no spills, no serialised
+    products (C75xx); sm_80 compiles the same kernels (mma.sync). Prints ptxas's report."""
+    from rudnn.convolution import ConvOptions, implicit_gemm, pointwise_backward as pb
+    from rudnn.convolution.problem import as_5d, validate_data_backward, validate_weight_backward
+    x, dy, w = CPU.zeros((2, 256, 56, 56), "bf16"), CPU.zeros((2, 1024, 56, 56), "bf16"), CPU.zeros((1024, 256, 1, 1),
+                                                                                                   "bf16")
+    caps = capabilities.for_arch("sm_90")
+    assert pb.native(caps)
+    units = 128 * groups
+    if kind == "weight":
+        p = validate_weight_backward(x, dy, (1024, 256, 1, 1), ConvOptions())
+        dy3, x3, lanes8 = pb._pixel_matrix(p.dy, CPU, p.dtype), pb._pixel_matrix(p.x, CPU, p.dtype), 8
+        part = CPU.empty((16, 1024, 256), "f32")
+        kernel, args = pb.wgrad_pointwise, (dy3, x3, part, 12, p.dtype, bn, stages, inflight, groups, lanes)
+        nprod, layout = bn, "0, 0"   # a (no transpose) b (no transpose): both K-major
+    else:
+        p = validate_data_backward(dy, w, (2, 256, 56, 56), ConvOptions())
+        dx5 = as_5d(CPU.empty((2, 256, 56, 56), "bf16"), 2, False)
+        dy3, w2, dxv, dx2, lanes8, pairs = pb.data_operands(
+            __import__("dataclasses").replace(p, runtime=__import__("types").SimpleNamespace(
+                capabilities=__import__("dataclasses").replace(CPU.capabilities, group_mma_native=True,
+                                                               mma_native=True, async_copy=True,
+                                                               mma_dtypes=(kd.f16, kd.bf16)), plane_dim=32)), dx5)
+        assert pairs and dx2 is not None
+        staged = mi == 2 and stages == 4
+        kernel, args = pb.dgrad_pointwise, (dy3, w2, dxv, dx2 if staged else w2, p.dtype, bn, stages, inflight, groups,
+                                            mi, lanes, True, staged)
+        nprod, layout = bn, "1, 1"
+    assert lanes8 == 8
+    src = compile_launch(kernel, units, args, "sm_90").rendered.source
+    descs = re.findall(r"kd_wg_desc\(\([^;]*\);", src)
+    assert descs and all(d.endswith(", 1);") for d in descs)
+    ptx = ptx_of(kernel, units, args)
+    products = re.findall(rf"wgmma.mma_async.sync.aligned.m64n{nprod}k16.f32.bf16.bf16 [^;]*;", ptx)
+    assert len(products) == 4 * mi and all(re.search(rf"1, 1, {layout};$", q) for q in products), products[:1]
+    size = {8: "cg", 4: "ca", 2: "ca"}[lanes]
+    assert f"cp.async.{size}.shared.global" in ptx
+    if kind == "data":
+        assert ("st.global.v2.u16" in ptx) != staged and ("cp.async.bulk.tensor" in ptx) == staged
+    log = ptxas_report(src)
+    print(f"{kind} bn {bn} stages {stages} inflight {inflight} groups {groups} mi {mi} lanes {lanes}:",
+          " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
+          " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+    assert not re.search(r"C75\d\d", log), log[-2000:]
+    if kind == "weight" and bn == 128 and stages == 3:
+        assert "wgmma" not in ptx_of(kernel, units, args, sm=80)
+        ptx_of(implicit_gemm.sum_partials, implicit_gemm.SUM_UNITS, (part, CPU.empty((1024, 256), "bf16")))
+
+
+def test_convolution_pointwise_weight_backward_on_the_roles_gemm_compiles():
+    """pointwise_backward's "roles" weight gradient: MoE's roles GEMM over dy as [B·K, P] rows
+    and x as [B·C, P] expert weights, F32 partials, for sm_90a: bulk tensor copies, wgmma
+    m64n256k16, no spills."""
+    from rudnn.convolution import pointwise_backward as pb
+    from rudnn.moe import gemm_roles
+    B, C, K, P = 2, 256, 1024, 3136
+    dy2, x2 = CPU.zeros((B * K, P), "bf16"), CPU.zeros((B * C, P), "bf16")
+    part = CPU.empty((B * K, C), "f32")
+    offs, tiles = CPU.tensor(np.array([0, K, 2 * K], np.uint32)), CPU.tensor(np.array([0, 8, 16], np.uint32))
+    _, bn, stages = gemm_roles.tile_shape(capabilities.for_arch("sm_90"))
+    rows, cols = B * K // gemm_roles.BM, -(-C // bn)
+    units = gemm_roles.UNITS_PLANES * 32
+    args = (dy2, x2, x2, part, offs, tiles, B, C, rows, cols, False, bn, stages, gemm_roles.GM, part, False, False)
+    ptx = ptx_of(gemm_roles.grouped_gemm_roles, units, args)
+    assert "cp.async.bulk.tensor" in ptx and f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16" in ptx
+    log = ptxas_report(compile_launch(gemm_roles.grouped_gemm_roles, units, args, "sm_90").rendered.source)
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+    assert pb.WEIGHT_KERNEL in ("ring", "roles")

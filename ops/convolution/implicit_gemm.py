@@ -247,9 +247,14 @@ def run_forward(p, y5, dummy) -> None:
 
 
 def run_data_backward(p, dx5, dummy) -> None:
-    """dx5 = the data backward pass: for stride 1 as a forward on group products where that
-    kernel covers it (implicit_gemm_dgrad), else the gather GEMM here."""
-    from . import implicit_gemm_dgrad
+    """dx5 = the data backward pass: a 1×1 convolution on NCDHW operands as batched products
+    on group products (pointwise_backward, no copies), for stride 1 as a forward on group
+    products where that kernel covers it (implicit_gemm_dgrad), else the gather GEMM here."""
+    from . import implicit_gemm_dgrad, pointwise_backward
+    views = pointwise_backward.data_operands(p, dx5)
+    if views is not None:
+        pointwise_backward.run_data_backward(p, views)
+        return
     if implicit_gemm_dgrad.covers(p):
         implicit_gemm_dgrad.run_data_backward(p, dx5, dummy)
         return
@@ -269,10 +274,15 @@ def weight_splits(p) -> int:
 
 
 def run_weight_backward(p, dw5) -> None:
-    """dw5 = the weight gradient: on group products where implicit_gemm_wgrad covers p (native
-    group products, channel counts a group multiples of 8), else the split gather GEMM here."""
-    from . import implicit_gemm_wgrad
-    if implicit_gemm_wgrad.covers(p):
+    """dw5 = the weight gradient: a 1×1 convolution on NCDHW operands as batched products on
+    group products (pointwise_backward, no copies), else on group products where
+    implicit_gemm_wgrad covers p (native group products, channel counts a group multiples of
+    8), else the split gather GEMM here."""
+    from . import implicit_gemm_wgrad, pointwise_backward
+    views = pointwise_backward.weight_operands(p)
+    if views is not None:
+        pointwise_backward.run_weight(p, dw5, views)
+    elif implicit_gemm_wgrad.covers(p):
         implicit_gemm_wgrad.run_weight_backward(p, dw5)
     else:
         run_weight_backward_gather(p, dw5)
