@@ -590,7 +590,7 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
                                           ("f32", "Bilinear", 3)])
 def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, dims):
     """The gathered grid_sample input gradient (rudnn.grid_sample.backward_gather, issue 19) at
-    its H200 shape ([32, 64, 256²], K = 32 bytes of channels a unit: 8 f32 / 16 bf16 i64
+    its H200 shape ([32, 64, 256²], K = 8 channels a unit of i64
     accumulators): sm_90a and sm_80 compile it with no atomics (the sums are registers) and no
     spills with the default flag bits (one a channel; packed 10 a word, ptxas spills up to 24 bytes); the bucketing passes make 32-bit atomics only; backward_last's kernel with its
     scatter off (the grid gradient) has no 64-bit atomic left. Prints ptxas's register counts."""
@@ -602,7 +602,7 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
     points = n * locations
     k = tuning.backward_gather_channels(capabilities.for_arch("sm_90"), GridSampleMode(mode), dims, size, c, n,
                                         points, 4 if dt == "f32" else 2)
-    assert k == (8 if dt == "f32" else 16)
+    assert k == 8   # tuning.BACKWARD_GATHER_CHANNELS: 8 channels a unit in either dtype
     cells = tuning.gather_cells(GridSampleMode(mode), dims, size)
     grid, go = CPU.zeros((points * dims,), dt), CPU.zeros((n * c * locations,), dt)
     u32 = CPU.zeros((n * cells,), "u32")
