@@ -639,8 +639,9 @@ def _both_backwards(runtime, use_gather, use_scatter, launched, x, grid, go, opt
 
 
 def test_gather_coverage_follows_mode_capabilities_and_switch(runtime, monkeypatch):
-    """tuning.backward_gather_channels: K = 32 bytes of channels (halved until it divides them);
-    none for bicubic, where units are SIMD lanes, while the switch is off, or past 32-bit cells."""
+    """tuning.backward_gather_channels: K = 8 channels in any dtype, or BACKWARD_GATHER_BYTES of
+    them where set (halved until it divides them); none for bicubic, where units are SIMD lanes,
+    while the switch is off, or past 32-bit cells."""
     import dataclasses
 
     from rudnn.grid_sample import tuning
@@ -648,7 +649,7 @@ def test_gather_coverage_follows_mode_capabilities_and_switch(runtime, monkeypat
     lanes = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True)
     B, N, Bc = GridSampleMode.Bilinear, GridSampleMode.Nearest, GridSampleMode.Bicubic
     assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 64, 2, 128, 4) == 8
-    assert tuning.backward_gather_channels(gpu, N, 3, (3, 8, 8), 64, 2, 128, 2) == 16
+    assert tuning.backward_gather_channels(gpu, N, 3, (3, 8, 8), 64, 2, 128, 2) == 8
     assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 6, 2, 128, 4) == 2
     assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 3, 2, 128, 4) == 1
     assert tuning.backward_gather_channels(gpu, Bc, 2, (1, 8, 8), 64, 2, 128, 4) == 0
@@ -656,6 +657,9 @@ def test_gather_coverage_follows_mode_capabilities_and_switch(runtime, monkeypat
     assert tuning.backward_gather_channels(gpu, B, 2, (1, 2 ** 16, 2 ** 16), 64, 1, 128, 4) == 0
     assert tuning.gather_cells(B, 2, (1, 5, 7)) == 6 * 8 and tuning.gather_cells(B, 3, (1, 5, 7)) == 2 * 6 * 8
     assert tuning.gather_cells(N, 3, (3, 5, 7)) == 3 * 5 * 7
+    monkeypatch.setattr(tuning, "BACKWARD_GATHER_BYTES", 32)
+    assert tuning.backward_gather_channels(gpu, N, 3, (3, 8, 8), 64, 2, 128, 2) == 16
+    assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 64, 2, 128, 4) == 8
     monkeypatch.setattr(tuning, "BACKWARD_GATHER", False)
     assert tuning.backward_gather_channels(gpu, B, 2, (1, 8, 8), 64, 2, 128, 4) == 0
 
