@@ -359,7 +359,9 @@ def test_convolution_group_products_are_wgmma():
         y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, True), "bf16"), g.rank, True)
         BN, S, L = implicit_gemm_group.tile_shape(capabilities.for_arch("sm_90"), K)
         assert BN == min(K, 128)
-        args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), BN, S, L, 2, 1, False)
+        args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), BN, S, L, 2, 1, False,
+                implicit_gemm_group.const_channels(g.Cg))
+        assert args[-1] == C   # (64 and 128 channels: the step's tap and channel by constant division)
         src = compile_launch(implicit_gemm_group.conv_gemm_group, 256, args, "sm_90").rendered.source
         descs = re.findall(r"kd_wg_desc\(\([^;]*\);", src)
         assert descs and all(d.endswith(", 1);") for d in descs)
@@ -390,7 +392,8 @@ def test_convolution_data_backward_on_group_products_compiles():
     assert fp.geo.pad == (0, 1, 1) and fp.geo.Cg == 32 and fp.geo.Kg == 32
     BN, S, L = implicit_gemm_group.tile_shape(capabilities.for_arch("sm_90"), fp.geo.Kg)
     dx5 = as_5d(CPU.empty((2, 64, 14, 14), "bf16"), 2, False)
-    args = (fp.x, fp.w, dx5, CPU.zeros((1,), "f32"), False, p.dtype, fp.geo.consts(), BN, S, L, 2, 1, False)
+    args = (fp.x, fp.w, dx5, CPU.zeros((1,), "f32"), False, p.dtype, fp.geo.consts(), BN, S, L, 2, 1, False,
+            implicit_gemm_group.const_channels(fp.geo.Cg))
     ptx = ptx_of(implicit_gemm_group.conv_gemm_group, 256, args)
     assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.bf16.bf16") == 4
 
@@ -568,7 +571,7 @@ def test_convolution_group_products_tiles_compile_without_spills(groups, mi, inf
     args = (p.x, p.w, y5, CPU.zeros((1,), "f32"), False, p.dtype, g.consts(), 64, 3, inflight, groups, mi)
     if persistent:
         args += (9 if persistent == "stationary" else 0,)  # WSTAT: 9 steps of 64 (576 = 9 taps x 64)
-    args += (pairs,)
+    args += (pairs,) if persistent else (pairs, implicit_gemm_group.const_channels(g.Cg))
     units = 128 * groups
     kernel = (implicit_gemm_group_persistent.conv_gemm_group_persistent if persistent
               else implicit_gemm_group.conv_gemm_group)

@@ -116,7 +116,8 @@ def fetch_step(sa, sb, x, w, abase, bbase, arows, brows, kt, col, R, g, Cg, RS, 
 @kd.kernel
 def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, HAS_BIAS: kd.Const[bool],
                     DT: kd.Const[object], G: kd.Const[tuple], BN: kd.Const[int], STAGES: kd.Const[int],
-                    INFLIGHT: kd.Const[int], GROUPS: kd.Const[int], MI: kd.Const[int], PAIRS: kd.Const[bool]):
+                    INFLIGHT: kd.Const[int], GROUPS: kd.Const[int], MI: kd.Const[int], PAIRS: kd.Const[bool],
+                    CG: kd.Const[int]):
     """y[b, o, g·Kg + n] (+ bias) = sum_{tap, c} x[b, o·S + tap·Dil − P, g·Cg + c]·w[g·Kg + n, tap, c].
     GROUPS groups of 4 planes a cube, each multiplying MI 64-row fragments: BM = 64·GROUPS·MI."""
     kd.static_assert(kd.cube_units() == 4 * GROUPS * kd.PLANE_DIM, "launch with 4 planes per group")
@@ -133,6 +134,8 @@ def conv_gemm_group(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, bias: kd.Tensor, H
     B_STAGE = BN * BK
 
     OH, OW, P, Mg, Cg, Kg, R = forward_sizes(x, w, y, G)
+    if CG > 0:   # the group's input channels as a constant: a step's tap and channel without a division
+        Cg = kd.i32(CG)
     KT = (R + BK - 1) // BK
     g = kd.cube_pos_z()
     m0 = kd.cube_pos_x() * BM
@@ -291,6 +294,13 @@ def pairs_fit(p, y5) -> bool:
             and all(s % 2 == 0 for i, (n, s) in enumerate(zip(y5.shape, y5.strides)) if i != 1 and n > 1))
 
 
+def const_channels(cg: int) -> int:
+    """The CG constant of conv_gemm_group: the group's input channels where they are a multiple
+    of a step's BK (the ResNet-style layers, a few values: one specialisation each), else 0
+    (a run-time value, divided per step)."""
+    return cg if cg % BK == 0 else 0
+
+
 def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, inflight: int | None = None,
                 groups: int | None = None, mi: int | None = None, pairs: bool = PAIRS) -> None:
     """y5 = the forward pass of p (implicit_gemm_nhwc.covers(p) and fits(...) must hold); the
@@ -308,4 +318,4 @@ def run_forward(p, y5, dummy, bn: int | None = None, stages: int | None = None, 
     bias = p.bias if p.bias is not None else dummy
     conv_gemm_group[grid, 4 * groups * p.runtime.plane_dim](p.x, p.w, y5, bias, p.bias is not None, p.dtype,
                                                             g.consts(), BN, S, L, groups, mi,
-                                                            pairs and pairs_fit(p, y5))
+                                                            pairs and pairs_fit(p, y5), const_channels(g.Cg))
