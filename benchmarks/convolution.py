@@ -13,6 +13,8 @@ baseline is cuDNN with `torch.backends.cudnn.benchmark = True`: `F.conv2d` on ch
 tensors for the forward pass (ours: `conv_forward_nhwc`), `aten.convolution_backward` for the
 gradients (ours: `conv_data_backward` / `conv_weight_backward`, NCHW). Both sides are timed with
 CUDA events (median of --reps); every result is checked against torch first (relative L2 error).
+For F32 a second cuDNN column runs with TF32 off (`torch.backends.cudnn.allow_tf32 = False`):
+cuDNN's default F32 rounds operands to TF32 on tensor cores, ours multiplies in full F32.
 
 CPU runtimes: f32 3x3, N 8, C = K = 64, 56² (the issue's CPU case) next to torch CPU
 (oneDNN) in NCHW and channels_last and numpy im2col + matmul (forward), torch's
@@ -79,6 +81,18 @@ def rel_err(got, want) -> float:
 
 
 # ------------------------------------------------------------------------------ GPU
+def ieee_f32_time(torch, base, reps: int) -> float:
+    """cuDNN's time for `base` with TF32 off: its default F32 convolution rounds the operands
+    to TF32 (10-bit mantissas) on tensor cores; ours multiplies in full F32, so this is the
+    baseline of the same precision (both columns are printed)."""
+    keep = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        return median_torch_cuda_time(torch, base, reps)
+    finally:
+        torch.backends.cudnn.allow_tf32 = keep
+
+
 def gpu_rows(args, torch, rt):
     F = torch.nn.functional
     torch.backends.cudnn.benchmark = True
@@ -119,12 +133,14 @@ def gpu_rows(args, torch, rt):
                     want = base()
                     mine = lambda st: (lambda: conv_weight_backward(kx, kdy, tuple(w.shape), opts, st))  # noqa: E731
                 t_base = median_torch_cuda_time(torch, base, args.reps)
+                t_ieee = ieee_f32_time(torch, base, args.reps) if dt == "f32" else None
                 for st in args.strategies:
                     fn = mine(ConvStrategy[st])
                     err = rel_err(torch.from_dlpack(fn()).float().cpu(), want.float().cpu())
                     t = median_device_time(rt, fn, args.reps)
+                    ieee = ("-", "-") if t_ieee is None else (f"{t_ieee * 1e3:.3f}", f"{t_ieee / t:.2f}x")
                     rows.append((name, f"N{N}", dt, pss, st, f"{t * 1e3:.3f}", f"{t_base * 1e3:.3f}",
-                                 f"{t_base / t:.2f}x", f"{flops(shape) / t / 1e12:.1f}", f"{err:.1e}"))
+                                 f"{t_base / t:.2f}x", *ieee, f"{flops(shape) / t / 1e12:.1f}", f"{err:.1e}"))
                     print(*rows[-1], flush=True)
     return rows
 
@@ -272,7 +288,7 @@ def main(argv=None):
                 raise SystemExit("the GPU set needs PyTorch with CUDA (the cuDNN baseline and DLPack inputs)")
             rows = gpu_rows(args, torch, rt)
             print(table(rows, ["shape", "batch", "dtype", "pass", "strategy", "ours ms", "cuDNN ms", "ratio",
-                               "TFLOP/s", "rel err"]))
+                               "cuDNN no-TF32 ms", "ratio no-TF32", "TFLOP/s", "rel err"]))
         else:
             rows = cpu_rows(args, torch, rt)
             print(table(rows, ["shape", "runtime", "dtype", "pass", "strategy", "ours ms", "baseline", "base ms",
