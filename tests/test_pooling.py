@@ -40,6 +40,7 @@ ADAPTIVE = [
     ((2, 3, 9, 11), (4, 5)),
     ((2, 2, 5, 3), (None, 6)),
     ((1, 2, 7, 7), 1),
+    ((1, 3, 16, 16), 2),       # 8x8 bins: 64 taps, the most a SIMD-lane kernel unrolls
     ((1, 2, 5, 6, 7), (2, 3, 4)),
     ((2, 3, 4, 4, 8), 1),
 ]
@@ -388,7 +389,8 @@ def test_adaptive_pooling_matches_torch(runtime, rng, torch, dtype):
 
 
 @pytest.mark.feature("pooling: global average")
-@pytest.mark.parametrize("shape", [(3, 5, 1, 1), (2, 3, 13, 17), (2, 3, 32, 32), (1, 4, 64, 66), (2, 2, 3, 4, 5)])
+@pytest.mark.parametrize("shape", [(3, 5, 1, 1), (2, 19, 7, 7), (2, 3, 13, 17), (2, 3, 32, 32), (1, 4, 64, 66),
+                                   (2, 2, 3, 4, 5)])
 def test_global_average_is_a_row_mean(runtime, rng, shape):
     x = rng.standard_normal(shape).astype(np.float32) + 3
     out = fn("adaptive_avg_pool{d}d", shape)(runtime.tensor(x), 1)

@@ -14,6 +14,7 @@ that cover it: deterministic, no atomics). Devices whose units are SIMD lanes (t
 runtime) take CPU-shaped kernels where those would not vectorise: lanes.pool_lanes (a unit
 an output column: unrollable windows and equal adaptive bins; tuning.lane_plan),
 forward.pool_forward_masked for other looped windows, reduction.lane_row_mean / spread_mean
+(reduction.unit_row_mean: a unit a row, for rows shorter than tuning.SHORT_ROW)
 for global average and its backward, and scatter.py's backward passes (a cube a plane,
 summed in torch's order into shared memory; chosen by tuning.scatter_backward; averages of
 unrollable 1-/2-D windows a unit an output column, scatter.cols_avg_backward). Sums are F32 and
@@ -28,12 +29,12 @@ from .backward import pool_backward, pool_backward_taps
 from .forward import pool_forward, pool_forward_masked, pool_forward_taps, widen
 from .lanes import pool_lanes, pool_plane_lanes
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
-from .reduction import lane_row_mean, plane_mean, spread_mean
+from .reduction import lane_row_mean, plane_mean, spread_mean, unit_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
 from .tuning import (ELEMENT_UNITS, GRID_Y, LANE_UNITS, column_units, element_plan, f64_positions, lane_plan,
-                     lane_row_plan, outputs_per_unit,
+                     lane_row_plan, outputs_per_unit, SHORT_ROW, unit_row_plan,
                      reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
                      widened_input, window_taps)
 
@@ -117,6 +118,10 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         return out, idx
     flat_in = x.contiguous().reshape(p.planes * p.in_spatial)
     total = p.planes * p.out_spatial
+    if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes and p.in_spatial < SHORT_ROW:
+        grid, block = unit_row_plan(p.planes)
+        unit_row_mean[grid, block](flat_in, out.reshape(total), p.planes, p.in_spatial)
+        return out, idx
     if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes:
         grid, block = lane_row_plan(rt.capabilities, p.planes, p.in_spatial)
         lane_row_mean[grid, block](flat_in, out.reshape(total), p.planes, p.in_spatial)

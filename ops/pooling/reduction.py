@@ -70,6 +70,29 @@ def lane_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, size: kd.i32):
 
 
 @kd.kernel
+def unit_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, SIZE: kd.Const[int]):
+    """out[r] = mean of x[r·SIZE : (r+1)·SIZE] for short rows on devices whose units are SIMD
+    lanes: a unit a row (consecutive rows across the lanes, each tap one strided vector load),
+    the row unrolled into four partial sums. lane_row_mean gives such a row a cube of its own,
+    whose reduction over the cube costs more than the row (the ResNet-50 head, 49 elements)."""
+    r = kd.cube_pos_y() * kd.cube_count_x() * kd.cube_dim_x() + kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    base = kd.i64(kd.min(r, rows - 1)) * SIZE
+    a0 = kd.f32(0)
+    a1 = kd.f32(0)
+    a2 = kd.f32(0)
+    a3 = kd.f32(0)
+    for j in kd.unroll(SIZE // 4):
+        a0 += kd.f32(x[base + 4 * j])
+        a1 += kd.f32(x[base + 4 * j + 1])
+        a2 += kd.f32(x[base + 4 * j + 2])
+        a3 += kd.f32(x[base + 4 * j + 3])
+    for j in kd.unroll(SIZE - SIZE % 4, SIZE):
+        a0 += kd.f32(x[base + j])
+    if r < rows:
+        out[r] = ((a0 + a1) + (a2 + a3)) / kd.f32(SIZE)
+
+
+@kd.kernel
 def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd.i32, IW: kd.i32):
     """Global average pooling's backward pass, dx[r, i] = grad[r] / (ID·IH·IW) for every
     element i of row r, one f32 division as torch's (its global pooling is a mean, for 1 to 3

@@ -17,6 +17,11 @@ ELEMENT_UNITS = 256    # units per cube of the element kernels
 # part of a kernel's specialisation: few shapes, few compilations)
 NARROW_UNITS, WIDE_MIN_UNITS = 8, 32
 MAX_UNROLLED_TAPS, MAX_UNROLLED_STRIDE = 27, 4   # backward windows unrolled (3x3x3 at most)
+# adaptive bins of equal size that lanes.pool_lanes / pool_plane_lanes unroll (devices whose
+# units are SIMD lanes; larger bins take forward.pool_forward_masked). 2-core dev box, f32
+# [64, 256, 56²] to 7×7 (8×8 bins), ms, 27 -> 64 taps: average 47.5-48.2 -> 28.8-37.6, max
+# 115-127 -> 23.9-27.5 (torch CPU 18.3-19.3 / 43.8-44.1)
+MAX_LANE_BIN_TAPS = 64
 # outputs a unit of the unrolled-taps forward kernel takes on devices whose units are not SIMD
 # lanes: H200, bf16 [64, 64, 112²] 3×3 s2 p1 (device time): max_pool2d 0.150 -> 0.122 ms with 2,
 # avg_pool2d 0.154 -> 0.117 ms; 4 was slower (0.224 ms: 14 units a 56-output row leave most of
@@ -146,6 +151,22 @@ def unrolled_taps(problem) -> bool:
     return taps <= MAX_UNROLLED_TAPS and all(a.stride <= MAX_UNROLLED_STRIDE for a in problem.axes)
 
 
+# global average pooling on devices whose units are SIMD lanes: rows shorter than this take
+# reduction.unit_row_mean (a unit a row) instead of lane_row_mean (a cube a row). 2-core dev
+# box (Zen 3, other jobs running), f32 [64, 2048, 7²]: 1.27-2.18 -> 0.81-1.09 ms (torch CPU
+# 0.73-1.02); at 8² the two were even, from 10² on a cube a row was faster.
+SHORT_ROW = 64
+SHORT_ROW_UNITS = 16
+
+
+def unit_row_plan(rows: int) -> tuple:
+    """(grid, block) of reduction.unit_row_mean: SHORT_ROW_UNITS rows a cube, the grid
+    wrapping from x into y."""
+    cubes = -(-rows // SHORT_ROW_UNITS)
+    gy = -(-cubes // GRID_Y)
+    return (-(-cubes // gy), gy), (SHORT_ROW_UNITS, 1)
+
+
 def lane_row_plan(caps, rows: int, size: int) -> tuple:
     """(grid, block) of reduction.lane_row_mean and reduction.spread_mean: a cube a row, of
     1/16 of the row's length in units (a power of two) between MIN_LANE_UNITS and two
@@ -231,7 +252,7 @@ class LanePlan:
 def lane_plan(caps, problem) -> LanePlan | None:
     """lanes.pool_lanes' launch where it applies, else None: devices whose units are SIMD
     lanes; windows small enough to unroll (unrolled_taps), or adaptive bins that all have
-    the same size (each input axis a multiple of its output, at most MAX_UNROLLED_TAPS taps);
+    the same size (each input axis a multiple of its output, at most MAX_LANE_BIN_TAPS taps);
     an output row that splits evenly into cubes of at most LANE_ROW_UNITS, or for rows
     narrower than NARROW_ROW (`flat`: lanes.pool_plane_lanes) a plane's outputs that do;
     in-plane positions below 2^31."""
@@ -239,7 +260,7 @@ def lane_plan(caps, problem) -> LanePlan | None:
         return None
     if problem.adaptive:
         if any(a.size % a.out for a in problem.axes) or math.prod(a.size // a.out for a in problem.axes) > \
-                MAX_UNROLLED_TAPS:
+                MAX_LANE_BIN_TAPS:
             return None
         windows = tuple((a.size // a.out, a.size // a.out, 0, 1) for a in problem.axes)
     elif unrolled_taps(problem):
