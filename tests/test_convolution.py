@@ -673,6 +673,35 @@ def test_strided_inputs(runtime, rng):
           ref.forward(x_full[:, 1:7, 1:], w, None, 1, 1, 1, 2), "f32")
 
 
+F32_GEMM_CASES = {**{k: CASES[k] for k in ("2d-3x3", "2d-1x1", "2d-groups-dil")},
+                  "3d": ((1, 5, 5, 6, 4), (4, 5, 3, 2, 3), (1, 2, 1), 1, (1, 1, 2), 1),
+                  "1d-stride-dil-groups": ((2, 8, 13), (8, 4, 3), 2, 2, 2, 2),
+                  # several row, column and reduction tiles of the F32 GEMM in every pass
+                  "2d-tiles": ((1, 20, 9, 15), (130, 20, 3, 3), 1, 1, 1, 1)}
+
+
+@pytest.mark.parametrize("case", list(F32_GEMM_CASES))
+def test_implicit_gemm_f32_gemm(runtime, rng, monkeypatch, case):
+    """ImplicitGemm on F32 runs the register-tiled GEMM (implicit_gemm_simt; chosen on devices
+    whose units are not SIMD lanes, forced here on every runtime) in all three passes, both
+    layouts and both tile widths, against the float64 reference; the data pass at stride > 1
+    stays on Direct."""
+    from rudnn.convolution import implicit_gemm_simt as simt
+    monkeypatch.setattr(simt, "covers", lambda p: "")
+    ran = []
+    for name in ("run_forward", "run_data_backward", "run_weight_backward"):
+        real = getattr(simt, name)
+        monkeypatch.setattr(simt, name, lambda *a, _real=real, _name=name: (ran.append(_name), _real(*a))[1])
+    x, w, b, opts, y_ref, dy, geo = make(rng, case, cases=F32_GEMM_CASES)
+    y, yl, dx, dw = run_all(runtime, x, w, b, opts, dy, "f32", ImplicitGemm)
+    close(y, y_ref, "f32")
+    close(yl, y_ref, "f32")
+    close(dx, ref.data_backward(dy, w, x.shape, *geo), "f32")
+    close(dw, ref.weight_backward(x, dy, w.shape, *geo), "f32")
+    stride_one = all(s == 1 for s in np.broadcast_to(geo[0], (x.ndim - 2,)))
+    assert ran == ["run_forward", "run_forward"] + ["run_data_backward"] * stride_one + ["run_weight_backward"]
+
+
 def test_weight_gradient_is_deterministic(runtime, rng):
     x, w, b, opts, y_ref, dy, geo = make(rng, "2d-groups-dil", "bf16")
     for strategy in (Direct, ImplicitGemm):
@@ -682,15 +711,16 @@ def test_weight_gradient_is_deterministic(runtime, rng):
 
 
 def test_autotune_and_fallbacks_agree(runtime, rng):
-    """Autotune (the default) and ImplicitGemm on F32 (which runs Direct) give Direct's results;
-    so does ImplicitGemm on depthwise F16 (fewer than 4 channels per group: Direct)."""
+    """Autotune (the default) and ImplicitGemm on F32 (Direct on SIMD-lane devices, the F32
+    GEMM elsewhere, Direct for its stride-2 data pass) agree with Direct; ImplicitGemm on
+    depthwise F16 (fewer than 4 channels per group) is Direct's result exactly."""
     x, w, b, opts, y_ref, dy, geo = make(rng, "2d-stride2-odd")
     want = run_all(runtime, x, w, b, opts, dy, "f32", Direct)
     for strategy in (Autotune, ImplicitGemm):
         for got, exp in zip(run_all(runtime, x, w, b, opts, dy, "f32", strategy), want):
-            np.testing.assert_array_equal(got, exp)
+            close(got, exp.astype(np.float64), "f32")
     y = conv_forward(runtime.tensor(x), runtime.tensor(w), runtime.tensor(b), opts)   # defaults
-    np.testing.assert_array_equal(y.numpy(), want[0])
+    close(y.numpy(), want[0].astype(np.float64), "f32")
     x, w, b, opts, y_ref, dy, geo = make(rng, "2d-depthwise", "f16")
     t = lambda a: runtime.tensor(a, dtype="f16")  # noqa: E731
     np.testing.assert_array_equal(conv_forward(t(x), t(w), t(b), opts, ImplicitGemm).numpy(),

@@ -717,3 +717,44 @@ def test_convolution_pointwise_weight_backward_on_the_roles_gemm_compiles():
     log = ptxas_report(compile_launch(gemm_roles.grouped_gemm_roles, units, args, "sm_90").rendered.source)
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
     assert pb.WEIGHT_KERNEL in ("ring", "roles")
+
+
+@pytest.mark.parametrize("mode,bn", [("forward", 64), ("forward", 128), ("forward-nhwc", 64), ("data", 64),
+                                     ("weight", 128)])
+def test_convolution_f32_gemm_compiles_without_spills(mode, bn):
+    """The F32 register-tiled implicit GEMM (rudnn.convolution.implicit_gemm_simt, issue 17) at
+    64@56's shape: sm_90a and sm_80 compile each pass with no spills and no tensor-core
+    instruction (F32 products on the units' FMA pipes). Prints ptxas's register counts."""
+    from rudnn.convolution import ConvOptions, implicit_gemm_simt as simt
+    from rudnn.convolution.problem import (as_5d, user_shape, validate_data_backward, validate_forward,
+                                           validate_weight_backward)
+    nhwc = mode == "forward-nhwc"
+    x = CPU.zeros((2, 56, 56, 64) if nhwc else (2, 64, 56, 56), "f32")
+    w = CPU.zeros((64, 3, 3, 64) if nhwc else (64, 64, 3, 3), "f32")
+    dy = CPU.zeros((2, 64, 56, 56), "f32")
+    one = CPU.zeros((1,), "f32")
+    o = ConvOptions(padding=1)
+    if mode.startswith("forward"):
+        p = validate_forward("conv_forward", x, w, None, o, nhwc)
+        g = p.geo
+        y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, nhwc), "f32"), g.rank, nhwc)
+        args = (p.x, p.w, p.x, y5, one, g.B * g.pixels, g.Kg, 576, 576, 64, 64, 64, simt.FORWARD, False, g.consts(),
+                bn, nhwc, nhwc, not nhwc)
+    elif mode == "data":
+        p = validate_data_backward(dy, w, x.shape, o)
+        g = p.geo
+        args = (p.dy, p.w, p.dy, as_5d(CPU.empty(x.shape, "f32"), 2, False), one, g.B * g.in_pixels, 64, 576, 576,
+                64, 64, 64, simt.DATA, False, simt.flipped_geometry(g), bn, False, False, True)
+    else:
+        p = validate_weight_backward(x, dy, w.shape, o)
+        g = p.geo
+        part = CPU.empty((4, 64, 576), "f32")
+        args = (p.dy, p.x, p.x, part, part, 64, 576, g.B * g.pixels, 1568, 64, 64, 64, simt.WEIGHT, False, g.consts(),
+                bn, True, True, False)
+    log = ptxas_report(compile_launch(simt.conv_simt, simt.UNITS, args, "sm_90").rendered.source)
+    print(f"{mode} BN {bn}:", " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
+          " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+    for sm in (90, 80):
+        ptx = ptx_of(simt.conv_simt, simt.UNITS, args, sm=sm)
+        assert not re.search(r"\b(mma|wgmma)\.", ptx) and "fma.rn.f32" in ptx

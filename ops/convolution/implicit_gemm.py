@@ -1,4 +1,4 @@
-"""The `ImplicitGemm` strategy for F16/BF16: each pass as one GEMM over an im2col matrix
+"""The `ImplicitGemm` strategy for F16/BF16 (F32: implicit_gemm_simt.py): each pass as one GEMM over an im2col matrix
 that is never built, on the matrix primitive (m16n16k16 fragments, F32 accumulation:
 tensor cores on CUDA, the exact emulation elsewhere).
 
@@ -202,18 +202,36 @@ def sum_partials(part: kd.Tensor[kd.f32, 3], dw: kd.Tensor):
         dw[i // N, i % N] = s
 
 
-def covers(p) -> str:
-    """'' when the implicit GEMM runs p, else why it falls back to Direct."""
+def covers(p, pass_name: str = "forward") -> str:
+    """'' when the implicit GEMM runs p's `pass_name` ('forward', 'data' or 'weight'), else
+    why it falls back to Direct. F32 takes implicit_gemm_simt (the units' own multiply-adds)
+    where that covers it."""
+    if p.dtype == kd.f32:
+        return _f32_covers(p, pass_name)
     if p.dtype not in (kd.f16, kd.bf16):
         return f"ImplicitGemm runs F16/BF16 on the matrix primitive, not {p.dtype.name.upper()}"
     if p.dtype not in p.runtime.capabilities.mma_dtypes:
         return f"the matrix primitive of this device has no {p.dtype.name.upper()}"
-    if p.geo.Cg < MIN_GROUP_CHANNELS or p.geo.Kg < MIN_GROUP_CHANNELS:
-        return (f"ImplicitGemm needs at least {MIN_GROUP_CHANNELS} channels per group on both sides "
-                f"(Cin/groups = {p.geo.Cg}, Cout/groups = {p.geo.Kg}): depthwise runs Direct")
+    if _group_channels(p):
+        return _group_channels(p)
     if 4 * p.runtime.capabilities.plane_dim > p.runtime.capabilities.max_cube_units or 256 % p.runtime.plane_dim:
         return "a cube of 4 planes does not fit this device"
     return ""
+
+
+def _group_channels(p) -> str:
+    if p.geo.Cg < MIN_GROUP_CHANNELS or p.geo.Kg < MIN_GROUP_CHANNELS:
+        return (f"ImplicitGemm needs at least {MIN_GROUP_CHANNELS} channels per group on both sides "
+                f"(Cin/groups = {p.geo.Cg}, Cout/groups = {p.geo.Kg}): depthwise runs Direct")
+    return ""
+
+
+def _f32_covers(p, pass_name: str) -> str:
+    from . import implicit_gemm_simt
+    why = implicit_gemm_simt.covers(p) or _group_channels(p)
+    if not why and pass_name == "data" and not implicit_gemm_simt.data_covers(p):
+        why = "the F32 data pass runs as a GEMM at stride 1 only (a forward over flipped taps)"
+    return why
 
 
 def _grid(M, N, z):
@@ -228,7 +246,10 @@ def run_forward(p, y5, dummy) -> None:
     """y5 = the forward pass: a 1×1 channels-last convolution as the roles GEMM where the device
     has it (pointwise.py), group products where the device has them natively and the
     channels-last layout allows it, else the async-copy ring where the layout allows it."""
-    from . import implicit_gemm_group, implicit_gemm_nhwc, pointwise
+    from . import implicit_gemm_group, implicit_gemm_nhwc, implicit_gemm_simt, pointwise
+    if p.dtype == kd.f32:
+        implicit_gemm_simt.run_forward(p, y5, dummy)
+        return
     views = pointwise.operands(p, y5)
     if views is not None:
         pointwise.run_forward(p, views, dummy)
@@ -250,7 +271,10 @@ def run_data_backward(p, dx5, dummy) -> None:
     """dx5 = the data backward pass: a 1×1 convolution on NCDHW operands as batched products
     on group products (pointwise_backward, no copies), for stride 1 as a forward on group
     products where that kernel covers it (implicit_gemm_dgrad), else the gather GEMM here."""
-    from . import implicit_gemm_dgrad, pointwise_backward
+    from . import implicit_gemm_dgrad, implicit_gemm_simt, pointwise_backward
+    if p.dtype == kd.f32:
+        implicit_gemm_simt.run_data_backward(p, dx5, dummy)
+        return
     views = pointwise_backward.data_operands(p, dx5)
     if views is not None:
         pointwise_backward.run_data_backward(p, views)
@@ -278,9 +302,11 @@ def run_weight_backward(p, dw5) -> None:
     group products (pointwise_backward, no copies), else on group products where
     implicit_gemm_wgrad covers p (native group products, channel counts a group multiples of
     8), else the split gather GEMM here."""
-    from . import implicit_gemm_wgrad, pointwise_backward
+    from . import implicit_gemm_simt, implicit_gemm_wgrad, pointwise_backward
     views = pointwise_backward.weight_operands(p)
-    if views is not None:
+    if p.dtype == kd.f32:
+        implicit_gemm_simt.run_weight_backward(p, dw5)
+    elif views is not None:
         pointwise_backward.run_weight(p, dw5, views)
     elif implicit_gemm_wgrad.covers(p):
         implicit_gemm_wgrad.run_weight_backward(p, dw5)

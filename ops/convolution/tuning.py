@@ -50,7 +50,7 @@ def direct_plan(p, pass_name: str) -> str:
 def resolve(p, pass_name: str, strategy: ConvStrategy, runners: dict) -> str:
     """The runner name ('Direct' or 'ImplicitGemm') for `strategy`: ImplicitGemm where it
     covers p, else Direct; Autotune times both where the primitive is native."""
-    gemm_ok = not implicit_gemm.covers(p)
+    gemm_ok = not implicit_gemm.covers(p, pass_name)
     if strategy is ConvStrategy.Direct:
         return "Direct"
     if strategy is ConvStrategy.ImplicitGemm:
