@@ -739,18 +739,18 @@ def test_convolution_f32_gemm_compiles_without_spills(mode, bn):
         g = p.geo
         y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, nhwc), "f32"), g.rank, nhwc)
         args = (p.x, p.w, p.x, y5, one, g.B * g.pixels, g.Kg, 576, 576, 64, 64, 64, simt.FORWARD, False, g.consts(),
-                bn, nhwc, nhwc, not nhwc)
+                128, bn, nhwc, nhwc, not nhwc)
     elif mode == "data":
         p = validate_data_backward(dy, w, x.shape, o)
         g = p.geo
         args = (p.dy, p.w, p.dy, as_5d(CPU.empty(x.shape, "f32"), 2, False), one, g.B * g.in_pixels, 64, 576, 576,
-                64, 64, 64, simt.DATA, False, simt.flipped_geometry(g), bn, False, False, True)
+                64, 64, 64, simt.DATA, False, simt.flipped_geometry(g), 128, bn, False, False, True)
     else:
         p = validate_weight_backward(x, dy, w.shape, o)
         g = p.geo
         part = CPU.empty((4, 64, 576), "f32")
         args = (p.dy, p.x, p.x, part, part, 64, 576, g.B * g.pixels, 1568, 64, 64, 64, simt.WEIGHT, False, g.consts(),
-                bn, True, True, False)
+                64, bn, True, True, False)
     log = ptxas_report(compile_launch(simt.conv_simt, simt.UNITS, args, "sm_90").rendered.source)
     print(f"{mode} BN {bn}:", " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
           " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
@@ -758,3 +758,5 @@ def test_convolution_f32_gemm_compiles_without_spills(mode, bn):
     for sm in (90, 80):
         ptx = ptx_of(simt.conv_simt, simt.UNITS, args, sm=sm)
         assert not re.search(r"\b(mma|wgmma)\.", ptx) and "fma.rn.f32" in ptx
+        print(f"sm_{sm}: {len(re.findall(r'ld.shared.v4.f32', ptx))} ld.shared.v4, "
+              f"{len(re.findall(r'ld.shared.f32', ptx))} ld.shared.f32")

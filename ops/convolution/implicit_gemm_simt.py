@@ -11,9 +11,10 @@ per group (the grid's z axis; for the weight gradient z also counts the reductio
 whose F32 partials implicit_gemm.sum_partials adds in split order: deterministic). The
 reduction index of the forward and data passes runs channels fastest, r = tap·Cs + c.
 
-A cube of UNITS units owns a BM x BN tile of C; unit (u, v) of the 16 x 16 square holds TM x
-TN sums, rows u + 16·i and columns v + 16·j (OUT_M: consecutive units on consecutive rows,
-for outputs whose rows are contiguous, NCHW pixels) or the transpose. Every BK-column step
+A cube of UNITS units owns a BM x BN tile of C (64 or 128 each, by the GEMM's shape); unit
+(u, v) of the 16 x 16 square holds TM x TN = BM/16 x BN/16 sums, in runs of four rows from
+4u (and 64 + 4u) and of four columns from 4v (OUT_M: u along the rows, for outputs whose rows
+are contiguous, NCHW pixels; else the transpose). Every BK-column step
 each unit gathers its share of the A (BM x BK) and B (BK x BN) tiles into registers from
 global memory, the units multiply the step staged before from shared memory, then store
 the registers into the other of two shared buffers and meet at one barrier. A unit's share
@@ -29,10 +30,8 @@ import kerneldsl as kd
 
 from .gather import split_pixel, split_tap
 
-BM = 128          # rows of a cube's tile
 BK = 8            # reduction columns a step
 UNITS = 256       # units a cube (a 16 x 16 square)
-TM = BM // 16     # rows a unit
 PAD = 4           # shared row padding (words)
 FORWARD, DATA, WEIGHT = 0, 1, 2
 
@@ -151,15 +150,24 @@ def put(s, buf, vals, row, col, rstep, cstep, ROWS, NQ):
 
 
 @kd.func
-def multiply(acc, sa, sb, buf, ra, rb, BN, TN):
-    """acc[i·TN + j] += (fused multiply-adds, one rounding each) the step's A[row ra + 16 i] · B[column rb + 16 j] over its BK columns."""
+def own(u, i):
+    """Row (or column) i of the unit at position u of its side of the square: runs of four
+    consecutive ones, 64 apart (so a unit's four are one 16-byte shared load where the
+    compiler pairs them)."""
+    return i // 4 * 64 + 4 * u + i % 4
+
+
+@kd.func
+def multiply(acc, sa, sb, buf, ra, rb, BM, BN, TM, TN):
+    """acc[i·TN + j] += (fused multiply-adds, one rounding each) the step's A[own(ra, i)] ·
+    B[own(rb, j)] over its BK columns."""
     for k in kd.unroll(BK):
         a = ()
         for i in kd.unroll(TM):
-            a = a + (sa[(buf * BK + k) * (BM + PAD) + ra + 16 * i],)
+            a = a + (sa[(buf * BK + k) * (BM + PAD) + own(ra, i)],)
         b = ()
         for j in kd.unroll(TN):
-            b = b + (sb[(buf * BK + k) * (BN + PAD) + rb + 16 * j],)
+            b = b + (sb[(buf * BK + k) * (BN + PAD) + own(rb, j)],)
         nxt = ()
         for i in kd.unroll(TM):
             for j in kd.unroll(TN):
@@ -171,13 +179,14 @@ def multiply(acc, sa, sb, buf, ra, rb, BN, TN):
 @kd.kernel
 def conv_simt(src: kd.Tensor, w: kd.Tensor, x: kd.Tensor, out: kd.Tensor, bias: kd.Tensor, Mg: kd.i32, Ng: kd.i32,
               R: kd.i32, CHUNK: kd.i32, Cs: kd.i32, Cg: kd.i32, Kg: kd.i32, MODE: kd.Const[int],
-              HAS_BIAS: kd.Const[bool], G: kd.Const[tuple], BN: kd.Const[int], A_KF: kd.Const[bool],
-              B_KF: kd.Const[bool], OUT_M: kd.Const[bool]):
+              HAS_BIAS: kd.Const[bool], G: kd.Const[tuple], BM: kd.Const[int], BN: kd.Const[int],
+              A_KF: kd.Const[bool], B_KF: kd.Const[bool], OUT_M: kd.Const[bool]):
     """One BM x BN tile of the pass's GEMM (module docstring). FORWARD / DATA: src is x / dy,
     w the weights, out y / dx; WEIGHT: src is dy, x the input, out the [splits, K, Cg·T] F32
     partials (w unused). `G` is the geometry the pass reads its source with (for DATA the
     flipped one: stride 1, padding Dil·(K − 1) − P)."""
     kd.static_assert(kd.cube_units() == UNITS, "launch with UNITS units a cube")
+    TM = BM // 16
     TN = BN // 16
     T = G[9] * G[10] * G[11]
     t = kd.unit_pos()
@@ -244,25 +253,25 @@ def conv_simt(src: kd.Tensor, w: kd.Tensor, x: kd.Tensor, out: kd.Tensor, bias: 
         if more:
             va = gather_a(src, arows, g, k0 + BK, a_col, a_cstep, r_hi, Cs, Mg, P, OH, OW, MODE, NQA, G)
             vb = gather_b(w, x, brows, g, k0 + BK, b_col, b_cstep, r_hi, Cs, Cg, Kg, P, OH, OW, MODE, NQB, G)
-        acc = multiply(acc, sa, sb, buf, ra, rb, BN, TN)
+        acc = multiply(acc, sa, sb, buf, ra, rb, BM, BN, TM, TN)
         if more:
             put(sa, 1 - buf, va, a_row, a_col, a_rstep, a_cstep, BM, NQA)
             put(sb, 1 - buf, vb, b_row, b_col, b_rstep, b_cstep, BN, NQB)
         kd.sync_cube()
         buf = 1 - buf
     for i in kd.unroll(TM):
-        m = m0 + ra + 16 * i
+        m = m0 + own(ra, i)
         mm = kd.min(m, Mg - 1)
         if MODE == WEIGHT:
             for j in kd.unroll(TN):
-                n = n0 + rb + 16 * j
+                n = n0 + own(rb, j)
                 if m < Mg and n < Ng:
                     out[split, g * Kg + mm, n] = acc[i * TN + j]
         else:
             od, oh, ow = split_pixel(mm % P, OH, OW)
             b = mm // P
             for j in kd.unroll(TN):
-                n = n0 + rb + 16 * j
+                n = n0 + own(rb, j)
                 if m < Mg and n < Ng:
                     r = acc[i * TN + j]
                     if HAS_BIAS:
@@ -284,7 +293,7 @@ def covers(p) -> str:
 
 
 def tile_columns(n: int) -> int:
-    """BN for a GEMM of n columns: 64 where 64 holds them (narrow layers), else 128."""
+    """BN (and BM) for a GEMM side of n: 64 where 64 holds it (narrow layers), else 128."""
     return 64 if n <= 64 else 128
 
 
@@ -292,8 +301,8 @@ def _contiguous_channels(t) -> bool:
     return t.strides[1] == 1 or t.shape[1] == 1
 
 
-def _grid(M: int, N: int, bn: int, z: int) -> tuple:
-    return (-(-M // BM), -(-N // bn), z)
+def _grid(M: int, N: int, bm: int, bn: int, z: int) -> tuple:
+    return (-(-M // bm), -(-N // bn), z)
 
 
 def run_forward(p, y5, dummy) -> None:
@@ -302,8 +311,8 @@ def run_forward(p, y5, dummy) -> None:
     bias = p.bias if p.bias is not None else dummy
     M, R = g.B * g.pixels, g.Cg * g.taps
     bn = tile_columns(g.Kg)
-    conv_simt[_grid(M, g.Kg, bn, g.groups), UNITS](
-        p.x, p.w, p.x, y5, bias, M, g.Kg, R, R, g.Cg, g.Cg, g.Kg, FORWARD, p.bias is not None, g.consts(), bn,
+    conv_simt[_grid(M, g.Kg, 128, bn, g.groups), UNITS](
+        p.x, p.w, p.x, y5, bias, M, g.Kg, R, R, g.Cg, g.Cg, g.Kg, FORWARD, p.bias is not None, g.consts(), 128, bn,
         _contiguous_channels(p.x), _contiguous_channels(p.w), not _contiguous_channels(y5))
 
 
@@ -323,8 +332,8 @@ def run_data_backward(p, dx5, dummy) -> None:
     g = p.geo
     M, R = g.B * g.in_pixels, g.Kg * g.taps
     bn = tile_columns(g.Cg)
-    conv_simt[_grid(M, g.Cg, bn, g.groups), UNITS](
-        p.dy, p.w, p.dy, dx5, dummy, M, g.Cg, R, R, g.Kg, g.Cg, g.Kg, DATA, False, flipped_geometry(g), bn,
+    conv_simt[_grid(M, g.Cg, 128, bn, g.groups), UNITS](
+        p.dy, p.w, p.dy, dx5, dummy, M, g.Cg, R, R, g.Kg, g.Cg, g.Kg, DATA, False, flipped_geometry(g), 128, bn,
         _contiguous_channels(p.dy), False, not _contiguous_channels(dx5))
 
 
@@ -341,14 +350,14 @@ def run_weight_backward(p, dw5) -> None:
     g = p.geo
     rt = p.runtime
     R, N = g.B * g.pixels, g.Cg * g.taps
-    bn = tile_columns(N)
-    tiles = -(-g.Kg // BM) * -(-N // bn) * g.groups
+    bm, bn = tile_columns(g.Kg), tile_columns(N)
+    tiles = -(-g.Kg // bm) * -(-N // bn) * g.groups
     splits = weight_splits(p, tiles, -(-R // BK))
     chunk = -(-(-(-R // splits)) // BK) * BK
     splits = -(-R // chunk)
     part = rt.empty((splits, g.K, N), "f32")
-    conv_simt[_grid(g.Kg, N, bn, g.groups * splits), UNITS](
-        p.dy, p.x, p.x, part, part, g.Kg, N, R, chunk, g.Kg, g.Cg, g.Kg, WEIGHT, False, g.consts(), bn,
+    conv_simt[_grid(g.Kg, N, bm, bn, g.groups * splits), UNITS](
+        p.dy, p.x, p.x, part, part, g.Kg, N, R, chunk, g.Kg, g.Cg, g.Kg, WEIGHT, False, g.consts(), bm, bn,
         True, True, False)
     dw = dw5._view((g.K, N), (N, 1))
     sum_partials[(g.K * N + SUM_UNITS - 1) // SUM_UNITS, SUM_UNITS](part, dw)
