@@ -70,6 +70,7 @@ class Frontend(ExpressionLowering):
         self.shared: dict = {}
         self.frags: dict = {}
         self.bulk_sources: set = set()  # tensor parameters kd.bulk_copy reads or kd.bulk_store writes
+        self.min_cubes = 1  # kd.cubes_per_compute_unit
         self.bulk_stores: list = []  # SourceLoc of each kd.bulk_store (a kernel with one must wait for them)
         self.bulk_store_waits = 0
         self.barrier_arrays: list = []  # every kd.arrival_barriers array (BarrierRef), for the checker
@@ -187,7 +188,7 @@ class Frontend(ExpressionLowering):
             name=fdef.name, params=params, body=self.blocks[0], cube_dim=self.spec.cube_dim,
             plane_dim=self.spec.plane_dim, loc=self.loc(fdef), bounds_check=self.spec.bounds_check,
             var_types=self.var_types, shared=self.shared, frags=self.frags,
-            bulk_sources=tuple(sorted(self.bulk_sources)),
+            bulk_sources=tuple(sorted(self.bulk_sources)), min_cubes=self.min_cubes,
         )
 
     def check_barrier_waits(self):

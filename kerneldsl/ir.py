@@ -592,6 +592,7 @@ class KernelIR:
     frags: dict = field(default_factory=dict)  # fragment -> FragType
     bulk_sources: tuple = ()  # tensor parameters kd.bulk_copy reads or kd.bulk_store writes (launches check
     #                           their layout)
+    min_cubes: int = 1  # kd.cubes_per_compute_unit(n): cubes the compiler keeps room for on one compute unit
 
     @property
     def cube_units(self) -> int:

@@ -719,7 +719,7 @@ def test_convolution_pointwise_weight_backward_on_the_roles_gemm_compiles():
     assert pb.WEIGHT_KERNEL in ("ring", "roles")
 
 
-@pytest.mark.parametrize("mode,bn", [("forward", 64), ("forward", 128), ("forward-nhwc", 64), ("data", 64),
+@pytest.mark.parametrize("mode,bn", [("forward", 64), ("forward", 128), ("forward-nhwc", 64), ("forward-nhwc", 128), ("data", 64),
                                      ("weight", 128)])
 def test_convolution_f32_gemm_compiles_without_spills(mode, bn):
     """The F32 register-tiled implicit GEMM (rudnn.convolution.implicit_gemm_simt, issue 17) at
@@ -739,19 +739,22 @@ def test_convolution_f32_gemm_compiles_without_spills(mode, bn):
         g = p.geo
         y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, nhwc), "f32"), g.rank, nhwc)
         args = (p.x, p.w, p.x, y5, one, g.B * g.pixels, g.Kg, 576, 576, 64, 64, 64, simt.FORWARD, False, g.consts(),
-                128, bn, nhwc, nhwc, not nhwc)
+                128, bn, nhwc, nhwc, not nhwc, simt.cubes(128, bn))
     elif mode == "data":
         p = validate_data_backward(dy, w, x.shape, o)
         g = p.geo
         args = (p.dy, p.w, p.dy, as_5d(CPU.empty(x.shape, "f32"), 2, False), one, g.B * g.in_pixels, 64, 576, 576,
-                64, 64, 64, simt.DATA, False, simt.flipped_geometry(g), 128, bn, False, False, True)
+                64, 64, 64, simt.DATA, False, simt.flipped_geometry(g), 128, bn, False, False, True, simt.cubes(128, bn))
     else:
         p = validate_weight_backward(x, dy, w.shape, o)
         g = p.geo
         part = CPU.empty((4, 64, 576), "f32")
         args = (p.dy, p.x, p.x, part, part, 64, 576, g.B * g.pixels, 1568, 64, 64, 64, simt.WEIGHT, False, g.consts(),
-                64, bn, True, True, False)
-    log = ptxas_report(compile_launch(simt.conv_simt, simt.UNITS, args, "sm_90").rendered.source)
+                64, bn, True, True, False, simt.cubes(64, bn))
+    source = compile_launch(simt.conv_simt, simt.UNITS, args, "sm_90").rendered.source
+    n = args[-1]
+    assert (f"__launch_bounds__({simt.UNITS}, {n})" if n > 1 else f"__launch_bounds__({simt.UNITS})") in source
+    log = ptxas_report(source)
     print(f"{mode} BN {bn}:", " ".join(re.findall(r"Used \d+ registers[^\n]*", log)),
           " ".join(re.findall(r"\d+ bytes spill stores, \d+ bytes spill loads", log)))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]

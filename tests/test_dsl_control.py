@@ -306,3 +306,22 @@ def test_a_loop_variable_after_its_loop_is_the_same_everywhere(runtime, n):
         return v
     np.testing.assert_array_equal(out.numpy(), [c_end(0, n, 1), c_end(2, n, 3), c_end(n, 0, -2),
                                                 2 if n > 2 else c_end(0, n, 1)])
+
+
+@kd.kernel
+def hinted_copy(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], N: kd.Const[int]):
+    kd.cubes_per_compute_unit(N)
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < len(x):
+        y[i] = x[i] * 2.0
+
+
+def test_cubes_per_compute_unit_is_a_hint(runtime, rng):
+    """kd.cubes_per_compute_unit(n) changes no result (CUDA caps registers with it:
+    tests/test_cuda_codegen.py); n must be a compile-time int of at least 1."""
+    x = rng.standard_normal(300).astype(np.float32)
+    y = runtime.zeros((300,), "f32")
+    hinted_copy[(3,), 128](runtime.tensor(x), y, 2)
+    np.testing.assert_array_equal(y.numpy(), x * 2)
+    with pytest.raises(kd.CompileError, match="at least 1"):
+        hinted_copy[(3,), 128](runtime.tensor(x), y, 0)

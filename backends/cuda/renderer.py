@@ -97,6 +97,8 @@ class CudaRenderer(BulkCopies, CLikeRenderer):
     def kernel_attributes(self) -> str:
         if self._register_roles():  # the pool roles trade registers in: all of it, one cube an SM
             return f"__launch_bounds__({self.U}, 1) "
+        if self.k.min_cubes > 1:  # kd.cubes_per_compute_unit: ptxas caps the registers to fit them
+            return f"__launch_bounds__({self.U}, {self.k.min_cubes}) "
         return f"__launch_bounds__({self.U}) "
 
     def _register_roles(self) -> list:

@@ -27,6 +27,16 @@ def shared(fe, node, dtype, size):
     return SharedRef(name, dtype, shape)
 
 
+@builtin("Ask the compiler to leave room for `n` (compile-time) cubes on one compute unit: on CUDA "
+         "`__launch_bounds__(units, n)`, which caps a unit's registers (more cubes resident to hide "
+         "latency, possibly spills); a hint that other back ends ignore.")
+def cubes_per_compute_unit(fe, node, n):
+    n = fe.ct(n, node, "cubes per compute unit")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise fe.error(node, f"kd.cubes_per_compute_unit needs a compile-time int of at least 1, got {n!r}")
+    fe.min_cubes = max(fe.min_cubes, n)
+
+
 @builtin("Barrier over the cube; must be reached by every unit (uniform control flow).")
 def sync_cube(fe, node):
     fe.emit(ir.Barrier(loc=fe.loc(node)))

@@ -33,6 +33,12 @@ from .gather import split_pixel, split_tap
 BK = 8            # reduction columns a step
 UNITS = 256       # units a cube (a 16 x 16 square)
 PAD = 4           # shared row padding (words)
+# cubes a compute unit keeps room for (registers capped to fit them), for tiles of at most
+# 128 x 64 and for larger ones: one cube of 256 units at ~150 registers left 8 warps an H200
+# SM, issue slots 46 % busy (ncu, 256@14 forward); capped at 128 registers the 128 x 128
+# tile spills (64 bytes, channels-last forward)
+CUBES_PER_UNIT = 2
+CUBES_PER_UNIT_WIDE = 1
 FORWARD, DATA, WEIGHT = 0, 1, 2
 
 
@@ -180,12 +186,13 @@ def multiply(acc, sa, sb, buf, ra, rb, BM, BN, TM, TN):
 def conv_simt(src: kd.Tensor, w: kd.Tensor, x: kd.Tensor, out: kd.Tensor, bias: kd.Tensor, Mg: kd.i32, Ng: kd.i32,
               R: kd.i32, CHUNK: kd.i32, Cs: kd.i32, Cg: kd.i32, Kg: kd.i32, MODE: kd.Const[int],
               HAS_BIAS: kd.Const[bool], G: kd.Const[tuple], BM: kd.Const[int], BN: kd.Const[int],
-              A_KF: kd.Const[bool], B_KF: kd.Const[bool], OUT_M: kd.Const[bool]):
+              A_KF: kd.Const[bool], B_KF: kd.Const[bool], OUT_M: kd.Const[bool], CUBES: kd.Const[int]):
     """One BM x BN tile of the pass's GEMM (module docstring). FORWARD / DATA: src is x / dy,
     w the weights, out y / dx; WEIGHT: src is dy, x the input, out the [splits, K, Cg·T] F32
     partials (w unused). `G` is the geometry the pass reads its source with (for DATA the
     flipped one: stride 1, padding Dil·(K − 1) − P)."""
     kd.static_assert(kd.cube_units() == UNITS, "launch with UNITS units a cube")
+    kd.cubes_per_compute_unit(CUBES)
     TM = BM // 16
     TN = BN // 16
     T = G[9] * G[10] * G[11]
@@ -297,6 +304,11 @@ def tile_columns(n: int) -> int:
     return 64 if n <= 64 else 128
 
 
+def cubes(bm: int, bn: int) -> int:
+    """The kd.cubes_per_compute_unit hint of a bm x bn tile."""
+    return CUBES_PER_UNIT if bm * bn <= 128 * 64 else CUBES_PER_UNIT_WIDE
+
+
 def _contiguous_channels(t) -> bool:
     return t.strides[1] == 1 or t.shape[1] == 1
 
@@ -313,7 +325,7 @@ def run_forward(p, y5, dummy) -> None:
     bn = tile_columns(g.Kg)
     conv_simt[_grid(M, g.Kg, 128, bn, g.groups), UNITS](
         p.x, p.w, p.x, y5, bias, M, g.Kg, R, R, g.Cg, g.Cg, g.Kg, FORWARD, p.bias is not None, g.consts(), 128, bn,
-        _contiguous_channels(p.x), _contiguous_channels(p.w), not _contiguous_channels(y5))
+        _contiguous_channels(p.x), _contiguous_channels(p.w), not _contiguous_channels(y5), cubes(128, bn))
 
 
 def data_covers(p) -> bool:
@@ -334,7 +346,7 @@ def run_data_backward(p, dx5, dummy) -> None:
     bn = tile_columns(g.Cg)
     conv_simt[_grid(M, g.Cg, 128, bn, g.groups), UNITS](
         p.dy, p.w, p.dy, dx5, dummy, M, g.Cg, R, R, g.Kg, g.Cg, g.Kg, DATA, False, flipped_geometry(g), 128, bn,
-        _contiguous_channels(p.dy), False, not _contiguous_channels(dx5))
+        _contiguous_channels(p.dy), False, not _contiguous_channels(dx5), cubes(128, bn))
 
 
 def weight_splits(p, tiles: int, steps: int) -> int:
@@ -358,6 +370,6 @@ def run_weight_backward(p, dw5) -> None:
     part = rt.empty((splits, g.K, N), "f32")
     conv_simt[_grid(g.Kg, N, bm, bn, g.groups * splits), UNITS](
         p.dy, p.x, p.x, part, part, g.Kg, N, R, chunk, g.Kg, g.Cg, g.Kg, WEIGHT, False, g.consts(), bm, bn,
-        True, True, False)
+        True, True, False, cubes(bm, bn))
     dw = dw5._view((g.K, N), (N, 1))
     sum_partials[(g.K * N + SUM_UNITS - 1) // SUM_UNITS, SUM_UNITS](part, dw)
