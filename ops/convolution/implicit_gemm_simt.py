@@ -36,7 +36,8 @@ PAD = 4           # shared row padding (words)
 # cubes a compute unit keeps room for (registers capped to fit them), for tiles of at most
 # 128 x 64 and for larger ones: one cube of 256 units at ~150 registers left 8 warps an H200
 # SM, issue slots 46 % busy (ncu, 256@14 forward); capped at 128 registers the 128 x 128
-# tile spills (64 bytes, channels-last forward)
+# tile spills (64 bytes, channels-last forward). Timed 2/1, 2/2 and 1/1 on the H200: the
+# same within noise (RESULTS.md, session 22); 2/1 kept, it costs nothing
 CUBES_PER_UNIT = 2
 CUBES_PER_UNIT_WIDE = 1
 FORWARD, DATA, WEIGHT = 0, 1, 2
