@@ -94,9 +94,10 @@ class LaunchPlan:
             a = args[i]
             if not passes(a):
                 self.kernel._check_scalar(name, dtype, a)
-        run_args = list(args) if self.run_index is None else [args[i] for i in self.run_index]
-        if self.written:
-            launch_checks.check_writable(self.binary.info, run_args)
+        run_args = args if self.run_index is None else [args[i] for i in self.run_index]
+        for i in self.written:
+            if run_args[i].buffer.readonly:
+                launch_checks.check_writable(self.binary.info, run_args)  # (words the error)
         if self.bulk:
             launch_checks.check_bulk_sources(self.binary.info, run_args)
         if shape[0] and shape[1] and shape[2]:

@@ -35,6 +35,7 @@ from . import abi, compiler, packing
 from .abi import CANCEL_SLOT, CONTROL_SLOTS
 from .handoff import FastWorker
 from .handoff import native as native_helpers
+from .inline_block import InlineBlock
 from .launcher import GRACE_S, CubeLaunch, CubeWorkers, run_on_threads
 from .capabilities import DEFAULT_PLANE_DIM, capabilities
 from .packing import buffer_address
@@ -116,7 +117,7 @@ class CpuPreparedLaunch(PreparedLaunch):
     fixed, so once a run of it ended quickly the next ones run on the calling thread
     (`CpuRuntime.launch`'s rule)."""
 
-    __slots__ = ("words", "addresses", "ncubes", "key", "inline")
+    __slots__ = ("words", "addresses", "ncubes", "key", "inline", "block")
 
     def __init__(self, runtime, binary: CpuBinary, grid, block, args):
         super().__init__(runtime, binary, grid, block, args)
@@ -132,6 +133,7 @@ class CpuPreparedLaunch(PreparedLaunch):
             else:
                 self.addresses.append(word)
                 word += 2 + 2 * len(a.shape)
+        self.block = None  # its InlineBlock, made at its first run on the calling thread
 
     def packed(self, control, refs) -> array.array:
         """This launch's slots for tensors at `refs` ((Buffer, byte offset) each) and `control`."""
@@ -142,13 +144,23 @@ class CpuPreparedLaunch(PreparedLaunch):
         return array.array("Q", words)
 
     def run(self, refs) -> None:
-        control = array.array("q", _NO_CONTROL)
-        slots = self.packed(control, refs)
         binary = self.binary
         rt = self.runtime
         if self.inline and self.key in binary.quick:
-            rt._run_inline(binary, self.ncubes, slots, control, lambda: self.arguments(refs), self.key)
+            if not binary.info.bounds_check:  # (a bounds-checked launch reports through its own control record)
+                if self.block is None:
+                    self.block = InlineBlock([self])
+                start = time.perf_counter()
+                if self.block.run(_run_sequence(), refs):
+                    if time.perf_counter() - start > rt.LONG_LAUNCH_S:
+                        binary.quick.discard(self.key)
+                    return
+            control = array.array("q", _NO_CONTROL)
+            rt._run_inline(binary, self.ncubes, self.packed(control, refs), control, lambda: self.arguments(refs),
+                           self.key)
             return
+        control = array.array("q", _NO_CONTROL)
+        slots = self.packed(control, refs)
         start = time.perf_counter()
         rt._execute(binary, self.ncubes, slots, control, lambda: self.arguments(refs))
         if self.inline and time.perf_counter() - start < rt.LONG_LAUNCH_S:
@@ -165,7 +177,7 @@ class CpuLaunchSequence:
     Where every launch may run on the calling thread (`CpuPreparedLaunch`) and a run of the
     sequence ended quickly, the next runs call `kd_run_sequence` on the calling thread."""
 
-    __slots__ = ("runtime", "launches", "counts", "small", "slow", "inline", "quick")
+    __slots__ = ("runtime", "launches", "counts", "small", "slow", "inline", "quick", "block")
 
     def __init__(self, runtime, launches: list):
         self.runtime = runtime
@@ -176,6 +188,7 @@ class CpuLaunchSequence:
         self.slow = 0  # joined runs in a row that took long
         self.inline = all(p.inline for p in launches)
         self.quick = False  # whether its last run ended within LONG_LAUNCH_S (and may run inline)
+        self.block = None  # its InlineBlock, made at its first run on the calling thread
 
     @property
     def joined(self) -> bool:
@@ -184,9 +197,13 @@ class CpuLaunchSequence:
 
     def run(self, refs) -> None:
         rt = self.runtime
-        if self.quick and self.inline and all(p.key in p.binary.quick for p in self.launches):
-            self._run_inline(refs)
-            return
+        if self.quick and self.inline:
+            for p in self.launches:
+                if p.key not in p.binary.quick:
+                    break
+            else:
+                self._run_inline(refs)
+                return
         start = time.perf_counter()
         if (self.joined and rt._fast is not None and threading.get_ident() == _MAIN_THREAD
                 and all(p.binary.slow_launches < rt.SLOW_LAUNCHES for p in self.launches)):
@@ -229,11 +246,15 @@ class CpuLaunchSequence:
                                       control, (table, packs, control))
 
     def _run_inline(self, refs) -> None:
-        """Every launch on the calling thread, in one native call (`kd_run_sequence`)."""
-        control = array.array("q", _NO_CONTROL)
-        table, packs = self._table(refs, control)
+        """Every launch on the calling thread, in one native call (`kd_run_sequence`), through
+        the sequence's InlineBlock (or slots of its own where another thread uses that)."""
+        if self.block is None:
+            self.block = InlineBlock(self.launches)
         start = time.perf_counter()
-        _run_sequence()(table.buffer_info()[0], 0, len(self.launches))
+        if not self.block.run(_run_sequence(), refs):
+            control = array.array("q", _NO_CONTROL)
+            table, packs = self._table(refs, control)
+            _run_sequence()(table.buffer_info()[0], 0, len(self.launches))
         if time.perf_counter() - start > self.runtime.LONG_LAUNCH_S:
             self.quick = False  # (and each launch's own words stay quick: the whole took long)
 
@@ -396,8 +417,14 @@ class CpuRuntime(Runtime):
         quick = binary.quick
         if quick is not None and ncubes * binary.cube_units < self.INLINE_UNITS:
             key = binary.key_of(words)
-            if key in quick:
-                self._run_inline(binary, ncubes, array.array("Q", words), control, args, key)
+            if key in quick:  # _run_inline, inlined (the path of most small launches)
+                slots = array.array("Q", words)
+                start = time.perf_counter()
+                binary.fn(slots.buffer_info()[0], 0, ncubes)
+                if time.perf_counter() - start > self.LONG_LAUNCH_S:
+                    quick.discard(key)
+                if control[0]:
+                    self._raise_bounds(binary.info, args, control)
                 if self._fast is None and threading.get_ident() == _MAIN_THREAD:
                     self._wants_fast_worker()  # (counted as before: ready for the launches that are not inline)
                 return
