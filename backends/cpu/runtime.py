@@ -5,7 +5,11 @@ Launches run synchronously (the queue is drained before `launch` returns), so a 
 (`rt.stream()`) is an ordered queue executed on the calling thread; each worker calling
 the compiled `kd_main` for a range of cube ids through ctypes, which releases
 the GIL for the duration of the call; the main thread waits interruptibly, so
-Ctrl-C stops a launch at its next cube boundary (launcher.py).
+Ctrl-C stops a launch at its next cube boundary (launcher.py). A small launch that cannot
+turn long — an argument-bound kernel (kerneldsl/loop_bounds.py) whose argument words an
+earlier launch ended quickly with (`CpuBinary.quick`) — runs on the calling thread instead,
+with no handoff (`CpuRuntime.launch`); replayed ones through an InlineBlock (inline_block.py).
+Argument words are packed by code generated per parameter layout (packing.py).
 """
 from __future__ import annotations
 
