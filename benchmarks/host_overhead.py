@@ -7,8 +7,10 @@ tiny shape, side by side with the PyTorch CPU call that does the same where ther
 At tiny shapes the device work is negligible, so a call's time is the host's: argument
 checks, plan choice, allocations, views and each kernel launch. Every case runs once to warm
 up (compiling what it needs), then --reps rounds of --calls calls; the median round, divided
-by the calls, is the time per call. On the cpu runtime a launch returns when its kernel has
-run, so one figure is given. On GPU runtimes (opencl, cuda) "enqueue µs" is the loop of
+by the calls, is the time per call; "thread µs" is the best round's CPU time of the calling
+thread per call (steadier than wall time on a shared machine; on the cpu runtime it leaves
+out the kernels that ran on worker threads). On the cpu runtime a launch returns when its
+kernel has run, so one wall figure is given. On GPU runtimes (opencl, cuda) "enqueue µs" is the loop of
 calls alone (work queued, not waited for; the runtime is synchronised after the round,
 outside the timing) and "synced µs" a call followed by `rt.synchronize()`. The torch
 figure is the same median for the CPU eager equivalent on tensors of the same shape.
@@ -249,30 +251,37 @@ FAMILIES = {"kernel": _kernel, "normalization": _normalization, "attention": _at
 
 
 # ------------------------------------------------------------------------------ timing
-def per_call(fn, calls: int, reps: int, after=None) -> float:
+def per_call(fn, calls: int, reps: int, after=None, cpu: list | None = None) -> float:
     """Median over `reps` rounds of the seconds per call of `calls` back-to-back calls of
-    `fn`; `after` (e.g. a synchronise) runs after each round, outside the timing."""
-    rounds = []
+    `fn`; `after` (e.g. a synchronise) runs after each round, outside the timing. With `cpu`,
+    the best round's main-thread CPU seconds per call (`time.thread_time`) is appended to it:
+    on a shared machine the wall time counts other processes' turns too."""
+    rounds, threads = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         for _ in range(calls):
             fn()
         rounds.append((time.perf_counter() - t0) / calls)
+        threads.append((time.thread_time() - c0) / calls)
         if after is not None:
             after()
+    if cpu is not None:
+        cpu.append(min(threads))
     return statistics.median(rounds)
 
 
 def measure(rt, fn, calls: int, reps: int) -> tuple:
-    """(µs per call without waiting, µs per call with a synchronise; None on the cpu runtime,
-    whose launches return when their kernels ran)."""
+    """(µs per call without waiting, µs per call with a synchronise — None on the cpu runtime,
+    whose launches return when their kernels ran —, the calling thread's CPU µs per call
+    without waiting)."""
     fn()
     rt.synchronize()
-    enqueue = per_call(fn, calls, reps, rt.synchronize) * 1e6
+    cpu: list = []
+    enqueue = per_call(fn, calls, reps, rt.synchronize, cpu) * 1e6
     if rt.kind == "cpu":
-        return enqueue, None
+        return enqueue, None, cpu[0] * 1e6
     synced = per_call(lambda: (fn(), rt.synchronize()), max(1, calls // 4), reps) * 1e6
-    return enqueue, synced
+    return enqueue, synced, cpu[0] * 1e6
 
 
 def replayed(family: str, op: str) -> str:
@@ -322,27 +331,27 @@ def main(argv=None) -> None:
             try:
                 cases = make(inputs)
             except Exception as e:  # noqa: BLE001  (a family that cannot run here: say so, go on)
-                rows.append([family, "-", f"set-up failed: {type(e).__name__}: {e}"[:80], "", "", "", ""])
+                rows.append([family, "-", f"set-up failed: {type(e).__name__}: {e}"[:80], "", "", "", "", ""])
                 continue
             for op, (ours, ref) in cases.items():
                 if only and family not in only and f"{family}.{op}" not in only:
                     continue
                 try:
-                    enq, synced = measure(rt, ours, args.calls, args.reps)
+                    enq, synced, thread = measure(rt, ours, args.calls, args.reps)
                 except Exception as e:  # noqa: BLE001
-                    rows.append([family, op, f"failed: {type(e).__name__}: {e}"[:80], "", "", "", ""])
+                    rows.append([family, op, f"failed: {type(e).__name__}: {e}"[:80], "", "", "", "", ""])
                     continue
                 if ref is not None and (family, op) not in torch_cache:
                     ref()
                     torch_cache[family, op] = per_call(ref, args.calls, args.reps) * 1e6
                 tus = torch_cache.get((family, op))
-                rows.append([family, op, f"{enq:.1f}", "" if synced is None else f"{synced:.1f}",
+                rows.append([family, op, f"{enq:.1f}", f"{thread:.1f}", "" if synced is None else f"{synced:.1f}",
                              "" if tus is None else f"{tus:.1f}",
                              "" if tus is None else f"{enq / tus:.1f}x", replayed(family, op)])
                 print(f"  {name} {family}.{op}: {enq:.1f} µs", file=sys.stderr, flush=True)
         print(f"\n## {name} ({rt.capabilities.device_name})")
         print(table(rows, ["family", "operator", "µs / call" if rt.kind == "cpu" else "enqueue µs",
-                           "synced µs", "torch cpu µs", "ours / torch", "replayed"]))
+                           "thread µs", "synced µs", "torch cpu µs", "ours / torch", "replayed"]))
 
 
 if __name__ == "__main__":

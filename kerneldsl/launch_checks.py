@@ -30,7 +30,12 @@ def exact_ints(v) -> bool:
     (2.0 == 2 and hash alike, so a float must never find an int's entry)."""
     if type(v) is int:
         return True
-    return type(v) is tuple and all(type(x) is int for x in v)
+    if type(v) is not tuple:
+        return False
+    for x in v:
+        if type(x) is not int:
+            return False
+    return True
 
 
 def _is_int(x) -> bool:

@@ -11,6 +11,8 @@ signature does not fix — the grid, scalar values, read-only tensors — with t
 """
 from __future__ import annotations
 
+import functools
+
 from . import launch_checks
 from .tensor import Tensor
 
@@ -21,23 +23,34 @@ def signature(kinds: tuple, args: tuple, runtime, block, bounds: bool):
     """The plan key of a launch (module docstring), or None where it has none: an argument
     count the kernel does not take, a block that is not exact ints, a tensor argument that
     is not a `kd.Tensor`, or no tensor to take the runtime from."""
-    if len(args) != len(kinds) or not launch_checks.exact_ints(block):
+    if type(block) is not int and not launch_checks.exact_ints(block):
         return None
-    key = [runtime, block, bounds]
-    tensors = False
-    for kind, a in zip(kinds, args):
+    return signature_function(kinds)(args, runtime, block, bounds)
+
+
+@functools.lru_cache(maxsize=None)
+def signature_function(kinds: tuple):
+    """`key(args, runtime, block, bounds)`: `signature` for a kernel with these parameter kinds
+    once its block is known to be exact ints, as straight-line code compiled once per kinds
+    tuple (a loop testing each argument's kind cost a µs a launch)."""
+    names = [f"a{i}" for i in range(len(kinds))]
+    lines = [f"    if len(args) != {len(kinds)}:", "        return None"]
+    if names:
+        lines.append(f"    {', '.join(names)}, = args")
+    parts = ["runtime", "block", "bounds"]
+    for i, kind in enumerate(kinds):
         if kind == TENSOR:
-            if type(a) is not Tensor:
-                return None
-            shape = a.shape
-            inner = not shape or a.strides[-1] == 1 or shape[-1] == 1
-            key += (a.dtype, len(shape), inner, a.runtime)
-            tensors = True
+            lines += [f"    if type(a{i}) is not Tensor:", "        return None", f"    s{i} = a{i}.shape"]
+            parts += [f"a{i}.dtype", f"len(s{i})", f"(not s{i} or a{i}.strides[-1] == 1 or s{i}[-1] == 1)",
+                      f"a{i}.runtime"]
         elif kind == CONST:
-            key += (type(a), a)
-    if not tensors and runtime is None:  # the default runtime may change (KERNELDSL_RUNTIME)
-        return None
-    return tuple(key)
+            parts += [f"type(a{i})", f"a{i}"]
+    if TENSOR not in kinds:  # the default runtime may change (KERNELDSL_RUNTIME)
+        lines += ["    if runtime is None:", "        return None"]
+    source = "def key(args, runtime, block, bounds):\n" + "\n".join(lines) + f"\n    return ({', '.join(parts)},)\n"
+    env = {"Tensor": Tensor}
+    exec(compile(source, f"<launch signature {kinds}>", "exec"), env)  # noqa: S102  (source built above)
+    return env["key"]
 
 
 def _scalar_passes(dtype):
@@ -55,7 +68,9 @@ class LaunchPlan:
     """A checked launch of one kernel with one signature: its runtime, cube shape, binary,
     which arguments reach the binary (the non-`kd.Const` ones), and the per-call checks left."""
 
-    __slots__ = ("kernel", "runtime", "block", "binary", "run_index", "scalars", "written", "bulk")
+    __slots__ = ("kernel", "runtime", "block", "binary", "run_index", "scalars", "written", "bulk", "grids")
+
+    GRIDS = 4096  # grids remembered per plan
 
     def __init__(self, kernel, runtime, block: tuple, binary):
         self.kernel = kernel
@@ -68,21 +83,30 @@ class LaunchPlan:
                              for i, (name, kind, dtype) in enumerate(kernel.params) if kind == SCALAR)
         self.written = binary.info.written
         self.bulk = binary.info.bulk_sources
+        self.grids: dict = {}  # grid as given (exact ints) -> (x, y, z), for grids that passed the checks
 
     def launch(self, grid, args: tuple) -> None:
         """Check what the signature leaves open, then launch (nothing for an empty grid)."""
-        kernel = self.kernel
-        rt = self.runtime
-        grid = launch_checks.grid_shape(kernel.__name__, grid, rt)
+        shape = self.grids.get(grid) if type(grid) is int or launch_checks.exact_ints(grid) else None
+        if shape is None:
+            shape = self._grid(grid)
         for i, name, dtype, passes in self.scalars:
             a = args[i]
             if not passes(a):
-                kernel._check_scalar(name, dtype, a)
-        run_args = list(args) if self.run_index is None else [args[i] for i in self.run_index]
-        if self.written:
-            launch_checks.check_writable(self.binary.info, run_args)
+                self.kernel._check_scalar(name, dtype, a)
+        run_args = args if self.run_index is None else [args[i] for i in self.run_index]
+        for i in self.written:
+            if run_args[i].buffer.readonly:
+                launch_checks.check_writable(self.binary.info, run_args)  # (words the error)
         if self.bulk:
             launch_checks.check_bulk_sources(self.binary.info, run_args)
-        if grid[0] * grid[1] * grid[2] == 0:
-            return
-        rt.launch(self.binary, grid, self.block, run_args)
+        if shape[0] and shape[1] and shape[2]:
+            self.runtime.launch(self.binary, shape, self.block, run_args)
+
+    def _grid(self, grid) -> tuple:
+        """A grid not remembered yet: checked (`launch_checks.grid_shape`), and remembered when
+        given as exact ints."""
+        shape = launch_checks.grid_shape(self.kernel.__name__, grid, self.runtime)
+        if launch_checks.exact_ints(grid) and len(self.grids) < self.GRIDS:
+            self.grids[grid] = shape
+        return shape

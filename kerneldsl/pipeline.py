@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import ir
+from . import ir, loop_bounds
 from .dtypes import as_dtype, bf16, boolean, f16, f32, f64
 from .errors import SourceLoc
 
@@ -31,6 +31,7 @@ class LaunchInfo:
     loc: SourceLoc | None = None
     written: tuple = ()  # indices of the tensor parameters the kernel writes (read-only checks)
     bulk_sources: tuple = ()  # indices of the tensor parameters kd.bulk_copy reads (layout checks)
+    argument_bound: bool = False  # its work is fixed by the launch's argument words (loop_bounds.py)
 
     @property
     def cube_units(self) -> int:
@@ -43,7 +44,8 @@ class LaunchInfo:
         names = ir.written_tensors(kir.body)
         written = tuple(p.index for p in kir.params if isinstance(p, ir.TensorParam) and p.name in names)
         bulk = tuple(p.index for p in kir.params if isinstance(p, ir.TensorParam) and p.name in kir.bulk_sources)
-        return cls(kir.name, tuple(kir.params), tuple(kir.cube_dim), bool(kir.bounds_check), kir.loc, written, bulk)
+        return cls(kir.name, tuple(kir.params), tuple(kir.cube_dim), bool(kir.bounds_check), kir.loc, written, bulk,
+                   loop_bounds.argument_bound(kir))
 
     def to_json(self) -> dict:
         params = [[p.name, "tensor", p.dtype.name, p.ndim] if isinstance(p, ir.TensorParam)
@@ -51,7 +53,7 @@ class LaunchInfo:
         loc = None if self.loc is None else [self.loc.filename, self.loc.line, self.loc.col]
         return {"name": self.name, "params": params, "cube_dim": list(self.cube_dim),
                 "bounds_check": self.bounds_check, "loc": loc, "written": list(self.written),
-                "bulk_sources": list(self.bulk_sources)}
+                "bulk_sources": list(self.bulk_sources), "argument_bound": self.argument_bound}
 
     @classmethod
     def from_json(cls, d: dict) -> "LaunchInfo":
@@ -60,7 +62,7 @@ class LaunchInfo:
                        for i, (name, kind, dt, ndim) in enumerate(d["params"]))
         loc = None if d["loc"] is None else SourceLoc(*d["loc"])
         return cls(d["name"], params, tuple(d["cube_dim"]), bool(d["bounds_check"]), loc, tuple(d["written"]),
-                   tuple(d.get("bulk_sources", ())))
+                   tuple(d.get("bulk_sources", ())), bool(d.get("argument_bound", False)))
 
 
 class LaunchArg(NamedTuple):

@@ -138,7 +138,16 @@ def call_key(args: tuple, kwargs: dict, tensors: list):
     call's tensors are appended to `tensors` in the key's order."""
     buffers: dict = {}
     try:
-        key = [_leaf_key(a, buffers, tensors) for a in args]
+        key = []
+        for a in args:
+            if type(a) is Tensor:  # (_leaf_key's first case, inlined: most arguments are tensors)
+                buffer = a.buffer
+                alias = buffers.setdefault(id(buffer), len(tensors))
+                tensors.append(a)
+                place = 0 if buffer.block is not None else _address_low_bits(buffer.raw)
+                key.append((a.runtime, a.dtype, a.shape, a.strides, a.offset, buffer.readonly, alias, place))
+            else:
+                key.append(_leaf_key(a, buffers, tensors))
         if kwargs:
             key += [(k, _leaf_key(v, buffers, tensors)) for k, v in sorted(kwargs.items())]
     except _Unkeyed:
@@ -152,6 +161,7 @@ class Recording:
     """What one call did, in terms a replay can redo on other memory of the same layout."""
 
     def __init__(self, inputs: list):
+        self.inputs = len(inputs)  # (a count: the call's tensors are not held)
         self.sources: dict = {}  # id(buffer) -> (kind, index, base byte offset)
         self.held: list = []  # buffers referred to by id above (kept alive while recording)
         self.arrays: dict = {}  # id(host array argument) -> its index in inputs
@@ -239,18 +249,21 @@ class Recording:
             self.refuse("a host array argument not uploaded as it is")
         if self.refused is not None:
             return None
-        return Program(tuple(self.allocations), tuple(self.steps), built)
+        return Program(tuple(self.allocations), tuple(self.steps), built, self.inputs)
 
 
 class Program:
     """A recorded call: allocate, then run the steps, then build the result."""
 
-    __slots__ = ("allocations", "steps", "result", "fused", "spare", "__weakref__")
+    __slots__ = ("allocations", "steps", "result", "build", "fused", "spare", "__weakref__")
 
-    def __init__(self, allocations: tuple, steps: tuple, result):
+    def __init__(self, allocations: tuple, steps: tuple, result, inputs: int):
         self.allocations = allocations
-        self.steps = _joined(_fills_first(steps))
+        # each run step gains its references flattened for Program.run (`_flat_refs`)
+        self.steps = tuple(step + (_flat_refs(step[2], inputs),) if step[0] == "run" else step
+                           for step in _joined(_fills_first(steps)))
         self.result = result
+        self.build = _builder(result)  # (inputs, buffers) -> the call's result
         # small calls on one runtime take all their memory as one allocation (each costs µs of
         # Python): the runtime, the total and each buffer's byte offset in it
         self.fused = None
@@ -299,8 +312,13 @@ class Program:
         else:
             buffers = [(rt.allocate(nbytes), 0) for rt, nbytes in self.allocations]
         places = [(t.buffer, t.offset * t.dtype.itemsize) if type(t) is Tensor else None for t in inputs]
+        sources = places + buffers  # an input's place at its index, the call's buffers after them
         for step in self.steps:
             if step[0] == "run":  # (Buffer, byte offset) of each tensor argument in this call
+                if step[3] is not None:
+                    at, deltas = step[3]
+                    step[1].run([(s[0], s[1] + d) for s, d in zip(map(sources.__getitem__, at), deltas)])
+                    continue
                 refs = []
                 for kind, index, delta in step[2]:
                     if kind == "in":
@@ -323,7 +341,16 @@ class Program:
             else:
                 t = _tensor(step[1], inputs, buffers)
                 t.runtime._fill_zero(t)
-        return _build(self.result, inputs, buffers)
+        return self.build(inputs, buffers)
+
+
+def _flat_refs(refs: tuple, inputs: int):
+    """A run step's references as (indices into `places + buffers` of Program.run, byte deltas),
+    or None where one is memory held by the record ("ext")."""
+    if any(kind not in ("in", "buf") for kind, _, _ in refs):
+        return None
+    return (tuple(index if kind == "in" else inputs + index for kind, index, _ in refs),
+            tuple(delta for _, _, delta in refs))
 
 
 def _fills_first(steps: tuple) -> tuple:
@@ -435,6 +462,27 @@ def _build(spec, inputs: list, buffers: list):
         return spec[1](**{name: _build(s, inputs, buffers) for name, s in spec[2]})
     items = [_build(s, inputs, buffers) for s in spec[2]]
     return tuple(items) if spec[1] is tuple else spec[1](items)
+
+
+def _builder(spec):
+    """`_build` of one result spec as a function `(inputs, buffers) -> value`, its dispatch
+    on tags worked out once (a Program builds its result with it on every call)."""
+    tag = spec[0]
+    if tag == "T" and spec[1][0] == "buf":
+        _, index, delta, shape, strides, dtype, runtime = spec[1]
+        item, of = dtype.itemsize, Tensor._of
+
+        def tensor(inputs, buffers):
+            buffer, byte = buffers[index]
+            return of(runtime, buffer, shape, dtype, strides, (byte + delta) // item)
+        return tensor
+    if tag == "V":
+        value = spec[1]
+        return lambda inputs, buffers: value
+    if tag == "S" and spec[1] is tuple:
+        parts = tuple(_builder(s) for s in spec[2])
+        return lambda inputs, buffers: tuple([part(inputs, buffers) for part in parts])
+    return functools.partial(_build, spec)
 
 
 # ------------------------------------------------------------------------------ decorator

@@ -58,7 +58,8 @@ class Buffer:
     (recorded by launches and copies, like PyTorch's `record_stream`): the allocator does not
     reuse the block before their work is done, and downloads wait for them."""
 
-    __slots__ = ("raw", "nbytes", "_pool", "owner", "readonly", "block", "stream", "used_streams", "__weakref__")
+    __slots__ = ("raw", "nbytes", "_pool", "owner", "readonly", "block", "stream", "used_streams", "address",
+                 "__weakref__")
 
     def __init__(self, raw, nbytes, pool=None, owner=None, readonly: bool = False, block=None, stream=None):
         self.raw = raw
@@ -69,6 +70,7 @@ class Buffer:
         self.block = block  # the allocator's block (None: imported memory)
         self.stream = stream
         self.used_streams = None  # set of other streams, made on first use
+        self.address = None  # where a runtime keeps the data address of `raw` it looked up (cpu launches)
 
     def record_stream(self, stream) -> None:
         """Note that work on `stream` uses this memory (a no-op for its own stream)."""

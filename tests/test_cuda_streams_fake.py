@@ -345,3 +345,35 @@ def test_joined_replay_launches_go_through_the_native_launcher(fake):
     assert y.buffer.streams() == [rt.default_stream(), s]
     rt._native = None  # no native launcher: launches stay one by one
     assert rt.join_launches([first, second]) is None
+
+
+def test_generated_slot_filling_matches_the_plan_loop(fake):
+    """backends/cuda/slots.py: a binary's slots filled by its generated function hold what the
+    plan loop writes (data addresses, extents, shapes, strides, scalar bits), and the launch's
+    stream is recorded on its memory the same way."""
+    from kerneldsl.backends.cuda import slots as slot_code
+    from kerneldsl.pipeline import scalar_packer
+    rt = make_runtime()
+    x = rt.zeros((6, 8))[1:, ::2]  # an offset and a stride
+    y = rt.zeros(5, "f16")
+    px, py, pn = (types.SimpleNamespace(name=n, index=i) for i, n in enumerate("xyn"))
+    kir = types.SimpleNamespace(name="k", params=[px, py, pn], bounds_check=False)
+    pack = scalar_packer(kd.f32)
+    plan = (("data", 0, None, None), ("extent", 0, None, None), ("shape", 0, 0, None), ("shape", 0, 1, None),
+            ("stride", 0, 0, None), ("stride", 0, 1, None), ("data", 1, None, None), ("extent", 1, None, None),
+            ("shape", 1, 0, None), ("stride", 1, 0, None), ("scalar", 2, None, pack))
+    slots = []
+    for fill in (None, slot_code.fill_function(plan)):
+        binary = types.SimpleNamespace(info=kir, args=[None] * len(plan), plan=plan, lock=threading.Lock(),
+                                       slots=np.zeros(len(plan), np.uint64), function=None, dynamic_shared=0,
+                                       params_ptr=0, fill=fill, packers=slot_code.packers_of(plan))
+        s = rt.stream()
+        with rt.use_stream(s):
+            rt.launch(binary, (1, 1, 1), (32, 1, 1), (x, y, 2.5))
+        assert fake.calls[-1] == ("cuLaunchKernel", (s.handle,))
+        assert s in x.buffer.streams() and s in y.buffer.streams()
+        slots.append(binary.slots.tolist())
+    assert slot_code.fill_function(plan) is not None and slots[0] == slots[1]
+    want = [x.buffer.raw + x.offset * 4, x.extent(), 5, 4, 8, 2, y.buffer.raw, 5, 5, 1, pack(2.5)]
+    assert slots[1] == want
+    assert slot_code.fill_function(plan + (("errbuf", -1, None, None),)) is None

@@ -130,3 +130,23 @@ def test_ctrl_c_stops_a_slow_handed_over_cpu_launch_at_a_cube_boundary(tmp_path)
 def test_ctrl_c_abandons_a_handed_over_cpu_launch_whose_cube_never_ends(tmp_path):
     out = _interrupt(tmp_path, "cpu", "stuck", warm=_WARM_FAST)
     assert "interrupted after" in out and "usable" in out, out
+
+
+# small launches whose argument words ended quickly before run on the calling thread, where
+# Ctrl-C cannot reach them (backends/cpu/runtime.py); a launch that can turn long never does:
+# new argument words (here a larger loop count) go to a worker first, and a kernel whose loops
+# depend on memory (stuck's flag) always does, however quickly its earlier launches ended
+_WARM_QUICK = "[slow[512, 32](x, 10) for _ in range(40)]"
+_WARM_QUICK_STUCK = "ones = rt.tensor(np.ones(1, np.float32)); [stuck[1, 32](ones, out) for _ in range(40)]"
+
+
+def test_ctrl_c_stops_a_launch_that_turned_long_after_quick_inline_ones(tmp_path):
+    out = _interrupt(tmp_path, "cpu", "slow_small", warm=_WARM_QUICK)
+    assert "interrupted after" in out and "usable" in out, out
+    seconds = float(out.split("interrupted after ")[1].split()[0])
+    assert seconds < 1.0 + 5.0, out
+
+
+def test_ctrl_c_abandons_a_memory_bound_launch_that_got_stuck_after_quick_ones(tmp_path):
+    out = _interrupt(tmp_path, "cpu", "stuck", warm=_WARM_QUICK_STUCK)
+    assert "interrupted after" in out and "usable" in out, out

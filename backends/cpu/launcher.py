@@ -8,6 +8,8 @@ cube, waits for the workers to stop and lets KeyboardInterrupt through; the runt
 usable. A cube that never finishes cannot be stopped: after a grace period its launch is
 abandoned (its threads and the memory they touch are kept, never reused) and the runtime
 carries on with fresh threads. Other threads' launches run a share of the chunks themselves.
+(Small launches that cannot turn long skip all this and run on the calling thread:
+runtime.py's `CpuRuntime.launch`.)
 """
 from __future__ import annotations
 

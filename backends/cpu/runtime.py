@@ -5,7 +5,11 @@ Launches run synchronously (the queue is drained before `launch` returns), so a 
 (`rt.stream()`) is an ordered queue executed on the calling thread; each worker calling
 the compiled `kd_main` for a range of cube ids through ctypes, which releases
 the GIL for the duration of the call; the main thread waits interruptibly, so
-Ctrl-C stops a launch at its next cube boundary (launcher.py).
+Ctrl-C stops a launch at its next cube boundary (launcher.py). A small launch that cannot
+turn long — an argument-bound kernel (kerneldsl/loop_bounds.py) whose argument words an
+earlier launch ended quickly with (`CpuBinary.quick`) — runs on the calling thread instead,
+with no handoff (`CpuRuntime.launch`); replayed ones through an InlineBlock (inline_block.py).
+Argument words are packed by code generated per parameter layout (packing.py).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import operator
 import threading
 import time
 import weakref
@@ -30,17 +35,18 @@ from kerneldsl.prepared import PreparedLaunch
 from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
 
-from . import abi, compiler
+from . import abi, compiler, packing
 from .abi import CANCEL_SLOT, CONTROL_SLOTS
 from .handoff import FastWorker
 from .handoff import native as native_helpers
+from .inline_block import InlineBlock
 from .launcher import GRACE_S, CubeLaunch, CubeWorkers, run_on_threads
 from .capabilities import DEFAULT_PLANE_DIM, capabilities
+from .packing import buffer_address
 
 _KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _NO_CONTROL = array.array("q", [0] * CONTROL_SLOTS)
 _MAIN_THREAD = threading.main_thread().ident
-_ADDRESSES: dict = {}  # id(host array) -> (weak reference to it, its data address)
 
 
 def _keep_forever(launch) -> None:
@@ -49,22 +55,6 @@ def _keep_forever(launch) -> None:
     memory. A list on the runtime is freed while Python shuts down, with the thread still
     running (a test's child process crashed at exit once nothing else held the memory)."""
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(launch))
-
-
-def _forget_address(key: int, ref) -> None:
-    if _ADDRESSES.get(key, (None,))[0] is ref:
-        del _ADDRESSES[key]
-
-
-def data_address(raw: np.ndarray) -> int:
-    """`raw.ctypes.data`, remembered per live array (numpy's lookup costs about a µs)."""
-    key = id(raw)
-    hit = _ADDRESSES.get(key)
-    if hit is not None and hit[0]() is raw:
-        return hit[1]
-    address = raw.ctypes.data
-    _ADDRESSES[key] = (weakref.ref(raw, functools.partial(_forget_address, key)), address)
-    return address
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,7 +73,14 @@ def _load_libs():
 
 
 class CpuBinary:
-    """A loaded kernel: the JIT engine (kept alive), its entry point and launch facts."""
+    """A loaded kernel: the JIT engine (kept alive), its entry point and launch facts.
+
+    `quick` holds the argument words (packing.py) of launches that ended within
+    `CpuRuntime.LONG_LAUNCH_S`, for a kernel whose work they fix (`LaunchInfo.argument_bound`)
+    and whose frame fits the calling thread's stack; None for any other kernel. A small
+    launch whose words are there runs on the calling thread (`CpuRuntime.launch`)."""
+
+    QUICK_KEYS = 256  # argument words remembered per kernel (all forgotten when full)
 
     def __init__(self, info, obj: bytes, frame_bytes: int = 0):
         _load_libs()
@@ -95,43 +92,43 @@ class CpuBinary:
         self.address = self.engine.get_function_address(abi.ENTRY)
         self.fn = _KERNEL_FN(self.address)
         self.info = info
+        self.cube_units = info.cube_units
         self.nslots = abi.total_slots(info.params)
         self.slow_launches = 0  # its one-worker launches that took over LONG_LAUNCH_S (_run_cubes)
         # per runtime parameter: its item size for a tensor, else its scalar's bit packer
         self._layout = tuple((p.dtype.itemsize, None) if isinstance(p, ir.TensorParam)
                              else (0, scalar_packer(p.dtype)) for p in info.params)
+        self.words = packing.words_function(info.params)
+        self.key_of = operator.itemgetter(*packing.key_indices(info.params))  # words -> argument words
+        inline = info.argument_bound and frame_bytes <= CpuRuntime.CALLER_FRAME_LIMIT
+        self.quick: set | None = set() if inline else None
 
     def pack(self, grid, control_address: int, args) -> array.array:
         """The argument slots of a launch (abi.py) as unsigned 64-bit words."""
-        words = [grid[0], grid[1], grid[2], control_address]
-        for (item, packer), a in zip(self._layout, args):
-            if packer is not None:
-                words.append(packer(a))
-                continue
-            shape, strides = a.shape, a.strides
-            extent = 1
-            for n, st in zip(shape, strides):
-                if n == 0:
-                    extent = 0
-                    break
-                extent += (n - 1) * st
-            words.append(data_address(a.buffer.raw) + a.offset * item)
-            words.append(extent)
-            words += shape
-            words += strides
-        return array.array("Q", words)
+        return array.array("Q", self.words(grid[0], grid[1], grid[2], control_address, args))
+
+    def remember_quick(self, key) -> None:
+        """Note that a launch with argument words `key` ended quickly."""
+        quick = self.quick
+        if len(quick) >= self.QUICK_KEYS:
+            quick.clear()
+        quick.add(key)
 
 
 class CpuPreparedLaunch(PreparedLaunch):
     """A cpu launch packed once (kerneldsl/prepared.py): `run` copies the argument words and
-    patches the control record's and each tensor's data address."""
+    patches the control record's and each tensor's data address. Its argument words are
+    fixed, so once a run of it ended quickly the next ones run on the calling thread
+    (`CpuRuntime.launch`'s rule)."""
 
-    __slots__ = ("words", "addresses", "ncubes")
+    __slots__ = ("words", "addresses", "ncubes", "key", "inline", "block")
 
     def __init__(self, runtime, binary: CpuBinary, grid, block, args):
         super().__init__(runtime, binary, grid, block, args)
-        self.words = binary.pack(grid, 0, args).tolist()
+        self.words = binary.words(grid[0], grid[1], grid[2], 0, args)
         self.ncubes = grid[0] * grid[1] * grid[2]
+        self.key = binary.key_of(self.words)
+        self.inline = binary.quick is not None and self.ncubes * binary.cube_units < runtime.INLINE_UNITS
         self.addresses = []  # the word of each tensor argument's data address (abi.py's layout)
         word = 4
         for (item, packer), a in zip(binary._layout, args):
@@ -140,15 +137,38 @@ class CpuPreparedLaunch(PreparedLaunch):
             else:
                 self.addresses.append(word)
                 word += 2 + 2 * len(a.shape)
+        self.block = None  # its InlineBlock, made at its first run on the calling thread
 
-    def run(self, refs) -> None:
+    def packed(self, control, refs) -> array.array:
+        """This launch's slots for tensors at `refs` ((Buffer, byte offset) each) and `control`."""
         words = self.words.copy()
-        control = array.array("q", _NO_CONTROL)
         words[3] = control.buffer_info()[0]
         for word, (buffer, byte) in zip(self.addresses, refs):
-            words[word] = data_address(buffer.raw) + byte
-        self.runtime._execute(self.binary, self.ncubes, array.array("Q", words), control,
-                              lambda: self.arguments(refs))
+            words[word] = buffer_address(buffer) + byte
+        return array.array("Q", words)
+
+    def run(self, refs) -> None:
+        binary = self.binary
+        rt = self.runtime
+        if self.inline and self.key in binary.quick:
+            if not binary.info.bounds_check:  # (a bounds-checked launch reports through its own control record)
+                if self.block is None:
+                    self.block = InlineBlock([self])
+                start = time.perf_counter()
+                if self.block.run(_run_sequence(), refs):
+                    if time.perf_counter() - start > rt.LONG_LAUNCH_S:
+                        binary.quick.discard(self.key)
+                    return
+            control = array.array("q", _NO_CONTROL)
+            rt._run_inline(binary, self.ncubes, self.packed(control, refs), control, lambda: self.arguments(refs),
+                           self.key)
+            return
+        control = array.array("q", _NO_CONTROL)
+        slots = self.packed(control, refs)
+        start = time.perf_counter()
+        rt._execute(binary, self.ncubes, slots, control, lambda: self.arguments(refs))
+        if self.inline and time.perf_counter() - start < rt.LONG_LAUNCH_S:
+            binary.remember_quick(self.key)
 
 
 class CpuLaunchSequence:
@@ -157,9 +177,11 @@ class CpuLaunchSequence:
     order, one handoff for all. Otherwise (another thread, a launch for several workers, no
     fast worker yet) the launches run one by one; so they do while the sequence is *long*:
     once SLOW_LAUNCHES joined runs in a row took over LONG_LAUNCH_S (one of its kernels may
-    want every worker, `CpuRuntime._run_cubes`), until a run one by one is short again."""
+    want every worker, `CpuRuntime._run_cubes`), until a run one by one is short again.
+    Where every launch may run on the calling thread (`CpuPreparedLaunch`) and a run of the
+    sequence ended quickly, the next runs call `kd_run_sequence` on the calling thread."""
 
-    __slots__ = ("runtime", "launches", "counts", "small", "slow")
+    __slots__ = ("runtime", "launches", "counts", "small", "slow", "inline", "quick", "block")
 
     def __init__(self, runtime, launches: list):
         self.runtime = runtime
@@ -168,6 +190,9 @@ class CpuLaunchSequence:
         self.small = all(p.ncubes * p.binary.info.cube_units < runtime.SMALL_LAUNCH_UNITS
                          and p.binary.frame_bytes <= runtime.CALLER_FRAME_LIMIT for p in launches)
         self.slow = 0  # joined runs in a row that took long
+        self.inline = all(p.inline for p in launches)
+        self.quick = False  # whether its last run ended within LONG_LAUNCH_S (and may run inline)
+        self.block = None  # its InlineBlock, made at its first run on the calling thread
 
     @property
     def joined(self) -> bool:
@@ -176,33 +201,72 @@ class CpuLaunchSequence:
 
     def run(self, refs) -> None:
         rt = self.runtime
+        if self.quick and self.inline:
+            for p in self.launches:
+                if p.key not in p.binary.quick:
+                    break
+            else:
+                self._run_inline(refs)
+                return
         start = time.perf_counter()
         if (self.joined and rt._fast is not None and threading.get_ident() == _MAIN_THREAD
                 and all(p.binary.slow_launches < rt.SLOW_LAUNCHES for p in self.launches)):
             self._hand_over(refs)
-            self.slow = self.slow + 1 if time.perf_counter() - start > rt.LONG_LAUNCH_S else 0
+            took = time.perf_counter() - start
+            self.slow = self.slow + 1 if took > rt.LONG_LAUNCH_S else 0
+            self._note(took)
             return
         k = 0
         for p, n in zip(self.launches, self.counts):
             p.run(refs[k:k + n])
             k += n
-        if self.slow and time.perf_counter() - start < rt.LONG_LAUNCH_S / 4:
+        took = time.perf_counter() - start
+        if self.slow and took < rt.LONG_LAUNCH_S / 4:
             self.slow = 0  # short again: join from the next run
+        self._note(took)
+
+    def _note(self, took: float) -> None:
+        """After a run that took `took` s: whether the next may run inline (each launch took
+        less than the whole, so each one's argument words count as quick)."""
+        self.quick = self.inline and took < self.runtime.LONG_LAUNCH_S
+        if self.quick:
+            for p in self.launches:
+                p.binary.remember_quick(p.key)
+
+    def _table(self, refs, control):
+        """The (fn, argp, ncubes) table of kd_run_sequence and the packed slots it points to."""
+        table, packs, k = array.array("Q"), [], 0
+        for p, n in zip(self.launches, self.counts):
+            packed = p.packed(control, refs[k:k + n])
+            k += n
+            packs.append(packed)
+            table.extend((p.binary.address, packed.buffer_info()[0], p.ncubes))
+        return table, packs
 
     def _hand_over(self, refs) -> None:
         control = array.array("q", _NO_CONTROL)
-        table, packs, k = array.array("Q"), [], 0
-        for p, n in zip(self.launches, self.counts):
-            words = p.words.copy()
-            words[3] = control.buffer_info()[0]
-            for word, (buffer, byte) in zip(p.addresses, refs[k:k + n]):
-                words[word] = data_address(buffer.raw) + byte
-            k += n
-            packed = array.array("Q", words)
-            packs.append(packed)
-            table.extend((p.binary.address, packed.buffer_info()[0], p.ncubes))
+        table, packs = self._table(refs, control)
         self.runtime._run_handed_over(native_helpers().run_sequence, table.buffer_info()[0], len(self.launches),
                                       control, (table, packs, control))
+
+    def _run_inline(self, refs) -> None:
+        """Every launch on the calling thread, in one native call (`kd_run_sequence`), through
+        the sequence's InlineBlock (or slots of its own where another thread uses that)."""
+        if self.block is None:
+            self.block = InlineBlock(self.launches)
+        start = time.perf_counter()
+        if not self.block.run(_run_sequence(), refs):
+            control = array.array("q", _NO_CONTROL)
+            table, packs = self._table(refs, control)
+            _run_sequence()(table.buffer_info()[0], 0, len(self.launches))
+        if time.perf_counter() - start > self.runtime.LONG_LAUNCH_S:
+            self.quick = False  # (and each launch's own words stay quick: the whole took long)
+
+
+@functools.lru_cache(maxsize=None)
+def _run_sequence():
+    """handoff.py's `kd_run_sequence(table, first, end)` callable from Python."""
+    return _KERNEL_FN(native_helpers().run_sequence)
 
 
 @functools.lru_cache(maxsize=None)
@@ -347,9 +411,45 @@ class CpuRuntime(Runtime):
             return self._pool
 
     def launch(self, binary: CpuBinary, grid, block, args):
+        """Run a launch to its end: on the calling thread where `binary.quick` holds its
+        argument words and it is small (below INLINE_UNITS units), else on the workers
+        (`_execute`), remembering its words as quick if it ended within LONG_LAUNCH_S."""
         control = array.array("q", _NO_CONTROL)  # bounds-error record and cancel flag
-        slots = binary.pack(grid, control.buffer_info()[0], args)
-        self._execute(binary, grid[0] * grid[1] * grid[2], slots, control, args)
+        g0, g1, g2 = grid
+        words = binary.words(g0, g1, g2, control.buffer_info()[0], args)
+        ncubes = g0 * g1 * g2
+        quick = binary.quick
+        if quick is not None and ncubes * binary.cube_units < self.INLINE_UNITS:
+            key = binary.key_of(words)
+            if key in quick:  # _run_inline, inlined (the path of most small launches)
+                slots = array.array("Q", words)
+                start = time.perf_counter()
+                binary.fn(slots.buffer_info()[0], 0, ncubes)
+                if time.perf_counter() - start > self.LONG_LAUNCH_S:
+                    quick.discard(key)
+                if control[0]:
+                    self._raise_bounds(binary.info, args, control)
+                if self._fast is None and threading.get_ident() == _MAIN_THREAD:
+                    self._wants_fast_worker()  # (counted as before: ready for the launches that are not inline)
+                return
+            start = time.perf_counter()
+            self._execute(binary, ncubes, array.array("Q", words), control, args)
+            if time.perf_counter() - start < self.LONG_LAUNCH_S:
+                binary.remember_quick(key)
+            return
+        self._execute(binary, ncubes, array.array("Q", words), control, args)
+
+    def _run_inline(self, binary: CpuBinary, ncubes: int, slots, control, args, key) -> None:
+        """A launch on the calling thread (no handoff, no wait). Only for launches whose argument
+        words an earlier launch of the kernel ended quickly with: the kernel's work follows from
+        those words alone (loop_bounds.py), so this one is as short; one that took long anyway
+        (a busy machine) forgets its words, and the next launch with them goes to the workers."""
+        start = time.perf_counter()
+        binary.fn(slots.buffer_info()[0], 0, ncubes)
+        if time.perf_counter() - start > self.LONG_LAUNCH_S:
+            binary.quick.discard(key)
+        if control[0]:
+            self._raise_bounds(binary.info, args() if callable(args) else args, control)
 
     def prepare_launch(self, binary: CpuBinary, grid, block, args):
         return CpuPreparedLaunch(self, binary, grid, block, args)
@@ -371,6 +471,7 @@ class CpuRuntime(Runtime):
         if control[0]:
             self._raise_bounds(binary.info, args() if callable(args) else args, control)
 
+    INLINE_UNITS = 1 << 15  # launches of fewer units whose argument words ended quickly run on the caller
     SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a second worker costs more than it saves...
     LONG_LAUNCH_S = 2e-3  # ...unless SLOW_LAUNCHES launches of the kernel on one worker took longer
     SLOW_LAUNCHES = 2     # than this each (two: one launch can be slow for reasons of its own)

@@ -25,6 +25,7 @@ from kerneldsl.streams import Event, Stream
 from kerneldsl.tensor import Tensor
 
 from . import compiler, dlpack, launcher
+from . import slots as slot_code
 from .capabilities import from_device, sm_of
 from .compile_only import CudaPipeline
 from .tensor_maps import TensorMaps
@@ -98,6 +99,9 @@ class CudaBinary:
         self.plan = tuple((a.kind, -1 if a.param is None else a.param.index, a.axis,
                            scalar_packer(a.param.dtype) if a.kind == "scalar" else None) for a in self.args)
         self.slots, self.params, self.params_ptr = parameter_block(len(self.args))  # refilled under the lock
+        # the plan as straight-line code (None: the loop in launch, which also reads a bounds-check record)
+        self.fill = None if info.bounds_check else slot_code.fill_function(self.plan)
+        self.packers = slot_code.packers_of(self.plan)
         self.tensor_maps = meta.get("tensor_maps") or []  # [parameter index, box rows, swizzle] per 'tmap' argument
         self.lock = threading.Lock()
 
@@ -427,6 +431,17 @@ class CudaRuntime(CudaPipeline, Runtime):
         if stream is None:
             stream = self._default_stream
         driver = _driver()
+        fill = getattr(binary, "fill", None)
+        with binary.lock:
+            slots = binary.slots
+            if fill is not None:  # the loop below, as generated code (slots.py)
+                fill(slots, args, stream, binary.packers)
+                result = driver.cuLaunchKernel(binary.function, grid[0], grid[1], grid[2], block[0], block[1],
+                                               block[2], binary.dynamic_shared, stream.cu, binary.params_ptr, 0)
+        if fill is not None:
+            if result[0] != _success():
+                _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
+            return  # (no bounds-checked binary has a fill function: its error buffer is a slot of its own)
         with binary.lock:
             slots = binary.slots
             for i, (kind, index, axis, packer) in enumerate(binary.plan):
