@@ -14,6 +14,32 @@ def split_pixel(p, OH, OW):
 
 
 @kd.func
+def group_and_split(SPLIT, groups):
+    """(group, reduction split) of this cube: z = split · groups + group where the pass
+    splits its reduction over cubes (the weight gradient), else (z, 0)."""
+    g = kd.cube_pos_z()
+    split = 0
+    if SPLIT:
+        g = kd.cube_pos_z() % groups
+        split = kd.cube_pos_z() // groups
+    return g, split
+
+
+@kd.func
+def pixel_row(src, m, Mg, P, OH, OW, G):
+    """Row m of a forward-like implicit GEMM (output pixel m of the batch, samples x pixels):
+    (inside the matrix, the pixel's input corner iz0, iy0, ix0, and that corner's element
+    offset in src at channel 0); a row outside reads as row 0."""
+    live = m < Mg
+    mm = kd.select(live, m, 0)
+    od, oh, ow = split_pixel(mm % P, OH, OW)
+    iz0, iy0, ix0 = od * G[0] - G[3], oh * G[1] - G[4], ow * G[2] - G[5]
+    base = (kd.i64(mm // P) * src.stride(0) + kd.i64(iz0) * src.stride(2) + kd.i64(iy0) * src.stride(3)
+            + kd.i64(ix0) * src.stride(4))
+    return live, iz0, iy0, ix0, base
+
+
+@kd.func
 def forward_sizes(x, w, y, G):
     """(OH, OW, P, Mg, Cg, Kg, R) of a forward pass as an implicit GEMM over 5-D views: the
     output's rows and columns, its pixels a sample, the GEMM's rows (samples x pixels),

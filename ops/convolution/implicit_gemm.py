@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .gather import reaching_value, split_pixel, split_tap, window_value
+from .gather import group_and_split, reaching_value, split_pixel, split_tap, window_value
 
 BM = 64
 BN = 64
@@ -138,11 +138,7 @@ def conv_gemm(A: kd.Tensor, Bt: kd.Tensor, out: kd.Tensor, bias: kd.Tensor, Mg: 
     """One 64 x 64 tile of the pass's implicit GEMM (see the module docstring); `out` is y
     (forward), dx (data backward) or the [splits, K, Cg·T] F32 partials (weight backward)."""
     kd.static_assert(kd.cube_units() == 4 * kd.PLANE_DIM, "launch with 4 planes per cube")
-    g = kd.cube_pos_z()
-    split = 0
-    if MODE == WEIGHT:      # z = split · groups + group
-        g = kd.cube_pos_z() % (out.shape[1] // Kg)
-        split = kd.cube_pos_z() // (out.shape[1] // Kg)
+    g, split = group_and_split(MODE == WEIGHT, out.shape[1] // Kg)
     m0 = kd.cube_pos_x() * BM
     n0 = kd.cube_pos_y() * BN
     H, W = 1, 1

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .gather import forward_sizes, split_pixel
+from .gather import forward_sizes, pixel_row, split_pixel
 
 BK = 64           # reduction columns a step: one 128-byte band row
 SW = 128          # the group-tile layout's swizzle span (bytes)
@@ -59,14 +59,7 @@ def a_rows(x, m0, row, RS, NR, Mg, P, OH, OW, G):
     products a row (the forward at 64@56 issued more integer than tensor work)."""
     rows = ()
     for i in kd.unroll(NR):
-        m = m0 + row + i * RS
-        live = m < Mg
-        mm = kd.select(live, m, 0)
-        od, oh, ow = split_pixel(mm % P, OH, OW)
-        iz0, iy0, ix0 = od * G[0] - G[3], oh * G[1] - G[4], ow * G[2] - G[5]
-        base = (kd.i64(mm // P) * x.stride(0) + kd.i64(iz0) * x.stride(2) + kd.i64(iy0) * x.stride(3)
-                + kd.i64(ix0) * x.stride(4))
-        rows = rows + ((live, iz0, iy0, ix0, base),)
+        rows = rows + (pixel_row(x, m0 + row + i * RS, Mg, P, OH, OW, G),)
     return rows
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .gather import split_pixel, split_tap
+from .gather import group_and_split, pixel_row, split_pixel, split_tap
 
 BK = 8            # reduction columns a step
 UNITS = 256       # units a cube (a 16 x 16 square)
@@ -60,14 +60,7 @@ def pixel_rows(src, m_first, m_step, NQ, Mg, P, OH, OW, G):
     channel 0 of the source)."""
     rows = ()
     for q in kd.unroll(NQ):
-        m = m_first + q * m_step
-        live = m < Mg
-        mm = kd.select(live, m, 0)
-        od, oh, ow = split_pixel(mm % P, OH, OW)
-        iz0, iy0, ix0 = od * G[0] - G[3], oh * G[1] - G[4], ow * G[2] - G[5]
-        base = (kd.i64(mm // P) * src.stride(0) + kd.i64(iz0) * src.stride(2) + kd.i64(iy0) * src.stride(3)
-                + kd.i64(ix0) * src.stride(4))
-        rows = rows + ((live, iz0, iy0, ix0, base),)
+        rows = rows + (pixel_row(src, m_first + q * m_step, Mg, P, OH, OW, G),)
     return rows
 
 
@@ -198,11 +191,7 @@ def conv_simt(src: kd.Tensor, w: kd.Tensor, x: kd.Tensor, out: kd.Tensor, bias: 
     TN = BN // 16
     T = G[9] * G[10] * G[11]
     t = kd.unit_pos()
-    g = kd.cube_pos_z()
-    split = 0
-    if MODE == WEIGHT:      # z = split · groups + group
-        g = kd.cube_pos_z() % (out.shape[1] // Kg)
-        split = kd.cube_pos_z() // (out.shape[1] // Kg)
+    g, split = group_and_split(MODE == WEIGHT, out.shape[1] // Kg)
     m0 = kd.cube_pos_x() * BM
     n0 = kd.cube_pos_y() * BN
     OH, OW = 1, 1

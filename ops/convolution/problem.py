@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import kerneldsl as kd
 from kerneldsl.tensor import Tensor
 
 from ..errors import RudnnError

@@ -85,7 +85,6 @@ def decode_mma_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tenso
     KT = 16 * KS   # elements of a K tile, a V tile
     VT = 16 * VS
     w = kd.plane_pos()
-    lane = kd.lane_pos()
     sp = kd.cube_pos_z()
     Hq = q.shape[1]
     Hkv = k.shape[2]
