@@ -39,6 +39,14 @@ def poke(x: kd.Tensor[kd.f32, 1], at: kd.Tensor[kd.i32, 1]):
         x[at[0]] = 1.0  # where is memory's (no loop: argument-bound all the same)
 
 
+def _quick_runtime(monkeypatch):
+    """The two-worker cpu runtime with every run counted as quick (a loaded machine's
+    hiccups would otherwise send launches back to the workers), and the list `_watch` fills."""
+    rt = kd.runtime("cpu", threads=2)
+    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 1e9)
+    return rt, _watch(monkeypatch, rt)
+
+
 def _watch(monkeypatch, rt) -> list:
     """Count the launches that go to the workers (`_execute`)."""
     calls = []
@@ -53,9 +61,7 @@ def _watch(monkeypatch, rt) -> list:
 
 
 def test_a_repeated_quick_launch_runs_inline(monkeypatch):
-    rt = kd.runtime("cpu", threads=2)
-    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 1e9)  # every run counts as quick (a loaded machine)
-    calls = _watch(monkeypatch, rt)
+    rt, calls = _quick_runtime(monkeypatch)
     x = rt.zeros(100)
     add_n[4, 32](x, 3)  # first: on the workers
     assert calls == [4]
@@ -73,9 +79,7 @@ def test_a_repeated_quick_launch_runs_inline(monkeypatch):
 
 
 def test_memory_bound_large_and_slow_launches_stay_on_the_workers(monkeypatch):
-    rt = kd.runtime("cpu", threads=2)
-    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 1e9)
-    calls = _watch(monkeypatch, rt)
+    rt, calls = _quick_runtime(monkeypatch)
     x, limit = rt.zeros(64), rt.tensor(np.array([2.0], np.float32))
     for _ in range(3):
         add_until[2, 32](x, limit)  # its loop reads memory: never inline
@@ -97,9 +101,7 @@ def test_memory_bound_large_and_slow_launches_stay_on_the_workers(monkeypatch):
 
 
 def test_an_inline_run_that_took_long_forgets_its_words(monkeypatch):
-    rt = kd.runtime("cpu", threads=2)
-    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 1e9)
-    calls = _watch(monkeypatch, rt)
+    rt, calls = _quick_runtime(monkeypatch)
     x = rt.zeros(32)
     add_n[1, 32](x, 2)
     add_n[1, 32](x, 2)
@@ -113,9 +115,7 @@ def test_an_inline_run_that_took_long_forgets_its_words(monkeypatch):
 
 def test_an_inline_launch_reports_its_bounds_error(monkeypatch):
     monkeypatch.setenv("KERNELDSL_BOUNDS_CHECK", "1")
-    rt = kd.runtime("cpu", threads=2)
-    monkeypatch.setattr(type(rt), "LONG_LAUNCH_S", 1e9)
-    calls = _watch(monkeypatch, rt)
+    rt, calls = _quick_runtime(monkeypatch)
     x, at = rt.zeros(8), rt.tensor(np.array([0], np.int32))
     poke[1, 32](x, at)
     poke[1, 32](x, rt.tensor(np.array([3], np.int32)))

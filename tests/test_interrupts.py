@@ -94,44 +94,41 @@ def _interrupt(tmp_path, runtime_name: str, case: str, sync: str = "", warm: str
     return out
 
 
+def _stopped_soon(out: str, usable: bool = True) -> None:
+    """The child was interrupted (and its runtime still worked afterwards, when `usable`) soon
+    after the signal, not at the end of the work."""
+    if usable:
+        _still_usable(out)
+    assert "interrupted after" in out, out
+    seconds = float(out.split("interrupted after ")[1].split()[0])
+    assert seconds < 1.0 + 5.0, out
+
+
+def _still_usable(out: str) -> None:
+    """The child was interrupted and its runtime still worked afterwards."""
+    assert "interrupted after" in out and "usable" in out, out
+
+
 def test_ctrl_c_stops_a_slow_cpu_launch_at_a_cube_boundary(tmp_path):
     out = _interrupt(tmp_path, "cpu", "slow")
-    assert "interrupted after" in out and "usable" in out, out
-    seconds = float(out.split("interrupted after ")[1].split()[0])
-    assert seconds < 1.0 + 5.0, out  # it stopped soon after the signal, not at the end of the work
+    _stopped_soon(out)
 
 
 def test_ctrl_c_abandons_a_cpu_launch_whose_cube_never_ends(tmp_path):
     out = _interrupt(tmp_path, "cpu", "stuck")
-    assert "interrupted after" in out and "usable" in out, out
+    _still_usable(out)
 
 
 def test_ctrl_c_interrupts_an_opencl_wait(tmp_path):
     if "opencl" not in kd.available_runtimes():
         pytest.skip("no working OpenCL device on this machine")
     out = _interrupt(tmp_path, "opencl", "slow", sync="x.numpy()", warm="")
-    assert "interrupted after" in out, out
-    seconds = float(out.split("interrupted after ")[1].split()[0])
-    assert seconds < 1.0 + 5.0, out
+    _stopped_soon(out, usable=False)
 
 
 # the main thread's one-worker launches go to the cpu runtime's fast worker (handoff.py) once it
 # has made FAST_WORKER_AFTER of them: the same Ctrl-C behaviour there
 _WARM_FAST = "stuck[0, 32](flag, out); [twice[1, 32](x, x) for _ in range(40)]"
-
-
-def test_ctrl_c_stops_a_slow_handed_over_cpu_launch_at_a_cube_boundary(tmp_path):
-    out = _interrupt(tmp_path, "cpu", "slow_small", warm=_WARM_FAST)
-    assert "interrupted after" in out and "usable" in out, out
-    seconds = float(out.split("interrupted after ")[1].split()[0])
-    assert seconds < 1.0 + 5.0, out
-
-
-def test_ctrl_c_abandons_a_handed_over_cpu_launch_whose_cube_never_ends(tmp_path):
-    out = _interrupt(tmp_path, "cpu", "stuck", warm=_WARM_FAST)
-    assert "interrupted after" in out and "usable" in out, out
-
-
 # small launches whose argument words ended quickly before run on the calling thread, where
 # Ctrl-C cannot reach them (backends/cpu/runtime.py); a launch that can turn long never does:
 # new argument words (here a larger loop count) go to a worker first, and a kernel whose loops
@@ -140,13 +137,17 @@ _WARM_QUICK = "[slow[512, 32](x, 10) for _ in range(40)]"
 _WARM_QUICK_STUCK = "ones = rt.tensor(np.ones(1, np.float32)); [stuck[1, 32](ones, out) for _ in range(40)]"
 
 
-def test_ctrl_c_stops_a_launch_that_turned_long_after_quick_inline_ones(tmp_path):
-    out = _interrupt(tmp_path, "cpu", "slow_small", warm=_WARM_QUICK)
-    assert "interrupted after" in out and "usable" in out, out
-    seconds = float(out.split("interrupted after ")[1].split()[0])
-    assert seconds < 1.0 + 5.0, out
-
-
-def test_ctrl_c_abandons_a_memory_bound_launch_that_got_stuck_after_quick_ones(tmp_path):
-    out = _interrupt(tmp_path, "cpu", "stuck", warm=_WARM_QUICK_STUCK)
-    assert "interrupted after" in out and "usable" in out, out
+@pytest.mark.parametrize("case, warm", [
+    pytest.param("slow_small", _WARM_FAST, id="handed-over-slow"),
+    pytest.param("stuck", _WARM_FAST, id="handed-over-stuck"),
+    pytest.param("slow_small", _WARM_QUICK, id="long-after-inline"),
+    pytest.param("stuck", _WARM_QUICK_STUCK, id="memory-bound-stuck"),
+])
+def test_ctrl_c_after_warm_up_launches(tmp_path, case, warm):
+    """A slow launch stops at a cube boundary soon after Ctrl-C; one whose cube never ends is
+    abandoned; either way the runtime stays usable."""
+    out = _interrupt(tmp_path, "cpu", case, warm=warm)
+    if case == "stuck":
+        _still_usable(out)
+    else:
+        _stopped_soon(out)
