@@ -738,19 +738,20 @@ def test_convolution_f32_gemm_compiles_without_spills(mode, bn):
         p = validate_forward("conv_forward", x, w, None, o, nhwc)
         g = p.geo
         y5 = as_5d(CPU.empty(user_shape((g.B, g.K, *g.O), g.rank, nhwc), "f32"), g.rank, nhwc)
-        args = (p.x, p.w, p.x, y5, one, g.B * g.pixels, g.Kg, 576, 576, 64, 64, 64, simt.FORWARD, False, g.consts(),
+        args = (p.x, p.w, p.x, y5, one, g.B * g.pixels, g.Kg, 576, 576, 64, 64, 64, simt.FORWARD, False, g.consts(), (),
                 128, bn, nhwc, nhwc, not nhwc, simt.cubes(128, bn))
     elif mode == "data":
         p = validate_data_backward(dy, w, x.shape, o)
         g = p.geo
         args = (p.dy, p.w, p.dy, as_5d(CPU.empty(x.shape, "f32"), 2, False), one, g.B * g.in_pixels, 64, 576, 576,
-                64, 64, 64, simt.DATA, False, simt.flipped_geometry(g), 128, bn, False, False, True, simt.cubes(128, bn))
+                64, 64, 64, simt.DATA, False, simt.flipped_geometry(g), (), 128, bn, False, False, True,
+                simt.cubes(128, bn))
     else:
         p = validate_weight_backward(x, dy, w.shape, o)
         g = p.geo
         part = CPU.empty((4, 64, 576), "f32")
         args = (p.dy, p.x, p.x, part, part, 64, 576, g.B * g.pixels, 1568, 64, 64, 64, simt.WEIGHT, False, g.consts(),
-                64, bn, True, True, False, simt.cubes(64, bn))
+                simt.pixel_sizes(g.O), 64, bn, True, True, False, simt.cubes(64, bn))
     source = compile_launch(simt.conv_simt, simt.UNITS, args, "sm_90").rendered.source
     n = args[-1]
     assert (f"__launch_bounds__({simt.UNITS}, {n})" if n > 1 else f"__launch_bounds__({simt.UNITS})") in source

@@ -179,12 +179,15 @@ def multiply(acc, sa, sb, buf, ra, rb, BM, BN, TM, TN):
 @kd.kernel
 def conv_simt(src: kd.Tensor, w: kd.Tensor, x: kd.Tensor, out: kd.Tensor, bias: kd.Tensor, Mg: kd.i32, Ng: kd.i32,
               R: kd.i32, CHUNK: kd.i32, Cs: kd.i32, Cg: kd.i32, Kg: kd.i32, MODE: kd.Const[int],
-              HAS_BIAS: kd.Const[bool], G: kd.Const[tuple], BM: kd.Const[int], BN: kd.Const[int],
+              HAS_BIAS: kd.Const[bool], G: kd.Const[tuple], PIX: kd.Const[tuple], BM: kd.Const[int], BN: kd.Const[int],
               A_KF: kd.Const[bool], B_KF: kd.Const[bool], OUT_M: kd.Const[bool], CUBES: kd.Const[int]):
     """One BM x BN tile of the pass's GEMM (module docstring). FORWARD / DATA: src is x / dy,
     w the weights, out y / dx; WEIGHT: src is dy, x the input, out the [splits, K, Cg·T] F32
     partials (w unused). `G` is the geometry the pass reads its source with (for DATA the
-    flipped one: stride 1, padding Dil·(K − 1) − P)."""
+    flipped one: stride 1, padding Dil·(K − 1) − P). PIX, for WEIGHT: (OH, OW, pixels a
+    sample) of dy, compile-time, so the divisions that split every gathered element's pixel
+    are multiplications by constants (() for FORWARD / DATA: made compile-time there, the
+    same sizes slowed those passes by up to 17 % on the H200, RESULTS.md session 24)."""
     kd.static_assert(kd.cube_units() == UNITS, "launch with UNITS units a cube")
     kd.cubes_per_compute_unit(CUBES)
     TM = BM // 16
@@ -196,10 +199,9 @@ def conv_simt(src: kd.Tensor, w: kd.Tensor, x: kd.Tensor, out: kd.Tensor, bias: 
     n0 = kd.cube_pos_y() * BN
     OH, OW = 1, 1
     P = 1
-    if MODE == WEIGHT:      # the reduction runs over dy's pixels
-        OH, OW = src.shape[3], src.shape[4]
-        P = src.shape[2] * OH * OW
-    else:                   # the rows are out's pixels
+    if MODE == WEIGHT:      # the reduction runs over dy's pixels: split per element, so compile-time
+        OH, OW, P = PIX[0], PIX[1], PIX[2]
+    else:                   # the rows are out's pixels (split once a tile)
         OH, OW = out.shape[3], out.shape[4]
         P = out.shape[2] * OH * OW
     NQA = BM * BK // UNITS
@@ -299,6 +301,11 @@ def cubes(bm: int, bn: int) -> int:
     return CUBES_PER_UNIT if bm * bn <= 128 * 64 else CUBES_PER_UNIT_WIDE
 
 
+def pixel_sizes(spatial: tuple) -> tuple:
+    """conv_simt's PIX (the WEIGHT pass) for dy's (D, H, W) sizes: (H, W, D·H·W)."""
+    return (spatial[1], spatial[2], spatial[0] * spatial[1] * spatial[2])
+
+
 def _contiguous_channels(t) -> bool:
     return t.strides[1] == 1 or t.shape[1] == 1
 
@@ -314,7 +321,7 @@ def run_forward(p, y5, dummy) -> None:
     M, R = g.B * g.pixels, g.Cg * g.taps
     bn = tile_columns(g.Kg)
     conv_simt[_grid(M, g.Kg, 128, bn, g.groups), UNITS](
-        p.x, p.w, p.x, y5, bias, M, g.Kg, R, R, g.Cg, g.Cg, g.Kg, FORWARD, p.bias is not None, g.consts(), 128, bn,
+        p.x, p.w, p.x, y5, bias, M, g.Kg, R, R, g.Cg, g.Cg, g.Kg, FORWARD, p.bias is not None, g.consts(), (), 128, bn,
         _contiguous_channels(p.x), _contiguous_channels(p.w), not _contiguous_channels(y5), cubes(128, bn))
 
 
@@ -335,7 +342,8 @@ def run_data_backward(p, dx5, dummy) -> None:
     M, R = g.B * g.in_pixels, g.Kg * g.taps
     bn = tile_columns(g.Cg)
     conv_simt[_grid(M, g.Cg, 128, bn, g.groups), UNITS](
-        p.dy, p.w, p.dy, dx5, dummy, M, g.Cg, R, R, g.Kg, g.Cg, g.Kg, DATA, False, flipped_geometry(g), 128, bn,
+        p.dy, p.w, p.dy, dx5, dummy, M, g.Cg, R, R, g.Kg, g.Cg, g.Kg, DATA, False, flipped_geometry(g), (),
+        128, bn,
         _contiguous_channels(p.dy), False, not _contiguous_channels(dx5), cubes(128, bn))
 
 
@@ -359,7 +367,8 @@ def run_weight_backward(p, dw5) -> None:
     splits = -(-R // chunk)
     part = rt.empty((splits, g.K, N), "f32")
     conv_simt[_grid(g.Kg, N, bm, bn, g.groups * splits), UNITS](
-        p.dy, p.x, p.x, part, part, g.Kg, N, R, chunk, g.Kg, g.Cg, g.Kg, WEIGHT, False, g.consts(), bm, bn,
+        p.dy, p.x, p.x, part, part, g.Kg, N, R, chunk, g.Kg, g.Cg, g.Kg, WEIGHT, False, g.consts(),
+        pixel_sizes(g.O), bm, bn,
         True, True, False, cubes(bm, bn))
     dw = dw5._view((g.K, N), (N, 1))
     sum_partials[(g.K * N + SUM_UNITS - 1) // SUM_UNITS, SUM_UNITS](part, dw)
