@@ -158,6 +158,7 @@ def test_accelerated_tilings(runtime, rng, tiling):
                                              ("shared", False, False)],
                          ids=["registers-vector", "registers-scalar", "fragments-vector", "fragments-scalar",
                               "shared-scalar"])
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_accelerated_variants(runtime, rng, kernel, hold, vec):
     """Both kernels (softmax on the accumulators: tensor-core devices; softmax in shared
     memory, Q and O in fragments or in shared memory: elsewhere) and both ways of staging
@@ -177,6 +178,7 @@ def test_accelerated_variants(runtime, rng, kernel, hold, vec):
 
 @pytest.mark.parametrize("tiling", [BlackboxAcceleratedStrategy(1, 2, 1), BlackboxAcceleratedStrategy(2, 1, 2)],
                          ids=str)
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_register_kernel_every_option(runtime, rng, tiling):
     """The register-softmax kernel (the CUDA path) with GQA, a broadcast mask, a bias,
     softcap, an explicit scale and causal with Sq < Skv, on every runtime."""
@@ -195,6 +197,7 @@ def test_register_kernel_every_option(runtime, rng, tiling):
 @pytest.mark.parametrize("scale", [0.5, -0.5])
 @pytest.mark.parametrize("tiling", [BlackboxAcceleratedStrategy(2, 2, 1), BlackboxAcceleratedStrategy(4, 1, 1)],
                          ids=str)
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_register_kernel_scale_sign(runtime, rng, scale, tiling):
     """Unmasked tiles keep raw scores and fold the scale into the exponent only when it is
     positive (a negative scale turns the largest score into the smallest); two query tiles
@@ -210,6 +213,7 @@ def test_register_kernel_scale_sign(runtime, rng, scale, tiling):
 
 @pytest.mark.parametrize("tiling,vec", [(BlackboxAcceleratedStrategy(4, 1, 1), True),
                                          (BlackboxAcceleratedStrategy(8, 1, 1), False)], ids=str)
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_group_kernel_every_option(runtime, rng, tiling, vec):
     """The group-primitive kernel (the path on wgmma devices), forced on every runtime: GQA,
     a broadcast mask, a bias, softcap, an explicit scale, causal with Sq < Skv, rows past

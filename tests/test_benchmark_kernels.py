@@ -31,6 +31,7 @@ def test_row_sum(runtime, rng, block, unroll):
 
 @pytest.mark.parametrize("config,k", [("64x128x64/w32x64/s4/g8", 64), ("64x128x64/w32x64/s4/g8", 320),
                                       ("128x128x64/w64x64/s3/g8", 192)])
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_pipelined_gemm(runtime, rng, config, k):
     if runtime.name.startswith("opencl") and "Portable Computing Language" in runtime.capabilities.device_name:
         pytest.skip("PoCL takes minutes to build the emulated 128-unit GEMM; the cpu runtime checks the "

@@ -173,6 +173,7 @@ def test_implicit_gemm_group_products_256_row_tiles(runtime, rng, groups, mi, dt
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("groups,mi,cubes,stationary", [(2, 1, 2, False), (2, 2, 1, False), (2, 1, 2, True)])
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_implicit_gemm_group_products_persistent(runtime, rng, groups, mi, cubes, stationary, dtype="bf16"):
     """The persistent form (implicit_gemm_group_persistent, issue 17): `cubes` cubes a (Cout
     tile, group) loop over the row tiles with one pipeline across them (3 slots, 2 steps
@@ -486,6 +487,7 @@ PW_CASES = {   # x shape, Cout, dilation, dtype, weight splits forced: P = 72 (1
 @pytest.mark.interpreter
 @pytest.mark.parametrize("native_shape", [False, True])
 @pytest.mark.parametrize("case", list(PW_CASES))
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_pointwise_backward_on_group_products(runtime, rng, monkeypatch, case, native_shape):
     """1×1, stride 1, unpadded: both backward passes as batched products straight on the NCDHW
     tensors (pointwise_backward; forced off the H200) against numpy float64: P a multiple of 8,
@@ -681,6 +683,7 @@ F32_GEMM_CASES = {**{k: CASES[k] for k in ("2d-3x3", "2d-1x1", "2d-groups-dil")}
 
 
 @pytest.mark.parametrize("case", list(F32_GEMM_CASES))
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_implicit_gemm_f32_gemm(runtime, rng, monkeypatch, case):
     """ImplicitGemm on F32 runs the register-tiled GEMM (implicit_gemm_simt; chosen on devices
     whose units are not SIMD lanes, forced here on every runtime) in all three passes, both

@@ -83,6 +83,7 @@ def _skip_without(runtime, dtype):
 @pytest.mark.parametrize("groups,D,N,DV,a_t,sw", [(1, 16, 16, 16, False, 32), (2, 32, 48, 32, False, 32),
                                                   (1, 48, 32, 48, True, 32), (1, 128, 64, 64, False, 128),
                                                   (1, 64, 128, 64, True, 128)])
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_chained_products(runtime, rng, dtype, groups, D, N, DV, a_t, sw):
     """S = Q·Kᵀ from two shared tiles, then O = 1 + round(S)·V with round(S) converted in
     registers: the shapes of attention's two products, for one and two groups a cube, in

@@ -128,6 +128,7 @@ def test_wide_state_and_strided_views(runtime, rng):
 @pytest.mark.feature("gated_delta: matrix sweep")
 @pytest.mark.parametrize("dtype,T,chunk,g_low,V,bv", [("bf16", 45, 32, -1.0, 64, 64), ("bf16", 64, 32, -1.0, 96, 32),
                                                        ("f16", 40, 32, -60.0, 64, 64)])
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_low, V, bv):
     """The fragment kernels (chunk_prepare_mma.py, chunk_sweep_mma.py), which the entry point
     takes only where the primitive is on hardware, forced here so every runtime checks them
@@ -145,6 +146,7 @@ def test_matrix_sweep(runtime, rng, monkeypatch, launches, dtype, T, chunk, g_lo
 
 @pytest.mark.feature("gated_delta: group sweep")
 @pytest.mark.parametrize("dtype,T,K,V,g_low", [("bf16", 150, 32, 64, -1.0), ("f16", 64, 64, 128, -60.0)])
+@pytest.mark.variants_sampled  # compile-bound: first case only on cpu-p8
 def test_group_sweep(runtime, rng, monkeypatch, launches, dtype, T, K, V, g_low):
     """The group-product kernels (chunk_prepare_group.py, chunk_state_group.py,
     chunk_output_group.py), which the entry point takes only where wgmma is on hardware, forced

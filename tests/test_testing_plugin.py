@@ -87,6 +87,24 @@ def test_a_test_parametrizing_runtime_itself_keeps_its_own_values(pytester, monk
     pytester.runpytest().assert_outcomes(passed=3)
 
 
+def test_variants_sampled_runs_every_case_on_cpu_and_the_first_on_cpu_p8(pytester, monkeypatch):
+    monkeypatch.setenv("KERNELDSL_RUNTIMES", "cpu")
+    pytester.makepyfile("""
+        import pytest, kerneldsl as kd
+        @kd.testing.variants_sampled
+        @pytest.mark.parametrize("case", [1, 2, 3])
+        def test_sweep(runtime, case):
+            assert case in (1, 2, 3)
+        @pytest.mark.parametrize("case", [1, 2])
+        def test_unmarked(runtime, case):
+            pass
+    """)
+    result = pytester.runpytest("-v", "-rs")
+    result.assert_outcomes(passed=3 + 1 + 4, skipped=2)
+    result.stdout.fnmatch_lines(["*test_sweep?cpu-p8-1? PASSED*", "*test_sweep?cpu-p8-2? SKIPPED*",
+                                 "*sampled: on cpu-p8 this test runs its first case only*"])
+
+
 MATRIX_FILE = """
 import pytest, kerneldsl as kd
 

@@ -3,7 +3,8 @@
 - the pytest plugin (enabled by installing rudnn): a `runtime` fixture over every available
   runtime, narrowed by $KERNELDSL_RUNTIMES, and the feature x runtime matrix after the run;
 - `feature(name)`: the marker naming a test's row in that matrix; `interpreted`: the marker that
-  runs a test on the interpreter runtime too (slow, so tests opt in);
+  runs a test on the interpreter runtime too (slow, so tests opt in); `variants_sampled`: the
+  marker that runs only a test's first case on a runtime's variants (the cpu at plane size 8);
 - `assert_runtimes_agree(kernel, grid, block, *args)`: one launch on every runtime, outputs
   compared; `assert_close(actual, expected)`: dtype-aware tolerances, NaN/inf matched exactly.
 
@@ -27,11 +28,16 @@ def feature(name: str):
 
 def __getattr__(name: str):
     """`kd.testing.interpreted`: the marker that runs a test (or, as `pytestmark`, a module) on the
-    interpreter runtime too (slow: tests opt in). Made on first use: importing kd.testing does
-    not import pytest."""
+    interpreter runtime too (slow: tests opt in). `kd.testing.variants_sampled`: the marker that
+    runs every case of a test on a runtime's default variant but only its first on the other
+    variants (the cpu at plane size 8), for compile-bound sweeps. Made on first use: importing
+    kd.testing does not import pytest."""
     if name == "interpreted":
         import pytest
         return pytest.mark.interpreter
+    if name == "variants_sampled":  # (for compile-bound tests: the plugin's pytest_collection_modifyitems)
+        import pytest
+        return pytest.mark.variants_sampled
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

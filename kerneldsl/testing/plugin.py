@@ -22,6 +22,9 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(its row in the feature x runtime matrix)")
     config.addinivalue_line("markers", "interpreter: also run this test on the interpreter runtime (slow, so "
                                        "tests opt in; kd.testing.interpreted)")
+    config.addinivalue_line("markers", "variants_sampled: every case on a runtime's default variant, only the "
+                                       "first case on its other variants (the cpu at plane size 8); "
+                                       "kd.testing.variants_sampled")
     config.stash[_MATRIX] = FeatureMatrix()
     config.pluginmanager.register(_MatrixRecorder(config.stash[_MATRIX]), "kerneldsl-matrix")
     if os.environ.get(ENV_VAR, "").strip():
@@ -56,6 +59,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         opted = metafunc.definition.get_closest_marker("interpreter") is not None
         choices = [c for c in _choices(metafunc.config) if opted or not c.opt_in]
         metafunc.parametrize("runtime", choices, ids=[c.id for c in choices], indirect=True)
+
+
+SAMPLED = ("sampled: on {variant} this test runs its first case only (variants_sampled: compile-bound "
+           "cases that differ in options the variant does not interact with; every case runs on {base})")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Tests marked `variants_sampled` run their first case on a runtime's variants (choices
+    opened with options: the cpu at plane size 8) and skip the others, saying why."""
+    first = set()
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        choice = callspec.params.get("runtime") if callspec is not None else None
+        if not isinstance(choice, RuntimeChoice) or not choice.options:
+            continue
+        if item.get_closest_marker("variants_sampled") is None:
+            continue
+        key = (item.path, item.cls, item.originalname, choice.id)
+        if key in first:
+            item.add_marker(pytest.mark.skip(reason=SAMPLED.format(variant=choice.id, base=choice.name)))
+        else:
+            first.add(key)
 
 
 @pytest.fixture
