@@ -93,17 +93,10 @@ def active():
 def _leaf_key(a, buffers: dict, tensors: list):
     """The key part of one argument (its tensors appended to `tensors`, in order); raises
     _Unkeyed for arguments the key cannot hold."""
-    if type(a) is Tensor:
-        buffer = a.buffer
-        alias = buffers.setdefault(id(buffer), len(tensors))
-        tensors.append(a)
-        # imported memory may start anywhere; operators choose vector widths by alignment
-        place = 0 if buffer.block is not None else _address_low_bits(buffer.raw)
-        return (a.runtime, a.dtype, a.shape, a.strides, a.offset, buffer.readonly, alias, place)
-    if type(a) in _PLAIN:
-        return (type(a), a)
+    if type(a) is Tensor or type(a) in _PLAIN:
+        return _keys((a,), buffers, tensors)[0]
     if isinstance(a, (tuple, list)):
-        return (type(a), *[_leaf_key(x, buffers, tensors) for x in a])
+        return (type(a), *_keys(a, buffers, tensors))
     if isinstance(a, enum.Enum):
         return (type(a), a)
     if type(a) is np.ndarray:  # host values the call uploads as they are (Recording.uploaded)
@@ -113,11 +106,31 @@ def _leaf_key(a, buffers: dict, tensors: list):
     if names is None and dataclasses.is_dataclass(a) and not isinstance(a, type):
         names = _FIELD_NAMES[type(a)] = tuple(f.name for f in dataclasses.fields(a))
     if names is not None:  # a dataclass: keyed by its fields' values now
-        return (type(a), *[_leaf_key(getattr(a, n), buffers, tensors) for n in names])
+        return (type(a), *_keys([getattr(a, n) for n in names], buffers, tensors))
     fields = getattr(type(a), "replay_fields", None)
     if fields is not None:  # an object whose methods' host work depends on these only
-        return (type(a), *[_leaf_key(x, buffers, tensors) for x in fields(a)])
+        return (type(a), *_keys(fields(a), buffers, tensors))
     raise _Unkeyed
+
+
+def _keys(items, buffers: dict, tensors: list) -> list:
+    """_leaf_key of each item, its two commonest cases (a tensor, a plain value) inlined:
+    the key is made on every call of a replayed operator, and a plan object or an options
+    dataclass holds many such leaves."""
+    out = []
+    for a in items:
+        if type(a) is Tensor:
+            buffer = a.buffer
+            alias = buffers.setdefault(id(buffer), len(tensors))
+            tensors.append(a)
+            # imported memory may start anywhere; operators choose vector widths by alignment
+            place = 0 if buffer.block is not None else _address_low_bits(buffer.raw)
+            out.append((a.runtime, a.dtype, a.shape, a.strides, a.offset, buffer.readonly, alias, place))
+        elif type(a) in _PLAIN:
+            out.append((type(a), a))
+        else:
+            out.append(_leaf_key(a, buffers, tensors))
+    return out
 
 
 def _address_low_bits(raw) -> int:
@@ -138,16 +151,7 @@ def call_key(args: tuple, kwargs: dict, tensors: list):
     call's tensors are appended to `tensors` in the key's order."""
     buffers: dict = {}
     try:
-        key = []
-        for a in args:
-            if type(a) is Tensor:  # (_leaf_key's first case, inlined: most arguments are tensors)
-                buffer = a.buffer
-                alias = buffers.setdefault(id(buffer), len(tensors))
-                tensors.append(a)
-                place = 0 if buffer.block is not None else _address_low_bits(buffer.raw)
-                key.append((a.runtime, a.dtype, a.shape, a.strides, a.offset, buffer.readonly, alias, place))
-            else:
-                key.append(_leaf_key(a, buffers, tensors))
+        key = _keys(args, buffers, tensors)
         if kwargs:
             key += [(k, _leaf_key(v, buffers, tensors)) for k, v in sorted(kwargs.items())]
     except _Unkeyed:

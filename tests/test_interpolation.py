@@ -222,6 +222,35 @@ def test_backward_is_deterministic(runtime, rng):
         assert np.array_equal(interpolate_backward(x, g, (6, 11), opts).numpy(), first)
 
 
+def test_axis_tables_are_made_once_per_axis(runtime, rng, launches, monkeypatch):
+    """The [O, T] tap tables of an axis are made on its first call and kept: a later call
+    launches only its resampling kernel (one launch, which replay can then repeat alone),
+    and gives the same result."""
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")   # count the operator's own launches
+    x = runtime.tensor(rng.standard_normal((1, 2, 11, 6)).astype(np.float32))
+    opts = InterpolateOptions(M.Bicubic, False)
+    interpolation_package._TABLES.pop((runtime, interpolation_package.axes((11, 6), (9, 13), M.Bicubic, False)[1]),
+                                      None)
+    first = interpolate(x, (9, 13), opts).numpy()
+    made = launches[0]
+    assert made >= 2   # at least the height axis's new tables and the resampling kernel
+    again = interpolate(x, (9, 13), opts).numpy()
+    assert launches[0] - made == 1
+    assert np.array_equal(again, first)
+
+
+def test_lane_backward_runs_on_the_calling_thread_when_small(rng):
+    """The SIMD-lane backward walks its touch ranges for a number of steps set by its
+    arguments (the longest range), not by the ranges' values, so the cpu runtime may run a
+    small launch of it on the calling thread (kerneldsl/loop_bounds.py)."""
+    rt = kd.runtime("cpu")
+    x = rt.tensor(rng.standard_normal((1, 2, 5, 8)).astype(np.float32))
+    g = rt.tensor(rng.standard_normal((1, 2, 10, 16)).astype(np.float32))
+    interpolate_backward(x, g, (10, 16), InterpolateOptions(M.Linear))
+    plans = list(interpolation_package._lanes.backward_lanes._plans.values())
+    assert plans and all(p.binary.info.argument_bound for p in plans)
+
+
 # ---------------------------------------------------------------------------- empty, errors
 @pytest.mark.feature("interpolation: errors")
 def test_zero_planes_return_empty_without_launching(runtime, launches):

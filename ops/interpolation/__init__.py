@@ -12,6 +12,7 @@ unit per input column, so every load and store is a vector (same arithmetic and 
 from __future__ import annotations
 
 import kerneldsl as kd
+from kerneldsl import replay
 from kerneldsl.replay import replayable
 
 from . import lanes as _lanes
@@ -19,7 +20,8 @@ from . import resample as _resample
 from .options import InterpolateMode, InterpolateOptions
 from .problem import InterpolationError, resample_problem
 from .taps import TAPS
-from .tuning import UNITS, axes, backward_plan, forward_plan, lane_factor, lane_plan, touch_ranges, unrolled_span
+from .tuning import (UNITS, axes, backward_plan, forward_plan, lane_factor, lane_plan, touch_ranges, touch_span,
+                     unrolled_span)
 
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
 
@@ -63,14 +65,14 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
     g4 = _view4(out_grad.contiguous(), p.planes, ax, "size_out")
     d4 = _view4(dx, p.planes, ax, "size_in")
-    ranges, spans = zip(*(_touch_ranges(rt, a) for a in ax))
+    ranges, spans, walks = zip(*(_touch_ranges(rt, a) for a in ax))
     tables, taps = _tables(rt, ax)
     factor = lane_factor(ax[2])
     lanes = lane_plan(rt.capabilities, d4.shape, g4.numel, factor)
     if lanes is not None:   # units are SIMD lanes: a unit per input column, affine loads
         _lanes.backward_lanes[lanes.grid, lanes.bx](g4, d4, *ranges[:2], *tables[:4], d4.shape[1] * d4.shape[2],
-                                                    ax[2].scale, *taps[:2], ax[2].mode, p.align_corners, factor,
-                                                    lanes.planes, lanes.vec, lanes.wide, lanes.bx)
+                                                    ax[2].scale, *walks[:2], *taps[:2], ax[2].mode, p.align_corners,
+                                                    factor, lanes.planes, lanes.vec, lanes.wide, lanes.bx)
         return dx
     plan = backward_plan(rt.capabilities, d4.shape, g4.numel, taps[0] * taps[1] * taps[2], spans[2] > 0)
     _resample.resample_backward[plan.grid, plan.bx](g4, d4, *ranges, *tables, d4.shape[1] * d4.shape[2], *taps,
@@ -78,32 +80,59 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     return dx
 
 
-_RANGES: dict = {}  # (runtime, Axis) -> its touch ranges there and their span: uploaded once
+_RANGES: dict = {}  # (runtime, Axis) -> its touch ranges there and their spans: uploaded once
 
 
 def _touch_ranges(rt, axis) -> tuple:
     """The axis's touch ranges (tuning.touch_ranges) on `rt`, uploaded on first use (a later
-    call uploads nothing, so it can be replayed: kerneldsl/replay.py), and the span the
-    backward kernel unrolls (tuning.unrolled_span)."""
+    call uploads nothing, so it can be replayed: kerneldsl/replay.py), the span the backward
+    kernel unrolls (tuning.unrolled_span) and the longest range (tuning.touch_span)."""
     entry = _RANGES.get((rt, axis))
     if entry is None:
         host = touch_ranges(axis)
-        entry = (rt.tensor(host), unrolled_span(rt.capabilities, host))
+        entry = (rt.tensor(host), unrolled_span(rt.capabilities, host), touch_span(host))
         if len(_RANGES) < 1024:
             _RANGES[rt, axis] = entry
     return entry
 
 
+_TABLES: dict = {}  # (runtime, Axis) -> its [O, T] index and weight tables there: made once
+TABLE_CACHE_BYTES = 64 << 20  # device bytes the kept tables may take, all runtimes together
+_table_bytes = 0
+
+
 def _tables(rt, ax: tuple) -> tuple:
-    """Each axis's taps as [O, T] index and weight tables, made on the device (axis_table);
-    returns the six tables (depth, height, width) and the three tap counts."""
+    """Each axis's taps as [O, T] index and weight tables (axis_table, made on the device the
+    first time an axis is met there and kept: a later call launches only its resampling
+    kernel, and is replayed with the tables as they are); returns the six tables (depth,
+    height, width) and the three tap counts."""
     tables = []
     for a in ax:
-        t = TAPS[a.mode]
-        idx, w = rt.empty((a.size_out, t), kd.i32), rt.empty((a.size_out, t), kd.f32)
-        _resample.axis_table[-(-a.size_out // UNITS), UNITS](idx, w, a.size_in, a.scale, a.mode, a.align, UNITS)
-        tables += [idx, w]
+        tables += _axis_tables(rt, a)
     return tables, tuple(TAPS[a.mode] for a in ax)
+
+
+def _axis_tables(rt, a) -> tuple:
+    """(index, weight) tables of one axis on `rt`: kept ones, or made now. A call that makes
+    them is not recorded for replay (its record would make them again each time), and waits
+    for them once, so that a later call on another stream reads finished tables. Past
+    TABLE_CACHE_BYTES, tables are made for the call alone."""
+    global _table_bytes
+    entry = _TABLES.get((rt, a))
+    if entry is not None:
+        return entry
+    t = TAPS[a.mode]
+    idx, w = rt.empty((a.size_out, t), kd.i32), rt.empty((a.size_out, t), kd.f32)
+    _resample.axis_table[-(-a.size_out // UNITS), UNITS](idx, w, a.size_in, a.scale, a.mode, a.align, UNITS)
+    nbytes = 8 * a.size_out * t
+    if _table_bytes + nbytes <= TABLE_CACHE_BYTES:
+        recording = replay.active()
+        if recording is not None:
+            recording.refuse("interpolation tables made")
+        rt.synchronize()
+        _TABLES[rt, a] = (idx, w)
+        _table_bytes += nbytes
+    return idx, w
 
 
 def _view4(t: kd.Tensor, planes: int, ax: tuple, size: str) -> kd.Tensor:

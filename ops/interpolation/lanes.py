@@ -145,7 +145,8 @@ def add_line(acc, g, bases, line, start, weights, a, b, M, PLANES, MASKED, MODE)
 @kd.kernel
 def backward_lanes(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd.Tensor[kd.i32, 1],
                    id_: kd.Tensor[kd.i32, 2], wd: kd.Tensor[kd.f32, 2], ih: kd.Tensor[kd.i32, 2],
-                   wh: kd.Tensor[kd.f32, 2], rows: kd.i32, scale_w: kd.f32, TD: kd.Const[int], TH: kd.Const[int],
+                   wh: kd.Tensor[kd.f32, 2], rows: kd.i32, scale_w: kd.f32, span_d: kd.i32, span_h: kd.i32,
+                   TD: kd.Const[int], TH: kd.Const[int],
                    MODE: kd.Const[str], ALIGN: kd.Const[bool], S: kd.Const[int], PLANES: kd.Const[int],
                    EXACT: kd.Const[bool], WIDE: kd.Const[bool], BX: kd.Const[int]):
     """dx = the adjoint of the forward map applied to g, both contiguous [planes, D, H, W]
@@ -154,8 +155,11 @@ def backward_lanes(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd
     outputs S·(i − 1) .. S·(i + 2) − 1 (Linear; S·i .. S·i + S − 1 for one tap) of each line
     with what their taps give i (computed once), and walks the lines (jd, jh) the ranges rd,
     rh list, weighed from the tables, as resample_backward does: the same sums in the same
-    order (a weight-0 output or line adds nothing). EXACT: every unit's column lies in the
-    row and every group's planes exist. WIDE: 64-bit element offsets."""
+    order (a weight-0 output or line adds nothing). Those walks take span_d and span_h steps
+    (the most lines any input line is touched by), each past its range skipped: trip counts
+    set by the arguments, not by the tables' values, so a small launch may run on the calling
+    thread (kerneldsl/loop_bounds.py). EXACT: every unit's column lies in the row and every
+    group's planes exist. WIDE: 64-bit element offsets."""
     c = kd.cube_pos_x() // rows
     r = kd.cube_pos_x() - c * rows
     i_d = r // dx.shape[2]
@@ -186,26 +190,34 @@ def backward_lanes(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd
         bases = bases + ((kd.i64(p) * plane_g if WIDE else p * plane_g),)
         acc = acc + (kd.f32(0),)
     start = S * col - S if MODE == "Linear" else S * col
-    for jd in range(rd[2 * i_d], rd[2 * i_d + 1] + 1):
-        a = kd.f32(0)
-        for t in kd.unroll(TD):
-            a += kd.select(id_[jd, t] == i_d, wd[jd, t], 0.0)
-        for jh in range(rh[2 * i_h], rh[2 * i_h + 1] + 1):
-            b = kd.f32(0)
-            for t in kd.unroll(TH):
-                b += kd.select(ih[jh, t] == i_h, wh[jh, t], 0.0)
-            line = (jd * g.shape[2] + jh) * W
-            # the window of every unit of the cube in every plane lies inside g: the loads
-            # need no mask (a unit reads the row's neighbours where its weights are 0), and a
-            # uniform loop of one trip lifts this branch out of the unit loop, so they stay
-            # plain vector loads (under a mask they would be gathers); else masked loads
-            lo = kd.i64(bases[0] + line) + (S * kd.i64(kd.cube_pos_y() * BX) - S)
-            hi = kd.i64(bases[PLANES - 1] + line) + S * kd.i64(kd.cube_pos_y() * BX + BX + 2)
-            if lo >= 0 and hi <= kd.i64(g.shape[0]) * plane_g:
-                for _ in range(1):
-                    acc = add_line(acc, g, bases, line, start, weights, a, b, M, PLANES, False, MODE)
-            else:
-                acc = add_line(acc, g, bases, line, start, weights, a, b, M, PLANES, True, MODE)
+    first_d = rd[2 * i_d]
+    last_d = rd[2 * i_d + 1]
+    first_h = rh[2 * i_h]
+    last_h = rh[2 * i_h + 1]
+    for step_d in range(span_d):
+        jd = first_d + step_d
+        if jd <= last_d:
+            a = kd.f32(0)
+            for t in kd.unroll(TD):
+                a += kd.select(id_[jd, t] == i_d, wd[jd, t], 0.0)
+            for step_h in range(span_h):
+                jh = first_h + step_h
+                if jh <= last_h:
+                    b = kd.f32(0)
+                    for t in kd.unroll(TH):
+                        b += kd.select(ih[jh, t] == i_h, wh[jh, t], 0.0)
+                    line = (jd * g.shape[2] + jh) * W
+                    # the window of every unit of the cube in every plane lies inside g: the loads
+                    # need no mask (a unit reads the row's neighbours where its weights are 0), and a
+                    # uniform loop of one trip lifts this branch out of the unit loop, so they stay
+                    # plain vector loads (under a mask they would be gathers); else masked loads
+                    lo = kd.i64(bases[0] + line) + (S * kd.i64(kd.cube_pos_y() * BX) - S)
+                    hi = kd.i64(bases[PLANES - 1] + line) + S * kd.i64(kd.cube_pos_y() * BX + BX + 2)
+                    if lo >= 0 and hi <= kd.i64(g.shape[0]) * plane_g:
+                        for _ in range(1):
+                            acc = add_line(acc, g, bases, line, start, weights, a, b, M, PLANES, False, MODE)
+                    else:
+                        acc = add_line(acc, g, bases, line, start, weights, a, b, M, PLANES, True, MODE)
     plane_dx = dx.shape[1] * dx.shape[2] * W_in
     for q in kd.unroll(PLANES):
         p = c * PLANES + q

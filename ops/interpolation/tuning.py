@@ -87,12 +87,17 @@ def touch_ranges(axis: Axis) -> np.ndarray:
     return np.stack([lo, hi], axis=1).reshape(-1).astype(np.int32)
 
 
-def unrolled_span(caps, ranges: np.ndarray) -> int:
+def touch_span(ranges: np.ndarray) -> int:
     """The most outputs any input index of an axis is touched by (touch_ranges' [lo, hi]
-    pairs), if at most MAX_UNROLLED_SPAN (the backward kernel unrolls that walk), else 0;
+    pairs; at least 0)."""
+    return max(0, int((ranges[1::2] - ranges[0::2]).max()) + 1)
+
+
+def unrolled_span(caps, ranges: np.ndarray) -> int:
+    """touch_span, if at most MAX_UNROLLED_SPAN (the backward kernel unrolls that walk), else 0;
     0 where units are SIMD lanes (the cpu runtime, nearest ×2 f32 [4, 16, 128²]: 6.8-12.5 ms
     unrolled against 3.2 ms in a loop, bf16 alike)."""
-    span = int((ranges[1::2] - ranges[0::2]).max()) + 1
+    span = touch_span(ranges)
     return span if span <= MAX_UNROLLED_SPAN and not caps.units_are_simd_lanes else 0
 
 
