@@ -142,6 +142,16 @@ def add_line(acc, g, bases, line, start, weights, a, b, M, PLANES, MASKED, MODE)
     return summed
 
 
+@kd.func
+def line_weight(j, i, index, weight, T):
+    """What output line j gives input line i: the weights of j's taps (its row of the [O, T]
+    index and weight tables) that land on i, summed in tap order."""
+    w = kd.f32(0)
+    for t in kd.unroll(T):
+        w += kd.select(index[j, t] == i, weight[j, t], 0.0)
+    return w
+
+
 @kd.kernel
 def backward_lanes(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd.Tensor[kd.i32, 1],
                    id_: kd.Tensor[kd.i32, 2], wd: kd.Tensor[kd.f32, 2], ih: kd.Tensor[kd.i32, 2],
@@ -197,15 +207,11 @@ def backward_lanes(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd
     for step_d in range(span_d):
         jd = first_d + step_d
         if jd <= last_d:
-            a = kd.f32(0)
-            for t in kd.unroll(TD):
-                a += kd.select(id_[jd, t] == i_d, wd[jd, t], 0.0)
+            a = line_weight(jd, i_d, id_, wd, TD)
             for step_h in range(span_h):
                 jh = first_h + step_h
                 if jh <= last_h:
-                    b = kd.f32(0)
-                    for t in kd.unroll(TH):
-                        b += kd.select(ih[jh, t] == i_h, wh[jh, t], 0.0)
+                    b = line_weight(jh, i_h, ih, wh, TH)
                     line = (jd * g.shape[2] + jh) * W
                     # the window of every unit of the cube in every plane lies inside g: the loads
                     # need no mask (a unit reads the row's neighbours where its weights are 0), and a
