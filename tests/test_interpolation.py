@@ -224,19 +224,25 @@ def test_backward_is_deterministic(runtime, rng):
 
 def test_axis_tables_are_made_once_per_axis(runtime, rng, launches, monkeypatch):
     """The [O, T] tap tables of an axis are made on its first call and kept: a later call
-    launches only its resampling kernel (one launch, which replay can then repeat alone),
-    and gives the same result."""
+    launches only its resampling kernel (one launch, which replay can then repeat alone);
+    every call, forward and backward, matches the float64 reference."""
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")   # count the operator's own launches
-    x = runtime.tensor(rng.standard_normal((1, 2, 11, 6)).astype(np.float32))
+    xh = rng.standard_normal((1, 2, 11, 6)).astype(np.float32)
+    gh = rng.standard_normal((1, 2, 9, 13)).astype(np.float32)
+    x, g = runtime.tensor(xh), runtime.tensor(gh)
     opts = InterpolateOptions(M.Bicubic, False)
-    interpolation_package._TABLES.pop((runtime, interpolation_package.axes((11, 6), (9, 13), M.Bicubic, False)[1]),
-                                      None)
+    for a in interpolation_package.axes((11, 6), (9, 13), M.Bicubic, False):
+        interpolation_package._TABLES.pop((runtime, a), None)
+    want = ref.interpolate(xh, (9, 13), "Bicubic")
     first = interpolate(x, (9, 13), opts).numpy()
     made = launches[0]
-    assert made >= 2   # at least the height axis's new tables and the resampling kernel
+    assert made == 1 + 3   # the three axes' new tables, then the resampling kernel
     again = interpolate(x, (9, 13), opts).numpy()
     assert launches[0] - made == 1
-    assert np.array_equal(again, first)
+    for got in (first, again):
+        np.testing.assert_allclose(got, want, **F32_TOL)
+    dx = interpolate_backward(x, g, (9, 13), opts).numpy()   # the kept tables, read by the backward pass
+    np.testing.assert_allclose(dx, ref.interpolate_backward(xh.shape, gh, "Bicubic"), rtol=1e-5, atol=1e-5)
 
 
 def test_lane_backward_runs_on_the_calling_thread_when_small(rng):
@@ -244,9 +250,10 @@ def test_lane_backward_runs_on_the_calling_thread_when_small(rng):
     arguments (the longest range), not by the ranges' values, so the cpu runtime may run a
     small launch of it on the calling thread (kerneldsl/loop_bounds.py)."""
     rt = kd.runtime("cpu")
-    x = rt.tensor(rng.standard_normal((1, 2, 5, 8)).astype(np.float32))
-    g = rt.tensor(rng.standard_normal((1, 2, 10, 16)).astype(np.float32))
-    interpolate_backward(x, g, (10, 16), InterpolateOptions(M.Linear))
+    xh = rng.standard_normal((1, 2, 5, 8)).astype(np.float32)
+    gh = rng.standard_normal((1, 2, 10, 16)).astype(np.float32)
+    dx = interpolate_backward(rt.tensor(xh), rt.tensor(gh), (10, 16), InterpolateOptions(M.Linear)).numpy()
+    np.testing.assert_allclose(dx, ref.interpolate_backward(xh.shape, gh, "Linear"), rtol=1e-5, atol=1e-5)
     plans = list(interpolation_package._lanes.backward_lanes._plans.values())
     assert plans and all(p.binary.info.argument_bound for p in plans)
 
