@@ -4,9 +4,11 @@
     python -m benchmarks.host_probe --runtime cpu --profile
 
 An empty one-cube kernel (`empty[1, 1](x, 4)`) is launched through each layer of the launch
-path in turn — the whole call, `Kernel.launch`, the launch plan (`LaunchPlan.launch`: grid
-and scalar checks), the runtime (`rt.launch`: slot filling and the driver call) and, on cuda,
-`cuLaunchKernel` alone with the binary's filled parameter block — then a few operators of
+path in turn — the whole call, `Kernel.launch_with` (the plan lookup), the launch plan
+(`LaunchPlan.launch`: grid and scalar checks), the runtime's launch of the binary
+(`rt.launcher(binary, block)`: slot filling and the driver call; `rt.launch`, the general
+form, for comparison) and, on cuda, `cuLaunchKernel` alone with the binary's filled
+parameter block — then a few operators of
 one, two and three launches. Each line is the best of --rounds rounds of --calls calls:
 main-thread CPU time (`time.thread_time`, what the host spends) and wall time. On GPU
 runtimes the loop only enqueues (the runtime is synchronised after each round, outside the
@@ -56,10 +58,12 @@ def layers(rt, x) -> dict:
     rt.synchronize()
     (plan,) = [p for p in empty._plans.values() if p.runtime is rt]
     grid, args, run_args = (1, 1, 1), (x, 4), (x, 4)
+    run = rt.launcher(plan.binary, plan.block)
     out = {
         "empty[1, 1](x, 4)": lambda: empty[1, 1](x, 4),
-        "Kernel.launch": lambda: empty.launch(1, 1, x, 4),
+        "Kernel.launch_with": lambda: empty.launch_with(1, 1, args),
         "LaunchPlan.launch": lambda: plan.launch(1, args),
+        "rt.launcher(binary, block)": lambda: run(grid, run_args),
         "rt.launch": lambda: rt.launch(plan.binary, grid, plan.block, run_args),
     }
     if rt.kind == "cuda":

@@ -176,9 +176,10 @@ class Kernel:
         raise TypeError(f"launch a kernel with {self.__name__}[grid, block](...)")
 
     def __getitem__(self, launch):
-        if not isinstance(launch, tuple) or len(launch) != 2:
-            raise TypeError(f"launch {self.__name__} as {self.__name__}[grid, block](args...)")
-        return _Launcher(self, *launch)
+        if type(launch) is not tuple or len(launch) != 2:
+            if not isinstance(launch, tuple) or len(launch) != 2:
+                raise TypeError(f"launch {self.__name__} as {self.__name__}[grid, block](args...)")
+        return _Launcher(self, launch[0], launch[1])
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple:
         """Positional arguments in parameter order from a launch's positional and keyword
@@ -336,8 +337,14 @@ class Kernel:
         return self.specialize(self._pick_runtime(args, runtime), *args, block=block).source()
 
     def launch(self, grid, block, *args, runtime=None):
-        """`self[grid, block](*args, runtime=runtime)`. A launch whose signature has a plan
-        (launch_plan.py) takes the first branch: the key, the plan, its per-call checks."""
+        """`self[grid, block](*args, runtime=runtime)`."""
+        return self.launch_with(grid, block, args, runtime)
+
+    def launch_with(self, grid, block, args: tuple, runtime=None):
+        """`self[grid, block](*args, runtime=runtime)` with the arguments as one tuple in
+        parameter order: every launch passes through here (tools wrap it to watch launches).
+        One whose signature has a plan (launch_plan.py) takes the first branch: the key, the
+        plan, its per-call checks."""
         rec = _REPLAY_LOCAL.__dict__.get("recorder")  # replay.active(), inlined
         if rec is None and (type(block) is int or _exact_ints(block)):
             key = self._signature(args, runtime, block, bounds_check_enabled())
@@ -435,8 +442,7 @@ class _Launcher:
 
     def __call__(self, *args, runtime=None, **kwargs):
         kernel = self.kernel
-        return kernel.launch(self.grid, self.block, *(kernel._bind(args, kwargs) if kwargs else args),
-                             runtime=runtime)
+        return kernel.launch_with(self.grid, self.block, kernel._bind(args, kwargs) if kwargs else args, runtime)
 
 
 _WATCHERS: list = []

@@ -53,22 +53,23 @@ def signature_function(kinds: tuple):
     return env["key"]
 
 
-def _scalar_passes(dtype):
-    """A quick test that accepts the common well-formed values of a scalar parameter
+def _scalar_test(i: int, dtype) -> str:
+    """An expression accepting the common well-formed values of scalar argument `a{i}`
     (`Kernel._check_scalar` judges, and words the error for, anything it refuses)."""
     if dtype.is_bool:
-        return lambda a: type(a) is bool
+        return f"type(a{i}) is bool"
     if dtype.is_int:
         lo, hi = launch_checks.int_range(dtype)
-        return lambda a: type(a) is int and lo <= a <= hi
-    return lambda a: type(a) is float or type(a) is int
+        return f"type(a{i}) is int and {lo} <= a{i} <= {hi}"
+    return f"type(a{i}) is float or type(a{i}) is int"
 
 
 class LaunchPlan:
     """A checked launch of one kernel with one signature: its runtime, cube shape, binary,
-    which arguments reach the binary (the non-`kd.Const` ones), and the per-call checks left."""
+    and `launch(grid, args)`: the per-call checks left, then the runtime's launch, as
+    straight-line code made for the plan (`_launch_source`)."""
 
-    __slots__ = ("kernel", "runtime", "block", "binary", "run_index", "scalars", "written", "bulk", "grids")
+    __slots__ = ("kernel", "runtime", "block", "binary", "run_index", "grids", "launch")
 
     GRIDS = 4096  # grids remembered per plan
 
@@ -77,31 +78,17 @@ class LaunchPlan:
         self.runtime = runtime
         self.block = block
         self.binary = binary
-        kinds = [kind for _, kind, _ in kernel.params]
+        kinds = [kind for _, kind, _ in kernel.params]  # which arguments reach the binary (not kd.Const)
         self.run_index = None if CONST not in kinds else tuple(i for i, k in enumerate(kinds) if k != CONST)
-        self.scalars = tuple((i, name, dtype, _scalar_passes(dtype))
-                             for i, (name, kind, dtype) in enumerate(kernel.params) if kind == SCALAR)
-        self.written = binary.info.written
-        self.bulk = binary.info.bulk_sources
         self.grids: dict = {}  # grid as given (exact ints) -> (x, y, z), for grids that passed the checks
-
-    def launch(self, grid, args: tuple) -> None:
-        """Check what the signature leaves open, then launch (nothing for an empty grid)."""
-        shape = self.grids.get(grid) if type(grid) is int or launch_checks.exact_ints(grid) else None
-        if shape is None:
-            shape = self._grid(grid)
-        for i, name, dtype, passes in self.scalars:
-            a = args[i]
-            if not passes(a):
-                self.kernel._check_scalar(name, dtype, a)
-        run_args = args if self.run_index is None else [args[i] for i in self.run_index]
-        for i in self.written:
-            if run_args[i].buffer.readonly:
-                launch_checks.check_writable(self.binary.info, run_args)  # (words the error)
-        if self.bulk:
-            launch_checks.check_bulk_sources(self.binary.info, run_args)
-        if shape[0] and shape[1] and shape[2]:
-            self.runtime.launch(self.binary, shape, self.block, run_args)
+        env = {"grids": self.grids, "exact_ints": launch_checks.exact_ints, "new_grid": self._grid,
+               "check_scalar": kernel._check_scalar, "check_writable": launch_checks.check_writable,
+               "check_bulk": launch_checks.check_bulk_sources, "info": binary.info,
+               "run": runtime.launcher(binary, block)}
+        env.update((f"dtype{i}", dtype) for i, (_, kind, dtype) in enumerate(kernel.params) if kind == SCALAR)
+        exec(compile(_launch_source(kernel.params, binary.info), f"<launch plan {kernel.__name__}>", "exec"),  # noqa: S102
+             env)
+        self.launch = env["launch"]
 
     def _grid(self, grid) -> tuple:
         """A grid not remembered yet: checked (`launch_checks.grid_shape`), and remembered when
@@ -110,3 +97,28 @@ class LaunchPlan:
         if launch_checks.exact_ints(grid) and len(self.grids) < self.GRIDS:
             self.grids[grid] = shape
         return shape
+
+
+def _launch_source(params, info) -> str:
+    """`launch(grid, args)` of a plan: the grid (remembered, or checked), each scalar's value,
+    that written tensors are writable and bulk sources fit (`launch_checks`, which word the
+    errors), then `run(shape, launch arguments)`; nothing for an empty grid."""
+    lines = ["def launch(grid, args):",
+             "    shape = grids.get(grid) if type(grid) is int or exact_ints(grid) else None",
+             "    if shape is None:",
+             "        shape = new_grid(grid)"]
+    for i, (name, kind, dtype) in enumerate(params):
+        if kind == SCALAR:
+            lines += [f"    a{i} = args[{i}]", f"    if not ({_scalar_test(i, dtype)}):",
+                      f"        check_scalar({name!r}, dtype{i}, a{i})"]
+    run_index = [i for i, (_, kind, _) in enumerate(params) if kind != CONST]
+    if len(run_index) == len(params):
+        lines.append("    run_args = args")
+    else:
+        lines.append(f"    run_args = ({''.join(f'args[{i}], ' for i in run_index)})")
+    for i in info.written:
+        lines += [f"    if run_args[{i}].buffer.readonly:", "        check_writable(info, run_args)"]
+    if info.bulk_sources:
+        lines.append("    check_bulk(info, run_args)")
+    lines += ["    if shape[0] and shape[1] and shape[2]:", "        run(shape, run_args)", ""]
+    return "\n".join(lines)

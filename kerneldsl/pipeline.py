@@ -137,7 +137,11 @@ def scalar_packer(dtype):
     if dtype is boolean or dtype is bf16:
         return functools.partial(scalar_bits, dtype)
     mask = (1 << (8 * dtype.itemsize)) - 1
-    return lambda value: int(value) & mask
+
+    def int_bits(value):
+        return int(value) & mask
+    int_bits.mask = mask  # (generated launch code inlines the masking: backends/cuda/slots.py)
+    return int_bits
 
 
 def scalar_value(dtype, value):

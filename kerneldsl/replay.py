@@ -336,7 +336,7 @@ class Program:
                 step[1].run(refs)
             elif step[0] == "launch":
                 _, kernel, grid, block, specs, runtime = step
-                kernel.launch(grid, block, *[_build(s, inputs, buffers) for s in specs], runtime=runtime)
+                kernel.launch_with(grid, block, tuple(_build(s, inputs, buffers) for s in specs), runtime)
             elif step[0] == "upload":
                 t = _tensor(step[2], inputs, buffers)
                 host = inputs[step[1]]

@@ -10,6 +10,7 @@ driver or a compiler.
 """
 from __future__ import annotations
 
+
 import importlib
 import math
 import os
@@ -237,6 +238,13 @@ class Runtime:
 
     def launch(self, binary, grid, block, args):
         raise NotImplementedError
+
+    def launcher(self, binary, block: tuple):
+        """Hook: `launch(grid, args)`, this runtime's `launch` of `binary` with the checked cube
+        shape `block`, for a launch plan to call on every launch of its signature. The default
+        binds `launch`; a back end may return code made for the binary (fewer steps a call)."""
+        launch = self.launch
+        return lambda grid, args: launch(binary, grid, block, args)
 
     def prepare_launch(self, binary, grid: tuple, block: tuple, args) -> PreparedLaunch:
         """`launch(binary, grid, block, args)` made repeatable on tensors of the same layouts in

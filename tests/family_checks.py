@@ -4,17 +4,33 @@ errors on a machine with one."""
 import kerneldsl as kd
 
 
+def on_launch(monkeypatch, watch) -> None:
+    """Patch kd.Kernel.launch_with (every launch passes through it) to call `watch(kernel)`
+    before each launch."""
+    real = kd.Kernel.launch_with
+
+    def watched(self, grid, block, args, runtime=None):
+        watch(self)
+        return real(self, grid, block, args, runtime)
+
+    monkeypatch.setattr(kd.Kernel, "launch_with", watched)
+
+
 def count_launches(monkeypatch) -> list:
-    """Patch kd.Kernel.launch to count calls; returns the one-element counter."""
+    """Count kernel launches; returns the one-element counter."""
     count = [0]
-    real = kd.Kernel.launch
 
-    def counting(self, *a, **k):
+    def counting(kernel):
         count[0] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(kd.Kernel, "launch", counting)
+    on_launch(monkeypatch, counting)
     return count
+
+
+def refuse_launches(monkeypatch) -> None:
+    """Any kernel launch fails the test (for zero-size inputs and validation errors)."""
+    def refuse(kernel):
+        raise AssertionError(f"kernel {kernel.__name__} launched")
+    on_launch(monkeypatch, refuse)
 
 
 class OtherRuntime:

@@ -7,6 +7,7 @@ import pytest
 
 import kerneldsl as kd
 import rudnn
+from family_checks import refuse_launches
 from reference import convolution as ref
 from rudnn.convolution import (ConvOptions, ConvSetupError, ConvStrategy, conv_data_backward, conv_forward,
                                conv_forward_nhwc, conv_weight_backward)
@@ -962,9 +963,7 @@ def test_matches_pytorch(runtime, rng, case):
 @pytest.fixture
 def no_launch(monkeypatch):
     """Any kernel launch fails the test (for zero-size inputs and validation errors)."""
-    def refuse(self, *a, **k):
-        raise AssertionError(f"kernel {self.__name__} launched")
-    monkeypatch.setattr(kd.Kernel, "launch", refuse)
+    refuse_launches(monkeypatch)
 
 
 def test_zero_batch_gives_empty_results(runtime, no_launch):

@@ -11,7 +11,7 @@ import rudnn.ctc as R
 from reference import ctc as ref
 from rudnn.ctc import CtcError
 from rudnn.ctc import tuning
-from family_checks import OtherRuntime as _OtherRuntime, assert_each_rejected
+from family_checks import OtherRuntime as _OtherRuntime, assert_each_rejected, refuse_launches
 
 torch = pytest.importorskip("torch", reason="PyTorch CPU (the oracle extra) is the reference for F.ctc_loss")
 F = torch.nn.functional
@@ -268,9 +268,7 @@ def test_long_target(runtime, rng):
 @pytest.fixture
 def no_launch(monkeypatch):
     """Any kernel launch fails the test (for zero-size batches and validation errors)."""
-    def refuse(self, *a, **k):
-        raise AssertionError(f"kernel {self.__name__} launched")
-    monkeypatch.setattr(kd.Kernel, "launch", refuse)
+    refuse_launches(monkeypatch)
 
 
 @pytest.mark.feature("ctc: errors")

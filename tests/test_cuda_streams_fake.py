@@ -377,3 +377,39 @@ def test_generated_slot_filling_matches_the_plan_loop(fake):
     want = [x.buffer.raw + x.offset * 4, x.extent(), 5, 4, 8, 2, y.buffer.raw, 5, 5, 1, pack(2.5)]
     assert slots[1] == want
     assert slot_code.fill_function(plan + (("errbuf", -1, None, None),)) is None
+
+
+def test_a_binarys_generated_launch_matches_rt_launch(fake, monkeypatch):
+    """`rt.launcher(binary, block)` (slots.launch_maker's code, which launch plans call) fills the
+    slots as `rt.launch` does, integer scalars as two's-complement bits, launches on the
+    current stream with the cube shape it was made for, and raises LaunchError naming the
+    kernel when the driver fails."""
+    from kerneldsl.backends.cuda import slots as slot_code
+    from kerneldsl.pipeline import scalar_packer
+    rt = make_runtime()
+    x = rt.zeros((6, 8))[1:, ::2]
+    px, pn, pm = (types.SimpleNamespace(name=n, index=i) for i, n in enumerate("xnm"))
+    kir = types.SimpleNamespace(name="k", params=[px, pn, pm], bounds_check=False)
+    plan = (("data", 0, None, None), ("extent", 0, None, None), ("shape", 0, 1, None), ("stride", 0, 0, None),
+            ("scalar", 1, None, scalar_packer(kd.i32)), ("scalar", 2, None, scalar_packer(kd.f32)))
+    binaries = [types.SimpleNamespace(info=kir, args=[None] * len(plan), plan=plan, lock=threading.Lock(),
+                                      slots=np.zeros(len(plan), np.uint64), function=7, dynamic_shared=0,
+                                      params_ptr=0, fill=slot_code.fill_function(plan),
+                                      packers=slot_code.packers_of(plan)) for _ in range(2)]
+    shapes = []
+
+    def launch(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        shapes.append((function, gx, gy, gz, bx, by, bz))
+        fake._log("cuLaunchKernel", int(stream))
+        return (OK,)
+    monkeypatch.setattr(fake, "cuLaunchKernel", launch)
+    s = rt.stream()
+    with rt.use_stream(s):
+        rt.launch(binaries[0], (3, 2, 1), (32, 1, 1), (x, -3, 2.5))
+        rt.launcher(binaries[1], (32, 1, 1))((3, 2, 1), (x, -3, 2.5))
+    assert fake.calls[-1] == ("cuLaunchKernel", (s.handle,)) and shapes == [(7, 3, 2, 1, 32, 1, 1)] * 2
+    assert binaries[0].slots.tolist() == binaries[1].slots.tolist()
+    assert binaries[1].slots.tolist()[4] == 2**32 - 3
+    monkeypatch.setattr(fake, "cuLaunchKernel", lambda *a: (real.CUresult.CUDA_ERROR_INVALID_VALUE,))
+    with pytest.raises(kd.LaunchError, match=r"launching k \(grid \(3, 2, 1\), block \(32, 1, 1\)\)"):
+        rt.launcher(binaries[1], (32, 1, 1))((3, 2, 1), (x, -3, 2.5))

@@ -14,7 +14,7 @@ from rudnn.gated_delta import (GatedDeltaError, GatedDeltaInput, GatedDeltaOutpu
                                gated_delta_rule)
 
 from reference.gated_delta import gated_delta as reference
-from family_checks import OtherRuntime as _OtherRuntime
+from family_checks import OtherRuntime as _OtherRuntime, on_launch
 
 pytestmark = pytest.mark.feature("gated_delta")
 
@@ -322,13 +322,7 @@ def test_plane_tiling_on_a_gpu_record():
 def launches(monkeypatch):
     """Names of the kernels launched (validation must fail before any)."""
     names = []
-    real = kd.Kernel.launch
-
-    def recording(self, *args, **kwargs):
-        names.append(self.__name__)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(kd.Kernel, "launch", recording)
+    on_launch(monkeypatch, lambda kernel: names.append(kernel.__name__))
     return names
 
 

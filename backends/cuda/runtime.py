@@ -481,6 +481,22 @@ class CudaRuntime(CudaPipeline, Runtime):
             if rec[0]:
                 self._raise_bounds(kir, args, rec)
 
+    def launcher(self, binary: CudaBinary, block: tuple):
+        """`launch` of a binary whose slots all have generated code (slots.py), made once per
+        binary and cube shape: no step of it looks anything up that the binary fixes."""
+        make = None if getattr(binary, "fill", None) is None else slot_code.launch_maker(binary.plan)
+        if make is None:
+            return super().launcher(binary, block)
+        kir = binary.info
+        driver = _driver()
+
+        def failed(result, grid):
+            _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
+
+        return make(self._local, self._enter, self._stream_local, self._default_stream, binary.lock, binary.slots,
+                    binary.packers, driver.cuLaunchKernel, binary.function, block[0], block[1], block[2],
+                    binary.dynamic_shared, binary.params_ptr, _success(), failed)
+
     def prepare_launch(self, binary: CudaBinary, grid, block, args):
         # bounds-checked, or with tensor maps (encoded per tensor address): the general path
         if any(kind in ("errbuf", "tmap") for kind, _, _, _ in binary.plan):

@@ -130,7 +130,7 @@ def interpret_launch(kernel, grid, block, args, rt: Runtime):
                 copies[id(buf)] = (a.runtime, buf, host, before)
             buf = copies[id(buf)][2]
         moved.append(Tensor(interp, buf, a.shape, a.dtype, a.strides, a.offset))
-    kernel.launch(grid, block, *moved, runtime=interp)
+    kernel.launch_with(grid, block, tuple(moved), interp)
     for owner, device, host, before in copies.values():
         after = host.raw[:device.nbytes]
         if not np.array_equal(after, before):  # only buffers the kernel wrote go back
