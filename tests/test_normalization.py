@@ -124,6 +124,25 @@ def test_column_sums_are_deterministic(runtime, rng):
     np.testing.assert_allclose(first[1], rdb, rtol=1e-4, atol=3e-3)
 
 
+@pytest.mark.feature("normalization: backward")
+@pytest.mark.parametrize("rows", [1, 7, 64, 65])
+def test_few_rows_sum_their_columns_in_one_launch(runtime, rng, launches, rows):
+    """Up to ONE_PASS_ROWS rows, dgamma and dbeta come from one column launch (dx's and that:
+    two in all); past it, from partials and a finishing launch. Both match the reference."""
+    x, gamma, _ = problem(rng, (rows,), 96, "f32")
+    grad = rng.standard_normal(x.shape).astype(np.float32)
+    tx, tg, tgrad = runtime.tensor(x), runtime.tensor(gamma), runtime.tensor(grad)
+    _, mean, rstd = N.layer_norm_with_stats(tx, tg)
+    kd.replay.clear()  # (a recorded call of this shape would replay without launching through kernels)
+    launches[0] = 0
+    dx, dgamma, dbeta = N.layer_norm_backward(tx, tg, tgrad, mean, rstd)
+    assert launches[0] == (2 if rows <= N.ONE_PASS_ROWS else 3)
+    rdx, rdg, rdb = ref.layer_norm_backward(x, gamma, grad, mean.numpy(), rstd.numpy())
+    np.testing.assert_allclose(dgamma.numpy(), rdg, rtol=1e-5, atol=1e-5 * rows)
+    np.testing.assert_allclose(dbeta.numpy(), rdb, rtol=1e-5, atol=1e-5 * rows)
+    close(dx.numpy(), rdx, "f32", scale=dx_scale(rstd.numpy(), grad, gamma))
+
+
 # ---------------------------------------------------------------------------- kernel forms
 # sub-plane rows (butterfly), several rows a cube with shared-memory partials, vector
 # chunks of 4 and 8, register-cached rows, and a row too long for registers (looped)

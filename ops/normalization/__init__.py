@@ -35,6 +35,7 @@ __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", 
 
 COL_UNITS = 256          # units per cube of the dgamma/dbeta column kernels
 COL_TARGET_CUBES = 1024  # cubes the column-partial pass aims for (sets the rows per block)
+ONE_PASS_ROWS = 64       # up to this many rows, dgamma/dbeta come from one launch (no partials)
 SOFTMAX_SCRATCH = 32768  # f32 row of shared memory (128 KiB) a SIMD-lane softmax keeps its exps in (looped.py)
 
 
@@ -172,16 +173,23 @@ def _norm_backward(fn, input, gamma, grad, mean, rstd, rms: bool) -> tuple:
 
 
 def _column_sums(rt, x2, g2, mu, rs, rows, width, xs, gs, rms) -> tuple:
-    """dgamma (and dbeta for LayerNorm) as fixed-order sums of per-row-block partials."""
+    """dgamma (and dbeta for LayerNorm) as fixed-order sums of per-row-block partials, added in
+    block order; for at most ONE_PASS_ROWS rows, one block summed in row order by one launch."""
     col_cubes = -(-width // COL_UNITS)
-    blocks = max(1, min(rows, -(-COL_TARGET_CUBES // col_cubes)))
+    blocks = 1 if rows <= ONE_PASS_ROWS else max(1, min(rows, -(-COL_TARGET_CUBES // col_cubes)))
     per_block = -(-rows // blocks)
     blocks = -(-rows // per_block)
     beta = not rms
-    part = rt.empty(((2 if beta else 1) * blocks * width,), kd.f32)
-    _bwd.col_partials[(col_cubes, blocks), COL_UNITS](x2, g2, mu, rs, part, rows, width, xs, gs, per_block, rms,
-                                                     beta, COL_UNITS)
     dgamma = rt.empty((width,), kd.f32)
     dbeta = rt.empty((width,), kd.f32) if beta else None
-    _bwd.col_finish[col_cubes, COL_UNITS](part, dgamma, dbeta if beta else dgamma, blocks, width, beta, COL_UNITS)
+    if blocks == 1:
+        part_g, part_b = dgamma, dbeta if beta else dgamma
+    else:
+        part_g = rt.empty((blocks * width,), kd.f32)
+        part_b = rt.empty((blocks * width,), kd.f32) if beta else part_g
+    _bwd.col_partials[(col_cubes, blocks), COL_UNITS](x2, g2, mu, rs, part_g, part_b, rows, width, xs, gs, per_block,
+                                                     rms, beta, COL_UNITS)
+    if blocks > 1:
+        _bwd.col_finish[col_cubes, COL_UNITS](part_g, part_b, dgamma, dbeta if beta else dgamma, blocks, width, beta,
+                                              COL_UNITS)
     return dgamma, dbeta

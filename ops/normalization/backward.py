@@ -135,14 +135,15 @@ def norm_bwd_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor,
 
 @kd.kernel
 def col_partials(x: kd.Tensor, grad: kd.Tensor, mean: kd.Tensor[kd.f32, 1], rstd: kd.Tensor[kd.f32, 1],
-                 part: kd.Tensor[kd.f32, 1], rows: kd.i32, width: kd.i32, x_stride: kd.i64, g_stride: kd.i64,
-                 rows_per_block: kd.i32, RMS: kd.Const[bool], BETA: kd.Const[bool], BX: kd.Const[int]):
-    """part[0, blk, col] = Σ grad·x̂ and part[1, blk, col] = Σ grad over the block's rows.
-    Units past the last column read the last column and store nothing."""
+                 part_g: kd.Tensor[kd.f32, 1], part_b: kd.Tensor[kd.f32, 1], rows: kd.i32, width: kd.i32,
+                 x_stride: kd.i64, g_stride: kd.i64, rows_per_block: kd.i32, RMS: kd.Const[bool],
+                 BETA: kd.Const[bool], BX: kd.Const[int]):
+    """part_g[blk, col] = Σ grad·x̂ and (BETA) part_b[blk, col] = Σ grad over the block's rows,
+    in row order (with one block: dgamma and dbeta themselves). Units past the last column
+    read the last column and store nothing."""
     col = kd.cube_pos_x() * BX + kd.unit_pos_x()
     c = kd.min(col, width - 1)
     blk = kd.cube_pos_y()
-    blocks = kd.cube_count_y()
     r0 = blk * rows_per_block
     r1 = kd.min(r0 + rows_per_block, rows)
     sg = kd.f32(0)
@@ -153,23 +154,23 @@ def col_partials(x: kd.Tensor, grad: kd.Tensor, mean: kd.Tensor[kd.f32, 1], rstd
         sg += g * h
         sb += g
     if col < width:
-        part[kd.i64(blk) * width + col] = sg
+        part_g[kd.i64(blk) * width + col] = sg
         if BETA:
-            part[(kd.i64(blocks) + blk) * width + col] = sb
+            part_b[kd.i64(blk) * width + col] = sb
 
 
 @kd.kernel
-def col_finish(part: kd.Tensor[kd.f32, 1], dgamma: kd.Tensor[kd.f32, 1], dbeta: kd.Tensor[kd.f32, 1],
-               blocks: kd.i32, width: kd.i32, BETA: kd.Const[bool], BX: kd.Const[int]):
+def col_finish(part_g: kd.Tensor[kd.f32, 1], part_b: kd.Tensor[kd.f32, 1], dgamma: kd.Tensor[kd.f32, 1],
+               dbeta: kd.Tensor[kd.f32, 1], blocks: kd.i32, width: kd.i32, BETA: kd.Const[bool], BX: kd.Const[int]):
     """dgamma[col] (and dbeta[col]) = the blocks' partial sums, added in block order."""
     col = kd.cube_pos_x() * BX + kd.unit_pos_x()
     c = kd.min(col, width - 1)
     sg = kd.f32(0)
     sb = kd.f32(0)
     for k in range(blocks):
-        sg += part[kd.i64(k) * width + c]
+        sg += part_g[kd.i64(k) * width + c]
         if BETA:
-            sb += part[(kd.i64(blocks) + k) * width + c]
+            sb += part_b[kd.i64(k) * width + c]
     if col < width:
         dgamma[col] = sg
         if BETA:
