@@ -320,6 +320,7 @@ def test_channels_last_backward_forced_matches_torch_and_the_direct_kernel(runti
     monkeypatch.setattr(tuning, "BACKWARD_STAGED_CHANNELS", 6)   # 6 channels: out_grad through shared memory
     monkeypatch.setattr(tuning, "BACKWARD_GATHER", False)   # (the gathered input gradient otherwise)
     monkeypatch.setattr(gs, "lane_plan", lambda *a: None)   # (the cpu runtime's lanes.py otherwise)
+    monkeypatch.setattr(gs, "small_backward", lambda *a: False)   # (small.py otherwise)
     gpu = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False)
     assert tuning.backward_group(gpu, 8, 2) == 4 and tuning.backward_group(gpu, 6, 2) == 2
     assert tuning.backward_staged_channels(6, 2) == 6 and tuning.backward_staged_channels(8, 4) == 0
@@ -606,6 +607,68 @@ def test_channels_last_lane_forward_is_the_default_where_units_are_simd_lanes(ru
 
 
 
+# ---------------------------------------------------------------------------- small backward
+@needs_torch
+@pytest.mark.interpreter
+def test_small_backward_is_one_launch_and_matches_torch(runtime, rng, monkeypatch):
+    """small.py, forced on this runtime (lanes.py off): one launch gives both gradients for every
+    mode and padding mode, 2-D and 3-D, align on and off, F32 and BF16, within rounding of
+    torch (float64) and of the fixed-point scatter; the same bits when run again; a NaN and an
+    infinite out_grad make NaN / ±inf pixels only in their own planes."""
+    import rudnn.grid_sample as gs
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    monkeypatch.setattr(gs, "lane_last_plan", lambda *a, **k: None)
+    monkeypatch.setattr(gs, "backward_gather_channels", lambda *a: 0)   # the reference: the fixed-point scatter
+    monkeypatch.setattr(gs, "backward_group", lambda *a: 0)
+    small = _count_launches(monkeypatch, gs._small.small_backward)
+    cases = [(2, mode, pad, align, (5, 7), (4, 6), np.float32) for mode in MODES for pad in PADS
+             for align in (False, True)]
+    cases += [(3, GridSampleMode.Bilinear, pad, False, (3, 4, 5), (2, 3, 4), np.float32) for pad in PADS]
+    cases += [(3, GridSampleMode.Nearest, GridSamplePaddingMode.Zeros, True, (1, 2, 3), (2, 1, 3), np.float32),
+              (2, GridSampleMode.Bilinear, GridSamplePaddingMode.Border, False, (6, 1), (1, 5), kd.bf16.np)]
+    for dims, mode, pad, align, size_in, size_out, dtype in cases:
+        x = rng.standard_normal((2, 3, *size_in)).astype(dtype)
+        grid = rng.uniform(-1.2, 1.2, (2, *size_out, dims)).astype(dtype)
+        go = rng.standard_normal((2, 3, *size_out)).astype(dtype)
+        opts = GridSampleOptions(mode, pad, align)
+        args = runtime.tensor(x), runtime.tensor(grid), runtime.tensor(go)
+        what = f"{opts} {size_in}->{size_out} {np.dtype(dtype).name}"
+        monkeypatch.setattr(gs, "small_backward", lambda *a: True)
+        before = small()
+        dx, dgrid = (t.numpy().astype(np.float32) for t in grid_sample_backward(*args, opts))
+        assert small() - before == 1, what
+        again = grid_sample_backward(*args, opts)[0].numpy().astype(np.float32)
+        assert np.array_equal(dx, again), what
+        monkeypatch.setattr(gs, "small_backward", lambda *a: False)
+        sdx, sdgrid = (t.numpy().astype(np.float32) for t in grid_sample_backward(*args, opts))
+        assert small() - before == 2, what   # (the two small calls above only)
+        tol = 1e-5 if dtype == np.float32 else 2 ** -7
+        np.testing.assert_allclose(dx, sdx, rtol=tol, atol=tol * (np.abs(sdx).max() + 1), err_msg=what)
+        np.testing.assert_array_equal(dgrid, sdgrid, err_msg=what)   # (the same kernel function, no scatter)
+        if dtype == np.float32:
+            _, gx, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+            np.testing.assert_allclose(dx, gx, rtol=1e-5, atol=1e-5, err_msg=what)
+            np.testing.assert_allclose(dgrid, gg, rtol=1e-5 * max(size_in), atol=1e-5 * max(size_in), err_msg=what)
+    monkeypatch.setattr(gs, "small_backward", lambda *a: True)
+    x = runtime.tensor(rng.standard_normal((1, 2, 4, 5)).astype(np.float32))
+    grid = runtime.tensor(rng.uniform(-0.6, 0.6, (1, 16, 16, 2)).astype(np.float32))
+    go = rng.standard_normal((1, 2, 16, 16)).astype(np.float32)
+    go[0, 1, 3, 3] = np.inf
+    go[0, 0, 5, 5] = np.nan
+    dx = grid_sample_backward(x, grid, runtime.tensor(go))[0].numpy()
+    assert np.isnan(dx[0, 0]).any() and np.isfinite(dx[0, 0]).any()
+    assert np.isinf(dx[0, 1]).any() and not np.isnan(dx[0, 1]).any()
+
+
+def test_small_backward_takes_small_calls_only():
+    from rudnn.grid_sample import tuning
+    assert tuning.small_backward(1 * 4 * 8 * 8, 64)   # the host-time benchmark's call
+    assert not tuning.small_backward(4 * 16 * 128 * 128, 128 * 128)   # issue 19's benchmark shape
+    assert not tuning.small_backward(16, tuning.SMALL_BACKWARD_POINTS + 1)
+    assert not tuning.small_backward(tuning.SMALL_BACKWARD_ELEMENTS + 1, 4)
+
+
 # ---------------------------------------------------------------------------- gathered input gradient
 def _force_gather(monkeypatch, runtime, **constants):
     """backward_gather.py forced on this runtime (its coverage as on a GPU; lanes.py off):
@@ -616,6 +679,7 @@ def _force_gather(monkeypatch, runtime, **constants):
     from rudnn.grid_sample import tuning
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")   # each call picks its kernels anew
     monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    monkeypatch.setattr(gs, "small_backward", lambda *a: False)
     monkeypatch.setattr(gs, "backward_group", lambda *a: 0)   # the reference: sample.py's fixed-point scatter
     for k, v in constants.items():
         monkeypatch.setattr(tuning, k, v)

@@ -36,13 +36,14 @@ from . import fixed_point as _fixed
 from . import lanes as _lanes
 from . import lanes_last as _lanes_last
 from . import sample as _sample
+from . import small as _small
 from . import staged as _staged
 from .options import GridSampleMode, GridSampleOptions, GridSamplePaddingMode
 from ..moe.tiles import SCAN_UNITS, exclusive_scan
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from . import tuning as _tuning
-from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group,
+from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group, small_backward,
                      backward_gather_vector, backward_group, backward_staged_channels, channels_last_lanes,
                      channels_last_vectors, cubes, forward_tiles, gather_cells, headroom, lane_last_plan, lane_plan,
                      staged_plan,
@@ -126,6 +127,11 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
             acc = rt.empty((planes * (size // planes + 1),), kd.f32)
             _lanes.scatter_input_grad_global[cube](go.reshape(go.size), tap_at, tap_w, acc, dx.reshape(size),
                                                    x5.shape[1], p.locations, size // planes, plan.taps, plan.planes)
+        return dx, grad_grid
+    if small_backward(size, p.locations):   # one launch: small.py
+        _small.small_backward[cubes(points) + cubes(size), UNITS](
+            x5, g5, go5, as_5d(grad_grid, p.dims, 1), as_5d(dx, p.dims, 2), points, p.locations,
+            *_runtime_options(o), o.mode.value, p.dims, UNITS)
         return dx, grad_grid
     max_bits = rt.zeros((2,), kd.u32)   # max |out_grad|'s bits; nonzero where it has non-finite values
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)

@@ -106,6 +106,43 @@ def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, p
             y[n, c, od, oh, ow] = channel_sample(x, t, n, c, TZ, TX, Z, Y, X)
 
 
+@kd.func
+def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER):
+    """Grid point e's grid gradient (its taps' slopes against out_grad, summed over the
+    channels in order) and, with SCATTER, its input-gradient contributions added to lo / hi /
+    flags at `scale` (fixed_point.add_fixed); without, lo / hi / flags / scale are not read."""
+    n, od, oh, ow = point(e, g)
+    t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
+    TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+    gx = kd.f32(0)
+    gy = kd.f32(0)
+    gz = kd.f32(0)
+    size_d = x.shape[2]
+    size_h = x.shape[3]
+    size_w = x.shape[4]
+    for c in range(x.shape[1]):
+        go = kd.f32(g[n, c, od, oh, ow])
+        plane = (kd.i64(n) * x.shape[1] + c) * size_d
+        for a in kd.unroll(TZ):
+            for b in kd.unroll(TX):
+                for k in kd.unroll(TX):
+                    ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
+                    v = kd.select(ok, kd.f32(x[n, c, t[Z + a], t[Y + b], t[X + k]]), 0.0)
+                    wz = t[Z + TZ + a]
+                    wy = t[Y + TX + b]
+                    wx = t[X + TX + k]
+                    gx += v * t[X + 2 * TX + k] * wy * wz * go
+                    gy += v * t[Y + 2 * TX + b] * wx * wz * go
+                    gz += v * t[Z + 2 * TZ + a] * wx * wy * go
+                    if SCATTER and ok:
+                        at = ((plane + t[Z + a]) * size_h + t[Y + b]) * size_w + t[X + k]
+                        add_fixed(lo, hi, flags, at, wz * wy * wx * go, scale)
+    grad_grid[n, od, oh, ow, 0] = gx * t[X + 4 * TX]
+    grad_grid[n, od, oh, ow, 1] = gy * t[Y + 4 * TX]
+    if DIMS == 3:
+        grad_grid[n, od, oh, ow, 2] = gz * t[Z + 4 * TZ]
+
+
 @kd.kernel
 def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Tensor,
                     lo: kd.Tensor[kd.u32, 1], hi: kd.Tensor[kd.i32, 1], flags: kd.Tensor[kd.u32, 1],
@@ -116,34 +153,5 @@ def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
     added to lo / hi / flags (SCATTER False: untouched; backward_gather.py sums them)."""
     e = kd.cube_pos_x() * BX + kd.unit_pos_x()
     if e < total:
-        n, od, oh, ow = point(e, g)
-        t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
-        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
         scale = kd.exp2(kd.f64(scale_exponent(max_bits[0], HEADROOM)))
-        gx = kd.f32(0)
-        gy = kd.f32(0)
-        gz = kd.f32(0)
-        size_d = x.shape[2]
-        size_h = x.shape[3]
-        size_w = x.shape[4]
-        for c in range(x.shape[1]):
-            go = kd.f32(g[n, c, od, oh, ow])
-            plane = (kd.i64(n) * x.shape[1] + c) * size_d
-            for a in kd.unroll(TZ):
-                for b in kd.unroll(TX):
-                    for k in kd.unroll(TX):
-                        ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
-                        v = kd.select(ok, kd.f32(x[n, c, t[Z + a], t[Y + b], t[X + k]]), 0.0)
-                        wz = t[Z + TZ + a]
-                        wy = t[Y + TX + b]
-                        wx = t[X + TX + k]
-                        gx += v * t[X + 2 * TX + k] * wy * wz * go
-                        gy += v * t[Y + 2 * TX + b] * wx * wz * go
-                        gz += v * t[Z + 2 * TZ + a] * wx * wy * go
-                        if SCATTER and ok:
-                            at = ((plane + t[Z + a]) * size_h + t[Y + b]) * size_w + t[X + k]
-                            add_fixed(lo, hi, flags, at, wz * wy * wx * go, scale)
-        grad_grid[n, od, oh, ow, 0] = gx * t[X + 4 * TX]
-        grad_grid[n, od, oh, ow, 1] = gy * t[Y + 4 * TX]
-        if DIMS == 3:
-            grad_grid[n, od, oh, ow, 2] = gz * t[Z + 4 * TZ]
+        point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER)
