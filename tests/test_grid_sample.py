@@ -665,6 +665,7 @@ def test_small_backward_takes_small_calls_only():
     from rudnn.grid_sample import tuning
     assert tuning.small_backward(1 * 4 * 8 * 8, 64)   # the host-time benchmark's call
     assert not tuning.small_backward(4 * 16 * 128 * 128, 128 * 128)   # issue 19's benchmark shape
+    assert tuning.small_backward(tuning.SMALL_BACKWARD_ELEMENTS, tuning.SMALL_BACKWARD_POINTS)
     assert not tuning.small_backward(16, tuning.SMALL_BACKWARD_POINTS + 1)
     assert not tuning.small_backward(tuning.SMALL_BACKWARD_ELEMENTS + 1, 4)
 

@@ -23,7 +23,9 @@ on channels-last copies, native 64-bit fixed-point atomics where the device has 
 backward_gather.py (BACKWARD_GATHER, on; bilinear and nearest where units are not SIMD
 lanes) takes the input gradient before both: grid points bucketed by cell, then a unit a
 pixel sums the same fixed-point integers in registers (no atomics on the values), the grid
-gradient by backward_last's kernel with its scatter off."""
+gradient by backward_last's kernel with its scatter off. Small backward calls (tuning.
+small_backward) take small.py before all of these: one launch, a unit an input element summing
+its sample's taps in order."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -130,8 +132,8 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
         return dx, grad_grid
     if small_backward(size, p.locations):   # one launch: small.py
         _small.small_backward[cubes(points) + cubes(size), UNITS](
-            x5, g5, go5, as_5d(grad_grid, p.dims, 1), as_5d(dx, p.dims, 2), points, p.locations,
-            *_runtime_options(o), o.mode.value, p.dims, UNITS)
+            x5, g5, go5, as_5d(grad_grid, p.dims, 1), as_5d(dx, p.dims, 2), points, *_runtime_options(o),
+            o.mode.value, p.dims, UNITS)
         return dx, grad_grid
     max_bits = rt.zeros((2,), kd.u32)   # max |out_grad|'s bits; nonzero where it has non-finite values
     _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)

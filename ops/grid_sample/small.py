@@ -11,36 +11,37 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
-from .sample import point, point_gradient, point_taps, tap_layout
+from .sample import point_gradient, point_taps, tap_layout
 
 
 @kd.func
-def element_gradient(grid, g, n, c, z, y, w, points, size_d, size_h, size_w, pad_mode, align, MODE, DIMS):
-    """Σ over the sample's grid points and their taps on input element (z, y, w) of channel c:
-    out_grad × the tap's weight (NaN or ±inf as the float sum gives them)."""
+def element_gradient(grid, g, n, c, z, y, w, size_d, size_h, size_w, pad_mode, align, MODE, DIMS):
+    """Σ over the sample's grid points (in order: no divisions) and their taps on input element
+    (z, y, w) of channel c: out_grad × the tap's weight (NaN or ±inf as the float sum gives)."""
     acc = kd.f32(0)
-    for q in range(points):
-        _, od, oh, ow = point(kd.i64(n) * points + q, g)
-        t = point_taps(grid, n, od, oh, ow, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
-        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
-        go = kd.f32(g[n, c, od, oh, ow])
-        for a in kd.unroll(TZ):
-            for b in kd.unroll(TX):
-                for k in kd.unroll(TX):
-                    hit = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k] and \
-                        t[Z + a] == z and t[Y + b] == y and t[X + k] == w
-                    if hit:
-                        acc += t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k] * go
+    for od in range(g.shape[2]):
+        for oh in range(g.shape[3]):
+            for ow in range(g.shape[4]):
+                t = point_taps(grid, n, od, oh, ow, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+                TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+                go = kd.f32(g[n, c, od, oh, ow])
+                for a in kd.unroll(TZ):
+                    for b in kd.unroll(TX):
+                        for k in kd.unroll(TX):
+                            hit = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k] and \
+                                t[Z + a] == z and t[Y + b] == y and t[X + k] == w
+                            if hit:
+                                acc += t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k] * go
     return acc
 
 
 @kd.kernel
 def small_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Tensor, dx: kd.Tensor,
-                   total: kd.i32, points: kd.i32, pad_mode: kd.i32, align: kd.i32, MODE: kd.Const[str],
-                   DIMS: kd.Const[int], BX: kd.Const[int]):
-    """grad_grid (cubes 0 .. ⌈total / BX⌉ − 1, a unit a grid point; `total` points in all,
-    `points` a sample) and dx (the next cubes, a unit an element of x) of one grid_sample
-    backward; tensors 5-D as in sample.py."""
+                   total: kd.i32, pad_mode: kd.i32, align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int],
+                   BX: kd.Const[int]):
+    """grad_grid (cubes 0 .. ⌈total / BX⌉ − 1, a unit a grid point; `total` points in all)
+    and dx (the next cubes, a unit an element of x) of one grid_sample backward; tensors 5-D
+    as in sample.py."""
     point_cubes = (total + BX - 1) // BX
     cube = kd.cube_pos_x()
     if cube < point_cubes:
@@ -61,5 +62,5 @@ def small_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.Te
             r = r // size_d
             c = kd.i32(r % x.shape[1])
             n = kd.i32(r // x.shape[1])
-            dx[n, c, z, y, w] = element_gradient(grid, g, n, c, z, y, w, points, size_d, size_h, size_w, pad_mode,
-                                                 align, MODE, DIMS)
+            dx[n, c, z, y, w] = element_gradient(grid, g, n, c, z, y, w, size_d, size_h, size_w, pad_mode, align,
+                                                 MODE, DIMS)
