@@ -302,6 +302,41 @@ def test_simd_lane_kernels_match_torch(runtime, rng, torch, monkeypatch):
                                   torch_grad(torch, lambda t: F.adaptive_avg_pool2d(t, 1), y, g))
 
 
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("f32_positions", [True, False])
+def test_equal_bins_in_narrow_rows_take_scalar_units_and_match_torch(runtime, rng, torch, monkeypatch, dtype,
+                                                                     f32_positions):
+    """bins.pool_bins (devices whose units are SIMD lanes, forced here): adaptive average and max
+    into equal bins with output rows narrower than a vector, 1-, 2- and 3-D, bit for bit
+    torch's values and indices: ties take the first maximum, two NaNs in a bin the later one's
+    index, a bin of -inf its first position; max positions tracked in F32 and in I64."""
+    from family_checks import on_launch
+    from rudnn.pooling import tuning
+    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
+    monkeypatch.setattr(tuning, "BIN_F32_POSITIONS", 2**24 if f32_positions else 0)
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    names = []
+    on_launch(monkeypatch, lambda kernel: names.append(kernel.__name__))
+    F = torch.nn.functional
+    for shape, size in (((2, 3, 12), 4), ((2, 3, 12, 14), (3, 7)), ((1, 2, 4, 6, 6), (2, 3, 3)),
+                        ((3, 1, 5, 10), (1, 2))):
+        x = host(np.round(rng.standard_normal(shape) * 2) / 2, dtype)   # (halves: ties in most bins)
+        x.reshape(-1)[3] = x.reshape(-1)[4] = np.nan
+        x.reshape(x.shape[0], -1)[-1, -6:] = -np.inf
+        tx, xt = runtime.tensor(x), torch.from_numpy(np.float32(x))
+        d = len(shape) - 2
+        names.clear()
+        avg = getattr(P, f"adaptive_avg_pool{d}d")(tx, size)
+        out, idx = getattr(P, f"adaptive_max_pool{d}d")(tx, size)
+        assert names == ["pool_bins"] * 2, (shape, names)
+        want = getattr(F, f"adaptive_avg_pool{d}d")(xt, size).numpy()
+        np.testing.assert_array_equal(f32(avg), np.float32(host(want, dtype)), err_msg=str(shape))
+        wout, widx = getattr(F, f"adaptive_max_pool{d}d")(xt, size, return_indices=True)
+        np.testing.assert_array_equal(f32(out), wout.numpy(), err_msg=str(shape))
+        np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
+
+
 @pytest.mark.feature("pooling: nan")
 def test_max_pool_nan_wins_with_the_last_nan_index(runtime, torch):
     x = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) % 13
