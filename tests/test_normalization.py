@@ -125,22 +125,34 @@ def test_column_sums_are_deterministic(runtime, rng):
 
 
 @pytest.mark.feature("normalization: backward")
-@pytest.mark.parametrize("rows", [1, 7, 64, 65])
-def test_few_rows_sum_their_columns_in_one_launch(runtime, rng, launches, rows):
-    """Up to ONE_PASS_ROWS rows, dgamma and dbeta come from one column launch (dx's and that:
-    two in all); past it, from partials and a finishing launch. Both match the reference."""
-    x, gamma, _ = problem(rng, (rows,), 96, "f32")
-    grad = rng.standard_normal(x.shape).astype(np.float32)
+@pytest.mark.parametrize("rows, width, count", [(1, 96, 1), (7, 96, 1), (64, 256, 1), (3, 4000, 1), (64, 300, 2),
+                                                (65, 96, 3)])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_small_backwards_take_fewer_launches(runtime, rng, launches, rows, width, count, dtype):
+    """Up to ONE_PASS_ROWS rows and ONE_LAUNCH_ELEMENTS elements, one launch gives dx, dgamma
+    and dbeta (backward.norm_bwd_small); up to ONE_PASS_ROWS rows, two (dx's kernel, then one
+    column launch summing rows in order); past them, three (partials and a finishing
+    launch). Every form matches the reference, LayerNorm and RMSNorm."""
+    x, gamma, _ = problem(rng, (rows,), width, dtype)
+    grad = host(rng.standard_normal(x.shape), dtype)
     tx, tg, tgrad = runtime.tensor(x), runtime.tensor(gamma), runtime.tensor(grad)
+    xf, gradf = np.float32(x), np.float32(grad)
     _, mean, rstd = N.layer_norm_with_stats(tx, tg)
+    _, rrstd = N.rms_norm_with_stats(tx, tg)
     kd.replay.clear()  # (a recorded call of this shape would replay without launching through kernels)
     launches[0] = 0
     dx, dgamma, dbeta = N.layer_norm_backward(tx, tg, tgrad, mean, rstd)
-    assert launches[0] == (2 if rows <= N.ONE_PASS_ROWS else 3)
-    rdx, rdg, rdb = ref.layer_norm_backward(x, gamma, grad, mean.numpy(), rstd.numpy())
+    assert launches[0] == count
+    rdx, rdg, rdb = ref.layer_norm_backward(xf, gamma, gradf, mean.numpy(), rstd.numpy())
     np.testing.assert_allclose(dgamma.numpy(), rdg, rtol=1e-5, atol=1e-5 * rows)
     np.testing.assert_allclose(dbeta.numpy(), rdb, rtol=1e-5, atol=1e-5 * rows)
-    close(dx.numpy(), rdx, "f32", scale=dx_scale(rstd.numpy(), grad, gamma))
+    close(np.float32(dx.numpy()), rdx, dtype, scale=dx_scale(rstd.numpy(), gradf, gamma))
+    launches[0] = 0
+    dx, dgamma = N.rms_norm_backward(tx, tg, tgrad, rrstd)
+    assert launches[0] == count
+    rdx, rdg = ref.rms_norm_backward(xf, gamma, gradf, rrstd.numpy())
+    np.testing.assert_allclose(dgamma.numpy(), rdg, rtol=1e-5, atol=1e-5 * rows)
+    close(np.float32(dx.numpy()), rdx, dtype, scale=dx_scale(rrstd.numpy(), gradf, gamma))
 
 
 # ---------------------------------------------------------------------------- kernel forms

@@ -36,6 +36,7 @@ __all__ = ["NormalizationError", "layer_norm", "rms_norm", "softmax_last_axis", 
 COL_UNITS = 256          # units per cube of the dgamma/dbeta column kernels
 COL_TARGET_CUBES = 1024  # cubes the column-partial pass aims for (sets the rows per block)
 ONE_PASS_ROWS = 64       # up to this many rows, dgamma/dbeta come from one launch (no partials)
+ONE_LAUNCH_ELEMENTS = 16384  # and up to this many elements, dx too (backward.norm_bwd_small)
 SOFTMAX_SCRATCH = 32768  # f32 row of shared memory (128 KiB) a SIMD-lane softmax keeps its exps in (looped.py)
 
 
@@ -159,6 +160,13 @@ def _norm_backward(fn, input, gamma, grad, mean, rstd, rms: bool) -> tuple:
     gam = gamma.contiguous()
     rs = rstd.contiguous().reshape(rows)
     mu = mean.contiguous().reshape(rows) if not rms else rs
+    if rows <= ONE_PASS_ROWS and rows * width <= ONE_LAUNCH_ELEMENTS:   # one launch: backward.norm_bwd_small
+        dgamma = rt.empty((width,), kd.f32)
+        dbeta = None if rms else rt.empty((width,), kd.f32)
+        bx = min(COL_UNITS, max(32, 1 << (width - 1).bit_length()))
+        _bwd.norm_bwd_small[-(-width // bx), bx](x2, gam, g2, mu, rs, dx.reshape(rows, width), dgamma,
+                                                 dgamma if rms else dbeta, rows, width, xs, gs, rms, not rms, bx)
+        return dx, dgamma, dbeta
     lanes = vector_lanes(min(input.dtype.itemsize, grad.dtype.itemsize), width, xs, gs, x2.offset, g2.offset,
                          gam.offset)
     shape = choose_shape(rt.capabilities, width, lanes)

@@ -175,3 +175,45 @@ def col_finish(part_g: kd.Tensor[kd.f32, 1], part_b: kd.Tensor[kd.f32, 1], dgamm
         dgamma[col] = sg
         if BETA:
             dbeta[col] = sb
+
+
+@kd.kernel
+def norm_bwd_small(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], grad: kd.Tensor, mean: kd.Tensor[kd.f32, 1],
+                   rstd: kd.Tensor[kd.f32, 1], dx: kd.Tensor, dgamma: kd.Tensor[kd.f32, 1],
+                   dbeta: kd.Tensor[kd.f32, 1], rows: kd.i32, width: kd.i32, x_stride: kd.i64, g_stride: kd.i64,
+                   RMS: kd.Const[bool], BETA: kd.Const[bool], BX: kd.Const[int]):
+    """dx [rows, width], dgamma and (BETA) dbeta of a small problem in one launch: cube k
+    owns columns k·BX ..; every cube sums each row's two dots over the whole row itself
+    (the rows are short), then writes dx of its columns and adds their dgamma / dbeta terms
+    in row order (col_partials' sums with one block of rows)."""
+    t = kd.unit_pos_x()
+    col = kd.cube_pos_x() * BX + t
+    c = kd.min(col, width - 1)
+    inv_w = 1.0 / kd.f32(width)
+    sg = kd.f32(0)
+    sb = kd.f32(0)
+    for r in range(rows):
+        kd.sync_cube()   # (the last row's reductions are read before their shared arrays are written again)
+        xb = kd.i64(r) * x_stride
+        gb = kd.i64(r) * g_stride
+        mu = kd.f32(0) if RMS else mean[r]
+        rs = rstd[r]
+        a = kd.f32(0)
+        b = kd.f32(0)
+        for j in range(t, width, BX):
+            gg = kd.f32(grad[gb + j]) * gamma[j]
+            a += gg
+            b += gg * normalized(kd.f32(x[xb + j]), mu, rs, RMS)
+        b = kd.cube_sum(b) * inv_w
+        if not RMS:
+            a = kd.cube_sum(a) * inv_w
+        g = kd.f32(grad[gb + c])
+        h = normalized(kd.f32(x[xb + c]), mu, rs, RMS)
+        if col < width:
+            dx[kd.i64(r) * width + col] = dx_chunk(g * gamma[c], h, a, b, rs, RMS)
+        sg += g * h
+        sb += g
+    if col < width:
+        dgamma[col] = sg
+        if BETA:
+            dbeta[col] = sb
