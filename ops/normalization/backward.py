@@ -6,8 +6,10 @@ kernels (forward.py, looped.py):
     dx = rstd·(gγ - mean_W(gγ) - x̂·mean_W(gγ·x̂))   (RMSNorm: no mean_W(gγ) term)
 
 dgamma = Σ_rows grad·x̂ and dbeta = Σ_rows grad, without float atomics: `col_partials`
-sums a block of rows per column into a workspace [2, blocks, W], then `col_finish`
-adds the blocks of each column in block order. The result depends only on the shape.
+sums a block of rows per column into workspaces [blocks, W] (with one block, into dgamma and
+dbeta themselves), then `col_finish` adds the blocks of each column in block order. Small
+problems take `norm_bwd_small`: dx and the column sums in one launch. The result depends
+only on the shape.
 """
 from __future__ import annotations
 
