@@ -240,6 +240,36 @@ def test_dispatch_groups_rows_by_expert(runtime, rng, dt, T, E, k, H):
         assert (np.diff(offsets) == 0).any()        # some experts are empty
 
 
+@pytest.mark.parametrize("small", [True, False])
+def test_dispatch_counts_in_one_cube_or_across_cubes(runtime, rng, monkeypatch, small):
+    """Few pairs count and scan in one launch (count_and_scan, shared-memory counts); others
+    (forced here by SMALL_PAIRS = 0) count across cubes and scan after. Both group rows by
+    expert as the reference does, with empty experts and experts past the first cube's units."""
+    from family_checks import on_launch
+    from rudnn.moe import dispatch as dispatch_module
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    if not small:
+        monkeypatch.setattr(dispatch_module, "SMALL_PAIRS", 0)
+    names = []
+    on_launch(monkeypatch, lambda kernel: names.append(kernel.__name__))
+    T, E, k, H = 300, 600, 2, 3
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    plan = moe.route(runtime.tensor(rng.standard_normal((T, E)).astype(np.float32)), RoutingOptions(k, True))
+    names.clear()
+    d = plan.dispatch(runtime.tensor(x))
+    want = ["count_and_scan"] if small else ["count_experts", "exclusive_scan"]
+    assert names == want + ["place_rows"]
+    want_v, want_e, want_off = ref.dispatch(plan.expert_indices().numpy(), x, E)
+    offsets = d.expert_offsets().numpy()
+    np.testing.assert_array_equal(offsets, want_off)
+    np.testing.assert_array_equal(d.row_experts().numpy(), want_e)
+    got = d.values().numpy()
+    for e in range(E):
+        a, b = got[offsets[e]:offsets[e + 1]], want_v[offsets[e]:offsets[e + 1]]
+        np.testing.assert_array_equal(a[np.lexsort(a.T[::-1])], b[np.lexsort(b.T[::-1])])
+    assert (np.diff(offsets) == 0).any() and offsets[-1] == T * k
+
+
 @pytest.mark.parametrize("dt", DTYPES)
 def test_combine_weighted_sum(runtime, rng, dt):
     T, E, k, H, W = 12, 6, 3, 5, 37

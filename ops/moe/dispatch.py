@@ -14,6 +14,10 @@ from .problem import CHECKS, check_dispatch_input, check_tensor
 from .tiles import SCAN_UNITS, exclusive_scan
 
 COUNT_UNITS = 256
+# dispatches of at most SMALL_PAIRS (token, slot) pairs over at most SMALL_EXPERTS experts
+# count and scan in one launch (dispatch_kernels.count_and_scan): a memset and a launch fewer
+SMALL_PAIRS = 4096
+SMALL_EXPERTS = 1024
 ROW_UNITS = 256
 
 
@@ -110,12 +114,15 @@ def _dispatch(input: kd.Tensor, ids: kd.Tensor, weights: kd.Tensor, E: int) -> t
     row_experts = rt.empty((R,), kd.u32)
     pair_rows = rt.empty((R,), kd.u32)
     pair_weights = rt.empty((R,), kd.f32)
-    counts = rt.zeros((E,), kd.u32)
-    offsets = rt.zeros((E + 1,), kd.u32)
     if R == 0:
-        return values, row_experts, offsets, pair_rows, pair_weights
+        return values, row_experts, rt.zeros((E + 1,), kd.u32), pair_rows, pair_weights
+    offsets = rt.empty((E + 1,), kd.u32)   # (every entry written by the scan)
     rank = rt.empty((R,), kd.u32)
-    dk.count_experts[-(-R // COUNT_UNITS), COUNT_UNITS](ids, counts, rank, R)
-    exclusive_scan[1, SCAN_UNITS](counts, offsets, E, False, 1)
+    if R <= SMALL_PAIRS and E <= SMALL_EXPERTS:   # one cube counts in shared memory and scans
+        dk.count_and_scan[1, SCAN_UNITS](ids, rank, offsets, R, E, SMALL_EXPERTS)
+    else:
+        counts = rt.zeros((E,), kd.u32)
+        dk.count_experts[-(-R // COUNT_UNITS), COUNT_UNITS](ids, counts, rank, R)
+        exclusive_scan[1, SCAN_UNITS](counts, offsets, E, False, 1)
     dk.place_rows[T, _units_for(H)](input, ids, weights, rank, offsets, values, row_experts, pair_rows, pair_weights)
     return values, row_experts, offsets, pair_rows, pair_weights

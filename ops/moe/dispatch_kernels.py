@@ -2,7 +2,8 @@
 
 Dispatch: each (token, slot) pair takes a place in its expert's count with an
 atomic add (the returned old count is its rank inside the expert), the counts are
-scanned into offsets (`tiles.exclusive_scan`), and one cube per token copies the
+scanned into offsets (`tiles.exclusive_scan`; for few pairs both in one cube,
+`count_and_scan`, the counts in shared memory), and one cube per token copies the
 token's row to each of its experts' rows. The same cube records, in ascending
 expert-id order, the row and the weight of each slot, which is the order combine
 sums in.
@@ -10,6 +11,8 @@ sums in.
 from __future__ import annotations
 
 import kerneldsl as kd
+
+from .tiles import scan_into
 
 
 @kd.kernel
@@ -19,6 +22,25 @@ def count_experts(ids: kd.Tensor[kd.u32, 2], counts: kd.Tensor[kd.u32, 1], rank:
     if i < n:
         k = ids.shape[1]
         rank[i] = kd.atomic_add(counts, ids[i // k, i % k], 1)
+
+
+@kd.kernel
+def count_and_scan(ids: kd.Tensor[kd.u32, 2], rank: kd.Tensor[kd.u32, 1], offsets: kd.Tensor[kd.u32, 1], n: kd.i32,
+                   E: kd.i32, EXPERTS: kd.Const[int]):
+    """count_experts and the scan of its counts in one cube, for few pairs: the counts (at
+    most EXPERTS experts) live in shared memory, each pair's shared atomic add gives its rank,
+    and offsets [E + 1] becomes their exclusive scan (offsets[E] = n)."""
+    t = kd.unit_pos_x()
+    U = kd.cube_units()
+    counts = kd.shared(kd.u32, EXPERTS)
+    for e in range(t, E, U):
+        counts[e] = kd.u32(0)
+    kd.sync_cube()
+    k = ids.shape[1]
+    for i in range(t, n, U):
+        rank[i] = kd.atomic_add(counts, ids[i // k, i % k], kd.u32(1))
+    kd.sync_cube()
+    scan_into(counts, offsets, E, False, 1)
 
 
 @kd.kernel

@@ -8,11 +8,11 @@ import kerneldsl as kd
 SCAN_UNITS = 256
 
 
-@kd.kernel
-def exclusive_scan(src: kd.Tensor[kd.u32, 1], dst: kd.Tensor[kd.u32, 1], n: kd.i32,
-                   FROM_OFFSETS: kd.Const[bool], DIV: kd.Const[int]):
-    """dst[i] = sum_{j<i} ceil(v_j / DIV) for i in 0..n, one cube. v_j is src[j], or
-    src[j+1] - src[j] when FROM_OFFSETS (src then holds n+1 row offsets)."""
+@kd.func
+def scan_into(src, dst, n, FROM_OFFSETS, DIV):
+    """dst[i] = sum_{j<i} ceil(v_j / DIV) for i in 0..n by this cube; v_j is src[j], or
+    src[j+1] - src[j] when FROM_OFFSETS (src then holds n+1 row offsets). `src` may be a
+    tensor or a shared array; every unit of the cube must call it."""
     t = kd.unit_pos_x()
     part = kd.shared(kd.u32, 2 * kd.plane_count())
     carry = kd.u32(0)
@@ -43,6 +43,13 @@ def exclusive_scan(src: kd.Tensor[kd.u32, 1], dst: kd.Tensor[kd.u32, 1], n: kd.i
         carry += total
     if t == 0:
         dst[n] = carry
+
+
+@kd.kernel
+def exclusive_scan(src: kd.Tensor[kd.u32, 1], dst: kd.Tensor[kd.u32, 1], n: kd.i32,
+                   FROM_OFFSETS: kd.Const[bool], DIV: kd.Const[int]):
+    """dst[i] = sum_{j<i} ceil(v_j / DIV) for i in 0..n, one cube (`scan_into`)."""
+    scan_into(src, dst, n, FROM_OFFSETS, DIV)
 
 
 @kd.func
