@@ -22,7 +22,7 @@ import kerneldsl as kd
 
 from .channels_last import flat_point_taps
 from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, scale_exponent
-from .sample import tap_layout
+from .sample import tap_gradient, tap_layout
 
 FINISH_UNITS = (32, 8)   # finish_channels_last's cube: 32 units along a row, 8 rows at a time
 
@@ -103,14 +103,9 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
                     ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
                     at = (base + (t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]) * C + c
                     v = kd.select(ok, kd.f32(xl[at]), 0.0)
-                    wz = t[Z + TZ + a]
-                    wy = t[Y + TX + b]
-                    wx = t[X + TX + k]
-                    gx += v * t[X + 2 * TX + k] * wy * wz * go
-                    gy += v * t[Y + 2 * TX + b] * wx * wz * go
-                    gz += v * t[Z + 2 * TZ + a] * wx * wy * go
+                    gx, gy, gz, w = tap_gradient(t, v, go, a, b, k, gx, gy, gz, TZ, TX, Z, Y, X)
                     if SCATTER and ok and live:
-                        add_wide(acc, flags, at, wz * wy * wx * go, scale)
+                        add_wide(acc, flags, at, w * go, scale)
     parts[u] = gx
     parts[UNITS + u] = gy
     parts[2 * UNITS + u] = gz

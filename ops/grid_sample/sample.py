@@ -107,6 +107,19 @@ def sample_forward(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, p
 
 
 @kd.func
+def tap_gradient(t, v, go, a, b, k, gx, gy, gz, TZ, TX, Z, Y, X):
+    """(gx, gy, gz) plus tap (a, b, k)'s grid-gradient terms (its weight slopes times value v
+    and out_grad go), and the tap's weight wz·wy·wx (for its input-gradient contribution)."""
+    wz = t[Z + TZ + a]
+    wy = t[Y + TX + b]
+    wx = t[X + TX + k]
+    gx += v * t[X + 2 * TX + k] * wy * wz * go
+    gy += v * t[Y + 2 * TX + b] * wx * wz * go
+    gz += v * t[Z + 2 * TZ + a] * wx * wy * go
+    return gx, gy, gz, wz * wy * wx
+
+
+@kd.func
 def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER):
     """Grid point e's grid gradient (its taps' slopes against out_grad, summed over the
     channels in order) and, with SCATTER, its input-gradient contributions added to lo / hi /
@@ -128,15 +141,10 @@ def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, ali
                 for k in kd.unroll(TX):
                     ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
                     v = kd.select(ok, kd.f32(x[n, c, t[Z + a], t[Y + b], t[X + k]]), 0.0)
-                    wz = t[Z + TZ + a]
-                    wy = t[Y + TX + b]
-                    wx = t[X + TX + k]
-                    gx += v * t[X + 2 * TX + k] * wy * wz * go
-                    gy += v * t[Y + 2 * TX + b] * wx * wz * go
-                    gz += v * t[Z + 2 * TZ + a] * wx * wy * go
+                    gx, gy, gz, w = tap_gradient(t, v, go, a, b, k, gx, gy, gz, TZ, TX, Z, Y, X)
                     if SCATTER and ok:
                         at = ((plane + t[Z + a]) * size_h + t[Y + b]) * size_w + t[X + k]
-                        add_fixed(lo, hi, flags, at, wz * wy * wx * go, scale)
+                        add_fixed(lo, hi, flags, at, w * go, scale)
     grad_grid[n, od, oh, ow, 0] = gx * t[X + 4 * TX]
     grad_grid[n, od, oh, ow, 1] = gy * t[Y + 4 * TX]
     if DIMS == 3:
