@@ -176,10 +176,9 @@ class Kernel:
         raise TypeError(f"launch a kernel with {self.__name__}[grid, block](...)")
 
     def __getitem__(self, launch):
-        if type(launch) is not tuple or len(launch) != 2:
-            if not isinstance(launch, tuple) or len(launch) != 2:
-                raise TypeError(f"launch {self.__name__} as {self.__name__}[grid, block](args...)")
-        return _Launcher(self, launch[0], launch[1])
+        if not isinstance(launch, tuple) or len(launch) != 2:
+            raise TypeError(f"launch {self.__name__} as {self.__name__}[grid, block](args...)")
+        return _Launcher(self, *launch)
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple:
         """Positional arguments in parameter order from a launch's positional and keyword

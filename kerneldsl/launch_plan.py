@@ -86,8 +86,8 @@ class LaunchPlan:
                "check_bulk": launch_checks.check_bulk_sources, "info": binary.info,
                "run": runtime.launcher(binary, block)}
         env.update((f"dtype{i}", dtype) for i, (_, kind, dtype) in enumerate(kernel.params) if kind == SCALAR)
-        exec(compile(_launch_source(kernel.params, binary.info), f"<launch plan {kernel.__name__}>", "exec"),  # noqa: S102
-             env)
+        source = _launch_source(kernel.params, binary.info)
+        exec(compile(source, f"<launch plan {kernel.__name__}>", "exec"), env)  # noqa: S102  (source built here)
         self.launch = env["launch"]
 
     def _grid(self, grid) -> tuple:

@@ -10,7 +10,6 @@ driver or a compiler.
 """
 from __future__ import annotations
 
-
 import importlib
 import math
 import os

@@ -394,8 +394,8 @@ def test_a_binarys_generated_launch_matches_rt_launch(fake, monkeypatch):
             ("scalar", 1, None, scalar_packer(kd.i32)), ("scalar", 2, None, scalar_packer(kd.f32)))
     binaries = [types.SimpleNamespace(info=kir, args=[None] * len(plan), plan=plan, lock=threading.Lock(),
                                       slots=np.zeros(len(plan), np.uint64), function=7, dynamic_shared=0,
-                                      params_ptr=0, fill=slot_code.fill_function(plan),
-                                      packers=slot_code.packers_of(plan)) for _ in range(2)]
+                                      params_ptr=0, fill=fill, packers=slot_code.packers_of(plan))
+                for fill in (None, slot_code.fill_function(plan))]   # rt.launch's plan loop; the generated code
     shapes = []
 
     def launch(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -409,7 +409,8 @@ def test_a_binarys_generated_launch_matches_rt_launch(fake, monkeypatch):
         rt.launcher(binaries[1], (32, 1, 1))((3, 2, 1), (x, -3, 2.5))
     assert fake.calls[-1] == ("cuLaunchKernel", (s.handle,)) and shapes == [(7, 3, 2, 1, 32, 1, 1)] * 2
     assert binaries[0].slots.tolist() == binaries[1].slots.tolist()
-    assert binaries[1].slots.tolist()[4] == 2**32 - 3
+    assert binaries[1].slots.tolist() == [x.buffer.raw + x.offset * 4, x.extent(), 4, 8, 2**32 - 3,
+                                          int(np.float32(2.5).view(np.uint32))]
     monkeypatch.setattr(fake, "cuLaunchKernel", lambda *a: (real.CUresult.CUDA_ERROR_INVALID_VALUE,))
     with pytest.raises(kd.LaunchError, match=r"launching k \(grid \(3, 2, 1\), block \(32, 1, 1\)\)"):
         rt.launcher(binaries[1], (32, 1, 1))((3, 2, 1), (x, -3, 2.5))

@@ -45,11 +45,10 @@ from ..moe.tiles import SCAN_UNITS, exclusive_scan
 from ..validation import aligned
 from .problem import GridSampleError, sample_problem
 from . import tuning as _tuning
-from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group, small_backward,
+from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group,
                      backward_gather_vector, backward_group, backward_staged_channels, channels_last_lanes,
                      channels_last_vectors, cubes, forward_tiles, gather_cells, headroom, lane_last_plan, lane_plan,
-                     staged_plan,
-                     transpose_lanes)
+                     small_backward, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]

@@ -36,8 +36,8 @@ from .reduction import lane_row_mean, plane_mean, spread_mean, unit_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, bin_rows, column_units, element_plan, f64_positions, lane_plan,
-                     lane_row_plan, outputs_per_unit, SHORT_ROW, unit_row_plan,
+from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, bin_rows, column_units, element_plan,
+                     f64_positions, lane_plan, lane_row_plan, outputs_per_unit, SHORT_ROW, unit_row_plan,
                      reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
                      widened_input, window_taps)
 
