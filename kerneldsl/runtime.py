@@ -468,13 +468,16 @@ class Runtime:
         if rec is not None:  # the call being recorded reads device values on the host
             rec.refuse("host download")
         self.wait_for_buffer(t.buffer)
-        item = t.dtype.itemsize
         if t.size == 0:
             return np.empty(t.shape, t.dtype.np)
-        nbytes = t.extent() * item
-        raw = self._download(t.buffer, t.offset * item, nbytes)
-        view = np.lib.stride_tricks.as_strided(raw.view(t.dtype.np), t.shape, [s * item for s in t.strides])
-        return np.array(view, copy=True)
+        item = t.dtype.itemsize
+        return host_array(t, self._download(t.buffer, t.offset * item, t.extent() * item))
+
+    def to_numpy_all(self, tensors) -> list:
+        """Host copies of several tensors of this runtime, as `to_numpy` makes each, for a
+        caller that needs them together (a validation reading lengths and labels): a back end
+        may queue every copy and wait once (cuda does)."""
+        return [self.to_numpy(t) for t in tensors]
 
     def copy(self, t: Tensor) -> Tensor:
         """A packed copy of any view, made by a DSL kernel on this runtime."""
@@ -620,3 +623,10 @@ def zeros(shape, dtype="f32", runtime=None) -> Tensor:  # noqa: F811
 __all__ = ["Runtime", "RuntimeUnavailable", "RuntimeStatus", "runtime", "get_runtime", "available_runtimes",
            "runtime_report", "tensor", "empty", "zeros",
            "contiguous_strides"]
+
+
+def host_array(t: Tensor, raw: np.ndarray) -> np.ndarray:
+    """A packed host copy of tensor `t` from `raw`, the bytes of its extent (from its offset on)."""
+    item = t.dtype.itemsize
+    view = np.lib.stride_tricks.as_strided(raw.view(t.dtype.np), t.shape, [s * item for s in t.strides])
+    return np.array(view, copy=True)

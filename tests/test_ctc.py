@@ -311,6 +311,10 @@ def _bad_calls(rt):
          lambda: R.ctc_loss(lp, rt.tensor(np.array([[1, 2, 3], [4, 3, 0]], np.int32)), il, tl)),
         ("got -1 in sample 0", lambda: R.ctc_loss(lp, rt.tensor(np.array([[1, -1, 3], [3, 3, 0]], np.int32)), il, tl)),
         ("got 4 in sample 1", lambda: R.ctc_loss(lp, rt.tensor(np.array([1, 2, 3, 4, 3], np.int64)), il, tl)),
+        ("got -5 in sample 1", lambda: R.ctc_loss(lp, rt.tensor(np.array([[1, 2, 3], [-5, 3, 0]], np.int64)), il, tl)),
+        ("got 9 in sample 0", lambda: R.ctc_loss(lp, rt.tensor(np.array([[9, 2, 3], [3, 3, 0]], np.uint8)), il, tl)),
+        ("got 4000000000 in sample 1",
+         lambda: R.ctc_loss(lp, rt.tensor(np.array([[1, 2, 3], [3, 4000000000, 0]], np.uint32)), il, tl)),
         ("input_lengths must be between 0 and T (6), got 7 at index 1", lambda: R.ctc_loss(lp, tg, i32(6, 7), tl)),
         ("input_lengths must be between 0 and T", lambda: R.ctc_loss(lp, tg, [-1, 2], tl)),
         ("target_lengths must be between 0 and S (3), got 4", lambda: R.ctc_loss(lp, tg, il, i32(4, 2))),
@@ -336,6 +340,19 @@ def _bad_calls(rt):
 @pytest.mark.feature("ctc: errors")
 def test_every_error_rule_before_launch(runtime, no_launch):
     assert_each_rejected(_bad_calls(runtime), CtcError)
+
+
+@pytest.mark.feature("ctc: errors")
+def test_padding_past_each_target_length_is_not_checked(runtime):
+    """Only labels within each sample's target length are checked (torch ignores the rest):
+    padding outside [0, C), or the blank, changes nothing."""
+    lp = runtime.tensor(np.log(np.random.default_rng(3).dirichlet(np.ones(4), (6, 2))).astype(np.float32))
+    il, tl = [6, 5], runtime.tensor(np.array([2, 1], np.int64))
+    clean = R.ctc_loss(lp, runtime.tensor(np.array([[1, 2, 1], [3, 1, 1]], np.int64)), il, tl, reduction="none")
+    for pad in (-7, 99, 0, 2**40):
+        got = R.ctc_loss(lp, runtime.tensor(np.array([[1, 2, pad], [3, pad, pad]], np.int64)), il, tl,
+                         reduction="none")
+        np.testing.assert_array_equal(got.numpy(), clean.numpy())
 
 
 @pytest.mark.feature("ctc: errors")

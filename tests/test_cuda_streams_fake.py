@@ -94,6 +94,16 @@ class FakeDriver:
         del self.memory[int(ptr)]
         return (OK,)
 
+    def cuMemAllocHost(self, n):
+        a = np.zeros(n, np.uint8)
+        self.memory[a.ctypes.data] = a
+        self._log("cuMemAllocHost", n)
+        return OK, a.ctypes.data
+
+    def cuMemFreeHost(self, ptr):
+        del self.memory[int(ptr)]
+        return (OK,)
+
     def cuMemcpyHtoDAsync(self, dst, src, n, s):
         self._log("cuMemcpyHtoDAsync", int(s))
         ctypes.memmove(dst, src, n)
@@ -137,6 +147,7 @@ def make_runtime() -> "cuda_rt.CudaRuntime":
     rt.index, rt.context, rt._local = 0, None, threading.local()
     Runtime.__init__(rt, "cuda", for_arch("sm_90"))
     rt._errbuf = None
+    rt._staging_memory, rt._staging_lock = None, threading.Lock()
     rt._native = None  # launches through the fake's cuLaunchKernel (no native launcher for a fake driver)
     return rt
 
@@ -191,6 +202,33 @@ def test_copies_go_to_the_current_stream_and_reads_wait_for_producers(fake):
     rt.synchronize()
     synced = {args[0] for name, args in fake.calls if name == "cuStreamSynchronize"}
     assert {s.handle, d} <= synced
+
+
+def test_reading_several_tensors_waits_once(fake):
+    """to_numpy_all: every copy into page-locked staging memory, then one stream wait; the
+    values as to_numpy gives them (strided and empty views included); more bytes than the
+    staging holds: to_numpy each."""
+    rt = make_runtime()
+    s = rt.stream()
+    with rt.use_stream(s):
+        a = rt.tensor(np.arange(12, dtype=np.int64).reshape(3, 4))
+    b = rt.tensor(np.array([7, -8, 9], np.int32))
+    views = [a, b, a[:, 1::2], b[:0], rt.tensor(np.array([1.5, 2.5], np.float32))]
+    fake.calls.clear()
+    got = rt.to_numpy_all(views)
+    d = rt.default_stream().handle
+    assert fake.calls[:2] == [("cuStreamSynchronize", (s.handle,)), ("cuMemAllocHost", (rt.STAGING_BYTES,))]
+    assert fake.calls[2:] == [("cuMemcpyDtoHAsync", (d,))] * 4 + [("cuStreamSynchronize", (d,))]
+    for g, v in zip(got, views):
+        want = v.numpy()
+        assert g.dtype == want.dtype and g.shape == want.shape
+        np.testing.assert_array_equal(g, want)
+    big = rt.zeros(rt.STAGING_BYTES // 4, "f32")
+    fake.calls.clear()
+    got = rt.to_numpy_all([b, big])
+    assert [n for n in fake.names() if n == "cuStreamSynchronize"] == ["cuStreamSynchronize"] * 2
+    np.testing.assert_array_equal(got[0], [7, -8, 9])
+    assert got[1].shape == (rt.STAGING_BYTES // 4,) and not got[1].any()
 
 
 def test_events(fake):

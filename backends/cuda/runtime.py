@@ -11,16 +11,18 @@ or device gets `RuntimeUnavailable` when the runtime is asked for.
 from __future__ import annotations
 
 import array
+import ctypes
 import functools
 import threading
+import weakref
 
 import numpy as np
 
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import launch_args_from_json, scalar_packer
 from kerneldsl.prepared import PreparedLaunch
-from kerneldsl import envflags, interop
-from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable
+from kerneldsl import envflags, interop, replay
+from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable, host_array
 from kerneldsl.streams import Event, Stream
 from kerneldsl.tensor import Tensor
 
@@ -220,6 +222,8 @@ class CudaRuntime(CudaPipeline, Runtime):
         self._enter()
         super().__init__("cuda" if index == 0 else f"cuda:{index}", caps)
         self._errbuf = None
+        self._staging_memory = None  # page-locked host memory for to_numpy_all (_staging)
+        self._staging_lock = threading.Lock()
         self._tensor_maps = TensorMaps(driver)  # kd.bulk_copy sources' maps, encoded at first use
         # the JIT'd native launcher (launcher.py) that issues a replay's joined launches in one
         # call; None (each launch through cuda-python) where there is none or
@@ -300,6 +304,49 @@ class CudaRuntime(CudaPipeline, Runtime):
                "cuMemcpyDtoHAsync")
         stream.synchronize()
         return out
+
+    STAGING_BYTES = 1 << 16  # page-locked host bytes for to_numpy_all's copies
+
+    def to_numpy_all(self, tensors) -> list:
+        """Several small tensors' host copies with one wait: each is copied into page-locked
+        staging memory, where `cuMemcpyDtoHAsync` is truly asynchronous (into pageable memory
+        each copy waits for itself), then the stream is synchronised once. Tensors larger
+        than the staging memory together take `to_numpy` each."""
+        tensors = list(tensors)
+        spans, at = [], 0
+        for t in tensors:
+            n = t.extent() * t.dtype.itemsize if t.size else 0
+            spans.append((at, n))
+            at += -(-n // 16) * 16
+        if len(tensors) < 2 or at > self.STAGING_BYTES:
+            return super().to_numpy_all(tensors)
+        rec = replay.active()
+        if rec is not None:  # the call being recorded reads device values on the host
+            rec.refuse("host download")
+        for buffer in {id(t.buffer): t.buffer for t in tensors}.values():
+            self.wait_for_buffer(buffer)
+        self._enter()
+        stream = self.current_stream()
+        driver = _driver()
+        with self._staging_lock:
+            address, host = self._staging()
+            for t, (start, n) in zip(tensors, spans):
+                if n:
+                    _check(driver.cuMemcpyDtoHAsync(address + start, t.buffer.raw + t.offset * t.dtype.itemsize, n,
+                                                    stream.cu), "cuMemcpyDtoHAsync")
+            stream.synchronize()
+            return [host_array(t, host[start:start + n]) if n else np.empty(t.shape, t.dtype.np)
+                    for t, (start, n) in zip(tensors, spans)]
+
+    def _staging(self) -> tuple:
+        """(address, uint8 numpy view) of this runtime's page-locked staging memory, allocated
+        at first use and kept for the runtime's life (call under `_staging_lock`)."""
+        if self._staging_memory is None:
+            ptr = int(_check(_driver().cuMemAllocHost(self.STAGING_BYTES), "cuMemAllocHost", MemoryError))
+            view = np.ctypeslib.as_array((ctypes.c_uint8 * self.STAGING_BYTES).from_address(ptr))
+            self._staging_memory = (ptr, view)
+            weakref.finalize(self, _driver().cuMemFreeHost, ptr).atexit = False  # (at exit the driver frees it)
+        return self._staging_memory
 
     def _fill_zero(self, t):
         self._enter()

@@ -19,7 +19,7 @@ from kerneldsl.replay import replayable
 from . import gradient as _grad
 from . import plane as _plane
 from . import recursion as _rec
-from .problem import REDUCTIONS, CtcCall, CtcError, ctc_call, ctc_problem, grad_out_scale
+from .problem import REDUCTIONS, CtcCall, CtcError, ctc_problem, grad_out_scale
 from .tuning import cube_units, grad_plan, recursion_plan
 
 __all__ = ["CtcError", "ctc_loss", "ctc_alpha_beta", "ctc_loss_backward"]
@@ -34,7 +34,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     p = ctc_problem("ctc_loss", log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)
     if p.N == 0:  # nothing to launch: an empty [0], or the sum (0) or mean (NaN) of no losses
         return p.runtime.tensor(np.full(p.loss_shape, np.nan if p.reduction == "mean" else 0.0, p.log_probs.dtype.np))
-    return _loss(ctc_call(p))
+    return _loss(p)
 
 
 def ctc_alpha_beta(log_probs, targets, input_lengths, target_lengths, blank=0) -> tuple:
@@ -45,7 +45,7 @@ def ctc_alpha_beta(log_probs, targets, input_lengths, target_lengths, blank=0) -
     if p.N == 0:
         alpha, beta, nll = _outputs(p, store=True)
         return alpha, beta, nll
-    return _alpha_beta(ctc_call(p))
+    return _alpha_beta(p)
 
 
 def ctc_loss_backward(log_probs, targets, input_lengths, target_lengths, grad_out, blank=0, reduction="mean",
@@ -57,7 +57,7 @@ def ctc_loss_backward(log_probs, targets, input_lengths, target_lengths, grad_ou
     g = grad_out_scale(fn, p, grad_out)
     if p.N == 0 or p.T == 0 or p.C == 0:
         return p.runtime.empty(log_probs.shape, log_probs.dtype)
-    return _backward(ctc_call(p), g, tuple(log_probs.shape))
+    return _backward(p, g, tuple(log_probs.shape))
 
 
 # ---------------------------------------------------------------------------- launches

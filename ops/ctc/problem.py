@@ -1,10 +1,12 @@
 """Validation of rudnn.ctc calls (SPEC §0, §10), all run before any launch: each call
-becomes a `CtcProblem` (log-probabilities viewed as [T, N, C], the targets packed one
-sample after another as I32, per-sample offsets and lengths), or raises CtcError naming
-the function, the argument, what it got and what is needed.
+becomes a `CtcCall` (log-probabilities viewed as [T, N, C]; the targets, per-sample offsets
+and lengths packed into one I32 array), or raises CtcError naming the function, the
+argument, what it got and what is needed.
 
 The rules on label values and lengths need their values, so targets and lengths are read
 to the host here (they are small integer arrays; the log-probabilities stay on the device).
+Every call pays for these checks, so each rule is a reduction or two over the whole array
+(the first offender is looked for only once a rule fails).
 """
 from __future__ import annotations
 
@@ -28,24 +30,26 @@ CHECKS = Checks(CtcError)
 
 
 @dataclass(frozen=True)
-class CtcProblem:
-    """A validated call. `log_probs` is [T, N, C] (an unbatched [T, C] input seen with N = 1);
-    `labels` is the targets tensor's values flattened (I32, host: padded rows keep their
-    padding, which no launch reads), sample n's labels from `offsets[n]`; `states` = 2S + 1 is
-    the last axis of alpha and beta, S being the padded target width (or the longest target
-    when targets are concatenated). `labels` has the targets' size whatever the lengths, so
-    calls of one layout upload arrays of one shape (what a replay keys on, `CtcCall`)."""
+class CtcCall:
+    """A validated call, in the form its `@replayable` launch functions key on
+    (kerneldsl/replay.py). `log_probs` is [T, N, C] (an unbatched [T, C] input seen with
+    N = 1); `samples` is the host I32 array the call uploads: the targets tensor's values
+    flattened (padded rows keep their padding, which no launch reads), one spare element,
+    then per sample its label offset, input length and target length, so calls of one layout
+    upload arrays of one shape; `labels` is the targets' size. `states` = 2S + 1 is the last
+    axis of alpha and beta, S being the padded target width (or the longest target when
+    targets are concatenated); `longest` (2·the longest target length + 1) picks the
+    recursion's cube shape."""
 
     log_probs: kd.Tensor
-    batched: bool
-    labels: np.ndarray
-    offsets: np.ndarray
-    input_lengths: np.ndarray
-    target_lengths: np.ndarray
+    samples: np.ndarray
+    labels: int
+    longest: int
     max_target: int
     blank: int
-    reduction: str = "mean"
-    zero_infinity: bool = False
+    reduction: str
+    zero_infinity: bool
+    batched: bool
 
     @property
     def runtime(self):
@@ -73,12 +77,20 @@ class CtcProblem:
         return (self.N,) if self.reduction == "none" and self.batched else ()
 
 
-def _integers(check: Checks, name: str, value, shape_rule: str, n: int | None) -> np.ndarray:
-    """An integer tensor (or Python ints) as a 1-D int64 host array; of length n when given."""
-    if isinstance(value, kd.Tensor):
-        if not value.dtype.is_int:
-            check.fail(f"{name} must be an integer tensor, got {describe(value)}")
-        arr = np.asarray(value.numpy()).astype(np.int64)
+def _integer_tensor(check: Checks, name: str, value) -> bool:
+    """Whether `value` is a tensor (then of an integer dtype), to be read with the others."""
+    if not isinstance(value, kd.Tensor):
+        return False
+    if not value.dtype.is_int:
+        check.fail(f"{name} must be an integer tensor, got {describe(value)}")
+    return True
+
+
+def _integers(check: Checks, name: str, value, host, shape_rule: str, n: int | None) -> np.ndarray:
+    """An integer tensor (`host`: its values read to the host) or Python ints as a 1-D int64
+    host array; of length n when given."""
+    if host is not None:
+        arr = host.astype(np.int64, copy=False)
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
         arr = np.asarray([int(value)], np.int64).reshape(())
     elif isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
@@ -95,18 +107,20 @@ def _integers(check: Checks, name: str, value, shape_rule: str, n: int | None) -
     return arr
 
 
-def _in_range(check: Checks, name: str, values: np.ndarray, high: int, high_is: str) -> None:
-    if not values.size or (values.min() >= 0 and values.max() <= high):  # (two reductions: the common case)
-        return
-    bad = np.flatnonzero((values < 0) | (values > high))
-    if bad.size:
-        i = int(bad[0])
+def _in_range(check: Checks, name: str, values: np.ndarray, high: int, high_is: str) -> int:
+    """The largest of `values` (a 1-D int64 array; 0 when empty), each checked to lie in [0, high]."""
+    if not values.size:
+        return 0
+    top = int(values.view(np.uint64).max())  # one reduction: a negative value reads as 2^64 or more
+    if top > high:
+        i = int(np.flatnonzero((values < 0) | (values > high))[0])
         check.fail(f"{name} must be between 0 and {high_is} ({high}), got {int(values[i])} at index {i}")
+    return top
 
 
 def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blank, reduction="mean",
-                zero_infinity=False) -> CtcProblem:
-    """Check every SPEC §10 rule for one call of `fn`."""
+                zero_infinity=False) -> CtcCall:
+    """Check every SPEC §10 rule for one call of `fn`; the call in its launch form."""
     check = CHECKS.at(fn)
     lp = check.tensor("log_probs", log_probs, dtypes=FLOAT_DTYPES)
     if lp.ndim not in (2, 3):
@@ -135,74 +149,66 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
                    f"(shape {list(tg.shape)})")
     if batched and tg.ndim == 2 and tg.shape[0] != N:
         check.fail(f"targets must have shape [N, S] with N = {N} (log_probs' batch), got {list(tg.shape)}")
-    il = _integers(check, "input_lengths", input_lengths, "N = log_probs' batch", N if batched else None)
-    tl = _integers(check, "target_lengths", target_lengths, "N = log_probs' batch", N if batched else None)
+    # the targets and the length tensors read to the host together (one wait on cuda)
+    read = [tg] + [v for name, v in (("input_lengths", input_lengths), ("target_lengths", target_lengths))
+                   if _integer_tensor(check, name, v)]
+    hosts = lp.runtime.to_numpy_all(read)
+    flat = hosts[0].reshape(-1)
+    il_host = hosts[1] if isinstance(input_lengths, kd.Tensor) else None
+    tl_host = hosts[-1] if isinstance(target_lengths, kd.Tensor) else None
+    il = _integers(check, "input_lengths", input_lengths, il_host, "N = log_probs' batch", N if batched else None)
+    tl = _integers(check, "target_lengths", target_lengths, tl_host, "N = log_probs' batch", N if batched else None)
     _in_range(check, "input_lengths", il, T, "T")
     padded = tg.ndim == 2 or not batched
     width = tg.shape[-1]
     if padded:
-        _in_range(check, "target_lengths", tl, width, "S")
-        offsets = np.arange(N, dtype=np.int64) * (width if batched else 0)
+        longest = _in_range(check, "target_lengths", tl, width, "S")
+        offsets = np.arange(0, N * width, width) if batched else 0
+        # each row's first target-length entries, row after row (all of them when every row is full)
+        full = not N or int(tl.min()) == width
+        labels = flat if full else flat.reshape(N, width)[np.arange(width) < tl[:, None]]
     else:
-        _in_range(check, "target_lengths", tl, width, "the length of targets")
-        if int(tl.sum()) > width:
+        longest = _in_range(check, "target_lengths", tl, width, "the length of targets")
+        ends = np.cumsum(tl)
+        total = int(ends[-1]) if N else 0
+        if total > width:
             check.fail(f"target_lengths must sum to at most the length of the concatenated targets ({width}), "
-                       f"got {int(tl.sum())}")
-        offsets = np.concatenate([[0], np.cumsum(tl)[:-1]]).astype(np.int64)
-    flat = tg.numpy().reshape(-1) if tg.size else np.zeros(0, np.int64)
-    if not N:
-        labels = flat[:0]
-    elif padded:  # each row's first target-length entries, row after row
-        labels = flat.reshape(N, width)[np.arange(width) < tl[:, None]]
-    else:  # concatenated targets lie back to back from the start
-        labels = flat[:int(tl.sum())]
-    bad = np.flatnonzero((labels < 0) | (labels >= C) | (labels == b)) if labels.size and (
-        labels.min() < 0 or labels.max() >= C or (labels == b).any()) else labels[:0]
-    if bad.size:
-        v = int(labels[bad[0]])
-        n = int(np.searchsorted(np.cumsum(tl), bad[0], side="right"))
-        need = f"not the blank ({b})" if v == b else f"in [0, C) = [0, {C})"
-        check.fail(f"targets must hold labels {need} within each target length, got {v} in sample {n}")
-    max_target = width if padded else (int(tl.max()) if N else 0)
+                       f"got {total}")
+        offsets = ends - tl
+        labels = flat[:total]  # concatenated targets lie back to back from the start
+    _check_labels(check, labels, tl, b, C)
     view = lp if batched else (lp if lp.is_contiguous() else lp.contiguous()).reshape(T, 1, C)
-    return CtcProblem(view, batched, flat.astype(np.int32), offsets.astype(np.int32), il.astype(np.int32),
-                      tl.astype(np.int32), max_target, b, reduction, zi)
+    n_labels = flat.size
+    samples = np.empty(n_labels + 1 + 3 * N, np.int32)
+    samples[:n_labels] = flat  # (padding values outside I32 wrap: no launch reads them)
+    samples[n_labels] = 0
+    samples[n_labels + 1:n_labels + 1 + N] = offsets
+    samples[n_labels + 1 + N:n_labels + 1 + 2 * N] = il
+    samples[n_labels + 1 + 2 * N:] = tl
+    max_target = width if padded else longest
+    return CtcCall(view, samples, n_labels, 2 * longest + 1, max_target, b, reduction, zi, batched)
 
 
-@dataclass(frozen=True)
-class CtcCall:
-    """What a validated call's launches depend on, in the form `@replayable` keys
-    (kerneldsl/replay.py): log_probs [T, N, C]; `samples`, the host I32 array the call uploads
-    (the flattened targets, one spare element, then per sample the label offset, input length
-    and target length: one shape per layout); and plain values. `longest` (2·the longest
-    target length + 1) picks the recursion's cube shape; `labels` is the targets' size."""
-
-    log_probs: kd.Tensor
-    samples: np.ndarray
-    labels: int
-    longest: int
-    max_target: int
-    blank: int
-    reduction: str
-    zero_infinity: bool
-    batched: bool
-
-    runtime = CtcProblem.runtime
-    T = CtcProblem.T
-    N = CtcProblem.N
-    C = CtcProblem.C
-    states = CtcProblem.states
-    loss_shape = CtcProblem.loss_shape
+def _check_labels(check: Checks, labels: np.ndarray, tl: np.ndarray, blank: int, C: int) -> None:
+    """Every label within the target lengths in [0, C) and not the blank; the error names the
+    first bad one and its sample."""
+    if not labels.size:
+        return
+    if labels.dtype.kind == "i" and labels.itemsize >= 4:  # one reduction for both bounds: a
+        # negative label read unsigned is 2^31 or more, past any class count
+        in_classes = int(labels.view(labels.dtype.str.replace("i", "u")).max()) < C
+    else:
+        in_classes = int(labels.min()) >= 0 and int(labels.max()) < C
+    if in_classes and not (labels == blank).any():
+        return
+    bad = np.flatnonzero((labels < 0) | (labels >= C) | (labels == blank))
+    v = int(labels[bad[0]])
+    n = int(np.searchsorted(np.cumsum(tl), bad[0], side="right"))
+    need = f"not the blank ({blank})" if v == blank else f"in [0, C) = [0, {C})"
+    check.fail(f"targets must hold labels {need} within each target length, got {v} in sample {n}")
 
 
-def ctc_call(p: CtcProblem) -> CtcCall:
-    """The launch form of a validated call (for N >= 1)."""
-    samples = np.concatenate((p.labels, np.zeros(1, np.int32), p.offsets, p.input_lengths, p.target_lengths))
-    return CtcCall(p.log_probs, samples, p.labels.size, int(2 * p.target_lengths.max() + 1), p.max_target, p.blank,
-                   p.reduction, p.zero_infinity, p.batched)
-
-
-def grad_out_scale(fn: str, p: CtcProblem, grad_out) -> kd.Tensor | float:
+def grad_out_scale(fn: str, p: CtcCall, grad_out) -> kd.Tensor | float:
     """Check ctc_loss_backward's grad_out: a float tensor of the loss's shape on log_probs'
     runtime, or a number when the loss is a scalar."""
     check = CHECKS.at(fn)
