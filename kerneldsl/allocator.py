@@ -46,6 +46,7 @@ SEGMENT_ROUND = 2 << 20  # large segments of LARGE_REQUEST and more are rounded 
 FREE, ALLOCATED, PENDING = 0, 1, 2  # block states (PENDING: freed, waiting for other streams)
 ALLOC_EVENT, FREE_EVENT, SETTLE_EVENT = 0, 1, 2  # what the statistics log records (CachingAllocator._fold)
 LOG_LIMIT = 4096  # logged events folded into the statistics at the latest
+VECTOR_FOLD = 64  # logs of at least this many events are folded by numpy (fold_events)
 
 # statistics kept with current / peak / cumulative allocated / freed, per pool, as PyTorch names them
 STAT_NAMES = ("allocation", "allocated_bytes", "requested_bytes", "active", "active_bytes", "segment",
@@ -201,7 +202,7 @@ class CachingAllocator:
         self._all = Counters()
         self._small, self._large = Counters(), Counters()
         self._stats = {"all": self._all, "small_pool": self._small, "large_pool": self._large}
-        self._log: list = []  # (ALLOC_EVENT | FREE_EVENT | SETTLE_EVENT, size, requested, small[, held]) not yet counted
+        self._log: list = []  # (ALLOC_EVENT | FREE_EVENT | SETTLE_EVENT, size, requested, small, held) not yet counted
         self.num_alloc_retries = 0
         self.num_ooms = 0
         self.num_device_alloc = 0
@@ -243,7 +244,7 @@ class CachingAllocator:
             block.state = ALLOCATED
             block.requested = nbytes
             log = self._log  # statistics are folded in later, in order (`_fold`)
-            log.append((ALLOC_EVENT, block.size, nbytes, small))
+            log.append((ALLOC_EVENT, block.size, nbytes, small, False))
             if len(log) >= LOG_LIMIT:
                 self._fold()
         return block
@@ -305,7 +306,7 @@ class CachingAllocator:
             elif not all(e.query() for e in events):
                 keep.append((block, events))
                 continue
-            self._log.append((SETTLE_EVENT, block.size, 0, block.segment.small))
+            self._log.append((SETTLE_EVENT, block.size, 0, block.segment.small, False))
             self._return(block)
         self._pending = keep
 
@@ -440,22 +441,26 @@ class CachingAllocator:
 
     # ------------------------------------------------------------------ statistics
     def _fold(self):
-        """Apply the logged allocations, frees and settlements to the counters, in order (so
-        peaks are exact). Allocation and free only log: counting both pools' statistics on
-        every tensor made and collected cost about a µs."""
+        """Apply the logged allocations, frees and settlements to the counters, as if in order
+        (so peaks are exact). Allocation and free only log: counting both pools' statistics on
+        every tensor made and collected cost about a µs; a long log is folded by numpy
+        (`fold_events`), a short one event by event."""
         log = self._log
         if not log:
             return
+        if len(log) >= VECTOR_FOLD:
+            fold_events(log, self._all, self._small, self._large)
+            log.clear()
+            return
         everything, small_pool, large_pool = self._all, self._small, self._large
-        for event in log:
-            what, size, requested, small = event[0], event[1], event[2], event[3]
+        for what, size, requested, small, held in log:
             pool = small_pool if small else large_pool
             if what == ALLOC_EVENT:
                 everything.allocated(size, requested)
                 pool.allocated(size, requested)
             elif what == FREE_EVENT:
-                everything.freed(size, requested, event[4])
-                pool.freed(size, requested, event[4])
+                everything.freed(size, requested, held)
+                pool.freed(size, requested, held)
             else:
                 everything.settled(size)
                 pool.settled(size)
@@ -517,3 +522,33 @@ class CachingAllocator:
             self._fold()
             for c in self._stats.values():
                 c.peak[:] = c.current
+
+
+def fold_events(log: list, everything: Counters, small_pool: Counters, large_pool: Counters) -> None:
+    """`CachingAllocator._fold` of a log of (what, size, requested, small, held) events in a
+    few numpy passes: each event's change of the first five statistics, their running sums
+    per pool (a peak is the largest running value) and the sums of their rises and falls.
+    The same counts as applying the events one by one, at about a third of the cost on long
+    logs (the conversion of the events to an array is most of it)."""
+    import numpy as np  # (the allocator's other paths need no numpy)
+
+    ev = np.fromiter(itertools.chain.from_iterable(log), np.int64, count=5 * len(log)).reshape(-1, 5)
+    what, size, requested, small, held = np.ascontiguousarray(ev.T)
+    gone = (what == FREE_EVENT).astype(np.int64)
+    change = (what == ALLOC_EVENT) - gone  # allocation count, allocated and requested bytes
+    active = change + gone * held - (what == SETTLE_EVENT)  # active count and bytes (a held free stays active)
+    deltas = np.stack([change, change * size, change * requested, active, active * size])  # [5, events]
+    is_small = small.astype(bool)
+    for counters, rows in ((everything, None), (small_pool, is_small), (large_pool, ~is_small)):
+        d = deltas if rows is None else deltas[:, rows]
+        if not d.shape[1]:
+            continue
+        running = np.cumsum(d, axis=1)
+        top, total = running.max(axis=1).tolist(), running[:, -1].tolist()
+        size_sum = np.abs(d).sum(axis=1).tolist()  # rises + falls (and rises - falls = total)
+        cur, peak, inc, dec = counters.current, counters.peak, counters.increased, counters.decreased
+        for i in range(5):
+            peak[i] = max(peak[i], cur[i] + top[i])
+            cur[i] += total[i]
+            inc[i] += (size_sum[i] + total[i]) // 2
+            dec[i] += (size_sum[i] - total[i]) // 2

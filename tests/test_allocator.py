@@ -182,6 +182,39 @@ def test_statistics_follow_allocations_and_frees():
     assert pool.memory_stats()["active.all.current"] == 0
 
 
+def test_statistics_folded_by_numpy_match_event_by_event(monkeypatch):
+    """A long statistics log is folded by numpy (allocator.fold_events), a short one event by
+    event: the same random run of allocations, frees held for other streams and their
+    settlements, read at random points, gives every statistic the same either way (peaks
+    included), and allocated bytes equal the live blocks' sizes."""
+    import kerneldsl.allocator as A
+
+    def run(vector_fold: int) -> list:
+        monkeypatch.setattr(A, "VECTOR_FOLD", vector_fold)
+        pool, _, _ = allocator()
+        other = FakeStream("other")
+        rng = np.random.default_rng(7)
+        live, seen = [], []
+        for step in range(3000):
+            r = rng.random()
+            if r < 0.5 or not live:
+                size = int(rng.choice([rng.integers(1, 4096), rng.integers(1, 3 * MiB)]))
+                live.append(pool.allocate(size, S))
+            elif r < 0.9:
+                block = live.pop(int(rng.integers(len(live))))
+                pool.free(block, {other} if rng.random() < 0.3 else None)
+            else:
+                for e in other.events:
+                    e.done = e.done or rng.random() < 0.5
+            if rng.random() < 0.01:
+                seen.append(pool.memory_stats())
+        st = pool.memory_stats()
+        assert st["allocated_bytes.all.current"] == sum(b.size for b in live)
+        return seen + [st]
+
+    assert run(vector_fold=1) == run(vector_fold=1 << 30)
+
+
 def test_pending_blocks_count_as_active_until_their_event_completes():
     pool, _, _ = allocator()
     other = FakeStream("other")
