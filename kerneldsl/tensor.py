@@ -170,6 +170,11 @@ class Tensor:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def __getitem__(self, key) -> "Tensor":
+        if type(key) is slice and self.shape and key.step is None:  # t[a:b], the common view, directly
+            start, stop, _ = key.indices(self.shape[0])
+            count = max(0, stop - start)
+            offset = self.offset + start * self.strides[0] if count else self.offset
+            return Tensor._of(self.runtime, self.buffer, (count,) + self.shape[1:], self.dtype, self.strides, offset)
         if not isinstance(key, tuple):
             key = (key,)
         if Ellipsis in key:

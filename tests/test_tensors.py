@@ -52,6 +52,20 @@ def test_views_share_memory_and_copy_correctly(runtime, rng):
         t[4]
 
 
+def test_one_slice_views_match_numpy(runtime, rng):
+    """`t[a:b]` (a direct path in Tensor.__getitem__) gives numpy's view for in-range,
+    negative, clipped and empty bounds, on 1-D tensors and on the first axis of others,
+    also of a view that does not start its buffer, with the same layout as `t[(a:b,)]`."""
+    a = rng.standard_normal((10, 6)).astype(np.float32)
+    t = runtime.tensor(a)
+    for base, host in ((t, a), (t[2:], a[2:]), (t.reshape(-1), a.reshape(-1)), (t[:, 1], a[:, 1])):
+        for k in (slice(3, 9), slice(None), slice(-3, None), slice(8, 2), slice(None, 100), slice(-100, 2),
+                  slice(5, 5), slice(1, -1)):
+            v, general = base[k], base[(k,)]
+            assert (v.shape, v.strides, v.offset) == (general.shape, general.strides, general.offset), k
+            np.testing.assert_array_equal(v.numpy(), host[k])
+
+
 def test_bf16_host_arrays_use_ml_dtypes(runtime):
     import ml_dtypes
     a = np.array([1.0, -2.5, 3.140625], dtype=ml_dtypes.bfloat16)
