@@ -476,8 +476,18 @@ class Runtime:
     def to_numpy_all(self, tensors) -> list:
         """Host copies of several tensors of this runtime, as `to_numpy` makes each, for a
         caller that needs them together (a validation reading lengths and labels): a back end
-        may queue every copy and wait once (cuda does)."""
+        may queue every copy and wait once (cuda and opencl do)."""
         return [self.to_numpy(t) for t in tensors]
+
+    def _before_host_reads(self, tensors) -> None:
+        """What `to_numpy` does before its copy, for several tensors: a replay recording is
+        refused, and every stream that queued work on their memory is waited for (each
+        buffer once)."""
+        rec = replay.active()
+        if rec is not None:  # the call being recorded reads device values on the host
+            rec.refuse("host download")
+        for buffer in {id(t.buffer): t.buffer for t in tensors}.values():
+            self.wait_for_buffer(buffer)
 
     def copy(self, t: Tensor) -> Tensor:
         """A packed copy of any view, made by a DSL kernel on this runtime."""

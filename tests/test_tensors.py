@@ -66,6 +66,27 @@ def test_one_slice_views_match_numpy(runtime, rng):
             np.testing.assert_array_equal(v.numpy(), host[k])
 
 
+def test_reading_several_tensors_at_once_matches_each_read(runtime, rng):
+    """rt.to_numpy_all: what .numpy() gives each tensor (dtypes, shapes, strided, offset and
+    empty views, two views of one buffer), including tensors written on another stream."""
+    import ml_dtypes
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    t = runtime.tensor(a)
+    s = runtime.stream()
+    with runtime.use_stream(s):
+        u = runtime.tensor(np.arange(5, dtype=np.int64))
+    views = [t, t[1:3, ::2], u, u[2:], u[:0], runtime.tensor(np.array([1.5, -2.0], ml_dtypes.bfloat16)),
+             runtime.tensor(np.array(7, np.int32))]
+    got = runtime.to_numpy_all(views)
+    assert len(got) == len(views)
+    for g, v in zip(got, views):
+        want = v.numpy()
+        assert g.dtype == want.dtype and g.shape == want.shape
+        np.testing.assert_array_equal(g, want)
+    np.testing.assert_array_equal(got[1], a[1:3, ::2])
+    assert runtime.to_numpy_all([]) == []
+
+
 def test_bf16_host_arrays_use_ml_dtypes(runtime):
     import ml_dtypes
     a = np.array([1.0, -2.5, 3.140625], dtype=ml_dtypes.bfloat16)

@@ -21,7 +21,7 @@ import numpy as np
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import launch_args_from_json, scalar_packer
 from kerneldsl.prepared import PreparedLaunch
-from kerneldsl import envflags, interop, replay
+from kerneldsl import envflags, interop
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable, host_array
 from kerneldsl.streams import Event, Stream
 from kerneldsl.tensor import Tensor
@@ -338,11 +338,7 @@ class CudaRuntime(CudaPipeline, Runtime):
                   for t in tensors]
         if len(tensors) < 2 or sum(-(-n // 16) * 16 for _, n in pieces) > self.STAGING_BYTES:
             return super().to_numpy_all(tensors)
-        rec = replay.active()
-        if rec is not None:  # the call being recorded reads device values on the host
-            rec.refuse("host download")
-        for buffer in {id(t.buffer): t.buffer for t in tensors}.values():
-            self.wait_for_buffer(buffer)
+        self._before_host_reads(tensors)
         raws = self._staged_copies(pieces)
         return [host_array(t, raw) if t.size else np.empty(t.shape, t.dtype.np) for t, raw in zip(tensors, raws)]
 

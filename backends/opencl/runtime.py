@@ -19,7 +19,7 @@ import numpy as np
 from kerneldsl import ir
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import Rendering, launch_args_from_json, launch_args_to_json, scalar_value_packer
-from kerneldsl.runtime import Runtime, RuntimeUnavailable
+from kerneldsl.runtime import Runtime, RuntimeUnavailable, host_array
 from kerneldsl.streams import Event, Stream
 
 from . import compiler, platforms, renderer
@@ -249,6 +249,25 @@ class OpenCLRuntime(Runtime):
             self._wait(self._cl.enqueue_copy(stream.queue, out, buffer.raw, src_offset=byte_offset,
                                              is_blocking=False), out, stream)
         return out
+
+    def to_numpy_all(self, tensors) -> list:
+        """Every copy queued on the current stream, then one wait for the last (the queue is
+        in order)."""
+        tensors = list(tensors)
+        if len(tensors) < 2:
+            return super().to_numpy_all(tensors)
+        self._before_host_reads(tensors)
+        stream = self.current_stream()
+        outs, last = [], None
+        for t in tensors:
+            out = np.empty(t.extent() * t.dtype.itemsize if t.size else 0, np.uint8)
+            if out.nbytes:
+                last = self._cl.enqueue_copy(stream.queue, out, t.buffer.raw, src_offset=t.offset * t.dtype.itemsize,
+                                             is_blocking=False)
+            outs.append(out)
+        if last is not None:
+            self._wait(last, outs, stream)
+        return [host_array(t, out) if t.size else np.empty(t.shape, t.dtype.np) for t, out in zip(tensors, outs)]
 
     def _fill_zero(self, t):
         n = t.size * t.dtype.itemsize
