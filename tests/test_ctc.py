@@ -342,6 +342,21 @@ def test_every_error_rule_before_launch(runtime, no_launch):
     assert_each_rejected(_bad_calls(runtime), CtcError)
 
 
+def test_padded_targets_of_width_zero(runtime, rng):
+    """Targets [N, 0] (every target empty): each loss is the blank path's, -Σ_{t < length}
+    lp[t, n, blank], and alpha and beta have one state."""
+    lp = np.log(rng.dirichlet(np.ones(4), (6, 3))).astype(np.float32)
+    il = np.array([6, 0, 3], np.int64)
+    blank = 2
+    want = -np.array([lp[:n, i, blank].astype(np.float64).sum() for i, n in enumerate(il)])
+    args = (runtime.tensor(lp), runtime.tensor(np.zeros((3, 0), np.int64)), runtime.tensor(il), [0, 0, 0])
+    got = R.ctc_loss(*args, blank=blank, reduction="none").numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    alpha, beta, nll = R.ctc_alpha_beta(*args, blank=blank)
+    assert alpha.shape == beta.shape == (6, 3, 1)
+    np.testing.assert_allclose(nll.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.feature("ctc: errors")
 def test_padding_past_each_target_length_is_not_checked(runtime):
     """Only labels within each sample's target length are checked (torch ignores the rest):

@@ -111,7 +111,7 @@ def _in_range(check: Checks, name: str, values: np.ndarray, high: int, high_is: 
     """The largest of `values` (a 1-D int64 array; 0 when empty), each checked to lie in [0, high]."""
     if not values.size:
         return 0
-    top = int(values.view(np.uint64).max())  # one reduction: a negative value reads as 2^64 or more
+    top = int(values.view(np.uint64).max())  # one reduction: a negative value reads as 2^63 or more
     if top > high:
         i = int(np.flatnonzero((values < 0) | (values > high))[0])
         check.fail(f"{name} must be between 0 and {high_is} ({high}), got {int(values[i])} at index {i}")
@@ -163,7 +163,7 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     width = tg.shape[-1]
     if padded:
         longest = _in_range(check, "target_lengths", tl, width, "S")
-        offsets = np.arange(0, N * width, width) if batched else 0
+        offsets = np.arange(N, dtype=np.int64) * width if batched else 0
         # each row's first target-length entries, row after row (all of them when every row is full)
         full = not N or int(tl.min()) == width
         labels = flat if full else flat.reshape(N, width)[np.arange(width) < tl[:, None]]
