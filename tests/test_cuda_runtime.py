@@ -127,3 +127,80 @@ def test_uploads_downloads_and_fill_are_stream_ordered(rt, rng):
     for _ in range(5):                    # queued launches and copies, one stream, no waits between
         scale_add[12, 256](x, out, 1.0)
     np.testing.assert_allclose(out.numpy(), a * 5, rtol=1e-6)
+
+
+def _graph_builds(monkeypatch) -> list:
+    """Every KernelGraph made from now on (backends/cuda/graphs.py), with its failure if any."""
+    from kerneldsl.backends.cuda import graphs
+    made, build = [], graphs.KernelGraph._build
+
+    def counted(self):
+        build(self)
+        made.append(self)
+
+    monkeypatch.setattr(graphs.KernelGraph, "_build", counted)
+    return made
+
+
+def test_launches_again_as_graphs_follow_new_arguments_and_grids(rt, rng, monkeypatch):
+    """From a binary's second launch on, launches are graph launches whose node parameters are
+    set each time: new tensors, scalars and grids must all reach the kernel."""
+    if rt._graph_run is None:
+        pytest.skip("this driver or $KERNELDSL_CUDA_GRAPHS gives no graph launches")
+    made = _graph_builds(monkeypatch)
+
+    @kd.kernel
+    def axpy(x: kd.Tensor, out: kd.Tensor, a: kd.f32):
+        i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+        if i < x.shape[0]:
+            out[i] = x[i] * a + out[i]
+
+    xs = [rng.standard_normal(n).astype(np.float32) for n in (300, 1000)]
+    X = [rt.tensor(a) for a in xs]
+    outs = [rt.zeros(a.size, "f32") for a in xs]
+    want = [np.zeros(a.size, np.float32) for a in xs]
+    for k, a in enumerate([1.0, 2.0, -0.5, 3.0, 0.25, 4.0]):
+        j = k % 2
+        axpy[-(-xs[j].size // 128), 128](X[j], outs[j], a)
+        want[j] = xs[j] * np.float32(a) + want[j]
+    for out, w in zip(outs, want):
+        np.testing.assert_allclose(out.numpy(), w, rtol=1e-6)
+    assert made and all(g.failure is None for g in made)
+
+
+def test_launches_on_a_capturing_stream_are_captured_one_by_one(rt, rng, monkeypatch):
+    """A graph launch would end a capture (torch.cuda.graph, cuStreamBeginCapture): on a
+    capturing stream a launch goes through cuLaunchKernel, which the capture records."""
+    if rt._graph_run is None:
+        pytest.skip("this driver or $KERNELDSL_CUDA_GRAPHS gives no graph launches")
+    from kerneldsl.backends.cuda import runtime as cuda_rt
+    driver = cuda_rt._driver()
+    made = _graph_builds(monkeypatch)
+
+    @kd.kernel
+    def bump(out: kd.Tensor, a: kd.f32):
+        i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+        if i < out.shape[0]:
+            out[i] = out[i] + a
+
+    s = rt.stream()
+    out = rt.zeros(256, "f32")
+    with rt.use_stream(s):
+        for _ in range(3):  # the second and third launches are graph launches
+            bump[2, 128](out, 1.0)
+        assert made
+        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        assert int(driver.cuStreamBeginCapture(s.cu, mode)[0]) == 0
+        bump[2, 128](out, 10.0)
+        bump[2, 128](out, 100.0)
+        err, captured = driver.cuStreamEndCapture(s.cu)
+    assert int(err) == 0, err  # the capture was not invalidated
+    assert np.all(out.numpy() == 3.0)  # captured work did not run
+    err, graph_exec = driver.cuGraphInstantiate(captured, 0)
+    assert int(err) == 0
+    for _ in range(2):
+        assert int(driver.cuGraphLaunch(graph_exec, s.cu)[0]) == 0
+    s.synchronize()
+    np.testing.assert_array_equal(out.numpy(), np.full(256, 3.0 + 2 * 110.0, np.float32))
+    driver.cuGraphExecDestroy(graph_exec)
+    driver.cuGraphDestroy(captured)

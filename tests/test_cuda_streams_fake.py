@@ -149,6 +149,7 @@ def make_runtime() -> "cuda_rt.CudaRuntime":
     rt._errbuf = None
     rt._staging_memory, rt._staging_lock = None, threading.Lock()
     rt._native = None  # launches through the fake's cuLaunchKernel (no native launcher for a fake driver)
+    rt._graph_run = None  # (and no graph launches: graphs are tested with a fake graph_run of their own)
     return rt
 
 

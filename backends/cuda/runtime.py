@@ -26,9 +26,10 @@ from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable, host_array
 from kerneldsl.streams import Event, Stream
 from kerneldsl.tensor import Tensor
 
-from . import compiler, dlpack, launcher
+from . import compiler, dlpack, graphs, launcher
 from . import slots as slot_code
 from .capabilities import from_device, sm_of
+from .launcher import GRAPH_FALLBACK
 from .compile_only import CudaPipeline
 from .tensor_maps import TensorMaps
 
@@ -229,6 +230,10 @@ class CudaRuntime(CudaPipeline, Runtime):
         # call; None (each launch through cuda-python) where there is none or
         # $KERNELDSL_CUDA_NATIVE_LAUNCH is off
         self._native = launcher.get(driver) if envflags.switch("KERNELDSL_CUDA_NATIVE_LAUNCH", True)() else None
+        # launches of a binary again as CUDA graph launches (graphs.py): the native graph_run, or
+        # None (cuLaunchKernel each time) without it or where $KERNELDSL_CUDA_GRAPHS is off
+        self._graph_run = (self._native.graph_run if self._native is not None
+                           and envflags.switch("KERNELDSL_CUDA_GRAPHS", True)() else None)
 
     @property
     def device_key(self):
@@ -544,9 +549,18 @@ class CudaRuntime(CudaPipeline, Runtime):
         def failed(result, grid):
             _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
 
+        def graph_failed(code, grid):
+            _graph_failed(code, 1, kir.name, grid, block)
+
+        graph = None
+        if self._graph_run is not None:
+            graph = graphs.KernelGraph(driver, self._graph_run,
+                                       [(binary.function, (1, 1, 1), block, binary.dynamic_shared, binary.params_ptr,
+                                         binary.slots)])
         return make(self._local, self._enter, self._stream_local, self._default_stream, binary.lock, binary.slots,
                     binary.packers, driver.cuLaunchKernel, binary.function, block[0], block[1], block[2],
-                    binary.dynamic_shared, binary.params_ptr, _success(), failed)
+                    binary.dynamic_shared, binary.params_ptr, _success(), failed,
+                    None if graph is None else graph.launch_grid, graphs.GRAPH_FALLBACK, graph_failed)
 
     def prepare_launch(self, binary: CudaBinary, grid, block, args):
         # bounds-checked, or with tensor maps (encoded per tensor address): the general path
@@ -558,6 +572,13 @@ class CudaRuntime(CudaPipeline, Runtime):
         if self._native is None or len(launches) < 2 or not all(type(p) is CudaPreparedLaunch for p in launches):
             return None
         return CudaLaunchSequence(self, launches)
+
+
+def _graph_failed(code: int, count: int, name: str, grid, block) -> None:
+    """Raise LaunchError for a failed graph launch (graphs.KernelGraph.launch's code)."""
+    step, result = graphs.failed_step(code, count)
+    _check((_driver().CUresult(result),), f"launching {name} (grid {tuple(grid)}, block {tuple(block)}; {step})",
+           LaunchError)
 
 
 def _slot_value(kir, kind: str, v, axis: int, packer) -> int:
@@ -577,7 +598,7 @@ class CudaPreparedLaunch(PreparedLaunch):
     """A cuda launch with its own parameter block, filled once (kerneldsl/prepared.py): `run`
     writes each tensor's data address and launches on the current stream."""
 
-    __slots__ = ("slots", "params", "params_ptr", "data", "lock", "driver", "dims", "success", "descriptor")
+    __slots__ = ("slots", "params", "params_ptr", "data", "lock", "driver", "dims", "success", "descriptor", "graph")
 
     def __init__(self, runtime, binary: CudaBinary, grid, block, args):
         super().__init__(runtime, binary, grid, block, args)
@@ -596,6 +617,9 @@ class CudaPreparedLaunch(PreparedLaunch):
         # its words in a joined sequence's native call (CudaLaunchSequence; a lone launch goes
         # through cuda-python: the H200 host measured both at 5.3 µs a prepared launch)
         self.descriptor = launcher.descriptor(int(binary.function), grid, block, binary.dynamic_shared, self.params_ptr)
+        self.graph = (None if runtime._graph_run is None else graphs.KernelGraph(
+            self.driver, runtime._graph_run, [(binary.function, grid, block, binary.dynamic_shared, self.params_ptr,
+                                                  self.slots)]))
 
     def run(self, refs) -> None:
         rt = self.runtime
@@ -610,8 +634,13 @@ class CudaPreparedLaunch(PreparedLaunch):
                 if buffer.stream is not stream:
                     buffer.record_stream(stream)
                 slots[i] = buffer.raw + byte
-            result = self.driver.cuLaunchKernel(*self.dims, stream.cu, self.params_ptr, 0)
-        if result[0] != self.success:
+            code = GRAPH_FALLBACK if self.graph is None else self.graph.launch(stream.handle)
+            if code == GRAPH_FALLBACK:
+                result = self.driver.cuLaunchKernel(*self.dims, stream.cu, self.params_ptr, 0)
+        if code != GRAPH_FALLBACK:
+            if code:
+                _graph_failed(code, 1, self.binary.info.name, self.grid, self.block)
+        elif result[0] != self.success:
             _check(result, f"launching {self.binary.info.name} (grid {self.grid}, block {self.block})", LaunchError)
 
 
@@ -620,7 +649,7 @@ class CudaLaunchSequence:
     the launches' refs one after the other, writes every data address, then launches them all
     in order on the current stream."""
 
-    __slots__ = ("runtime", "launches", "patches", "descriptors", "descriptors_ptr", "lock")
+    __slots__ = ("runtime", "launches", "patches", "descriptors", "descriptors_ptr", "lock", "graph")
 
     def __init__(self, runtime, launches: list):
         self.runtime = runtime
@@ -631,6 +660,9 @@ class CudaLaunchSequence:
             self.descriptors.extend(p.descriptor)
         self.descriptors_ptr = self.descriptors.buffer_info()[0]
         self.lock = threading.Lock()
+        self.graph = (None if runtime._graph_run is None else graphs.KernelGraph(
+            _driver(), runtime._graph_run,
+            [(p.binary.function, p.grid, p.block, p.binary.dynamic_shared, p.params_ptr, p.slots) for p in launches]))
 
     def run(self, refs) -> None:
         rt = self.runtime
@@ -644,12 +676,18 @@ class CudaLaunchSequence:
                 if buffer.stream is not stream:
                     buffer.record_stream(stream)
                 slots[i] = buffer.raw + byte
-            code = rt._native.launch_all(self.descriptors_ptr, len(self.launches), stream.handle)
+            code = GRAPH_FALLBACK if self.graph is None else self.graph.launch(stream.handle)
+            native = code == GRAPH_FALLBACK
+            if native:
+                code = rt._native.launch_all(self.descriptors_ptr, len(self.launches), stream.handle)
         if code:
-            index, result = launcher.failure(code)
-            p = self.launches[index]
-            _check((p.driver.CUresult(result),), f"launching {p.binary.info.name} (grid {p.grid}, block {p.block})",
-                   LaunchError)
+            n = len(self.launches)
+            index = (code >> 32) - 1
+            p = self.launches[min(index, n - 1)]
+            if not native:
+                _graph_failed(code, n, p.binary.info.name, p.grid, p.block)
+            _check((p.driver.CUresult(code & 0xFFFFFFFF),),
+                   f"launching {p.binary.info.name} (grid {p.grid}, block {p.block})", LaunchError)
 
 
 def available() -> bool:

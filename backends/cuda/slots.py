@@ -8,8 +8,8 @@ tensors. `fill_function(plan)` writes, once per plan shape, a straight-line func
 stores every slot and records the launch's stream on each tensor's memory, as the loop
 does; `launch_maker(plan)` wraps the same lines in the whole launch of one binary with one
 cube shape (context, current stream, lock, driver call, result check), which a launch plan
-calls with no `CudaRuntime.launch` in between. Plans with other kinds of slots (a
-bounds-error buffer, tensor maps) keep the loop.
+calls with no `CudaRuntime.launch` in between, as a one-node graph where it can
+(graphs.py). Plans with other kinds of slots (a bounds-error buffer, tensor maps) keep the loop.
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _launch_maker(shape: tuple):
     """`make(...)` returning the launch function of one plan shape (`launch_maker`)."""
     source = "\n".join([
         "def make(local, enter, streams, default_stream, lock, slots, packers, launch_kernel, function,",
-        "         bx, by, bz, shared, params_ptr, success, failed):",
+        "         bx, by, bz, shared, params_ptr, success, failed, graph_launch, fallback, graph_failed):",
         "    def launch(grid, args):",
         "        if not local.__dict__.get('entered'):",
         "            enter()",
@@ -68,9 +68,14 @@ def _launch_maker(shape: tuple):
         "            stream = default_stream",
         "        with lock:",
         *_fill_lines(shape, "            "),
-        "            result = launch_kernel(function, grid[0], grid[1], grid[2], bx, by, bz, shared, stream.cu,",
-        "                                   params_ptr, 0)",
-        "        if result[0] != success:",
+        "            code = fallback if graph_launch is None else graph_launch(grid, stream.handle)",
+        "            if code == fallback:",
+        "                result = launch_kernel(function, grid[0], grid[1], grid[2], bx, by, bz, shared, stream.cu,",
+        "                                       params_ptr, 0)",
+        "        if code != fallback:",
+        "            if code:",
+        "                graph_failed(code, grid)",
+        "        elif result[0] != success:",
         "            failed(result, grid)",
         "    return launch", ""])
     return _define(source, "make", f"launch {shape}")
@@ -95,9 +100,11 @@ def fill_function(plan: tuple):
 
 def launch_maker(plan: tuple):
     """For a binary's plan, `make(local, enter, streams, default_stream, lock, slots, packers,
-    launch_kernel, function, bx, by, bz, shared, params_ptr, success, failed)` returning
-    `launch(grid, args)`: `CudaRuntime.launch` of that binary with that cube shape (`failed(result,
-    grid)` raises for a driver error), or None where `fill_function` is None."""
+    launch_kernel, function, bx, by, bz, shared, params_ptr, success, failed, graph_launch,
+    fallback, graph_failed)` returning `launch(grid, args)`: `CudaRuntime.launch` of that binary
+    with that cube shape, through `graph_launch(grid, stream handle)` (graphs.py) unless that is
+    None or returns `fallback` (`failed(result, grid)` and `graph_failed(code, grid)` raise for a
+    driver error), or None where `fill_function` is None."""
     shape = _shape(plan)
     return None if shape is None else _launch_maker(shape)
 
