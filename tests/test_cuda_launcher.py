@@ -217,6 +217,8 @@ def test_a_kernel_graph_is_made_at_its_second_launch_as_a_chain():
     # each shadow starts from what its node was made with (so the first graph launch updates nothing)
     assert runs == [(0xE000, 0x51, [0x7001, 0x7002], 4 | 1 << 32, 1,
                      [[4 | 1 << 32, 1 | 64 << 32, 0x5000, 3], [2 | 3 << 32, 1 | 32 << 32, 0x6000]])]
+    assert g.launch(0x99) == launcher.GRAPH_FALLBACK and len(runs) == 1  # only on the stream it was made on
+    assert g.launch(0x51) == 0 and len(runs) == 2
     one = graphs.KernelGraph(driver, run, [(real.CUfunction(0x10), (1, 1, 1), (64, 1, 1), 0, 0x900, slots[1])])
     one.launch_grid((9, 8, 7), 0x52)
     assert one.launch_grid((5, 6, 7), 0x52) == 0

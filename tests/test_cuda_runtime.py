@@ -134,8 +134,8 @@ def _graph_builds(monkeypatch) -> list:
     from kerneldsl.backends.cuda import graphs
     made, build = [], graphs.KernelGraph._build
 
-    def counted(self):
-        build(self)
+    def counted(self, stream_handle):
+        build(self, stream_handle)
         made.append(self)
 
     monkeypatch.setattr(graphs.KernelGraph, "_build", counted)
@@ -163,6 +163,12 @@ def test_launches_again_as_graphs_follow_new_arguments_and_grids(rt, rng, monkey
         j = k % 2
         axpy[-(-xs[j].size // 128), 128](X[j], outs[j], a)
         want[j] = xs[j] * np.float32(a) + want[j]
+    other = rt.stream()  # a graph is launched only on the stream it was made on: here, one by one
+    other.wait_stream(rt.default_stream())
+    with rt.use_stream(other):
+        axpy[3, 128](X[0], outs[0], 2.0)
+    other.synchronize()
+    want[0] = xs[0] * np.float32(2.0) + want[0]
     for out, w in zip(outs, want):
         np.testing.assert_allclose(out.numpy(), w, rtol=1e-6)
     assert made and all(g.failure is None for g in made)

@@ -12,7 +12,9 @@ then launches the graph (`launcher.graph_run`, one native call).
 
 Semantics stay those of the launches one by one: the nodes run in order on the stream, after
 the work queued on it before. A graph's launches are also ordered behind its earlier launches
-on any stream, a dependency that launches one by one do not have; it never reorders work.
+on any stream, a dependency that launches one by one do not have, so a graph is launched
+only on the stream it was made on; launches on other streams go one by one (and stay free
+to overlap).
 A graph cannot be launched on a stream that is being captured (that would end the capture):
 `graph_run` sees the capture and does nothing, and the caller launches one by one, which the
 capture records.
@@ -49,11 +51,12 @@ def _checked(result, what: str):
 class KernelGraph:
     """Launches (CUfunction, grid, block, shared bytes, parameter-address array, parameter slots
     (an array.array the addresses point into)) in order as one graph, made at the BUILD_AT-th
-    `launch` (before it, and where making it failed, `launch` returns GRAPH_FALLBACK and the
-    caller launches them itself). Callers hold the lock that guards the slots across `launch`."""
+    `launch` for the stream of that launch. Before it, on any other stream, and where making
+    it failed, `launch` returns GRAPH_FALLBACK and the caller launches them itself. Callers
+    hold the lock that guards the slots across `launch`."""
 
-    __slots__ = ("descriptors", "words", "shadows", "table", "table_ptr", "count", "exec_handle", "run", "driver",
-                 "calls", "failure", "__weakref__")
+    __slots__ = ("descriptors", "words", "shadows", "table", "table_ptr", "count", "exec_handle", "stream", "run",
+                 "driver", "calls", "failure", "__weakref__")
 
     def __init__(self, driver, run, descriptors: list):
         self.driver = driver
@@ -71,6 +74,7 @@ class KernelGraph:
                                shadow.buffer_info()[0]])
         self.table_ptr = self.table.buffer_info()[0]
         self.exec_handle = 0
+        self.stream = None  # the stream the graph is launched on (the one it was made on)
         self.calls = 0
         self.failure = None  # why no graph was made (GraphUnavailable's text), for tests and reports
 
@@ -79,12 +83,14 @@ class KernelGraph:
         are now, and launch the graph: 0, GRAPH_FALLBACK (no graph, or the stream is being
         captured: nothing was done), or `launcher.failure`'s code of the step that failed."""
         if self.exec_handle:
+            if stream_handle != self.stream:
+                return GRAPH_FALLBACK
             return self.run(self.exec_handle, stream_handle, self.table_ptr, self.count)
         self.calls += 1
         if self.calls < BUILD_AT or self.failure is not None:
             return GRAPH_FALLBACK
         try:
-            self._build()
+            self._build(stream_handle)
         except GraphUnavailable as e:
             self.failure = str(e)
             return GRAPH_FALLBACK
@@ -97,9 +103,9 @@ class KernelGraph:
         w[2] = grid[2] | (w[2] & 0xFFFFFFFF00000000)
         return self.launch(stream_handle)
 
-    def _build(self) -> None:
-        """Make the graph from the slots and grids as they are now (the nodes copy them), and
-        start each shadow from them."""
+    def _build(self, stream_handle: int) -> None:
+        """Make the graph from the slots and grids as they are now (the nodes copy them), start
+        each shadow from them, and keep the graph for this stream."""
         driver = self.driver
         graph = _checked(driver.cuGraphCreate(0), "cuGraphCreate")
         try:
@@ -125,6 +131,7 @@ class KernelGraph:
             driver.cuGraphDestroy(graph)
             raise
         self.exec_handle = int(graph_exec)
+        self.stream = stream_handle
         # the node handles stay the graph's: it lives as long as its executable graph
         finalizer = weakref.finalize(self, _destroy, driver, graph_exec, graph)
         finalizer.atexit = False  # (at exit the driver frees them with the context)
