@@ -19,7 +19,10 @@ operators that pass host values to the device — the call must upload each such
 is (`rt.tensor(array)`), which the record keeps as an upload step of the new call's array
 (ctc's packed targets and lengths); and an object with a `replay_fields()` method by what
 that returns (tensors, plain values: e.g. a paged-attention `DevicePlan` or moe's
-`SwiGluExperts`, whose methods are replayed with the object as their first argument).
+`SwiGluExperts`, whose methods are replayed with the object as their first argument). A
+class whose `replay_fields()` never change once made (`replay_fields_fixed = True`: the
+paged `DevicePlan`) has that part of the key made once, when the object is a call's first
+argument.
 
 A record is kept only when the first call was layout-pure as far as the runtime can see:
 any other host upload (`rt.tensor`), a host array argument not uploaded as it is, or a
@@ -109,8 +112,25 @@ def _leaf_key(a, buffers: dict, tensors: list):
         return (type(a), *_keys([getattr(a, n) for n in names], buffers, tensors))
     fields = getattr(type(a), "replay_fields", None)
     if fields is not None:  # an object whose methods' host work depends on these only
+        if not tensors and getattr(type(a), "replay_fields_fixed", False):
+            return _fixed_key(a, fields, buffers, tensors)
         return (type(a), *_keys(fields(a), buffers, tensors))
     raise _Unkeyed
+
+
+def _fixed_key(a, fields, buffers: dict, tensors: list):
+    """_leaf_key of an object whose replay_fields never change (`replay_fields_fixed`), as the
+    call's first argument: made once and kept on the object with its tensors and their
+    aliases (with nothing before it in the key, they are the same every call)."""
+    cached = a.__dict__.get("_replay_key")
+    if cached is None:
+        part = (type(a), *_keys(fields(a), buffers, tensors))
+        cached = a._replay_key = (part, tuple(tensors), dict(buffers))
+        return part
+    part, mine, aliases = cached
+    tensors.extend(mine)
+    buffers.update(aliases)
+    return part
 
 
 def _keys(items, buffers: dict, tensors: list) -> list:

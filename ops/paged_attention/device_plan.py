@@ -37,6 +37,8 @@ MERGE_UNITS = 64
 class DevicePlan:
     """A HostPlan on the runtime of the tensor it was uploaded `like`; build with `upload`."""
 
+    replay_fields_fixed = True  # (kerneldsl/replay.py: its key part is made once per plan)
+
     def __init__(self, host: HostPlan, runtime, tables, lengths, sequence_ids, positions):
         self._host = host
         self._longest = {}  # causal -> the most tokens any row sees (picks the automatic split)
