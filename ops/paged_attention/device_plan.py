@@ -185,8 +185,8 @@ class DevicePlan:
         validate_append(self, new_k, new_v, k_cache, v_cache)
         if self._host.query_count() > 0:
             Q = self._host.query_count()
-            append_kernel[(Q,), APPEND_UNITS](new_k, k_cache, self.tables, self.sequence_ids, self.positions)
-            append_kernel[(Q,), APPEND_UNITS](new_v, v_cache, self.tables, self.sequence_ids, self.positions)
+            append_kernel[(Q,), APPEND_UNITS](new_k, k_cache, new_v, v_cache, self.tables, self.sequence_ids,
+                                              self.positions)
 
     def __repr__(self) -> str:
         return f"DevicePlan({self._host!r}, runtime={self.runtime.name!r})"
