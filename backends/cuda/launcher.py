@@ -66,13 +66,18 @@ next:
   %i1 = add i64 %i, 1
   br label %loop
 fail:
-  %at = add i64 %i, 1
+  %code = call i64 @failure(i64 %i, i32 %r)
+  ret i64 %code
+done:
+  ret i64 0
+}}
+
+define internal i64 @failure(i64 %index, i32 %r) alwaysinline {{
+  %at = add i64 %index, 1
   %hi = shl i64 %at, 32
   %lo = zext i32 %r to i64
   %code = or i64 %hi, %lo
   ret i64 %code
-done:
-  ret i64 0
 }}
 
 define internal i64 @word(i64* %desc, i64 %base, i64 %k) alwaysinline {{
@@ -110,11 +115,11 @@ loop:
   br i1 %more, label %body, label %run
 body:
   %row = mul i64 %i, {row_words}
-  %nodew = call i64 @entry(i64* %table, i64 %row, i64 0)
-  %structw = call i64 @entry(i64* %table, i64 %row, i64 1)
-  %slotsw = call i64 @entry(i64* %table, i64 %row, i64 2)
-  %count = call i64 @entry(i64* %table, i64 %row, i64 3)
-  %shadoww = call i64 @entry(i64* %table, i64 %row, i64 4)
+  %nodew = call i64 @word(i64* %table, i64 %row, i64 0)
+  %structw = call i64 @word(i64* %table, i64 %row, i64 1)
+  %slotsw = call i64 @word(i64* %table, i64 %row, i64 2)
+  %count = call i64 @word(i64* %table, i64 %row, i64 3)
+  %shadoww = call i64 @word(i64* %table, i64 %row, i64 4)
   %struct = inttoptr i64 %structw to i64*
   %slots = inttoptr i64 %slotsw to i64*
   %shadow = inttoptr i64 %shadoww to i64*
@@ -153,20 +158,14 @@ next:
   br label %loop
 fail:
   store i64 -1, i64* %shadow, align 8
-  %at = add i64 %i, 1
-  %hi = shl i64 %at, 32
-  %lo = zext i32 %r to i64
-  %code = or i64 %hi, %lo
+  %code = call i64 @failure(i64 %i, i32 %r)
   ret i64 %code
 run:
   %lr = call i32 %launch(i8* %e, i8* %s)
   %lok = icmp eq i32 %lr, 0
   br i1 %lok, label %done, label %lfail
 lfail:
-  %lat = add i64 %n, 1
-  %lhi = shl i64 %lat, 32
-  %llo = zext i32 %lr to i64
-  %lcode = or i64 %lhi, %llo
+  %lcode = call i64 @failure(i64 %n, i32 %lr)
   ret i64 %lcode
 fallback:
   ret i64 {fallback}
@@ -174,12 +173,6 @@ done:
   ret i64 0
 }}
 
-define internal i64 @entry(i64* %table, i64 %row, i64 %k) alwaysinline {{
-  %at = add i64 %row, %k
-  %p = getelementptr i64, i64* %table, i64 %at
-  %v = load i64, i64* %p, align 8
-  ret i64 %v
-}}
 """
 
 NODE_BYTES = 72  # sizeof(CUDA_KERNEL_NODE_PARAMS) (the v2 form: func, grid, block, shared, params, extra, kern, ctx)
