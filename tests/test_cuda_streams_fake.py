@@ -453,3 +453,61 @@ def test_a_binarys_generated_launch_matches_rt_launch(fake, monkeypatch):
     monkeypatch.setattr(fake, "cuLaunchKernel", lambda *a: (real.CUresult.CUDA_ERROR_INVALID_VALUE,))
     with pytest.raises(kd.LaunchError, match=r"launching k \(grid \(3, 2, 1\), block \(32, 1, 1\)\)"):
         rt.launcher(binaries[1], (32, 1, 1))((3, 2, 1), (x, -3, 2.5))
+
+
+def test_a_binarys_launches_go_through_a_graph_from_the_second_on(fake, monkeypatch):
+    """With graph launches (backends/cuda/graphs.py; `rt._graph_run` stands in for the native
+    call here): the first launch is a cuLaunchKernel, the second makes the graph on its stream
+    and launches it with that call's grid, as do later ones; a capturing stream (the native
+    call answers GRAPH_FALLBACK), another stream, and a failed graph launch behave as said."""
+    import array
+    from kerneldsl.backends.cuda import launcher
+    from kerneldsl.backends.cuda import slots as slot_code
+    from kerneldsl.pipeline import scalar_packer
+    rt = make_runtime()
+    runs, answer = [], [0]
+
+    def graph_run(graph_exec, stream, table_ptr, n):
+        row = (ctypes.c_uint64 * launcher.ROW_WORDS).from_address(table_ptr)
+        words = (ctypes.c_uint64 * 3).from_address(row[1])
+        slots = (ctypes.c_uint64 * row[3]).from_address(row[2])
+        runs.append((graph_exec, stream, n, words[1] & 0xFFFFFFFF, words[1] >> 32, words[2] & 0xFFFFFFFF,
+                     list(slots)))
+        return answer[0]
+
+    made = []
+    fake.CUDA_KERNEL_NODE_PARAMS = real.CUDA_KERNEL_NODE_PARAMS
+    fake.cuGraphCreate = lambda flags: (OK, 0x600)
+    fake.cuGraphAddKernelNode = lambda graph, deps, n, p: made.append((p.gridDimX, p.blockDimX)) or (OK, 0x700)
+    fake.cuGraphInstantiate = lambda graph, flags: (OK, 0xE00)
+    fake.cuGraphExecDestroy = fake.cuGraphDestroy = lambda handle: (OK,)
+    rt._graph_run = graph_run
+    x = rt.zeros((4, 8))
+    kir = types.SimpleNamespace(name="k", params=[types.SimpleNamespace(name="x", index=0),
+                                                  types.SimpleNamespace(name="n", index=1)], bounds_check=False)
+    plan = (("data", 0, None, None), ("scalar", 1, None, scalar_packer(kd.i32)))
+    slots = array.array("Q", bytes(16))
+    binary = types.SimpleNamespace(info=kir, args=[None, None], plan=plan, lock=threading.Lock(), slots=slots,
+                                   function=real.CUfunction(7), dynamic_shared=0, params_ptr=0,
+                                   fill=slot_code.fill_function(plan), packers=slot_code.packers_of(plan))
+    launch = rt.launcher(binary, (32, 1, 1))
+    s, other = rt.stream(), rt.stream()
+    address = x.buffer.raw + x.offset * 4
+    with rt.use_stream(s):
+        launch((3, 1, 1), (x, 5))
+        assert fake.names()[-1] == "cuLaunchKernel" and runs == [] and made == []
+        launch((4, 2, 1), (x, 6))
+        launch((5, 1, 1), (x, -1))
+    assert made == [(4, 32)]  # made at the second launch, with its grid
+    assert runs == [(0xE00, s.handle, 1, 4, 2, 1, [address, 6]), (0xE00, s.handle, 1, 5, 1, 1, [address, 2**32 - 1])]
+    assert fake.names().count("cuLaunchKernel") == 1
+    answer[0] = launcher.GRAPH_FALLBACK  # the stream is being captured: launched one by one
+    with rt.use_stream(s):
+        launch((2, 1, 1), (x, 7))
+    with rt.use_stream(other):  # another stream: one by one, with no graph call at all
+        launch((2, 1, 1), (x, 8))
+    assert fake.names().count("cuLaunchKernel") == 3 and len(runs) == 3
+    assert fake.calls[-1] == ("cuLaunchKernel", (other.handle,))
+    answer[0] = (2 << 32) | int(real.CUresult.CUDA_ERROR_INVALID_VALUE)  # step 1 of a 1-node graph: its launch
+    with rt.use_stream(s), pytest.raises(kd.LaunchError, match=r"launching k \(grid \(2, 1, 1\).*the graph launch"):
+        launch((2, 1, 1), (x, 9))
