@@ -511,3 +511,17 @@ def test_a_binarys_launches_go_through_a_graph_from_the_second_on(fake, monkeypa
     answer[0] = (2 << 32) | int(real.CUresult.CUDA_ERROR_INVALID_VALUE)  # step 1 of a 1-node graph: its launch
     with rt.use_stream(s), pytest.raises(kd.LaunchError, match=r"launching k \(grid \(2, 1, 1\).*the graph launch"):
         launch((2, 1, 1), (x, 9))
+
+
+def test_a_failed_graph_names_the_node_or_every_kernel(fake):
+    """A failed node update names that node's kernel; a failed launch of the whole graph names
+    every kernel in it (CudaLaunchSequence's graph)."""
+    launches = [("first", (4, 1, 1), (32, 1, 1)), ("second", (2, 2, 1), (64, 1, 1))]
+    bad = int(real.CUresult.CUDA_ERROR_INVALID_VALUE)
+    with pytest.raises(kd.LaunchError, match=r"launching second \(grid \(2, 2, 1\), block \(64, 1, 1\)\): "
+                                             r"setting node 1's parameters") as node:
+        cuda_rt._graph_failed((2 << 32) | bad, launches)
+    assert "first" not in str(node.value)
+    with pytest.raises(kd.LaunchError, match=r"launching first \(grid \(4, 1, 1\), block \(32, 1, 1\)\); "
+                                             r"second \(grid \(2, 2, 1\), block \(64, 1, 1\)\): the graph launch"):
+        cuda_rt._graph_failed((3 << 32) | bad, launches)

@@ -550,7 +550,7 @@ class CudaRuntime(CudaPipeline, Runtime):
             _check(result, f"launching {kir.name} (grid {tuple(grid)}, block {tuple(block)})", LaunchError)
 
         def graph_failed(code, grid):
-            _graph_failed(code, 1, kir.name, grid, block)
+            _graph_failed(code, [(kir.name, grid, block)])
 
         graph = None
         if self._graph_run is not None:
@@ -560,7 +560,7 @@ class CudaRuntime(CudaPipeline, Runtime):
         return make(self._local, self._enter, self._stream_local, self._default_stream, binary.lock, binary.slots,
                     binary.packers, driver.cuLaunchKernel, binary.function, block[0], block[1], block[2],
                     binary.dynamic_shared, binary.params_ptr, _success(), failed,
-                    None if graph is None else graph.launch_grid, graphs.GRAPH_FALLBACK, graph_failed)
+                    None if graph is None else graph.launch_grid, GRAPH_FALLBACK, graph_failed)
 
     def prepare_launch(self, binary: CudaBinary, grid, block, args):
         # bounds-checked, or with tensor maps (encoded per tensor address): the general path
@@ -574,11 +574,15 @@ class CudaRuntime(CudaPipeline, Runtime):
         return CudaLaunchSequence(self, launches)
 
 
-def _graph_failed(code: int, count: int, name: str, grid, block) -> None:
-    """Raise LaunchError for a failed graph launch (graphs.KernelGraph.launch's code)."""
-    step, result = graphs.failed_step(code, count)
-    _check((_driver().CUresult(result),), f"launching {name} (grid {tuple(grid)}, block {tuple(block)}; {step})",
-           LaunchError)
+def _graph_failed(code: int, launches: list) -> None:
+    """Raise LaunchError for a failed graph launch (graphs.KernelGraph.launch's code) of
+    `launches` ((kernel name, grid, block) per node), naming the node whose update failed, or
+    every kernel where the graph launch itself did."""
+    step, result = graphs.failed_step(code, len(launches))
+    index = min((code >> 32) - 1, len(launches))
+    what = "; ".join(f"{name} (grid {tuple(grid)}, block {tuple(block)})"
+                     for name, grid, block in (launches[index:index + 1] or launches))
+    _check((_driver().CUresult(result),), f"launching {what}: {step}", LaunchError)
 
 
 def _slot_value(kir, kind: str, v, axis: int, packer) -> int:
@@ -639,7 +643,7 @@ class CudaPreparedLaunch(PreparedLaunch):
                 result = self.driver.cuLaunchKernel(*self.dims, stream.cu, self.params_ptr, 0)
         if code != GRAPH_FALLBACK:
             if code:
-                _graph_failed(code, 1, self.binary.info.name, self.grid, self.block)
+                _graph_failed(code, [(self.binary.info.name, self.grid, self.block)])
         elif result[0] != self.success:
             _check(result, f"launching {self.binary.info.name} (grid {self.grid}, block {self.block})", LaunchError)
 
@@ -680,14 +684,13 @@ class CudaLaunchSequence:
             native = code == GRAPH_FALLBACK
             if native:
                 code = rt._native.launch_all(self.descriptors_ptr, len(self.launches), stream.handle)
+        if code and not native:
+            _graph_failed(code, [(p.binary.info.name, p.grid, p.block) for p in self.launches])
         if code:
-            n = len(self.launches)
-            index = (code >> 32) - 1
-            p = self.launches[min(index, n - 1)]
-            if not native:
-                _graph_failed(code, n, p.binary.info.name, p.grid, p.block)
-            _check((p.driver.CUresult(code & 0xFFFFFFFF),),
-                   f"launching {p.binary.info.name} (grid {p.grid}, block {p.block})", LaunchError)
+            index, result = launcher.failure(code)
+            p = self.launches[index]
+            _check((p.driver.CUresult(result),), f"launching {p.binary.info.name} (grid {p.grid}, block {p.block})",
+                   LaunchError)
 
 
 def available() -> bool:
