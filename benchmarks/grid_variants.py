@@ -29,15 +29,25 @@ from rudnn.grid_sample import tuning
 from .common import machine, median_device_time, median_torch_cuda_time, table
 from .spatial_sampling import TDTYPES, affine_grid, default_runtimes, max_rel_err
 
+
+def staged(tile_w: int, channels: int, area: int) -> dict:
+    """The staged forward's constants (the channels-last forward, which precedes it, off)."""
+    return {"CHANNELS_LAST": False, "STAGED_FORWARD": True, "STAGED_TILE_W": tile_w, "STAGED_CHANNELS": channels,
+            "STAGED_AREA": area}
+
+
 FORWARD = {   # name -> tuning constants
-    "direct": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 0},
-    "direct tiles 32w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 32},
-    "direct tiles 16w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 16},
-    "direct tiles 8w": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 8},
-    "staged 16w CH4 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 4, "STAGED_AREA": 1024},
-    "staged 16w CH8 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 8, "STAGED_AREA": 1024},
-    "staged 32w CH4 A1024": {"STAGED_FORWARD": True, "STAGED_TILE_W": 32, "STAGED_CHANNELS": 4, "STAGED_AREA": 1024},
-    "staged 16w CH2 A2048": {"STAGED_FORWARD": True, "STAGED_TILE_W": 16, "STAGED_CHANNELS": 2, "STAGED_AREA": 2048},
+    "direct": {"CHANNELS_LAST": False, "FORWARD_TILE_W": 0, "FORWARD_CHANNELS": 0},
+    "direct tiles 32w": {"CHANNELS_LAST": False, "FORWARD_CHANNELS": 0, "FORWARD_TILE_W": 32},
+    "direct tiles 16w": {"CHANNELS_LAST": False, "FORWARD_CHANNELS": 0, "FORWARD_TILE_W": 16},
+    "direct tiles 8w": {"CHANNELS_LAST": False, "FORWARD_CHANNELS": 0, "FORWARD_TILE_W": 8},
+    # chunks.py: K channels a unit, all at once in cubes whose taps' box holds at most A pixels
+    **{f"chunks K{k} A{a}": {"CHANNELS_LAST": False, "FORWARD_CHANNELS": k, "FORWARD_AREA": a}
+       for k, a in ((4, 4096), (8, 4096), (16, 4096), (8, 0), (8, 2 ** 30), (8, 1024), (8, 16384))},
+    "staged 16w CH4 A1024": staged(16, 4, 1024),
+    "staged 16w CH8 A1024": staged(16, 8, 1024),
+    "staged 32w CH4 A1024": staged(32, 4, 1024),
+    "staged 16w CH2 A2048": staged(16, 2, 2048),
     "last V1 T1": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 1},
     "last V1 T2": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 2},
     "last V1 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 4},

@@ -394,6 +394,7 @@ def test_tiled_direct_forward_matches_the_flat_one(runtime, rng, monkeypatch):
     from rudnn.grid_sample import tuning
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
     monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    monkeypatch.setattr(tuning, "FORWARD_CHANNELS", 0)   # (chunks.py otherwise)
     assert tuning.forward_tiles((5, 7), 3) == (0, 1)
     for dims, size_in, size_out in ((2, (5, 7), (9, 13)), (3, (3, 4, 5), (2, 3, 4))):
         x = rng.standard_normal((2, 3, *size_in)).astype(np.float32)
@@ -408,6 +409,53 @@ def test_tiled_direct_forward_matches_the_flat_one(runtime, rng, monkeypatch):
             np.testing.assert_array_equal(got[2], got[0], err_msg=str(opts))
     monkeypatch.setattr(tuning, "FORWARD_TILE_W", 8)
     assert tuning.forward_tiles((9, 13), 4) == (8, 4 * 1 * 2)
+
+
+@pytest.mark.interpreter
+def test_channel_chunk_forward_matches_the_direct_kernel(runtime, rng, monkeypatch):
+    """chunks.sample_chunks, forced where units are not SIMD lanes (on GPUs it is the default
+    below the channels-last form), at most 2 channels a unit of 5 (chunks of 2-2-1) with every
+    cube loading its channels at once (box bound 2^30), one at a time (0), and by the box of
+    its taps (60 pixels: cubes of 16 points on the smooth grid fit, on the random one they do
+    not), then at most 4 and 8 (chunks of 3-2 and 5) by the box: 2-D (every mode, zeros and reflection padding, a NaN pixel)
+    and 3-D, a batch of 2 whose points do not fill the last cube: sample.sample_forward's
+    samples bit for bit."""
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    from rudnn.grid_sample.chunks import sample_chunks
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(gs, "lane_plan", lambda *a: None)
+    monkeypatch.setattr(gs, "UNITS", 16)
+    monkeypatch.setattr(tuning, "UNITS", 16)
+    monkeypatch.setattr(tuning, "CHANNELS_LAST", False)
+    monkeypatch.setattr(tuning, "FORWARD_CHANNELS", 2)
+    assert [tuning.forward_chunk(c, 100) for c in (1, 2, 5, 8)] == [1, 2, 2, 2]
+    assert tuning.forward_chunk(5, 2 ** 31) == 0
+    monkeypatch.setattr(tuning, "FORWARD_CHANNELS", 8)
+    assert [tuning.forward_chunk(c, 100) for c in (3, 8, 9, 12, 64)] == [3, 8, 5, 6, 8]
+    launches = _count_launches(monkeypatch, sample_chunks)
+    ys, xs = np.meshgrid(np.linspace(-0.8, 0.8, 9), np.linspace(-0.9, 0.9, 13), indexing="ij")
+    smooth = np.stack([np.cos(0.2) * xs - np.sin(0.2) * ys, np.sin(0.2) * xs + np.cos(0.2) * ys], -1)
+    cases = [(2, np.broadcast_to(smooth, (2, 9, 13, 2)).astype(np.float32)),
+             (2, rng.uniform(-1.2, 1.2, (2, 9, 13, 2)).astype(np.float32)),
+             (3, rng.uniform(-1.2, 1.2, (2, 2, 3, 4, 3)).astype(np.float32))]
+    calls = 0
+    for dims, grid in cases:
+        x = rng.standard_normal((2, 5, *((9, 11) if dims == 2 else (3, 4, 5)))).astype(np.float32)
+        x[(1, 3) + (2,) * dims] = np.nan
+        modes = tuple(GridSampleMode) if dims == 2 else (GridSampleMode.Bilinear, GridSampleMode.Nearest)
+        for mode in modes:
+            for padding in (GridSamplePaddingMode.Zeros, GridSamplePaddingMode.Reflection):
+                opts = GridSampleOptions(mode, padding, align_corners=padding is GridSamplePaddingMode.Zeros)
+                monkeypatch.setattr(tuning, "FORWARD_CHANNELS", 0)
+                want = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
+                for k, area in ((2, 2 ** 30), (2, 0), (2, 60), (4, 60), (8, 60)):
+                    monkeypatch.setattr(tuning, "FORWARD_CHANNELS", k)
+                    monkeypatch.setattr(tuning, "FORWARD_AREA", area)
+                    got = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
+                    np.testing.assert_array_equal(got, want, err_msg=f"{opts} K {k} area {area}")
+                    calls += 1
+    assert launches() == calls == 5 * (2 * 3 * 2 + 2 * 2)
 
 
 @pytest.mark.interpreter

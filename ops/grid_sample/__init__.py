@@ -34,6 +34,7 @@ from kerneldsl.replay import replayable
 from . import backward_gather as _gather
 from . import backward_last as _bwd_last
 from . import channels_last as _last
+from . import chunks as _chunks
 from . import fixed_point as _fixed
 from . import lanes as _lanes
 from . import lanes_last as _lanes_last
@@ -47,8 +48,8 @@ from .problem import GridSampleError, sample_problem
 from . import tuning as _tuning
 from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group,
                      backward_gather_vector, backward_group, backward_staged_channels, channels_last_lanes,
-                     channels_last_vectors, cubes, forward_tiles, gather_cells, headroom, lane_last_plan, lane_plan,
-                     small_backward, staged_plan, transpose_lanes)
+                     channels_last_vectors, cubes, forward_chunk, forward_tiles, gather_cells, headroom, lane_last_plan,
+                     lane_plan, small_backward, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -86,6 +87,13 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
         tw, ch, area = staged
         count = y5.shape[0] * -(-y5.shape[3] // (UNITS // tw)) * -(-y5.shape[4] // tw)
         _staged.sample_staged[count, UNITS](x5, g5, y5, *_runtime_options(o), o.mode.value, UNITS, tw, ch, area)
+        return out
+    k = forward_chunk(input.shape[1], x5.size // (x5.shape[0] * x5.shape[1]))
+    if k:   # K channels a unit (chunks.py): all their loads at once in cubes whose taps lie close
+        chunks = -(-input.shape[1] // k)
+        _chunks.sample_chunks[cubes(points) * chunks, UNITS](
+            x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), points, p.locations, input.shape[1],
+            chunks, *x5.shape[2:], *_runtime_options(o), o.mode.value, p.dims, k, _tuning.FORWARD_AREA)
         return out
     tw, count = forward_tiles(y5.shape[3:], y5.shape[0] * y5.shape[2])
     _sample.sample_forward[count, UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value, p.dims, UNITS, tw)

@@ -107,6 +107,24 @@ def backward_group(caps, channels: int, batch: int) -> int:
 FORWARD_TILE_W = 0
 
 
+# the direct forward split over channels (chunks.py): at most FORWARD_CHANNELS channels a unit
+# (0: sample.sample_forward, a unit all channels); a cube whose taps fall in a box of at most
+# FORWARD_AREA pixels loads all its channels' taps at once, any other one channel at a time.
+FORWARD_CHANNELS = 8
+FORWARD_AREA = 4096
+
+
+def forward_chunk(channels: int, plane: int) -> int:
+    """Channels a unit of chunks.sample_chunks (the fewest chunks of at most FORWARD_CHANNELS,
+    as even as can be), or 0 where sample.sample_forward serves: while FORWARD_CHANNELS is off,
+    or planes of 2^31 elements or more (its tap offsets are 32-bit). (Devices whose units are
+    SIMD lanes take lanes.py before either.)"""
+    if FORWARD_CHANNELS <= 0 or plane >= 2 ** 31:
+        return 0
+    chunks = -(-channels // FORWARD_CHANNELS)
+    return -(-channels // chunks)
+
+
 def forward_tiles(out_spatial: tuple, batch_planes: int) -> tuple:
     """(TW, cubes) of the direct forward for output planes of `out_spatial` (Ho, Wo),
     `batch_planes` = N·Do of them: FORWARD_TILE_W where set (and below UNITS), else flat."""

@@ -1,0 +1,93 @@
+"""The grid_sample forward on [N, C, *S] inputs on GPUs, a unit a grid point and K channels
+(a chunk): the direct kernel (sample.sample_forward) split over channels, with a plane
+offset computed once a tap (flat 32-bit offsets, one 64-bit plane base a chunk) instead of
+a 5-D address a load. A chunk's cubes come one after another for the same points, so
+their grid reads repeat from cache.
+
+How many loads a unit keeps in flight is chosen per cube, on the device, from the box of
+input pixels the cube's taps fall in (a cube-wide min / max of the tap indices):
+- a compact box (a smooth grid: affine warps, resizes): all K channels' taps at once.
+  The warp's loads then hit the same few lines, and more of them in flight is what
+  hides the latency (H200, affine grid, 3 channels f32: half the time of one channel
+  at a time);
+- a scattered box (a random grid): one channel's taps at a time, as the direct kernel.
+  Each load then touches a line per unit, and more of them at once only thrashes the
+  cache (H200, random grid: 1.4 to 1.8 times slower all at once).
+
+Same taps (coords.py) and the same sums in the same order as sample.channel_sample either
+way: its results bit for bit."""
+from __future__ import annotations
+
+import kerneldsl as kd
+
+from .channels_last import flat_point_taps
+from .sample import tap_layout
+
+
+@kd.func
+def cube_span(t, start, count):
+    """Pixels from the cube's lowest to its highest tap index along one axis (taps t[start]
+    .. t[start + count − 1] of every unit), as F32. Every unit of the cube must reach it."""
+    lo = t[start]
+    hi = t[start]
+    for k in kd.unroll(1, count):
+        lo = kd.min(lo, t[start + k])
+        hi = kd.max(hi, t[start + k])
+    return kd.cube_max(kd.f32(hi)) + kd.cube_max(-kd.f32(lo)) + 1.0
+
+
+@kd.func
+def chunk_sample(x, taps, j, plane):
+    """The sample of the chunk's channel j (its plane j·plane past the chunk's base) from the
+    taps' (inside, weight, offset) triples, in sample.channel_sample's order."""
+    acc = kd.f32(0)
+    for i in kd.unroll(len(taps) // 3):
+        v = kd.select(taps[3 * i], kd.f32(x[taps[3 * i + 2] + j * plane]), 0.0)
+        acc += taps[3 * i + 1] * v
+    return acc
+
+
+@kd.kernel
+def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, locations: kd.i32, channels: kd.i32,
+                  chunks: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                  MODE: kd.Const[str], DIMS: kd.Const[int], K: kd.Const[int], AREA: kd.Const[int]):
+    """y [N, C, locations] (flat) sampled from x [N, C, S] (flat) at grid [N·locations, DIMS]
+    (flat): cube q takes chunk q % chunks (channels K·chunk .. + K, those past C skipped) of
+    the cube_dim_x grid points of block q // chunks, a unit a point; all K channels' loads at
+    once where the cube's taps lie in a box of at most AREA pixels, else a channel at a time."""
+    q = kd.cube_pos_x()
+    chunk = q % chunks
+    e = (q // chunks) * kd.cube_dim_x() + kd.unit_pos_x()
+    # units past the last point take it (their taps stay inside the cube's box)
+    t = flat_point_taps(grid, kd.min(e, total - 1), size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+    TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+    # the box of the cube's taps, in pixels (F32: tap indices below 2^24 are exact; larger
+    # ones only blur the choice), the same for every unit of the cube
+    box = cube_span(t, Y, TX) * cube_span(t, X, TX)
+    if DIMS == 3:
+        box = box * cube_span(t, Z, TZ)
+    compact = box <= AREA
+    if e < total:
+        n = e // locations
+        plane = kd.i64(size_d * size_h) * size_w
+        c0 = chunk * K
+        base = (kd.i64(n) * channels + c0) * plane
+        count = kd.min(K, channels - c0)   # channels of this chunk
+        taps = ()   # (inside, weight, offset) a tap, in channel_sample's order
+        for a in kd.unroll(TZ):
+            for b in kd.unroll(TX):
+                for k in kd.unroll(TX):
+                    taps = taps + (t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k],
+                                   t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k],
+                                   base + (t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k])
+        out = (kd.i64(n) * channels + c0) * locations + e - n * locations
+        if compact:   # every sum before any store: the K channels' loads are in flight together
+            sums = ()
+            for j in kd.unroll(K):   # channels past the chunk's end read its last one, unstored
+                sums = sums + (chunk_sample(x, taps, kd.min(j, count - 1), plane),)
+            for j in kd.unroll(K):
+                if j < count:
+                    y[out + j * kd.i64(locations)] = sums[j]
+        else:
+            for j in range(count):
+                y[out + j * kd.i64(locations)] = chunk_sample(x, taps, j, plane)
