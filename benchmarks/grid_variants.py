@@ -41,9 +41,9 @@ FORWARD = {   # name -> tuning constants
     "direct tiles 32w": {"CHANNELS_LAST": False, "FORWARD_CHANNELS": 0, "FORWARD_TILE_W": 32},
     "direct tiles 16w": {"CHANNELS_LAST": False, "FORWARD_CHANNELS": 0, "FORWARD_TILE_W": 16},
     "direct tiles 8w": {"CHANNELS_LAST": False, "FORWARD_CHANNELS": 0, "FORWARD_TILE_W": 8},
-    # chunks.py: K channels a unit, all at once in cubes whose taps' box holds at most A pixels
+    # chunks.py: K channels a unit, all at once in planes whose taps' box holds at most A pixels a lane
     **{f"chunks K{k} A{a}": {"CHANNELS_LAST": False, "FORWARD_CHANNELS": k, "FORWARD_AREA": a}
-       for k, a in ((4, 4096), (8, 4096), (16, 4096), (8, 0), (8, 2 ** 30), (8, 1024), (8, 16384))},
+       for k, a in ((4, 32), (8, 32), (16, 32), (8, 0), (8, 2 ** 20), (8, 8), (8, 128))},
     "staged 16w CH4 A1024": staged(16, 4, 1024),
     "staged 16w CH8 A1024": staged(16, 8, 1024),
     "staged 32w CH4 A1024": staged(32, 4, 1024),

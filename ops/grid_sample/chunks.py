@@ -4,8 +4,9 @@ offset computed once a tap (flat 32-bit offsets, one 64-bit plane base a chunk) 
 a 5-D address a load. A chunk's cubes come one after another for the same points, so
 their grid reads repeat from cache.
 
-How many loads a unit keeps in flight is chosen per cube, on the device, from the box of
-input pixels the cube's taps fall in (a cube-wide min / max of the tap indices):
+How many loads a unit keeps in flight is chosen per plane (warp), on the device, from the
+box of input pixels the plane's taps fall in (plane-wide min / max of the tap indices; a
+cube-wide choice, through shared memory and barriers, cost 15-25 % of an affine call):
 - a compact box (a smooth grid: affine warps, resizes): all K channels' taps at once.
   The warp's loads then hit the same few lines, and more of them in flight is what
   hides the latency (H200, affine grid, 3 channels f32: half the time of one channel
@@ -25,15 +26,15 @@ from .sample import tap_layout
 
 
 @kd.func
-def cube_span(t, start, count):
-    """Pixels from the cube's lowest to its highest tap index along one axis (taps t[start]
-    .. t[start + count − 1] of every unit), as F32. Every unit of the cube must reach it."""
+def plane_span(t, start, count):
+    """Pixels from the plane's lowest to its highest tap index along one axis (taps t[start]
+    .. t[start + count − 1] of every lane), as F32. Every lane of the plane must reach it."""
     lo = t[start]
     hi = t[start]
     for k in kd.unroll(1, count):
         lo = kd.min(lo, t[start + k])
         hi = kd.max(hi, t[start + k])
-    return kd.cube_max(kd.f32(hi)) + kd.cube_max(-kd.f32(lo)) + 1.0
+    return kd.plane_max(kd.f32(hi)) + kd.plane_max(-kd.f32(lo)) + 1.0
 
 
 @kd.func
@@ -54,19 +55,20 @@ def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, lo
     """y [N, C, locations] (flat) sampled from x [N, C, S] (flat) at grid [N·locations, DIMS]
     (flat): cube q takes chunk q % chunks (channels K·chunk .. + K, those past C skipped) of
     the cube_dim_x grid points of block q // chunks, a unit a point; all K channels' loads at
-    once where the cube's taps lie in a box of at most AREA pixels, else a channel at a time."""
+    once where a plane's taps lie in a box of at most AREA pixels a lane, else a channel at
+    a time."""
     q = kd.cube_pos_x()
     chunk = q % chunks
     e = (q // chunks) * kd.cube_dim_x() + kd.unit_pos_x()
-    # units past the last point take it (their taps stay inside the cube's box)
+    # units past the last point take it (their taps stay inside the plane's box)
     t = flat_point_taps(grid, kd.min(e, total - 1), size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
-    # the box of the cube's taps, in pixels (F32: tap indices below 2^24 are exact; larger
-    # ones only blur the choice), the same for every unit of the cube
-    box = cube_span(t, Y, TX) * cube_span(t, X, TX)
+    # the box of the plane's taps, in pixels (F32: tap indices below 2^24 are exact; larger
+    # ones only blur the choice), the same for every lane of the plane
+    box = plane_span(t, Y, TX) * plane_span(t, X, TX)
     if DIMS == 3:
-        box = box * cube_span(t, Z, TZ)
-    compact = box <= AREA
+        box = box * plane_span(t, Z, TZ)
+    compact = box <= kd.f32(AREA * (kd.cube_dim_x() // kd.plane_count()))
     if e < total:
         n = e // locations
         plane = kd.i64(size_d * size_h) * size_w

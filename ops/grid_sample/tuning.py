@@ -108,10 +108,11 @@ FORWARD_TILE_W = 0
 
 
 # the direct forward split over channels (chunks.py): at most FORWARD_CHANNELS channels a unit
-# (0: sample.sample_forward, a unit all channels); a cube whose taps fall in a box of at most
-# FORWARD_AREA pixels loads all its channels' taps at once, any other one channel at a time.
+# (0: sample.sample_forward, a unit all channels); a plane (warp) whose taps fall in a box of
+# at most FORWARD_AREA pixels a lane loads all its channels' taps at once, any other one
+# channel at a time.
 FORWARD_CHANNELS = 8
-FORWARD_AREA = 4096
+FORWARD_AREA = 32
 
 
 def forward_chunk(channels: int, plane: int) -> int:
