@@ -111,7 +111,7 @@ FORWARD_TILE_W = 0
 # (0: sample.sample_forward, a unit all channels); a plane (warp) whose taps fall in a box of
 # at most FORWARD_AREA pixels a lane loads all its channels' taps at once, any other one
 # channel at a time.
-FORWARD_CHANNELS = 8
+FORWARD_CHANNELS = 16
 FORWARD_AREA = 32
 
 
