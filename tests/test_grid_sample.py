@@ -415,8 +415,9 @@ def test_tiled_direct_forward_matches_the_flat_one(runtime, rng, monkeypatch):
 def test_channel_chunk_forward_matches_the_direct_kernel(runtime, rng, monkeypatch):
     """chunks.sample_chunks, forced where units are not SIMD lanes (on GPUs it is the default
     below the channels-last form), at most 2 channels a unit of 5 (chunks of 2-2-1) with every
-    plane loading its channels at once (box bound 2^20 pixels a lane), one at a time (0), and by the box of
-    its taps (4 pixels a lane: planes of the smooth grid fit, of the random one they do not),
+    plane loading its channels at once (bound 2^20 pixels a lane), one at a time (0), and as
+    chunks.plane_compact decides (4 pixels a lane: every plane of the smooth grid loads them
+    at once, the random grid's planes both ways),
     then at most 4 and 8 (chunks of 3-2 and 5) by the box: 2-D (every mode, zeros and reflection padding, a NaN pixel)
     and 3-D, a batch of 2 whose points do not fill the last cube: sample.sample_forward's
     samples bit for bit."""

@@ -4,9 +4,10 @@ offset computed once a tap (flat 32-bit offsets, one 64-bit plane base a chunk) 
 a 5-D address a load. A chunk's cubes come one after another for the same points, so
 their grid reads repeat from cache.
 
-How many loads a unit keeps in flight is chosen per plane (warp), on the device, from the
-box of input pixels the plane's taps fall in (plane-wide min / max of the tap indices; a
-cube-wide choice, through shared memory and barriers, cost 15-25 % of an affine call):
+How many loads a unit keeps in flight is chosen per plane (warp), on the device, from how
+far the plane's taps lie from its first lane's (a broadcast an axis and a vote; a cube-wide
+box, through shared memory and barriers, cost 15-25 % of an affine call, and plane-wide
+minima and maxima of every tap about 10 % where a unit has few channels):
 - a compact box (a smooth grid: affine warps, resizes): all K channels' taps at once.
   The warp's loads then hit the same few lines, and more of them in flight is what
   hides the latency (H200, affine grid, 3 channels f32: half the time of one channel
@@ -26,15 +27,16 @@ from .sample import tap_layout
 
 
 @kd.func
-def plane_span(t, start, count):
-    """Pixels from the plane's lowest to its highest tap index along one axis (taps t[start]
-    .. t[start + count − 1] of every lane), as F32. Every lane of the plane must reach it."""
-    lo = t[start]
-    hi = t[start]
-    for k in kd.unroll(1, count):
-        lo = kd.min(lo, t[start + k])
-        hi = kd.max(hi, t[start + k])
-    return kd.plane_max(kd.f32(hi)) + kd.plane_max(-kd.f32(lo)) + 1.0
+def plane_compact(t, Z, Y, X, DIMS, limit):
+    """Whether every lane's first tap lies within a box of at most `limit` pixels from the
+    first lane's (the box's sides from the lane's distance to it along each axis): one
+    broadcast an axis and one vote. Every lane of the plane must reach it."""
+    dy = kd.abs(t[Y] - kd.plane_broadcast(t[Y], 0))
+    dx = kd.abs(t[X] - kd.plane_broadcast(t[X], 0))
+    box = kd.f32(dy + 1) * kd.f32(dx + 1)
+    if DIMS == 3:
+        box = box * kd.f32(kd.abs(t[Z] - kd.plane_broadcast(t[Z], 0)) + 1)
+    return kd.plane_all(box <= limit)
 
 
 @kd.func
@@ -55,20 +57,17 @@ def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, lo
     """y [N, C, locations] (flat) sampled from x [N, C, S] (flat) at grid [N·locations, DIMS]
     (flat): cube q takes chunk q % chunks (channels K·chunk .. + K, those past C skipped) of
     the cube_dim_x grid points of block q // chunks, a unit a point; all K channels' loads at
-    once where a plane's taps lie in a box of at most AREA pixels a lane, else a channel at
-    a time."""
+    once where a plane's taps lie within AREA pixels a lane of its first lane's (plane_compact),
+    else a channel at a time."""
     q = kd.cube_pos_x()
     chunk = q % chunks
     e = (q // chunks) * kd.cube_dim_x() + kd.unit_pos_x()
-    # units past the last point take it (their taps stay inside the plane's box)
+    # units past the last point take it (their taps stay near the plane's)
     t = flat_point_taps(grid, kd.min(e, total - 1), size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
-    # the box of the plane's taps, in pixels (F32: tap indices below 2^24 are exact; larger
-    # ones only blur the choice), the same for every lane of the plane
-    box = plane_span(t, Y, TX) * plane_span(t, X, TX)
-    if DIMS == 3:
-        box = box * plane_span(t, Z, TZ)
-    compact = box <= kd.f32(AREA * (kd.cube_dim_x() // kd.plane_count()))
+    # the same for every lane of the plane (F32 boxes: tap indices below 2^24 are exact;
+    # larger ones only blur the choice)
+    compact = plane_compact(t, Z, Y, X, DIMS, kd.f32(AREA * (kd.cube_dim_x() // kd.plane_count())))
     if e < total:
         n = e // locations
         plane = kd.i64(size_d * size_h) * size_w
