@@ -417,10 +417,10 @@ def test_channel_chunk_forward_matches_the_direct_kernel(runtime, rng, monkeypat
     below the channels-last form), at most 2 channels a unit of 5 (chunks of 2-2-1) with every
     plane loading its channels at once (bound 2^20 pixels a lane), one at a time (0), and as
     chunks.plane_compact decides (4 pixels a lane: every plane of the smooth grid loads them
-    at once, the random grid's planes both ways),
-    then at most 4 and 8 (chunks of 3-2 and 5) by the box: 2-D (every mode, zeros and reflection padding, a NaN pixel)
-    and 3-D, a batch of 2 whose points do not fill the last cube: sample.sample_forward's
-    samples bit for bit."""
+    at once, the random grid's planes both ways), then at most 4 and 8 (chunks of 3-2 and 5)
+    as plane_compact decides: 2-D (every mode, zeros and reflection padding, a NaN pixel) and
+    3-D, a batch of 2 whose points do not fill the last cube: sample.sample_forward's samples
+    bit for bit."""
     import rudnn.grid_sample as gs
     from rudnn.grid_sample import tuning
     from rudnn.grid_sample.chunks import sample_chunks
@@ -429,6 +429,11 @@ def test_channel_chunk_forward_matches_the_direct_kernel(runtime, rng, monkeypat
     monkeypatch.setattr(gs, "UNITS", 16)
     monkeypatch.setattr(tuning, "UNITS", 16)
     monkeypatch.setattr(tuning, "CHANNELS_LAST", False)
+    monkeypatch.setattr(tuning, "FORWARD_AT_ONCE_CHANNELS", 1)
+    assert tuning.forward_area(1) == tuning.FORWARD_AREA
+    monkeypatch.setattr(tuning, "FORWARD_AT_ONCE_CHANNELS", 8)
+    assert tuning.forward_area(7) == 0 and tuning.forward_area(8) == tuning.FORWARD_AREA
+    monkeypatch.setattr(tuning, "FORWARD_AT_ONCE_CHANNELS", 1)   # (the chunks below have 1 to 5)
     monkeypatch.setattr(tuning, "FORWARD_CHANNELS", 2)
     assert [tuning.forward_chunk(c, 100) for c in (1, 2, 5, 8)] == [1, 2, 2, 2]
     assert tuning.forward_chunk(5, 2 ** 31) == 0

@@ -93,7 +93,7 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
         chunks = -(-input.shape[1] // k)
         _chunks.sample_chunks[cubes(points) * chunks, UNITS](
             x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), points, p.locations, input.shape[1],
-            chunks, *x5.shape[2:], *_runtime_options(o), o.mode.value, p.dims, k, _tuning.FORWARD_AREA)
+            chunks, *x5.shape[2:], *_runtime_options(o), o.mode.value, p.dims, k, _tuning.forward_area(k))
         return out
     tw, count = forward_tiles(y5.shape[3:], y5.shape[0] * y5.shape[2])
     _sample.sample_forward[count, UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value, p.dims, UNITS, tw)

@@ -58,7 +58,7 @@ def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, lo
     (flat): cube q takes chunk q % chunks (channels K·chunk .. + K, those past C skipped) of
     the cube_dim_x grid points of block q // chunks, a unit a point; all K channels' loads at
     once where a plane's taps lie within AREA pixels a lane of its first lane's (plane_compact),
-    else a channel at a time."""
+    else a channel at a time (always where AREA is 0)."""
     q = kd.cube_pos_x()
     chunk = q % chunks
     e = (q // chunks) * kd.cube_dim_x() + kd.unit_pos_x()
@@ -67,7 +67,10 @@ def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, lo
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
     # the same for every lane of the plane (F32 boxes: tap indices below 2^24 are exact;
     # larger ones only blur the choice)
-    compact = plane_compact(t, Z, Y, X, DIMS, kd.f32(AREA * (kd.cube_dim_x() // kd.plane_count())))
+    if AREA > 0:
+        compact = plane_compact(t, Z, Y, X, DIMS, kd.f32(AREA * (kd.cube_dim_x() // kd.plane_count())))
+    else:   # (compile time) every plane a channel at a time
+        compact = False
     if e < total:
         n = e // locations
         plane = kd.i64(size_d * size_h) * size_w
