@@ -48,10 +48,10 @@ FORWARD = {   # name -> tuning constants
     "staged 16w CH8 A1024": staged(16, 8, 1024),
     "staged 32w CH4 A1024": staged(32, 4, 1024),
     "staged 16w CH2 A2048": staged(16, 2, 2048),
-    **{f"last V{v} T{t}": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": v, "TRANSPOSE_LANES": t,
-                           "FORWARD_CHOICE_ITEMSIZES": ()} for v, t in ((1, 1), (1, 2), (1, 4), (2, 4))},
-    # choice.py: the channels-last form or chunks, chosen on the device from the grid
-    "chosen (default)": {},
+    "last V1 T1": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 1},
+    "last V1 T2": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 2},
+    "last V1 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 4},
+    "last V2 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 2, "TRANSPOSE_LANES": 4},
 }
 BACKWARD = {   # the scatter forms with the gathered input gradient off, then the gathered forms
     "direct": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": False},
