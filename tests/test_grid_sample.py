@@ -465,55 +465,6 @@ def test_channel_chunk_forward_matches_the_direct_kernel(runtime, rng, monkeypat
 
 
 @pytest.mark.interpreter
-def test_forward_chosen_on_the_device_matches_the_direct_kernel(runtime, rng, monkeypatch):
-    """choice.py forced where units are not SIMD lanes (GPUs run it for many channels in F32),
-    8 channels in chunks of 4, 1 pixel a lane: the probe sets its flag for a smooth (rotated)
-    grid whose rows are longer than a plane and clears it for a random one; the transpose and the chosen form follow it: the
-    direct kernel's samples bit for bit, 2-D (every mode, two padding modes) and 3-D."""
-    import dataclasses
-
-    import rudnn.grid_sample as gs
-    from rudnn.grid_sample import choice, tuning
-    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
-    for k, v in (("CHANNELS_LAST", True), ("CHANNELS_LAST_MIN_BYTES", 0), ("FORWARD_CHANNELS", 4),
-                 ("FORWARD_AREA", 1), ("FORWARD_AT_ONCE_CHANNELS", 1), ("FORWARD_CHOICE_MIN", 0)):
-        monkeypatch.setattr(tuning, k, v)
-    assert tuning.forward_choice(8, 99, 4, 10) == 4 and tuning.forward_choice(8, 99, 2, 10) == 0
-    forced = (lambda caps, *a: tuning.channels_last_lanes(dataclasses.replace(caps, units_are_simd_lanes=False), *a))
-    chosen = _count_launches(monkeypatch, choice.sample_chosen)
-    ys, xs = np.meshgrid(np.linspace(-0.8, 0.8, 9), np.linspace(-0.9, 0.9, 40), indexing="ij")
-    smooth = np.stack([np.cos(0.2) * xs - np.sin(0.2) * ys, np.sin(0.2) * xs + np.cos(0.2) * ys], -1)
-    cases = [(2, np.broadcast_to(smooth, (2, 9, 40, 2)).astype(np.float32), 1),
-             (2, rng.uniform(-1.2, 1.2, (2, 9, 40, 2)).astype(np.float32), 0),
-             (3, rng.uniform(-1.2, 1.2, (2, 3, 4, 6, 3)).astype(np.float32), 0)]
-    calls = 0
-    for dims, grid, flag in cases:
-        size = (9, 11) if dims == 2 else (3, 4, 5)
-        probed = runtime.empty((1,), kd.i32)
-        choice.probe_grid[1, choice.PROBE_UNITS](runtime.tensor(grid.reshape(-1)), probed, grid.size // dims, 1,
-                                                 *size[-2:], 0, 0, "Bilinear", 2, 1, choice.PROBE_ROUNDS) \
-            if dims == 2 else \
-            choice.probe_grid[1, choice.PROBE_UNITS](runtime.tensor(grid.reshape(-1)), probed, grid.size // dims,
-                                                     *size, 0, 0, "Bilinear", 3, 1, choice.PROBE_ROUNDS)
-        assert probed.numpy()[0] == flag, (dims, flag)
-        x = rng.standard_normal((2, 8, *size)).astype(np.float32)
-        x[(1, 3) + (2,) * dims] = np.nan
-        modes = tuple(GridSampleMode) if dims == 2 else (GridSampleMode.Bilinear, GridSampleMode.Nearest)
-        for mode in modes:
-            for padding in (GridSamplePaddingMode.Zeros, GridSamplePaddingMode.Border):
-                opts = GridSampleOptions(mode, padding, align_corners=padding is GridSamplePaddingMode.Border)
-                monkeypatch.setattr(gs, "channels_last_lanes", forced)
-                got = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
-                monkeypatch.setattr(gs, "channels_last_lanes", lambda *a: 0)
-                monkeypatch.setattr(tuning, "FORWARD_CHANNELS", 0)
-                want = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
-                monkeypatch.setattr(tuning, "FORWARD_CHANNELS", 4)
-                np.testing.assert_array_equal(got, want, err_msg=f"{opts} {dims}-D flag {flag}")
-                calls += 1
-    assert chosen() == calls
-
-
-@pytest.mark.interpreter
 def test_staged_forward_matches_the_direct_kernel(runtime, rng, monkeypatch):
     """staged.py forced where units are not SIMD lanes, with tiles of 4 rows of 4 points (cubes
     of 16 units) and 3 channels staged at a time (of 5: the last group partial), boxes of at

@@ -34,7 +34,6 @@ from kerneldsl.replay import replayable
 from . import backward_gather as _gather
 from . import backward_last as _bwd_last
 from . import channels_last as _last
-from . import choice as _choice
 from . import chunks as _chunks
 from . import fixed_point as _fixed
 from . import lanes as _lanes
@@ -49,7 +48,7 @@ from .problem import GridSampleError, sample_problem
 from . import tuning as _tuning
 from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group,
                      backward_gather_vector, backward_group, backward_staged_channels, channels_last_lanes,
-                     channels_last_vectors, cubes, forward_choice, forward_chunk, forward_tiles, gather_cells, headroom, lane_last_plan,
+                     channels_last_vectors, cubes, forward_chunk, forward_tiles, gather_cells, headroom, lane_last_plan,
                      lane_plan, small_backward, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
@@ -70,8 +69,7 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     g5 = as_5d(grid.contiguous(), p.dims, 1)
     lanes = channels_last_lanes(rt.capabilities, input.shape[1], input.shape[0], input.dtype.itemsize)
     if lanes:
-        k = forward_choice(input.shape[1], x5.size // (x5.shape[0] * x5.shape[1]), input.dtype.itemsize, out.size)
-        _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes, k)
+        _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes)
         return out
     last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]),
                           input.dtype.itemsize)
@@ -165,9 +163,8 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     return dx, grad_grid
 
 
-def _to_channels_last(t5, smooth=None) -> kd.Tensor:
-    """A contiguous [N, C, *S] tensor copied to channels-last order, flat ([N, S, C]); with
-    `smooth`, left unwritten where smooth[0] is set on the device (choice.py)."""
+def _to_channels_last(t5) -> kd.Tensor:
+    """A contiguous [N, C, *S] tensor copied to channels-last order, flat ([N, S, C])."""
     n, c = t5.shape[:2]
     spatial = t5.size // (n * c)
     tl = t5.runtime.empty((t5.size,), t5.dtype)
@@ -176,11 +173,7 @@ def _to_channels_last(t5, smooth=None) -> kd.Tensor:
         v //= 2
     bx, by = _last.TILE_UNITS
     tile = bx * v
-    grid = (-(-spatial // tile), -(-c // tile), n)
-    if smooth is None:
-        _last.to_channels_last[grid, (bx, by)](t5.reshape(t5.size), tl, c, spatial, v)
-    else:
-        _last.to_channels_last_unless[grid, (bx, by)](t5.reshape(t5.size), tl, c, spatial, smooth, v)
+    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](t5.reshape(t5.size), tl, c, spatial, v)
     return tl
 
 
@@ -251,31 +244,16 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
 
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,
-                          lanes: int, chunk: int) -> None:
+                          lanes: int) -> None:
     """The channels-last forward (channels_last.py, where tuning.channels_last_lanes picks it):
-    x5 [N, C, D, H, W] copied to [N, D·H·W, C], then sampled by C / (lanes·vectors) units a
-    point. Where `chunk` is set (tuning.forward_choice), choice.py's probe first looks at the
-    grid, and a smooth one skips the copy and is sampled in chunks of `chunk` channels."""
-    rt = x5.runtime
+    x5 [N, C, D, H, W] copied to [N, D·H·W, C], then sampled by C / (lanes·vectors) units a point."""
     n, c = x5.shape[:2]
+    xl = _to_channels_last(x5)
     vecs = channels_last_vectors(c, lanes)
     groups = c // (lanes * vecs)
-    last_cubes = -(-points // (UNITS // groups))
-    opts = (*_runtime_options(o), o.mode.value, dims)
-    if not chunk:
-        _last.sample_channels_last[last_cubes, UNITS](
-            _to_channels_last(x5), g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:],
-            *opts, lanes, vecs, groups)
-        return
-    area = _tuning.forward_area(chunk)
-    smooth = rt.empty((1,), kd.i32)
-    _choice.probe_grid[1, _choice.PROBE_UNITS](g5.reshape(g5.size), smooth, points, *x5.shape[2:], *opts, area,
-                                               _choice.PROBE_ROUNDS)
-    chunks = -(-c // chunk)
-    _choice.sample_chosen[max(cubes(points) * chunks, last_cubes), UNITS](
-        x5.reshape(x5.size), _to_channels_last(x5, smooth), g5.reshape(g5.size), out.reshape(out.size), smooth, points,
-        locations, c, chunks, cubes(points) * chunks, last_cubes, *x5.shape[2:], *opts, chunk, area, lanes, vecs,
-        groups)
+    _last.sample_channels_last[-(-points // (UNITS // groups)), UNITS](
+        xl, g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:], *_runtime_options(o),
+        o.mode.value, dims, lanes, vecs, groups)
 
 
 def _rows_of(x5, plan) -> kd.Tensor:

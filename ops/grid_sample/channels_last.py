@@ -22,21 +22,6 @@ TILE_UNITS = (32, 8)   # the transpose's cube: 32 units along a row, 8 rows at a
 
 @kd.kernel
 def to_channels_last(x: kd.Tensor, xl: kd.Tensor, C: kd.i32, S: kd.i32, V: kd.Const[int]):
-    """xl[n, s, c] = x[n, c, s] (both flat): transpose_tile."""
-    transpose_tile(x, xl, C, S, V)
-
-
-@kd.kernel
-def to_channels_last_unless(x: kd.Tensor, xl: kd.Tensor, C: kd.i32, S: kd.i32, smooth: kd.Tensor,
-                            V: kd.Const[int]):
-    """to_channels_last, unless smooth[0] is set (choice.probe_grid found the grid smooth:
-    the forward then samples x itself, and xl is not read)."""
-    if smooth[0] == 0:   # the same for every unit
-        transpose_tile(x, xl, C, S, V)
-
-
-@kd.func
-def transpose_tile(x, xl, C, S, V):
     """xl[n, s, c] = x[n, c, s] (both flat): a cube moves a T × T tile (T = 32·V) of batch item
     cube_pos_z through shared memory, reading rows of x and writing rows of xl in order, V
     consecutive elements a unit access (S and C multiples of V)."""
@@ -89,17 +74,9 @@ def sample_channels_last(xl: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd
                          size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
                          MODE: kd.Const[str], DIMS: kd.Const[int], L: kd.Const[int], VECS: kd.Const[int],
                          G: kd.Const[int]):
-    """y [N, C, locations] (flat) sampled from xl [N, S, C] (flat): sample_last_cube."""
-    sample_last_cube(kd.cube_pos_x(), xl, grid, y, total, locations, size_d, size_h, size_w, pad_mode, align, MODE,
-                     DIMS, L, VECS, G)
-
-
-@kd.func
-def sample_last_cube(q, xl, grid, y, total, locations, size_d, size_h, size_w, pad_mode, align, MODE, DIMS, L, VECS,
-                     G):
-    """Cube q's share of y [N, C, locations] (flat) sampled from xl [N, S, C] (flat, C = G·VECS·L
-    channels) at the points of grid [N·locations, DIMS] (flat): unit u takes channels (u % G)·K
-    .. + K (K = VECS·L, VECS vectors of L a tap) of the cube's point u // G; the cube's 256 // G
+    """y [N, C, locations] (flat) sampled from xl [N, S, C] (flat, C = G·VECS·L channels) at
+    the points of grid [N·locations, DIMS] (flat): unit u of a cube takes channels (u % G)·K ..
+    + K (K = VECS·L, VECS vectors of L a tap) of the cube's point u // G; the cube's 256 // G
     points then leave through shared memory, a channel's points in order."""
     K = VECS * L
     C = G * K
@@ -108,7 +85,7 @@ def sample_last_cube(q, xl, grid, y, total, locations, size_d, size_h, size_w, p
     stage = kd.shared(kd.f32, C * (PTS + 1))
     u = kd.unit_pos_x()
     chunk = u % G
-    first = q * PTS
+    first = kd.cube_pos_x() * PTS
     e = kd.min(first + u // G, total - 1)
     t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)

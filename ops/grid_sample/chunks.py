@@ -54,19 +54,12 @@ def chunk_sample(x, taps, j, plane):
 def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, locations: kd.i32, channels: kd.i32,
                   chunks: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
                   MODE: kd.Const[str], DIMS: kd.Const[int], K: kd.Const[int], AREA: kd.Const[int]):
-    """y [N, C, locations] (flat) sampled from x [N, C, S] (flat): sample_chunk_cube."""
-    sample_chunk_cube(kd.cube_pos_x(), x, grid, y, total, locations, channels, chunks, size_d, size_h, size_w,
-                      pad_mode, align, MODE, DIMS, K, AREA)
-
-
-@kd.func
-def sample_chunk_cube(q, x, grid, y, total, locations, channels, chunks, size_d, size_h, size_w, pad_mode, align,
-                      MODE, DIMS, K, AREA):
-    """Cube q's share of y [N, C, locations] (flat) sampled from x [N, C, S] (flat) at grid
-    [N·locations, DIMS] (flat): cube q takes chunk q % chunks (channels K·chunk .. + K, those past C skipped) of
+    """y [N, C, locations] (flat) sampled from x [N, C, S] (flat) at grid [N·locations, DIMS]
+    (flat): cube q takes chunk q % chunks (channels K·chunk .. + K, those past C skipped) of
     the cube_dim_x grid points of block q // chunks, a unit a point; all K channels' loads at
     once where a plane's taps lie within AREA pixels a lane of its first lane's (plane_compact),
     else a channel at a time (always where AREA is 0)."""
+    q = kd.cube_pos_x()
     chunk = q % chunks
     e = (q // chunks) * kd.cube_dim_x() + kd.unit_pos_x()
     # units past the last point take it (their taps stay near the plane's)

@@ -118,25 +118,6 @@ FORWARD_AREA = 32
 FORWARD_AT_ONCE_CHANNELS = 8
 
 
-# the forward chosen on the device between the channels-last form and chunks (choice.py), where
-# channels-last applies to elements of these sizes and the call has at least FORWARD_CHOICE_MIN
-# samples (below, the probe's extra launch is host time for little device time). H200,
-# [32, 64, 256²] f32 (bf16: the channels-last form won on the affine grid too, 0.414 against
-# 0.467 ms in chunks of 16):
-FORWARD_CHOICE_ITEMSIZES = (4,)
-FORWARD_CHOICE_MIN = 1 << 20
-
-
-def forward_choice(channels: int, plane: int, itemsize: int, samples: int) -> int:
-    """Channels a chunk of choice.sample_chosen, or 0 where the channels-last form serves
-    alone: elements of other sizes, fewer than FORWARD_CHOICE_MIN samples, or no chunk form,
-    or chunks that would load a channel at a time (forward_area)."""
-    if itemsize not in FORWARD_CHOICE_ITEMSIZES or samples < FORWARD_CHOICE_MIN:
-        return 0
-    k = forward_chunk(channels, plane)
-    return k if k and forward_area(k) else 0
-
-
 def forward_area(chunk: int) -> int:
     """chunks.sample_chunks' AREA for chunks of `chunk` channels: FORWARD_AREA, or 0 (a
     channel at a time) below FORWARD_AT_ONCE_CHANNELS."""
