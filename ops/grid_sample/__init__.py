@@ -14,9 +14,11 @@ whose channels fill whole vectors (tuning.lane_last_plan), lanes_last.py: the in
 copied to channels-last rows, a cube's units channels (vector loads of a tap's channels); its
 backward behind LANE_LAST_BACKWARD (off by default).
 
-GPU forms behind tuning constants (each off by default until timed on a GPU; benchmarks/
-grid_variants.py times them all): channels_last.py (CHANNELS_LAST: the forward on a
-channels-last copy), staged.py (STAGED_FORWARD: 2-D forward, a tile's input box through
+GPU forms behind tuning constants (benchmarks/grid_variants.py times them all):
+channels_last.py (CHANNELS_LAST, on: the forward on a channels-last copy, where a pixel's
+channels fill a memory line), chunks.py (FORWARD_CHANNELS, on: for fewer channels, the
+direct kernel split over chunks of channels, each plane loading a chunk's channels at once
+where its taps lie close), staged.py (STAGED_FORWARD: 2-D forward, a tile's input box through
 shared memory where it fits, chosen per cube on the device), tiles of grid points for the
 direct forward (FORWARD_TILE_W), and backward_last.py (BACKWARD_CHANNELS_LAST: the backward
 on channels-last copies, native 64-bit fixed-point atomics where the device has them).
