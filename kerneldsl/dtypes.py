@@ -141,7 +141,8 @@ _BY_NP = {d.np: d for d in ALL_DTYPES if not hasattr(d, "_np_source")}
 _DEFERRED_NP = tuple(d for d in ALL_DTYPES if hasattr(d, "_np_source"))
 
 
-def _by_numpy_dtype(npd) -> DType | None:
+def by_numpy_dtype(npd) -> DType | None:
+    """The DType of numpy dtype `npd`, or None for one we do not have."""
     d = _BY_NP.get(npd)
     if d is None:
         # a deferred type can only be in hand when its module has been imported
@@ -165,7 +166,7 @@ def as_dtype(x) -> DType:
         npd = np.dtype(x)
     except TypeError:
         npd = None
-    d = _by_numpy_dtype(npd) if npd is not None else None
+    d = by_numpy_dtype(npd) if npd is not None else None
     if d is not None:
         return d
     # torch dtypes and other objects with a recognisable name

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import cache, replay
-from .dtypes import DType, as_dtype
+from .dtypes import DType, as_dtype, by_numpy_dtype
 from .errors import OutOfMemoryError
 from .allocator import AllocationFailed, CachingAllocator, human_bytes
 from .pipeline import LaunchInfo, Rendering
@@ -438,6 +438,13 @@ class Runtime:
     def tensor(self, array, dtype=None) -> Tensor:
         """Upload a host array (anything numpy accepts) as a new contiguous tensor."""
         rec = replay.active()
+        if rec is None and dtype is None and type(array) is np.ndarray and array.flags.c_contiguous:
+            dt = by_numpy_dtype(array.dtype)   # a plain C-ordered array: no conversions
+            if dt is not None:
+                t = self.empty(array.shape, dt)
+                if array.size:
+                    self._upload(t.buffer, 0, array.reshape(-1).view(np.uint8))
+                return t
         replayed = False  # an upload the record can redo with the next call's array
         if rec is not None:  # the call being recorded passes host values to the device
             replayed = dtype is None and type(array) is np.ndarray and rec.is_argument(array)

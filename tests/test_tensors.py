@@ -113,6 +113,29 @@ def test_zero_size_and_scalars(runtime):
     assert s.shape == () and s.numpy() == 2.5
 
 
+def test_uploads_of_every_host_layout_match_numpy(runtime, rng):
+    """runtime.tensor on a plain C-ordered array (its direct path) and on everything else:
+    Fortran order, a strided slice, a 0-d array, Python lists (floats to
+    F32, ints to I32), an explicit dtype; the values and dtypes numpy gives."""
+    a = rng.standard_normal((3, 4))
+    cases = [(a, a, "f64"), (a.astype(np.float32), a.astype(np.float32), "f32"),
+             (np.asfortranarray(a.astype(np.float32)), a.astype(np.float32), "f32"),
+             (a.astype(np.float32)[:, ::2], a.astype(np.float32)[:, ::2], "f32"),
+             (np.array(7, np.int32), np.array(7, np.int32), "i32"),
+             ([1.5, 2.5], np.array([1.5, 2.5], np.float32), "f32"), ([[1, 2]], np.array([[1, 2]], np.int32), "i32"),
+             (np.arange(6, dtype=np.int64).reshape(2, 3), np.arange(6).reshape(2, 3), "i64"),
+             (np.array([True, False]), np.array([True, False]), "bool")]
+    for host, want, dt in cases:
+        if not runtime.capabilities.supports_dtype(dt):
+            continue
+        t = runtime.tensor(host)
+        assert t.dtype is kd.as_dtype(dt) and t.shape == np.shape(want) and t.is_contiguous(), (host, dt)
+        np.testing.assert_array_equal(t.numpy(), want)
+    t = runtime.tensor(a, dtype="f32")
+    assert t.dtype is kd.f32
+    np.testing.assert_array_equal(t.numpy(), a.astype(np.float32))
+
+
 def test_default_runtime(monkeypatch):
     assert kd.runtime().name == "cpu"
     monkeypatch.setenv("KERNELDSL_RUNTIME", "cpu")
