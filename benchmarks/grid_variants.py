@@ -1,7 +1,7 @@
 """rudnn.grid_sample's GPU forms next to PyTorch in one run (issue 19): every forward form
-(the direct kernel with flat cubes or tiles of grid points, the staged forward at several
-tile widths, channels a step and box sizes, the channels-last forward at several vector and transpose widths) and
-every backward form (the direct fixed-point scatter, the channels-last backward at several
+(the direct kernel with flat cubes or tiles of grid points, chunks.py at several chunk sizes
+and vote bounds, the staged forward at several tile widths, channels a step and box sizes,
+the channels-last forward at several vector and transpose widths) and every backward form (the direct fixed-point scatter, the channels-last backward at several
 units a point, the gathered input gradient of backward_gather.py at several channel widths
 and out_grad layouts), plus the channels-last transpose alone, on a random and an affine grid,
 bilinear / zeros / align_corners False, input [N, C, S, S] and grid [N, S, S, 2].
@@ -9,6 +9,7 @@ bilinear / zeros / align_corners False, input [N, C, S, S] and grid [N, S, S, 2]
     BENCH_TIMING=queued python -m benchmarks.grid_variants               # H200: N 32, C 64, 256²
     python -m benchmarks.grid_variants --runtimes opencl --quick         # a smoke run on the host
     BENCH_TIMING=queued python -m benchmarks.grid_variants --only bwd    # the backward forms alone
+    BENCH_TIMING=queued python -m benchmarks.grid_variants --only fwd --shape 32,16,256   # few channels
 
 A form is a set of tuning constants (rudnn.grid_sample.tuning), set before its timing with
 the replay records dropped, so each call plans anew. Rounds: torch, then every form, in
