@@ -420,7 +420,7 @@ def test_channel_chunk_forward_matches_the_direct_kernel(runtime, rng, monkeypat
     at once, the random grid's planes both ways), then at most 4 and 8 (chunks of 3-2 and 5)
     as plane_compact decides: 2-D (every mode, zeros and reflection padding, a NaN pixel) and
     3-D, a batch of 2 whose points do not fill the last cube: sample.sample_forward's samples
-    bit for bit."""
+    bit for bit, and (2-D) the float64 model of tests/reference."""
     import rudnn.grid_sample as gs
     from rudnn.grid_sample import tuning
     from rudnn.grid_sample.chunks import sample_chunks
@@ -455,6 +455,9 @@ def test_channel_chunk_forward_matches_the_direct_kernel(runtime, rng, monkeypat
                 opts = GridSampleOptions(mode, padding, align_corners=padding is GridSamplePaddingMode.Zeros)
                 monkeypatch.setattr(tuning, "FORWARD_CHANNELS", 0)
                 want = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
+                if dims == 2:   # the direct kernel itself against the float64 model (NaNs where it has them)
+                    np.testing.assert_allclose(want, ref.grid_sample(x, grid, mode.value, padding.value,
+                                                                     opts.align_corners), rtol=1e-5, atol=1e-5)
                 for k, area in ((2, 2 ** 20), (2, 0), (2, 4), (4, 4), (8, 4)):
                     monkeypatch.setattr(tuning, "FORWARD_CHANNELS", k)
                     monkeypatch.setattr(tuning, "FORWARD_AREA", area)
