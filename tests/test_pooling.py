@@ -337,6 +337,44 @@ def test_equal_bins_in_narrow_rows_take_scalar_units_and_match_torch(runtime, rn
         np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
 
 
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, monkeypatch, dtype):
+    """columns.max_bins_columns (devices whose units are SIMD lanes, forced here, small planes
+    allowed): adaptive max down each bin's columns, then across them, bit for bit torch's
+    values and indices in 2-D and 3-D, one pass or several (the last part full). Placed so
+    that column order and scan order disagree: ties whose first in scan order lies in a later
+    column, two NaNs whose last in scan order lies in an earlier column, -inf bins."""
+    from family_checks import on_launch
+    from rudnn.pooling import tuning
+    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
+    monkeypatch.setattr(tuning, "COLUMN_PLANE", 0)
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    names = []
+    on_launch(monkeypatch, lambda kernel: names.append(kernel.__name__))
+    F = torch.nn.functional
+    for shape, size, rows in (((2, 3, 12, 20), (3, 5), 2), ((1, 2, 8, 16), (2, 4), 16),
+                              ((1, 2, 4, 6, 8), (2, 3, 2), 4), ((2, 1, 4, 4, 12), (2, 2, 3), 16)):
+        monkeypatch.setattr(tuning, "COLUMN_ROWS", rows)
+        x = host(np.round(rng.standard_normal(shape) * 2) / 2, dtype)   # (halves: ties in most bins)
+        planes, d = x.reshape(-1, *shape[2:]), len(shape) - 2
+        bins = [s // o for s, o in zip(shape[2:], size)]
+        top, kw = (0,) * (d - 2), bins[-1]                       # (depth 0 in 3-D)
+        planes[(0, *(slice(0, k) for k in bins))] = 0
+        planes[(0, *top, 1, 0)] = planes[(0, *top, 0, kw - 1)] = 5          # a tie: the first in scan order
+        planes[(1, *(slice(0, k) for k in bins))] = 0                       # is in the last column;
+        planes[(1, *top, 0, kw - 1)] = planes[(1, *top, 1, 0)] = np.nan     # two NaNs: the later is in the first
+        planes[(-1, *(slice(-k, None) for k in bins))] = -np.inf           # one; a bin of -inf
+        tx, xt = runtime.tensor(x), torch.from_numpy(np.float32(x))
+        names.clear()
+        out, idx = getattr(P, f"adaptive_max_pool{d}d")(tx, size)
+        assert names == ["max_bins_columns"], (shape, names)
+        wout, widx = getattr(F, f"adaptive_max_pool{d}d")(xt, size, return_indices=True)
+        np.testing.assert_array_equal(f32(out), wout.numpy(), err_msg=str(shape))
+        np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
+        assert widx.numpy().reshape(-1, int(np.prod(wout.shape[2:])))[1, 0] == shape[-1], "the NaN case is placed"
+
+
 @pytest.mark.feature("pooling: nan")
 def test_max_pool_nan_wins_with_the_last_nan_index(runtime, torch):
     x = np.arange(2 * 9 * 9, dtype=np.float32).reshape(1, 2, 9, 9) % 13

@@ -253,6 +253,42 @@ def bin_rows(caps, problem) -> bool:
             and math.prod(a.size // a.out for a in ax) <= MAX_LANE_BIN_TAPS)
 
 
+# output rows (od, oh) a pass of columns.max_bins_columns (their column results in shared
+# memory; more rows a pass fill more lanes when the bins are merged; 0: the form is off).
+# 2-core Zen 4 box, f32 [64, 256, 56²] to 7×7 (7 rows), ms: 1 row a pass 26.6, 2 17.5, 7 8.7.
+COLUMN_ROWS = 16
+# bins columns.max_bins_columns takes: at most COLUMN_TAPS taps down a column (unrolled; at 32
+# LLVM turns half the row loads into gathers: [16, 64, 896, 56] to 28×7, 152 ms against 56
+# by lanes.pool_plane_lanes) and at least COLUMN_WIDTH across (narrower bins merge too few
+# columns for the merge's gathers to pay: f32 [64, 64, 112²] to 7×56 (2 wide) 48.7 ms against
+# 38.2, [64, 64, 96²] to 32² (3 wide) 16.4 against 12.2; 4 wide, 112² to 28², 20.8 against 27.1),
+# with at least 2 taps down a column and COLUMN_PLANE elements a plane (a cube's fixed cost is
+# about 0.2 µs: [256, 256, 8²] to 2², 5.7 ms against 2.5 by bins.pool_bins, [64, 256, 16²] to
+# 4², 2.0 against 3.8; one tap down, [64, 256, 4, 56] to 4×7, 5.9 against 2.8)
+COLUMN_TAPS = 16
+COLUMN_WIDTH = 4
+COLUMN_PLANE = 256
+
+
+def column_rows(caps, problem) -> int:
+    """Output rows a pass of columns.max_bins_columns where it takes an adaptive max pooling
+    call, else 0: devices whose units are SIMD lanes, bins of one size (each input axis a
+    multiple of its output), from 2 to COLUMN_TAPS taps down a bin's column and from
+    COLUMN_WIDTH to MAX_LANE_BIN_TAPS across its row, planes of COLUMN_PLANE elements or more,
+    positions tracked in F32 (planes below BIN_F32_POSITIONS elements) and an input row that
+    fits a cube's units."""
+    ax = problem.axes
+    if not (caps.units_are_simd_lanes and problem.adaptive and COLUMN_ROWS) or any(a.size % a.out for a in ax):
+        return 0
+    if not COLUMN_PLANE <= problem.in_spatial < BIN_F32_POSITIONS or ax[2].size > caps.max_cube_units:
+        return 0
+    down, across = (ax[0].size // ax[0].out) * (ax[1].size // ax[1].out), ax[2].size // ax[2].out
+    if not 2 <= down <= COLUMN_TAPS or not COLUMN_WIDTH <= across <= MAX_LANE_BIN_TAPS:
+        return 0
+    fit = caps.max_shared_bytes // (8 * ax[2].size)
+    return max(1, min(COLUMN_ROWS, ax[0].out * ax[1].out, fit))
+
+
 @dataclass(frozen=True)
 class LanePlan:
     """lanes.pool_lanes' launch: `bx` units a cube (dividing the output row), `planes` planes
