@@ -330,6 +330,26 @@ def test_experts_scalar_dispatched(runtime, rng, dt, T, E, k, H, I):
     close(f64(y), want, dt)
 
 
+def test_scalar_experts_may_run_on_the_calling_thread(rng):
+    """The scalar grouped GEMMs find their expert in steps set by E alone, not by the offsets,
+    so their work is fixed by their arguments and the cpu runtime may run a small launch of
+    them on the calling thread (kerneldsl/loop_bounds.py); with an empty expert, against the
+    reference."""
+    from rudnn.moe import gemm_scalar
+    rt = kd.runtime("cpu")
+    (gate, up, down), ex = make_experts(rt, rng, 6, 16, 8, "f32")
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    logits = np.full((4, 6), -9.0, np.float32)
+    logits[:, :5] = rng.standard_normal((4, 5))        # expert 5 gets no row
+    d = moe.route(rt.tensor(logits), RoutingOptions(2, True)).dispatch(rt.tensor(x))
+    assert d.expert_offsets().numpy()[-2] == d.expert_offsets().numpy()[-1]
+    want = ref.swiglu_rows(d.values().numpy(), d.row_experts().numpy(), gate, up, down)
+    close(f64(ex.forward_dispatched(d)), want, "f32")
+    for kernel in (gemm_scalar.grouped_gemm, gemm_scalar.grouped_gemm_swiglu):
+        plans = list(kernel._plans.values())
+        assert plans and all(p.binary.info.argument_bound for p in plans), kernel.__name__
+
+
 # 16-byte loads with K tails and one expert filling whole 128-row tiles (fragments stored straight
 # to memory) beside partial tiles; 16-byte loads without K tails; element loads (H, I not multiples of 8)
 @pytest.mark.parametrize("dt,T,E,k,H,I", [("f16", 140, 1, 1, 136, 40), ("bf16", 140, 2, 1, 128, 64),

@@ -106,8 +106,9 @@ class SwiGluExperts:
             fused, plain = scalar_blocks(rt)
             rows = tile_count_bound(R, E, gs.TM)
             cols = -(-I // gs.TN_FUSED)
+            lanes = rt.capabilities.units_are_simd_lanes
             gs.grouped_gemm_swiglu[rows * cols, fused](x, self.gate, self.up, h, offsets, tiles, E, rows, cols,
-                                                       fused, gs.GM)
+                                                       fused, gs.GM, lanes)
             cols = -(-H // gs.TN_DOWN)
-            gs.grouped_gemm[rows * cols, plain](h, self.down, y, offsets, tiles, E, rows, cols, plain, gs.GM)
+            gs.grouped_gemm[rows * cols, plain](h, self.down, y, offsets, tiles, E, rows, cols, plain, gs.GM, lanes)
         return y

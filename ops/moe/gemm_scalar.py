@@ -7,7 +7,7 @@ finds its expert by a binary search of the tile offsets (see `tiles.py`).
 A cube computes a 4 x TN output tile with its units spread along the reduction
 axis K, which is contiguous in both operands (unit-strided vector loads on the
 CPU, coalesced loads on GPUs); the per-unit partial sums meet through plane sums
-and shared memory at the end. K runs in full blocks plus one guarded tail block
+and shared memory at the end (through shared memory alone where units are SIMD lanes). K runs in full blocks plus one guarded tail block
 so the hot loop has no per-element tests. Rows past the expert's end and columns
 past N are clamped for loading and skipped when storing.
 """
@@ -72,13 +72,27 @@ def tile_sums(x, m, r0, rend, K, e, wa, ca, wb, cb, BLOCK):
 
 
 @kd.func
-def tile_partials(acc):
-    """Every unit's 16 sums to plane totals in shared memory (slot j of part), then a barrier."""
-    part = kd.shared(kd.f32, 16 * kd.plane_count())
-    for j in kd.unroll(16):
-        plane_partial(acc[j], part, j)
+def tile_partials(acc, LANES):
+    """Every unit's 16 sums into shared memory as a cube's partial sums, then a barrier:
+    part[slot, i] for i below `partial_count`. GPUs sum each slot over its plane first (a
+    plane op a slot, i = the plane); where units are SIMD lanes (LANES) each unit's sums go
+    in as they are (i = the unit): one barrier instead of 16 plane ops, which on such devices
+    each cut the kernel into another pair of loops over the units."""
+    part = kd.shared(kd.f32, 16 * partial_count(LANES))
+    if LANES:
+        for j in kd.unroll(16):
+            part[j * kd.cube_dim_x() + kd.unit_pos_x()] = acc[j]
+    else:
+        for j in kd.unroll(16):
+            plane_partial(acc[j], part, j)
     kd.sync_cube()
     return part
+
+
+@kd.func
+def partial_count(LANES):
+    """Partial sums a slot of tile_partials: one a unit (LANES) or one a plane."""
+    return kd.cube_dim_x() if LANES else kd.plane_count()
 
 
 @kd.func
@@ -90,11 +104,12 @@ def plane_partial(v, part, slot):
 
 
 @kd.func
-def cube_total(part, slot):
-    """The cube-wide sum of a slot written by plane_partial (after a barrier)."""
+def cube_total(part, slot, LANES):
+    """The cube-wide sum of a slot written by tile_partials (after its barrier)."""
+    n = partial_count(LANES)
     s = kd.f32(0)
-    for p in range(kd.plane_count()):
-        s += part[slot * kd.plane_count() + p]
+    for p in range(n):
+        s += part[slot * n + p]
     return s
 
 
@@ -125,8 +140,9 @@ def tile_rows(r0, rend):
 @kd.kernel
 def grouped_gemm(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd.u32, 1],
                  tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32, ROWS: kd.i32, COLS: kd.i32,
-                 BLOCK: kd.Const[int], GM: kd.Const[int]):
-    """y[r, n] = sum_k x[r, k] * w[e(r), n, k] for the rows r of each expert e."""
+                 BLOCK: kd.Const[int], GM: kd.Const[int], LANES: kd.Const[bool]):
+    """y[r, n] = sum_k x[r, k] * w[e(r), n, k] for the rows r of each expert e (LANES: the
+    device's units are SIMD lanes, see tile_partials)."""
     t = kd.unit_pos_x()
     tile, col = swizzle(ROWS, COLS, GM)
     e, r0, rend = find_tile(offsets, tile_offsets, E, tile, TM)
@@ -135,18 +151,19 @@ def grouped_gemm(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd
     c01 = (n0, kd.min(n0 + 1, N - 1))
     c23 = (kd.min(n0 + 2, N - 1), kd.min(n0 + 3, N - 1))
     acc = tile_sums(x, tile_rows(r0, rend), r0, rend, x.shape[1], e, w, c01, w, c23, BLOCK)
-    part = tile_partials(acc)
+    part = tile_partials(acc, LANES)
     if t < 16:
         r = r0 + t // 4
         n = n0 + t % 4
         if r < rend and n < N:
-            y[r, n] = cube_total(part, t)
+            y[r, n] = cube_total(part, t, LANES)
 
 
 @kd.kernel
 def grouped_gemm_swiglu(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tensor,
                         offsets: kd.Tensor[kd.u32, 1], tile_offsets: kd.Tensor[kd.u32, 1], E: kd.i32,
-                        ROWS: kd.i32, COLS: kd.i32, BLOCK: kd.Const[int], GM: kd.Const[int]):
+                        ROWS: kd.i32, COLS: kd.i32, BLOCK: kd.Const[int], GM: kd.Const[int],
+                        LANES: kd.Const[bool]):
     """h[r, n] = silu(x[r]·gate[e, n]) * (x[r]·up[e, n]): both projections and the gating in one pass."""
     t = kd.unit_pos_x()
     tile, col = swizzle(ROWS, COLS, GM)
@@ -156,10 +173,10 @@ def grouped_gemm_swiglu(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tens
     c = (n0, kd.min(n0 + 1, N - 1))
     # tile columns: gate n0, n0 + 1, then up n0, n0 + 1
     acc = tile_sums(x, tile_rows(r0, rend), r0, rend, x.shape[1], e, gate, c, up, c, BLOCK)
-    part = tile_partials(acc)
+    part = tile_partials(acc, LANES)
     if t < 8:
         r = r0 + t // 2
         n = n0 + t % 2
         if r < rend and n < N:
             slot = t // 2 * 4 + t % 2
-            h[r, n] = silu(cube_total(part, slot)) * cube_total(part, slot + 2)
+            h[r, n] = silu(cube_total(part, slot, LANES)) * cube_total(part, slot + 2, LANES)

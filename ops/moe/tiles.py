@@ -55,15 +55,19 @@ def exclusive_scan(src: kd.Tensor[kd.u32, 1], dst: kd.Tensor[kd.u32, 1], n: kd.i
 @kd.func
 def find_tile(offsets, tile_offsets, E, tile, TM):
     """(expert, first row, end row) of row tile `tile`; first row == end row when the
-    tile is past the last one. tile_offsets[e] counts the TM-row tiles before expert e."""
+    tile is past the last one. tile_offsets[e] counts the TM-row tiles before expert e.
+
+    The expert is the last e with tile_offsets[e] <= tile, found by a binary search whose
+    steps depend on E alone (the span [lo, lo + n) holding it halves each step, whatever the
+    offsets hold): the kernel's work is then fixed by its arguments (kerneldsl/loop_bounds.py),
+    which lets the cpu runtime run small launches on the calling thread."""
     lo = 0
-    hi = E
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if kd.i32(tile_offsets[mid]) <= tile:
-            lo = mid
-        else:
-            hi = mid
+    n = E
+    while n > 1:
+        half = n // 2
+        if kd.i32(tile_offsets[lo + half]) <= tile:
+            lo = lo + half
+        n = n - half
     rend = kd.i32(offsets[lo + 1])
     r0 = kd.i32(offsets[lo]) + (tile - kd.i32(tile_offsets[lo])) * TM
     r0 = kd.select(tile < kd.i32(tile_offsets[E]), r0, rend)
