@@ -342,7 +342,8 @@ def test_equal_bins_in_narrow_rows_take_scalar_units_and_match_torch(runtime, rn
 def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, monkeypatch, dtype):
     """columns.max_bins_columns (devices whose units are SIMD lanes, forced here, small planes
     allowed): adaptive max down each bin's columns, then across them, bit for bit torch's
-    values and indices in 2-D and 3-D, one pass or several (the last part full). Placed so
+    values and indices in 2-D and 3-D, one pass or several (the last part full), a column's
+    taps unrolled or in steps. Placed so
     that column order and scan order disagree: ties whose first in scan order lies in a later
     column, two NaNs whose last in scan order lies in an earlier column, -inf bins."""
     from family_checks import on_launch
@@ -353,9 +354,11 @@ def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, 
     names = []
     on_launch(monkeypatch, lambda kernel: names.append(kernel.__name__))
     F = torch.nn.functional
-    for shape, size, rows in (((2, 3, 12, 20), (3, 5), 2), ((1, 2, 8, 16), (2, 4), 16),
-                              ((1, 2, 4, 6, 8), (2, 3, 2), 4), ((2, 1, 4, 4, 12), (2, 2, 3), 16)):
+    for shape, size, rows, taps in (((2, 3, 12, 20), (3, 5), 2, 16), ((1, 2, 8, 16), (2, 4), 16, 16),
+                                    ((1, 2, 4, 6, 8), (2, 3, 2), 4, 16), ((2, 1, 4, 4, 12), (2, 2, 3), 16, 16),
+                                    ((1, 2, 6, 8, 8), (2, 2, 2), 16, 8)):    # (12 taps down: 3 steps of 4)
         monkeypatch.setattr(tuning, "COLUMN_ROWS", rows)
+        monkeypatch.setattr(tuning, "COLUMN_TAPS", taps)
         x = host(np.round(rng.standard_normal(shape) * 2) / 2, dtype)   # (halves: ties in most bins)
         planes, d = x.reshape(-1, *shape[2:]), len(shape) - 2
         bins = [s // o for s, o in zip(shape[2:], size)]

@@ -13,7 +13,7 @@ backward.pool_backward(_taps) (one unit per input element, gathering from the ou
 that cover it: deterministic, no atomics). Devices whose units are SIMD lanes (the cpu
 runtime) take CPU-shaped kernels where those would not vectorise: bins.pool_bins (equal
 adaptive bins in narrow rows: a one-unit cube a plane, scalar code; tuning.bin_rows; for the
-max, columns.max_bins_columns: a unit an input column, then a unit a bin; tuning.column_rows),
+max, columns.max_bins_columns: a unit an input column, then a unit a bin; tuning.column_plan),
 lanes.pool_lanes (a unit an output column: unrollable windows and equal adaptive bins;
 tuning.lane_plan),
 forward.pool_forward_masked for other looped windows, reduction.lane_row_mean / spread_mean
@@ -38,7 +38,7 @@ from .reduction import lane_row_mean, plane_mean, spread_mean, unit_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, bin_rows, column_rows, column_units,
+from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, bin_rows, column_plan, column_units,
                      element_plan, f64_positions, lane_plan, lane_row_plan, outputs_per_unit, SHORT_ROW, unit_row_plan,
                      reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
                      widened_input, window_taps)
@@ -140,13 +140,13 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
     sink = idx.reshape(total) if indices else rt.empty((1,), kd.i64)
     if _rows(p, flat_in, out.reshape(total), sink, maximum, indices):
         return out, idx
-    rows = column_rows(rt.capabilities, p) if maximum and indices else 0
-    if rows:   # units are SIMD lanes, equal adaptive bins, narrow rows: down the columns, then across
+    columns = column_plan(rt.capabilities, p) if maximum and indices else None
+    if columns:   # units are SIMD lanes, equal adaptive max bins: down the columns, then across
         ax = p.axes
         gy = -(-p.planes // GRID_Y)
         max_bins_columns[(-(-p.planes // gy), gy), ax[2].size](flat_in, out.reshape(total), sink, p.planes, ax[0].out,
                                                                ax[1].out, ax[1].size, ax[2].size, ax[2].out,
-                                                               *(a.size // a.out for a in ax), rows)
+                                                               *(a.size // a.out for a in ax), *columns)
         return out, idx
     if bin_rows(rt.capabilities, p):   # units are SIMD lanes, equal adaptive bins, narrow rows: scalar units
         ax = p.axes

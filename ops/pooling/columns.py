@@ -31,11 +31,12 @@ def merge(m, q, best, where):
 def max_bins_columns(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], planes: kd.i32,
                      OD: kd.i32, OH: kd.i32, IH: kd.i32,
                      IW: kd.Const[int], OW: kd.Const[int], KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
-                     R: kd.Const[int]):
+                     R: kd.Const[int], STEP: kd.Const[int]):
     """out and indices (flat positions in a plane) of adaptive max pooling of
     x [planes, OD·KD, IH, IW] into [planes, OD, OH, OW], each bin KD×KH×KW (IH = OH·KH,
     IW = OW·KW; a plane below 2^24 elements). A cube a plane (grid y wrapping into x); R
-    output rows (od, oh) a pass, their column results in shared memory."""
+    output rows (od, oh) a pass, their column results in shared memory; a column's KD·KH
+    taps STEP at a time (unrolled), STEP dividing KD·KH."""
     t = kd.unit_pos_x()
     BX = kd.cube_dim_x()
     p, ok = plane_of(planes)
@@ -57,9 +58,10 @@ def max_bins_columns(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1]
                         if w < IW:
                             m = kd.f32(-kd.inf)
                             q = kd.f32((od * KD * IH + oh * KH) * IW + w)
-                            for a in kd.unroll(KD):
-                                for b in kd.unroll(KH):
-                                    row = ((od * KD + a) * IH + oh * KH + b) * IW
+                            for j0 in range(0, KD * KH, STEP):   # (one trip when every tap is unrolled)
+                                for jj in kd.unroll(STEP):
+                                    a = (j0 + jj) // KH
+                                    row = ((od * KD + a) * IH + oh * KH + (j0 + jj - a * KH)) * IW
                                     m, q, _ = fold_tap(kd.f32(x[(base + row) + col]), True, kd.f32(row + w), m, q,
                                                        kd.f32(0), True)
                             best[rr * IW + w] = m

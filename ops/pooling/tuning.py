@@ -257,36 +257,46 @@ def bin_rows(caps, problem) -> bool:
 # memory; more rows a pass fill more lanes when the bins are merged; 0: the form is off).
 # 2-core Zen 4 box, f32 [64, 256, 56²] to 7×7 (7 rows), ms: 1 row a pass 26.6, 2 17.5, 7 8.7.
 COLUMN_ROWS = 16
-# bins columns.max_bins_columns takes: at most COLUMN_TAPS taps down a column (unrolled; at 32
-# LLVM turns half the row loads into gathers: [16, 64, 896, 56] to 28×7, 152 ms against 56
-# by lanes.pool_plane_lanes) and at least COLUMN_WIDTH across (narrower bins merge too few
-# columns for the merge's gathers to pay: f32 [64, 64, 112²] to 7×56 (2 wide) 48.7 ms against
-# 38.2, [64, 64, 96²] to 32² (3 wide) 16.4 against 12.2; 4 wide, 112² to 28², 20.8 against 27.1),
-# with at least 2 taps down a column and COLUMN_PLANE elements a plane (a cube's fixed cost is
-# about 0.2 µs: [256, 256, 8²] to 2², 5.7 ms against 2.5 by bins.pool_bins, [64, 256, 16²] to
-# 4², 2.0 against 3.8; one tap down, [64, 256, 4, 56] to 4×7, 5.9 against 2.8)
+# bins columns.max_bins_columns takes (2-core Zen 4 box, f32, against the form each call took
+# before, ms):
+# - up to COLUMN_TAPS taps down a column unrolled, more in steps of 8 (32 unrolled: LLVM turns
+#   half the row loads into gathers; [16, 64, 896, 56] to 28×7, 152 unrolled, 47.5 in steps,
+#   against 57.7 by lanes.pool_plane_lanes);
+# - at least COLUMN_WIDTH across: narrower bins merge too few columns for the merge's gathers
+#   to pay ([64, 64, 112²] to 7×56, 2 wide, 48.7 against 38.2; [64, 64, 96²] to 32², 3 wide,
+#   16.4 against 12.2; 4 wide, 112² to 28², 20.8 against 27.1);
+# - at least 2 taps down a column and COLUMN_PLANE elements a plane: a cube's fixed cost is
+#   about 0.2 µs ([256, 256, 8²] to 2², 5.7 against 2.5 by bins.pool_bins; [64, 256, 16²] to
+#   4², 2.0 against 3.8; one tap down, [64, 256, 4, 56] to 4×7, 5.9 against 2.8);
 COLUMN_TAPS = 16
 COLUMN_WIDTH = 4
 COLUMN_PLANE = 256
+# - the merge's outputs a pass (rows a pass × OW) fill at least 1/COLUMN_FILL of the cube's
+#   units (IW): its loop runs over all of them, each masked unit's merge still issuing its
+#   gathers ([64, 256, 56²] to 1×1, 1 of 56 units, 77.8 against 52.4 by pool_forward_masked).
+COLUMN_FILL = 4
 
 
-def column_rows(caps, problem) -> int:
-    """Output rows a pass of columns.max_bins_columns where it takes an adaptive max pooling
-    call, else 0: devices whose units are SIMD lanes, bins of one size (each input axis a
-    multiple of its output), from 2 to COLUMN_TAPS taps down a bin's column and from
-    COLUMN_WIDTH to MAX_LANE_BIN_TAPS across its row, planes of COLUMN_PLANE elements or more,
-    positions tracked in F32 (planes below BIN_F32_POSITIONS elements) and an input row that
-    fits a cube's units."""
+def column_plan(caps, problem) -> tuple | None:
+    """(output rows a pass, taps a step down a column) of columns.max_bins_columns where it
+    takes an adaptive max pooling call, else None: devices whose units are SIMD lanes, bins of
+    one size (each input axis a multiple of its output) with at least 2 taps down a column
+    (unrolled up to COLUMN_TAPS, else in steps of 8, 4 or 2 dividing them) and from
+    COLUMN_WIDTH to MAX_LANE_BIN_TAPS across a row, planes of COLUMN_PLANE elements or more,
+    positions tracked in F32 (planes below BIN_F32_POSITIONS elements), an input row that
+    fits a cube's units, and enough outputs a pass (COLUMN_FILL)."""
     ax = problem.axes
     if not (caps.units_are_simd_lanes and problem.adaptive and COLUMN_ROWS) or any(a.size % a.out for a in ax):
-        return 0
+        return None
     if not COLUMN_PLANE <= problem.in_spatial < BIN_F32_POSITIONS or ax[2].size > caps.max_cube_units:
-        return 0
+        return None
     down, across = (ax[0].size // ax[0].out) * (ax[1].size // ax[1].out), ax[2].size // ax[2].out
-    if not 2 <= down <= COLUMN_TAPS or not COLUMN_WIDTH <= across <= MAX_LANE_BIN_TAPS:
-        return 0
+    if down < 2 or not COLUMN_WIDTH <= across <= MAX_LANE_BIN_TAPS:
+        return None
+    step = down if down <= COLUMN_TAPS else next(s for s in (8, 4, 2, 1) if down % s == 0)
     fit = caps.max_shared_bytes // (8 * ax[2].size)
-    return max(1, min(COLUMN_ROWS, ax[0].out * ax[1].out, fit))
+    rows = max(1, min(COLUMN_ROWS, ax[0].out * ax[1].out, fit))
+    return (rows, step) if COLUMN_FILL * rows >= across else None
 
 
 @dataclass(frozen=True)
