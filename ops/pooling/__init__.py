@@ -142,11 +142,10 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         return out, idx
     columns = column_plan(rt.capabilities, p) if maximum and indices else None
     if columns:   # units are SIMD lanes, equal adaptive max bins: down the columns, then across
-        ax = p.axes
+        od, oh, ih, iw, ow, *bins = columns.geometry
         gy = -(-p.planes // GRID_Y)
-        max_bins_columns[(-(-p.planes // gy), gy), ax[2].size](flat_in, out.reshape(total), sink, p.planes, ax[0].out,
-                                                               ax[1].out, ax[1].size, ax[2].size, ax[2].out,
-                                                               *(a.size // a.out for a in ax), *columns)
+        max_bins_columns[(-(-p.planes // gy), gy), iw](flat_in, out.reshape(total), sink, p.planes, od, oh, ih, iw, ow,
+                                                       *bins, columns.rows, columns.step, columns.looped)
         return out, idx
     if bin_rows(rt.capabilities, p):   # units are SIMD lanes, equal adaptive bins, narrow rows: scalar units
         ax = p.axes

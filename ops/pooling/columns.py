@@ -31,12 +31,15 @@ def merge(m, q, best, where):
 def max_bins_columns(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], planes: kd.i32,
                      OD: kd.i32, OH: kd.i32, IH: kd.i32,
                      IW: kd.Const[int], OW: kd.Const[int], KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
-                     R: kd.Const[int], STEP: kd.Const[int]):
+                     R: kd.Const[int], STEP: kd.Const[int], LOOPED: kd.Const[bool]):
     """out and indices (flat positions in a plane) of adaptive max pooling of
     x [planes, OD·KD, IH, IW] into [planes, OD, OH, OW], each bin KD×KH×KW (IH = OH·KH,
     IW = OW·KW; a plane below 2^24 elements). A cube a plane (grid y wrapping into x); R
     output rows (od, oh) a pass, their column results in shared memory; a column's KD·KH
-    taps STEP at a time (unrolled), STEP dividing KD·KH."""
+    taps STEP at a time (unrolled), STEP dividing KD·KH; a bin's columns merged unrolled or,
+    LOOPED, in a loop (few bins a pass: the loop over the units then stays scalar, where
+    vectorised every masked unit would still issue its merge's gathers). Launched with IW
+    units a cube."""
     t = kd.unit_pos_x()
     BX = kd.cube_dim_x()
     p, ok = plane_of(planes)
@@ -52,32 +55,33 @@ def max_bins_columns(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1]
                 if r < rows:
                     od = r // OH
                     oh = r - od * OH
-                    for w0 in range(0, IW, BX):
-                        w = w0 + t
-                        col = kd.i64(w0) + t    # (64-bit and affine in the unit: plain vector loads)
-                        if w < IW:
-                            m = kd.f32(-kd.inf)
-                            q = kd.f32((od * KD * IH + oh * KH) * IW + w)
-                            for j0 in range(0, KD * KH, STEP):   # (one trip when every tap is unrolled)
-                                for jj in kd.unroll(STEP):
-                                    a = (j0 + jj) // KH
-                                    row = ((od * KD + a) * IH + oh * KH + (j0 + jj - a * KH)) * IW
-                                    m, q, _ = fold_tap(kd.f32(x[(base + row) + col]), True, kd.f32(row + w), m, q,
-                                                       kd.f32(0), True)
-                            best[rr * IW + w] = m
-                            where[rr * IW + w] = q
+                    m = kd.f32(-kd.inf)
+                    q = kd.f32((od * KD * IH + oh * KH) * IW + t)
+                    for j0 in range(0, KD * KH, STEP):   # (uniform: the units' loop stays innermost)
+                        w = kd.unit_pos_x()   # (read here: from before the loop it is a per-unit array)
+                        for jj in kd.unroll(STEP):
+                            a = (j0 + jj) // KH
+                            row = ((od * KD + a) * IH + oh * KH + (j0 + jj - a * KH)) * IW
+                            m, q, _ = fold_tap(kd.f32(x[(base + row) + kd.i64(w)]), True, kd.f32(row + w), m, q,
+                                               kd.f32(0), True)
+                    best[rr * IW + t] = m
+                    where[rr * IW + t] = q
             kd.sync_cube()
             for o0 in range(0, R * OW, BX):
                 o = o0 + t
-                rr = o // OW
-                ow = o - rr * OW
-                if o < R * OW and r0 + rr < rows:
-                    at = rr * IW + ow * KW
+                ro = o // OW    # (not `rr`: that name must stay uniform, for the loops above)
+                ow = o - ro * OW
+                if o < R * OW and r0 + ro < rows:
+                    at = ro * IW + ow * KW
                     m = best[at]
                     q = where[at]
-                    for c in kd.unroll(1, KW):
-                        m, q = merge(best[at + c], where[at + c], m, q)
-                    e = first + (r0 + rr) * OW + ow
+                    if LOOPED:   # (a loop: the units' loop around it stays scalar, see the docstring)
+                        for c in range(1, KW):
+                            m, q = merge(best[at + c], where[at + c], m, q)
+                    else:
+                        for c in kd.unroll(1, KW):
+                            m, q = merge(best[at + c], where[at + c], m, q)
+                    e = first + (r0 + ro) * OW + ow
                     out[e] = m
                     indices[e] = kd.i64(q)
             kd.sync_cube()

@@ -271,32 +271,60 @@ COLUMN_ROWS = 16
 COLUMN_TAPS = 16
 COLUMN_WIDTH = 4
 COLUMN_PLANE = 256
-# - the merge's outputs a pass (rows a pass × OW) fill at least 1/COLUMN_FILL of the cube's
-#   units (IW): its loop runs over all of them, each masked unit's merge still issuing its
-#   gathers ([64, 256, 56²] to 1×1, 1 of 56 units, 77.8 against 52.4 by pool_forward_masked).
+# - where the merge's outputs a pass (rows a pass × OW) fill less than 1/COLUMN_FILL of the
+#   cube's units (IW), each bin's columns are merged in a loop: unrolled, the loop over the
+#   units is vectorised, and each masked unit's merge still issues its gathers ([64, 256, 56²]
+#   to 1×1, 1 of 56 units: 77.8 unrolled, against 52.4 by pool_forward_masked).
 COLUMN_FILL = 4
 
 
-def column_plan(caps, problem) -> tuple | None:
-    """(output rows a pass, taps a step down a column) of columns.max_bins_columns where it
-    takes an adaptive max pooling call, else None: devices whose units are SIMD lanes, bins of
-    one size (each input axis a multiple of its output) with at least 2 taps down a column
-    (unrolled up to COLUMN_TAPS, else in steps of 8, 4 or 2 dividing them) and from
-    COLUMN_WIDTH to MAX_LANE_BIN_TAPS across a row, planes of COLUMN_PLANE elements or more,
-    positions tracked in F32 (planes below BIN_F32_POSITIONS elements), an input row that
-    fits a cube's units, and enough outputs a pass (COLUMN_FILL)."""
+@dataclass(frozen=True)
+class ColumnPlan:
+    """columns.max_bins_columns' launch: the geometry (OD, OH, IH, IW, OW, KD, KH, KW) it
+    sees the planes in, output rows a pass, taps a step down a column, and whether a bin's
+    columns are merged in a loop (`looped`: few outputs a pass, see COLUMN_FILL)."""
+    geometry: tuple
+    rows: int
+    step: int
+    looped: bool
+
+
+def _global_rows(size: int) -> int:
+    """The row width a plane of `size` elements is seen in for a global max (one bin: any
+    row width keeps the scan order), or 0: a multiple of 8 from 16 to 64 dividing it, giving
+    a multiple of 8 rows (whole steps of 8 taps) where one does."""
+    widths = [w for w in range(64, 15, -8) if size % w == 0 and size // w >= 2]
+    return next((w for w in widths if size // w % 8 == 0), widths[0] if widths else 0)
+
+
+def column_plan(caps, problem) -> ColumnPlan | None:
+    """columns.max_bins_columns' launch where it takes an adaptive max pooling call, else
+    None: devices whose units are SIMD lanes, bins of one size (each input axis a multiple
+    of its output) with at least 2 taps down a column (unrolled up to COLUMN_TAPS, else in
+    steps of 8, 4 or 2 dividing them) and from COLUMN_WIDTH to MAX_LANE_BIN_TAPS across a
+    row, planes of COLUMN_PLANE elements or more, positions tracked in F32 (planes below
+    BIN_F32_POSITIONS elements) and an input row that fits a cube's units. A global max (one
+    bin a plane, any rank) sees the plane as rows of 16 to 64 elements (_global_rows)."""
     ax = problem.axes
     if not (caps.units_are_simd_lanes and problem.adaptive and COLUMN_ROWS) or any(a.size % a.out for a in ax):
         return None
-    if not COLUMN_PLANE <= problem.in_spatial < BIN_F32_POSITIONS or ax[2].size > caps.max_cube_units:
+    if not COLUMN_PLANE <= problem.in_spatial < BIN_F32_POSITIONS:
         return None
-    down, across = (ax[0].size // ax[0].out) * (ax[1].size // ax[1].out), ax[2].size // ax[2].out
-    if down < 2 or not COLUMN_WIDTH <= across <= MAX_LANE_BIN_TAPS:
+    if problem.out_spatial == 1:
+        width = _global_rows(problem.in_spatial)
+        if not width:
+            return None
+        height = problem.in_spatial // width
+        geometry = (1, 1, height, width, 1, 1, height, width)
+    else:
+        geometry = (ax[0].out, ax[1].out, ax[1].size, ax[2].size, ax[2].out, *(a.size // a.out for a in ax))
+    od, oh, _, iw, ow, kd_, kh, kw = geometry
+    down = kd_ * kh
+    if down < 2 or not COLUMN_WIDTH <= kw <= MAX_LANE_BIN_TAPS or iw > caps.max_cube_units:
         return None
     step = down if down <= COLUMN_TAPS else next(s for s in (8, 4, 2, 1) if down % s == 0)
-    fit = caps.max_shared_bytes // (8 * ax[2].size)
-    rows = max(1, min(COLUMN_ROWS, ax[0].out * ax[1].out, fit))
-    return (rows, step) if COLUMN_FILL * rows >= across else None
+    rows = max(1, min(COLUMN_ROWS, od * oh, caps.max_shared_bytes // (8 * iw)))
+    return ColumnPlan(geometry, rows, step, COLUMN_FILL * rows < kw)
 
 
 @dataclass(frozen=True)
