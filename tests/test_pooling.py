@@ -345,9 +345,9 @@ def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, 
     values and indices in 2-D and 3-D, one pass or several (the last part full), a column's
     taps unrolled or in steps. Placed so
     that column order and scan order disagree: ties whose first in scan order lies in a later
-    column, two NaNs whose last in scan order lies in an earlier column, -inf bins. A global
-    max of any rank sees the plane as rows (tuning._global_rows), in one unrolled step or
-    several, its columns merged in a loop."""
+    column, two NaNs whose last in scan order lies in an earlier column, -inf bins. Bins of
+    consecutive elements (a global max of any rank, 1-D bins) are seen as rows
+    (tuning._row_width), in one unrolled step or several."""
     from family_checks import on_launch
     from rudnn.pooling import tuning
     monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
@@ -378,8 +378,10 @@ def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, 
         np.testing.assert_array_equal(f32(out), wout.numpy(), err_msg=str(shape))
         np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
         assert widx.numpy().reshape(-1, int(np.prod(wout.shape[2:])))[1, 0] == shape[-1], "the NaN case is placed"
-    for shape in ((2, 3, 4, 8), (1, 2, 96), (1, 2, 4, 8, 16), (2, 1, 2048)):   # global max, any rank: the
-        width = tuning._global_rows(int(np.prod(shape[2:])))                  # plane seen as rows of `width`
+    # bins of consecutive elements (global max of any rank, 1-D bins): seen as rows of `width`
+    for shape, size in (((2, 3, 4, 8), 1), ((1, 2, 96), 1), ((1, 2, 4, 8, 16), 1), ((2, 1, 2048), 1),
+                        ((2, 3, 448), 7), ((1, 2, 384), 3)):
+        width = tuning._row_width(int(np.prod(shape[2:])) // size)
         x = host(np.round(rng.standard_normal(shape) * 2) / 2, dtype)
         planes, d = x.reshape(x.shape[0] * x.shape[1], -1), len(shape) - 2
         planes[0] = 0
@@ -390,9 +392,9 @@ def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, 
             planes[-1] = -np.inf                               # a plane of -inf: its first position
         tx, xt = runtime.tensor(x), torch.from_numpy(np.float32(x))
         names.clear()
-        out, idx = getattr(P, f"adaptive_max_pool{d}d")(tx, 1)
+        out, idx = getattr(P, f"adaptive_max_pool{d}d")(tx, size)
         assert names == ["max_bins_columns"], (shape, names)
-        wout, widx = getattr(F, f"adaptive_max_pool{d}d")(xt, 1, return_indices=True)
+        wout, widx = getattr(F, f"adaptive_max_pool{d}d")(xt, size, return_indices=True)
         np.testing.assert_array_equal(f32(out), wout.numpy(), err_msg=str(shape))
         np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
 

@@ -145,7 +145,7 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         od, oh, ih, iw, ow, *bins = columns.geometry
         gy = -(-p.planes // GRID_Y)
         max_bins_columns[(-(-p.planes // gy), gy), iw](flat_in, out.reshape(total), sink, p.planes, od, oh, ih, iw, ow,
-                                                       *bins, columns.rows, columns.step, columns.looped)
+                                                       *bins, columns.rows, columns.step)
         return out, idx
     if bin_rows(rt.capabilities, p):   # units are SIMD lanes, equal adaptive bins, narrow rows: scalar units
         ax = p.axes

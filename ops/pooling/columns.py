@@ -9,7 +9,7 @@ each of its columns first, then across them:
 - each unit folds its column's taps of a bin row by row (forward.fold_tap, torch's rule),
   the cube's units reading each input row as consecutive elements (vector loads, no
   gathers) into a per-column (maximum, position) in cube-shared memory;
-- after a barrier, a unit an output merges its bin's KW column results.
+- after a barrier, each bin's column results are merged in halves across the cube.
 bins.pool_bins reads the same rows in the same order but folds every tap in scalar code;
 this form is several times faster (RESULTS.md, session 31). Positions are F32 (exact below
 2^24, tuning.BIN_F32_POSITIONS), which keeps the selects in vector registers."""
@@ -27,19 +27,39 @@ def merge(m, q, best, where):
     return kd.select(take, m, best), kd.select(take, q, where)
 
 
+@kd.func
+def merge_in_halves(best, where, N, KW):
+    """Every group of KW consecutive (best, where) slots of the N in shared memory merged into
+    its first, across the cube's units: n slots a group become ceil(n/2), slot c taking slot
+    c + ceil(n/2), a barrier a level. Each level reads and writes consecutive slots (vectors
+    where units are SIMD lanes). A unit merging a whole group instead makes KW - 1 gathers
+    across the units, and where a pass has few groups its masked units still issue theirs:
+    a global max of [64, 256, 56²] took 22-23 ms that way, 8-9 in halves (RESULTS.md)."""
+    for level in kd.unroll(7):   # (KW <= 64 = 2^6: at most 6 levels do anything)
+        n = (KW + (1 << level) - 1) >> level
+        if n > 1:
+            h = (n + 1) // 2
+            for i0 in range(0, N, kd.cube_dim_x()):
+                i = i0 + kd.unit_pos_x()
+                c = i % KW
+                if i < N and c < n - h:
+                    m, q = merge(best[i + h], where[i + h], best[i], where[i])
+                    best[i] = m
+                    where[i] = q
+            kd.sync_cube()
+
+
 @kd.kernel
 def max_bins_columns(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], planes: kd.i32,
                      OD: kd.i32, OH: kd.i32, IH: kd.i32,
                      IW: kd.Const[int], OW: kd.Const[int], KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
-                     R: kd.Const[int], STEP: kd.Const[int], LOOPED: kd.Const[bool]):
+                     R: kd.Const[int], STEP: kd.Const[int]):
     """out and indices (flat positions in a plane) of adaptive max pooling of
     x [planes, OD·KD, IH, IW] into [planes, OD, OH, OW], each bin KD×KH×KW (IH = OH·KH,
     IW = OW·KW; a plane below 2^24 elements). A cube a plane (grid y wrapping into x); R
     output rows (od, oh) a pass, their column results in shared memory; a column's KD·KH
-    taps STEP at a time (unrolled), STEP dividing KD·KH; a bin's columns merged unrolled or,
-    LOOPED, in a loop (few bins a pass: the loop over the units then stays scalar, where
-    vectorised every masked unit would still issue its merge's gathers). Launched with IW
-    units a cube."""
+    taps STEP at a time (unrolled), STEP dividing KD·KH; the bins' columns merged in halves
+    (merge_in_halves). Launched with IW units a cube."""
     t = kd.unit_pos_x()
     BX = kd.cube_dim_x()
     p, ok = plane_of(planes)
@@ -67,21 +87,11 @@ def max_bins_columns(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1]
                     best[rr * IW + t] = m
                     where[rr * IW + t] = q
             kd.sync_cube()
+            merge_in_halves(best, where, R * IW, KW)
             for o0 in range(0, R * OW, BX):
                 o = o0 + t
-                ro = o // OW    # (not `rr`: that name must stay uniform, for the loops above)
-                ow = o - ro * OW
-                if o < R * OW and r0 + ro < rows:
-                    at = ro * IW + ow * KW
-                    m = best[at]
-                    q = where[at]
-                    if LOOPED:   # (a loop: the units' loop around it stays scalar, see the docstring)
-                        for c in range(1, KW):
-                            m, q = merge(best[at + c], where[at + c], m, q)
-                    else:
-                        for c in kd.unroll(1, KW):
-                            m, q = merge(best[at + c], where[at + c], m, q)
-                    e = first + (r0 + ro) * OW + ow
-                    out[e] = m
-                    indices[e] = kd.i64(q)
+                if o < R * OW and r0 * OW + o < rows * OW:
+                    e = first + r0 * OW + o
+                    out[e] = best[o * KW]
+                    indices[e] = kd.i64(where[o * KW])
             kd.sync_cube()

@@ -257,42 +257,40 @@ def bin_rows(caps, problem) -> bool:
 # memory; more rows a pass fill more lanes when the bins are merged; 0: the form is off).
 # 2-core Zen 4 box, f32 [64, 256, 56²] to 7×7 (7 rows), ms: 1 row a pass 26.6, 2 17.5, 7 8.7.
 COLUMN_ROWS = 16
-# bins columns.max_bins_columns takes (2-core Zen 4 box, f32, against the form each call took
-# before, ms):
-# - up to COLUMN_TAPS taps down a column unrolled, more in steps of 8 (32 unrolled: LLVM turns
-#   half the row loads into gathers; [16, 64, 896, 56] to 28×7, 152 unrolled, 47.5 in steps,
-#   against 57.7 by lanes.pool_plane_lanes);
-# - at least COLUMN_WIDTH across: narrower bins merge too few columns for the merge's gathers
-#   to pay ([64, 64, 112²] to 7×56, 2 wide, 48.7 against 38.2; [64, 64, 96²] to 32², 3 wide,
-#   16.4 against 12.2; 4 wide, 112² to 28², 20.8 against 27.1);
-# - at least 2 taps down a column and COLUMN_PLANE elements a plane: a cube's fixed cost is
-#   about 0.2 µs ([256, 256, 8²] to 2², 5.7 against 2.5 by bins.pool_bins; [64, 256, 16²] to
-#   4², 2.0 against 3.8; one tap down, [64, 256, 4, 56] to 4×7, 5.9 against 2.8);
+# bins columns.max_bins_columns takes (2-core Zen 4 box, f32, ms, the column form against the
+# form the call takes without it, interleaved):
+# - up to COLUMN_TAPS taps down a column unrolled, more in unrolled steps of 8, 4 or 2 (32
+#   unrolled: LLVM turned half the row loads into gathers, [16, 64, 896, 56] to 28×7 152
+#   against 57.7);
+# - at least COLUMN_WIDTH columns across, and at least COLUMN_SHORT_WIDTH where fewer than
+#   COLUMN_DOWN taps go down a column: [64, 64, 112²] to 56×28 (2 down, 4 across) 19.5-20.4
+#   against 12.7-14.0, to 56² (2, 2) 19.6-21.6 against 13.6-14.4, [64, 64, 96²] to 32² (3, 3)
+#   10.8-12.8 against 9.3-11.1; but to 56×14 (2, 8) 19.2-21.8 against 27.5-28.8, [64, 64, 96²]
+#   to 32×12 (3, 8) 9.6 against 23.4-23.9, [64, 64, 112²] to 28×56 (4, 2) 11.8-13.2 against
+#   18.2-18.5, to 7×56 (16, 2) 13.3 against 37.6; one column across, to 28×112 (4, 1),
+#   17.9-23.7 against 16.3-17.3;
+# - planes of COLUMN_PLANE elements or more: a cube's fixed cost is about 0.2 µs ([256, 256,
+#   8²] to 2², 5.7 against 2.5 by bins.pool_bins; [64, 256, 16²] to 4², 2.0 against 3.8).
 COLUMN_TAPS = 16
-COLUMN_WIDTH = 4
+COLUMN_WIDTH = 2
+COLUMN_DOWN = 4
+COLUMN_SHORT_WIDTH = 8
 COLUMN_PLANE = 256
-# - where the merge's outputs a pass (rows a pass × OW) fill less than 1/COLUMN_FILL of the
-#   cube's units (IW), each bin's columns are merged in a loop: unrolled, the loop over the
-#   units is vectorised, and each masked unit's merge still issues its gathers ([64, 256, 56²]
-#   to 1×1, 1 of 56 units: 77.8 unrolled, against 52.4 by pool_forward_masked).
-COLUMN_FILL = 4
 
 
 @dataclass(frozen=True)
 class ColumnPlan:
     """columns.max_bins_columns' launch: the geometry (OD, OH, IH, IW, OW, KD, KH, KW) it
-    sees the planes in, output rows a pass, taps a step down a column, and whether a bin's
-    columns are merged in a loop (`looped`: few outputs a pass, see COLUMN_FILL)."""
+    sees the planes in, output rows a pass and taps a step down a column."""
     geometry: tuple
     rows: int
     step: int
-    looped: bool
 
 
-def _global_rows(size: int) -> int:
-    """The row width a plane of `size` elements is seen in for a global max (one bin: any
-    row width keeps the scan order), or 0: a multiple of 8 from 16 to 64 dividing it, giving
-    a multiple of 8 rows (whole steps of 8 taps) where one does."""
+def _row_width(size: int) -> int:
+    """The row width a bin of `size` consecutive elements is seen in (a global max, or a bin
+    of a 1-D call: any row width keeps its scan order), or 0: a multiple of 8 from 16 to 64
+    dividing it, giving a multiple of 8 rows (whole steps of 8 taps) where one does."""
     widths = [w for w in range(64, 15, -8) if size % w == 0 and size // w >= 2]
     return next((w for w in widths if size // w % 8 == 0), widths[0] if widths else 0)
 
@@ -301,30 +299,33 @@ def column_plan(caps, problem) -> ColumnPlan | None:
     """columns.max_bins_columns' launch where it takes an adaptive max pooling call, else
     None: devices whose units are SIMD lanes, bins of one size (each input axis a multiple
     of its output) with at least 2 taps down a column (unrolled up to COLUMN_TAPS, else in
-    steps of 8, 4 or 2 dividing them) and from COLUMN_WIDTH to MAX_LANE_BIN_TAPS across a
-    row, planes of COLUMN_PLANE elements or more, positions tracked in F32 (planes below
-    BIN_F32_POSITIONS elements) and an input row that fits a cube's units. A global max (one
-    bin a plane, any rank) sees the plane as rows of 16 to 64 elements (_global_rows)."""
+    steps of 8, 4 or 2 dividing them) and from COLUMN_WIDTH (COLUMN_SHORT_WIDTH below
+    COLUMN_DOWN taps down) to MAX_LANE_BIN_TAPS across, planes of COLUMN_PLANE elements or
+    more, positions tracked in F32 (planes below BIN_F32_POSITIONS elements) and an input
+    row that fits a cube's units. Bins of
+    consecutive elements (a global max of any rank, 1-D calls) are seen as rows of 16 to 64
+    elements (_row_width), a bin an output row."""
     ax = problem.axes
     if not (caps.units_are_simd_lanes and problem.adaptive and COLUMN_ROWS) or any(a.size % a.out for a in ax):
         return None
     if not COLUMN_PLANE <= problem.in_spatial < BIN_F32_POSITIONS:
         return None
-    if problem.out_spatial == 1:
-        width = _global_rows(problem.in_spatial)
+    if problem.out_spatial == 1 or ax[0].size == ax[1].size == 1:   # bins of consecutive elements
+        bins, size = problem.out_spatial, problem.in_spatial // problem.out_spatial
+        width = _row_width(size)
         if not width:
             return None
-        height = problem.in_spatial // width
-        geometry = (1, 1, height, width, 1, 1, height, width)
+        geometry = (1, bins, bins * size // width, width, 1, 1, size // width, width)
     else:
         geometry = (ax[0].out, ax[1].out, ax[1].size, ax[2].size, ax[2].out, *(a.size // a.out for a in ax))
     od, oh, _, iw, ow, kd_, kh, kw = geometry
     down = kd_ * kh
-    if down < 2 or not COLUMN_WIDTH <= kw <= MAX_LANE_BIN_TAPS or iw > caps.max_cube_units:
+    wide = COLUMN_WIDTH if down >= COLUMN_DOWN else COLUMN_SHORT_WIDTH
+    if down < 2 or not wide <= kw <= MAX_LANE_BIN_TAPS or iw > caps.max_cube_units:
         return None
     step = down if down <= COLUMN_TAPS else next(s for s in (8, 4, 2, 1) if down % s == 0)
     rows = max(1, min(COLUMN_ROWS, od * oh, caps.max_shared_bytes // (8 * iw)))
-    return ColumnPlan(geometry, rows, step, COLUMN_FILL * rows < kw)
+    return ColumnPlan(geometry, rows, step)
 
 
 @dataclass(frozen=True)
