@@ -343,11 +343,10 @@ def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, 
     """columns.max_bins_columns (devices whose units are SIMD lanes, forced here, small planes
     allowed): adaptive max down each bin's columns, then across them, bit for bit torch's
     values and indices in 2-D and 3-D, one pass or several (the last part full), a column's
-    taps unrolled or in steps. Placed so
-    that column order and scan order disagree: ties whose first in scan order lies in a later
-    column, two NaNs whose last in scan order lies in an earlier column, -inf bins. Bins of
-    consecutive elements (a global max of any rank, 1-D bins) are seen as rows
-    (tuning._row_width), in one unrolled step or several."""
+    taps unrolled or in steps. Placed so that column order and scan order disagree: ties
+    whose first in scan order lies in a later column, two NaNs whose last in scan order lies
+    in an earlier column, -inf bins. Bins of consecutive elements (a global max of any rank,
+    1-D bins) are seen as rows (tuning._row_width), in one unrolled step or several."""
     from family_checks import on_launch
     from rudnn.pooling import tuning
     monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
@@ -355,7 +354,19 @@ def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, 
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
     names = []
     on_launch(monkeypatch, lambda kernel: names.append(kernel.__name__))
-    F = torch.nn.functional
+
+    def check(x, size):
+        """Our call on x against torch's, through the column form; torch's indices."""
+        d = x.ndim - 2
+        names.clear()
+        out, idx = getattr(P, f"adaptive_max_pool{d}d")(runtime.tensor(x), size)
+        assert names == ["max_bins_columns"], (x.shape, names)
+        wout, widx = getattr(torch.nn.functional, f"adaptive_max_pool{d}d")(torch.from_numpy(np.float32(x)), size,
+                                                                            return_indices=True)
+        np.testing.assert_array_equal(f32(out), wout.numpy(), err_msg=str(x.shape))
+        np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(x.shape))
+        return widx.numpy().reshape(x.shape[0] * x.shape[1], -1)
+
     for shape, size, rows, taps in (((2, 3, 12, 20), (3, 5), 2, 16), ((1, 2, 8, 16), (2, 4), 16, 16),
                                     ((1, 2, 4, 6, 8), (2, 3, 2), 4, 16), ((2, 1, 4, 4, 12), (2, 2, 3), 16, 16),
                                     ((1, 2, 6, 8, 8), (2, 2, 2), 16, 8)):    # (12 taps down: 3 steps of 4)
@@ -370,33 +381,20 @@ def test_equal_bins_reduced_down_columns_first_match_torch(runtime, rng, torch, 
         planes[(1, *(slice(0, k) for k in bins))] = 0                       # is in the last column;
         planes[(1, *top, 0, kw - 1)] = planes[(1, *top, 1, 0)] = np.nan     # two NaNs: the later is in the first
         planes[(-1, *(slice(-k, None) for k in bins))] = -np.inf           # one; a bin of -inf
-        tx, xt = runtime.tensor(x), torch.from_numpy(np.float32(x))
-        names.clear()
-        out, idx = getattr(P, f"adaptive_max_pool{d}d")(tx, size)
-        assert names == ["max_bins_columns"], (shape, names)
-        wout, widx = getattr(F, f"adaptive_max_pool{d}d")(xt, size, return_indices=True)
-        np.testing.assert_array_equal(f32(out), wout.numpy(), err_msg=str(shape))
-        np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
-        assert widx.numpy().reshape(-1, int(np.prod(wout.shape[2:])))[1, 0] == shape[-1], "the NaN case is placed"
+        assert check(x, size)[1, 0] == shape[-1], "the NaN case is placed"
     # bins of consecutive elements (global max of any rank, 1-D bins): seen as rows of `width`
     for shape, size in (((2, 3, 4, 8), 1), ((1, 2, 96), 1), ((1, 2, 4, 8, 16), 1), ((2, 1, 2048), 1),
                         ((2, 3, 448), 7), ((1, 2, 384), 3)):
         width = tuning._row_width(int(np.prod(shape[2:])) // size)
         x = host(np.round(rng.standard_normal(shape) * 2) / 2, dtype)
-        planes, d = x.reshape(x.shape[0] * x.shape[1], -1), len(shape) - 2
+        planes = x.reshape(x.shape[0] * x.shape[1], -1)
         planes[0] = 0
         planes[0, width - 1] = planes[0, width] = 5            # a tie, the first in scan order in the last column
         planes[1] = 0
         planes[1, width - 1] = planes[1, width] = np.nan       # two NaNs, the later in the first column
         if len(planes) > 2:
             planes[-1] = -np.inf                               # a plane of -inf: its first position
-        tx, xt = runtime.tensor(x), torch.from_numpy(np.float32(x))
-        names.clear()
-        out, idx = getattr(P, f"adaptive_max_pool{d}d")(tx, size)
-        assert names == ["max_bins_columns"], (shape, names)
-        wout, widx = getattr(F, f"adaptive_max_pool{d}d")(xt, size, return_indices=True)
-        np.testing.assert_array_equal(f32(out), wout.numpy(), err_msg=str(shape))
-        np.testing.assert_array_equal(idx.numpy(), widx.numpy(), err_msg=str(shape))
+        assert check(x, size)[1, 0] == width, "the NaN case is placed"
 
 
 @pytest.mark.feature("pooling: nan")
