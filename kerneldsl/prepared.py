@@ -10,6 +10,11 @@ pack everything once and patch only the data addresses (the cpu and cuda runtime
 The grid is the checked three-axis grid; it is never empty (empty launches are not prepared).
 `Runtime.join_launches` may turn consecutive prepared launches into one that issues them
 together (the cuda runtime: one native call for all of them).
+
+`run_sources(sources, at, deltas)` is `run` with refs[k] = (buffer, byte + deltas[k]) for
+(buffer, byte) = sources[at[k]]: a replayed call's tensors mostly lie in a few places (its
+inputs, its one fused buffer), so a launch that keeps its slots between runs may patch per
+source, and only the sources that moved (the cpu runtime's InlineBlock).
 """
 from __future__ import annotations
 
@@ -40,3 +45,12 @@ class PreparedLaunch:
 
     def run(self, refs) -> None:
         self.runtime.launch(self.binary, self.grid, self.block, self.arguments(refs))
+
+    def run_sources(self, sources, at, deltas) -> None:
+        """`run` with tensor k's data at sources[at[k]] moved by deltas[k] bytes (module docstring)."""
+        self.run(refs_from(sources, at, deltas))
+
+
+def refs_from(sources, at, deltas) -> list:
+    """run's refs of a run_sources call: (buffer, byte + delta) for each (source index, delta)."""
+    return [(s[0], s[1] + d) for s, d in zip(map(sources.__getitem__, at), deltas)]

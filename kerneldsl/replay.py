@@ -287,9 +287,7 @@ class Program:
 
     def __init__(self, allocations: tuple, steps: tuple, result, inputs: int):
         self.allocations = allocations
-        # each run step gains its references flattened for Program.run (`_flat_refs`)
-        self.steps = tuple(step + (_flat_refs(step[2], inputs),) if step[0] == "run" else step
-                           for step in _joined(_fills_first(steps)))
+        steps = _joined(_fills_first(steps))
         self.result = result
         self.build = _builder(result)  # (inputs, buffers) -> the call's result
         # small calls on one runtime take all their memory as one allocation (each costs µs of
@@ -304,7 +302,11 @@ class Program:
             if total <= FUSE_LIMIT:
                 self.fused = (allocations[0][0], total, tuple(bases))
         if self.fused is not None:
-            self.steps = _merged_fills(self.steps, allocations, self.fused[2])
+            steps = _merged_fills(steps, allocations, self.fused[2])
+        # each run step gains its references flattened for Program.run (`_flat_refs`)
+        bases = None if self.fused is None else self.fused[2]
+        self.steps = tuple(step + (_flat_refs(step[2], inputs, bases),) if step[0] == "run" else step
+                           for step in steps)
         self.spare = None  # the last call's fused buffer, reused once nothing else holds it
 
     def _reuse(self, rt):
@@ -340,12 +342,12 @@ class Program:
         else:
             buffers = [(rt.allocate(nbytes), 0) for rt, nbytes in self.allocations]
         places = [(t.buffer, t.offset * t.dtype.itemsize) if type(t) is Tensor else None for t in inputs]
-        sources = places + buffers  # an input's place at its index, the call's buffers after them
+        # an input's place at its index, then the call's buffers (the fused one: one source)
+        sources = places + ([(whole, 0)] if self.fused is not None else buffers)
         for step in self.steps:
             if step[0] == "run":  # (Buffer, byte offset) of each tensor argument in this call
                 if step[3] is not None:
-                    at, deltas = step[3]
-                    step[1].run([(s[0], s[1] + d) for s, d in zip(map(sources.__getitem__, at), deltas)])
+                    step[1].run_sources(sources, *step[3])
                     continue
                 refs = []
                 for kind, index, delta in step[2]:
@@ -372,13 +374,17 @@ class Program:
         return self.build(inputs, buffers)
 
 
-def _flat_refs(refs: tuple, inputs: int):
-    """A run step's references as (indices into `places + buffers` of Program.run, byte deltas),
-    or None where one is memory held by the record ("ext")."""
+def _flat_refs(refs: tuple, inputs: int, bases: tuple | None):
+    """A run step's references as (indices into the sources of Program.run, byte deltas), or
+    None where one is memory held by the record ("ext"). With `bases` (a fused call's buffer
+    offsets) every buffer of the call is the one fused source, at its base."""
     if any(kind not in ("in", "buf") for kind, _, _ in refs):
         return None
-    return (tuple(index if kind == "in" else inputs + index for kind, index, _ in refs),
-            tuple(delta for _, _, delta in refs))
+    if bases is None:
+        return (tuple(index if kind == "in" else inputs + index for kind, index, _ in refs),
+                tuple(delta for _, _, delta in refs))
+    return (tuple(index if kind == "in" else inputs for kind, index, _ in refs),
+            tuple(delta if kind == "in" else bases[index] + delta for kind, index, delta in refs))
 
 
 def _fills_first(steps: tuple) -> tuple:

@@ -262,3 +262,45 @@ def test_a_replayed_launch_sequence_is_handed_over_once(monkeypatch):
         b.slow_launches = 0
     op(rt.tensor(x))
     assert step[1].joined
+
+
+@kd.kernel
+def bucket_of(edges: kd.Tensor[kd.i32, 1], out: kd.Tensor[kd.i32, 1], n_edges: kd.i32):
+    """out[cube · units + unit] = the last bucket whose edge is <= the cube's position, found
+    by a uniform binary search; cubes past the last edge leave their outputs alone."""
+    c = kd.cube_pos_x()
+    if c >= edges[n_edges - 1]:
+        return
+    lo = 0
+    n = n_edges
+    while n > 1:
+        half = n // 2
+        if edges[lo + half] <= c:
+            lo = lo + half
+        n = n - half
+    out[c * kd.cube_dim_x() + kd.unit_pos_x()] = lo * 100 + kd.unit_pos_x()
+
+
+def test_uniform_while_and_early_return_run_once_a_cube():
+    """A uniform while loop (no break) and a uniform `if ...: return` sit at the split level:
+    the search runs once a cube, not once a unit, and the return ends the cube instead of
+    masking every unit (a grouped GEMM's expert lookup; RESULTS.md session 32)."""
+    from kerneldsl import analysis
+    from kerneldsl.backends.cpu import regions
+    rt = kd.runtime("cpu")
+    edges = np.array([0, 3, 4, 9, 12], np.int32)
+    cubes, units = 14, 8
+    out = rt.tensor(np.full(cubes * units, -1, np.int32))
+    bucket_of[cubes, units](rt.tensor(edges), out, len(edges))
+    want = np.full((cubes, units), -1)
+    for c in range(12):
+        want[c] = (np.searchsorted(edges, c, side="right") - 1) * 100 + np.arange(units)
+    np.testing.assert_array_equal(out.numpy().reshape(cubes, units), want)
+
+    spec = bucket_of.specialize(rt, rt.tensor(edges), out, len(edges), block=units)
+    kir = spec.ir()[0]
+    items = regions.build_schedule(kir, analysis.Uniformity(kir)).items
+    kinds = [type(it).__name__ for it in items]
+    assert "SIf" in kinds and "SWhile" in kinds, kinds
+    lifted_if = next(it for it in items if isinstance(it, regions.SIf))
+    assert any(isinstance(x, regions.SJump) and x.kind == "return" for x in lifted_if.then)

@@ -98,7 +98,7 @@ def test_plans_follow_capabilities_not_names(runtime):
 
     class Rt:
         capabilities = renamed
-    assert moe_tuning.scalar_blocks(Rt) == (128, 128)
+    assert moe_tuning.scalar_blocks(Rt, 64, 4096) == (128, 128)
     assert tuning.persistent_grid(Rt, 1000) == 132 and tuning.persistent_grid(Rt, 7) == 7
 
 

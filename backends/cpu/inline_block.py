@@ -10,6 +10,11 @@ runs are not handed to another thread), and each launch's slots. A run writes th
 addresses into their slots and calls `kd_run_sequence` on the calling thread. Two threads
 may replay the same call: a run that finds the block in use says so, and its caller packs
 its own.
+
+A replayed call's tensors lie in a few places (its inputs, its fused buffer), and those
+often stay put from one call to the next (weights, a reused fused buffer). `run_sources`
+takes the places and where each slot lies in them, and rewrites the slots of the places
+that moved since its last run only.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from .packing import buffer_address
 class InlineBlock:
     """One array of a launch sequence's table, control record and slots (module docstring)."""
 
-    __slots__ = ("array", "table", "count", "patch", "lock")
+    __slots__ = ("array", "table", "count", "patch", "lock", "groups", "at", "last")
 
     def __init__(self, launches: list):
         n = len(launches)
@@ -44,6 +49,9 @@ class InlineBlock:
         self.count = n
         self.patch = tuple(offset + word for p, offset in zip(launches, offsets) for word in p.addresses)
         self.lock = threading.Lock()
+        self.groups = ()  # per source used by run_sources: (source index, ((slot, delta), ...))
+        self.at = None  # the `at` those groups were made for
+        self.last = []  # each group's address at the last run_sources (None: slots not written)
 
     def run(self, run_sequence, refs) -> bool:
         """Run the launches with tensor k's data at refs[k] ((Buffer, byte offset)) through
@@ -56,6 +64,34 @@ class InlineBlock:
             for i, (buffer, byte) in zip(self.patch, refs):
                 address = buffer.address  # (buffer_address, inlined)
                 block[i] = (address if address is not None else buffer_address(buffer)) + byte
+            self.last = [None] * len(self.groups)  # (the slots no longer hold run_sources' addresses)
+            run_sequence(self.table, 0, self.count)
+        finally:
+            self.lock.release()
+        return True
+
+    def run_sources(self, run_sequence, sources, at, deltas) -> bool:
+        """`run` with slot k's tensor at sources[at[k]] ((Buffer, byte offset)) plus deltas[k]
+        bytes, rewriting only the slots of sources whose address changed since the last call."""
+        if not self.lock.acquire(False):
+            return False
+        try:
+            if at is not self.at:
+                groups: dict = {}
+                for slot, source, delta in zip(self.patch, at, deltas):
+                    groups.setdefault(source, []).append((slot, delta))
+                self.groups = tuple((source, tuple(g)) for source, g in groups.items())
+                self.at = at
+                self.last = [None] * len(self.groups)
+            block, last = self.array, self.last
+            for j, (source, slots) in enumerate(self.groups):
+                buffer, byte = sources[source]
+                address = buffer.address  # (buffer_address, inlined)
+                address = (address if address is not None else buffer_address(buffer)) + byte
+                if last[j] != address:
+                    last[j] = address
+                    for slot, delta in slots:
+                        block[slot] = address + delta
             run_sequence(self.table, 0, self.count)
         finally:
             self.lock.release()

@@ -3,9 +3,10 @@
 The body becomes a *schedule*: uniform control flow at the top ("split level")
 and `Region`s, each run as one loop over the cube's units that LLVM can
 vectorise. Split points (barriers, plane ops, fragment ops) sit between
-regions. Uniform `for` loops are also lifted to the split level (loop
+regions. Uniform `for` and `while` loops are also lifted to the split level (loop
 interchange: legal because units are unordered between barriers), which puts
-the unit loop innermost and makes strided-by-unit accesses contiguous vectors.
+the unit loop innermost and makes strided-by-unit accesses contiguous vectors
+(and a uniform search, like a grouped GEMM's expert lookup, runs once a cube).
 
 Each variable gets a storage class:
 - `scalar`: one slot. Used for loop counters of split-level loops, for uniform
@@ -93,14 +94,19 @@ class Scheduler:
         if isinstance(s, ir.SPLIT_STMTS + (ir.Role,)):
             return True
         if isinstance(s, ir.If):
-            return self.u.expr(s.cond) and any(self.split_level(x) for x in s.then + s.orelse)
+            # (a uniform early return, `if done: return`, ends the cube at the split level
+            # instead of masking every unit through the rest of the kernel)
+            return self.u.expr(s.cond) and any(self.split_level(x) or isinstance(x, ir.Return)
+                                               for x in s.then + s.orelse)
         if isinstance(s, ir.For):
             if self.hoistable(s):
                 return True
             return (all(self.u.expr(e) for e in (s.start, s.stop, s.step))
                     and any(self.split_level(x) for x in s.body))
         if isinstance(s, ir.While):
-            return self.u.expr(s.cond) and any(self.split_level(x) for x in s.body)
+            # a uniform while loop is lifted like a hoistable for loop (every unit runs the
+            # same iterations); one that may jump out stays in its region
+            return self.u.expr(s.cond) and (not _has_jump(s.body) or any(self.split_level(x) for x in s.body))
         return False
 
     def schedule(self, stmts) -> list:

@@ -31,7 +31,7 @@ from kerneldsl.dlpack import export_host_array
 from kerneldsl.dtypes import as_dtype
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import Rendering, scalar_packer
-from kerneldsl.prepared import PreparedLaunch
+from kerneldsl.prepared import PreparedLaunch, refs_from
 from kerneldsl.runtime import Buffer, Runtime
 from kerneldsl.tensor import Tensor
 
@@ -170,6 +170,18 @@ class CpuPreparedLaunch(PreparedLaunch):
         if self.inline and time.perf_counter() - start < rt.LONG_LAUNCH_S:
             binary.remember_quick(self.key)
 
+    def run_sources(self, sources, at, deltas) -> None:
+        """`run` (kerneldsl/prepared.py): on the calling thread through the InlineBlock, which
+        rewrites the slots of moved sources only, where `run` would take that path."""
+        binary = self.binary
+        if self.block is not None and self.key in binary.quick and not binary.info.bounds_check:
+            start = time.perf_counter()
+            if self.block.run_sources(_run_sequence(), sources, at, deltas):
+                if time.perf_counter() - start > self.runtime.LONG_LAUNCH_S:
+                    binary.quick.discard(self.key)
+                return
+        self.run(refs_from(sources, at, deltas))
+
 
 class CpuLaunchSequence:
     """Consecutive prepared launches (`Runtime.join_launches`) handed to the fast worker as one
@@ -224,6 +236,21 @@ class CpuLaunchSequence:
         if self.slow and took < rt.LONG_LAUNCH_S / 4:
             self.slow = 0  # short again: join from the next run
         self._note(took)
+
+    def run_sources(self, sources, at, deltas) -> None:
+        """`run` (kerneldsl/prepared.py): on the calling thread through the InlineBlock, which
+        rewrites the slots of moved sources only, where `run` would take that path."""
+        if self.quick and self.block is not None:
+            for p in self.launches:
+                if p.key not in p.binary.quick:
+                    break
+            else:
+                start = time.perf_counter()
+                if self.block.run_sources(_run_sequence(), sources, at, deltas):
+                    if time.perf_counter() - start > self.runtime.LONG_LAUNCH_S:
+                        self.quick = False
+                    return
+        self.run(refs_from(sources, at, deltas))
 
     def _note(self, took: float) -> None:
         """After a run that took `took` s: whether the next may run inline (each launch took

@@ -20,7 +20,7 @@ import numpy as np
 
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import launch_args_from_json, scalar_packer
-from kerneldsl.prepared import PreparedLaunch
+from kerneldsl.prepared import PreparedLaunch, refs_from
 from kerneldsl import envflags, interop
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable, host_array
 from kerneldsl.streams import Event, Stream
@@ -691,6 +691,9 @@ class CudaLaunchSequence:
             p = self.launches[index]
             _check((p.driver.CUresult(result),), f"launching {p.binary.info.name} (grid {p.grid}, block {p.block})",
                    LaunchError)
+
+    def run_sources(self, sources, at, deltas) -> None:
+        self.run(refs_from(sources, at, deltas))
 
 
 def available() -> bool:

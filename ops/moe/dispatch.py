@@ -11,7 +11,7 @@ from kerneldsl.replay import replayable
 
 from . import dispatch_kernels as dk
 from .problem import CHECKS, check_dispatch_input, check_tensor
-from .tiles import SCAN_UNITS, exclusive_scan
+from .tiles import exclusive_scan, scan_units
 
 COUNT_UNITS = 256
 # dispatches of at most SMALL_PAIRS (token, slot) pairs over at most SMALL_EXPERTS experts
@@ -65,7 +65,7 @@ class DispatchedTokens:
         if t is None:
             E = self.plan.experts()
             t = self.runtime.empty((E + 1,), kd.u32)
-            exclusive_scan[1, SCAN_UNITS](self._offsets, t, E, True, rows_per_tile)
+            exclusive_scan[1, scan_units(self.runtime, E)](self._offsets, t, E, True, rows_per_tile)
             self._tile_offsets[rows_per_tile] = t
         return t
 
@@ -119,10 +119,10 @@ def _dispatch(input: kd.Tensor, ids: kd.Tensor, weights: kd.Tensor, E: int) -> t
     offsets = rt.empty((E + 1,), kd.u32)   # (every entry written by the scan)
     rank = rt.empty((R,), kd.u32)
     if R <= SMALL_PAIRS and E <= SMALL_EXPERTS:   # one cube counts in shared memory and scans
-        dk.count_and_scan[1, SCAN_UNITS](ids, rank, offsets, R, E, SMALL_EXPERTS)
+        dk.count_and_scan[1, scan_units(rt, max(R, E))](ids, rank, offsets, R, E, SMALL_EXPERTS)
     else:
         counts = rt.zeros((E,), kd.u32)
         dk.count_experts[-(-R // COUNT_UNITS), COUNT_UNITS](ids, counts, rank, R)
-        exclusive_scan[1, SCAN_UNITS](counts, offsets, E, False, 1)
+        exclusive_scan[1, scan_units(rt, E)](counts, offsets, E, False, 1)
     dk.place_rows[T, _units_for(H)](input, ids, weights, rank, offsets, values, row_experts, pair_rows, pair_weights)
     return values, row_experts, offsets, pair_rows, pair_weights

@@ -29,13 +29,15 @@ def _packed_aligned(t: kd.Tensor) -> bool:
 
 class SwiGluExperts:
     """E SwiGLU experts: `gate`, `up` [E, I, H] and `down` [E, H, I], one float dtype, one
-    runtime. Reusable across batches; the weights are made contiguous once."""
+    runtime. Reusable across batches; the weights are made contiguous once and are read-only
+    attributes (a replayed forward's key holds them, made once: kerneldsl/replay.py); their
+    values may be updated in place."""
+
+    replay_fields_fixed = True
 
     def __init__(self, gate: kd.Tensor, up: kd.Tensor, down: kd.Tensor):
         E, I, H = check_expert_weights(gate, up, down)
-        self.gate = gate.contiguous()
-        self.up = up.contiguous()
-        self.down = down.contiguous()
+        self._weights = (gate.contiguous(), up.contiguous(), down.contiguous())
         self.runtime = gate.runtime
         self.dtype = gate.dtype
         self.experts, self.intermediate, self.hidden = E, I, H
@@ -44,10 +46,22 @@ class SwiGluExperts:
         return (f"SwiGluExperts(experts={self.experts}, hidden={self.hidden}, intermediate={self.intermediate}, "
                 f"dtype={self.dtype.name}, runtime={self.runtime.name!r})")
 
+    @property
+    def gate(self) -> kd.Tensor:
+        return self._weights[0]
+
+    @property
+    def up(self) -> kd.Tensor:
+        return self._weights[1]
+
+    @property
+    def down(self) -> kd.Tensor:
+        return self._weights[2]
+
     def replay_fields(self) -> tuple:
         """The weights: all a forward's host work depends on besides its arguments (the
         forwards are replayed per layout, kerneldsl/replay.py)."""
-        return (self.gate, self.up, self.down)
+        return self._weights
 
     # ------------------------------------------------------------------ forward passes
     @replayable
@@ -103,7 +117,7 @@ class SwiGluExperts:
                                                    vec_down, I % gt.BK != 0, gt.GM)
         else:
             tiles = dispatched.tile_offsets(gs.TM)
-            fused, plain = scalar_blocks(rt)
+            fused, plain = scalar_blocks(rt, H, I)
             rows = tile_count_bound(R, E, gs.TM)
             cols = -(-I // gs.TN_FUSED)
             lanes = rt.capabilities.units_are_simd_lanes

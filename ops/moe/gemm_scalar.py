@@ -7,7 +7,8 @@ finds its expert by a binary search of the tile offsets (see `tiles.py`).
 A cube computes a 4 x TN output tile with its units spread along the reduction
 axis K, which is contiguous in both operands (unit-strided vector loads on the
 CPU, coalesced loads on GPUs); the per-unit partial sums meet through plane sums
-and shared memory at the end (through shared memory alone where units are SIMD lanes). K runs in full blocks plus one guarded tail block
+and shared memory at the end (where units are SIMD lanes: through shared memory alone,
+added in halves). K runs in full blocks plus one guarded tail block
 so the hot loop has no per-element tests. Rows past the expert's end and columns
 past N are clamped for loading and skipped when storing.
 """
@@ -75,18 +76,36 @@ def tile_sums(x, m, r0, rend, K, e, wa, ca, wb, cb, BLOCK):
 def tile_partials(acc, LANES):
     """Every unit's 16 sums into shared memory as a cube's partial sums, then a barrier:
     part[slot, i] for i below `partial_count`. GPUs sum each slot over its plane first (a
-    plane op a slot, i = the plane); where units are SIMD lanes (LANES) each unit's sums go
-    in as they are (i = the unit): one barrier instead of 16 plane ops, which on such devices
-    each cut the kernel into another pair of loops over the units."""
+    plane op a slot, i = the plane). Where units are SIMD lanes (LANES) each unit's sums go
+    in as they are (i = the unit) and are added in halves into each slot's first
+    (`sum_in_halves`): plane ops on such devices each cut the kernel into another pair of
+    loops over the units, and one unit adding up a slot gathers across them."""
     part = kd.shared(kd.f32, 16 * partial_count(LANES))
     if LANES:
         for j in kd.unroll(16):
             part[j * kd.cube_dim_x() + kd.unit_pos_x()] = acc[j]
+        sum_in_halves(part)
     else:
         for j in kd.unroll(16):
             plane_partial(acc[j], part, j)
     kd.sync_cube()
     return part
+
+
+@kd.func
+def sum_in_halves(part):
+    """Each of the 16 slots' cube_dim_x() partial sums (a power of two up to 128, consecutive)
+    added into the slot's first: half of them a level, a barrier before each level. Every level
+    reads and writes consecutive floats (vectors where units are SIMD lanes)."""
+    n = kd.cube_dim_x()
+    u = kd.unit_pos_x()
+    for level in kd.unroll(1, 8):
+        h = n >> level
+        if h >= 1:
+            kd.sync_cube()
+            if u < h:
+                for j in kd.unroll(16):
+                    part[j * n + u] += part[j * n + u + h]
 
 
 @kd.func
@@ -105,11 +124,13 @@ def plane_partial(v, part, slot):
 
 @kd.func
 def cube_total(part, slot, LANES):
-    """The cube-wide sum of a slot written by tile_partials (after its barrier)."""
+    """The cube-wide sum of a slot written by tile_partials (after its barrier): its first
+    partial where units are SIMD lanes (summed in halves already), else its planes' sum."""
     n = partial_count(LANES)
-    s = kd.f32(0)
-    for p in range(n):
-        s += part[slot * n + p]
+    s = part[slot * n]
+    if not LANES:
+        for p in range(1, n):
+            s += part[slot * n + p]
     return s
 
 
@@ -146,17 +167,20 @@ def grouped_gemm(x: kd.Tensor, w: kd.Tensor, y: kd.Tensor, offsets: kd.Tensor[kd
     t = kd.unit_pos_x()
     tile, col = swizzle(ROWS, COLS, GM)
     e, r0, rend = find_tile(offsets, tile_offsets, E, tile, TM)
+    if r0 == rend:
+        return  # a tile past the last one (the grid is sized for the worst spread of rows)
     N = w.shape[1]
     n0 = col * TN_DOWN
     c01 = (n0, kd.min(n0 + 1, N - 1))
     c23 = (kd.min(n0 + 2, N - 1), kd.min(n0 + 3, N - 1))
     acc = tile_sums(x, tile_rows(r0, rend), r0, rend, x.shape[1], e, w, c01, w, c23, BLOCK)
     part = tile_partials(acc, LANES)
-    if t < 16:
-        r = r0 + t // 4
-        n = n0 + t % 4
-        if r < rend and n < N:
-            y[r, n] = cube_total(part, t, LANES)
+    for o0 in range(0, 16, BLOCK):  # the 16 outputs, by as few as 8 units
+        o = o0 + t
+        r = r0 + o // 4
+        n = n0 + o % 4
+        if o < 16 and r < rend and n < N:
+            y[r, n] = cube_total(part, o, LANES)
 
 
 @kd.kernel
@@ -168,13 +192,15 @@ def grouped_gemm_swiglu(x: kd.Tensor, gate: kd.Tensor, up: kd.Tensor, h: kd.Tens
     t = kd.unit_pos_x()
     tile, col = swizzle(ROWS, COLS, GM)
     e, r0, rend = find_tile(offsets, tile_offsets, E, tile, TM)
+    if r0 == rend:
+        return
     N = gate.shape[1]
     n0 = col * TN_FUSED
     c = (n0, kd.min(n0 + 1, N - 1))
     # tile columns: gate n0, n0 + 1, then up n0, n0 + 1
     acc = tile_sums(x, tile_rows(r0, rend), r0, rend, x.shape[1], e, gate, c, up, c, BLOCK)
     part = tile_partials(acc, LANES)
-    if t < 8:
+    if t < 8:  # (a cube has at least 8 units)
         r = r0 + t // 2
         n = n0 + t % 2
         if r < rend and n < N:

@@ -8,6 +8,15 @@ import kerneldsl as kd
 SCAN_UNITS = 256
 
 
+def scan_units(rt, n: int) -> int:
+    """Units of a one-cube scan of n values: SCAN_UNITS, or where units are SIMD lanes (the
+    CPU, whose unit loops run over every unit) the fewest whole planes covering n, up to it."""
+    if not rt.capabilities.units_are_simd_lanes:
+        return SCAN_UNITS
+    plane = rt.plane_dim
+    return min(SCAN_UNITS, max(plane, -(-n // plane) * plane))
+
+
 @kd.func
 def scan_into(src, dst, n, FROM_OFFSETS, DIV):
     """dst[i] = sum_{j<i} ceil(v_j / DIV) for i in 0..n by this cube; v_j is src[j], or

@@ -10,11 +10,18 @@ from .problem import CHECKS
 MMA_DTYPES = (kd.f16, kd.bf16)
 
 
-def scalar_blocks(rt) -> tuple:
-    """Units per scalar-GEMM cube (spread along K) for the fused and the plain projection. Where
-    units are SIMD lanes (the CPU) a cube's units are one or two vectors, so the 16 accumulators
-    stay in registers (measured best: 16 fused, 32 plain); GPUs want several planes."""
-    return (16, 32) if rt.capabilities.units_are_simd_lanes else (128, 128)
+SHORT_K = 256  # reductions up to this long take 8 units a cube where units are SIMD lanes
+
+
+def scalar_blocks(rt, hidden: int, intermediate: int) -> tuple:
+    """Units per scalar-GEMM cube (spread along K) for the fused projection (K = hidden) and
+    the plain one (K = intermediate). Where units are SIMD lanes (the CPU) a cube's units are
+    one vector: 8 for K up to SHORT_K, where the cube's closing sum of its 16 accumulators
+    over the units costs as much as its K loop, else 16 (measured, RESULTS.md session 32).
+    GPUs want several planes."""
+    if not rt.capabilities.units_are_simd_lanes:
+        return 128, 128
+    return tuple(8 if k <= SHORT_K else 16 for k in (hidden, intermediate))
 
 
 def resolve_strategy(strategy: GroupedStrategy, dtype, rt) -> GroupedStrategy:
