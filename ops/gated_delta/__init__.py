@@ -95,7 +95,7 @@ def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDelt
     w = rt.empty((rows, Tp, p.K), kd.f32)
     u = rt.empty((rows, Tp, p.V), kd.f32)
     a = rt.empty((rows, Tp, C), kd.f32)
-    chunk_prepare[chunks * rows, prepare_units(caps)](p.q, p.k, p.v, p.beta, p.g, gc, w, u, a, p.T, p.scale,
+    chunk_prepare[chunks * rows, prepare_units(caps, p.K, p.V, C)](p.q, p.k, p.v, p.beta, p.g, gc, w, u, a, p.T, p.scale,
                                                        p.K, p.V, C)
     chunk_sweep[til.grid(p.V, rows), til.block](p.q, p.k, gc, w, u, a, p.s0, out, final, p.T, p.scale,
                                                 p.K, p.V, C, til.bv)

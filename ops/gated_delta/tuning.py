@@ -126,12 +126,21 @@ def sweep_tiling(caps, K: int, V: int, C: int) -> Tiling | None:
         bv //= 2
     if sweep_shared_bytes(K, C, bv) > caps.max_shared_bytes:
         return None
+    if caps.units_are_simd_lanes:
+        return Tiling(bv, 1)  # one row of columns: every loop over rows is uniform, a vector a step
     units = min(SWEEP_UNITS, caps.max_cube_units)
     return Tiling(bv, max(1, units // bv))
 
 
-def prepare_units(caps) -> int:
-    return min(PREPARE_UNITS, caps.max_cube_units)
+def prepare_units(caps, K: int, V: int, C: int) -> int:
+    """Units of a chunk_prepare cube: PREPARE_UNITS, or where units are SIMD lanes (each loop
+    over the units runs them all) the whole planes that cover its widest loop (C² entries of
+    A, K + V columns of w and u), up to that."""
+    units = min(PREPARE_UNITS, caps.max_cube_units)
+    if caps.units_are_simd_lanes:
+        pd = caps.plane_dim
+        units = min(units, max(pd, -(-max(C * C, K + V) // pd) * pd))
+    return units
 
 
 def prepare_shared_bytes(C: int) -> int:
