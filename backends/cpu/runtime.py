@@ -81,6 +81,7 @@ class CpuBinary:
     launch whose words are there runs on the calling thread (`CpuRuntime.launch`)."""
 
     QUICK_KEYS = 256  # argument words remembered per kernel (all forgotten when full)
+    forgotten = 0  # argument words forgotten so far, by every binary (a joined sequence's check is kept until then)
 
     def __init__(self, info, obj: bytes, frame_bytes: int = 0):
         _load_libs()
@@ -112,7 +113,13 @@ class CpuBinary:
         quick = self.quick
         if len(quick) >= self.QUICK_KEYS:
             quick.clear()
+            CpuBinary.forgotten += 1
         quick.add(key)
+
+    def forget_quick(self, key) -> None:
+        """Note that a launch with argument words `key` took long: it no longer runs inline."""
+        self.quick.discard(key)
+        CpuBinary.forgotten += 1
 
 
 class CpuPreparedLaunch(PreparedLaunch):
@@ -157,7 +164,7 @@ class CpuPreparedLaunch(PreparedLaunch):
                 start = time.perf_counter()
                 if self.block.run(_run_sequence(), refs):
                     if time.perf_counter() - start > rt.LONG_LAUNCH_S:
-                        binary.quick.discard(self.key)
+                        binary.forget_quick(self.key)
                     return
             control = array.array("q", _NO_CONTROL)
             rt._run_inline(binary, self.ncubes, self.packed(control, refs), control, lambda: self.arguments(refs),
@@ -178,7 +185,7 @@ class CpuPreparedLaunch(PreparedLaunch):
             start = time.perf_counter()
             if self.block.run_sources(_run_sequence(), sources, at, deltas):
                 if time.perf_counter() - start > self.runtime.LONG_LAUNCH_S:
-                    binary.quick.discard(self.key)
+                    binary.forget_quick(self.key)
                 return
         self.run(refs_from(sources, at, deltas))
 
@@ -193,7 +200,7 @@ class CpuLaunchSequence:
     Where every launch may run on the calling thread (`CpuPreparedLaunch`) and a run of the
     sequence ended quickly, the next runs call `kd_run_sequence` on the calling thread."""
 
-    __slots__ = ("runtime", "launches", "counts", "small", "slow", "inline", "quick", "block")
+    __slots__ = ("runtime", "launches", "counts", "small", "slow", "inline", "quick", "block", "checked")
 
     def __init__(self, runtime, launches: list):
         self.runtime = runtime
@@ -205,6 +212,7 @@ class CpuLaunchSequence:
         self.inline = all(p.inline for p in launches)
         self.quick = False  # whether its last run ended within LONG_LAUNCH_S (and may run inline)
         self.block = None  # its InlineBlock, made at its first run on the calling thread
+        self.checked = -1  # CpuBinary.forgotten when every launch's words were last found quick
 
     @property
     def joined(self) -> bool:
@@ -213,13 +221,9 @@ class CpuLaunchSequence:
 
     def run(self, refs) -> None:
         rt = self.runtime
-        if self.quick and self.inline:
-            for p in self.launches:
-                if p.key not in p.binary.quick:
-                    break
-            else:
-                self._run_inline(refs)
-                return
+        if self.quick and self.inline and self._all_quick():
+            self._run_inline(refs)
+            return
         start = time.perf_counter()
         if (self.joined and rt._fast is not None and threading.get_ident() == _MAIN_THREAD
                 and all(p.binary.slow_launches < rt.SLOW_LAUNCHES for p in self.launches)):
@@ -240,17 +244,25 @@ class CpuLaunchSequence:
     def run_sources(self, sources, at, deltas) -> None:
         """`run` (kerneldsl/prepared.py): on the calling thread through the InlineBlock, which
         rewrites the slots of moved sources only, where `run` would take that path."""
-        if self.quick and self.block is not None:
-            for p in self.launches:
-                if p.key not in p.binary.quick:
-                    break
-            else:
-                start = time.perf_counter()
-                if self.block.run_sources(_run_sequence(), sources, at, deltas):
-                    if time.perf_counter() - start > self.runtime.LONG_LAUNCH_S:
-                        self.quick = False
-                    return
+        if self.quick and self.block is not None and self._all_quick():
+            start = time.perf_counter()
+            if self.block.run_sources(_run_sequence(), sources, at, deltas):
+                if time.perf_counter() - start > self.runtime.LONG_LAUNCH_S:
+                    self.quick = False
+                return
         self.run(refs_from(sources, at, deltas))
+
+    def _all_quick(self) -> bool:
+        """Whether every launch's argument words count as quick; looked up again only once
+        some binary forgot words since the last time all were found."""
+        forgotten = CpuBinary.forgotten
+        if self.checked == forgotten:
+            return True
+        for p in self.launches:
+            if p.key not in p.binary.quick:
+                return False
+        self.checked = forgotten
+        return True
 
     def _note(self, took: float) -> None:
         """After a run that took `took` s: whether the next may run inline (each launch took
@@ -453,7 +465,7 @@ class CpuRuntime(Runtime):
                 start = time.perf_counter()
                 binary.fn(slots.buffer_info()[0], 0, ncubes)
                 if time.perf_counter() - start > self.LONG_LAUNCH_S:
-                    quick.discard(key)
+                    binary.forget_quick(key)
                 if control[0]:
                     self._raise_bounds(binary.info, args, control)
                 if self._fast is None and threading.get_ident() == _MAIN_THREAD:
@@ -474,7 +486,7 @@ class CpuRuntime(Runtime):
         start = time.perf_counter()
         binary.fn(slots.buffer_info()[0], 0, ncubes)
         if time.perf_counter() - start > self.LONG_LAUNCH_S:
-            binary.quick.discard(key)
+            binary.forget_quick(key)
         if control[0]:
             self._raise_bounds(binary.info, args() if callable(args) else args, control)
 
