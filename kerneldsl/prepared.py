@@ -51,6 +51,16 @@ class PreparedLaunch:
         self.run(refs_from(sources, at, deltas))
 
 
+def group_by_source(targets, at, deltas) -> tuple:
+    """The argument slots of a run_sources caller grouped by source: ((source index,
+    ((target, delta), ...)), ...), `targets` being where each ref's address goes, in refs'
+    order; a launch that keeps its slots writes a group only when its source moved."""
+    groups: dict = {}
+    for target, source, delta in zip(targets, at, deltas):
+        groups.setdefault(source, []).append((target, delta))
+    return tuple((source, tuple(g)) for source, g in groups.items())
+
+
 def refs_from(sources, at, deltas) -> list:
     """run's refs of a run_sources call: (buffer, byte + delta) for each (source index, delta)."""
     return [(s[0], s[1] + d) for s, d in zip(map(sources.__getitem__, at), deltas)]

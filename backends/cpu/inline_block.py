@@ -21,6 +21,8 @@ from __future__ import annotations
 import array
 import threading
 
+from kerneldsl.prepared import group_by_source
+
 from .abi import CONTROL_SLOTS
 from .packing import buffer_address
 
@@ -49,7 +51,7 @@ class InlineBlock:
         self.count = n
         self.patch = tuple(offset + word for p, offset in zip(launches, offsets) for word in p.addresses)
         self.lock = threading.Lock()
-        self.groups = ()  # per source used by run_sources: (source index, ((slot, delta), ...))
+        self.groups = ()  # run_sources' slots per source (kerneldsl/prepared.py group_by_source)
         self.at = None  # the `at` those groups were made for
         self.last = []  # each group's address at the last run_sources (None: slots not written)
 
@@ -77,10 +79,7 @@ class InlineBlock:
             return False
         try:
             if at is not self.at:
-                groups: dict = {}
-                for slot, source, delta in zip(self.patch, at, deltas):
-                    groups.setdefault(source, []).append((slot, delta))
-                self.groups = tuple((source, tuple(g)) for source, g in groups.items())
+                self.groups = group_by_source(self.patch, at, deltas)
                 self.at = at
                 self.last = [None] * len(self.groups)
             block, last = self.array, self.last

@@ -20,7 +20,7 @@ import numpy as np
 
 from kerneldsl.errors import LaunchError
 from kerneldsl.pipeline import launch_args_from_json, scalar_packer
-from kerneldsl.prepared import PreparedLaunch, refs_from
+from kerneldsl.prepared import PreparedLaunch, group_by_source
 from kerneldsl import envflags, interop
 from kerneldsl.runtime import Buffer, Runtime, RuntimeUnavailable, host_array
 from kerneldsl.streams import Event, Stream
@@ -651,9 +651,12 @@ class CudaPreparedLaunch(PreparedLaunch):
 class CudaLaunchSequence:
     """Consecutive prepared launches issued by one native call (launcher.py): `run(refs)` takes
     the launches' refs one after the other, writes every data address, then launches them all
-    in order on the current stream."""
+    in order on the current stream. `run_sources` (kerneldsl/prepared.py) writes only the
+    addresses of sources that moved since its last run: the launches' parameter slots are
+    written by their sequence alone (a joined launch is never run by itself)."""
 
-    __slots__ = ("runtime", "launches", "patches", "descriptors", "descriptors_ptr", "lock", "graph")
+    __slots__ = ("runtime", "launches", "patches", "descriptors", "descriptors_ptr", "lock", "graph", "groups", "at",
+                 "last")
 
     def __init__(self, runtime, launches: list):
         self.runtime = runtime
@@ -667,23 +670,52 @@ class CudaLaunchSequence:
         self.graph = (None if runtime._graph_run is None else graphs.KernelGraph(
             _driver(), runtime._graph_run,
             [(p.binary.function, p.grid, p.block, p.binary.dynamic_shared, p.params_ptr, p.slots) for p in launches]))
+        self.groups = ()  # run_sources' patches per source (kerneldsl/prepared.py group_by_source)
+        self.at = None  # the `at` those groups were made for
+        self.last = []  # each group's address at the last run_sources (None: not written by it)
 
-    def run(self, refs) -> None:
+    def _stream(self):
         rt = self.runtime
         if not rt._local.__dict__.get("entered"):
             rt._enter()
         stream = rt._stream_local.__dict__.get("current")
-        if stream is None:
-            stream = rt._default_stream
+        return rt._default_stream if stream is None else stream
+
+    def run(self, refs) -> None:
+        stream = self._stream()
         with self.lock:
             for (slots, i), (buffer, byte) in zip(self.patches, refs):
                 if buffer.stream is not stream:
                     buffer.record_stream(stream)
                 slots[i] = buffer.raw + byte
-            code = GRAPH_FALLBACK if self.graph is None else self.graph.launch(stream.handle)
-            native = code == GRAPH_FALLBACK
-            if native:
-                code = rt._native.launch_all(self.descriptors_ptr, len(self.launches), stream.handle)
+            self.last = [None] * len(self.groups)
+            self._launch(stream)
+
+    def run_sources(self, sources, at, deltas) -> None:
+        stream = self._stream()
+        with self.lock:
+            if at is not self.at:
+                self.groups = group_by_source(self.patches, at, deltas)
+                self.at = at
+                self.last = [None] * len(self.groups)
+            last = self.last
+            for j, (source, patches) in enumerate(self.groups):
+                buffer, byte = sources[source]
+                if buffer.stream is not stream:
+                    buffer.record_stream(stream)
+                address = buffer.raw + byte
+                if last[j] != address:
+                    last[j] = address
+                    for (slots, i), delta in patches:
+                        slots[i] = address + delta
+            self._launch(stream)
+
+    def _launch(self, stream) -> None:
+        """Launch every kernel on `stream` (the lock held, the slots written)."""
+        code = GRAPH_FALLBACK if self.graph is None else self.graph.launch(stream.handle)
+        native = code == GRAPH_FALLBACK
+        if native:
+            code = self.runtime._native.launch_all(self.descriptors_ptr, len(self.launches), stream.handle)
         if code and not native:
             _graph_failed(code, [(p.binary.info.name, p.grid, p.block) for p in self.launches])
         if code:
@@ -691,9 +723,6 @@ class CudaLaunchSequence:
             p = self.launches[index]
             _check((p.driver.CUresult(result),), f"launching {p.binary.info.name} (grid {p.grid}, block {p.block})",
                    LaunchError)
-
-    def run_sources(self, sources, at, deltas) -> None:
-        self.run(refs_from(sources, at, deltas))
 
 
 def available() -> bool:

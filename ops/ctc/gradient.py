@@ -75,33 +75,29 @@ def ctc_grad(lp: kd.Tensor, alpha: kd.Tensor[kd.f32, 3], beta: kd.Tensor[kd.f32,
     dead = kd.isinf(nl)
     t_end = kd.min(kd.cube_pos_y() * TT + TT, T)
     for t in range(kd.cube_pos_y() * TT, t_end):
-        if t >= tn:
-            for c0 in range(0, C, B):
+        live = t < tn  # (steps past the sample's length store zeros, through the same loops:
+        #                 no loop bound then depends on memory, kerneldsl/loop_bounds.py)
+        for k0 in range(0, C, CB):  # classes k0 .. k0 + CB
+            for c0 in range(0, CB, B):
                 c = c0 + u
-                if c < C:
-                    grad[t, n, c] = 0.0
-        else:
-            for k0 in range(0, C, CB):  # classes k0 .. k0 + CB
-                for c0 in range(0, CB, B):
-                    c = c0 + u
-                    if c < CB:
-                        acc[c] = 0.0
-                kd.sync_cube()
-                for s0 in range(0, L, B):
-                    s = s0 + u
-                    if s < L:
-                        lab = state_label(labels, off, s, blank)
-                        if lab >= k0 and lab < k0 + CB:
-                            occ = kd.exp(alpha[t, n, s] + beta[t, n, s] - kd.f32(lp[t, n, lab]) + nl)
-                            kd.atomic_add(acc, lab - k0, occ)
-                kd.sync_cube()
-                width = kd.min(CB, C - k0)
-                for c0 in range(0, width, B):
-                    c = c0 + u
-                    if c < width:
-                        x = kd.f32(lp[t, n, k0 + c])
-                        v = g * (kd.exp(x) - kd.select(dead, kd.nan, acc[c]))
-                        if ZERO_INF:
-                            v = kd.select(dead, kd.f32(0.0), v)
-                        grad[t, n, k0 + c] = v
-                kd.sync_cube()
+                if c < CB:
+                    acc[c] = 0.0
+            kd.sync_cube()
+            for s0 in range(0, alpha.shape[2], B):  # (the widest sample's states)
+                s = s0 + u
+                if live and s < L:
+                    lab = state_label(labels, off, s, blank)
+                    if lab >= k0 and lab < k0 + CB:
+                        occ = kd.exp(alpha[t, n, s] + beta[t, n, s] - kd.f32(lp[t, n, lab]) + nl)
+                        kd.atomic_add(acc, lab - k0, occ)
+            kd.sync_cube()
+            width = kd.min(CB, C - k0)
+            for c0 in range(0, width, B):
+                c = c0 + u
+                if c < width:
+                    x = kd.f32(lp[t, n, k0 + c])
+                    v = g * (kd.exp(x) - kd.select(dead, kd.nan, acc[c]))
+                    if ZERO_INF:
+                        v = kd.select(dead, kd.f32(0.0), v)
+                    grad[t, n, k0 + c] = kd.select(live, v, kd.f32(0.0))
+            kd.sync_cube()

@@ -8,7 +8,10 @@ The buffer is a shared array when two planes fit the device's shared memory
 same device function over either. Unreachable states hold a true -inf (log-sum-exp with
 a -inf guard), so long sequences of tiny probabilities are never taken for impossible
 ones. State loops are uniform loops over blocks of B states (unit u takes state s0 + u),
-so on the cpu runtime the unit loop runs innermost as a SIMD loop. Cube y = 0 of a launch
+so on the cpu runtime the unit loop runs innermost as a SIMD loop. Every loop runs to a
+bound the launch's arguments fix (T steps, the plane's states; a sample's own lengths only
+guard the work), so the cpu runtime may run a small launch on the calling thread
+(kerneldsl/loop_bounds.py). Cube y = 0 of a launch
 runs alpha, y = 1 beta (alpha and beta of one call run side by side).
 
 This cube path serves any target length and is the default (tuning.py says why); plane.py
@@ -78,9 +81,9 @@ def fill_outside(out, n, tn, L, T, B, u):
     W = out.shape[2]
     for t in range(T):
         first = kd.select(t < tn, L, 0)
-        for s0 in range(first, W, B):
+        for s0 in range(0, W, B):
             s = s0 + u
-            if s < W:
+            if s < W and s >= first:
                 out[t, n, s] = -kd.inf
 
 
@@ -109,7 +112,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             buf[base + s0 + u] = -kd.inf
     if tn > 0:
         t0 = kd.select(rev, tn - 1, 0)
-        for s0 in range(0, L, B):
+        for s0 in range(0, plane, B):
             s = s0 + u
             if s < L:
                 v = -kd.inf
@@ -126,35 +129,37 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
     nxt = kd.f32(0.0)
     if tn > 1:
         nxt = kd.f32(lp[kd.select(rev, tn - 2, 1), n, lab0])
-    for i in range(1, tn):
-        t = kd.select(rev, tn - 1 - i, i)
-        src = base + ((i - 1) % 2) * plane
-        dst = base + (i % 2) * plane
-        e0 = nxt
-        if i + 1 < tn:
-            nxt = kd.f32(lp[kd.select(rev, tn - 2 - i, i + 1), n, lab0])
-        for s0 in range(0, L, B):
-            s = s0 + u
-            lab = lab0
-            skip = skip0
-            e = e0
-            if s0 > 0:
-                lab, skip = state_info(labels, off, s, sn, L, blank, rev)
-                e = kd.f32(lp[t, n, lab])
-            a = buf[src + s]
-            b = -kd.inf
-            c = -kd.inf
-            if rev:
-                b = kd.select(s + 1 < L, buf[src + s + 1], -kd.inf)
-                c = kd.select(skip, buf[src + s + 2], -kd.inf)
-            else:
-                b = kd.select(s >= 1, buf[src + kd.max(s - 1, 0)], -kd.inf)
-                c = kd.select(skip, buf[src + kd.max(s - 2, 0)], -kd.inf)
-            v = log_add3(a, b, c, False) + e
-            buf[dst + s] = v
-            if s < L:
-                store_state(out_a, out_b, rev, t, n, s, v, STORE)
-        kd.sync_cube()
+    for i in range(1, T):  # (to T, not the sample's length: the loops' trip counts stay argument-bound)
+        if i < tn:
+            t = kd.select(rev, tn - 1 - i, i)
+            src = base + ((i - 1) % 2) * plane
+            dst = base + (i % 2) * plane
+            e0 = nxt
+            if i + 1 < tn:
+                nxt = kd.f32(lp[kd.select(rev, tn - 2 - i, i + 1), n, lab0])
+            for s0 in range(0, plane, B):
+                if s0 < L:
+                    s = s0 + u
+                    lab = lab0
+                    skip = skip0
+                    e = e0
+                    if s0 > 0:
+                        lab, skip = state_info(labels, off, s, sn, L, blank, rev)
+                        e = kd.f32(lp[t, n, lab])
+                    a = buf[src + s]
+                    b = -kd.inf
+                    c = -kd.inf
+                    if rev:
+                        b = kd.select(s + 1 < L, buf[src + s + 1], -kd.inf)
+                        c = kd.select(skip, buf[src + s + 2], -kd.inf)
+                    else:
+                        b = kd.select(s >= 1, buf[src + kd.max(s - 1, 0)], -kd.inf)
+                        c = kd.select(skip, buf[src + kd.max(s - 2, 0)], -kd.inf)
+                    v = log_add3(a, b, c, False) + e
+                    buf[dst + s] = v
+                    if s < L:
+                        store_state(out_a, out_b, rev, t, n, s, v, STORE)
+            kd.sync_cube()
     if not rev and u == 0:
         if tn == 0:
             nll[n] = kd.select(sn == 0, kd.f32(0.0), kd.inf)
