@@ -342,6 +342,34 @@ def test_every_error_rule_before_launch(runtime, no_launch):
     assert_each_rejected(_bad_calls(runtime), CtcError)
 
 
+@pytest.mark.feature("ctc: errors")
+def test_error_rules_on_arrays_past_the_small_checks(runtime, no_launch):
+    """Lengths and labels longer than problem.SMALL are checked by numpy reductions, shorter
+    ones as Python lists: the same rules and messages either way (the offender the last one)."""
+    from rudnn.ctc import problem
+    N, S = problem.SMALL + 6, 3
+    lp = runtime.tensor(np.full((6, N, 4), -np.log(4), np.float32))
+    good = np.tile(np.array([1, 2, 3], np.int64), (N, 1))
+    il, tl = np.full(N, 6, np.int32), np.full(N, S, np.int32)
+
+    def with_last(a, value):
+        a = a.copy()
+        a.reshape(-1)[-1] = value
+        return runtime.tensor(a)
+    tg, il_t, tl_t = runtime.tensor(good), runtime.tensor(il), runtime.tensor(tl)
+    assert_each_rejected([
+        (f"got 4 in sample {N - 1}", lambda: R.ctc_loss(lp, with_last(good, 4), il_t, tl_t)),
+        (f"got -1 in sample {N - 1}", lambda: R.ctc_loss(lp, with_last(good, -1), il_t, tl_t)),
+        ("labels not the blank (0)", lambda: R.ctc_loss(lp, with_last(good, 0), il_t, tl_t)),
+        (f"got 4000000000 in sample {N - 1}",
+         lambda: R.ctc_loss(lp, with_last(good.astype(np.uint32), 4000000000), il_t, tl_t)),
+        (f"input_lengths must be between 0 and T (6), got 7 at index {N - 1}",
+         lambda: R.ctc_loss(lp, tg, with_last(il, 7), tl_t)),
+        (f"target_lengths must be between 0 and S (3), got -1 at index {N - 1}",
+         lambda: R.ctc_loss(lp, tg, il_t, with_last(tl, -1))),
+    ], CtcError)
+
+
 def test_padded_targets_of_width_zero(runtime, rng):
     """Targets [N, 0] (every target empty): each loss is the blank path's, -Σ_{t < length}
     lp[t, n, blank], and alpha and beta have one state."""

@@ -6,7 +6,8 @@ argument, what it got and what is needed.
 The rules on label values and lengths need their values, so targets and lengths are read
 to the host here (they are small integer arrays; the log-probabilities stay on the device).
 Every call pays for these checks, so each rule is a reduction or two over the whole array
-(the first offender is looked for only once a rule fails).
+(Python's min and max over a list for arrays up to SMALL long, numpy's beyond), and the
+first offender is looked for only once a rule fails.
 """
 from __future__ import annotations
 
@@ -107,15 +108,27 @@ def _integers(check: Checks, name: str, value, host, shape_rule: str, n: int | N
     return arr
 
 
-def _in_range(check: Checks, name: str, values: np.ndarray, high: int, high_is: str) -> int:
-    """The largest of `values` (a 1-D int64 array; 0 when empty), each checked to lie in [0, high]."""
+SMALL = 64  # arrays up to this long are checked as Python lists (a numpy reduction costs about 1 µs)
+
+
+def _extremes(values) -> tuple:
+    """(smallest, largest) of a non-empty 1-D integer array, as Python ints."""
+    if values.size <= SMALL:
+        items = values.tolist()
+        return min(items), max(items)
+    return int(values.min()), int(values.max())
+
+
+def _in_range(check: Checks, name: str, values: np.ndarray, high: int, high_is: str) -> tuple:
+    """(smallest, largest) of `values` (a 1-D int64 array; (0, 0) when empty), each checked to
+    lie in [0, high]."""
     if not values.size:
-        return 0
-    top = int(values.view(np.uint64).max())  # one reduction: a negative value reads as 2^63 or more
-    if top > high:
+        return 0, 0
+    low, top = _extremes(values)
+    if low < 0 or top > high:
         i = int(np.flatnonzero((values < 0) | (values > high))[0])
         check.fail(f"{name} must be between 0 and {high_is} ({high}), got {int(values[i])} at index {i}")
-    return top
+    return low, top
 
 
 def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blank, reduction="mean",
@@ -162,13 +175,12 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     padded = tg.ndim == 2 or not batched
     width = tg.shape[-1]
     if padded:
-        longest = _in_range(check, "target_lengths", tl, width, "S")
-        offsets = np.arange(N, dtype=np.int64) * width if batched else 0
+        shortest, longest = _in_range(check, "target_lengths", tl, width, "S")
+        offsets = [n * width for n in range(N)] if batched else 0
         # each row's first target-length entries, row after row (all of them when every row is full)
-        full = not N or int(tl.min()) == width
-        labels = flat if full else flat.reshape(N, width)[np.arange(width) < tl[:, None]]
+        labels = flat if shortest == width else flat.reshape(N, width)[np.arange(width) < tl[:, None]]
     else:
-        longest = _in_range(check, "target_lengths", tl, width, "the length of targets")
+        longest = _in_range(check, "target_lengths", tl, width, "the length of targets")[1]
         ends = np.cumsum(tl)
         total = int(ends[-1]) if N else 0
         if total > width:
@@ -194,12 +206,15 @@ def _check_labels(check: Checks, labels: np.ndarray, tl: np.ndarray, blank: int,
     first bad one and its sample."""
     if not labels.size:
         return
-    if labels.dtype.kind == "i" and labels.itemsize >= 4:  # one reduction for both bounds: a
+    if labels.size <= SMALL:
+        items = labels.tolist()
+        if min(items) >= 0 and max(items) < C and blank not in items:
+            return
+    elif labels.dtype.kind == "i" and labels.itemsize >= 4:  # one reduction for both bounds: a
         # negative label read unsigned is 2^31 or more, past any class count
-        in_classes = int(labels.view(labels.dtype.str.replace("i", "u")).max()) < C
-    else:
-        in_classes = int(labels.min()) >= 0 and int(labels.max()) < C
-    if in_classes and not (labels == blank).any():
+        if int(labels.view(labels.dtype.str.replace("i", "u")).max()) < C and not (labels == blank).any():
+            return
+    elif int(labels.min()) >= 0 and int(labels.max()) < C and not (labels == blank).any():
         return
     bad = np.flatnonzero((labels < 0) | (labels >= C) | (labels == blank))
     v = int(labels[bad[0]])
