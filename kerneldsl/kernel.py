@@ -345,7 +345,9 @@ class Kernel:
         One whose signature has a plan (launch_plan.py) takes the first branch: the key, the
         plan, its per-call checks."""
         rec = _REPLAY_LOCAL.__dict__.get("recorder")  # replay.active(), inlined
-        if rec is None and (type(block) is int or _exact_ints(block)):
+        # (under $KERNELDSL_INTERPRET, flipped at any time, no plan is used: _launch_first sends
+        # the launch to the interpreter)
+        if rec is None and (type(block) is int or _exact_ints(block)) and not interpret_enabled():
             key = self._signature(args, runtime, block, bounds_check_enabled())
             if key is not None:
                 try:
@@ -368,7 +370,7 @@ class Kernel:
             plan = self._plans.get(key) if key is not None else None
         except TypeError:  # an unhashable kd.Const: _check_args words the error
             key = plan = None
-        if plan is None:
+        if plan is None or interpret_enabled():
             return self._launch_first(grid, block, args, runtime, bounds, key)
         _STATS["memory_hits"] += 1
         plan.launch(grid, args)

@@ -334,6 +334,24 @@ def test_interpret_env_copies_device_tensors_in_and_out(monkeypatch):
         read_row[1, 1](cl.tensor(a), cl.zeros(1), 6)
 
 
+def test_interpret_env_flipped_after_a_launch_plan_was_made(monkeypatch):
+    """A kernel already launched on the cpu (its launch plan kept) goes to the interpreter once
+    KERNELDSL_INTERPRET is set, and a watcher of `Kernel.launch_with` sees each launch once."""
+    cpu = kd.runtime("cpu")
+    a, out = cpu.tensor(np.arange(12, dtype=np.float32).reshape(4, 3)), cpu.zeros(1)
+    for _ in range(2):
+        read_row[1, 1](a, out, 5)  # a[0, 5] reads a[1, 2] on the cpu: no per-axis check there
+    assert out.numpy()[0] == 5.0
+    seen = []
+    real = kd.Kernel.launch_with
+    monkeypatch.setattr(kd.Kernel, "launch_with", lambda self, *a, **k: seen.append(self) or real(self, *a, **k))
+    monkeypatch.setenv("KERNELDSL_INTERPRET", "1")
+    with pytest.raises(kd.OutOfBoundsError):
+        read_row[1, 1](a, out, 5)
+    read_row[1, 1](a, out, 2)
+    assert out.numpy()[0] == 2.0 and len(seen) == 2
+
+
 def test_the_interpreter_runs_only_where_tests_opt_in():
     choices = kd.testing.runtime_choices("", ["cpu", "interpreter"])
     assert [c.id for c in choices] == ["cpu", "cpu-p8"]
