@@ -350,6 +350,31 @@ def test_scalar_experts_may_run_on_the_calling_thread(rng):
         assert plans and all(p.binary.info.argument_bound for p in plans), kernel.__name__
 
 
+@kd.kernel
+def scale_in_place(x: kd.Tensor[kd.f32, 1], s: kd.f32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < x.shape[0]:
+        x[i] = x[i] * s
+
+
+def test_expert_weights_are_read_only_and_updates_in_place_are_seen(runtime, rng):
+    """A replayed forward keys on the weights once (replay_fields_fixed): they cannot be
+    reassigned, and a change of their values in place shows in the next (replayed) forward."""
+    (gate, up, down), ex = make_experts(runtime, rng, 4, 16, 8, "f32")
+    with pytest.raises(AttributeError):
+        ex.gate = ex.up
+    x = rng.standard_normal((6, 16)).astype(np.float32)
+    logits = rng.standard_normal((6, 4)).astype(np.float32)
+    opts = RoutingOptions(2, True)
+    ids, w = ref.softmax_route(logits, 2, True)
+    X, L = runtime.tensor(x), runtime.tensor(logits)
+    for _ in range(2):  # recorded, then replayed
+        close(f64(ex.forward(X, L, opts)), ref.moe_forward(x, ids, w, gate, up, down), "f32")
+    flat = ex.down.reshape(ex.down.size)
+    scale_in_place[-(-flat.size // 64), 64](flat, 2.0)
+    close(f64(ex.forward(X, L, opts)), ref.moe_forward(x, ids, w, gate, up, 2 * down), "f32")
+
+
 # 16-byte loads with K tails and one expert filling whole 128-row tiles (fragments stored straight
 # to memory) beside partial tiles; 16-byte loads without K tails; element loads (H, I not multiples of 8)
 @pytest.mark.parametrize("dt,T,E,k,H,I", [("f16", 140, 1, 1, 136, 40), ("bf16", 140, 2, 1, 128, 64),
