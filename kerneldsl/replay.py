@@ -57,7 +57,16 @@ SPARE_LIMIT = 16 << 20  # bytes of fused buffers records may hold for reuse, all
 MAX_RECORDS = 256  # records kept per operator (oldest dropped first): shapes of one model repeat
 _PLAIN = frozenset((int, float, bool, str, bytes, type(None)))
 
-_local = threading.local()  # .recorder: the Recording of this thread's outermost replayable call
+
+
+class _ThreadState(threading.local):
+    """Per thread: `recorder`, the Recording of its outermost replayable call (None outside
+    one; a class default, since a missing thread-local attribute costs a raised exception)."""
+
+    recorder = None
+
+
+_local = _ThreadState()
 _records: list = []  # every operator's records and refusals (for clear())
 _SPARE_LOCK = threading.Lock()
 _SPARES: "weakref.WeakSet[Program]" = weakref.WeakSet()  # records holding a spare buffer
@@ -91,7 +100,7 @@ def release_spares(runtime=None) -> None:
 
 def active():
     """The recording in progress on this thread, or None."""
-    return getattr(_local, "recorder", None)
+    return _local.recorder
 
 
 # ------------------------------------------------------------------------------ keys
@@ -529,7 +538,7 @@ def replayable(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if _local.__dict__.get("recorder") is not None or not enabled() or envflags.interpret():  # inside another recorded call: it records our kernels
+        if _local.recorder is not None or not enabled() or envflags.interpret():  # inside another recorded call: it records our kernels
             return fn(*args, **kwargs)
         inputs: list = []
         key = call_key(args, kwargs, inputs)

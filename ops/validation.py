@@ -98,7 +98,7 @@ class Checks:
 
     def on_runtime(self, name: str, t: kd.Tensor, runtime, runtime_of: str) -> None:
         """`t` on `runtime` (the runtime of `runtime_of`); the message names both runtimes."""
-        if t.runtime.device_key != runtime.device_key:
+        if t.runtime is not runtime and t.runtime.device_key != runtime.device_key:
             self.fail(f"{name} is on runtime {t.runtime.name!r} but {runtime_of} is on {runtime.name!r}: "
                       f"all tensors of one call must share a runtime")
 

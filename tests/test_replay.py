@@ -150,6 +150,25 @@ def test_calls_that_read_host_values_or_return_other_objects_are_not_recorded(ru
     np.testing.assert_array_equal(second.numpy(), np.full(5, 8.0, np.float32))
 
 
+@replay.replayable
+def filled_with_first(x):
+    """A tensor of x's shape holding x[0], read to the host (`.numpy()`) and passed to the
+    kernel as a number: its work follows x's values, so it is never recorded."""
+    y = x.runtime.zeros(x.shape, kd.f32)
+    add_in_place[(x.shape[0] + 63) // 64, 64](y, float(x.numpy()[0]), x.shape[0])
+    return y
+
+
+def test_calls_that_download_device_values_are_not_recorded(runtime):
+    """Every runtime refuses a recording whose call reads device memory to the host (the cpu
+    runtime once did not, and replayed the first call's value for every later call)."""
+    for value in (1.0, 5.0, 7.0):
+        x = runtime.tensor(np.full(4, value, np.float32))
+        np.testing.assert_array_equal(filled_with_first(x).numpy(), np.full(4, value, np.float32))
+    assert filled_with_first.replay_records == {}
+    assert "host download" in str(filled_with_first.replay_refusals)
+
+
 def test_replay_off_and_bad_calls_still_checked(runtime, monkeypatch):
     g = runtime.tensor(np.ones(4, np.float32))
     x = runtime.tensor(np.ones((2, 4), np.float32))

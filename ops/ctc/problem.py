@@ -11,6 +11,7 @@ first offender is looked for only once a rule fails.
 """
 from __future__ import annotations
 
+import itertools
 import numbers
 from dataclasses import dataclass
 
@@ -174,42 +175,57 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     _in_range(check, "input_lengths", il, T, "T")
     padded = tg.ndim == 2 or not batched
     width = tg.shape[-1]
+    small = flat.size <= SMALL and N <= SMALL  # Python lists, not numpy (see SMALL)
     if padded:
         shortest, longest = _in_range(check, "target_lengths", tl, width, "S")
-        offsets = [n * width for n in range(N)] if batched else 0
-        # each row's first target-length entries, row after row (all of them when every row is full)
-        labels = flat if shortest == width else flat.reshape(N, width)[np.arange(width) < tl[:, None]]
+        offsets = [n * width for n in range(N)]
+        labels = _padded_labels(flat, tl, width, shortest, small)
     else:
         longest = _in_range(check, "target_lengths", tl, width, "the length of targets")[1]
-        ends = np.cumsum(tl)
+        ends = list(itertools.accumulate(tl.tolist())) if small else np.cumsum(tl)
         total = int(ends[-1]) if N else 0
         if total > width:
             check.fail(f"target_lengths must sum to at most the length of the concatenated targets ({width}), "
                        f"got {total}")
-        offsets = ends - tl
+        offsets = [0] + ends[:-1] if small else ends - tl
         labels = flat[:total]  # concatenated targets lie back to back from the start
     _check_labels(check, labels, tl, b, C)
     view = lp if batched else (lp if lp.is_contiguous() else lp.contiguous()).reshape(T, 1, C)
     n_labels = flat.size
     samples = np.empty(n_labels + 1 + 3 * N, np.int32)
     samples[:n_labels] = flat  # (padding values outside I32 wrap: no launch reads them)
-    samples[n_labels] = 0
-    samples[n_labels + 1:n_labels + 1 + N] = offsets
-    samples[n_labels + 1 + N:n_labels + 1 + 2 * N] = il
-    samples[n_labels + 1 + 2 * N:] = tl
+    if small:
+        samples[n_labels:] = [0, *offsets, *il.tolist(), *tl.tolist()]
+    else:
+        samples[n_labels] = 0
+        samples[n_labels + 1:n_labels + 1 + N] = offsets
+        samples[n_labels + 1 + N:n_labels + 1 + 2 * N] = il
+        samples[n_labels + 1 + 2 * N:] = tl
     max_target = width if padded else longest
     return CtcCall(view, samples, n_labels, 2 * longest + 1, max_target, b, reduction, zi, batched)
 
 
-def _check_labels(check: Checks, labels: np.ndarray, tl: np.ndarray, blank: int, C: int) -> None:
-    """Every label within the target lengths in [0, C) and not the blank; the error names the
-    first bad one and its sample."""
-    if not labels.size:
+def _padded_labels(flat: np.ndarray, tl: np.ndarray, width: int, shortest: int, small: bool):
+    """The labels within each row's target length, row after row, of padded targets (`flat`:
+    N rows of `width`): `flat` itself when every row is full, else a list when `small`."""
+    if shortest == width:
+        return flat
+    if small:
+        items = flat.tolist()
+        return [v for at, n in zip(range(0, len(items), width), tl.tolist()) for v in items[at:at + n]]
+    return flat.reshape(-1, width)[np.arange(width) < tl[:, None]]
+
+
+def _check_labels(check: Checks, labels, tl: np.ndarray, blank: int, C: int) -> None:
+    """Every label within the target lengths in [0, C) and not the blank (`labels`: an array,
+    or a list of at most SMALL); the error names the first bad one and its sample."""
+    if not len(labels):
         return
-    if labels.size <= SMALL:
-        items = labels.tolist()
+    if len(labels) <= SMALL:
+        items = labels if isinstance(labels, list) else labels.tolist()
         if min(items) >= 0 and max(items) < C and blank not in items:
             return
+        labels = np.asarray(items, np.int64)
     elif labels.dtype.kind == "i" and labels.itemsize >= 4:  # one reduction for both bounds: a
         # negative label read unsigned is 2^31 or more, past any class count
         if int(labels.view(labels.dtype.str.replace("i", "u")).max()) < C and not (labels == blank).any():
