@@ -112,21 +112,17 @@ def _integers(check: Checks, name: str, value, host, shape_rule: str, n: int | N
 SMALL = 64  # arrays up to this long are checked as Python lists (a numpy reduction costs about 1 µs)
 
 
-def _extremes(values) -> tuple:
-    """(smallest, largest) of a non-empty 1-D integer array, as Python ints."""
-    if values.size <= SMALL:
-        items = values.tolist()
-        return min(items), max(items)
-    return int(values.min()), int(values.max())
-
-
-def _in_range(check: Checks, name: str, values: np.ndarray, high: int, high_is: str) -> tuple:
-    """(smallest, largest) of `values` (a 1-D int64 array; (0, 0) when empty), each checked to
-    lie in [0, high]."""
-    if not values.size:
+def _in_range(check: Checks, name: str, values, high: int, high_is: str) -> tuple:
+    """(smallest, largest) of `values` (a list of ints, or a 1-D int64 array; (0, 0) when
+    empty), each checked to lie in [0, high]."""
+    if not len(values):
         return 0, 0
-    low, top = _extremes(values)
+    if isinstance(values, list):
+        low, top = min(values), max(values)
+    else:
+        low, top = int(values.min()), int(values.max())
     if low < 0 or top > high:
+        values = np.asarray(values)
         i = int(np.flatnonzero((values < 0) | (values > high))[0])
         check.fail(f"{name} must be between 0 and {high_is} ({high}), got {int(values[i])} at index {i}")
     return low, top
@@ -145,16 +141,22 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     N = lp.shape[1] if batched else 1
     if C == 0:
         check.fail(f"log_probs needs C >= 1 classes, got shape {list(lp.shape)}")
-    b = check.integer("blank", blank, low=0, high=C - 1, high_is="C - 1")
+    # (each rule's common case is tested inline; the Checks method runs, and names the
+    # offender, only where that test fails: every call pays for these checks)
+    b = blank if type(blank) is int and 0 <= blank < C else \
+        check.integer("blank", blank, low=0, high=C - 1, high_is="C - 1")
     if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         check.fail(f"reduction must be one of 'none', 'sum', 'mean', got {reduction!r}")
-    zi = check.boolean("zero_infinity", zero_infinity)
+    zi = zero_infinity if type(zero_infinity) is bool else check.boolean("zero_infinity", zero_infinity)
     tg = check.tensor("targets", targets)
     if not tg.dtype.is_int:
         check.fail(f"targets must be an integer tensor, got {describe(tg)}")
-    check.same_runtime({"log_probs": lp, "targets": tg,
-                        "input_lengths": input_lengths if isinstance(input_lengths, kd.Tensor) else None,
-                        "target_lengths": target_lengths if isinstance(target_lengths, kd.Tensor) else None})
+    il_tensor, tl_tensor = isinstance(input_lengths, kd.Tensor), isinstance(target_lengths, kd.Tensor)
+    rt = lp.runtime
+    if tg.runtime is not rt or (il_tensor and input_lengths.runtime is not rt) or \
+            (tl_tensor and target_lengths.runtime is not rt):
+        check.same_runtime({"log_probs": lp, "targets": tg, "input_lengths": input_lengths if il_tensor else None,
+                            "target_lengths": target_lengths if tl_tensor else None})
     if batched and tg.ndim not in (1, 2):
         check.fail(f"targets must have rank 2 ([N, S], padded) or 1 (concatenated), got rank {tg.ndim} "
                    f"(shape {list(tg.shape)})")
@@ -164,25 +166,30 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     if batched and tg.ndim == 2 and tg.shape[0] != N:
         check.fail(f"targets must have shape [N, S] with N = {N} (log_probs' batch), got {list(tg.shape)}")
     # the targets and the length tensors read to the host together (one wait on cuda)
-    read = [tg] + [v for name, v in (("input_lengths", input_lengths), ("target_lengths", target_lengths))
-                   if _integer_tensor(check, name, v)]
-    hosts = lp.runtime.to_numpy_all(read)
+    read = [tg]
+    if il_tensor and _integer_tensor(check, "input_lengths", input_lengths):
+        read.append(input_lengths)
+    if tl_tensor and _integer_tensor(check, "target_lengths", target_lengths):
+        read.append(target_lengths)
+    hosts = rt.to_numpy_all(read)
     flat = hosts[0].reshape(-1)
-    il_host = hosts[1] if isinstance(input_lengths, kd.Tensor) else None
-    tl_host = hosts[-1] if isinstance(target_lengths, kd.Tensor) else None
+    il_host = hosts[1] if il_tensor else None
+    tl_host = hosts[-1] if tl_tensor else None
     il = _integers(check, "input_lengths", input_lengths, il_host, "N = log_probs' batch", N if batched else None)
     tl = _integers(check, "target_lengths", target_lengths, tl_host, "N = log_probs' batch", N if batched else None)
-    _in_range(check, "input_lengths", il, T, "T")
     padded = tg.ndim == 2 or not batched
     width = tg.shape[-1]
-    small = flat.size <= SMALL and N <= SMALL  # Python lists, not numpy (see SMALL)
+    small = flat.size <= SMALL and N <= SMALL
+    if small:  # the rules on Python lists (see SMALL)
+        il, tl = il.tolist(), tl.tolist()
+    _in_range(check, "input_lengths", il, T, "T")
     if padded:
         shortest, longest = _in_range(check, "target_lengths", tl, width, "S")
         offsets = [n * width for n in range(N)]
-        labels = _padded_labels(flat, tl, width, shortest, small)
+        labels = _padded_labels(flat, tl, width, shortest)
     else:
         longest = _in_range(check, "target_lengths", tl, width, "the length of targets")[1]
-        ends = list(itertools.accumulate(tl.tolist())) if small else np.cumsum(tl)
+        ends = list(itertools.accumulate(tl)) if small else np.cumsum(tl)
         total = int(ends[-1]) if N else 0
         if total > width:
             check.fail(f"target_lengths must sum to at most the length of the concatenated targets ({width}), "
@@ -195,7 +202,7 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     samples = np.empty(n_labels + 1 + 3 * N, np.int32)
     samples[:n_labels] = flat  # (padding values outside I32 wrap: no launch reads them)
     if small:
-        samples[n_labels:] = [0, *offsets, *il.tolist(), *tl.tolist()]
+        samples[n_labels:] = [0, *offsets, *il, *tl]
     else:
         samples[n_labels] = 0
         samples[n_labels + 1:n_labels + 1 + N] = offsets
@@ -205,18 +212,19 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     return CtcCall(view, samples, n_labels, 2 * longest + 1, max_target, b, reduction, zi, batched)
 
 
-def _padded_labels(flat: np.ndarray, tl: np.ndarray, width: int, shortest: int, small: bool):
+def _padded_labels(flat: np.ndarray, tl, width: int, shortest: int):
     """The labels within each row's target length, row after row, of padded targets (`flat`:
-    N rows of `width`): `flat` itself when every row is full, else a list when `small`."""
+    N rows of `width`; `tl`: the target lengths, a list when small): `flat` itself when every
+    row is full, else a list where `tl` is one."""
     if shortest == width:
         return flat
-    if small:
+    if isinstance(tl, list):
         items = flat.tolist()
-        return [v for at, n in zip(range(0, len(items), width), tl.tolist()) for v in items[at:at + n]]
+        return [v for at, n in zip(range(0, len(items), width), tl) for v in items[at:at + n]]
     return flat.reshape(-1, width)[np.arange(width) < tl[:, None]]
 
 
-def _check_labels(check: Checks, labels, tl: np.ndarray, blank: int, C: int) -> None:
+def _check_labels(check: Checks, labels, tl, blank: int, C: int) -> None:
     """Every label within the target lengths in [0, C) and not the blank (`labels`: an array,
     or a list of at most SMALL); the error names the first bad one and its sample."""
     if not len(labels):
