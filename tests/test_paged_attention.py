@@ -335,6 +335,21 @@ def test_decode_lanes_kernel(runtime, rng, monkeypatch, hq, hkv, d, dv, dtype):
     check_forced_kernel(runtime, rng, hq, hkv, d, dv, dtype, (2, 5))
 
 
+@pytest.mark.parametrize("kind", ["decode_lanes", "general"])
+def test_host_kernels_loop_to_the_plans_longest_share(rng, monkeypatch, kind):
+    """The kernels the cpu runtime runs (decode_lanes.py, and paged_kernel.py for MLA and as the
+    general kernel) step through tokens up to the plan's longest share, an argument, each row
+    skipping the steps past its own: their work is fixed by their arguments, so a small launch
+    may run on the calling thread (kerneldsl/loop_bounds.py). Ragged rows (one empty), causal
+    or not, unsplit and split over 3, against the reference."""
+    from rudnn.paged_attention import decode_lanes, paged_kernel
+    monkeypatch.setattr(tuning, "kernel_for", lambda p: kind)
+    check_forced_kernel(kd.runtime("cpu"), rng, 4, 2, 16, 8, "f32", (3,))
+    kernel = decode_lanes.decode_lanes_kernel if kind == "decode_lanes" else paged_kernel.paged_kernel
+    plans = list(kernel._plans.values())
+    assert plans and all(p.binary.info.argument_bound for p in plans)
+
+
 @pytest.mark.parametrize("knob,value", [("LANES_QUERY_FLOATS", 4), ("LANES_MAX_UNITS", 4)])
 def test_decode_lanes_shapes(runtime, rng, monkeypatch, knob, value):
     """decode_lanes.py's other shapes: query heads in chunks of one (a small register budget,

@@ -59,7 +59,7 @@ def tree_sum(xs, LOG):
 @kd.kernel
 def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Tensor, lengths: kd.Tensor,
                         seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
-                        qscale: kd.f32, causal: kd.i32, splits: kd.i32,
+                        qscale: kd.f32, causal: kd.i32, splits: kd.i32, span: kd.i32,
                         D: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], T: kd.Const[int],
                         W: kd.Const[int], HB: kd.Const[int], PS: kd.Const[int], SPLIT: kd.Const[bool]):
     C = D // W                       # K elements per lane
@@ -104,105 +104,109 @@ def decode_lanes_kernel(q: kd.Tensor, k: kd.Tensor, v: kd.Tensor, tables: kd.Ten
     s, jb, je = split_range(seq_ids, lengths, positions, r, causal, sp, splits)
     kst = kd.i64(k.stride(1))
     vst = kd.i64(v.stride(1))
-    for j0 in range(jb, je, T):
-        # the step's rows, uniform and kept (a table lookup in C, after stores to shared memory,
-        # is not hoisted out of the unit loop: its V loads would become gathers)
-        rows = step_rows(tables, s, j0, je, PS, T)
-        # ---- A, for each head of the block in turn (together they read whole stretches of each
-        # row): lanes along d, partial dot products of the step's tokens with every query head
-        for h in range(HB):
-            # the lane's offset is added here: a per-lane value kept across regions is an array,
-            # and reading it would make these loads gathers
-            kb = kd.i64(hb * HB + h) * k.stride(2) + kd.unit_pos_x()
-            qv = ()
-            for e in kd.unroll(HC * C):
-                qv = qv + (qs[(h * HC * C + e) * W + kd.unit_pos_x()],)
-            for t in kd.unroll(T):
-                kr = ()
-                for c in kd.unroll(C):
-                    kr = kr + (kd.f32(k[rows[t] * kst + kb + c * W]),)
-                for g in kd.unroll(HC):
-                    part = qv[g * C] * kr[0]
-                    for c in kd.unroll(1, C):
-                        part = kd.fma(qv[g * C + c], kr[c], part)
-                    ps[((h * T + t) * HC + g) * W + kd.unit_pos_x()] = part
-        kd.sync_cube()
-        # ---- B (all of A's stores before the first read: a gather of just-stored lanes waits for them)
-        for h in range(HB):
-            for b in kd.unroll(NB):
-                i = b * W + kd.unit_pos_x()
-                if i < TH:
-                    parts = ()
-                    for e in kd.unroll(W):
-                        parts = parts + (ps[(h * TH + i) * W + e],)
-                    sv = kd.select(j0 + i // HC < je, tree_sum(parts, log2_int(W)), -kd.inf)
-                    mo = mrow[h * TH + i]
-                    sc[h * TH + i] = sv
-                    pe[h * TH + i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
-        kd.sync_cube()
-        for h in range(HB):
-            # ---- C: lanes along d; per head the step's max (uniform), lazily moved running max
-            grow = False
-            for g in kd.unroll(HC):
-                mx = sc[h * TH + g]
-                for t in kd.unroll(1, T):
-                    mx = kd.max(mx, sc[h * TH + t * HC + g])
-                grow = grow | (mx > ms[h * HC + g] + TAU)
-            if grow:  # a split level branch (the barriers in it): the common step pays nothing for it
-                m2 = ()
-                als = ()
+    # to the plan's longest share (`span`, an argument), so that the loop's trip count is
+    # argument-bound (kerneldsl/loop_bounds.py); steps past this row's share do nothing
+    for i0 in range(0, span, T):
+        j0 = jb + i0
+        if j0 < je:
+            # the step's rows, uniform and kept (a table lookup in C, after stores to shared memory,
+            # is not hoisted out of the unit loop: its V loads would become gathers)
+            rows = step_rows(tables, s, j0, je, PS, T)
+            # ---- A, for each head of the block in turn (together they read whole stretches of each
+            # row): lanes along d, partial dot products of the step's tokens with every query head
+            for h in range(HB):
+                # the lane's offset is added here: a per-lane value kept across regions is an array,
+                # and reading it would make these loads gathers
+                kb = kd.i64(hb * HB + h) * k.stride(2) + kd.unit_pos_x()
+                qv = ()
+                for e in kd.unroll(HC * C):
+                    qv = qv + (qs[(h * HC * C + e) * W + kd.unit_pos_x()],)
+                for t in kd.unroll(T):
+                    kr = ()
+                    for c in kd.unroll(C):
+                        kr = kr + (kd.f32(k[rows[t] * kst + kb + c * W]),)
+                    for g in kd.unroll(HC):
+                        part = qv[g * C] * kr[0]
+                        for c in kd.unroll(1, C):
+                            part = kd.fma(qv[g * C + c], kr[c], part)
+                        ps[((h * T + t) * HC + g) * W + kd.unit_pos_x()] = part
+            kd.sync_cube()
+            # ---- B (all of A's stores before the first read: a gather of just-stored lanes waits for them)
+            for h in range(HB):
+                for b in kd.unroll(NB):
+                    i = b * W + kd.unit_pos_x()
+                    if i < TH:
+                        parts = ()
+                        for e in kd.unroll(W):
+                            parts = parts + (ps[(h * TH + i) * W + e],)
+                        sv = kd.select(j0 + i // HC < je, tree_sum(parts, log2_int(W)), -kd.inf)
+                        mo = mrow[h * TH + i]
+                        sc[h * TH + i] = sv
+                        pe[h * TH + i] = kd.exp2_fast(sv - kd.select(mo == -kd.inf, kd.f32(0), mo))
+            kd.sync_cube()
+            for h in range(HB):
+                # ---- C: lanes along d; per head the step's max (uniform), lazily moved running max
+                grow = False
                 for g in kd.unroll(HC):
                     mx = sc[h * TH + g]
                     for t in kd.unroll(1, T):
                         mx = kd.max(mx, sc[h * TH + t * HC + g])
-                    mo = ms[h * HC + g]
-                    mn = kd.max(mo, mx)
-                    m2 = m2 + (mn,)
-                    als = als + (rescale(mo, mn),)
-                for e in kd.unroll(CV * HC):
-                    ai = (h * CV * HC + e) * W + kd.unit_pos_x()
-                    accs[ai] = accs[ai] * als[e % HC]
-                for b in kd.unroll(NB):
-                    i = b * W + kd.unit_pos_x()
-                    if i < TH:  # this step's p against the moved max, and the max B reads next step
+                    grow = grow | (mx > ms[h * HC + g] + TAU)
+                if grow:  # a split level branch (the barriers in it): the common step pays nothing for it
+                    m2 = ()
+                    als = ()
+                    for g in kd.unroll(HC):
+                        mx = sc[h * TH + g]
+                        for t in kd.unroll(1, T):
+                            mx = kd.max(mx, sc[h * TH + t * HC + g])
+                        mo = ms[h * HC + g]
+                        mn = kd.max(mo, mx)
+                        m2 = m2 + (mn,)
+                        als = als + (rescale(mo, mn),)
+                    for e in kd.unroll(CV * HC):
+                        ai = (h * CV * HC + e) * W + kd.unit_pos_x()
+                        accs[ai] = accs[ai] * als[e % HC]
+                    for b in kd.unroll(NB):
+                        i = b * W + kd.unit_pos_x()
+                        if i < TH:  # this step's p against the moved max, and the max B reads next step
+                            mi = m2[0]
+                            for g in kd.unroll(1, HC):
+                                mi = kd.select(i % HC == g, m2[g], mi)
+                            mrow[h * TH + i] = mi
+                            pe[h * TH + i] = kd.exp2_fast(sc[h * TH + i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
+                    kd.sync_cube()  # every lane has read ms before it changes
+                    i = kd.unit_pos_x()
+                    if i < HC:
                         mi = m2[0]
+                        af = als[0]
                         for g in kd.unroll(1, HC):
-                            mi = kd.select(i % HC == g, m2[g], mi)
-                        mrow[h * TH + i] = mi
-                        pe[h * TH + i] = kd.exp2_fast(sc[h * TH + i] - kd.select(mi == -kd.inf, kd.f32(0), mi))
-                kd.sync_cube()  # every lane has read ms before it changes
+                            mi = kd.select(i == g, m2[g], mi)
+                            af = kd.select(i == g, als[g], af)
+                        ms[h * HC + i] = mi
+                        ls[h * HC + i] = ls[h * HC + i] * af
+                    kd.sync_cube()
+                vrow = ()
+                for t in kd.unroll(T):
+                    vrow = vrow + (rows[t] * vst + kd.i64(hb * HB + h) * v.stride(2),)
+                pv = ()
+                for e in kd.unroll(TH):
+                    pv = pv + (pe[h * TH + e],)
+                for c in kd.unroll(CV):
+                    vr = ()
+                    for t in kd.unroll(T):
+                        vr = vr + (kd.f32(v[vrow[t] + c * W + kd.unit_pos_x()]),)
+                    for g in kd.unroll(HC):
+                        ai = ((h * CV + c) * HC + g) * W + kd.unit_pos_x()
+                        acc = accs[ai]
+                        for t in kd.unroll(T):
+                            acc = kd.fma(pv[t * HC + g], vr[t], acc)
+                        accs[ai] = acc
                 i = kd.unit_pos_x()
                 if i < HC:
-                    mi = m2[0]
-                    af = als[0]
-                    for g in kd.unroll(1, HC):
-                        mi = kd.select(i == g, m2[g], mi)
-                        af = kd.select(i == g, als[g], af)
-                    ms[h * HC + i] = mi
-                    ls[h * HC + i] = ls[h * HC + i] * af
-                kd.sync_cube()
-            vrow = ()
-            for t in kd.unroll(T):
-                vrow = vrow + (rows[t] * vst + kd.i64(hb * HB + h) * v.stride(2),)
-            pv = ()
-            for e in kd.unroll(TH):
-                pv = pv + (pe[h * TH + e],)
-            for c in kd.unroll(CV):
-                vr = ()
-                for t in kd.unroll(T):
-                    vr = vr + (kd.f32(v[vrow[t] + c * W + kd.unit_pos_x()]),)
-                for g in kd.unroll(HC):
-                    ai = ((h * CV + c) * HC + g) * W + kd.unit_pos_x()
-                    acc = accs[ai]
+                    tot = ls[h * HC + i]
                     for t in kd.unroll(T):
-                        acc = kd.fma(pv[t * HC + g], vr[t], acc)
-                    accs[ai] = acc
-            i = kd.unit_pos_x()
-            if i < HC:
-                tot = ls[h * HC + i]
-                for t in kd.unroll(T):
-                    tot = tot + pe[h * TH + t * HC + i]
-                ls[h * HC + i] = tot
+                        tot = tot + pe[h * TH + t * HC + i]
+                    ls[h * HC + i] = tot
     kd.sync_cube()
 
     # ---- each lane's slice of each head's output (or the split's partial state)

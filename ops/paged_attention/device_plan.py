@@ -124,10 +124,10 @@ class DevicePlan:
             return out
         kind = tuning.kernel_for(p)  # looked up at call time: tests force each kernel
         lay = LAUNCHES.get(kind, launch)(p)
+        if p.causal not in self._longest:
+            self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
+        longest = self._longest[p.causal]
         if workspace is None:
-            if p.causal not in self._longest:
-                self._longest[p.causal] = max(self._host.visible(r, p.causal) for r in range(p.queries))
-            longest = self._longest[p.causal]
             if kind == "general":
                 splits = auto_splits(p, lay, longest)
             else:
@@ -138,6 +138,7 @@ class DevicePlan:
             if splits > 1:
                 workspace = SplitWorkspace(p.q, p.queries, p.Hq, p.Dv, splits)
         splits = 1 if workspace is None else workspace.splits
+        span = -(-longest // splits)  # the most tokens of any row's share (the host kernels' loops run to it)
         work = out if workspace is None else workspace.tensor
         meta = (self.tables, self.lengths, self.sequence_ids, self.positions)
         if kind == "decode_mma":
@@ -163,11 +164,11 @@ class DevicePlan:
                 workspace is not None)
         elif kind == "decode_lanes":
             decode_lanes_kernel[lay.grid(p, splits), lay.units](
-                p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.Dv, lay.heads,
+                p.q, p.k, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, span, p.D, p.Dv, lay.heads,
                 lay.tokens, lay.units, lay.head_block, p.k.shape[1], workspace is not None)
         else:
             paged_kernel[lay.grid(p, splits), lay.units](
-                p.q, p.qp, p.k, p.kp, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, p.D, p.P,
+                p.q, p.qp, p.k, p.kp, p.v, *meta, out, work, p.scale * LOG2E, int(p.causal), splits, span, p.D, p.P,
                 p.Dv, lay.heads, lay.heads_per_load, workspace is not None, lay.key_vector, lay.rope_vector)
         if workspace is not None:
             merge_kernel[(p.queries, p.Hq), MERGE_UNITS](work, out, p.Dv)

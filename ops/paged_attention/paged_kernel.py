@@ -85,11 +85,11 @@ def accumulate(acc, al, sc, v, rows, vb, vst, n, d, DV, HC, GC):
         a = ()
         for i in kd.unroll(GC):
             a = a + (acc[(g0 + i) * DV + d] * al[g0 + i],)
-        for jt in range(n):
+        for jt in range(T):  # (to T, not n: an argument-bound trip count; rows past n are valid, unused)
             vv = kd.f32(v[kd.i64(rows[jt]) * vst + vb + d])
             b = ()
             for i in kd.unroll(GC):
-                b = b + (kd.fma(sc[(g0 + i) * T + jt], vv, a[i]),)
+                b = b + (kd.select(jt < n, kd.fma(sc[(g0 + i) * T + jt], vv, a[i]), a[i]),)
             a = b
         for i in kd.unroll(GC):
             acc[(g0 + i) * DV + d] = a[i]
@@ -98,7 +98,7 @@ def accumulate(acc, al, sc, v, rows, vb, vst, n, d, DV, HC, GC):
 @kd.kernel
 def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd.Tensor, tables: kd.Tensor,
                  lengths: kd.Tensor, seq_ids: kd.Tensor, positions: kd.Tensor, out: kd.Tensor, work: kd.Tensor,
-                 qscale: kd.f32, causal: kd.i32, splits: kd.i32,
+                 qscale: kd.f32, causal: kd.i32, splits: kd.i32, span: kd.i32,
                  D: kd.Const[int], P: kd.Const[int], DV: kd.Const[int], HC: kd.Const[int], GC: kd.Const[int],
                  SPLIT: kd.Const[bool], VEC: kd.Const[int], PVEC: kd.Const[int]):
     T = kd.cube_units()
@@ -148,54 +148,58 @@ def paged_kernel(q: kd.Tensor, qp: kd.Tensor, k: kd.Tensor, kp: kd.Tensor, v: kd
     kst = kd.i64(k.stride(1))
     kpst = kd.i64(kp.stride(1))
     vst = kd.i64(v.stride(1))
-    for j0 in range(jb, je, T):
-        n = kd.min(T, je - j0)
-        # 1. scores of token j0 + t against every head of the chunk
-        row = token_row(tables, s, kd.min(j0 + t, je - 1), ps)
-        rows[t] = row
-        koff = kd.i64(row) * kst + kd.i64(hk) * k.stride(2)
-        kpoff = kd.i64(row) * kpst + kd.i64(hk) * kp.stride(2)
-        for g0 in range(0, HC, GC):
-            sg = score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC, VEC, PVEC)
-            for i in kd.unroll(GC):
-                sc[(g0 + i) * T + t] = kd.select(t < n, sg[i], -kd.inf)
-        kd.sync_cube()
-        # 2. per head: tile max and sum (a plane per head), running (max, sum), rescale factor
-        for g0 in range(0, HC, kd.plane_count()):
-            g = kd.min(g0 + kd.plane_pos(), HC - 1)
-            mx = -kd.inf
-            for jl in range(0, T, kd.PLANE_DIM):
-                mx = kd.max(mx, sc[g * T + jl + kd.lane_pos()])
-            mx = kd.plane_max(mx)
-            mold = ms[g]
-            mnew = kd.max(mold, mx)
-            mu = kd.select(mnew == -kd.inf, kd.f32(0), mnew)  # nothing visible yet: p = 0, never NaN
-            mine = g0 + kd.plane_pos() < HC
-            tot = kd.f32(0)
-            for jl in range(0, T, kd.PLANE_DIM):
-                pj = kd.exp2_fast(sc[g * T + jl + kd.lane_pos()] - mu)
-                tot += pj
-                if mine:
-                    sc[g * T + jl + kd.lane_pos()] = pj
-            tot = kd.plane_sum(tot)
-            if mine and kd.lane_pos() == 0:
-                alpha = kd.exp2_fast(mold - mu)
-                al[g] = alpha
-                ls[g] = ls[g] * alpha + tot
-                ms[g] = mnew
-        kd.sync_cube()
-        # 3. acc[g][d] = acc[g][d] * alpha[g] + sum_j p[g][j] * V[j][d]
-        vb = kd.i64(hk) * v.stride(2)
-        # whole chunks of T elements under uniform control (vector loops on the CPU), then the rest
-        for d0 in range(0, DV - DV % T, T):
-            accumulate(acc, al, sc, v, rows, vb, vst, n, d0 + kd.unit_pos_x(), DV, HC, GC)
-        if DV % T != 0:
-            # the tail: units past DV stay out (no split point inside, so the branch may diverge;
-            # clamping their d instead made them read slots other units write: a shared-memory race)
-            d = DV - DV % T + t
-            if d < DV:
-                accumulate(acc, al, sc, v, rows, vb, vst, n, d, DV, HC, GC)
-        kd.sync_cube()
+    # to the plan's longest share (`span`, an argument), so that the loop's trip count is
+    # argument-bound (kerneldsl/loop_bounds.py); steps past this row's share do nothing
+    for i0 in range(0, span, T):
+        j0 = jb + i0
+        if j0 < je:
+            n = kd.min(T, je - j0)
+            # 1. scores of token j0 + t against every head of the chunk
+            row = token_row(tables, s, kd.min(j0 + t, je - 1), ps)
+            rows[t] = row
+            koff = kd.i64(row) * kst + kd.i64(hk) * k.stride(2)
+            kpoff = kd.i64(row) * kpst + kd.i64(hk) * kp.stride(2)
+            for g0 in range(0, HC, GC):
+                sg = score_chunk(qs, qps, k, kp, koff, kpoff, g0, D, P, GC, VEC, PVEC)
+                for i in kd.unroll(GC):
+                    sc[(g0 + i) * T + t] = kd.select(t < n, sg[i], -kd.inf)
+            kd.sync_cube()
+            # 2. per head: tile max and sum (a plane per head), running (max, sum), rescale factor
+            for g0 in range(0, HC, kd.plane_count()):
+                g = kd.min(g0 + kd.plane_pos(), HC - 1)
+                mx = -kd.inf
+                for jl in range(0, T, kd.PLANE_DIM):
+                    mx = kd.max(mx, sc[g * T + jl + kd.lane_pos()])
+                mx = kd.plane_max(mx)
+                mold = ms[g]
+                mnew = kd.max(mold, mx)
+                mu = kd.select(mnew == -kd.inf, kd.f32(0), mnew)  # nothing visible yet: p = 0, never NaN
+                mine = g0 + kd.plane_pos() < HC
+                tot = kd.f32(0)
+                for jl in range(0, T, kd.PLANE_DIM):
+                    pj = kd.exp2_fast(sc[g * T + jl + kd.lane_pos()] - mu)
+                    tot += pj
+                    if mine:
+                        sc[g * T + jl + kd.lane_pos()] = pj
+                tot = kd.plane_sum(tot)
+                if mine and kd.lane_pos() == 0:
+                    alpha = kd.exp2_fast(mold - mu)
+                    al[g] = alpha
+                    ls[g] = ls[g] * alpha + tot
+                    ms[g] = mnew
+            kd.sync_cube()
+            # 3. acc[g][d] = acc[g][d] * alpha[g] + sum_j p[g][j] * V[j][d]
+            vb = kd.i64(hk) * v.stride(2)
+            # whole chunks of T elements under uniform control (vector loops on the CPU), then the rest
+            for d0 in range(0, DV - DV % T, T):
+                accumulate(acc, al, sc, v, rows, vb, vst, n, d0 + kd.unit_pos_x(), DV, HC, GC)
+            if DV % T != 0:
+                # the tail: units past DV stay out (no split point inside, so the branch may diverge;
+                # clamping their d instead made them read slots other units write: a shared-memory race)
+                d = DV - DV % T + t
+                if d < DV:
+                    accumulate(acc, al, sc, v, rows, vb, vst, n, d, DV, HC, GC)
+            kd.sync_cube()
 
     for e0 in range(0, HC * DV, T):
         e = e0 + t
