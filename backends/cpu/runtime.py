@@ -524,8 +524,12 @@ class CpuRuntime(Runtime):
 
     INLINE_UNITS = 1 << 15  # launches of fewer units whose argument words ended quickly run on the caller
     SMALL_LAUNCH_UNITS = 1 << 15  # below this, waking a second worker costs more than it saves...
-    LONG_LAUNCH_S = 2e-3  # ...unless SLOW_LAUNCHES launches of the kernel on one worker took longer
+    LONG_LAUNCH_S = 1e-4  # ...unless SLOW_LAUNCHES launches of the kernel on one worker took longer
     SLOW_LAUNCHES = 2     # than this each (two: one launch can be slow for reasons of its own)
+    # (0.1 ms: a second worker costs a few µs to wake, and saves half of a launch this long with
+    # cubes to share; at 2 ms, grid_sample's channels-last forward, 256 cubes of 16 units taking
+    # 1.4 ms, ran on one of two cores: 1.40 -> 0.90 ms spread. The same bound keeps launches
+    # longer than this off the calling thread.)
     # A kernel's shared arrays, emulated fragments and per-unit variables live in its stack
     # frame. The pool's threads run frames up to this size; larger ones run on threads
     # started with a stack to fit.
