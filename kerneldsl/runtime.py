@@ -46,6 +46,13 @@ class RuntimeUnavailable(RuntimeError):
     """The runtime asked for cannot run here (no driver, no device, missing package)."""
 
 
+class _StreamState(threading.local):
+    """Per thread: `current`, its stream inside `Runtime.use_stream` (None outside: the default
+    stream; a class default, since a missing thread-local attribute costs a raised exception)."""
+
+    current = None
+
+
 class Buffer:
     """Memory a tensor views: a block of the runtime's caching allocator (returned to it when
     this is collected) or imported memory (`owner` keeps it alive).
@@ -126,7 +133,7 @@ class Runtime:
 
     # ---------------------------------------------------------------- streams
     def _init_streams(self):
-        self._stream_local = threading.local()  # .current: this thread's stream inside use_stream
+        self._stream_local = _StreamState()  # .current: this thread's stream inside use_stream
         self._streams = weakref.WeakSet()  # every stream of this runtime (rt.synchronize waits for each)
         self._by_handle = weakref.WeakValueDictionary()  # stream key -> the one Stream object of that stream
         self._default_stream = self._make_default_stream()
@@ -175,7 +182,8 @@ class Runtime:
 
     def current_stream(self) -> Stream:
         """The stream this thread's launches, copies and allocations go to now."""
-        return getattr(self._stream_local, "current", self._default_stream)
+        stream = self._stream_local.current
+        return self._default_stream if stream is None else stream
 
     @contextmanager
     def use_stream(self, stream: Stream):
@@ -191,7 +199,7 @@ class Runtime:
         if rec is not None:  # the call being recorded orders work across streams: a replay would not
             rec.refuse("a stream switch")
         local = self._stream_local
-        previous = getattr(local, "current", self._default_stream)
+        previous = local.current
         local.current = stream
         try:
             yield stream
@@ -370,7 +378,9 @@ class Runtime:
         cache and tries once more, and a second failure raises `OutOfMemoryError` naming the
         request (`shape`, `dtype` where known) and what the pool held."""
         nbytes = max(int(nbytes), 1)
-        stream = getattr(self._stream_local, "current", self._default_stream)  # current_stream(), inlined
+        stream = self._stream_local.current  # current_stream(), inlined
+        if stream is None:
+            stream = self._default_stream
         if nbytes > self.MAX_ALLOCATION:
             raise OutOfMemoryError(
                 f"the {self.name} runtime cannot allocate {nbytes} bytes ({human_bytes(nbytes)}) for "

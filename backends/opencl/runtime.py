@@ -385,7 +385,9 @@ class OpenCLRuntime(Runtime):
 
     def launch(self, binary: OpenCLBinary, grid, block, args):
         kir = binary.info
-        stream = getattr(self._stream_local, "current", self._default_stream)
+        stream = self._stream_local.current  # current_stream(), inlined
+        if stream is None:
+            stream = self._default_stream
         values, key = [], []  # key: what identifies each value (a buffer by its cl_mem handle)
         errbuf = None
         for kind, index, axis, packer in binary.plan:
