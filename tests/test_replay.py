@@ -167,6 +167,17 @@ def test_calls_that_download_device_values_are_not_recorded(runtime):
         np.testing.assert_array_equal(filled_with_first(x).numpy(), np.full(4, value, np.float32))
     assert filled_with_first.replay_records == {}
     assert "host download" in str(filled_with_first.replay_refusals)
+    if hasattr(runtime, "host_view"):  # a view of the memory shows the host its values as well
+
+        @replay.replayable
+        def filled_through_a_view(x):
+            y = x.runtime.zeros(x.shape, kd.f32)
+            add_in_place[(x.shape[0] + 63) // 64, 64](y, float(np.asarray(x, copy=False)[0]), x.shape[0])
+            return y
+        for value in (2.0, 3.0):
+            x = runtime.tensor(np.full(4, value, np.float32))
+            np.testing.assert_array_equal(filled_through_a_view(x).numpy(), np.full(4, value, np.float32))
+        assert filled_through_a_view.replay_records == {}
 
 
 def test_replay_off_and_bad_calls_still_checked(runtime, monkeypatch):

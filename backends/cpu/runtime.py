@@ -413,7 +413,10 @@ class CpuRuntime(Runtime):
     def host_view(self, t) -> np.ndarray:
         """A numpy array aliasing the tensor's memory. It keeps the tensor's buffer out of
         the memory pool for as long as it (or anything made from it) lives; read-only for
-        a read-only tensor."""
+        a read-only tensor. Like a download, it refuses a replay recording (the host sees values)."""
+        rec = replay.active()
+        if rec is not None:
+            rec.refuse("host view")
         return self._view(t, np.asarray(_PinnedBytes(t.buffer)))
 
     def to_numpy(self, t):
