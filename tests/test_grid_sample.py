@@ -597,6 +597,27 @@ def test_channels_last_lane_kernels_forced_match_torch(runtime, rng, monkeypatch
 
 
 @needs_torch
+@pytest.mark.parametrize("span", [4, 8])
+def test_rows_copied_through_tiles_match_torch(runtime, rng, monkeypatch, span):
+    """lanes_last's copy to channels-last rows through V×V tiles (to_rows_tiled, taken where
+    channel planes lie a multiple of tuning.ALIASING_BYTES apart), forced with vectors of 4
+    channels, 2 a cube: positions in one or two tile steps a cube, the last step partial (35
+    and 45 positions), 3-D, and 16-bit inputs; forward and input gradient against torch."""
+    from rudnn.grid_sample import tuning
+    assert tuning.tiled_rows(128 * 128, 4) and tuning.tiled_rows(64 * 64, 2) and not tuning.tiled_rows(125 * 125, 4)
+    gs, _ = _last_forced(monkeypatch, span=span)
+    monkeypatch.setattr(tuning, "tiled_rows", lambda spatial, itemsize: True)
+    tiled = _count_launches(monkeypatch, gs._lanes_last.to_rows_tiled)
+    plain = _count_launches(monkeypatch, gs._lanes_last.to_rows)
+    opts = GridSampleOptions(GridSampleMode.Bilinear, GridSamplePaddingMode.Zeros, False)
+    _check_last(runtime, rng, opts, 16, (5, 7), (3, 6))
+    _check_last(runtime, rng, GridSampleOptions(GridSampleMode.Nearest, GridSamplePaddingMode.Border, True), 8,
+                (3, 3, 5), (2, 2, 3))
+    _check_last(runtime, rng, opts, 8, (6, 8), (5, 4), np.float16, dict(rtol=5e-3, atol=5e-3))
+    assert tiled() > 0 and plain() == 0
+
+
+@needs_torch
 @pytest.mark.interpreter
 def test_channels_last_lane_kernels_agree_with_lanes_and_are_deterministic(runtime, rng, monkeypatch):
     """lanes_last.py forced against lanes.py on the same calls (its forward: the same sums in

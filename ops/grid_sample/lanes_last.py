@@ -121,6 +121,45 @@ def to_rows(x: kd.Tensor, xl: kd.Tensor, channels: kd.i32, spatial: kd.i32, SB: 
             xl[kd.i64(kd.cube_count_z()) * spatial * channels + c0 + h * V + u] = kd.cast(0.0, xl.dtype)
 
 
+@kd.kernel
+def to_rows_tiled(x: kd.Tensor, xl: kd.Tensor, channels: kd.i32, spatial: kd.i32, SB: kd.Const[int], H: kd.Const[int]):
+    """to_rows (same arguments and result) V positions a step through a V×V tile in shared
+    memory: the units read a position of each of V channels (contiguous loads across the
+    units), then write V channels of each position's row (contiguous stores), reading the
+    tile's columns; a last partial step is masked. For channel planes a multiple of
+    tuning.ALIASING_BYTES apart, where to_rows's V streams fall into one cache set
+    (tuning.tiled_rows says why). The unit index stays inline in the addresses
+    (`uniform + u`): the same steps in a kd.func with a MASKED constant took 0.53 ms against
+    0.31 for [4, 16, 128²]."""
+    V = kd.cube_dim_x()
+    u = kd.unit_pos_x()
+    n = kd.cube_pos_z()
+    s0 = kd.cube_pos_x() * SB
+    end = kd.min(s0 + SB, spatial)
+    full = s0 + (end - s0) // V * V
+    tile = kd.shared(kd.f32, V * V)
+    for h in kd.unroll(H):
+        c0 = (kd.cube_pos_y() * H + h) * V
+        for sb in range(s0, full, V):   # uniform
+            for k in kd.unroll(V):
+                tile[k * V + u] = kd.f32(x[(kd.i64(n) * channels + c0 + k) * spatial + sb + u])
+            kd.sync_cube()
+            for k in kd.unroll(V):
+                xl[(kd.i64(n) * spatial + sb + k) * channels + c0 + u] = tile[u * V + k]
+            kd.sync_cube()
+        if full < end:
+            for k in kd.unroll(V):
+                if full + u < end:
+                    tile[k * V + u] = kd.f32(x[(kd.i64(n) * channels + c0 + k) * spatial + full + u])
+            kd.sync_cube()
+            for k in kd.unroll(V):
+                if full + k < end:
+                    xl[(kd.i64(n) * spatial + full + k) * channels + c0 + u] = tile[u * V + k]
+            kd.sync_cube()
+        if kd.cube_pos_x() == 0 and n == 0:
+            xl[kd.i64(kd.cube_count_z()) * spatial * channels + c0 + u] = kd.cast(0.0, xl.dtype)
+
+
 @kd.func
 def write_grad_taps(grid, rows, slopes, dpix, tap_at, tap_w, n, j0, points, size_d, size_h, size_w, PAD, align, MODE,
                     DIMS, P, T, EXACT):

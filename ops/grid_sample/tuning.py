@@ -269,6 +269,24 @@ LAST_SPAN = 64
 LAST_ITEMSIZES = (2, 4)
 
 
+# lanes_last's copy to channels-last rows: a unit a channel (to_rows: each step reads V channel
+# planes at one position, V streams a plane apart) or through a V×V tile (to_rows_tiled:
+# contiguous loads and stores, a gather from the tile). Planes a multiple of 4 KiB apart put
+# the V streams into one set of a 64-set L1 (4 KiB of addresses a way), and to_rows then
+# misses; elsewhere its gathers hit and the tile's extra pass costs. The kernels alone, 2-core
+# Zen 4, ms (to_rows / tiled, [N, C, side²] f32): planes of 4 KiB multiples [4, 16, 128²] 0.44 /
+# 0.31, [2, 64, 128²] 0.88 / 0.59, [4, 64, 64²] 0.46 / 0.32, [8, 64, 32²] 0.26 / 0.22,
+# [4, 64, 96²] 0.93 / 0.61, [4, 16, 256²] 1.61 / 1.11; others [2, 64, 125²] 0.41 / 0.54,
+# [8, 32, 56²] 0.22 / 0.27, [4, 64, 100²] 0.56 / 0.64, [2, 64, 112²] 0.36 / 0.53.
+ALIASING_BYTES = 4096
+
+
+def tiled_rows(spatial: int, itemsize: int) -> bool:
+    """Whether lanes_last's copy to rows goes through tiles (to_rows_tiled): channel planes of
+    `spatial` elements of `itemsize` bytes a multiple of ALIASING_BYTES apart."""
+    return spatial * itemsize % ALIASING_BYTES == 0
+
+
 @dataclass(frozen=True)
 class LastPlan:
     """lanes_last.py's launch: `units` channels a vector (the cube's units), `vectors` such
