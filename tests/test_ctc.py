@@ -283,6 +283,9 @@ def test_empty_batch_without_launching(runtime, no_launch):
     assert R.ctc_loss_backward(lp, tg, none, none, 1.0).shape == (5, 0, 3)
     alpha, beta, nll = R.ctc_alpha_beta(lp, tg, none, none)
     assert alpha.shape == beta.shape == (5, 0, 5) and nll.shape == (0,)
+    concatenated = runtime.tensor(np.zeros(0, np.int32))  # (no samples, no offsets)
+    assert R.ctc_loss(lp, concatenated, none, none, reduction="sum").numpy() == 0
+    assert R.ctc_loss(lp, concatenated, [], [], reduction="none").shape == (0,)
 
 
 def _bad_calls(rt):

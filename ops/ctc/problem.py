@@ -194,7 +194,7 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
         if total > width:
             check.fail(f"target_lengths must sum to at most the length of the concatenated targets ({width}), "
                        f"got {total}")
-        offsets = [0] + ends[:-1] if small else ends - tl
+        offsets = [e - n for e, n in zip(ends, tl)] if small else ends - tl
         labels = flat[:total]  # concatenated targets lie back to back from the start
     _check_labels(check, labels, tl, b, C)
     view = lp if batched else (lp if lp.is_contiguous() else lp.contiguous()).reshape(T, 1, C)
