@@ -58,7 +58,6 @@ MAX_RECORDS = 256  # records kept per operator (oldest dropped first): shapes of
 _PLAIN = frozenset((int, float, bool, str, bytes, type(None)))
 
 
-
 class _ThreadState(threading.local):
     """Per thread: `recorder`, the Recording of its outermost replayable call (None outside
     one; a class default, since a missing thread-local attribute costs a raised exception)."""
