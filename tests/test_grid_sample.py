@@ -10,6 +10,7 @@ from family_checks import assert_each_rejected, foreign
 from reference import grid_sample as ref
 from rudnn.grid_sample import (GridSampleError, GridSampleMode, GridSampleOptions, GridSamplePaddingMode,
                                grid_sample, grid_sample_backward)
+from rudnn.grid_sample.fixed_point import fixed_of, fixed_scale
 
 try:
     import torch
@@ -894,3 +895,58 @@ def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, 
     np.testing.assert_array_equal(gathered[0], scattered[0])
     assert np.isnan(gathered[0][0, 0]).any() and np.isnan(gathered[0][1, 2]).any()
     assert np.isfinite(gathered[0][:, 3]).all()
+
+
+@kd.kernel
+def _fixed_contributions(v: kd.Tensor[kd.f32, 1], max_bits: kd.Tensor[kd.u32, 1], q: kd.Tensor[kd.i64, 1],
+                         n: kd.i32, HEADROOM: kd.Const[int]):
+    """q[i] = fixed_point.fixed_of(v[i]) at the scale max_bits gives (a test of the helper alone)."""
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        q[i] = fixed_of(v[i], fixed_scale(max_bits[0], HEADROOM))
+
+
+@pytest.mark.interpreter
+def test_fixed_point_contributions_are_exact_truncations(runtime, rng):
+    """fixed_point.fixed_of in F32 gives trunc(v·2^k) exactly (Python's exact ldexp), k =
+    188 − HEADROOM − (max |out_grad|'s exponent field), for maxima from subnormal (k past 127:
+    two factors) to near F32's largest (k negative), values from the maximum down to ones that
+    truncate to 0, both signs: the integers every kernel and back end adds must agree."""
+    import math
+    room = 18
+    for top in (np.float32(2.0 ** -140), np.float32(1e-30), np.float32(1.0), np.float32(3.7e4),
+                np.float32(2.0 ** 126)):
+        bits = int(np.array([top], np.float32).view(np.uint32)[0])
+        k = 188 - room - ((bits >> 23) & 255)
+        mags = top * np.concatenate([[1.0, 0.999], rng.uniform(0, 1, 20), 2.0 ** -np.arange(10, 80, 7)])
+        v = (mags.astype(np.float32) * rng.choice([-1, 1], mags.size)).astype(np.float32)
+        q = runtime.empty((v.size,), kd.i64)
+        _fixed_contributions[1, 64](runtime.tensor(v), runtime.tensor(np.array([bits, 0], np.uint32)), q, v.size, room)
+        want = [math.trunc(math.ldexp(float(x), k)) for x in v]
+        assert q.numpy().tolist() == want, (top, k)
+        assert max(abs(w) for w in want) < 2 ** (63 - room)
+
+
+def test_out_grad_copy_finds_the_same_maximum_as_abs_max_bits(runtime, rng):
+    """The backward's channels-last copy of out_grad (`_to_channels_last` with max_bits) writes
+    what fixed_point.abs_max_bits does: the bits of the largest finite |value| and the flag
+    for a non-finite or huge one (NaN, ±inf, 2^127 each alone), over tiles that do not fill
+    the cube (C and S not multiples of 32) and vectors of 1 and 2 elements; the copy is the
+    transpose either way."""
+    import rudnn.grid_sample as gs
+    for c, s, scale in ((5, 37, 1.0), (64, 66, 3e-20), (3, 7, 1e30)):
+        x = (rng.standard_normal((2, c, 1, 1, s)) * scale).astype(np.float32)
+        cases = [None, ("nan", np.nan), ("inf", -np.inf), ("huge", np.float32(2.0 ** 127))]
+        for case in cases:
+            y = x.copy()
+            if case is not None:
+                y[1, c - 1, 0, 0, s // 2] = case[1]
+            t = runtime.tensor(y)
+            fused, alone = runtime.zeros((2,), kd.u32), runtime.zeros((2,), kd.u32)
+            rows = gs._to_channels_last(t, fused)
+            gs._abs_max(t, alone)
+            np.testing.assert_array_equal(fused.numpy(), alone.numpy(), err_msg=f"{c} {s} {case}")
+            np.testing.assert_array_equal(rows.numpy().reshape(2, s, c), y.reshape(2, c, s).transpose(0, 2, 1))
+            want = np.float32(np.abs(y[np.isfinite(y)]).max())   # (a huge value counts: it is finite)
+            assert fused.numpy()[0] == want.view(np.uint32), (c, s, case)
+            assert (fused.numpy()[1] != 0) == (case is not None), (c, s, case)

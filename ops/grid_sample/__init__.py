@@ -145,7 +145,6 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
             o.mode.value, p.dims, UNITS)
         return dx, grad_grid
     max_bits = rt.zeros((2,), kd.u32)   # max |out_grad|'s bits; nonzero where it has non-finite values
-    _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
     room = headroom(p.locations, o.mode)
     k = backward_gather_channels(rt.capabilities, o.mode, p.dims, x5.shape[2:], input.shape[1], input.shape[0], points,
                                  input.dtype.itemsize)
@@ -156,6 +155,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     if group:
         _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points, p.locations, o, p.dims, room, group)
         return dx, grad_grid
+    _abs_max(go, max_bits)
     lo, hi, flags = rt.empty((size,), kd.u32), rt.empty((size,), kd.i32), rt.empty((size,), kd.u32)
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
     _sample.sample_backward[cubes(points), UNITS](
@@ -165,8 +165,15 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     return dx, grad_grid
 
 
-def _to_channels_last(t5) -> kd.Tensor:
-    """A contiguous [N, C, *S] tensor copied to channels-last order, flat ([N, S, C])."""
+def _abs_max(go, max_bits) -> None:
+    """fixed_point.abs_max_bits over out_grad into max_bits (zeros): for the backwards that do
+    not copy out_grad to channels last (that copy does the same work, `_to_channels_last`)."""
+    _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
+
+
+def _to_channels_last(t5, max_bits=None) -> kd.Tensor:
+    """A contiguous [N, C, *S] tensor copied to channels-last order, flat ([N, S, C]); with
+    max_bits (zeros), also abs_max_bits' result over it (`_abs_max`)."""
     n, c = t5.shape[:2]
     spatial = t5.size // (n * c)
     tl = t5.runtime.empty((t5.size,), t5.dtype)
@@ -175,7 +182,9 @@ def _to_channels_last(t5) -> kd.Tensor:
         v //= 2
     bx, by = _last.TILE_UNITS
     tile = bx * v
-    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](t5.reshape(t5.size), tl, c, spatial, v)
+    stats = max_bits if max_bits is not None else tl.runtime.empty((1,), kd.u32)
+    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](
+        t5.reshape(t5.size), tl, stats.reshape(stats.size), c, spatial, v, max_bits is not None)
     return tl
 
 
@@ -187,10 +196,12 @@ def _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points: int, l
     rt = x5.runtime
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
+    staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
+    if staged:
+        _abs_max(go5, max_bits)
+    gl = go5.reshape(go5.size) if staged else _to_channels_last(go5, max_bits)
     acc, flags = rt.zeros((x5.size,), kd.i64), rt.empty((x5.size,), kd.u32)
     _bwd_last.clear_flags[cubes(x5.size), UNITS](flags, max_bits, x5.size)
-    staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
-    gl = go5.reshape(go5.size) if staged else _to_channels_last(go5)
     _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
         _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), acc, flags, max_bits,
         points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group, staged, True)
@@ -215,12 +226,15 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     none64, none32, none_i32 = rt.empty((1,), kd.i64), rt.empty((1,), kd.u32), rt.empty((1,), kd.i32)
     if _tuning.BACKWARD_GATHER_GRID_DIRECT:   # no copies: a unit a point reads [N, C, *S] input and out_grad
         staged, gl = True, go5.reshape(go5.size)
+        _abs_max(go5, max_bits)
         _sample.sample_backward[cubes(points), UNITS](
             x5, g5, go5, as_5d(grad_grid, dims, 1), none32, none_i32, none32, max_bits, points, *opts, room, UNITS,
             False)
     else:
         staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
-        gl = go5.reshape(go5.size) if staged else _to_channels_last(go5)
+        if staged:
+            _abs_max(go5, max_bits)
+        gl = go5.reshape(go5.size) if staged else _to_channels_last(go5, max_bits)
         _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
             _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), none64, none32,
             max_bits, points, locations, c, *sizes, *opts, room, group, staged, False)

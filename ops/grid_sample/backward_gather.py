@@ -31,7 +31,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .channels_last import flat_point_taps
-from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, scale_exponent
+from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, fixed_of, fixed_scale, scale_exponent
 from .sample import tap_layout
 
 
@@ -152,7 +152,7 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                       V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int]):
     """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
     batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
-    s and sums round(w·out_grad·2^k) over them in i64 (k as fixed_point.scale_exponent), flags
+    s and sums fixed_point.fixed_of(w·out_grad) over them in i64, flags
     for non-finite contributions, then stores the sums as floats (NaN / ±inf where flagged, as
     fixed_point.finish). out_grad go: element (n, c, point l) at n·C·locations + l·point_stride
     + c·channel_stride (point_stride 1, channel_stride locations: [N, C, locations]; C and 1: a
@@ -168,7 +168,7 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
         py = r % size_h
         pz = r // size_h
         TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
-        scale = kd.exp2(kd.f64(scale_exponent(max_bits[0], HEADROOM)))
+        scale = fixed_scale(max_bits[0], HEADROOM)
         acc = ()
         bad = ()   # the channels' flag bits, FLAGS channels of 3 bits a u32 (fewer registers)
         for j in kd.unroll(K):
@@ -207,7 +207,7 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                         for j in kd.unroll(K):
                             v = w * vals[j]
                             finite = kd.abs(v) < kd.inf
-                            q = kd.i64(kd.round(kd.f64(kd.select(finite, v, 0.0)) * scale))
+                            q = fixed_of(kd.select(finite, v, 0.0), scale)
                             bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
                             summed = summed + (acc[j] + q,)
                             marks = marks + (kd.select(finite, kd.u32(0), kd.u32(bit)),)

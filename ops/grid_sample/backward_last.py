@@ -21,7 +21,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .channels_last import flat_point_taps
-from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, scale_exponent
+from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, fixed_of, fixed_scale, scale_exponent
 from .sample import tap_gradient, tap_layout
 
 FINISH_UNITS = (32, 8)   # finish_channels_last's cube: 32 units along a row, 8 rows at a time
@@ -29,10 +29,10 @@ FINISH_UNITS = (32, 8)   # finish_channels_last's cube: 32 units along a row, 8 
 
 @kd.func
 def add_wide(acc, flags, at, v, scale):
-    """Adds F32 v to word `at` as the integer round(v·scale) (scale = 2^k as F64), with one
+    """Adds F32 v to word `at` as the integer fixed_point.fixed_of(v, scale), with one
     native 64-bit atomic (none for a zero); a non-finite v sets a flag bit instead."""
     if kd.abs(v) < kd.inf:
-        q = kd.i64(kd.round(kd.f64(v) * scale))
+        q = fixed_of(v, scale)
         if q != 0:
             kd.atomic_add(acc, at, q)
     else:
@@ -86,7 +86,7 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
     e = kd.min(wanted, total - 1)
     t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
-    scale = kd.exp2(kd.f64(scale_exponent(max_bits[0], HEADROOM)))
+    scale = fixed_scale(max_bits[0], HEADROOM)
     base = kd.i64(e // locations) * size_d * size_h * size_w
     row = kd.i64(e) * C
     gx = kd.f32(0)

@@ -15,17 +15,31 @@ import kerneldsl as kd
 
 from ..normalization.device import vec_of
 from .coords import axis_taps
+from .fixed_point import HUGE
 from .sample import tap_layout
 
 TILE_UNITS = (32, 8)   # the transpose's cube: 32 units along a row, 8 rows at a time
 
 
+@kd.func
+def track_abs_max(m, bad, v):
+    """(the largest finite |v| so far, 1 once some |v| is not finite or reaches fixed_point.HUGE):
+    fixed_point.abs_max_bits' per-element step."""
+    a = kd.abs(kd.f32(v))
+    return (kd.max(m, kd.select(a < kd.inf, a, 0.0)), kd.max(bad, kd.select(a < HUGE, 0, 1)))
+
+
 @kd.kernel
-def to_channels_last(x: kd.Tensor, xl: kd.Tensor, C: kd.i32, S: kd.i32, V: kd.Const[int]):
+def to_channels_last(x: kd.Tensor, xl: kd.Tensor, stats: kd.Tensor[kd.u32, 1], C: kd.i32, S: kd.i32,
+                     V: kd.Const[int], MAX: kd.Const[bool]):
     """xl[n, s, c] = x[n, c, s] (both flat): a cube moves a T × T tile (T = 32·V) of batch item
     cube_pos_z through shared memory, reading rows of x and writing rows of xl in order, V
-    consecutive elements a unit access (S and C multiples of V)."""
+    consecutive elements a unit access (S and C multiples of V). With MAX, it also does
+    fixed_point.abs_max_bits' work on x (stats as its `out`, zeroed first): the backward's
+    out_grad is read once, not twice; without, stats is not touched."""
     T = kd.cube_dim_x() * V
+    m = kd.f32(0)
+    bad = 0
     R = kd.cube_dim_y()
     tile = kd.shared(x.dtype, (T, T + 1))
     n = kd.i64(kd.cube_pos_z())
@@ -38,12 +52,23 @@ def to_channels_last(x: kd.Tensor, xl: kd.Tensor, C: kd.i32, S: kd.i32, V: kd.Co
         if c < C and s0 + tx * V < S:
             at = (n * C + c) * S + s0 + tx * V
             if V == 1:
-                tile[ty + i * R, tx] = x[at]
+                e = x[at]
+                tile[ty + i * R, tx] = e
+                if MAX:
+                    m, bad = track_abs_max(m, bad, e)
             else:
                 v = kd.load_vec(x, at, V)
                 for j in kd.unroll(V):
                     tile[ty + i * R, tx * V + j] = v[j]
+                    if MAX:
+                        m, bad = track_abs_max(m, bad, v[j])
     kd.sync_cube()
+    if MAX:
+        m = kd.cube_max(m)
+        if kd.unit_pos() == 0:
+            kd.atomic_max(stats, 0, kd.bitcast(m, kd.u32))
+        if bad != 0:   # rare: one atomic a unit that saw one
+            kd.atomic_or(stats, 1, kd.u32(1))
     for i in kd.unroll(T // R):
         s = s0 + ty + i * R
         if s < S and c0 + tx * V < C:

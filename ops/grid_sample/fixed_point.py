@@ -3,10 +3,14 @@ fixed-point integers (a u32 low word and an i32 high word, the carry passed on b
 and integer addition gives the same sum in any order, so the gradient never depends on
 launch order although its target pixels depend on the grid.
 
-The scale is a power of two fixed per call from max |out_grad| (found first, an
+The scale is a power of two 2^k fixed per call from max |out_grad| (found first, an
 order-free maximum) and `HEADROOM`, log2 of a bound on how many unit-weight contributions
 one pixel can receive, so no sum can overflow: every contribution keeps at least
-62 − HEADROOM bits below max |out_grad| (about 1e-12 of it for a 2048² grid). Non-finite
+62 − HEADROOM bits below max |out_grad| (about 1e-12 of it for a 2048² grid). A
+contribution v counts as trunc(v·2^k) (`fixed_of`), computed in F32: scaling by powers of
+two is exact there (the product stays under 2^63, and one under 1 in magnitude truncates to
+0 however it was rounded), so every kernel and back end gets the same integer, with one
+conversion (rounding in F64 took three on the GPU). Non-finite
 contributions set flag bits that make the pixel NaN or ±inf, as a float sum would."""
 from __future__ import annotations
 
@@ -55,10 +59,31 @@ def scale_exponent(max_bits, HEADROOM):
 
 
 @kd.func
+def power_of_two(k):
+    """2^k as an F32 built from its exponent field (k in [−126, 127]: exact on every back end)."""
+    return kd.bitcast(kd.u32(k + 127) << 23, kd.f32)
+
+
+@kd.func
+def fixed_scale(max_bits, HEADROOM):
+    """(s1, s2): F32 powers of two with s1·s2 = 2^k (k as scale_exponent, which may pass 127
+    for tiny gradients), for fixed_of."""
+    k = scale_exponent(max_bits, HEADROOM)
+    k1 = kd.max(kd.min(k, 127), -126)
+    return (power_of_two(k1), power_of_two(k - k1))
+
+
+@kd.func
+def fixed_of(v, scale):
+    """The integer a finite F32 contribution v counts as: trunc(v·2^k), scale = fixed_scale(...)."""
+    return kd.i64((v * scale[0]) * scale[1])
+
+
+@kd.func
 def add_fixed(lo, hi, flags, at, v, scale):
-    """Adds F32 v to pixel `at` (v·scale rounded to an integer; scale = 2^k as F64)."""
+    """Adds F32 v to pixel `at` as fixed_of(v, scale)."""
     if kd.abs(v) < kd.inf:
-        q = kd.i64(kd.round(kd.f64(v) * scale))
+        q = fixed_of(v, scale)
         low = kd.u32(q & 4294967295)
         old = kd.atomic_add(lo, at, low)
         high = kd.i32(q >> 32) + kd.select(old + low < old, 1, 0)

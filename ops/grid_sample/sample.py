@@ -10,7 +10,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .coords import axis_taps
-from .fixed_point import add_fixed, scale_exponent
+from .fixed_point import add_fixed, fixed_scale
 
 UNROLL = 4  # channels the forward kernel samples per loop step
 
@@ -161,5 +161,5 @@ def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
     added to lo / hi / flags (SCATTER False: untouched; backward_gather.py sums them)."""
     e = kd.cube_pos_x() * BX + kd.unit_pos_x()
     if e < total:
-        scale = kd.exp2(kd.f64(scale_exponent(max_bits[0], HEADROOM)))
+        scale = fixed_scale(max_bits[0], HEADROOM)
         point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER)
