@@ -870,7 +870,8 @@ def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, 
 @pytest.mark.parametrize("flags", [1, 3, 10])
 def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, rng, monkeypatch, flags):
     """Every point of an item at one location (one cell's long list, walked by 4 pixels), every
-    point outside the input (empty lists: dx zero), NaN grid coordinates (no taps), and NaN /
+    point outside the input (empty lists: dx zero), infinite grid coordinates under every padding
+    mode (finite out_grad: the walk without flags), NaN grid coordinates (no taps), and NaN /
     ±inf out_grad values (NaN / ±inf pixels, as the scatter's flags; flag bits kept 1, 3 or 10
     channels a word: K = 4 channels in 4, 2 or 1 words): bit for bit the scatter's."""
     use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_FLAGS=flags)
@@ -888,6 +889,12 @@ def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, 
             if pad == GridSamplePaddingMode.Zeros:
                 assert not gathered[0][1].any()
     grid = rng.uniform(-1, 1, (2, 12, 10, 2)).astype(np.float32)
+    grid[0, 2, :3] = [(np.inf, 0.3), (-np.inf, 0.5), (0.2, np.inf)]   # infinite coordinates
+    for pad in PADS:   # (finite out_grad: the walk that keeps no flags, FINITE_PATH)
+        opts = GridSampleOptions(GridSampleMode.Bilinear, pad, pad == GridSamplePaddingMode.Border)
+        gathered, scattered = _both_backwards(runtime, use_gather, use_scatter, launched, x, grid,
+                                              rng.standard_normal(go.shape).astype(np.float32), opts)
+        np.testing.assert_array_equal(gathered[0], scattered[0], err_msg=str(opts))
     grid[0, 3, 4, 0] = grid[1, 0, 1, 1] = np.nan
     grid[1, 1, 1] = grid[1, 0, 0]               # +inf and -inf on the same pixels: NaN
     go[0, 1, 3, 3], go[0, 0, 5, 5], go[1, 2, 0, 0], go[1, 2, 1, 1] = np.inf, np.nan, np.inf, -np.inf

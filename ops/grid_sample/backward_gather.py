@@ -149,7 +149,7 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                       dx: kd.Tensor, C: kd.i32, locations: kd.i32, cells: kd.i32, size_d: kd.i32, size_h: kd.i32,
                       size_w: kd.i32, point_stride: kd.i32, channel_stride: kd.i32, pad_mode: kd.i32, align: kd.i32,
                       MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], K: kd.Const[int],
-                      V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int]):
+                      V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int], FINITE_PATH: kd.Const[bool]):
     """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
     batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
     s and sums fixed_point.fixed_of(w·out_grad) over them in i64, flags
@@ -169,6 +169,9 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
         pz = r // size_h
         TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
         scale = fixed_scale(max_bits[0], HEADROOM)
+        # out_grad with no non-finite or huge value (abs_max_bits' flag, the same for every
+        # unit) gives finite contributions only: the walk then keeps no flags (FINITE_PATH)
+        checked = max_bits[1] != 0 or not FINITE_PATH
         acc = ()
         bad = ()   # the channels' flag bits, FLAGS channels of 3 bits a u32 (fewer registers)
         for j in kd.unroll(K):
@@ -202,23 +205,29 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                                 vec = kd.cast(kd.load_vec(go, at + h * V, V), kd.f32)
                                 for j in kd.unroll(V):
                                     vals = vals + (vec[j],)
-                        summed = ()
-                        marks = ()
-                        for j in kd.unroll(K):
-                            v = w * vals[j]
-                            finite = kd.abs(v) < kd.inf
-                            q = fixed_of(kd.select(finite, v, 0.0), scale)
-                            bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
-                            summed = summed + (acc[j] + q,)
-                            marks = marks + (kd.select(finite, kd.u32(0), kd.u32(bit)),)
-                        flagged = ()
-                        for i in kd.unroll(flag_words(K, FLAGS)):
-                            word = bad[i]
-                            for j in kd.unroll(flags_in_word(K, i, FLAGS)):
-                                word = word | (marks[i * FLAGS + j] << (3 * j))
-                            flagged = flagged + (word,)
-                        acc = summed
-                        bad = flagged
+                        if checked:
+                            summed = ()
+                            marks = ()
+                            for j in kd.unroll(K):
+                                v = w * vals[j]
+                                finite = kd.abs(v) < kd.inf
+                                q = fixed_of(kd.select(finite, v, 0.0), scale)
+                                bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
+                                summed = summed + (acc[j] + q,)
+                                marks = marks + (kd.select(finite, kd.u32(0), kd.u32(bit)),)
+                            flagged = ()
+                            for i in kd.unroll(flag_words(K, FLAGS)):
+                                word = bad[i]
+                                for j in kd.unroll(flags_in_word(K, i, FLAGS)):
+                                    word = word | (marks[i * FLAGS + j] << (3 * j))
+                                flagged = flagged + (word,)
+                            acc = summed
+                            bad = flagged
+                        else:   # every contribution finite: no flags to keep
+                            plain = ()
+                            for j in kd.unroll(K):
+                                plain = plain + (acc[j] + fixed_of(w * vals[j], scale),)
+                            acc = plain
         unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
         for j in kd.unroll(K):
             v = kd.f32(kd.f64(acc[j]) * unit)

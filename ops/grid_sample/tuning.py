@@ -343,6 +343,8 @@ BACKWARD_GATHER_FLAGS = 1
 # the grid gradient by sample.sample_backward (a unit a point, all channels, [N, C, *S] reads;
 # its scatter off) and no channels-last copies: smooth grids read coalesced without them
 BACKWARD_GATHER_GRID_DIRECT = False
+# the gather's walk without NaN/±inf flags where abs_max_bits found no such out_grad value
+BACKWARD_GATHER_FINITE_PATH = True
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
