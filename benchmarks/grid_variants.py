@@ -79,9 +79,10 @@ BACKWARD = {   # the scatter forms with the gathered input gradient off, then th
     "gather G8 K32B last flags10": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
                                    "BACKWARD_GATHER_LAST": True, "BACKWARD_STAGED_CHANNELS": 0,
                                    "BACKWARD_GATHER_FLAGS": 10},
-    "gather G8 K32B last flagged": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
-                                    "BACKWARD_GATHER_LAST": True, "BACKWARD_STAGED_CHANNELS": 0,
-                                    "BACKWARD_GATHER_FINITE_PATH": False},
+    **{f"gather G8 K32B last finite flags{f}": {
+        "BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32, "BACKWARD_GATHER_LAST": True,
+        "BACKWARD_STAGED_CHANNELS": 0, "BACKWARD_GATHER_FINITE_PATH": True, "BACKWARD_GATHER_FLAGS": f}
+       for f in (1, 10)},
     "gather K32B direct": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_BYTES": 32, "BACKWARD_GATHER_GRID_DIRECT": True},
     "gather G8 K32B go-rows": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
                                "BACKWARD_GATHER_LAST": False, "BACKWARD_STAGED_CHANNELS": 64},

@@ -343,8 +343,10 @@ BACKWARD_GATHER_FLAGS = 1
 # the grid gradient by sample.sample_backward (a unit a point, all channels, [N, C, *S] reads;
 # its scatter off) and no channels-last copies: smooth grids read coalesced without them
 BACKWARD_GATHER_GRID_DIRECT = False
-# the gather's walk without NaN/±inf flags where abs_max_bits found no such out_grad value
-BACKWARD_GATHER_FINITE_PATH = True
+# the gather's walk without NaN/±inf flags where abs_max_bits found no such out_grad value.
+# Off until timed on the H200 (grid_variants "finite"): with it, ptxas (sm_90, f32 bilinear
+# 2-D, one flag a channel) used 64 registers and spilled 8 bytes, where it spilled none
+BACKWARD_GATHER_FINITE_PATH = False
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
