@@ -336,17 +336,19 @@ BACKWARD_GATHER_CHANNELS = 8
 BACKWARD_GATHER_BYTES = None
 BACKWARD_GATHER_LAST = True   # read out_grad's channels-last copy (else [N, C, points] itself)
 BACKWARD_GATHER_VECTOR = 16   # bytes a load of that copy (1 element: scalar loads)
-# channels whose 3 NaN/±inf flag bits share a u32 register (1..10). sm_90a: 1 -> no spills
-# (registers: 64 f32 K 8, 97 bf16 K 16, 58 nearest, 80 3-D); 10 -> 64 / 80 (an 8-byte spill) /
-# 48 / 64 (24 bytes spilled). To be timed (grid_variants "flags10")
-BACKWARD_GATHER_FLAGS = 1
+# channels whose 3 NaN/±inf flag bits share a u32 register (1..10). With
+# BACKWARD_GATHER_FINITE_PATH, 10 was the faster on the H200 (figures there); sm_90a then used
+# 58 registers and spilled nothing in 2-D f32 and bf16, 12 bytes in 3-D (1: 64 registers and
+# an 8-byte spill in 2-D f32)
+BACKWARD_GATHER_FLAGS = 10
 # the grid gradient by sample.sample_backward (a unit a point, all channels, [N, C, *S] reads;
 # its scatter off) and no channels-last copies: smooth grids read coalesced without them
 BACKWARD_GATHER_GRID_DIRECT = False
 # the gather's walk without NaN/±inf flags where abs_max_bits found no such out_grad value.
-# Off until timed on the H200 (grid_variants "finite"): with it, ptxas (sm_90, f32 bilinear
-# 2-D, one flag a channel) used 64 registers and spilled 8 bytes, where it spilled none
-BACKWARD_GATHER_FINITE_PATH = False
+# H200 [32, 64, 256²] backward, device ms (flags 1 / this with flags 1 / this with flags 10):
+# f32 random 3.50 / 3.14 / 3.11, affine 2.60 / 2.46 / 2.43; bf16 random 3.10 / 2.74 / 2.71,
+# affine 2.26 / 2.04 / 2.02 (torch 6.13, 2.75, 6.20, 4.46)
+BACKWARD_GATHER_FINITE_PATH = True
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
