@@ -15,18 +15,10 @@ import kerneldsl as kd
 
 from ..normalization.device import vec_of
 from .coords import axis_taps
-from .fixed_point import HUGE
+from .fixed_point import track_abs_max
 from .sample import tap_layout
 
 TILE_UNITS = (32, 8)   # the transpose's cube: 32 units along a row, 8 rows at a time
-
-
-@kd.func
-def track_abs_max(m, bad, v):
-    """(the largest finite |v| so far, 1 once some |v| is not finite or reaches fixed_point.HUGE):
-    fixed_point.abs_max_bits' per-element step."""
-    a = kd.abs(kd.f32(v))
-    return (kd.max(m, kd.select(a < kd.inf, a, 0.0)), kd.max(bad, kd.select(a < HUGE, 0, 1)))
 
 
 @kd.kernel

@@ -22,6 +22,14 @@ NEG_INF_BIT = 4
 HUGE = 2.0 ** 127  # |out_grad| from here on may give a non-finite contribution (a tap weight a bit over 1)
 
 
+@kd.func
+def track_abs_max(m, bad, v):
+    """(the largest finite |v| so far, 1 once some |v| is not finite or reaches HUGE): the
+    per-element step of abs_max_bits (and of the channels-last copy that does its work)."""
+    a = kd.abs(kd.f32(v))
+    return (kd.max(m, kd.select(a < kd.inf, a, 0.0)), kd.max(bad, kd.select(a < HUGE, 0, 1)))
+
+
 @kd.kernel
 def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.Const[int]):
     """out[0] = the bits of max |g| over g's finite elements (positive floats order as u32):
@@ -31,9 +39,7 @@ def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.
     bad = 0
     step = kd.cube_count_x() * BX
     for e in range(kd.cube_pos_x() * BX + kd.unit_pos_x(), total, step):
-        v = kd.abs(kd.f32(g[e]))
-        m = kd.max(m, kd.select(v < kd.inf, v, 0.0))
-        bad = kd.max(bad, kd.select(v < HUGE, 0, 1))
+        m, bad = track_abs_max(m, bad, g[e])
     m = kd.cube_max(m)
     if kd.unit_pos() == 0:
         kd.atomic_max(out, 0, kd.bitcast(m, kd.u32))
