@@ -610,16 +610,17 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
     cells = tuning.gather_cells(GridSampleMode(mode), dims, size)
     grid, go = CPU.zeros((points * dims,), dt), CPU.zeros((n * c * locations,), dt)
     u32 = CPU.zeros((n * cells,), "u32")
-    lists, bits, dx = CPU.zeros((points,), "i32"), CPU.zeros((2,), "u32"), CPU.zeros((n * c * s * s,), dt)
+    record = bg.record_words(mode, tuning.BACKWARD_GATHER_RECORDS)
+    lists, bits, dx = CPU.zeros((points * max(1, record),), "i32"), CPU.zeros((2,), "u32"), CPU.zeros((n * c * s * s,), dt)
     v = tuning.backward_gather_vector(k, 4 if dt == "f32" else 2)
     for flags in (10, 1):   # flag bits packed 10 channels a u32, or one a channel
         args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k,
-                v, flags, 256, tuning.BACKWARD_GATHER_FINITE_PATH)
+                v, flags, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record)
         log = ptxas_report(compile_launch(bg.gather_input_grad, 256, args, "sm_90").rendered.source)
         spilled = int(re.search(r"(\d+) bytes spill stores", log).group(1))
         assert spilled <= 24, log   # (a few bytes: ptxas keeps the register count down)
         print(dt, mode, dims, flags, spilled, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
-    args = args[:-3] + (tuning.BACKWARD_GATHER_FLAGS, 256, tuning.BACKWARD_GATHER_FINITE_PATH)
+    args = args[:-4] + (tuning.BACKWARD_GATHER_FLAGS, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record)
     for sm in (90, 80):
         ptx = ptx_of(bg.gather_input_grad, 256, args, sm=sm)
         assert not re.search(r"\b(atom|red)\.", ptx)
@@ -627,7 +628,7 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
         count = ptx_of(bg.count_cells, 256, (grid, u32, points, locations, cells, *size, 0, 0, mode, dims), sm=sm)
         assert instructions(count, r"\b(?:atom|red)\.global\.add\.(\w+)") == {"u32"}
         fill = ptx_of(bg.fill_cells, 256, (grid, u32, u32, u32, lists, points, locations, cells, *size, 0, 0, mode,
-                                           dims, 256), sm=sm)
+                                           dims, 256, record), sm=sm)
         assert instructions(fill, r"\b(?:atom|red)\.global\.add\.(\w+)") == {"u32"}
         ptx_of(bg.block_scan, 256, (u32, u32, u32, n * cells), sm=sm)
         xl, gg = CPU.zeros((n * c * s * s,), dt), CPU.zeros((points * dims,), dt)

@@ -819,7 +819,8 @@ def test_gathered_input_gradient_is_the_scatters_bit_for_bit(runtime, rng, monke
     """backward_gather.py forced on this runtime, against sample.py's fixed-point scatter and
     torch (float64): every padding mode × align_corners, grids reaching past the input, more
     cells than a scan block (several blocks), several channel ranges a pixel (K = 2 of 6
-    channels), in 2-D with the walk that keeps no flags (BACKWARD_GATHER_FINITE_PATH): dx bit
+    channels), lists of records (BACKWARD_GATHER_RECORDS: weights from the record, not the
+    grid), in 2-D with the walk that keeps no flags (BACKWARD_GATHER_FINITE_PATH): dx bit
     for bit the scatter's (the same integers summed in another order), the
     grid gradient within rounding, both within rounding of torch."""
     use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_BYTES=8,
@@ -850,12 +851,13 @@ def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, 
     """F16 / BF16 (K = 16 of 16 channels, then 8 of 8 through out_grad's rows in shared memory
     for the grid gradient), out_grad read from its channels-last copy (as vectors) or [N, C,
     points] itself (BACKWARD_GATHER_LAST), or the grid gradient by sample.py's kernel with no
-    copies (BACKWARD_GATHER_GRID_DIRECT): dx bit for bit the scatter's, within the dtype's
-    rounding of torch."""
+    copies (BACKWARD_GATHER_GRID_DIRECT); "nchw" with lists of indices alone (no records, the
+    walk recomputes taps): dx bit for bit the scatter's, within the dtype's rounding of torch."""
     np_dtype = kd.as_dtype(dtype).np
     use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_LAST=form == "last",
                                                       BACKWARD_GATHER_GRID_DIRECT=form == "direct",
-                                                      BACKWARD_STAGED_CHANNELS=8)
+                                                      BACKWARD_STAGED_CHANNELS=8,
+                                                      BACKWARD_GATHER_RECORDS=form != "nchw")
     for c, pad in ((16, GridSamplePaddingMode.Zeros), (8, GridSamplePaddingMode.Reflection)):
         opts = GridSampleOptions(GridSampleMode.Bilinear, pad, c == 8)
         x = rng.standard_normal((2, c, 6, 9)).astype(np_dtype)
@@ -876,9 +878,11 @@ def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, 
     mode (finite out_grad: the walk without flags), NaN grid coordinates (no taps), and NaN /
     ±inf out_grad values (NaN / ±inf pixels, as the scatter's flags; flag bits kept 1, 3 or 10
     channels a word: K = 4 channels in 4, 2 or 1 words; with 1 and 10, finite out_grad takes the
-    walk that keeps no flags): bit for bit the scatter's."""
+    walk that keeps no flags; with 1, lists of indices alone, no records): bit for bit the
+    scatter's."""
     use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_FLAGS=flags,
-                                                      BACKWARD_GATHER_FINITE_PATH=flags != 3)
+                                                      BACKWARD_GATHER_FINITE_PATH=flags != 3,
+                                                      BACKWARD_GATHER_RECORDS=flags != 1)
     x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     go = rng.standard_normal((2, 4, 12, 10)).astype(np.float32) * 1e3
     grid = np.empty((2, 12, 10, 2), np.float32)

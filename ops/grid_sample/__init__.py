@@ -243,13 +243,14 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     blocks = cubes(total)
     counts, cursor = rt.zeros((total,), kd.u32), rt.zeros((total,), kd.u32)
     local, sums, offsets = rt.empty((total,), kd.u32), rt.empty((blocks,), kd.u32), rt.empty((blocks + 1,), kd.u32)
-    lists = rt.empty((points,), kd.i32)
+    record = _gather.record_words(o.mode.value, _tuning.BACKWARD_GATHER_RECORDS)
+    lists = rt.empty((points * max(1, record),), kd.i32)
     grid = g5.reshape(g5.size)
     _gather.count_cells[cubes(points), UNITS](grid, counts, points, locations, cells, *sizes, *opts)
     _gather.block_scan[blocks, UNITS](counts, local, sums, total)
     exclusive_scan[1, SCAN_UNITS](sums, offsets, blocks, False, 1)
     _gather.fill_cells[cubes(points), UNITS](grid, cursor, local, offsets, lists, points, locations, cells, *sizes,
-                                             *opts, UNITS)
+                                             *opts, UNITS, record)
     if _tuning.BACKWARD_GATHER_LAST and not staged:   # out_grad's channels-last copy, K consecutive channels a point
         go, strides, v = gl, (c, 1), backward_gather_vector(k, x5.dtype.itemsize)
     else:
@@ -257,7 +258,7 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     _gather.gather_input_grad[(cubes(spatial), c // k, n), UNITS](
         grid, go, counts, local, offsets, lists, max_bits, dx.reshape(dx.size), c, locations, cells, *sizes, *strides,
         *opts, room, k, v, max(1, min(10, _tuning.BACKWARD_GATHER_FLAGS)), UNITS,
-        _tuning.BACKWARD_GATHER_FINITE_PATH)
+        _tuning.BACKWARD_GATHER_FINITE_PATH, record)
 
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,

@@ -24,6 +24,12 @@ increment of its cell's count), `block_scan` (exclusive sums within blocks of a 
 and the block totals) followed by moe's one-cube `exclusive_scan` of the block totals, and
 `fill_cells` (one unit a point: its slot is the cell's start plus an atomic cursor). A cell's
 list starts at local[cell] + offsets[cell // block]. `gather_input_grad` then walks the lists.
+A list entry is the point's index alone (RECORD 0: the walk reloads the point's grid
+coordinates and recomputes its taps), or a record of RECORD words (`record_words`): for
+bilinear the index and the bits of the second weight along x, y and z (the first is
+1 − that, as coords.axis_taps computes it), for nearest the index alone (every weight is
+1). Records take the walk's dependent grid load and tap arithmetic off every contribution:
+each point is walked by 4 (2-D) or 8 (3-D) pixels and C / K channel ranges.
 The grid gradient stays backward_last.backward_channels_last's per-point sum (SCATTER off), or
 sample.sample_backward's (SCATTER off) under tuning.BACKWARD_GATHER_GRID_DIRECT."""
 from __future__ import annotations
@@ -46,6 +52,14 @@ def flags_in_word(k: int, i: int, per_word: int) -> int:
     return min(per_word, k - i * per_word)
 
 
+def record_words(mode: str, records: bool) -> int:
+    """Words (i32) a list entry holds (plain Python): 0, the point's index and no record; with
+    records, 4 for bilinear (index, then x, y, z weight bits) and 1 for nearest (index)."""
+    if not records:
+        return 0
+    return 4 if mode == "Bilinear" else 1
+
+
 def taps_layout(mode: str, dims: int) -> tuple:
     """sample.tap_layout of flat_point_taps' tuple for `mode` ("Bilinear" or "Nearest"); plain
     Python, run at compile time."""
@@ -65,6 +79,21 @@ def axis_cell(t, at, T):
         inside = t[at + 3]
         cell = t[at]
     return (inside, cell)
+
+
+@kd.func
+def record_weight(bits, T, i):
+    """Tap i's weight along an axis of T taps, from a record's bits of the second weight
+    (coords.axis_taps: bilinear 1 − f and f; one tap: 1)."""
+    if T == 1:
+        w = kd.f32(1.0)
+    else:
+        f = kd.bitcast(bits, kd.f32)
+        if i == 0:
+            w = 1.0 - f
+        else:
+            w = f
+    return w
 
 
 @kd.func
@@ -130,9 +159,11 @@ def cell_start(local, offsets, g, BLOCK):
 def fill_cells(grid: kd.Tensor, cursor: kd.Tensor[kd.u32, 1], local: kd.Tensor[kd.u32, 1],
                offsets: kd.Tensor[kd.u32, 1], lists: kd.Tensor[kd.i32, 1], total: kd.i32, locations: kd.i32,
                cells: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
-               MODE: kd.Const[str], DIMS: kd.Const[int], BLOCK: kd.Const[int]):
+               MODE: kd.Const[str], DIMS: kd.Const[int], BLOCK: kd.Const[int], RECORD: kd.Const[int]):
     """Writes each counted grid point's index e into its cell's list (an atomic cursor a cell,
-    starting at zero: the order within a list is arbitrary; after the pass cursor = counts)."""
+    starting at zero: the order within a list is arbitrary; after the pass cursor = counts);
+    RECORD 4: entries of 4 words, e and the bits of its taps' second weights along x, y, z
+    (z: 0 in 2-D)."""
     e = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
     if e < total:
         t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
@@ -140,7 +171,15 @@ def fill_cells(grid: kd.Tensor, cursor: kd.Tensor[kd.u32, 1], local: kd.Tensor[k
         if inside:
             g = (e // locations) * cells + cell
             slot = cell_start(local, offsets, g, BLOCK) + kd.i32(kd.atomic_add(cursor, g, kd.u32(1)))
-            lists[slot] = e
+            if RECORD == 4:
+                TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+                wz = 0
+                if TZ == 2:
+                    wz = kd.bitcast(t[Z + TZ + 1], kd.i32)
+                entry = kd.make_vec(e, kd.bitcast(t[X + TX + 1], kd.i32), kd.bitcast(t[Y + TX + 1], kd.i32), wz)
+                kd.store_vec(lists, kd.i64(slot) * 4, entry)
+            else:
+                lists[slot] = e
 
 
 @kd.kernel
@@ -149,7 +188,8 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                       dx: kd.Tensor, C: kd.i32, locations: kd.i32, cells: kd.i32, size_d: kd.i32, size_h: kd.i32,
                       size_w: kd.i32, point_stride: kd.i32, channel_stride: kd.i32, pad_mode: kd.i32, align: kd.i32,
                       MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], K: kd.Const[int],
-                      V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int], FINITE_PATH: kd.Const[bool]):
+                      V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int], FINITE_PATH: kd.Const[bool],
+                      RECORD: kd.Const[int]):
     """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
     batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
     s and sums fixed_point.fixed_of(w·out_grad) over them in i64, flags
@@ -157,7 +197,8 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
     fixed_point.finish). out_grad go: element (n, c, point l) at n·C·locations + l·point_stride
     + c·channel_stride (point_stride 1, channel_stride locations: [N, C, locations]; C and 1: a
     channels-last copy, read as vectors of V channels where V > 1, V dividing K). The channels'
-    NaN/±inf flag bits are kept FLAGS channels (≤ 10) to a u32 register.)"""
+    NaN/±inf flag bits are kept FLAGS channels (≤ 10) to a u32 register. lists' entries:
+    RECORD words (fill_cells), 0 for the index alone.)"""
     S = size_d * size_h * size_w
     s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
     n = kd.cube_pos_z()
@@ -192,9 +233,18 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                 for k in kd.unroll(TX):
                     at_span = 2 * ((a * TX + b) * TX + k)
                     for slot in range(spans[at_span], spans[at_span + 1]):
-                        e = lists[slot]
-                        t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
-                        w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
+                        if RECORD == 4:   # the index and the weights' bits: no grid load, no taps
+                            entry = kd.load_vec(lists, kd.i64(slot) * 4, 4)
+                            e = entry[0]
+                            w = record_weight(entry[3], TZ, a) * record_weight(entry[2], TX, b) * \
+                                record_weight(entry[1], TX, k)
+                        elif RECORD == 1:   # nearest: every weight 1
+                            e = lists[slot]
+                            w = kd.f32(1.0)
+                        else:
+                            e = lists[slot]
+                            t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+                            w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
                         at = item + kd.i64(e - n * locations) * point_stride + kd.i64(c0) * channel_stride
                         vals = ()
                         if V == 1:

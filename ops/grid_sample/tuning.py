@@ -349,6 +349,9 @@ BACKWARD_GATHER_GRID_DIRECT = False
 # f32 random 3.50 / 3.14 / 3.11, affine 2.60 / 2.46 / 2.43; bf16 random 3.10 / 2.74 / 2.71,
 # affine 2.26 / 2.04 / 2.02 (torch 6.13, 2.75, 6.20, 4.46)
 BACKWARD_GATHER_FINITE_PATH = True
+# the point lists hold records (backward_gather.record_words: a bilinear point's index and its
+# weights, a nearest point's index), so the walk neither reloads the grid nor recomputes taps
+BACKWARD_GATHER_RECORDS = True
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
