@@ -350,7 +350,10 @@ BACKWARD_GATHER_GRID_DIRECT = False
 # affine 2.26 / 2.04 / 2.02 (torch 6.13, 2.75, 6.20, 4.46)
 BACKWARD_GATHER_FINITE_PATH = True
 # the point lists hold records (backward_gather.record_words: a bilinear point's index and its
-# weights, a nearest point's index), so the walk neither reloads the grid nor recomputes taps
+# weights, a nearest point's index), so the walk neither reloads the grid nor recomputes taps.
+# H100 [32, 64, 256²] backward, device ms, records / indices: f32 random 2.90 / 3.33, affine
+# 2.45 / 2.61; bf16 random 2.36 / 2.79, affine 1.90 / 2.09 (with records, K = 16 channels:
+# 3.02, 2.53, 2.46, 1.94; K = 4: 3.32, 2.94, 2.73, 2.43: 8 stays)
 BACKWARD_GATHER_RECORDS = True
 
 
