@@ -615,12 +615,13 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
     v = tuning.backward_gather_vector(k, 4 if dt == "f32" else 2)
     for flags in (10, 1):   # flag bits packed 10 channels a u32, or one a channel
         args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k,
-                v, flags, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record)
+                v, flags, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record, tuning.BACKWARD_GATHER_FLAT)
         log = ptxas_report(compile_launch(bg.gather_input_grad, 256, args, "sm_90").rendered.source)
         spilled = int(re.search(r"(\d+) bytes spill stores", log).group(1))
         assert spilled <= 24, log   # (a few bytes: ptxas keeps the register count down)
         print(dt, mode, dims, flags, spilled, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
-    args = args[:-4] + (tuning.BACKWARD_GATHER_FLAGS, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record)
+    args = args[:-5] + (tuning.BACKWARD_GATHER_FLAGS, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record,
+                        tuning.BACKWARD_GATHER_FLAT)
     for sm in (90, 80):
         ptx = ptx_of(bg.gather_input_grad, 256, args, sm=sm)
         assert not re.search(r"\b(atom|red)\.", ptx)

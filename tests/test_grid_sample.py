@@ -820,11 +820,14 @@ def test_gathered_input_gradient_is_the_scatters_bit_for_bit(runtime, rng, monke
     torch (float64): every padding mode × align_corners, grids reaching past the input, more
     cells than a scan block (several blocks), several channel ranges a pixel (K = 2 of 6
     channels), lists of records (BACKWARD_GATHER_RECORDS: weights from the record, not the
-    grid), in 2-D with the walk that keeps no flags (BACKWARD_GATHER_FINITE_PATH): dx bit
+    grid), bilinear cells' lists walked as one, two entries a step (BACKWARD_GATHER_FLAT; nearest:
+    a loop a cell),
+    in 2-D with the walk that keeps no flags (BACKWARD_GATHER_FINITE_PATH): dx bit
     for bit the scatter's (the same integers summed in another order), the
     grid gradient within rounding, both within rounding of torch."""
     use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_BYTES=8,
-                                                      BACKWARD_GATHER_FINITE_PATH=dims == 2)
+                                                      BACKWARD_GATHER_FINITE_PATH=dims == 2,
+                                                      BACKWARD_GATHER_FLAT=2 if mode == GridSampleMode.Bilinear else 0)
     size_in, size_out = ((13, 17), (9, 11)) if dims == 2 else ((3, 7, 9), (2, 5, 6))
     for pad in PADS:
         for align in (False, True):
@@ -878,11 +881,13 @@ def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, 
     mode (finite out_grad: the walk without flags), NaN grid coordinates (no taps), and NaN /
     ±inf out_grad values (NaN / ±inf pixels, as the scatter's flags; flag bits kept 1, 3 or 10
     channels a word: K = 4 channels in 4, 2 or 1 words; with 1 and 10, finite out_grad takes the
-    walk that keeps no flags; with 1, lists of indices alone, no records): bit for bit the
-    scatter's."""
+    walk that keeps no flags; with 1, lists of indices alone, no records, an entry a step of
+    the walk over the cells' lists together; with 3, a loop a cell; with 10, two entries a
+    step): bit for bit the scatter's."""
     use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_FLAGS=flags,
                                                       BACKWARD_GATHER_FINITE_PATH=flags != 3,
-                                                      BACKWARD_GATHER_RECORDS=flags != 1)
+                                                      BACKWARD_GATHER_RECORDS=flags != 1,
+                                                      BACKWARD_GATHER_FLAT={1: 1, 3: 0, 10: 2}[flags])
     x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     go = rng.standard_normal((2, 4, 12, 10)).astype(np.float32) * 1e3
     grid = np.empty((2, 12, 10, 2), np.float32)

@@ -258,7 +258,7 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     _gather.gather_input_grad[(cubes(spatial), c // k, n), UNITS](
         grid, go, counts, local, offsets, lists, max_bits, dx.reshape(dx.size), c, locations, cells, *sizes, *strides,
         *opts, room, k, v, max(1, min(10, _tuning.BACKWARD_GATHER_FLAGS)), UNITS,
-        _tuning.BACKWARD_GATHER_FINITE_PATH, record)
+        _tuning.BACKWARD_GATHER_FINITE_PATH, record, _tuning.BACKWARD_GATHER_FLAT)
 
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,

@@ -182,6 +182,86 @@ def fill_cells(grid: kd.Tensor, cursor: kd.Tensor[kd.u32, 1], local: kd.Tensor[k
                 lists[slot] = e
 
 
+@kd.func
+def pick(t, at, T, i):
+    """t[at + i] for a run-time i in [0, T) (T ≤ 2: a select)."""
+    if T == 1:
+        v = t[at]
+    else:
+        v = kd.select(i == 0, t[at], t[at + 1])
+    return v
+
+
+@kd.func
+def entry_weight(lists, grid, slot, a, b, k, size_d, size_h, size_w, MODE, pad_mode, align, DIMS, RECORD):
+    """(the grid point of list entry `slot`, its weight on the pixel it reaches as tap (a, b, k)
+    along (z, y, x)): the weight from the record's bits (RECORD 4), 1 (RECORD 1, nearest), or
+    from the point's taps recomputed off the grid (RECORD 0). The same F32 values either way, so
+    the same product (z · y · x, in that order)."""
+    TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
+    if RECORD == 4:   # the index and the weights' bits: no grid load, no taps
+        entry = kd.load_vec(lists, kd.i64(slot) * 4, 4)
+        e = entry[0]
+        w = record_weight(entry[3], TZ, a) * record_weight(entry[2], TX, b) * record_weight(entry[1], TX, k)
+    elif RECORD == 1:   # nearest: every weight 1
+        e = lists[slot]
+        w = kd.f32(1.0)
+    else:
+        e = lists[slot]
+        t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+        w = pick(t, Z + TZ, TZ, a) * pick(t, Y + TX, TX, b) * pick(t, X + TX, TX, k)
+    return (e, w)
+
+
+@kd.func
+def point_values(go, at, channel_stride, K, V):
+    """out_grad's K channels of one grid point as F32, from element `at` on: channel_stride
+    apart, or as vectors of V consecutive channels (V > 1, channel_stride 1)."""
+    vals = ()
+    if V == 1:
+        for j in kd.unroll(K):
+            vals = vals + (kd.f32(go[at + j * channel_stride]),)
+    else:
+        for h in kd.unroll(K // V):
+            vec = kd.cast(kd.load_vec(go, at + h * V, V), kd.f32)
+            for j in kd.unroll(V):
+                vals = vals + (vec[j],)
+    return vals
+
+
+@kd.func
+def add_point(acc, bad, vals, w, scale, checked, K, FLAGS):
+    """(acc, bad) with one grid point's K contributions w·vals (point_values) added:
+    fixed_point.fixed_of each into acc; where `checked`, non-finite ones as flag bits into bad
+    instead."""
+    summed = acc      # (both tuples keep their lengths through the run-time `if`)
+    flagged = bad
+    if checked:
+        sums = ()
+        marks = ()
+        for j in kd.unroll(K):
+            v = w * vals[j]
+            finite = kd.abs(v) < kd.inf
+            q = fixed_of(kd.select(finite, v, 0.0), scale)
+            bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
+            sums = sums + (acc[j] + q,)
+            marks = marks + (kd.select(finite, kd.u32(0), kd.u32(bit)),)
+        words = ()
+        for i in kd.unroll(flag_words(K, FLAGS)):
+            word = bad[i]
+            for j in kd.unroll(flags_in_word(K, i, FLAGS)):
+                word = word | (marks[i * FLAGS + j] << (3 * j))
+            words = words + (word,)
+        summed = sums
+        flagged = words
+    else:   # every contribution finite: no flags to keep
+        plain = ()
+        for j in kd.unroll(K):
+            plain = plain + (acc[j] + fixed_of(w * vals[j], scale),)
+        summed = plain
+    return (summed, flagged)
+
+
 @kd.kernel
 def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 1], local: kd.Tensor[kd.u32, 1],
                       offsets: kd.Tensor[kd.u32, 1], lists: kd.Tensor[kd.i32, 1], max_bits: kd.Tensor[kd.u32, 1],
@@ -189,7 +269,7 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                       size_w: kd.i32, point_stride: kd.i32, channel_stride: kd.i32, pad_mode: kd.i32, align: kd.i32,
                       MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], K: kd.Const[int],
                       V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int], FINITE_PATH: kd.Const[bool],
-                      RECORD: kd.Const[int]):
+                      RECORD: kd.Const[int], FLAT: kd.Const[int]):
     """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
     batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
     s and sums fixed_point.fixed_of(w·out_grad) over them in i64, flags
@@ -198,7 +278,10 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
     + c·channel_stride (point_stride 1, channel_stride locations: [N, C, locations]; C and 1: a
     channels-last copy, read as vectors of V channels where V > 1, V dividing K). The channels'
     NaN/±inf flag bits are kept FLAGS channels (≤ 10) to a u32 register. lists' entries:
-    RECORD words (fill_cells), 0 for the index alone.)"""
+    RECORD words (fill_cells), 0 for the index alone. FLAT > 0: the cells' lists walked as one
+    list (one loop over their total, FLAT entries an iteration with their loads issued
+    together: a warp's units then wait for the longest sum of lists, not for the longest list
+    of each cell in turn); 0: a loop a cell."""
     S = size_d * size_h * size_w
     s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
     n = kd.cube_pos_z()
@@ -220,64 +303,55 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
         for i in kd.unroll(flag_words(K, FLAGS)):
             bad = bad + (kd.u32(0),)
         item = kd.i64(n) * C * locations
-        spans = ()   # every cell's list first (independent loads, in flight together), then the walks
+        firsts = ()   # every cell's list first (independent loads, in flight together), then the walks
+        ends = ()
         for a in kd.unroll(TZ):
             for b in kd.unroll(TX):
                 for k in kd.unroll(TX):
                     cell = ((pz + TZ - 1 - a) * (size_h + TX - 1) + py + TX - 1 - b) * (size_w + TX - 1) + px + TX - 1 - k
                     g = n * cells + cell
                     first = cell_start(local, offsets, g, BLOCK)
-                    spans = spans + (first, first + kd.i32(counts[g]))
-        for a in kd.unroll(TZ):
-            for b in kd.unroll(TX):
-                for k in kd.unroll(TX):
-                    at_span = 2 * ((a * TX + b) * TX + k)
-                    for slot in range(spans[at_span], spans[at_span + 1]):
-                        if RECORD == 4:   # the index and the weights' bits: no grid load, no taps
-                            entry = kd.load_vec(lists, kd.i64(slot) * 4, 4)
-                            e = entry[0]
-                            w = record_weight(entry[3], TZ, a) * record_weight(entry[2], TX, b) * \
-                                record_weight(entry[1], TX, k)
-                        elif RECORD == 1:   # nearest: every weight 1
-                            e = lists[slot]
-                            w = kd.f32(1.0)
-                        else:
-                            e = lists[slot]
-                            t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
-                            w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
-                        at = item + kd.i64(e - n * locations) * point_stride + kd.i64(c0) * channel_stride
-                        vals = ()
-                        if V == 1:
-                            for j in kd.unroll(K):
-                                vals = vals + (kd.f32(go[at + j * channel_stride]),)
-                        else:   # channels consecutive (channel_stride 1): K / V vectors
-                            for h in kd.unroll(K // V):
-                                vec = kd.cast(kd.load_vec(go, at + h * V, V), kd.f32)
-                                for j in kd.unroll(V):
-                                    vals = vals + (vec[j],)
-                        if checked:
-                            summed = ()
-                            marks = ()
-                            for j in kd.unroll(K):
-                                v = w * vals[j]
-                                finite = kd.abs(v) < kd.inf
-                                q = fixed_of(kd.select(finite, v, 0.0), scale)
-                                bit = kd.select(v != v, NAN_BIT, kd.select(v > 0.0, POS_INF_BIT, NEG_INF_BIT))
-                                summed = summed + (acc[j] + q,)
-                                marks = marks + (kd.select(finite, kd.u32(0), kd.u32(bit)),)
-                            flagged = ()
-                            for i in kd.unroll(flag_words(K, FLAGS)):
-                                word = bad[i]
-                                for j in kd.unroll(flags_in_word(K, i, FLAGS)):
-                                    word = word | (marks[i * FLAGS + j] << (3 * j))
-                                flagged = flagged + (word,)
-                            acc = summed
-                            bad = flagged
-                        else:   # every contribution finite: no flags to keep
-                            plain = ()
-                            for j in kd.unroll(K):
-                                plain = plain + (acc[j] + fixed_of(w * vals[j], scale),)
-                            acc = plain
+                    firsts = firsts + (first,)
+                    ends = ends + (first + kd.i32(counts[g]),)
+        cell_at = item - kd.i64(n * locations) * point_stride + kd.i64(c0) * channel_stride
+        if FLAT > 0:
+            NCELLS = TZ * TX * TX
+            before = ()   # entries in the cells before each (a running total)
+            total = 0
+            for q in kd.unroll(NCELLS):
+                before = before + (total,)
+                total = total + ends[q] - firsts[q]
+            for i0 in range(0, total, FLAT):
+                points = ()   # FLAT entries' (weight, out_grad values): all loads issued first
+                for h in kd.unroll(FLAT):
+                    i = kd.min(i0 + h, total - 1)   # (past the end: the last entry again, not added)
+                    q = 0    # the cell holding entry i: the count of cells that end at or before it
+                    first = firsts[0]
+                    skipped = 0
+                    for m in kd.unroll(NCELLS - 1):
+                        past = i >= before[m + 1]
+                        q = q + kd.select(past, 1, 0)
+                        first = kd.select(past, firsts[m + 1], first)
+                        skipped = kd.select(past, before[m + 1], skipped)
+                    e, w = entry_weight(lists, grid, first + i - skipped, q // (TX * TX), (q // TX) % TX, q % TX,
+                                        size_d, size_h, size_w, MODE, pad_mode, align, DIMS, RECORD)
+                    points = points + ((w, point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride,
+                                                        K, V)),)
+                acc, bad = add_point(acc, bad, points[0][1], points[0][0], scale, checked, K, FLAGS)
+                for h in kd.unroll(FLAT - 1):
+                    if i0 + h + 1 < total:
+                        acc, bad = add_point(acc, bad, points[h + 1][1], points[h + 1][0], scale, checked, K,
+                                             FLAGS)
+        else:
+            for a in kd.unroll(TZ):
+                for b in kd.unroll(TX):
+                    for k in kd.unroll(TX):
+                        at_cell = (a * TX + b) * TX + k
+                        for slot in range(firsts[at_cell], ends[at_cell]):
+                            e, w = entry_weight(lists, grid, slot, a, b, k, size_d, size_h, size_w, MODE, pad_mode,
+                                                align, DIMS, RECORD)
+                            vals = point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride, K, V)
+                            acc, bad = add_point(acc, bad, vals, w, scale, checked, K, FLAGS)
         unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
         for j in kd.unroll(K):
             v = kd.f32(kd.f64(acc[j]) * unit)

@@ -355,6 +355,10 @@ BACKWARD_GATHER_FINITE_PATH = True
 # 2.45 / 2.61; bf16 random 2.36 / 2.79, affine 1.90 / 2.09 (with records, K = 16 channels:
 # 3.02, 2.53, 2.46, 1.94; K = 4: 3.32, 2.94, 2.73, 2.43: 8 stays)
 BACKWARD_GATHER_RECORDS = True
+# the lists of a pixel's cells walked as one (a loop over their total, this many entries an
+# iteration, their loads issued together), not a loop a cell (0): a warp's units wait for the
+# longest total, not for the longest list of each cell in turn
+BACKWARD_GATHER_FLAT = 2
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
