@@ -357,7 +357,9 @@ BACKWARD_GATHER_FINITE_PATH = True
 BACKWARD_GATHER_RECORDS = True
 # the lists of a pixel's cells walked as one (a loop over their total, this many entries an
 # iteration, their loads issued together), not a loop a cell (0): a warp's units wait for the
-# longest total, not for the longest list of each cell in turn
+# longest total, not for the longest list of each cell in turn. H100 [32, 64, 256²] backward,
+# device ms, FLAT 2 / 1 / 4 / 0: f32 random 2.61 / 2.65 / 3.06 / 2.89, affine 2.41 / 2.39 / 2.82
+# / 2.45; bf16 random 1.99 / 2.03 / 2.07 / 2.35, affine 1.80 / 1.81 / 1.91 / 1.88
 BACKWARD_GATHER_FLAT = 2
 
 
