@@ -598,7 +598,7 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
     most 24 bytes spilled with flag bits one a channel or packed 10 a word (the default); the
     bucketing passes make 32-bit atomics only; backward_last's kernel with its
     scatter off (the grid gradient) has no 64-bit atomic left. Prints ptxas's register counts."""
-    from rudnn.grid_sample import backward_gather as bg, backward_last as bl, tuning
+    from rudnn.grid_sample import backward_gather as bg, backward_last as bl, gate, tuning
     from rudnn.grid_sample.options import GridSampleMode
     n, c, s = 32, 64, 256
     size = (4, s, s) if dims == 3 else (1, s, s)
@@ -615,13 +615,14 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
     v = tuning.backward_gather_vector(k, 4 if dt == "f32" else 2)
     for flags in (10, 1):   # flag bits packed 10 channels a u32, or one a channel
         args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k,
-                v, flags, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record, tuning.BACKWARD_GATHER_FLAT)
+                v, flags, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record, tuning.BACKWARD_GATHER_FLAT, bits, 0,
+                gate.IF_ROUGH)
         log = ptxas_report(compile_launch(bg.gather_input_grad, 256, args, "sm_90").rendered.source)
         spilled = int(re.search(r"(\d+) bytes spill stores", log).group(1))
         assert spilled <= 24, log   # (a few bytes: ptxas keeps the register count down)
         print(dt, mode, dims, flags, spilled, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
-    args = args[:-5] + (tuning.BACKWARD_GATHER_FLAGS, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record,
-                        tuning.BACKWARD_GATHER_FLAT)
+    args = args[:-8] + (tuning.BACKWARD_GATHER_FLAGS, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record,
+                        tuning.BACKWARD_GATHER_FLAT, bits, 0, gate.ALWAYS)
     for sm in (90, 80):
         ptx = ptx_of(bg.gather_input_grad, 256, args, sm=sm)
         assert not re.search(r"\b(atom|red)\.", ptx)
@@ -632,10 +633,11 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
                                            dims, 256, record), sm=sm)
         assert instructions(fill, r"\b(?:atom|red)\.global\.add\.(\w+)") == {"u32"}
         ptx_of(bg.block_scan, 256, (u32, u32, u32, n * cells), sm=sm)
+        ptx_of(bg.count_rough, 256, (grid, u32, points, *size, 0, 0, mode, dims, 256), sm=sm)
         xl, gg = CPU.zeros((n * c * s * s,), dt), CPU.zeros((points * dims,), dt)
         one64, one32 = CPU.zeros((1,), "i64"), CPU.zeros((1,), "u32")
         ptx = ptx_of(bl.backward_channels_last, 256, (xl, grid, go, gg, one64, one32, bits, points, locations, c, *size,
-                                                      0, 0, mode, dims, 18, 8, 0, False), sm=sm)
+                                                      0, 0, mode, dims, 18, 8, 0, False, bits, 0, gate.IF_ROUGH), sm=sm)
         assert not re.search(r"\b(atom|red)\.global\.add\.u64", ptx)
 
 

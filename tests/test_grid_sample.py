@@ -970,3 +970,117 @@ def test_out_grad_copy_finds_the_same_maximum_as_abs_max_bits(runtime, rng):
             want = np.float32(np.abs(y[np.isfinite(y)]).max())   # (a huge value counts: it is finite)
             assert fused.numpy()[0] == want.view(np.uint32), (c, s, case)
             assert (fused.numpy()[1] != 0) == (case is not None), (c, s, case)
+
+
+# ---------------------------------------------------------------------------- the device's choice of form (gate.py)
+def _first_taps(grid, size):
+    """Each point's first tap index along x, y (, z) for zeros padding, align_corners False
+    (coords.axis_taps: floor of the pixel coordinate, clamped into the input), in numpy."""
+    taps = []
+    for axis, n in enumerate(reversed(size)):   # grid's last axis is x (the input's last axis)
+        u = ((grid[..., axis].astype(np.float32) + np.float32(1)) * np.float32(n) - np.float32(1)) * np.float32(0.5)
+        taps.append(np.clip(np.floor(u), 0, n - 1).astype(np.int64).reshape(-1))
+    return taps
+
+
+def _rough_steps(grid, size):
+    """Points e ≥ 1 (flat, over the batch) whose first taps lie more than gate.ROUGH_STEP
+    pixels (|dx| + |dy| + |dz|) from point e − 1's: count_rough's count, in numpy."""
+    from rudnn.grid_sample.gate import ROUGH_STEP
+    apart = sum(np.abs(np.diff(t)) for t in _first_taps(grid, size))
+    return int(np.count_nonzero(apart > ROUGH_STEP))
+
+
+def _affine_points(n, size_out, dims, angle=0.2, zoom=0.9):
+    """A smooth grid [n, *size_out, dims]: a rotation (about z in 3-D) and a zoom."""
+    axes = np.meshgrid(*[np.linspace(-1, 1, s) for s in reversed(size_out)], indexing="xy")
+    pts = np.stack([a.T if dims == 2 else a.transpose(2, 0, 1) for a in axes], -1).reshape(-1, dims)
+    rot = np.eye(dims)
+    rot[:2, :2] = [[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]
+    pts = (pts @ rot.T) * zoom
+    return np.broadcast_to(pts.reshape(1, *size_out, dims), (n, *size_out, dims)).astype(np.float32)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dims", [2, 3])
+def test_rough_steps_are_counted_on_the_device(runtime, rng, dims):
+    """backward_gather.count_rough: the rough steps of a smooth (rotated, zoomed) grid and of a
+    random one, exactly numpy's count; the smooth grid lies within gate.rough_limit and the
+    random one beyond it."""
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import gate, tuning
+    size_in, size_out = ((40, 48), (36, 44)) if dims == 2 else ((6, 20, 24), (5, 18, 22))
+    mode = GridSampleMode.Bilinear.value
+    counts = {}
+    for name, grid in (("smooth", _affine_points(2, size_out, dims)),
+                       ("random", rng.uniform(-1.1, 1.1, (2, *size_out, dims)).astype(np.float32))):
+        points = grid.size // dims
+        got = runtime.zeros((1,), kd.u32)
+        sizes = (1, *size_in) if dims == 2 else size_in
+        gs._gather.count_rough[min(tuning.cubes(points), tuning.MAX_CUBES), tuning.UNITS](
+            runtime.tensor(grid).reshape(grid.size), got, points, *sizes, 0, 0, mode, dims, tuning.UNITS)
+        counts[name] = int(got.numpy()[0])
+        assert counts[name] == _rough_steps(grid, size_in), name
+    limit = gate.rough_limit(2 * int(np.prod(size_out)))
+    assert counts["smooth"] <= limit < counts["random"], (counts, limit)
+
+
+@pytest.mark.interpreter
+def test_gated_kernels_run_only_for_their_form(runtime, rng):
+    """gate.gate_open in a kernel (abs_max_bits and the channels-last copy, which take it like
+    every gated kernel): IF_SMOOTH runs where gate[0] ≤ limit, IF_ROUGH where it is above,
+    ALWAYS whatever gate[0] holds; a kernel that does not run writes nothing."""
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import gate
+    x = rng.standard_normal((2, 3, 1, 1, 10)).astype(np.float32)
+    want = np.float32(np.abs(x).max()).view(np.uint32)
+    t = runtime.tensor(x)
+    steps = runtime.tensor(np.array([5], np.uint32))
+    for limit, when, runs in ((5, gate.IF_SMOOTH, True), (4, gate.IF_SMOOTH, False), (4, gate.IF_ROUGH, True),
+                              (5, gate.IF_ROUGH, False), (0, gate.ALWAYS, True)):
+        alone, fused = runtime.zeros((2,), kd.u32), runtime.zeros((2,), kd.u32)
+        gs._abs_max(t, alone, (steps, limit, when))
+        rows = gs._to_channels_last(t, fused, (steps, limit, when))
+        assert alone.numpy()[0] == (want if runs else 0), (limit, when)
+        assert fused.numpy()[0] == (want if runs else 0), (limit, when)
+        if runs:
+            np.testing.assert_array_equal(rows.numpy().reshape(2, 10, 3), x.reshape(2, 3, 10).transpose(0, 2, 1))
+
+
+def _backward_with(runtime, use, x, grid, go, opts) -> list:
+    """grid_sample_backward's (dx, grad_grid) as float32 numpy arrays, after use()."""
+    use()
+    args = runtime.tensor(x), runtime.tensor(grid), runtime.tensor(go)
+    return [t.numpy().astype(np.float32) for t in grid_sample_backward(*args, opts)]
+
+
+@needs_torch
+@pytest.mark.interpreter
+def test_gathered_backward_chosen_on_the_device_is_the_scatters(runtime, rng, monkeypatch):
+    """BACKWARD_GATHER_CHOOSE: both forms launched (two gathers), the device running one. On a
+    smooth and a random grid, with the limit of gate.rough_limit, then every grid smooth (limit
+    2^31 − 1) and every grid rough (limit 0: each grid here has rough steps): dx bit for bit the
+    scatter's, the grid gradient within rounding of it and of torch."""
+    import rudnn.grid_sample as gs
+    use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_BYTES=8,
+                                                      BACKWARD_GATHER_CHOOSE=True)
+    size_in, size_out = (20, 24), (18, 22)
+    x = rng.standard_normal((2, 4, *size_in)).astype(np.float32)
+    go = rng.standard_normal((2, 4, *size_out)).astype(np.float32)
+    grids = {"smooth": _affine_points(2, size_out, 2),
+             "random": rng.uniform(-1.1, 1.1, (2, *size_out, 2)).astype(np.float32)}
+    opts = GridSampleOptions()
+    for limit in (None, 2 ** 31 - 1, 0):
+        if limit is not None:
+            monkeypatch.setattr(gs._gate, "rough_limit", lambda points, v=limit: v)
+        for name, grid in grids.items():
+            what = f"{name} limit {limit}"
+            before = launched()
+            gathered = _backward_with(runtime, use_gather, x, grid, go, opts)
+            assert launched() - before == 2, what   # both forms' gathers launched
+            scattered = _backward_with(runtime, use_scatter, x, grid, go, opts)
+            np.testing.assert_array_equal(gathered[0], scattered[0], err_msg=what)
+            scale = np.abs(scattered[1]).max() + 1
+            np.testing.assert_allclose(gathered[1], scattered[1], rtol=1e-5, atol=1e-5 * scale, err_msg=what)
+            _, _, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+            np.testing.assert_allclose(gathered[1], gg, rtol=1e-4, atol=1e-4 * scale, err_msg=what)

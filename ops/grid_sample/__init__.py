@@ -38,6 +38,7 @@ from . import backward_last as _bwd_last
 from . import channels_last as _last
 from . import chunks as _chunks
 from . import fixed_point as _fixed
+from . import gate as _gate
 from . import lanes as _lanes
 from . import lanes_last as _lanes_last
 from . import sample as _sample
@@ -160,20 +161,28 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
     _sample.sample_backward[cubes(points), UNITS](
         x5, g5, go5, as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
-        room, UNITS, True)
+        room, UNITS, True, *_ungated(max_bits))
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
 
 
-def _abs_max(go, max_bits) -> None:
+def _ungated(any_u32) -> tuple:
+    """The gate arguments of a kernel that always runs (gate.py; `any_u32`: a u32 tensor it
+    does not read)."""
+    return any_u32, 0, _gate.ALWAYS
+
+
+def _abs_max(go, max_bits, gated=None) -> None:
     """fixed_point.abs_max_bits over out_grad into max_bits (zeros): for the backwards that do
-    not copy out_grad to channels last (that copy does the same work, `_to_channels_last`)."""
-    _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS)
+    not copy out_grad to channels last (that copy does the same work, `_to_channels_last`).
+    gated: (gate, limit, WHEN) of gate.py, else it always runs."""
+    _fixed.abs_max_bits[min(cubes(go.size), MAX_CUBES), UNITS](go.reshape(go.size), max_bits, go.size, UNITS,
+                                                                *(gated or _ungated(max_bits)))
 
 
-def _to_channels_last(t5, max_bits=None) -> kd.Tensor:
+def _to_channels_last(t5, max_bits=None, gated=None) -> kd.Tensor:
     """A contiguous [N, C, *S] tensor copied to channels-last order, flat ([N, S, C]); with
-    max_bits (zeros), also abs_max_bits' result over it (`_abs_max`)."""
+    max_bits (zeros), also abs_max_bits' result over it (`_abs_max`). gated: as `_abs_max`."""
     n, c = t5.shape[:2]
     spatial = t5.size // (n * c)
     tl = t5.runtime.empty((t5.size,), t5.dtype)
@@ -184,7 +193,8 @@ def _to_channels_last(t5, max_bits=None) -> kd.Tensor:
     tile = bx * v
     stats = max_bits if max_bits is not None else tl.runtime.empty((1,), kd.u32)
     _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](
-        t5.reshape(t5.size), tl, stats.reshape(stats.size), c, spatial, v, max_bits is not None)
+        t5.reshape(t5.size), tl, stats.reshape(stats.size), c, spatial, v, max_bits is not None,
+        *(gated or _ungated(stats)))
     return tl
 
 
@@ -204,7 +214,8 @@ def _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points: int, l
     _bwd_last.clear_flags[cubes(x5.size), UNITS](flags, max_bits, x5.size)
     _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
         _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), acc, flags, max_bits,
-        points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group, staged, True)
+        points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group, staged, True,
+        *_ungated(max_bits))
     bx, by = _bwd_last.FINISH_UNITS
     _bwd_last.finish_channels_last[(-(-spatial // bx), -(-c // bx), n), (bx, by)](
         acc, flags, max_bits, dx.reshape(dx.size), c, spatial, room)
@@ -216,7 +227,9 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     it): the grid gradient by backward_last's kernel with its scatter off, then the grid points
     bucketed by cell and dx summed a pixel and K channels a unit (no atomics on its values).
     BACKWARD_GATHER_GRID_DIRECT: the grid gradient by sample.py's kernel instead (scatter off),
-    and the gather reads out_grad [N, C, points]: no channels-last copies at all."""
+    and the gather reads out_grad [N, C, points]: no channels-last copies at all.
+    BACKWARD_GATHER_CHOOSE: both forms launched, gated (gate.py): the device runs the form
+    without copies where the grid is smooth, the other where it is not."""
     rt = x5.runtime
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
@@ -224,20 +237,33 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     sizes = tuple(x5.shape[2:])
     opts = (*_runtime_options(o), o.mode.value, dims)
     none64, none32, none_i32 = rt.empty((1,), kd.i64), rt.empty((1,), kd.u32), rt.empty((1,), kd.i32)
-    if _tuning.BACKWARD_GATHER_GRID_DIRECT:   # no copies: a unit a point reads [N, C, *S] input and out_grad
-        staged, gl = True, go5.reshape(go5.size)
-        _abs_max(go5, max_bits)
+    grid = g5.reshape(g5.size)
+    choose = _tuning.BACKWARD_GATHER_CHOOSE and not _tuning.BACKWARD_GATHER_GRID_DIRECT
+    smooth = rough = _ungated(max_bits)
+    if choose:   # gate[0]: the grid's rough steps, counted before either form runs
+        gate = rt.zeros((1,), kd.u32)
+        _gather.count_rough[min(cubes(points), MAX_CUBES), UNITS](grid, gate, points, *sizes, *opts, UNITS)
+        limit = _gate.rough_limit(points)
+        smooth, rough = (gate, limit, _gate.IF_SMOOTH), (gate, limit, _gate.IF_ROUGH)
+    walks = []   # (out_grad as the gather reads it, its point and channel strides, vector, gate)
+    if _tuning.BACKWARD_GATHER_GRID_DIRECT or choose:   # no copies: a unit a point reads [N, C, *S]
+        _abs_max(go5, max_bits, smooth)
         _sample.sample_backward[cubes(points), UNITS](
             x5, g5, go5, as_5d(grad_grid, dims, 1), none32, none_i32, none32, max_bits, points, *opts, room, UNITS,
-            False)
-    else:
+            False, *smooth)
+        walks.append((go5.reshape(go5.size), (1, locations), 1, smooth))
+    if not _tuning.BACKWARD_GATHER_GRID_DIRECT:
         staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied
         if staged:
-            _abs_max(go5, max_bits)
-        gl = go5.reshape(go5.size) if staged else _to_channels_last(go5, max_bits)
+            _abs_max(go5, max_bits, rough)
+        gl = go5.reshape(go5.size) if staged else _to_channels_last(go5, max_bits, rough)
         _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
-            _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), none64, none32,
-            max_bits, points, locations, c, *sizes, *opts, room, group, staged, False)
+            _to_channels_last(x5, gated=rough), grid, gl, grad_grid.reshape(grad_grid.size), none64, none32,
+            max_bits, points, locations, c, *sizes, *opts, room, group, staged, False, *rough)
+        if _tuning.BACKWARD_GATHER_LAST and not staged:   # out_grad's channels-last copy, K consecutive channels a point
+            walks.append((gl, (c, 1), backward_gather_vector(k, x5.dtype.itemsize), rough))
+        else:
+            walks.append((go5.reshape(go5.size), (1, locations), 1, rough))
     cells = gather_cells(o.mode, dims, sizes)
     total = n * cells
     blocks = cubes(total)
@@ -245,20 +271,16 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     local, sums, offsets = rt.empty((total,), kd.u32), rt.empty((blocks,), kd.u32), rt.empty((blocks + 1,), kd.u32)
     record = _gather.record_words(o.mode.value, _tuning.BACKWARD_GATHER_RECORDS)
     lists = rt.empty((points * max(1, record),), kd.i32)
-    grid = g5.reshape(g5.size)
     _gather.count_cells[cubes(points), UNITS](grid, counts, points, locations, cells, *sizes, *opts)
     _gather.block_scan[blocks, UNITS](counts, local, sums, total)
     exclusive_scan[1, SCAN_UNITS](sums, offsets, blocks, False, 1)
     _gather.fill_cells[cubes(points), UNITS](grid, cursor, local, offsets, lists, points, locations, cells, *sizes,
                                              *opts, UNITS, record)
-    if _tuning.BACKWARD_GATHER_LAST and not staged:   # out_grad's channels-last copy, K consecutive channels a point
-        go, strides, v = gl, (c, 1), backward_gather_vector(k, x5.dtype.itemsize)
-    else:
-        go, strides, v = go5.reshape(go5.size), (1, locations), 1
-    _gather.gather_input_grad[(cubes(spatial), c // k, n), UNITS](
-        grid, go, counts, local, offsets, lists, max_bits, dx.reshape(dx.size), c, locations, cells, *sizes, *strides,
-        *opts, room, k, v, max(1, min(10, _tuning.BACKWARD_GATHER_FLAGS)), UNITS,
-        _tuning.BACKWARD_GATHER_FINITE_PATH, record, _tuning.BACKWARD_GATHER_FLAT)
+    for go, strides, v, gated in walks:
+        _gather.gather_input_grad[(cubes(spatial), c // k, n), UNITS](
+            grid, go, counts, local, offsets, lists, max_bits, dx.reshape(dx.size), c, locations, cells, *sizes,
+            *strides, *opts, room, k, v, max(1, min(10, _tuning.BACKWARD_GATHER_FLAGS)), UNITS,
+            _tuning.BACKWARD_GATHER_FINITE_PATH, record, _tuning.BACKWARD_GATHER_FLAT, *gated)
 
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,

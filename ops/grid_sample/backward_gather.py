@@ -38,6 +38,7 @@ import kerneldsl as kd
 
 from .channels_last import flat_point_taps
 from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, fixed_of, fixed_scale, scale_exponent
+from .gate import ROUGH_STEP, gate_open
 from .sample import tap_layout
 
 
@@ -269,7 +270,8 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                       size_w: kd.i32, point_stride: kd.i32, channel_stride: kd.i32, pad_mode: kd.i32, align: kd.i32,
                       MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], K: kd.Const[int],
                       V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int], FINITE_PATH: kd.Const[bool],
-                      RECORD: kd.Const[int], FLAT: kd.Const[int]):
+                      RECORD: kd.Const[int], FLAT: kd.Const[int], gate: kd.Tensor[kd.u32, 1], limit: kd.i32,
+                      WHEN: kd.Const[int]):
     """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
     batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
     s and sums fixed_point.fixed_of(w·out_grad) over them in i64, flags
@@ -281,83 +283,105 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
     RECORD words (fill_cells), 0 for the index alone. FLAT > 0: the cells' lists walked as one
     list (one loop over their total, FLAT entries an iteration with their loads issued
     together: a warp's units then wait for the longest sum of lists, not for the longest list
-    of each cell in turn); 0: a loop a cell."""
-    S = size_d * size_h * size_w
-    s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
-    n = kd.cube_pos_z()
-    c0 = kd.cube_pos_y() * K
-    if s < S:
-        px = s % size_w
-        r = s // size_w
-        py = r % size_h
-        pz = r // size_h
-        TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
-        scale = fixed_scale(max_bits[0], HEADROOM)
-        # out_grad with no non-finite or huge value (abs_max_bits' flag, the same for every
-        # unit) gives finite contributions only: the walk then keeps no flags (FINITE_PATH)
-        checked = max_bits[1] != 0 or not FINITE_PATH
-        acc = ()
-        bad = ()   # the channels' flag bits, FLAGS channels of 3 bits a u32 (fewer registers)
-        for j in kd.unroll(K):
-            acc = acc + (kd.i64(0),)
-        for i in kd.unroll(flag_words(K, FLAGS)):
-            bad = bad + (kd.u32(0),)
-        item = kd.i64(n) * C * locations
-        firsts = ()   # every cell's list first (independent loads, in flight together), then the walks
-        ends = ()
-        for a in kd.unroll(TZ):
-            for b in kd.unroll(TX):
-                for k in kd.unroll(TX):
-                    cell = ((pz + TZ - 1 - a) * (size_h + TX - 1) + py + TX - 1 - b) * (size_w + TX - 1) + px + TX - 1 - k
-                    g = n * cells + cell
-                    first = cell_start(local, offsets, g, BLOCK)
-                    firsts = firsts + (first,)
-                    ends = ends + (first + kd.i32(counts[g]),)
-        cell_at = item - kd.i64(n * locations) * point_stride + kd.i64(c0) * channel_stride
-        if FLAT > 0:
-            NCELLS = TZ * TX * TX
-            before = ()   # entries in the cells before each (a running total)
-            total = 0
-            for q in kd.unroll(NCELLS):
-                before = before + (total,)
-                total = total + ends[q] - firsts[q]
-            for i0 in range(0, total, FLAT):
-                points = ()   # FLAT entries' (weight, out_grad values): all loads issued first
-                for h in kd.unroll(FLAT):
-                    i = kd.min(i0 + h, total - 1)   # (past the end: the last entry again, not added)
-                    q = 0    # the cell holding entry i: the count of cells that end at or before it
-                    first = firsts[0]
-                    skipped = 0
-                    for m in kd.unroll(NCELLS - 1):
-                        past = i >= before[m + 1]
-                        q = q + kd.select(past, 1, 0)
-                        first = kd.select(past, firsts[m + 1], first)
-                        skipped = kd.select(past, before[m + 1], skipped)
-                    e, w = entry_weight(lists, grid, first + i - skipped, q // (TX * TX), (q // TX) % TX, q % TX,
-                                        size_d, size_h, size_w, MODE, pad_mode, align, DIMS, RECORD)
-                    points = points + ((w, point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride,
-                                                        K, V)),)
-                acc, bad = add_point(acc, bad, points[0][1], points[0][0], scale, checked, K, FLAGS)
-                for h in kd.unroll(FLAT - 1):
-                    if i0 + h + 1 < total:
-                        acc, bad = add_point(acc, bad, points[h + 1][1], points[h + 1][0], scale, checked, K,
-                                             FLAGS)
-        else:
+    of each cell in turn); 0: a loop a cell. gate, limit, WHEN: gate.py."""
+    if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
+        S = size_d * size_h * size_w
+        s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+        n = kd.cube_pos_z()
+        c0 = kd.cube_pos_y() * K
+        if s < S:
+            px = s % size_w
+            r = s // size_w
+            py = r % size_h
+            pz = r // size_h
+            TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
+            scale = fixed_scale(max_bits[0], HEADROOM)
+            # out_grad with no non-finite or huge value (abs_max_bits' flag, the same for every
+            # unit) gives finite contributions only: the walk then keeps no flags (FINITE_PATH)
+            checked = max_bits[1] != 0 or not FINITE_PATH
+            acc = ()
+            bad = ()   # the channels' flag bits, FLAGS channels of 3 bits a u32 (fewer registers)
+            for j in kd.unroll(K):
+                acc = acc + (kd.i64(0),)
+            for i in kd.unroll(flag_words(K, FLAGS)):
+                bad = bad + (kd.u32(0),)
+            item = kd.i64(n) * C * locations
+            firsts = ()   # every cell's list first (independent loads, in flight together), then the walks
+            ends = ()
             for a in kd.unroll(TZ):
                 for b in kd.unroll(TX):
                     for k in kd.unroll(TX):
-                        at_cell = (a * TX + b) * TX + k
-                        for slot in range(firsts[at_cell], ends[at_cell]):
-                            e, w = entry_weight(lists, grid, slot, a, b, k, size_d, size_h, size_w, MODE, pad_mode,
-                                                align, DIMS, RECORD)
-                            vals = point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride, K, V)
-                            acc, bad = add_point(acc, bad, vals, w, scale, checked, K, FLAGS)
-        unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
-        for j in kd.unroll(K):
-            v = kd.f32(kd.f64(acc[j]) * unit)
-            f = (bad[j // FLAGS] >> (3 * (j % FLAGS))) & 7
-            if f != 0:
-                pos = (f & POS_INF_BIT) != 0
-                neg = (f & NEG_INF_BIT) != 0
-                v = kd.select((f & NAN_BIT) != 0 or (pos and neg), kd.nan, kd.select(pos, kd.inf, -kd.inf))
-            dx[(kd.i64(n) * C + c0 + j) * S + s] = v
+                        cell = ((pz + TZ - 1 - a) * (size_h + TX - 1) + py + TX - 1 - b) * (size_w + TX - 1) + px + TX - 1 - k
+                        g = n * cells + cell
+                        first = cell_start(local, offsets, g, BLOCK)
+                        firsts = firsts + (first,)
+                        ends = ends + (first + kd.i32(counts[g]),)
+            cell_at = item - kd.i64(n * locations) * point_stride + kd.i64(c0) * channel_stride
+            if FLAT > 0:
+                NCELLS = TZ * TX * TX
+                before = ()   # entries in the cells before each (a running total)
+                total = 0
+                for q in kd.unroll(NCELLS):
+                    before = before + (total,)
+                    total = total + ends[q] - firsts[q]
+                for i0 in range(0, total, FLAT):
+                    points = ()   # FLAT entries' (weight, out_grad values): all loads issued first
+                    for h in kd.unroll(FLAT):
+                        i = kd.min(i0 + h, total - 1)   # (past the end: the last entry again, not added)
+                        q = 0    # the cell holding entry i: the count of cells that end at or before it
+                        first = firsts[0]
+                        skipped = 0
+                        for m in kd.unroll(NCELLS - 1):
+                            past = i >= before[m + 1]
+                            q = q + kd.select(past, 1, 0)
+                            first = kd.select(past, firsts[m + 1], first)
+                            skipped = kd.select(past, before[m + 1], skipped)
+                        e, w = entry_weight(lists, grid, first + i - skipped, q // (TX * TX), (q // TX) % TX, q % TX,
+                                            size_d, size_h, size_w, MODE, pad_mode, align, DIMS, RECORD)
+                        points = points + ((w, point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride,
+                                                            K, V)),)
+                    acc, bad = add_point(acc, bad, points[0][1], points[0][0], scale, checked, K, FLAGS)
+                    for h in kd.unroll(FLAT - 1):
+                        if i0 + h + 1 < total:
+                            acc, bad = add_point(acc, bad, points[h + 1][1], points[h + 1][0], scale, checked, K,
+                                                 FLAGS)
+            else:
+                for a in kd.unroll(TZ):
+                    for b in kd.unroll(TX):
+                        for k in kd.unroll(TX):
+                            at_cell = (a * TX + b) * TX + k
+                            for slot in range(firsts[at_cell], ends[at_cell]):
+                                e, w = entry_weight(lists, grid, slot, a, b, k, size_d, size_h, size_w, MODE, pad_mode,
+                                                    align, DIMS, RECORD)
+                                vals = point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride, K, V)
+                                acc, bad = add_point(acc, bad, vals, w, scale, checked, K, FLAGS)
+            unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
+            for j in kd.unroll(K):
+                v = kd.f32(kd.f64(acc[j]) * unit)
+                f = (bad[j // FLAGS] >> (3 * (j % FLAGS))) & 7
+                if f != 0:
+                    pos = (f & POS_INF_BIT) != 0
+                    neg = (f & NEG_INF_BIT) != 0
+                    v = kd.select((f & NAN_BIT) != 0 or (pos and neg), kd.nan, kd.select(pos, kd.inf, -kd.inf))
+                dx[(kd.i64(n) * C + c0 + j) * S + s] = v
+
+
+@kd.kernel
+def count_rough(grid: kd.Tensor, gate: kd.Tensor[kd.u32, 1], total: kd.i32, size_d: kd.i32, size_h: kd.i32,
+                size_w: kd.i32, pad_mode: kd.i32, align: kd.i32, MODE: kd.Const[str], DIMS: kd.Const[int],
+                BX: kd.Const[int]):
+    """gate[0] (zero first) += the number of points e ≥ 1 of grid [points, DIMS] (flat) whose
+    first taps lie more than ROUGH_STEP pixels from point e − 1's: each cube strides over the
+    points, sums its count and adds it with one atomic (launch at most MAX_CUBES cubes)."""
+    rough = 0
+    step = kd.cube_count_x() * BX
+    for e in range(kd.cube_pos_x() * BX + kd.unit_pos_x() + 1, total, step):
+        t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+        p = flat_point_taps(grid, e - 1, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+        apart = kd.abs(t[X] - p[X]) + kd.abs(t[Y] - p[Y]) + kd.abs(t[Z] - p[Z])
+        rough += kd.select(apart > ROUGH_STEP, 1, 0)
+    # (an F32 sum is exact: a cube counts at most points / its MAX_CUBES ≤ 2^21 steps)
+    whole = kd.cube_sum(kd.f32(rough))
+    if kd.unit_pos() == 0 and whole > 0.0:
+        kd.atomic_add(gate, 0, kd.u32(whole))

@@ -16,62 +16,69 @@ import kerneldsl as kd
 from ..normalization.device import vec_of
 from .coords import axis_taps
 from .fixed_point import track_abs_max
+from .gate import gate_open
 from .sample import tap_layout
 
 TILE_UNITS = (32, 8)   # the transpose's cube: 32 units along a row, 8 rows at a time
 
 
+@kd.func
+def tile_corner(T):
+    """(batch item, first position, first channel, unit x, unit y) of a transpose cube's T × T
+    tile: cube (x, y, z) takes positions x·T.., channels y·T.. of batch item z."""
+    return (kd.i64(kd.cube_pos_z()), kd.cube_pos_x() * T, kd.cube_pos_y() * T, kd.unit_pos_x(), kd.unit_pos_y())
+
+
 @kd.kernel
 def to_channels_last(x: kd.Tensor, xl: kd.Tensor, stats: kd.Tensor[kd.u32, 1], C: kd.i32, S: kd.i32,
-                     V: kd.Const[int], MAX: kd.Const[bool]):
+                     V: kd.Const[int], MAX: kd.Const[bool], gate: kd.Tensor[kd.u32, 1], limit: kd.i32,
+                     WHEN: kd.Const[int]):
     """xl[n, s, c] = x[n, c, s] (both flat): a cube moves a T × T tile (T = 32·V) of batch item
     cube_pos_z through shared memory, reading rows of x and writing rows of xl in order, V
     consecutive elements a unit access (S and C multiples of V). With MAX, it also does
     fixed_point.abs_max_bits' work on x (stats as its `out`, zeroed first): the backward's
-    out_grad is read once, not twice; without, stats is not touched."""
-    T = kd.cube_dim_x() * V
-    m = kd.f32(0)
-    bad = 0
-    R = kd.cube_dim_y()
-    tile = kd.shared(x.dtype, (T, T + 1))
-    n = kd.i64(kd.cube_pos_z())
-    s0 = kd.cube_pos_x() * T
-    c0 = kd.cube_pos_y() * T
-    tx = kd.unit_pos_x()
-    ty = kd.unit_pos_y()
-    for i in kd.unroll(T // R):
-        c = c0 + ty + i * R
-        if c < C and s0 + tx * V < S:
-            at = (n * C + c) * S + s0 + tx * V
-            if V == 1:
-                e = x[at]
-                tile[ty + i * R, tx] = e
-                if MAX:
-                    m, bad = track_abs_max(m, bad, e)
-            else:
-                v = kd.load_vec(x, at, V)
-                for j in kd.unroll(V):
-                    tile[ty + i * R, tx * V + j] = v[j]
+    out_grad is read once, not twice; without, stats is not touched. gate, limit, WHEN: gate.py
+    (the whole copy skipped where the other form of the call was chosen)."""
+    if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
+        T = kd.cube_dim_x() * V
+        m = kd.f32(0)
+        bad = 0
+        R = kd.cube_dim_y()
+        tile = kd.shared(x.dtype, (T, T + 1))
+        n, s0, c0, tx, ty = tile_corner(T)
+        for i in kd.unroll(T // R):
+            c = c0 + ty + i * R
+            if c < C and s0 + tx * V < S:
+                at = (n * C + c) * S + s0 + tx * V
+                if V == 1:
+                    e = x[at]
+                    tile[ty + i * R, tx] = e
                     if MAX:
-                        m, bad = track_abs_max(m, bad, v[j])
-    kd.sync_cube()
-    if MAX:
-        m = kd.cube_max(m)
-        if kd.unit_pos() == 0:
-            kd.atomic_max(stats, 0, kd.bitcast(m, kd.u32))
-        if bad != 0:   # rare: one atomic a unit that saw one
-            kd.atomic_or(stats, 1, kd.u32(1))
-    for i in kd.unroll(T // R):
-        s = s0 + ty + i * R
-        if s < S and c0 + tx * V < C:
-            at = (n * S + s) * C + c0 + tx * V
-            column = ()
-            for j in kd.unroll(V):
-                column = column + (tile[tx * V + j, ty + i * R],)
-            if V == 1:
-                xl[at] = column[0]
-            else:
-                kd.store_vec(xl, at, vec_of(column, V))
+                        m, bad = track_abs_max(m, bad, e)
+                else:
+                    v = kd.load_vec(x, at, V)
+                    for j in kd.unroll(V):
+                        tile[ty + i * R, tx * V + j] = v[j]
+                        if MAX:
+                            m, bad = track_abs_max(m, bad, v[j])
+        kd.sync_cube()
+        if MAX:
+            m = kd.cube_max(m)
+            if kd.unit_pos() == 0:
+                kd.atomic_max(stats, 0, kd.bitcast(m, kd.u32))
+            if bad != 0:   # rare: one atomic a unit that saw one
+                kd.atomic_or(stats, 1, kd.u32(1))
+        for i in kd.unroll(T // R):
+            s = s0 + ty + i * R
+            if s < S and c0 + tx * V < C:
+                at = (n * S + s) * C + c0 + tx * V
+                column = ()
+                for j in kd.unroll(V):
+                    column = column + (tile[tx * V + j, ty + i * R],)
+                if V == 1:
+                    xl[at] = column[0]
+                else:
+                    kd.store_vec(xl, at, vec_of(column, V))
 
 
 @kd.func

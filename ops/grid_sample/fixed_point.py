@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .gate import gate_open
+
 NAN_BIT = 1
 POS_INF_BIT = 2
 NEG_INF_BIT = 4
@@ -31,20 +33,23 @@ def track_abs_max(m, bad, v):
 
 
 @kd.kernel
-def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.Const[int]):
+def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.Const[int],
+                 gate: kd.Tensor[kd.u32, 1], limit: kd.i32, WHEN: kd.Const[int]):
     """out[0] = the bits of max |g| over g's finite elements (positive floats order as u32):
     each cube strides over the tensor, reduces, and makes one atomic. out[1] becomes nonzero
-    where some |g| is not finite or at least HUGE (its contributions may be non-finite)."""
-    m = kd.f32(0)
-    bad = 0
-    step = kd.cube_count_x() * BX
-    for e in range(kd.cube_pos_x() * BX + kd.unit_pos_x(), total, step):
-        m, bad = track_abs_max(m, bad, g[e])
-    m = kd.cube_max(m)
-    if kd.unit_pos() == 0:
-        kd.atomic_max(out, 0, kd.bitcast(m, kd.u32))
-    if bad != 0:   # rare: one atomic a unit that saw one
-        kd.atomic_or(out, 1, kd.u32(1))
+    where some |g| is not finite or at least HUGE (its contributions may be non-finite).
+    gate, limit, WHEN: gate.py."""
+    if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
+        m = kd.f32(0)
+        bad = 0
+        step = kd.cube_count_x() * BX
+        for e in range(kd.cube_pos_x() * BX + kd.unit_pos_x(), total, step):
+            m, bad = track_abs_max(m, bad, g[e])
+        m = kd.cube_max(m)
+        if kd.unit_pos() == 0:
+            kd.atomic_max(out, 0, kd.bitcast(m, kd.u32))
+        if bad != 0:   # rare: one atomic a unit that saw one
+            kd.atomic_or(out, 1, kd.u32(1))
 
 
 @kd.kernel

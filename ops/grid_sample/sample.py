@@ -11,6 +11,7 @@ import kerneldsl as kd
 
 from .coords import axis_taps
 from .fixed_point import add_fixed, fixed_scale
+from .gate import gate_open
 
 UNROLL = 4  # channels the forward kernel samples per loop step
 
@@ -156,10 +157,13 @@ def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
                     lo: kd.Tensor[kd.u32, 1], hi: kd.Tensor[kd.i32, 1], flags: kd.Tensor[kd.u32, 1],
                     max_bits: kd.Tensor[kd.u32, 1], total: kd.i32, pad_mode: kd.i32, align: kd.i32,
                     MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], BX: kd.Const[int],
-                    SCATTER: kd.Const[bool]):
+                    SCATTER: kd.Const[bool], gate: kd.Tensor[kd.u32, 1], limit: kd.i32,
+                    WHEN: kd.Const[int]):
     """A unit a grid point: its grid gradient, and (SCATTER) its input-gradient contributions
-    added to lo / hi / flags (SCATTER False: untouched; backward_gather.py sums them)."""
-    e = kd.cube_pos_x() * BX + kd.unit_pos_x()
-    if e < total:
-        scale = fixed_scale(max_bits[0], HEADROOM)
-        point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER)
+    added to lo / hi / flags (SCATTER False: untouched; backward_gather.py sums them). gate,
+    limit, WHEN: gate.py."""
+    if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
+        e = kd.cube_pos_x() * BX + kd.unit_pos_x()
+        if e < total:
+            scale = fixed_scale(max_bits[0], HEADROOM)
+            point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER)

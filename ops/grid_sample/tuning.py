@@ -361,6 +361,11 @@ BACKWARD_GATHER_RECORDS = True
 # device ms, FLAT 2 / 1 / 4 / 0: f32 random 2.61 / 2.65 / 3.06 / 2.89, affine 2.41 / 2.39 / 2.82
 # / 2.45; bf16 random 1.99 / 2.03 / 2.07 / 2.35, affine 1.80 / 1.81 / 1.91 / 1.88
 BACKWARD_GATHER_FLAT = 2
+# both forms of the gathered backward launched, the device choosing (gate.py): without copies
+# (as BACKWARD_GATHER_GRID_DIRECT) where the grid is smooth, with them where it is not. Off
+# until timed: the H100 gave 1.65 / 2.41 ms (affine grid) and 5.17 / 2.61 (random) for the two
+# forms alone, f32 [32, 64, 256²]; the choice adds a pass over the grid and empty launches.
+BACKWARD_GATHER_CHOOSE = False
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
