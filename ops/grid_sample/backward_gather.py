@@ -29,7 +29,8 @@ coordinates and recomputes its taps), or a record of RECORD words (`record_words
 bilinear the index and the bits of the second weight along x, y and z (the first is
 1 − that, as coords.axis_taps computes it), for nearest the index alone (every weight is
 1). Records take the walk's dependent grid load and tap arithmetic off every contribution:
-each point is walked by 4 (2-D) or 8 (3-D) pixels and C / K channel ranges.
+each point is walked by 4 (2-D) or 8 (3-D) pixels and C / K channel ranges. `count_rough`
+(at the end) measures the grid for gate.py's choice between this backward's two forms.
 The grid gradient stays backward_last.backward_channels_last's per-point sum (SCATTER off), or
 sample.sample_backward's (SCATTER off) under tuning.BACKWARD_GATHER_GRID_DIRECT."""
 from __future__ import annotations
