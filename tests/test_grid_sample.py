@@ -874,8 +874,8 @@ def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, 
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("flags", [1, 3, 10])
-def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, rng, monkeypatch, flags):
+@pytest.mark.parametrize("flags, direct", [(1, False), (3, False), (10, False), (10, True)])
+def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, rng, monkeypatch, flags, direct):
     """Every point of an item at one location (one cell's long list, walked by 4 pixels), every
     point outside the input (empty lists: dx zero), infinite grid coordinates under every padding
     mode (finite out_grad: the walk without flags), NaN grid coordinates (no taps), and NaN /
@@ -883,8 +883,10 @@ def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, 
     channels a word: K = 4 channels in 4, 2 or 1 words; with 1 and 10, finite out_grad takes the
     walk that keeps no flags; with 1, lists of indices alone, no records, an entry a step of
     the walk over the cells' lists together; with 3, a loop a cell; with 10, two entries a
-    step): bit for bit the scatter's."""
+    step; `direct`: no copies, the grid gradient's kernel finding max |out_grad| and its
+    non-finite values): bit for bit the scatter's."""
     use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_FLAGS=flags,
+                                                      BACKWARD_GATHER_GRID_DIRECT=direct,
                                                       BACKWARD_GATHER_FINITE_PATH=flags != 3,
                                                       BACKWARD_GATHER_RECORDS=flags != 1,
                                                       BACKWARD_GATHER_FLAT={1: 1, 3: 0, 10: 2}[flags])

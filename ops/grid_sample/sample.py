@@ -10,7 +10,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .coords import axis_taps
-from .fixed_point import add_fixed, fixed_scale
+from .fixed_point import add_fixed, fixed_scale, track_abs_max
 from .gate import gate_open
 
 UNROLL = 4  # channels the forward kernel samples per loop step
@@ -121,10 +121,14 @@ def tap_gradient(t, v, go, a, b, k, gx, gy, gz, TZ, TX, Z, Y, X):
 
 
 @kd.func
-def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER):
+def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER, MAX=False):
     """Grid point e's grid gradient (its taps' slopes against out_grad, summed over the
     channels in order) and, with SCATTER, its input-gradient contributions added to lo / hi /
-    flags at `scale` (fixed_point.add_fixed); without, lo / hi / flags / scale are not read."""
+    flags at `scale` (fixed_point.add_fixed); without, lo / hi / flags / scale are not read.
+    Returns fixed_point.track_abs_max's (m, bad) over the point's out_grad values with MAX,
+    else (0, 0)."""
+    m = kd.f32(0)
+    bad = 0
     n, od, oh, ow = point(e, g)
     t = point_taps(grid, n, od, oh, ow, x.shape[2], x.shape[3], x.shape[4], MODE, pad_mode, align, DIMS)
     TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
@@ -136,6 +140,8 @@ def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, ali
     size_w = x.shape[4]
     for c in range(x.shape[1]):
         go = kd.f32(g[n, c, od, oh, ow])
+        if MAX:
+            m, bad = track_abs_max(m, bad, go)
         plane = (kd.i64(n) * x.shape[1] + c) * size_d
         for a in kd.unroll(TZ):
             for b in kd.unroll(TX):
@@ -150,6 +156,7 @@ def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, ali
     grad_grid[n, od, oh, ow, 1] = gy * t[Y + 4 * TX]
     if DIMS == 3:
         grad_grid[n, od, oh, ow, 2] = gz * t[Z + 4 * TZ]
+    return m, bad
 
 
 @kd.kernel
@@ -158,12 +165,26 @@ def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
                     max_bits: kd.Tensor[kd.u32, 1], total: kd.i32, pad_mode: kd.i32, align: kd.i32,
                     MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], BX: kd.Const[int],
                     SCATTER: kd.Const[bool], gate: kd.Tensor[kd.u32, 1], limit: kd.i32,
-                    WHEN: kd.Const[int]):
+                    WHEN: kd.Const[int], MAX: kd.Const[bool]):
     """A unit a grid point: its grid gradient, and (SCATTER) its input-gradient contributions
-    added to lo / hi / flags (SCATTER False: untouched; backward_gather.py sums them). gate,
-    limit, WHEN: gate.py."""
+    added to lo / hi / flags (SCATTER False: untouched; backward_gather.py sums them). With
+    MAX (SCATTER off), also fixed_point.abs_max_bits' work on g into max_bits (zeroed first):
+    the units read every out_grad value anyway, so the gather's scale costs no pass of its
+    own. gate, limit, WHEN: gate.py."""
     if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
         e = kd.cube_pos_x() * BX + kd.unit_pos_x()
+        m = kd.f32(0)
+        bad = 0
         if e < total:
-            scale = fixed_scale(max_bits[0], HEADROOM)
-            point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER)
+            if MAX:   # (it writes max_bits, and SCATTER is off: no scale is read)
+                m, bad = point_gradient(x, grid, g, grad_grid, lo, hi, flags, kd.f64(0), e, pad_mode, align, MODE,
+                                        DIMS, False, True)
+            else:
+                point_gradient(x, grid, g, grad_grid, lo, hi, flags, fixed_scale(max_bits[0], HEADROOM), e, pad_mode,
+                               align, MODE, DIMS, SCATTER)
+        if MAX:   # (the gate is the same for every unit of a cube: all of them reach the reduction)
+            m = kd.cube_max(m)
+            if kd.unit_pos() == 0:
+                kd.atomic_max(max_bits, 0, kd.bitcast(m, kd.u32))
+            if bad != 0:   # rare: one atomic a unit that saw one
+                kd.atomic_or(max_bits, 1, kd.u32(1))
