@@ -613,16 +613,23 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
     record = bg.record_words(mode, tuning.BACKWARD_GATHER_RECORDS)
     lists, bits, dx = CPU.zeros((points * max(1, record),), "i32"), CPU.zeros((2,), "u32"), CPU.zeros((n * c * s * s,), dt)
     v = tuning.backward_gather_vector(k, 4 if dt == "f32" else 2)
-    for flags in (10, 1):   # flag bits packed 10 channels a u32, or one a channel
-        args = (grid, go, u32, u32, u32, lists, bits, dx, c, locations, cells, *size, c, 1, 0, 0, mode, dims, 18, k,
-                v, flags, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record, tuning.BACKWARD_GATHER_FLAT, bits, 0,
-                gate.IF_ROUGH)
-        log = ptxas_report(compile_launch(bg.gather_input_grad, 256, args, "sm_90").rendered.source)
+    def gather_args(flags, when, two):
+        """The gather's arguments: out_grad's channels-last copy walked (V channels a load), or
+        with `two` also the walk of [N, C, points] itself first (the device's choice, gate.py)."""
+        rows, direct = (go, c, 1, v), (go, 1, locations, 1)
+        first = direct if two else rows
+        return (grid, first[0], u32, u32, u32, lists, bits, dx, c, locations, cells, *size, *first[1:3], 0, 0, mode,
+                dims, 18, k, first[3], flags, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record,
+                tuning.BACKWARD_GATHER_FLAT, bits, 0, when, *rows, two)
+
+    # flag bits packed 10 channels a u32, or one a channel; both forms' walks in one kernel
+    for flags, when, two in ((10, gate.IF_ROUGH, False), (1, gate.IF_ROUGH, False), (10, gate.ALWAYS, True)):
+        log = ptxas_report(compile_launch(bg.gather_input_grad, 256, gather_args(flags, when, two), "sm_90")
+                           .rendered.source)
         spilled = int(re.search(r"(\d+) bytes spill stores", log).group(1))
         assert spilled <= 24, log   # (a few bytes: ptxas keeps the register count down)
-        print(dt, mode, dims, flags, spilled, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
-    args = args[:-8] + (tuning.BACKWARD_GATHER_FLAGS, 256, tuning.BACKWARD_GATHER_FINITE_PATH, record,
-                        tuning.BACKWARD_GATHER_FLAT, bits, 0, gate.ALWAYS)
+        print(dt, mode, dims, flags, two, spilled, " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
+    args = gather_args(tuning.BACKWARD_GATHER_FLAGS, gate.ALWAYS, False)
     for sm in (90, 80):
         ptx = ptx_of(bg.gather_input_grad, 256, args, sm=sm)
         assert not re.search(r"\b(atom|red)\.", ptx)

@@ -231,7 +231,8 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     BACKWARD_GATHER_GRID_DIRECT: the grid gradient by sample.py's kernel instead (scatter off),
     and the gather reads out_grad [N, C, points]: no channels-last copies at all.
     BACKWARD_GATHER_CHOOSE: both forms launched, gated (gate.py): the device runs the form
-    without copies where the grid is smooth, the other where it is not."""
+    without copies where the grid is smooth, the other where it is not (their walks of the
+    lists in one launch of the gather)."""
     rt = x5.runtime
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
@@ -277,11 +278,12 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     exclusive_scan[1, SCAN_UNITS](sums, offsets, blocks, False, 1)
     _gather.fill_cells[cubes(points), UNITS](grid, cursor, local, offsets, lists, points, locations, cells, *sizes,
                                              *opts, UNITS, record)
-    for go, strides, v, gated in walks:
-        _gather.gather_input_grad[(cubes(spatial), c // k, n), UNITS](
-            grid, go, counts, local, offsets, lists, max_bits, dx.reshape(dx.size), c, locations, cells, *sizes,
-            *strides, *opts, room, k, v, max(1, min(10, _tuning.BACKWARD_GATHER_FLAGS)), UNITS,
-            _tuning.BACKWARD_GATHER_FINITE_PATH, record, _tuning.BACKWARD_GATHER_FLAT, *gated)
+    (go, strides, v, gated), (go_b, strides_b, v_b, _) = walks[0], walks[-1]   # (both forms: one launch)
+    _gather.gather_input_grad[(cubes(spatial), c // k, n), UNITS](
+        grid, go, counts, local, offsets, lists, max_bits, dx.reshape(dx.size), c, locations, cells, *sizes,
+        *strides, *opts, room, k, v, max(1, min(10, _tuning.BACKWARD_GATHER_FLAGS)), UNITS,
+        _tuning.BACKWARD_GATHER_FINITE_PATH, record, _tuning.BACKWARD_GATHER_FLAT, *gated, go_b, *strides_b, v_b,
+        len(walks) == 2)
 
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,

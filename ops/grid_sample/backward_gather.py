@@ -39,7 +39,7 @@ import kerneldsl as kd
 
 from .channels_last import flat_point_taps
 from .fixed_point import NAN_BIT, NEG_INF_BIT, POS_INF_BIT, fixed_of, fixed_scale, scale_exponent
-from .gate import ROUGH_STEP, gate_open
+from .gate import IF_SMOOTH, ROUGH_STEP, gate_open
 from .sample import tap_layout
 
 
@@ -264,6 +264,93 @@ def add_point(acc, bad, vals, w, scale, checked, K, FLAGS):
     return (summed, flagged)
 
 
+@kd.func
+def pixel_input_grad(grid, go, counts, local, offsets, lists, max_bits, dx, C, locations, cells, size_d, size_h, size_w,
+                     point_stride, channel_stride, pad_mode, align, MODE, DIMS, HEADROOM, K, V, FLAGS, BLOCK,
+                     FINITE_PATH, RECORD, FLAT):
+    """gather_input_grad's work for this unit's pixel and channels, out_grad read from go at
+    point_stride / channel_stride (V channels a load)."""
+    S = size_d * size_h * size_w
+    s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    n = kd.cube_pos_z()
+    c0 = kd.cube_pos_y() * K
+    if s < S:
+        px = s % size_w
+        r = s // size_w
+        py = r % size_h
+        pz = r // size_h
+        TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
+        scale = fixed_scale(max_bits[0], HEADROOM)
+        # out_grad with no non-finite or huge value (abs_max_bits' flag, the same for every
+        # unit) gives finite contributions only: the walk then keeps no flags (FINITE_PATH)
+        checked = max_bits[1] != 0 or not FINITE_PATH
+        acc = ()
+        bad = ()   # the channels' flag bits, FLAGS channels of 3 bits a u32 (fewer registers)
+        for j in kd.unroll(K):
+            acc = acc + (kd.i64(0),)
+        for i in kd.unroll(flag_words(K, FLAGS)):
+            bad = bad + (kd.u32(0),)
+        item = kd.i64(n) * C * locations
+        firsts = ()   # every cell's list first (independent loads, in flight together), then the walks
+        ends = ()
+        for a in kd.unroll(TZ):
+            for b in kd.unroll(TX):
+                for k in kd.unroll(TX):
+                    cell = ((pz + TZ - 1 - a) * (size_h + TX - 1) + py + TX - 1 - b) * (size_w + TX - 1) + px + TX - 1 - k
+                    g = n * cells + cell
+                    first = cell_start(local, offsets, g, BLOCK)
+                    firsts = firsts + (first,)
+                    ends = ends + (first + kd.i32(counts[g]),)
+        cell_at = item - kd.i64(n * locations) * point_stride + kd.i64(c0) * channel_stride
+        if FLAT > 0:
+            NCELLS = TZ * TX * TX
+            before = ()   # entries in the cells before each (a running total)
+            total = 0
+            for q in kd.unroll(NCELLS):
+                before = before + (total,)
+                total = total + ends[q] - firsts[q]
+            for i0 in range(0, total, FLAT):
+                points = ()   # FLAT entries' (weight, out_grad values): all loads issued first
+                for h in kd.unroll(FLAT):
+                    i = kd.min(i0 + h, total - 1)   # (past the end: the last entry again, not added)
+                    q = 0    # the cell holding entry i: the count of cells that end at or before it
+                    first = firsts[0]
+                    skipped = 0
+                    for m in kd.unroll(NCELLS - 1):
+                        past = i >= before[m + 1]
+                        q = q + kd.select(past, 1, 0)
+                        first = kd.select(past, firsts[m + 1], first)
+                        skipped = kd.select(past, before[m + 1], skipped)
+                    e, w = entry_weight(lists, grid, first + i - skipped, q // (TX * TX), (q // TX) % TX, q % TX,
+                                        size_d, size_h, size_w, MODE, pad_mode, align, DIMS, RECORD)
+                    points = points + ((w, point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride,
+                                                        K, V)),)
+                acc, bad = add_point(acc, bad, points[0][1], points[0][0], scale, checked, K, FLAGS)
+                for h in kd.unroll(FLAT - 1):
+                    if i0 + h + 1 < total:
+                        acc, bad = add_point(acc, bad, points[h + 1][1], points[h + 1][0], scale, checked, K,
+                                             FLAGS)
+        else:
+            for a in kd.unroll(TZ):
+                for b in kd.unroll(TX):
+                    for k in kd.unroll(TX):
+                        at_cell = (a * TX + b) * TX + k
+                        for slot in range(firsts[at_cell], ends[at_cell]):
+                            e, w = entry_weight(lists, grid, slot, a, b, k, size_d, size_h, size_w, MODE, pad_mode,
+                                                align, DIMS, RECORD)
+                            vals = point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride, K, V)
+                            acc, bad = add_point(acc, bad, vals, w, scale, checked, K, FLAGS)
+        unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
+        for j in kd.unroll(K):
+            v = kd.f32(kd.f64(acc[j]) * unit)
+            f = (bad[j // FLAGS] >> (3 * (j % FLAGS))) & 7
+            if f != 0:
+                pos = (f & POS_INF_BIT) != 0
+                neg = (f & NEG_INF_BIT) != 0
+                v = kd.select((f & NAN_BIT) != 0 or (pos and neg), kd.nan, kd.select(pos, kd.inf, -kd.inf))
+            dx[(kd.i64(n) * C + c0 + j) * S + s] = v
+
+
 @kd.kernel
 def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 1], local: kd.Tensor[kd.u32, 1],
                       offsets: kd.Tensor[kd.u32, 1], lists: kd.Tensor[kd.i32, 1], max_bits: kd.Tensor[kd.u32, 1],
@@ -272,7 +359,8 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
                       MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], K: kd.Const[int],
                       V: kd.Const[int], FLAGS: kd.Const[int], BLOCK: kd.Const[int], FINITE_PATH: kd.Const[bool],
                       RECORD: kd.Const[int], FLAT: kd.Const[int], gate: kd.Tensor[kd.u32, 1], limit: kd.i32,
-                      WHEN: kd.Const[int]):
+                      WHEN: kd.Const[int], go_b: kd.Tensor, point_stride_b: kd.i32, channel_stride_b: kd.i32,
+                      V_B: kd.Const[int], TWO: kd.Const[bool]):
     """dx [N, C, S] (flat, S = D·H·W): unit u of cube (x, y, z) takes pixel s = x·units + u of
     batch item z, channels y·K .. y·K + K − 1; it walks the lists of the cells whose taps reach
     s and sums fixed_point.fixed_of(w·out_grad) over them in i64, flags
@@ -284,87 +372,23 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
     RECORD words (fill_cells), 0 for the index alone. FLAT > 0: the cells' lists walked as one
     list (one loop over their total, FLAT entries an iteration with their loads issued
     together: a warp's units then wait for the longest sum of lists, not for the longest list
-    of each cell in turn); 0: a loop a cell. gate, limit, WHEN: gate.py."""
-    if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
-        S = size_d * size_h * size_w
-        s = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
-        n = kd.cube_pos_z()
-        c0 = kd.cube_pos_y() * K
-        if s < S:
-            px = s % size_w
-            r = s // size_w
-            py = r % size_h
-            pz = r // size_h
-            TZ, TX, Z, Y, X = taps_layout(MODE, DIMS)
-            scale = fixed_scale(max_bits[0], HEADROOM)
-            # out_grad with no non-finite or huge value (abs_max_bits' flag, the same for every
-            # unit) gives finite contributions only: the walk then keeps no flags (FINITE_PATH)
-            checked = max_bits[1] != 0 or not FINITE_PATH
-            acc = ()
-            bad = ()   # the channels' flag bits, FLAGS channels of 3 bits a u32 (fewer registers)
-            for j in kd.unroll(K):
-                acc = acc + (kd.i64(0),)
-            for i in kd.unroll(flag_words(K, FLAGS)):
-                bad = bad + (kd.u32(0),)
-            item = kd.i64(n) * C * locations
-            firsts = ()   # every cell's list first (independent loads, in flight together), then the walks
-            ends = ()
-            for a in kd.unroll(TZ):
-                for b in kd.unroll(TX):
-                    for k in kd.unroll(TX):
-                        cell = ((pz + TZ - 1 - a) * (size_h + TX - 1) + py + TX - 1 - b) * (size_w + TX - 1) + px + TX - 1 - k
-                        g = n * cells + cell
-                        first = cell_start(local, offsets, g, BLOCK)
-                        firsts = firsts + (first,)
-                        ends = ends + (first + kd.i32(counts[g]),)
-            cell_at = item - kd.i64(n * locations) * point_stride + kd.i64(c0) * channel_stride
-            if FLAT > 0:
-                NCELLS = TZ * TX * TX
-                before = ()   # entries in the cells before each (a running total)
-                total = 0
-                for q in kd.unroll(NCELLS):
-                    before = before + (total,)
-                    total = total + ends[q] - firsts[q]
-                for i0 in range(0, total, FLAT):
-                    points = ()   # FLAT entries' (weight, out_grad values): all loads issued first
-                    for h in kd.unroll(FLAT):
-                        i = kd.min(i0 + h, total - 1)   # (past the end: the last entry again, not added)
-                        q = 0    # the cell holding entry i: the count of cells that end at or before it
-                        first = firsts[0]
-                        skipped = 0
-                        for m in kd.unroll(NCELLS - 1):
-                            past = i >= before[m + 1]
-                            q = q + kd.select(past, 1, 0)
-                            first = kd.select(past, firsts[m + 1], first)
-                            skipped = kd.select(past, before[m + 1], skipped)
-                        e, w = entry_weight(lists, grid, first + i - skipped, q // (TX * TX), (q // TX) % TX, q % TX,
-                                            size_d, size_h, size_w, MODE, pad_mode, align, DIMS, RECORD)
-                        points = points + ((w, point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride,
-                                                            K, V)),)
-                    acc, bad = add_point(acc, bad, points[0][1], points[0][0], scale, checked, K, FLAGS)
-                    for h in kd.unroll(FLAT - 1):
-                        if i0 + h + 1 < total:
-                            acc, bad = add_point(acc, bad, points[h + 1][1], points[h + 1][0], scale, checked, K,
-                                                 FLAGS)
-            else:
-                for a in kd.unroll(TZ):
-                    for b in kd.unroll(TX):
-                        for k in kd.unroll(TX):
-                            at_cell = (a * TX + b) * TX + k
-                            for slot in range(firsts[at_cell], ends[at_cell]):
-                                e, w = entry_weight(lists, grid, slot, a, b, k, size_d, size_h, size_w, MODE, pad_mode,
-                                                    align, DIMS, RECORD)
-                                vals = point_values(go, cell_at + kd.i64(e) * point_stride, channel_stride, K, V)
-                                acc, bad = add_point(acc, bad, vals, w, scale, checked, K, FLAGS)
-            unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
-            for j in kd.unroll(K):
-                v = kd.f32(kd.f64(acc[j]) * unit)
-                f = (bad[j // FLAGS] >> (3 * (j % FLAGS))) & 7
-                if f != 0:
-                    pos = (f & POS_INF_BIT) != 0
-                    neg = (f & NEG_INF_BIT) != 0
-                    v = kd.select((f & NAN_BIT) != 0 or (pos and neg), kd.nan, kd.select(pos, kd.inf, -kd.inf))
-                dx[(kd.i64(n) * C + c0 + j) * S + s] = v
+    of each cell in turn); 0: a loop a cell. gate, limit, WHEN: gate.py. TWO: both forms of a call in
+    one launch (gate.py's choice made here, not by two launches of which one returns at once:
+    each launch's cubes cost their scheduling): the walk over go as above where the grid is
+    smooth, over go_b (point_stride_b, channel_stride_b, V_B) where it is not; WHEN unused."""
+    if TWO:
+        if gate_open(gate, limit, IF_SMOOTH):
+            pixel_input_grad(grid, go, counts, local, offsets, lists, max_bits, dx, C, locations, cells, size_d, size_h,
+                             size_w, point_stride, channel_stride, pad_mode, align, MODE, DIMS, HEADROOM, K, V, FLAGS,
+                             BLOCK, FINITE_PATH, RECORD, FLAT)
+        else:
+            pixel_input_grad(grid, go_b, counts, local, offsets, lists, max_bits, dx, C, locations, cells, size_d,
+                             size_h, size_w, point_stride_b, channel_stride_b, pad_mode, align, MODE, DIMS, HEADROOM, K,
+                             V_B, FLAGS, BLOCK, FINITE_PATH, RECORD, FLAT)
+    elif gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
+        pixel_input_grad(grid, go, counts, local, offsets, lists, max_bits, dx, C, locations, cells, size_d, size_h,
+                         size_w, point_stride, channel_stride, pad_mode, align, MODE, DIMS, HEADROOM, K, V, FLAGS,
+                         BLOCK, FINITE_PATH, RECORD, FLAT)
 
 
 @kd.kernel

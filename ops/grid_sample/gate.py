@@ -8,7 +8,8 @@ of that form reads its own sectors and the copies pay for themselves many times 
 one). `backward_gather.count_rough` counts the grid's rough steps (a point whose first taps lie more than
 ROUGH_STEP pixels from the previous point's, summed over the axes) into gate[0]; the kernels
 of both forms are then launched, each with a WHEN constant, and return at once where
-`gate_open` says the other form was chosen. The grid is smooth where at most `limit` steps
+`gate_open` says the other form was chosen (the gather, whose cubes are many, takes both
+forms' walks in one launch and picks one). The grid is smooth where at most `limit` steps
 are rough (`rough_limit`). Every unit of a cube reads the same gate word, so a kernel's
 barriers stay under a cube-uniform condition."""
 from __future__ import annotations
