@@ -362,9 +362,13 @@ BACKWARD_GATHER_RECORDS = True
 # / 2.45; bf16 random 1.99 / 2.03 / 2.07 / 2.35, affine 1.80 / 1.81 / 1.91 / 1.88
 BACKWARD_GATHER_FLAT = 2
 # both forms of the gathered backward launched, the device choosing (gate.py): without copies
-# (as BACKWARD_GATHER_GRID_DIRECT) where the grid is smooth, with them where it is not. Off
-# until timed: the H100 gave 1.65 / 2.41 ms (affine grid) and 5.17 / 2.61 (random) for the two
-# forms alone, f32 [32, 64, 256²]; the choice adds a pass over the grid and empty launches.
+# (as BACKWARD_GATHER_GRID_DIRECT) where the grid is smooth, with them where it is not. H100
+# [32, 64, 256²] backward, device ms, session 36, its first form (two gather launches, a
+# separate abs-max pass), choose / copies / no copies / torch: f32 random 2.695 / 2.616 / 5.172
+# / 7.150, affine 1.791 / 2.409 / 1.649 / 3.217; bf16 random 2.056 / 1.981 / 4.937 / 7.233,
+# affine 1.659 / 1.803 / 1.534 / 5.140. Its profile (affine f32): the unchosen gather launch
+# 0.05 ms, abs_max_bits 0.25. Both were then removed (one gather launch, TWO; the max found by
+# sample_backward, MAX), and no device time was left to time that: off until it is timed.
 BACKWARD_GATHER_CHOOSE = False
 
 
