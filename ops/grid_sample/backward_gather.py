@@ -376,16 +376,11 @@ def gather_input_grad(grid: kd.Tensor, go: kd.Tensor, counts: kd.Tensor[kd.u32, 
     one launch (gate.py's choice made here, not by two launches of which one returns at once:
     each launch's cubes cost their scheduling): the walk over go as above where the grid is
     smooth, over go_b (point_stride_b, channel_stride_b, V_B) where it is not; WHEN unused."""
-    if TWO:
-        if gate_open(gate, limit, IF_SMOOTH):
-            pixel_input_grad(grid, go, counts, local, offsets, lists, max_bits, dx, C, locations, cells, size_d, size_h,
-                             size_w, point_stride, channel_stride, pad_mode, align, MODE, DIMS, HEADROOM, K, V, FLAGS,
-                             BLOCK, FINITE_PATH, RECORD, FLAT)
-        else:
-            pixel_input_grad(grid, go_b, counts, local, offsets, lists, max_bits, dx, C, locations, cells, size_d,
-                             size_h, size_w, point_stride_b, channel_stride_b, pad_mode, align, MODE, DIMS, HEADROOM, K,
-                             V_B, FLAGS, BLOCK, FINITE_PATH, RECORD, FLAT)
-    elif gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
+    if TWO and not gate_open(gate, limit, IF_SMOOTH):   # (both forms: the grid is not smooth)
+        pixel_input_grad(grid, go_b, counts, local, offsets, lists, max_bits, dx, C, locations, cells, size_d, size_h,
+                         size_w, point_stride_b, channel_stride_b, pad_mode, align, MODE, DIMS, HEADROOM, K, V_B, FLAGS,
+                         BLOCK, FINITE_PATH, RECORD, FLAT)
+    elif TWO or gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
         pixel_input_grad(grid, go, counts, local, offsets, lists, max_bits, dx, C, locations, cells, size_d, size_h,
                          size_w, point_stride, channel_stride, pad_mode, align, MODE, DIMS, HEADROOM, K, V, FLAGS,
                          BLOCK, FINITE_PATH, RECORD, FLAT)
