@@ -25,7 +25,7 @@ on channels-last copies, native 64-bit fixed-point atomics where the device has 
 backward_gather.py (BACKWARD_GATHER, on; bilinear and nearest where units are not SIMD
 lanes) takes the input gradient before both: grid points bucketed by cell, then a unit a
 pixel sums the same fixed-point integers in registers (no atomics on the values), the grid
-gradient by backward_last's kernel with its scatter off; with BACKWARD_GATHER_CHOOSE (off),
+gradient by backward_last's kernel with its scatter off; with BACKWARD_GATHER_CHOOSE (on),
 the device picks that form or the one without channels-last copies from the grid's
 smoothness (gate.py). Small backward calls (tuning.
 small_backward) take small.py before all of these: one launch, a unit an input element summing

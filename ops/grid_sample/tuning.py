@@ -362,14 +362,15 @@ BACKWARD_GATHER_RECORDS = True
 # / 2.45; bf16 random 1.99 / 2.03 / 2.07 / 2.35, affine 1.80 / 1.81 / 1.91 / 1.88
 BACKWARD_GATHER_FLAT = 2
 # both forms of the gathered backward launched, the device choosing (gate.py): without copies
-# (as BACKWARD_GATHER_GRID_DIRECT) where the grid is smooth, with them where it is not. H100
-# [32, 64, 256²] backward, device ms, session 36, its first form (two gather launches, a
-# separate abs-max pass), choose / copies / no copies / torch: f32 random 2.695 / 2.616 / 5.172
-# / 7.150, affine 1.791 / 2.409 / 1.649 / 3.217; bf16 random 2.056 / 1.981 / 4.937 / 7.233,
-# affine 1.659 / 1.803 / 1.534 / 5.140. Its profile (affine f32): the unchosen gather launch
-# 0.05 ms, abs_max_bits 0.25. Both were then removed (one gather launch, TWO; the max found by
-# sample_backward, MAX), and no device time was left to time that: off until it is timed.
-BACKWARD_GATHER_CHOOSE = False
+# (as BACKWARD_GATHER_GRID_DIRECT) where the grid is smooth, with them where it is not; their
+# walks in one gather launch (TWO), max |out_grad| found by sample_backward as it reads it
+# (MAX). H100 [32, 64, 256²] backward, device ms, session 37, choose / copies / no copies /
+# torch: f32 random 2.665 / 2.616 / 4.944 / 7.157, affine 1.652 / 2.408 / 1.551 / 3.218; bf16
+# random 2.033 / 1.988 / 4.597 / 7.236, affine 1.458 / 1.813 / 1.374 / 5.143. Its cost where
+# the copies win (random): 2% (count_rough 0.016 ms, the gate); what it saves where the grid
+# is smooth: 31% (f32) and 20% (bf16). Profile, affine f32: gather 0.819, sample_backward
+# 0.649, the gated-off copies 0.041 and backward_last 0.040, count_rough 0.016
+BACKWARD_GATHER_CHOOSE = True
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
