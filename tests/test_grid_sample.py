@@ -1028,25 +1028,31 @@ def test_rough_steps_are_counted_on_the_device(runtime, rng, dims):
 
 
 @pytest.mark.interpreter
-def test_gated_kernels_run_only_for_their_form(runtime, rng):
+def test_gated_kernels_run_only_for_their_form(runtime, rng, monkeypatch):
     """gate.gate_open in a kernel (abs_max_bits and the channels-last copy, which take it like
     every gated kernel): IF_SMOOTH runs where gate[0] ≤ limit, IF_ROUGH where it is above,
-    ALWAYS whatever gate[0] holds; a kernel that does not run writes nothing."""
+    ALWAYS whatever gate[0] holds; a kernel that does not run writes nothing. Then again with
+    one cube a gated launch (tuning.gated_cubes): the copy's cube loops over both batch items."""
     import rudnn.grid_sample as gs
     from rudnn.grid_sample import gate
     x = rng.standard_normal((2, 3, 1, 1, 10)).astype(np.float32)
     want = np.float32(np.abs(x).max()).view(np.uint32)
     t = runtime.tensor(x)
     steps = runtime.tensor(np.array([5], np.uint32))
-    for limit, when, runs in ((5, gate.IF_SMOOTH, True), (4, gate.IF_SMOOTH, False), (4, gate.IF_ROUGH, True),
-                              (5, gate.IF_ROUGH, False), (0, gate.ALWAYS, True)):
-        alone, fused = runtime.zeros((2,), kd.u32), runtime.zeros((2,), kd.u32)
-        gs._abs_max(t, alone, (steps, limit, when))
-        rows = gs._to_channels_last(t, fused, (steps, limit, when))
-        assert alone.numpy()[0] == (want if runs else 0), (limit, when)
-        assert fused.numpy()[0] == (want if runs else 0), (limit, when)
-        if runs:
-            np.testing.assert_array_equal(rows.numpy().reshape(2, 10, 3), x.reshape(2, 3, 10).transpose(0, 2, 1))
+    for one_cube in (False, True):
+        if one_cube:
+            monkeypatch.setattr(gs, "gated_cubes", lambda caps, blocks, gated: 1 if gated else blocks)
+        for limit, when, runs in ((5, gate.IF_SMOOTH, True), (4, gate.IF_SMOOTH, False), (4, gate.IF_ROUGH, True),
+                                  (5, gate.IF_ROUGH, False), (0, gate.ALWAYS, True)):
+            what = (limit, when, one_cube)
+            alone, fused = runtime.zeros((2,), kd.u32), runtime.zeros((2,), kd.u32)
+            gs._abs_max(t, alone, (steps, limit, when))
+            rows = gs._to_channels_last(t, fused, (steps, limit, when))
+            assert alone.numpy()[0] == (want if runs else 0), what
+            assert fused.numpy()[0] == (want if runs else 0), what
+            if runs:
+                np.testing.assert_array_equal(rows.numpy().reshape(2, 10, 3), x.reshape(2, 3, 10).transpose(0, 2, 1),
+                                              err_msg=str(what))
 
 
 def _backward_with(runtime, use, x, grid, go, opts) -> list:
@@ -1062,7 +1068,8 @@ def test_gathered_backward_chosen_on_the_device_is_the_scatters(runtime, rng, mo
     """BACKWARD_GATHER_CHOOSE: both forms launched (their walks in one gather), the device
     running one. On a smooth and a random grid, with the limit of gate.rough_limit, then every
     grid smooth (limit 2^31 − 1) and every grid rough (limit 0: each grid here has rough
-    steps): dx bit for bit the scatter's, the grid gradient within rounding of it and of torch."""
+    steps), that last also with one cube a gated launch: dx bit for bit the scatter's, the
+    grid gradient within rounding of it and of torch."""
     import rudnn.grid_sample as gs
     use_gather, use_scatter, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_BYTES=8,
                                                       BACKWARD_GATHER_CHOOSE=True)
@@ -1072,11 +1079,13 @@ def test_gathered_backward_chosen_on_the_device_is_the_scatters(runtime, rng, mo
     grids = {"smooth": _affine_points(2, size_out, 2),
              "random": rng.uniform(-1.1, 1.1, (2, *size_out, 2)).astype(np.float32)}
     opts = GridSampleOptions()
-    for limit in (None, 2 ** 31 - 1, 0):
+    for limit, one_cube in ((None, False), (2 ** 31 - 1, False), (0, False), (0, True)):
         if limit is not None:
             monkeypatch.setattr(gs._gate, "rough_limit", lambda points, v=limit: v)
+        if one_cube:   # the rough form's gated launches (tuning.gated_cubes) looping over every block
+            monkeypatch.setattr(gs, "gated_cubes", lambda caps, blocks, gated: 1 if gated else blocks)
         for name, grid in grids.items():
-            what = f"{name} limit {limit}"
+            what = f"{name} limit {limit}{' one cube' if one_cube else ''}"
             before = launched()
             gathered = _backward_with(runtime, use_gather, x, grid, go, opts)
             assert launched() - before == 1, what   # both forms' walks in one gather

@@ -53,8 +53,8 @@ from .problem import GridSampleError, sample_problem
 from . import tuning as _tuning
 from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group,
                      backward_gather_vector, backward_group, backward_staged_channels, channels_last_lanes,
-                     channels_last_vectors, cubes, forward_chunk, forward_tiles, gather_cells, headroom, lane_last_plan,
-                     lane_plan, small_backward, staged_plan, transpose_lanes)
+                     channels_last_vectors, cubes, forward_chunk, forward_tiles, gated_cubes, gather_cells, headroom,
+                     lane_last_plan, lane_plan, small_backward, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -194,9 +194,12 @@ def _to_channels_last(t5, max_bits=None, gated=None) -> kd.Tensor:
     bx, by = _last.TILE_UNITS
     tile = bx * v
     stats = max_bits if max_bits is not None else tl.runtime.empty((1,), kd.u32)
-    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), n), (bx, by)](
-        t5.reshape(t5.size), tl, stats.reshape(stats.size), c, spatial, v, max_bits is not None,
-        *(gated or _ungated(stats)))
+    tiles = -(-spatial // tile) * -(-c // tile)
+    skippable = gated is not None and gated[2] != _gate.ALWAYS
+    z = -(-gated_cubes(t5.runtime.capabilities, tiles * n, skippable) // tiles)   # batch items in z
+    _last.to_channels_last[(-(-spatial // tile), -(-c // tile), z), (bx, by)](
+        t5.reshape(t5.size), tl, stats.reshape(stats.size), n, c, spatial, v, max_bits is not None,
+        *(gated or _ungated(stats)), z < n)
     return tl
 
 
@@ -217,7 +220,7 @@ def _backward_channels_last(x5, g5, go5, grad_grid, dx, max_bits, points: int, l
     _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
         _to_channels_last(x5), g5.reshape(g5.size), gl, grad_grid.reshape(grad_grid.size), acc, flags, max_bits,
         points, locations, c, *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, room, group, staged, True,
-        *_ungated(max_bits))
+        *_ungated(max_bits), False)
     bx, by = _bwd_last.FINISH_UNITS
     _bwd_last.finish_channels_last[(-(-spatial // bx), -(-c // bx), n), (bx, by)](
         acc, flags, max_bits, dx.reshape(dx.size), c, spatial, room)
@@ -259,9 +262,11 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
         if staged:
             _abs_max(go5, max_bits, rough)
         gl = go5.reshape(go5.size) if staged else _to_channels_last(go5, max_bits, rough)
-        _bwd_last.backward_channels_last[-(-points // (UNITS // group)), UNITS](
+        full = -(-points // (UNITS // group))
+        blocks = gated_cubes(rt.capabilities, full, choose)   # (fewer: the kernel loops over the blocks)
+        _bwd_last.backward_channels_last[blocks, UNITS](
             _to_channels_last(x5, gated=rough), grid, gl, grad_grid.reshape(grad_grid.size), none64, none32,
-            max_bits, points, locations, c, *sizes, *opts, room, group, staged, False, *rough)
+            max_bits, points, locations, c, *sizes, *opts, room, group, staged, False, *rough, blocks < full)
         if _tuning.BACKWARD_GATHER_LAST and not staged:   # out_grad's channels-last copy, K consecutive channels a point
             walks.append((gl, (c, 1), backward_gather_vector(k, x5.dtype.itemsize), rough))
         else:

@@ -49,6 +49,68 @@ def clear_flags(flags: kd.Tensor[kd.u32, 1], max_bits: kd.Tensor[kd.u32, 1], tot
         flags[e] = kd.u32(0)
 
 
+@kd.func
+def point_block(xl, grid, gl, grad_grid, acc, flags, max_bits, parts, rows, first, total, locations, C, size_d,
+                size_h, size_w, pad_mode, align, MODE, DIMS, HEADROOM, G, STAGED_C, SCATTER):
+    """backward_channels_last's work on the block of PTS = UNITS / G points from `first`."""
+    UNITS = kd.cube_dim_x()
+    PTS = UNITS // G
+    u = kd.unit_pos_x()
+    chunk = u % G
+    wanted = first + u // G
+    if STAGED_C > 0:
+        for i in kd.unroll(-(-(STAGED_C * PTS) // UNITS)):
+            slot = u + i * UNITS
+            f = first + slot % PTS
+            if slot < STAGED_C * PTS:
+                v = kd.f32(0)
+                if f < total:   # (points past the last: zeros, read by units that add nothing)
+                    m = f // locations
+                    v = kd.f32(gl[(kd.i64(m) * STAGED_C + slot // PTS) * locations + f - m * locations])
+                rows[slot] = v
+        kd.sync_cube()
+    live = wanted < total          # units past the last point compute a copy of it, add nothing
+    e = kd.min(wanted, total - 1)
+    t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+    TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+    scale = fixed_scale(max_bits[0], HEADROOM)
+    base = kd.i64(e // locations) * size_d * size_h * size_w
+    row = kd.i64(e) * C
+    gx = kd.f32(0)
+    gy = kd.f32(0)
+    gz = kd.f32(0)
+    for c in range(chunk, C, G):
+        if STAGED_C > 0:
+            go = rows[c * PTS + u // G]
+        else:
+            go = kd.f32(gl[row + c])
+        for a in kd.unroll(TZ):
+            for b in kd.unroll(TX):
+                for k in kd.unroll(TX):
+                    ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
+                    at = (base + (t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]) * C + c
+                    v = kd.select(ok, kd.f32(xl[at]), 0.0)
+                    gx, gy, gz, w = tap_gradient(t, v, go, a, b, k, gx, gy, gz, TZ, TX, Z, Y, X)
+                    if SCATTER and ok and live:
+                        add_wide(acc, flags, at, w * go, scale)
+    parts[u] = gx
+    parts[UNITS + u] = gy
+    parts[2 * UNITS + u] = gz
+    kd.sync_cube()
+    if chunk == 0 and live:
+        sx = kd.f32(0)
+        sy = kd.f32(0)
+        sz = kd.f32(0)
+        for j in kd.unroll(G):   # in order: the same sum whatever order the units ran in
+            sx += parts[u + j]
+            sy += parts[UNITS + u + j]
+            sz += parts[2 * UNITS + u + j]
+        grad_grid[kd.i64(e) * DIMS] = sx * t[X + 4 * TX]
+        grad_grid[kd.i64(e) * DIMS + 1] = sy * t[Y + 4 * TX]
+        if DIMS == 3:
+            grad_grid[kd.i64(e) * DIMS + 2] = sz * t[Z + 4 * TZ]
+
+
 @kd.kernel
 def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_grid: kd.Tensor,
                            acc: kd.Tensor[kd.i64, 1], flags: kd.Tensor[kd.u32, 1], max_bits: kd.Tensor[kd.u32, 1],
@@ -56,7 +118,7 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
                            size_w: kd.i32, pad_mode: kd.i32, align: kd.i32, MODE: kd.Const[str],
                            DIMS: kd.Const[int], HEADROOM: kd.Const[int], G: kd.Const[int], STAGED_C: kd.Const[int],
                            SCATTER: kd.Const[bool], gate: kd.Tensor[kd.u32, 1], limit: kd.i32,
-                           WHEN: kd.Const[int]):
+                           WHEN: kd.Const[int], LOOP: kd.Const[bool]):
     """xl [N, S, C] (flat, channels last), grid [N·locations, DIMS] (flat): unit u of a cube
     takes channels u % G + i·G of the cube's point u // G, adds its contributions to acc
     [N, S, C] (flags beside it) and its share of the grid gradient, which the point's first
@@ -65,67 +127,24 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
     (flat, C = STAGED_C), whose rows of the cube's points are first copied to shared memory
     (consecutive units reading consecutive points: no transpose pass). SCATTER False: the grid
     gradient alone (acc and flags untouched; backward_gather.py sums the input gradient).
-    gate, limit, WHEN: gate.py."""
+    A cube takes the block of PTS = UNITS / G points at cube_pos_x; with LOOP, blocks
+    cube_pos_x, + cube_count_x, ... (a gated launch has fewer cubes than blocks, so one the
+    gate skips costs little). gate, limit, WHEN: gate.py."""
     if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
-        UNITS = kd.cube_dim_x()
-        PTS = UNITS // G
-        parts = kd.shared(kd.f32, 3 * UNITS)
-        u = kd.unit_pos_x()
-        chunk = u % G
-        first = kd.cube_pos_x() * PTS
-        wanted = first + u // G
+        PTS = kd.cube_dim_x() // G
+        parts = kd.shared(kd.f32, 3 * kd.cube_dim_x())
+        rows = parts
         if STAGED_C > 0:
             rows = kd.shared(kd.f32, STAGED_C * PTS)
-            for i in kd.unroll(-(-(STAGED_C * PTS) // UNITS)):
-                slot = u + i * UNITS
-                f = first + slot % PTS
-                if slot < STAGED_C * PTS:
-                    v = kd.f32(0)
-                    if f < total:   # (points past the last: zeros, read by units that add nothing)
-                        m = f // locations
-                        v = kd.f32(gl[(kd.i64(m) * STAGED_C + slot // PTS) * locations + f - m * locations])
-                    rows[slot] = v
-            kd.sync_cube()
-        live = wanted < total          # units past the last point compute a copy of it, add nothing
-        e = kd.min(wanted, total - 1)
-        t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
-        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
-        scale = fixed_scale(max_bits[0], HEADROOM)
-        base = kd.i64(e // locations) * size_d * size_h * size_w
-        row = kd.i64(e) * C
-        gx = kd.f32(0)
-        gy = kd.f32(0)
-        gz = kd.f32(0)
-        for c in range(chunk, C, G):
-            if STAGED_C > 0:
-                go = rows[c * PTS + u // G]
-            else:
-                go = kd.f32(gl[row + c])
-            for a in kd.unroll(TZ):
-                for b in kd.unroll(TX):
-                    for k in kd.unroll(TX):
-                        ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
-                        at = (base + (t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]) * C + c
-                        v = kd.select(ok, kd.f32(xl[at]), 0.0)
-                        gx, gy, gz, w = tap_gradient(t, v, go, a, b, k, gx, gy, gz, TZ, TX, Z, Y, X)
-                        if SCATTER and ok and live:
-                            add_wide(acc, flags, at, w * go, scale)
-        parts[u] = gx
-        parts[UNITS + u] = gy
-        parts[2 * UNITS + u] = gz
-        kd.sync_cube()
-        if chunk == 0 and live:
-            sx = kd.f32(0)
-            sy = kd.f32(0)
-            sz = kd.f32(0)
-            for j in kd.unroll(G):   # in order: the same sum whatever order the units ran in
-                sx += parts[u + j]
-                sy += parts[UNITS + u + j]
-                sz += parts[2 * UNITS + u + j]
-            grad_grid[kd.i64(e) * DIMS] = sx * t[X + 4 * TX]
-            grad_grid[kd.i64(e) * DIMS + 1] = sy * t[Y + 4 * TX]
-            if DIMS == 3:
-                grad_grid[kd.i64(e) * DIMS + 2] = sz * t[Z + 4 * TZ]
+        if LOOP:
+            for block in range(kd.cube_pos_x(), (total + PTS - 1) // PTS, kd.cube_count_x()):
+                point_block(xl, grid, gl, grad_grid, acc, flags, max_bits, parts, rows, block * PTS, total, locations,
+                            C, size_d, size_h, size_w, pad_mode, align, MODE, DIMS, HEADROOM, G, STAGED_C, SCATTER)
+                kd.sync_cube()   # (parts and rows are filled again for the next block)
+        else:
+            point_block(xl, grid, gl, grad_grid, acc, flags, max_bits, parts, rows, kd.cube_pos_x() * PTS, total,
+                        locations, C, size_d, size_h, size_w, pad_mode, align, MODE, DIMS, HEADROOM, G, STAGED_C,
+                        SCATTER)
 
 
 @kd.kernel
@@ -137,7 +156,7 @@ def finish_channels_last(acc: kd.Tensor[kd.i64, 1], flags: kd.Tensor[kd.u32, 1],
     T = kd.cube_dim_x()
     R = kd.cube_dim_y()
     tile = kd.shared(kd.f32, (T, T + 1))
-    n, s0, c0, tx, ty = tile_corner(T)
+    n, s0, c0, tx, ty = tile_corner(T, kd.cube_pos_z())
     unit = kd.exp2(kd.f64(-scale_exponent(max_bits[0], HEADROOM)))
     special = max_bits[1] != 0
     for i in kd.unroll(T // R):

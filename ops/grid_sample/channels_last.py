@@ -23,62 +23,96 @@ TILE_UNITS = (32, 8)   # the transpose's cube: 32 units along a row, 8 rows at a
 
 
 @kd.func
-def tile_corner(T):
+def tile_corner(T, z):
     """(batch item, first position, first channel, unit x, unit y) of a transpose cube's T × T
-    tile: cube (x, y, z) takes positions x·T.., channels y·T.. of batch item z."""
-    return (kd.i64(kd.cube_pos_z()), kd.cube_pos_x() * T, kd.cube_pos_y() * T, kd.unit_pos_x(), kd.unit_pos_y())
+    tile: cube (x, y, ·) takes positions x·T.., channels y·T.. of batch item z."""
+    return (kd.i64(z), kd.cube_pos_x() * T, kd.cube_pos_y() * T, kd.unit_pos_x(), kd.unit_pos_y())
+
+
+@kd.func
+def load_tile(x, tile, z, C, S, V, MAX, m, bad):
+    """to_channels_last's reads: batch item z's T × T tile of x into `tile` (rows of x in
+    order); with MAX, (m, bad) of fixed_point.track_abs_max carried on over what it read."""
+    T = kd.cube_dim_x() * V
+    R = kd.cube_dim_y()
+    n, s0, c0, tx, ty = tile_corner(T, z)
+    for i in kd.unroll(T // R):
+        c = c0 + ty + i * R
+        if c < C and s0 + tx * V < S:
+            at = (n * C + c) * S + s0 + tx * V
+            if V == 1:
+                e = x[at]
+                tile[ty + i * R, tx] = e
+                if MAX:
+                    m, bad = track_abs_max(m, bad, e)
+            else:
+                v = kd.load_vec(x, at, V)
+                for j in kd.unroll(V):
+                    tile[ty + i * R, tx * V + j] = v[j]
+                    if MAX:
+                        m, bad = track_abs_max(m, bad, v[j])
+    return m, bad
+
+
+@kd.func
+def store_tile(xl, tile, z, C, S, V):
+    """to_channels_last's writes: `tile` (filled by load_tile) to batch item z of xl, rows of xl in order."""
+    T = kd.cube_dim_x() * V
+    R = kd.cube_dim_y()
+    n, s0, c0, tx, ty = tile_corner(T, z)
+    for i in kd.unroll(T // R):
+        s = s0 + ty + i * R
+        if s < S and c0 + tx * V < C:
+            at = (n * S + s) * C + c0 + tx * V
+            column = ()
+            for j in kd.unroll(V):
+                column = column + (tile[tx * V + j, ty + i * R],)
+            if V == 1:
+                xl[at] = column[0]
+            else:
+                kd.store_vec(xl, at, vec_of(column, V))
+
+
+@kd.func
+def publish_max(stats, m, bad):
+    """The cube's max |x| (its units' m) and non-finite flag (bad) into stats, as abs_max_bits does."""
+    m = kd.cube_max(m)
+    if kd.unit_pos() == 0:
+        kd.atomic_max(stats, 0, kd.bitcast(m, kd.u32))
+    if bad != 0:   # rare: one atomic a unit that saw one
+        kd.atomic_or(stats, 1, kd.u32(1))
 
 
 @kd.kernel
-def to_channels_last(x: kd.Tensor, xl: kd.Tensor, stats: kd.Tensor[kd.u32, 1], C: kd.i32, S: kd.i32,
+def to_channels_last(x: kd.Tensor, xl: kd.Tensor, stats: kd.Tensor[kd.u32, 1], N: kd.i32, C: kd.i32, S: kd.i32,
                      V: kd.Const[int], MAX: kd.Const[bool], gate: kd.Tensor[kd.u32, 1], limit: kd.i32,
-                     WHEN: kd.Const[int]):
+                     WHEN: kd.Const[int], LOOP: kd.Const[bool]):
     """xl[n, s, c] = x[n, c, s] (both flat): a cube moves a T × T tile (T = 32·V) of batch item
-    cube_pos_z through shared memory, reading rows of x and writing rows of xl in order, V
-    consecutive elements a unit access (S and C multiples of V). With MAX, it also does
-    fixed_point.abs_max_bits' work on x (stats as its `out`, zeroed first): the backward's
-    out_grad is read once, not twice; without, stats is not touched. gate, limit, WHEN: gate.py
-    (the whole copy skipped where the other form of the call was chosen)."""
+    cube_pos_z (with LOOP, of items cube_pos_z, + cube_count_z, ... below N) through shared
+    memory, reading rows of x and writing rows of xl in order, V consecutive elements a unit
+    access (S and C multiples of V). With MAX, it also does fixed_point.abs_max_bits' work on x
+    (stats as its `out`, zeroed first): the backward's out_grad is read once, not twice;
+    without, stats is not touched. gate, limit, WHEN: gate.py (the whole copy skipped where
+    the other form of the call was chosen; such a launch loops over fewer cubes, so a skipped
+    copy costs little)."""
     if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
-        T = kd.cube_dim_x() * V
         m = kd.f32(0)
         bad = 0
-        R = kd.cube_dim_y()
-        tile = kd.shared(x.dtype, (T, T + 1))
-        n, s0, c0, tx, ty = tile_corner(T)
-        for i in kd.unroll(T // R):
-            c = c0 + ty + i * R
-            if c < C and s0 + tx * V < S:
-                at = (n * C + c) * S + s0 + tx * V
-                if V == 1:
-                    e = x[at]
-                    tile[ty + i * R, tx] = e
-                    if MAX:
-                        m, bad = track_abs_max(m, bad, e)
-                else:
-                    v = kd.load_vec(x, at, V)
-                    for j in kd.unroll(V):
-                        tile[ty + i * R, tx * V + j] = v[j]
-                        if MAX:
-                            m, bad = track_abs_max(m, bad, v[j])
-        kd.sync_cube()
-        if MAX:
-            m = kd.cube_max(m)
-            if kd.unit_pos() == 0:
-                kd.atomic_max(stats, 0, kd.bitcast(m, kd.u32))
-            if bad != 0:   # rare: one atomic a unit that saw one
-                kd.atomic_or(stats, 1, kd.u32(1))
-        for i in kd.unroll(T // R):
-            s = s0 + ty + i * R
-            if s < S and c0 + tx * V < C:
-                at = (n * S + s) * C + c0 + tx * V
-                column = ()
-                for j in kd.unroll(V):
-                    column = column + (tile[tx * V + j, ty + i * R],)
-                if V == 1:
-                    xl[at] = column[0]
-                else:
-                    kd.store_vec(xl, at, vec_of(column, V))
+        tile = kd.shared(x.dtype, (kd.cube_dim_x() * V, kd.cube_dim_x() * V + 1))
+        if LOOP:
+            for z in range(kd.cube_pos_z(), N, kd.cube_count_z()):
+                m, bad = load_tile(x, tile, z, C, S, V, MAX, m, bad)
+                kd.sync_cube()
+                store_tile(xl, tile, z, C, S, V)
+                kd.sync_cube()   # (the tile is filled again for the next batch item)
+            if MAX:
+                publish_max(stats, m, bad)
+        else:
+            m, bad = load_tile(x, tile, kd.cube_pos_z(), C, S, V, MAX, m, bad)
+            kd.sync_cube()
+            if MAX:
+                publish_max(stats, m, bad)
+            store_tile(xl, tile, kd.cube_pos_z(), C, S, V)
 
 
 @kd.func

@@ -371,6 +371,19 @@ BACKWARD_GATHER_FLAT = 2
 # is smooth: 31% (f32) and 20% (bf16). Profile, affine f32: gather 0.819, sample_backward
 # 0.649, the gated-off copies 0.041 and backward_last 0.040, count_rough 0.016
 BACKWARD_GATHER_CHOOSE = True
+# cubes a compute unit of a gated launch (gate.py) of the channels-last copies and backward:
+# each cube loops over the blocks (or batch items) a launch of a cube each would give, so a
+# launch the gate skips costs a few thousand cubes, not 65,536 (the 0.081 ms above); 0: a cube
+# a block, as the ungated launches
+GATED_CUBES_PER_UNIT = 8
+
+
+def gated_cubes(caps, blocks: int, gated: bool) -> int:
+    """Cubes of a launch of `blocks` blocks that loops over them: all of them ungated, at most
+    GATED_CUBES_PER_UNIT a compute unit where the launch is gated."""
+    if not gated or GATED_CUBES_PER_UNIT <= 0:
+        return blocks
+    return max(1, min(blocks, GATED_CUBES_PER_UNIT * max(caps.compute_units, 1)))
 
 
 def backward_gather_vector(k: int, itemsize: int) -> int:
