@@ -372,9 +372,14 @@ BACKWARD_GATHER_FLAT = 2
 # 0.649, the gated-off copies 0.041 and backward_last 0.040, count_rough 0.016
 BACKWARD_GATHER_CHOOSE = True
 # cubes a compute unit of a gated launch (gate.py) of the channels-last copies and backward:
-# each cube loops over the blocks (or batch items) a launch of a cube each would give, so a
-# launch the gate skips costs a few thousand cubes, not 65,536 (the 0.081 ms above); 0: a cube
-# a block, as the ungated launches
+# each cube loops over the blocks (or batch items) a launch of a cube each would give (their
+# LOOP constant), so a launch the gate skips costs about a thousand cubes, not 65,536; 0: a cube
+# a block, as the ungated launches. H100 [32, 64, 256²] backward, device ms, session 38, choose
+# with 8 / 32 / 0 (copies, torch): f32 affine 1.574 / 1.581 / 1.649 (2.403, 3.218), random
+# 2.912 / 2.992 / 2.661 (2.610, 7.163); bf16 affine 1.401 / 1.406 / 1.457, random 2.356 / 2.324
+# / 2.034 (1.988, 7.250). On smooth grids it saves the skipped launches (0.081 ms, f32); where
+# the looping kernels run (rough grids) they are slower than a cube a block (f32: copies 0.900
+# against 0.734 ms, backward 0.892 against 0.813). On: the gate exists for the smooth grids
 GATED_CUBES_PER_UNIT = 8
 
 
