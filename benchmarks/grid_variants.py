@@ -92,6 +92,8 @@ BACKWARD = {   # the scatter forms with the gathered input gradient off, then th
         "BACKWARD_STAGED_CHANNELS": 0, "BACKWARD_GATHER_FINITE_PATH": True, "BACKWARD_GATHER_FLAGS": 10,
         "BACKWARD_GATHER_RECORDS": True, "BACKWARD_GATHER_FLAT": f} for b, f in ((32, 1), (32, 2), (32, 4), (64, 2))},
     "gather choose (device: no copies where smooth)": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_CHOOSE": True},
+    "gather choose, gated launches looping (8 cubes a unit)": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_CHOOSE": True,
+                                                              "GATED_CUBES_PER_UNIT": 8},
     "gather K32B direct": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_BYTES": 32, "BACKWARD_GATHER_GRID_DIRECT": True},
     "gather G8 K32B go-rows": {"BACKWARD_GATHER": True, "BACKWARD_GROUP": 8, "BACKWARD_GATHER_BYTES": 32,
                                "BACKWARD_GATHER_LAST": False, "BACKWARD_STAGED_CHANNELS": 64},

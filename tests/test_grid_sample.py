@@ -1032,10 +1032,11 @@ def test_gated_kernels_run_only_for_their_form(runtime, rng, monkeypatch):
     """gate.gate_open in a kernel (abs_max_bits and the channels-last copy, which take it like
     every gated kernel): IF_SMOOTH runs where gate[0] ≤ limit, IF_ROUGH where it is above,
     ALWAYS whatever gate[0] holds; a kernel that does not run writes nothing. Then again with
-    one cube a gated launch (tuning.gated_cubes): the copy's cube loops over both batch items."""
+    one cube a gated launch (tuning.gated_cubes): the copy's cube loops over the three batch
+    items."""
     import rudnn.grid_sample as gs
     from rudnn.grid_sample import gate
-    x = rng.standard_normal((2, 3, 1, 1, 10)).astype(np.float32)
+    x = rng.standard_normal((3, 3, 1, 1, 10)).astype(np.float32)
     want = np.float32(np.abs(x).max()).view(np.uint32)
     t = runtime.tensor(x)
     steps = runtime.tensor(np.array([5], np.uint32))
@@ -1051,7 +1052,7 @@ def test_gated_kernels_run_only_for_their_form(runtime, rng, monkeypatch):
             assert alone.numpy()[0] == (want if runs else 0), what
             assert fused.numpy()[0] == (want if runs else 0), what
             if runs:
-                np.testing.assert_array_equal(rows.numpy().reshape(2, 10, 3), x.reshape(2, 3, 10).transpose(0, 2, 1),
+                np.testing.assert_array_equal(rows.numpy().reshape(3, 10, 3), x.reshape(3, 3, 10).transpose(0, 2, 1),
                                               err_msg=str(what))
 
 

@@ -128,8 +128,9 @@ def backward_channels_last(xl: kd.Tensor, grid: kd.Tensor, gl: kd.Tensor, grad_g
     (consecutive units reading consecutive points: no transpose pass). SCATTER False: the grid
     gradient alone (acc and flags untouched; backward_gather.py sums the input gradient).
     A cube takes the block of PTS = UNITS / G points at cube_pos_x; with LOOP, blocks
-    cube_pos_x, + cube_count_x, ... (a gated launch has fewer cubes than blocks, so one the
-    gate skips costs little). gate, limit, WHEN: gate.py."""
+    cube_pos_x, + cube_count_x, ... (a gated launch of fewer cubes than blocks,
+    tuning.GATED_CUBES_PER_UNIT, so that one the gate skips costs little). gate, limit, WHEN:
+    gate.py."""
     if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
         PTS = kd.cube_dim_x() // G
         parts = kd.shared(kd.f32, 3 * kd.cube_dim_x())

@@ -93,8 +93,8 @@ def to_channels_last(x: kd.Tensor, xl: kd.Tensor, stats: kd.Tensor[kd.u32, 1], N
     access (S and C multiples of V). With MAX, it also does fixed_point.abs_max_bits' work on x
     (stats as its `out`, zeroed first): the backward's out_grad is read once, not twice;
     without, stats is not touched. gate, limit, WHEN: gate.py (the whole copy skipped where
-    the other form of the call was chosen; such a launch loops over fewer cubes, so a skipped
-    copy costs little)."""
+    the other form of the call was chosen); LOOP: a gated launch of fewer cubes
+    (tuning.GATED_CUBES_PER_UNIT), so that a skipped copy costs little."""
     if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
         m = kd.f32(0)
         bad = 0

@@ -377,10 +377,13 @@ BACKWARD_GATHER_CHOOSE = True
 # a block, as the ungated launches. H100 [32, 64, 256²] backward, device ms, session 38, choose
 # with 8 / 32 / 0 (copies, torch): f32 affine 1.574 / 1.581 / 1.649 (2.403, 3.218), random
 # 2.912 / 2.992 / 2.661 (2.610, 7.163); bf16 affine 1.401 / 1.406 / 1.457, random 2.356 / 2.324
-# / 2.034 (1.988, 7.250). On smooth grids it saves the skipped launches (0.081 ms, f32); where
-# the looping kernels run (rough grids) they are slower than a cube a block (f32: copies 0.900
-# against 0.734 ms, backward 0.892 against 0.813). On: the gate exists for the smooth grids
-GATED_CUBES_PER_UNIT = 8
+# / 2.034 (1.988, 7.250); 2 and 4 cubes, random f32 3.128 / 2.853. On smooth grids it saves the
+# skipped launches (0.081 ms, f32: 5%); where the looping kernels run (rough grids) they are
+# slower than a cube a block at every count (f32: the two copies 0.900 against 0.734 ms, the
+# backward 0.892 against 0.813; 7-17% of the call), and two tiles or arrays in turn (no barrier
+# at the end of a round) were slower still (the backward 1.032 ms). Off: it loses more on rough
+# grids than it saves on smooth ones
+GATED_CUBES_PER_UNIT = 0
 
 
 def gated_cubes(caps, blocks: int, gated: bool) -> int:
