@@ -15,7 +15,7 @@ import kerneldsl as kd
 
 from ..normalization.device import vec_of
 from .coords import axis_taps
-from .fixed_point import track_abs_max
+from .fixed_point import publish_max, track_abs_max
 from .gate import gate_open
 from .sample import tap_layout
 
@@ -30,57 +30,39 @@ def tile_corner(T, z):
 
 
 @kd.func
-def load_tile(x, tile, z, C, S, V, MAX, m, bad):
-    """to_channels_last's reads: batch item z's T × T tile of x into `tile` (rows of x in
-    order); with MAX, (m, bad) of fixed_point.track_abs_max carried on over what it read."""
+def move_tile(x, xl, tile, z, C, S, V, MAX, m, bad, WRITE):
+    """Half of to_channels_last's work on batch item z's T × T tile: x's rows (channels) into
+    `tile`, with MAX (m, bad) of fixed_point.track_abs_max carried on over what it read; or,
+    with WRITE, `tile` out to xl's rows (positions). Unit (tx, ty) moves V elements a line."""
     T = kd.cube_dim_x() * V
     R = kd.cube_dim_y()
     n, s0, c0, tx, ty = tile_corner(T, z)
     for i in kd.unroll(T // R):
-        c = c0 + ty + i * R
-        if c < C and s0 + tx * V < S:
-            at = (n * C + c) * S + s0 + tx * V
+        line = ty + i * R
+        if WRITE:
+            if s0 + line < S and c0 + tx * V < C:
+                column = ()
+                for j in kd.unroll(V):
+                    column = column + (tile[tx * V + j, line],)
+                at = (n * S + s0 + line) * C + c0 + tx * V
+                if V == 1:
+                    xl[at] = column[0]
+                else:
+                    kd.store_vec(xl, at, vec_of(column, V))
+        elif c0 + line < C and s0 + tx * V < S:
+            at = (n * C + c0 + line) * S + s0 + tx * V
             if V == 1:
                 e = x[at]
-                tile[ty + i * R, tx] = e
+                tile[line, tx] = e
                 if MAX:
                     m, bad = track_abs_max(m, bad, e)
             else:
                 v = kd.load_vec(x, at, V)
                 for j in kd.unroll(V):
-                    tile[ty + i * R, tx * V + j] = v[j]
+                    tile[line, tx * V + j] = v[j]
                     if MAX:
                         m, bad = track_abs_max(m, bad, v[j])
     return m, bad
-
-
-@kd.func
-def store_tile(xl, tile, z, C, S, V):
-    """to_channels_last's writes: `tile` (filled by load_tile) to batch item z of xl, rows of xl in order."""
-    T = kd.cube_dim_x() * V
-    R = kd.cube_dim_y()
-    n, s0, c0, tx, ty = tile_corner(T, z)
-    for i in kd.unroll(T // R):
-        s = s0 + ty + i * R
-        if s < S and c0 + tx * V < C:
-            at = (n * S + s) * C + c0 + tx * V
-            column = ()
-            for j in kd.unroll(V):
-                column = column + (tile[tx * V + j, ty + i * R],)
-            if V == 1:
-                xl[at] = column[0]
-            else:
-                kd.store_vec(xl, at, vec_of(column, V))
-
-
-@kd.func
-def publish_max(stats, m, bad):
-    """The cube's max |x| (its units' m) and non-finite flag (bad) into stats, as abs_max_bits does."""
-    m = kd.cube_max(m)
-    if kd.unit_pos() == 0:
-        kd.atomic_max(stats, 0, kd.bitcast(m, kd.u32))
-    if bad != 0:   # rare: one atomic a unit that saw one
-        kd.atomic_or(stats, 1, kd.u32(1))
 
 
 @kd.kernel
@@ -101,18 +83,18 @@ def to_channels_last(x: kd.Tensor, xl: kd.Tensor, stats: kd.Tensor[kd.u32, 1], N
         tile = kd.shared(x.dtype, (kd.cube_dim_x() * V, kd.cube_dim_x() * V + 1))
         if LOOP:
             for z in range(kd.cube_pos_z(), N, kd.cube_count_z()):
-                m, bad = load_tile(x, tile, z, C, S, V, MAX, m, bad)
+                m, bad = move_tile(x, xl, tile, z, C, S, V, MAX, m, bad, False)
                 kd.sync_cube()
-                store_tile(xl, tile, z, C, S, V)
+                move_tile(x, xl, tile, z, C, S, V, MAX, m, bad, True)
                 kd.sync_cube()   # (the tile is filled again for the next batch item)
             if MAX:
                 publish_max(stats, m, bad)
         else:
-            m, bad = load_tile(x, tile, kd.cube_pos_z(), C, S, V, MAX, m, bad)
+            m, bad = move_tile(x, xl, tile, kd.cube_pos_z(), C, S, V, MAX, m, bad, False)
             kd.sync_cube()
             if MAX:
                 publish_max(stats, m, bad)
-            store_tile(xl, tile, kd.cube_pos_z(), C, S, V)
+            move_tile(x, xl, tile, kd.cube_pos_z(), C, S, V, MAX, m, bad, True)
 
 
 @kd.func

@@ -32,6 +32,17 @@ def track_abs_max(m, bad, v):
     return (kd.max(m, kd.select(a < kd.inf, a, 0.0)), kd.max(bad, kd.select(a < HUGE, 0, 1)))
 
 
+@kd.func
+def publish_max(out, m, bad):
+    """The cube's largest m (its bits, one atomic max) and any unit's bad (an atomic or) into
+    out[0] and out[1]: the end of abs_max_bits, once track_abs_max has seen each unit's share."""
+    m = kd.cube_max(m)
+    if kd.unit_pos() == 0:
+        kd.atomic_max(out, 0, kd.bitcast(m, kd.u32))
+    if bad != 0:   # rare: one atomic a unit that saw one
+        kd.atomic_or(out, 1, kd.u32(1))
+
+
 @kd.kernel
 def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.Const[int],
                  gate: kd.Tensor[kd.u32, 1], limit: kd.i32, WHEN: kd.Const[int]):
@@ -45,11 +56,7 @@ def abs_max_bits(g: kd.Tensor, out: kd.Tensor[kd.u32, 1], total: kd.i32, BX: kd.
         step = kd.cube_count_x() * BX
         for e in range(kd.cube_pos_x() * BX + kd.unit_pos_x(), total, step):
             m, bad = track_abs_max(m, bad, g[e])
-        m = kd.cube_max(m)
-        if kd.unit_pos() == 0:
-            kd.atomic_max(out, 0, kd.bitcast(m, kd.u32))
-        if bad != 0:   # rare: one atomic a unit that saw one
-            kd.atomic_or(out, 1, kd.u32(1))
+        publish_max(out, m, bad)
 
 
 @kd.kernel
