@@ -643,9 +643,11 @@ def test_grid_sample_gathered_input_gradient_compiles_without_spills(dt, mode, d
         ptx_of(bg.count_rough, 256, (grid, u32, points, *size, 0, 0, mode, dims, 256), sm=sm)
         xl, gg = CPU.zeros((n * c * s * s,), dt), CPU.zeros((points * dims,), dt)
         one64, one32 = CPU.zeros((1,), "i64"), CPU.zeros((1,), "u32")
-        ptx = ptx_of(bl.backward_channels_last, 256, (xl, grid, go, gg, one64, one32, bits, points, locations, c, *size,
-                                                      0, 0, mode, dims, 18, 8, 0, False, bits, 0, gate.IF_ROUGH), sm=sm)
-        assert not re.search(r"\b(atom|red)\.global\.add\.u64", ptx)
+        for loop in (False, True):   # (a cube a block, or looping over blocks: tuning.gated_cubes)
+            ptx = ptx_of(bl.backward_channels_last, 256, (xl, grid, go, gg, one64, one32, bits, points, locations, c,
+                                                          *size, 0, 0, mode, dims, 18, 8, 0, False, bits, 0,
+                                                          gate.IF_ROUGH, loop), sm=sm)
+            assert not re.search(r"\b(atom|red)\.global\.add\.u64", ptx)
 
 
 @pytest.mark.parametrize("kind,bn,stages,inflight,groups,mi,lanes", [
