@@ -534,6 +534,44 @@ def test_the_sweep_takes_both_backward_kernels(runtime):
     assert picks == {True, False}
 
 
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("by_cells", [True, False])
+def test_gather_backward_by_cells_and_by_taps_match_torch(runtime, rng, torch, monkeypatch, by_cells):
+    """The gather backward kernels GPUs run, forced on this runtime: pool_backward_cells (a
+    unit the inputs sharing their candidate outputs; windows without dilation) or, with it
+    off, pool_backward_taps (a unit an input), over the sweep's windows, max (with ties and a
+    NaN) and average under each rule, f32 bit for bit against torch autograd."""
+    import rudnn.pooling as pooling
+    from rudnn.pooling import tuning
+    from rudnn.pooling.problem import window_problem
+    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=False))
+    monkeypatch.setattr(tuning, "CELL_BACKWARD", by_cells)
+    launched = []
+    kernel = pooling.pool_backward_cells
+    monkeypatch.setattr(pooling, "pool_backward_cells", type("Spy", (), {
+        "__getitem__": lambda self, launch: launched.append(launch) or kernel[launch]})())
+    reached = 0
+    for n, (shape, k, s, p, d, ceil) in enumerate(WINDOWS):
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.reshape(-1)[::7] = x.reshape(-1)[1]
+        x.reshape(-1)[3] = np.nan
+        tx = runtime.tensor(x)
+        reached += tuning.cell_backward(window_problem("max_pool", len(shape) - 2, tx, k, s, p, d, ceil))
+        out, idx = fn("max_pool{d}d_with_indices", shape)(tx, k, s, p, d, ceil)
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        dx = fn("max_pool{d}d_backward", shape)(tx, runtime.tensor(g), idx, k, s, p, d, ceil)
+        want = torch_grad(torch, lambda t: tfn(torch, "max_pool{d}d", shape)(t, k, s, p, d, ceil), x, g)
+        np.testing.assert_array_equal(dx.numpy(), want, err_msg=f"max {shape}")
+        include, divisor = AVG_RULES[n % len(AVG_RULES)]
+        divisor = None if len(shape) == 3 else divisor   # torch's avg_pool1d has no divisor_override
+        call = lambda t: tfn(torch, "avg_pool{d}d", shape)(t, k, s, p, ceil, include,  # noqa: E731
+                                                          **({} if divisor is None else {"divisor_override": divisor}))
+        g = rng.standard_normal(call(torch.from_numpy(x)).shape).astype(np.float32)
+        dx = fn("avg_pool{d}d_backward", shape)(tx, runtime.tensor(g), k, s, p, ceil, include, divisor)
+        np.testing.assert_array_equal(dx.numpy(), torch_grad(torch, call, x, g), err_msg=f"avg {shape}")
+    assert reached == (4 if by_cells else 0) and len(launched) == (4 + 7 if by_cells else 0)  # (averages: no dilation)
+
+
 # ---------------------------------------------------------------------------- layouts
 @pytest.mark.feature("pooling: layouts")
 def test_strided_and_unbatched_inputs(runtime, rng, torch):

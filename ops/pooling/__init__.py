@@ -28,7 +28,7 @@ from __future__ import annotations
 import kerneldsl as kd
 from kerneldsl.replay import replayable
 
-from .backward import pool_backward, pool_backward_taps
+from .backward import pool_backward, pool_backward_cells, pool_backward_taps
 from .bins import pool_bins
 from .columns import max_bins_columns
 from .forward import pool_forward, pool_forward_masked, pool_forward_taps, widen
@@ -38,8 +38,8 @@ from .reduction import lane_row_mean, plane_mean, spread_mean, unit_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, bin_rows, column_plan, column_units,
-                     element_plan, f64_positions, lane_plan, lane_row_plan, outputs_per_unit, SHORT_ROW, unit_row_plan,
+from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, bin_rows, cell_backward, cells, column_plan,
+                     column_units, element_plan, f64_positions, lane_plan, lane_row_plan, outputs_per_unit, SHORT_ROW, unit_row_plan,
                      reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
                      widened_input, window_taps)
 
@@ -233,6 +233,15 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
         _scatter(p, g, indices, dx.reshape(total), maximum)
         return dx
     idx = indices.contiguous().reshape(outs) if maximum else rt.empty((1,), kd.i64)
+    if cell_backward(p):
+        ax = p.axes
+        cd, ch, cw = (cells(a) for a in ax)
+        plan = element_plan(p.planes * cd * ch, cw)
+        pool_backward_cells[plan.grid, plan.block](
+            g, idx, dx.reshape(total), p.planes * cd * ch, *(a.size for a in ax), *(a.out for a in ax), cd, ch, cw,
+            *(a.padding for a in ax), p.divisor, *(a.kernel for a in ax), *(a.stride for a in ax),
+            *(-(-a.kernel // a.stride) for a in ax), maximum, p.dims, p.count_include_pad)
+        return dx
     rows, width = total // p.axes[2].size, p.axes[2].size
     plan = element_plan(rows, width)
     if unrolled_taps(p):

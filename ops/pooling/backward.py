@@ -1,11 +1,13 @@
-"""The pooling backward kernel, deterministic: one unit per input element gathers the
-gradient of every output whose window holds it (for max pooling, the outputs whose index
-is this element), in increasing output order, the order in which torch's CPU kernels
-scatter them; no atomics. Averages divide each output's gradient as the forward divided
-its sum (forward.average)."""
+"""The pooling backward kernels, deterministic: each input element gathers the gradient of
+every output whose window holds it (for max pooling, the outputs whose index is this
+element), in increasing output order, the order in which torch's CPU kernels scatter them;
+no atomics. Averages divide each output's gradient as the forward divided its sum
+(forward.average). pool_backward: a unit an element, any window; pool_backward_taps: small
+windows unrolled; pool_backward_cells: small windows without dilation, a unit the few
+elements that share their candidate outputs (tuning.cell_backward)."""
 import kerneldsl as kd
 
-from .forward import average, locate
+from .forward import average, locate, locate_row
 from .window import candidate, candidates, span, taps_to_outputs
 
 
@@ -89,3 +91,79 @@ def pool_backward_taps(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Te
                     acc += kd.select(ok, share, kd.f32(0))
     if live:
         dx[e] = acc
+
+
+@kd.func
+def cell_outputs(c, out, N):
+    """The N outputs c − N + 1 .. c (increasing) whose windows may hold an input of cell c of
+    an axis (see pool_backward_cells), each clamped into [0, out) so that it can be read, and
+    whether it exists."""
+    outs = ()
+    oks = ()
+    for j in kd.unroll(N):
+        o = c - (N - 1 - j)
+        outs = outs + (kd.clamp(o, 0, out - 1),)
+        oks = oks + (o >= 0 and o < out,)
+    return outs, oks
+
+
+@kd.kernel
+def pool_backward_cells(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor, rows: kd.i32,
+                        ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
+                        CD: kd.i32, CH: kd.i32, CW: kd.i32, PD: kd.i32, PH: kd.i32, PW: kd.i32, divisor: kd.i32,
+                        KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
+                        SD: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
+                        ND: kd.Const[int], NH: kd.Const[int], NW: kd.Const[int],
+                        MAX: kd.Const[bool], DIMS: kd.Const[int], INCLUDE_PAD: kd.Const[bool]):
+    """pool_backward_taps for windows without dilation, a unit a cell: the SD·SH·SW inputs
+    whose last covering window is output (cd, ch, cw) (on each axis the inputs c·S − P ..
+    c·S − P + S − 1; CD, CH, CW cells an axis, the cells seen as [rows = planes·CD·CH, CW]).
+    Those inputs share their N = ceil(K / S) candidate outputs an axis, c − N + 1 .. c, so a
+    unit reads each candidate's gradient (and index) once for all of them, where the taps
+    kernel reads K an axis for each input; whether tap (input, candidate) lies in the window
+    is known at compile time. Same sums in the same order (increasing outputs)."""
+    live, row, cw, ch, cd, plane = locate_row(rows, CW, CH, CD, DIMS)
+    obase = kd.i64(plane) * (kd.i64(OD) * OH * OW)
+    ibase = kd.i64(plane) * (kd.i64(ID) * IH * IW)
+    ods, vds = cell_outputs(cd, OD, ND)
+    ohs, vhs = cell_outputs(ch, OH, NH)
+    ows, vws = cell_outputs(cw, OW, NW)
+    shares = ()   # each candidate's gradient (max) or share of it (average); 0 where it does not exist
+    picks = ()    # each candidate's index (max); -1 where it does not exist
+    for a in kd.unroll(ND):
+        for b in kd.unroll(NH):
+            for c in kd.unroll(NW):
+                ok = vds[a] and vhs[b] and vws[c]
+                o = obase + (ods[a] * OH + ohs[b]) * OW + ows[c]
+                g = kd.f32(grad[o])
+                if MAX:
+                    picks = picks + (kd.select(ok, indices[o], kd.i64(-1)),)
+                else:
+                    zd, cnd = span(ods[a], ID, OD, KD, SD, PD, 1, False, False, DIMS == 3)
+                    zh, cnh = span(ohs[b], IH, OH, KH, SH, PH, 1, False, False, DIMS >= 2)
+                    zw, cnw = span(ows[c], IW, OW, KW, SW, PW, 1, False, False)
+                    g = average(g, ods[a], ohs[b], ows[c], cnd, cnh, cnw, ID, IH, IW, KD, KH, KW,
+                                SD, SH, SW, PD, PH, PW, divisor, False, INCLUDE_PAD)
+                shares = shares + (kd.select(ok, g, kd.f32(0)),)
+    for x in kd.unroll(SD):
+        id_ = cd * SD - PD + x
+        for y in kd.unroll(SH):
+            ih = ch * SH - PH + y
+            for z in kd.unroll(SW):
+                iw = cw * SW - PW + z
+                here = kd.i64((id_ * IH + ih) * IW + iw)
+                acc = kd.f32(0)
+                for a in kd.unroll(ND):
+                    for b in kd.unroll(NH):
+                        for c in kd.unroll(NW):
+                            # input x of the cell lies in candidate a's window when it is within K of
+                            # the window's start, (N − 1 − a)·S before the cell's: compile-time
+                            if x + (ND - 1 - a) * SD < KD and y + (NH - 1 - b) * SH < KH and \
+                                    z + (NW - 1 - c) * SW < KW:
+                                k = (a * NH + b) * NW + c
+                                if MAX:
+                                    acc += kd.select(picks[k] == here, shares[k], kd.f32(0))
+                                else:
+                                    acc += shares[k]
+                if live and id_ >= 0 and id_ < ID and ih >= 0 and ih < IH and iw >= 0 and iw < IW:
+                    dx[ibase + here] = acc

@@ -17,6 +17,9 @@ ELEMENT_UNITS = 256    # units per cube of the element kernels
 # part of a kernel's specialisation: few shapes, few compilations)
 NARROW_UNITS, WIDE_MIN_UNITS = 8, 32
 MAX_UNROLLED_TAPS, MAX_UNROLLED_STRIDE = 27, 4   # backward windows unrolled (3x3x3 at most)
+# the backward of small windows without dilation by cells (backward.pool_backward_cells): a
+# unit the inputs that share their candidate outputs, each candidate read once (tuning.cell_backward)
+CELL_BACKWARD = True
 # adaptive bins of equal size that lanes.pool_lanes / pool_plane_lanes unroll (devices whose
 # units are SIMD lanes; larger bins take forward.pool_forward_masked). 2-core dev box, f32
 # [64, 256, 56²] to 7×7 (8×8 bins), ms, 27 -> 64 taps: average 47.5-48.2 -> 28.8-37.6, max
@@ -149,6 +152,19 @@ def unrolled_taps(problem) -> bool:
     for a in problem.axes:
         taps *= a.kernel
     return taps <= MAX_UNROLLED_TAPS and all(a.stride <= MAX_UNROLLED_STRIDE for a in problem.axes)
+
+
+def cell_backward(problem) -> bool:
+    """Whether the gather backward takes backward.pool_backward_cells: where CELL_BACKWARD is
+    on, for windows the taps kernel unrolls (unrolled_taps) without dilation (a cell's inputs
+    then share their candidate outputs)."""
+    return CELL_BACKWARD and unrolled_taps(problem) and all(a.dilation == 1 for a in problem.axes)
+
+
+def cells(axis) -> int:
+    """Cells of an axis for pool_backward_cells: the inputs whose last covering window starts
+    at output c, for c = 0 .. ceil((size + padding) / stride) − 1."""
+    return -(-(axis.size + axis.padding) // axis.stride)
 
 
 # global average pooling on devices whose units are SIMD lanes: rows shorter than this take
