@@ -572,6 +572,30 @@ def test_gather_backward_by_cells_and_by_taps_match_torch(runtime, rng, torch, m
     assert reached == (4 if by_cells else 0) and len(launched) == (4 + 7 if by_cells else 0)  # (averages: no dilation)
 
 
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_max_backward_of_planes_past_shared_memory_sums_in_global_memory(runtime, rng, torch, monkeypatch, dtype):
+    """scatter_max_backward (devices whose units are SIMD lanes) for planes that do not fit
+    shared memory, forced on this runtime: an F32 dx summed in place, a 16-bit one through an
+    F32 workspace; ties and a NaN, 1-, 2- and 3-D windows, f32 bit for bit against torch."""
+    import rudnn.pooling as pooling
+    from rudnn.pooling import tuning
+    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
+    for where in (pooling, tuning):
+        monkeypatch.setattr(where, "plane_in_shared", lambda caps, problem: False)
+    for shape, k, s, p, d, ceil in (WINDOWS[0], WINDOWS[2], WINDOWS[5], WINDOWS[8]):
+        x = host(rng.standard_normal(shape), dtype)
+        x.reshape(-1)[::7] = x.reshape(-1)[1]
+        x.reshape(-1)[3] = np.nan
+        tx = runtime.tensor(x)
+        out, idx = fn("max_pool{d}d_with_indices", shape)(tx, k, s, p, d, ceil)
+        g = host(rng.standard_normal(out.shape), dtype)
+        dx = fn("max_pool{d}d_backward", shape)(tx, runtime.tensor(g), idx, k, s, p, d, ceil)
+        want = torch_grad(torch, lambda t: tfn(torch, "max_pool{d}d", shape)(t, k, s, p, d, ceil), x, g)
+        assert dx.dtype is kd.as_dtype(dtype)
+        np.testing.assert_array_equal(f32(dx), host(want, dtype), err_msg=str(shape))
+
+
 # ---------------------------------------------------------------------------- layouts
 @pytest.mark.feature("pooling: layouts")
 def test_strided_and_unbatched_inputs(runtime, rng, torch):

@@ -38,10 +38,10 @@ from .reduction import lane_row_mean, plane_mean, spread_mean, unit_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, bin_rows, cell_backward, cells, column_plan,
-                     column_units, element_plan, f64_positions, lane_plan, lane_row_plan, outputs_per_unit, SHORT_ROW, unit_row_plan,
-                     reduction_plan, row_vector_outputs, scatter_backward, unrolled_taps, vector_lanes,
-                     widened_input, window_taps)
+from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW, bin_rows, cell_backward, cells,
+                     column_plan, column_units, element_plan, f64_positions, lane_plan, lane_row_plan, outputs_per_unit,
+                     plane_in_shared, reduction_plan, row_vector_outputs, scatter_backward, unit_row_plan, unrolled_taps,
+                     vector_lanes, widened_input, window_taps)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -229,7 +229,7 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
         grid, block = lane_row_plan(caps, p.planes, p.in_spatial)
         spread_mean[grid, block](g, dx.reshape(total), p.planes, *(a.size for a in p.axes))
         return dx
-    if scatter_backward(caps, p):
+    if scatter_backward(caps, p, maximum):
         _scatter(p, g, indices, dx.reshape(total), maximum)
         return dx
     idx = indices.contiguous().reshape(outs) if maximum else rt.empty((1,), kd.i64)
@@ -254,7 +254,8 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
 
 
 def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
-    """scatter.py's backward kernels, a cube a plane: max pooling through the indices; average
+    """scatter.py's backward kernels, a cube a plane: max pooling through the indices (planes
+    too large for shared memory summed in global memory: an F32 dx itself, else a workspace); average
     pooling of 1 or 2 axes with windows small enough to unroll a unit an output column
     (cols_avg_backward, where its padded plane fits; else by rows of the plane), other
     averages one output at a time."""
@@ -262,7 +263,11 @@ def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
     grid = (-(-p.planes // gy), gy)
     if maximum:
         idx = indices.contiguous().reshape(p.planes * p.out_spatial)
-        scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, p.planes, p.out_spatial, p.in_spatial)
+        shared = plane_in_shared(p.runtime.capabilities, p)
+        in_place = not shared and flat_dx.dtype == kd.f32
+        work = flat_dx if in_place else p.runtime.empty((1 if shared else flat_dx.size,), kd.f32)
+        scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, work, p.planes, p.out_spatial, p.in_spatial,
+                                               not shared, in_place)
         return
     ax = p.axes
     if p.dims <= 2 and not p.adaptive and unrolled_taps(p):

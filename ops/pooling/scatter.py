@@ -22,45 +22,60 @@ def plane_of(planes):
 
 
 @kd.func
-def zero_plane(acc, IS):
-    """acc[0 .. IS) = 0, across the cube's units."""
+def zero_plane(acc, IS, base=0):
+    """acc[base .. base + IS) = 0, across the cube's units."""
     BX = kd.cube_dim_x()
     for i0 in range(0, IS, BX):
         i = i0 + kd.unit_pos_x()
         if i < IS:
-            acc[i] = kd.f32(0)
+            acc[base + i] = kd.f32(0)
     kd.sync_cube()
 
 
 @kd.func
-def store_plane(acc, dx, base, IS):
-    """dx[base + i] = acc[i] (cast to dx's dtype) for i in [0, IS), across the cube's units."""
+def store_plane(acc, dx, base, IS, abase=0):
+    """dx[base + i] = acc[abase + i] (cast to dx's dtype) for i in [0, IS), across the cube's units."""
     kd.sync_cube()
     BX = kd.cube_dim_x()
     for i0 in range(0, IS, BX):
         i = i0 + kd.unit_pos_x()
         if i < IS:
-            dx[base + i] = acc[i]
+            dx[base + i] = acc[abase + i]
+
+
+@kd.func
+def scatter_max_plane(grad, indices, acc, abase, ob, OS, IS):
+    """acc[abase + j] += grad[ob + o] for each output o < OS (increasing) whose index j lies in
+    [0, IS), by unit 0 (the plane's accumulator zeroed before, across the units)."""
+    zero_plane(acc, IS, abase)
+    if kd.unit_pos_x() == 0:
+        for o in range(OS):
+            j = indices[ob + o]
+            if j >= 0 and j < IS:
+                q = abase + j
+                acc[q] = acc[q] + kd.f32(grad[ob + o])
 
 
 @kd.kernel
-def scatter_max_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor, planes: kd.i32,
-                         OS: kd.i32, IS: kd.Const[int]):
+def scatter_max_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
+                         work: kd.Tensor[kd.f32, 1], planes: kd.i32, OS: kd.i32, IS: kd.Const[int],
+                         GLOBAL: kd.Const[bool], IN_PLACE: kd.Const[bool]):
     """dx[p, j] = Σ grad[p, o] over the outputs o (increasing) whose index is j, plane p a
     cube; IS = input elements a plane, OS = outputs a plane. Indices outside the plane
-    are ignored (as the gather kernel ignores them)."""
+    are ignored (as the gather kernel ignores them). The F32 plane is summed in shared
+    memory, or where it does not fit (GLOBAL) in `work` ([planes·IS]; with IN_PLACE, an F32
+    dx itself, then not stored again)."""
     p, ok = plane_of(planes)
     if ok:
-        acc = kd.shared(kd.f32, IS)
-        zero_plane(acc, IS)
-        if kd.unit_pos_x() == 0:
-            ob = kd.i64(p) * OS
-            for o in range(OS):
-                j = indices[ob + o]
-                if j >= 0 and j < IS:
-                    q = kd.i32(j)
-                    acc[q] = acc[q] + kd.f32(grad[ob + o])
-        store_plane(acc, dx, kd.i64(p) * IS, IS)
+        base = kd.i64(p) * IS
+        if GLOBAL:
+            scatter_max_plane(grad, indices, work, base, kd.i64(p) * OS, OS, IS)
+            if not IN_PLACE:
+                store_plane(work, dx, base, IS, base)
+        else:
+            acc = kd.shared(kd.f32, IS)
+            scatter_max_plane(grad, indices, acc, 0, kd.i64(p) * OS, OS, IS)
+            store_plane(acc, dx, base, IS)
 
 
 @kd.kernel

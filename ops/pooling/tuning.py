@@ -193,14 +193,21 @@ def lane_row_plan(caps, rows: int, size: int) -> tuple:
     return (-(-rows // gy), gy), (bx, 1)
 
 
-def scatter_backward(caps, problem) -> bool:
+def scatter_backward(caps, problem, maximum: bool = False) -> bool:
     """Whether a backward pass takes scatter.py's kernels (a cube a plane, one unit scattering
-    in torch's order into an F32 copy of the plane in shared memory) rather than the gather
-    kernels: on devices whose units are SIMD lanes (where one unit's scalar loop is what torch's
-    CPU kernels run; on a GPU it would serialise), for max pooling (any window: the indices say
-    where) and average pooling (dilation is 1), when an F32 plane (and its outputs' shares)
-    take at most half the device's shared memory."""
-    return caps.units_are_simd_lanes and (problem.in_spatial + problem.out_spatial) * 4 <= caps.max_shared_bytes // 2
+    in torch's order into an F32 copy of the plane) rather than the gather kernels: on devices
+    whose units are SIMD lanes (where one unit's scalar loop is what torch's CPU kernels run; on
+    a GPU it would serialise), for max pooling (any window: the indices say where; planes too
+    large for shared memory are summed in global memory, `plane_in_shared`) and average
+    pooling (dilation is 1) whose planes fit shared memory."""
+    return caps.units_are_simd_lanes and (maximum or plane_in_shared(caps, problem))
+
+
+def plane_in_shared(caps, problem) -> bool:
+    """Whether an F32 plane (and its outputs' shares) take at most half the device's shared
+    memory. 2-core dev box, max_pool2d 3×3 s2 p1 backward of [2, 8, 512²] f32, where they do
+    not: the gather kernels took 7.6-15 ms, torch CPU 0.95."""
+    return (problem.in_spatial + problem.out_spatial) * 4 <= caps.max_shared_bytes // 2
 
 
 def window_taps(problem) -> tuple:
