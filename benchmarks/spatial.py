@@ -104,15 +104,26 @@ def max_pool2d_with_indices(ctx) -> Bench:
                  lambda: F.max_pool2d(xt, 3, 2, 1, return_indices=True)[0], _nbytes(x) + _nbytes(out) + _nbytes(idx))
 
 
-def max_pool2d_backward(ctx) -> Bench:
-    x, xt = ctx.randn(_stem(ctx))
-    out, idx = P.max_pool2d_with_indices(x, 3, 2, 1)
+def _max_backward(ctx, shape: tuple, k: int, s: int, p: int, what: str) -> Bench:
+    x, xt = ctx.randn(shape)
+    out, idx = P.max_pool2d_with_indices(x, k, s, p)
     g, gt = ctx.randn(out.shape, seed=1)
     it = ctx.shared(idx)
     aten = ctx.torch.ops.aten
-    return Bench("max_pool2d backward", str(list(x.shape)), lambda: P.max_pool2d_backward(x, g, idx, 3, 2, 1),
-                 lambda: aten.max_pool2d_with_indices_backward(gt, xt, [3, 3], [2, 2], [1, 1], [1, 1], False, it),
+    return Bench(what, str(list(x.shape)), lambda: P.max_pool2d_backward(x, g, idx, k, s, p),
+                 lambda: aten.max_pool2d_with_indices_backward(gt, xt, [k, k], [s, s], [p, p], [1, 1], False, it),
                  _nbytes(g) + _nbytes(idx) + _nbytes(x))
+
+
+def max_pool2d_backward(ctx) -> Bench:
+    return _max_backward(ctx, _stem(ctx), 3, 2, 1, "max_pool2d backward")
+
+
+def max_pool2d_backward_large(ctx) -> Bench:
+    """U-Net's first 2×2 down-sampling: planes of 512² (quick: 128²), larger than the cpu
+    runtime's shared memory holds."""
+    shape = (1, 4, 128, 128) if ctx.quick else (2, 32, 512, 512)
+    return _max_backward(ctx, shape, 2, 2, 0, "max_pool2d 2x2 backward")
 
 
 def avg_pool2d(ctx) -> Bench:
@@ -222,7 +233,8 @@ def interpolate_nearest_backward(ctx) -> Bench:
     return _upsample(ctx, "nearest", True)
 
 
-CASES = {f.__name__: f for f in (max_pool2d, max_pool2d_with_indices, max_pool2d_backward, avg_pool2d,
+CASES = {f.__name__: f for f in (max_pool2d, max_pool2d_with_indices, max_pool2d_backward, max_pool2d_backward_large,
+                                 avg_pool2d,
                                  avg_pool2d_backward, global_avg, global_avg_resnet_head, global_avg_backward,
                                  adaptive_avg_pool2d, adaptive_max_pool2d, max_pool3d, interpolate_bilinear,
                                  interpolate_bilinear_backward, interpolate_nearest, interpolate_nearest_backward)}
