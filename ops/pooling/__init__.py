@@ -10,7 +10,8 @@ few outputs of a row and reads each input row as one aligned vector; sizes compi
 forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled),
 reduction.plane_mean (global average pooling, a row reduction) or
 backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
-that cover it: deterministic, no atomics). Devices whose units are SIMD lanes (the cpu
+that cover it: deterministic, no atomics; _cells: a unit the inputs that share their
+candidate outputs, for unrollable windows without dilation). Devices whose units are SIMD lanes (the cpu
 runtime) take CPU-shaped kernels where those would not vectorise: bins.pool_bins (equal
 adaptive bins in narrow rows: a one-unit cube a plane, scalar code; tuning.bin_rows; for the
 max, columns.max_bins_columns: a unit an input column, then a unit a bin; tuning.column_plan),
