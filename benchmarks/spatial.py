@@ -305,7 +305,13 @@ def main(argv=None):
     p.add_argument("--queued", action="store_true", help="cuda: device time alone, calls queued behind a spin "
                                                         "kernel (default: each call between two events, which "
                                                         "counts the host's time where it exceeds the kernel's)")
+    p.add_argument("--pool-backward", choices=("cells", "taps"), default=None,
+                   help="the gather kernel of unrollable pooling backward windows (default: rudnn.pooling.tuning's; "
+                        "devices whose units are SIMD lanes scatter instead)")
     args = p.parse_args(argv)
+    if args.pool_backward:
+        from rudnn.pooling import tuning
+        tuning.CELL_BACKWARD = args.pool_backward == "cells"
     # torch's OpenMP threads spin after each call, taking the cores from our cpu runtime's
     # workers when the two run in turn: let them sleep (set before torch loads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
