@@ -11,8 +11,8 @@ forward.pool_forward(_taps) (one unit per output; _taps: small windows unrolled)
 reduction.plane_mean (global average pooling, a row reduction) or
 backward.pool_backward(_taps) (one unit per input element, gathering from the outputs
 that cover it: deterministic, no atomics; _cells: a unit the inputs that share their
-candidate outputs, for unrollable windows without dilation). Devices whose units are SIMD lanes (the cpu
-runtime) take CPU-shaped kernels where those would not vectorise: bins.pool_bins (equal
+candidate outputs, for unrollable windows without dilation). Devices whose units are SIMD
+lanes (the cpu runtime) take CPU-shaped kernels where those would not vectorise: bins.pool_bins (equal
 adaptive bins in narrow rows: a one-unit cube a plane, scalar code; tuning.bin_rows; for the
 max, columns.max_bins_columns: a unit an input column, then a unit a bin; tuning.column_plan),
 lanes.pool_lanes (a unit an output column: unrollable windows and equal adaptive bins;
@@ -39,10 +39,10 @@ from .reduction import lane_row_mean, plane_mean, spread_mean, unit_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
 from .rows import pool_rows
-from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW, bin_rows, cell_backward, cells,
-                     column_plan, column_units, element_plan, f64_positions, lane_plan, lane_row_plan, outputs_per_unit,
-                     plane_in_shared, reduction_plan, row_vector_outputs, scatter_backward, unit_row_plan, unrolled_taps,
-                     vector_lanes, widened_input, window_taps)
+from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW, bin_rows, cell_backward,
+                     cells, column_plan, column_units, element_plan, f64_positions, lane_plan, lane_row_plan,
+                     outputs_per_unit, plane_in_shared, reduction_plan, row_vector_outputs, scatter_backward,
+                     unit_row_plan, unrolled_taps, vector_lanes, widened_input, window_taps)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -256,8 +256,8 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
 
 def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
     """scatter.py's backward kernels, a cube a plane: max pooling through the indices (planes
-    too large for shared memory summed in global memory: an F32 dx itself, else a workspace); average
-    pooling of 1 or 2 axes with windows small enough to unroll a unit an output column
+    too large for shared memory summed in global memory: an F32 dx itself, else a workspace);
+    average pooling of 1 or 2 axes with windows small enough to unroll a unit an output column
     (cols_avg_backward, where its padded plane fits; else by rows of the plane), other
     averages one output at a time."""
     gy = -(-p.planes // GRID_Y)
