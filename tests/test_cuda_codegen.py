@@ -778,3 +778,22 @@ def test_convolution_f32_gemm_compiles_without_spills(mode, bn):
         assert not re.search(r"\b(mma|wgmma)\.", ptx) and "fma.rn.f32" in ptx
         print(f"sm_{sm}: {len(re.findall(r'ld.shared.v4.f32', ptx))} ld.shared.v4, "
               f"{len(re.findall(r'ld.shared.f32', ptx))} ld.shared.f32")
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_pooling_backward_by_cells_compiles_without_spills(dt):
+    """rudnn.pooling's backward by cells (backward.pool_backward_cells) at its H200 benchmark
+    window (3×3 s2 p1, 2×2 candidates and 2×2 inputs a unit), max (64-bit indices) and
+    average: sm_90a and sm_80 compile it with no spills and no atomics. Prints ptxas's
+    register counts."""
+    from rudnn.pooling.backward import pool_backward_cells
+    g, dx = CPU.zeros((64 * 56 * 56,), dt), CPU.zeros((64 * 112 * 112,), dt)
+    idx = CPU.zeros((64 * 56 * 56,), "i64")
+    geometry = (64 * 57, 1, 112, 112, 1, 56, 56, 1, 57, 57, 0, 1, 1, 0, 1, 3, 3, 1, 2, 2, 1, 2, 2)
+    for maximum in (True, False):
+        args = (g, idx, dx, *geometry, maximum, 2, True)
+        log = ptxas_report(compile_launch(pool_backward_cells, (64, 4), args, "sm_90").rendered.source)
+        assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", log), log[-2000:]
+        print(dt, "max" if maximum else "avg", " ".join(re.findall(r"Used \d+ registers[^\n]*", log)))
+        for sm in (90, 80):
+            assert not re.search(r"\b(atom|red)\.", ptx_of(pool_backward_cells, (64, 4), args, sm=sm))
