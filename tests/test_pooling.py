@@ -539,8 +539,9 @@ def test_the_sweep_takes_both_backward_kernels(runtime):
 def test_gather_backward_by_cells_and_by_taps_match_torch(runtime, rng, torch, monkeypatch, by_cells):
     """The gather backward kernels GPUs run, forced on this runtime: pool_backward_cells (a
     unit the inputs sharing their candidate outputs; windows without dilation) or, with it
-    off, pool_backward_taps (a unit an input), over the sweep's windows, max (with ties and a
-    NaN) and average under each rule, f32 bit for bit against torch autograd."""
+    off, pool_backward_taps (a unit an input), over the sweep's windows and two whose stride
+    passes the window (inputs no window holds), max (with ties and a NaN) and average under
+    each rule, f32 bit for bit against torch autograd."""
     import rudnn.pooling as pooling
     from rudnn.pooling import tuning
     from rudnn.pooling.problem import window_problem
@@ -551,7 +552,8 @@ def test_gather_backward_by_cells_and_by_taps_match_torch(runtime, rng, torch, m
     monkeypatch.setattr(pooling, "pool_backward_cells", type("Spy", (), {
         "__getitem__": lambda self, launch: launched.append(launch) or kernel[launch]})())
     reached = 0
-    for n, (shape, k, s, p, d, ceil) in enumerate(WINDOWS):
+    gaps = [((1, 2, 9, 10), 2, 3, 0, 1, False), ((2, 2, 11), 1, 2, 0, 1, True)]   # strides past the window
+    for n, (shape, k, s, p, d, ceil) in enumerate(WINDOWS + gaps):
         x = rng.standard_normal(shape).astype(np.float32)
         x.reshape(-1)[::7] = x.reshape(-1)[1]
         x.reshape(-1)[3] = np.nan
@@ -569,7 +571,7 @@ def test_gather_backward_by_cells_and_by_taps_match_torch(runtime, rng, torch, m
         g = rng.standard_normal(call(torch.from_numpy(x)).shape).astype(np.float32)
         dx = fn("avg_pool{d}d_backward", shape)(tx, runtime.tensor(g), k, s, p, ceil, include, divisor)
         np.testing.assert_array_equal(dx.numpy(), torch_grad(torch, call, x, g), err_msg=f"avg {shape}")
-    assert reached == (4 if by_cells else 0) and len(launched) == (4 + 7 if by_cells else 0)  # (averages: no dilation)
+    assert reached == (6 if by_cells else 0) and len(launched) == (6 + 9 if by_cells else 0)  # (averages: no dilation)
 
 
 @pytest.mark.feature("pooling: torch")
