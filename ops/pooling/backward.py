@@ -56,6 +56,26 @@ def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
         dx[e] = acc
 
 
+@kd.func
+def candidate_gradient(grad, obase, od, oh, ow, ok, OH, OW):
+    """(whether candidate output (od, oh, ow) exists, its flat index, its gradient as F32);
+    the position is clamped, so a missing candidate is read too."""
+    o = obase + (od * OH + oh) * OW + ow
+    return ok, o, kd.f32(grad[o])
+
+
+@kd.func
+def window_share(g, od, oh, ow, ID, IH, IW, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW, divisor, DIMS,
+                 INCLUDE_PAD):
+    """Output (od, oh, ow)'s gradient g divided as the forward divided its window's sum
+    (forward.average), for a window without dilation."""
+    zd, cd = span(od, ID, OD, KD, SD, PD, 1, False, False, DIMS == 3)
+    zh, ch = span(oh, IH, OH, KH, SH, PH, 1, False, False, DIMS >= 2)
+    zw, cw = span(ow, IW, OW, KW, SW, PW, 1, False, False)
+    return average(g, od, oh, ow, cd, ch, cw, ID, IH, IW, KD, KH, KW, SD, SH, SW, PD, PH, PW, divisor, False,
+                   INCLUDE_PAD)
+
+
 @kd.kernel
 def pool_backward_taps(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor, rows: kd.i32,
                        ID: kd.i32, IH: kd.i32, IW: kd.i32, OD: kd.i32, OH: kd.i32, OW: kd.i32,
@@ -77,17 +97,13 @@ def pool_backward_taps(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Te
     for a in kd.unroll(KD):
         for b in kd.unroll(KH):
             for c in kd.unroll(KW):
-                ok = vds[a] and vhs[b] and vws[c]
-                o = obase + (ods[a] * OH + ohs[b]) * OW + ows[c]
-                g = kd.f32(grad[o])
+                ok, o, g = candidate_gradient(grad, obase, ods[a], ohs[b], ows[c], vds[a] and vhs[b] and vws[c],
+                                              OH, OW)
                 if MAX:
                     acc += kd.select(ok and indices[o] == here, g, kd.f32(0))
                 else:
-                    zd, cd = span(ods[a], ID, OD, KD, SD, PD, 1, False, False, DIMS == 3)
-                    zh, ch = span(ohs[b], IH, OH, KH, SH, PH, 1, False, False, DIMS >= 2)
-                    zw, cw = span(ows[c], IW, OW, KW, SW, PW, 1, False, False)
-                    share = average(g, ods[a], ohs[b], ows[c], cd, ch, cw, ID, IH, IW, KD, KH, KW,
-                                    SD, SH, SW, PD, PH, PW, divisor, False, INCLUDE_PAD)
+                    share = window_share(g, ods[a], ohs[b], ows[c], ID, IH, IW, OD, OH, OW, KD, KH, KW,
+                                         SD, SH, SW, PD, PH, PW, divisor, DIMS, INCLUDE_PAD)
                     acc += kd.select(ok, share, kd.f32(0))
     if live:
         dx[e] = acc
@@ -133,17 +149,13 @@ def pool_backward_cells(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.T
     for a in kd.unroll(ND):
         for b in kd.unroll(NH):
             for c in kd.unroll(NW):
-                ok = vds[a] and vhs[b] and vws[c]
-                o = obase + (ods[a] * OH + ohs[b]) * OW + ows[c]
-                g = kd.f32(grad[o])
+                ok, o, g = candidate_gradient(grad, obase, ods[a], ohs[b], ows[c], vds[a] and vhs[b] and vws[c],
+                                              OH, OW)
                 if MAX:
                     picks = picks + (kd.select(ok, indices[o], kd.i64(-1)),)
                 else:
-                    zd, cnd = span(ods[a], ID, OD, KD, SD, PD, 1, False, False, DIMS == 3)
-                    zh, cnh = span(ohs[b], IH, OH, KH, SH, PH, 1, False, False, DIMS >= 2)
-                    zw, cnw = span(ows[c], IW, OW, KW, SW, PW, 1, False, False)
-                    g = average(g, ods[a], ohs[b], ows[c], cnd, cnh, cnw, ID, IH, IW, KD, KH, KW,
-                                SD, SH, SW, PD, PH, PW, divisor, False, INCLUDE_PAD)
+                    g = window_share(g, ods[a], ohs[b], ows[c], ID, IH, IW, OD, OH, OW, KD, KH, KW,
+                                     SD, SH, SW, PD, PH, PW, divisor, DIMS, INCLUDE_PAD)
                 shares = shares + (kd.select(ok, g, kd.f32(0)),)
     for x in kd.unroll(SD):
         id_ = cd * SD - PD + x
