@@ -31,7 +31,7 @@ class CtcError(RudnnError):
 CHECKS = Checks(CtcError)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CtcCall:
     """A validated call, in the form its `@replayable` launch functions key on
     (kerneldsl/replay.py). `log_probs` is [T, N, C] (an unbatched [T, C] input seen with
@@ -89,10 +89,10 @@ def _integer_tensor(check: Checks, name: str, value) -> bool:
 
 
 def _integers(check: Checks, name: str, value, host, shape_rule: str, n: int | None) -> np.ndarray:
-    """An integer tensor (`host`: its values read to the host) or Python ints as a 1-D int64
-    host array; of length n when given."""
+    """An integer tensor (`host`: its values read to the host, in their dtype) or Python ints
+    (as int64) as a 1-D host array; of length n when given."""
     if host is not None:
-        arr = host.astype(np.int64, copy=False)
+        arr = host
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
         arr = np.asarray([int(value)], np.int64).reshape(())
     elif isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
@@ -132,7 +132,8 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
                 zero_infinity=False) -> CtcCall:
     """Check every SPEC §10 rule for one call of `fn`; the call in its launch form."""
     check = CHECKS.at(fn)
-    lp = check.tensor("log_probs", log_probs, dtypes=FLOAT_DTYPES)
+    lp = log_probs if type(log_probs) is kd.Tensor and log_probs.dtype in FLOAT_DTYPES else \
+        check.tensor("log_probs", log_probs, dtypes=FLOAT_DTYPES)
     if lp.ndim not in (2, 3):
         check.fail(f"log_probs must have rank 3 ([T, N, C]) or 2 ([T, C], unbatched), got rank {lp.ndim} "
                    f"(shape {list(lp.shape)})")
@@ -148,7 +149,7 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     if not isinstance(reduction, str) or reduction not in REDUCTIONS:
         check.fail(f"reduction must be one of 'none', 'sum', 'mean', got {reduction!r}")
     zi = zero_infinity if type(zero_infinity) is bool else check.boolean("zero_infinity", zero_infinity)
-    tg = check.tensor("targets", targets)
+    tg = targets if type(targets) is kd.Tensor else check.tensor("targets", targets)
     if not tg.dtype.is_int:
         check.fail(f"targets must be an integer tensor, got {describe(tg)}")
     il_tensor, tl_tensor = isinstance(input_lengths, kd.Tensor), isinstance(target_lengths, kd.Tensor)
@@ -182,6 +183,8 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
     small = flat.size <= SMALL and N <= SMALL
     if small:  # the rules on Python lists (see SMALL)
         il, tl = il.tolist(), tl.tolist()
+    else:
+        il, tl = il.astype(np.int64, copy=False), tl.astype(np.int64, copy=False)
     _in_range(check, "input_lengths", il, T, "T")
     if padded:
         shortest, longest = _in_range(check, "target_lengths", tl, width, "S")
