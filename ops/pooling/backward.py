@@ -57,11 +57,11 @@ def pool_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
 
 
 @kd.func
-def candidate_gradient(grad, obase, od, oh, ow, ok, OH, OW):
-    """(whether candidate output (od, oh, ow) exists, its flat index, its gradient as F32);
-    the position is clamped, so a missing candidate is read too."""
+def candidate_gradient(grad, obase, od, oh, ow, OH, OW):
+    """(flat index, gradient as F32) of candidate output (od, oh, ow) of the plane at obase;
+    candidates are clamped into the output, so a missing one is read too (and masked)."""
     o = obase + (od * OH + oh) * OW + ow
-    return ok, o, kd.f32(grad[o])
+    return o, kd.f32(grad[o])
 
 
 @kd.func
@@ -97,8 +97,8 @@ def pool_backward_taps(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Te
     for a in kd.unroll(KD):
         for b in kd.unroll(KH):
             for c in kd.unroll(KW):
-                ok, o, g = candidate_gradient(grad, obase, ods[a], ohs[b], ows[c], vds[a] and vhs[b] and vws[c],
-                                              OH, OW)
+                ok = vds[a] and vhs[b] and vws[c]
+                o, g = candidate_gradient(grad, obase, ods[a], ohs[b], ows[c], OH, OW)
                 if MAX:
                     acc += kd.select(ok and indices[o] == here, g, kd.f32(0))
                 else:
@@ -149,8 +149,8 @@ def pool_backward_cells(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.T
     for a in kd.unroll(ND):
         for b in kd.unroll(NH):
             for c in kd.unroll(NW):
-                ok, o, g = candidate_gradient(grad, obase, ods[a], ohs[b], ows[c], vds[a] and vhs[b] and vws[c],
-                                              OH, OW)
+                ok = vds[a] and vhs[b] and vws[c]
+                o, g = candidate_gradient(grad, obase, ods[a], ohs[b], ows[c], OH, OW)
                 if MAX:
                     picks = picks + (kd.select(ok, indices[o], kd.i64(-1)),)
                 else:
