@@ -96,6 +96,13 @@ class MathEmitter:
         rest = b.sub(ni, half)
         return b.fmul(b.fmul(p, self.ldexp_i(b, half)), self.ldexp_i(b, rest))
 
+    def _past_zero(self, b, x, xc, lo):
+        """xc, or 0 where x < lo (and for -inf): those results are 0 (`_exp_special`), and
+        computing them at the clamp instead would multiply down past the denormal range,
+        where each such multiply takes a microcode assist on Intel cores (an Emerald Rapids
+        box: 3.25 against 0.70 ns an exp of -inf in vector code, 27 against 3.1 in scalar)."""
+        return b.select(b.fcmp_ordered("<", x, fconst(lo)), fconst(0.0), xc)
+
     def _exp_special(self, b, x, y, hi, lo):
         y = b.select(b.fcmp_ordered(">", x, fconst(hi)), fconst(math.inf), y)
         y = b.select(b.fcmp_ordered("<", x, fconst(lo)), fconst(0.0), y)
@@ -105,7 +112,7 @@ class MathEmitter:
         if x.type != F32:
             return b.call(self.libm("exp"), [x])
         xc = b.call(self.intrinsic("llvm.minnum", F32), [x, fconst(88.8)])
-        xc = b.call(self.intrinsic("llvm.maxnum", F32), [xc, fconst(-104.0)])
+        xc = self._past_zero(b, x, xc, -103.972084045410)
         n = self.floor(b, b.fadd(b.fmul(xc, fconst(1.44269504088896341)), fconst(0.5)))
         r = b.fsub(xc, b.fmul(n, fconst(0.693359375)))
         r = b.fsub(r, b.fmul(n, fconst(-2.12194440e-4)))
@@ -119,7 +126,7 @@ class MathEmitter:
         if x.type != F32:
             return b.call(self.libm("exp2"), [x])
         xc = b.call(self.intrinsic("llvm.minnum", F32), [x, fconst(128.5)])
-        xc = b.call(self.intrinsic("llvm.maxnum", F32), [xc, fconst(-150.5)])
+        xc = self._past_zero(b, x, xc, -150.0)
         n = self.rint(b, xc)
         r = b.fmul(b.fsub(xc, n), fconst(0.693147180559945309))
         return self._exp_special(b, x, self._exp_reduced(b, r, n), 128.0, -150.0)
