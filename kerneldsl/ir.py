@@ -593,6 +593,7 @@ class KernelIR:
     bulk_sources: tuple = ()  # tensor parameters kd.bulk_copy reads or kd.bulk_store writes (launches check
     #                           their layout)
     min_cubes: int = 1  # kd.cubes_per_compute_unit(n): cubes the compiler keeps room for on one compute unit
+    scalar_statements: bool = False  # kd.scalar_statements(): CPU back ends leave straight-line code scalar
 
     @property
     def cube_units(self) -> int:

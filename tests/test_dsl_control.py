@@ -325,3 +325,31 @@ def test_cubes_per_compute_unit_is_a_hint(runtime, rng):
     np.testing.assert_array_equal(y.numpy(), x * 2)
     with pytest.raises(kd.CompileError, match="at least 1"):
         hinted_copy[(3,), 128](runtime.tensor(x), y, 0)
+
+
+@kd.kernel
+def scalar_chains(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32, 2], W: kd.Const[int], K: kd.Const[int]):
+    kd.scalar_statements()
+    row = kd.cube_pos_x()
+    sums = ()
+    for w in kd.unroll(W):
+        sums = sums + (kd.f32(0),)
+    for c in kd.unroll(K):
+        nxt = ()
+        for w in kd.unroll(W):
+            nxt = nxt + (sums[w] + x[row, w * K + c],)
+        sums = nxt
+    for w in kd.unroll(W):
+        out[row, w] = sums[w]
+
+
+def test_scalar_statements_is_a_hint(runtime, rng):
+    """kd.scalar_statements() changes no result on any runtime (the cpu runtime then compiles
+    without the SLP vectoriser: tests/test_cpu_backend.py): the same sums in the same order."""
+    a = rng.standard_normal((4, 40)).astype(np.float32)
+    out = runtime.zeros((4, 5), "f32")
+    scalar_chains[4, 1](runtime.tensor(a), out, 5, 8)
+    want = np.zeros((4, 5), np.float32)
+    for c in range(8):
+        want += a[:, c::8]
+    np.testing.assert_array_equal(out.numpy(), want)

@@ -30,7 +30,7 @@ def arch() -> str:
            f"|llvmlite-{llvmlite.__version__}|llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
 
 
-def optimize(source: str):
+def optimize(source: str, slp: bool = True):
     tm = target_machine()
     mod = llvm.parse_assembly(source)
     mod.triple = llvm.get_process_triple()
@@ -38,18 +38,18 @@ def optimize(source: str):
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
-    pto.slp_vectorization = True
+    pto.slp_vectorization = slp  # (off for kernels that ask kd.scalar_statements())
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return mod
 
 
-def compile_source(source: str) -> bytes:
-    """Optimise (O3, loop and SLP vectorisers on) and emit an object file."""
-    return target_machine().emit_object(optimize(source))
+def compile_source(source: str, slp: bool = True) -> bytes:
+    """Optimise (O3, the loop vectoriser on, the SLP vectoriser where `slp`) and emit an object file."""
+    return target_machine().emit_object(optimize(source, slp))
 
 
-def assembly(source: str) -> str:
+def assembly(source: str, slp: bool = True) -> str:
     """The optimised module as assembly, for reading (e.g. to check vectorisation)."""
-    return target_machine().emit_assembly(optimize(source))
+    return target_machine().emit_assembly(optimize(source, slp))

@@ -450,10 +450,10 @@ class CpuRuntime(Runtime):
     def renderings(self, kir, uniformity):
         from . import renderer  # only when something is compiled: a warm process never renders
         source, frame = renderer.render_with_frame(kir, uniformity, self.capabilities)
-        yield Rendering(source, {"frame_bytes": frame})
+        yield Rendering(source, {"frame_bytes": frame}, rendered={"slp": not kir.scalar_statements})
 
     def compile_rendering(self, rendering, info) -> bytes:
-        return compiler.compile_source(rendering.source)
+        return compiler.compile_source(rendering.source, **(rendering.rendered or {}))
 
     def wrap_binary(self, info, entry, rendering=None) -> CpuBinary:
         return CpuBinary(info, entry.image, entry.meta["frame_bytes"])

@@ -37,6 +37,13 @@ def cubes_per_compute_unit(fe, node, n):
     fe.min_cubes = max(fe.min_cubes, n)
 
 
+@builtin("Hint that the kernel's straight-line arithmetic is independent scalar chains best left scalar: "
+         "CPU back ends then do not pack its statements into vectors (LLVM's SLP vectoriser, which would "
+         "gather strided loads through shuffles); other back ends ignore it.")
+def scalar_statements(fe, node):
+    fe.scalar_statements = True
+
+
 @builtin("Barrier over the cube; must be reached by every unit (uniform control flow).")
 def sync_cube(fe, node):
     fe.emit(ir.Barrier(loc=fe.loc(node)))

@@ -36,6 +36,7 @@ def pool_bins(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], plane
     average pooling of x [planes, OD·KD, IH, IW] into [planes, OD, OH, OW], each bin KD×KH×KW
     (IH = OH·KH, IW = OW·KW). Launched with one-unit cubes, a cube a plane (grid y wrapping
     into x). F32_POS: positions in a plane below 2^24, tracked as F32 (`position`)."""
+    kd.scalar_statements()  # (packed, the OW chains' strided loads became shuffles: 1.6x slower)
     p = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
     if p < planes:
         base = kd.i64(p) * (OD * KD) * IH * IW
