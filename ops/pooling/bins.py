@@ -10,7 +10,10 @@ in address order, adding each element to its window's sum: OW independent chains
 loads. Each window still takes its taps in torch's order (depth, then height, then width,
 fold_tap's rule for the max), and sums are divided as adaptive pooling divides them, so the
 results are bit for bit those of the other forms (and torch's). 2-core Zen 4 box, f32
-[64, 256, 56²] to 7×7: 5.9 ms against 40.5 ms across lanes (torch 13.1 ms)."""
+[64, 256, 56²] to 7×7: 5.9 ms against 40.5 ms across lanes (torch 13.1 ms). Compiled with
+kd.scalar_statements(): LLVM's SLP vectoriser packed the OW chains through shuffles of their
+strided loads, which was slower than the scalar chains (2-core Emerald Rapids box, the same
+call: 5.7-7.9 ms packed, 4.4-4.5 scalar; torch 10.2-13.5)."""
 import kerneldsl as kd
 
 from .forward import fold_tap
