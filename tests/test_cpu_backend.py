@@ -1,7 +1,5 @@
 """CPU back end specifics: the generated code vectorises (unit loops, inline exp/log),
 cubes of any size run, plane sizes are a runtime setting."""
-import re
-
 import numpy as np
 import pytest
 
@@ -306,51 +304,3 @@ def test_uniform_while_and_early_return_run_once_a_cube():
     assert "SIf" in kinds and "SWhile" in kinds, kinds
     lifted_if = next(it for it in items if isinstance(it, regions.SIf))
     assert any(isinstance(x, regions.SJump) and x.kind == "return" for x in lifted_if.then)
-
-
-@kd.func
-def _window_sums(x, out, W, K):
-    """Straight-line code of W independent chains over strided loads (window w sums x[w·K ..
-    w·K + K − 1] in order), a one-unit cube a row: the pattern LLVM's SLP vectoriser packs."""
-    row = kd.cube_pos_x()
-    sums = ()
-    for w in kd.unroll(W):
-        sums = sums + (kd.f32(0),)
-    for c in kd.unroll(K):
-        nxt = ()
-        for w in kd.unroll(W):
-            nxt = nxt + (sums[w] + x[row, w * K + c],)
-        sums = nxt
-    for w in kd.unroll(W):
-        out[row, w] = sums[w]
-
-
-@kd.kernel
-def window_sums_packed(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32, 2], W: kd.Const[int], K: kd.Const[int]):
-    _window_sums(x, out, W, K)
-
-
-@kd.kernel
-def window_sums_scalar(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32, 2], W: kd.Const[int], K: kd.Const[int]):
-    kd.scalar_statements()
-    _window_sums(x, out, W, K)
-
-
-@pytest.mark.parametrize("kernel", [window_sums_packed, window_sums_scalar])
-def test_scalar_statements_keep_straight_line_chains_scalar(kernel):
-    """kd.scalar_statements() compiles the kernel without the SLP vectoriser on the cpu
-    runtime (the same sums, in the same order: bit-identical results), where without it the
-    chains are packed into vectors."""
-    rt = kd.runtime("cpu")
-    a = np.random.default_rng(1).standard_normal((5, 56)).astype(np.float32)
-    x, out = rt.tensor(a), rt.zeros((5, 7), "f32")
-    kernel[5, 1](x, out, 7, 8)
-    want = np.zeros((5, 7), np.float32)
-    for c in range(8):
-        want += a[:, c::8][:, :7]
-    np.testing.assert_array_equal(out.numpy(), want)
-    spec = kernel.specialize(rt, x, out, 7, 8, block=1)
-    rendering = next(iter(rt.renderings(*spec.ir())))
-    ir = str(compiler.optimize(rendering.source, **rendering.rendered))
-    packed = re.search(r"fadd[^\n]*<\d+ x float>", ir) is not None
-    assert packed == (kernel is window_sums_packed), "SLP must pack the chains unless the kernel asks not to"

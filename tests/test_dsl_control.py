@@ -1,4 +1,6 @@
 """Runtime if/for/while/break/continue/return, compile-time constants and unrolling."""
+import re
+
 import numpy as np
 import pytest
 
@@ -344,12 +346,19 @@ def scalar_chains(x: kd.Tensor[kd.f32, 2], out: kd.Tensor[kd.f32, 2], W: kd.Cons
 
 
 def test_scalar_statements_is_a_hint(runtime, rng):
-    """kd.scalar_statements() changes no result on any runtime (the cpu runtime then compiles
-    without the SLP vectoriser: tests/test_cpu_backend.py): the same sums in the same order."""
+    """kd.scalar_statements() changes no result on any runtime: the same sums in the same
+    order. The cpu runtime compiles such a kernel without LLVM's SLP vectoriser, which would
+    pack these chains into vectors."""
     a = rng.standard_normal((4, 40)).astype(np.float32)
-    out = runtime.zeros((4, 5), "f32")
-    scalar_chains[4, 1](runtime.tensor(a), out, 5, 8)
+    x, out = runtime.tensor(a), runtime.zeros((4, 5), "f32")
+    scalar_chains[4, 1](x, out, 5, 8)
     want = np.zeros((4, 5), np.float32)
     for c in range(8):
         want += a[:, c::8]
     np.testing.assert_array_equal(out.numpy(), want)
+    if runtime.name.split(":")[0] == "cpu":
+        from kerneldsl.backends.cpu import compiler
+        rendering = next(iter(runtime.renderings(*scalar_chains.specialize(runtime, x, out, 5, 8, block=1).ir())))
+        packed = lambda ir: re.search(r"fadd[^\n]*<\d+ x float>", str(ir)) is not None  # noqa: E731
+        assert packed(compiler.optimize(rendering.source)), "the SLP vectoriser no longer packs these chains"
+        assert not packed(compiler.optimize(rendering.source, **rendering.rendered)), "the hint was ignored"
