@@ -87,7 +87,6 @@ def test_exp2_fast_subnormal_results(runtime):
     assert (got[x >= -126] > 0).all()
 
 
-
 @pytest.mark.parametrize("name, edge", [("exp", -103.972084), ("exp2", -150.0)])
 def test_exp_results_at_the_underflow_edge(runtime, name, edge):
     """exp and exp2 in F32 from the normal range down past their underflow edge: denormal
@@ -109,6 +108,7 @@ def test_exp_results_at_the_underflow_edge(runtime, name, edge):
     if runtime.name.split(":")[0] in ("cpu", "interpreter"):  # these keep denormal results
         assert close.all(), list(zip(x[~close], got[~close], ref[~close]))
         assert (got[ref >= 2 * tiny] > 0).all()
+
 
 @kd.kernel
 def binary_math(x: kd.Tensor[kd.f32], y: kd.Tensor[kd.f32], out: kd.Tensor[kd.f32, 2], n: kd.i32):
