@@ -360,5 +360,6 @@ def test_scalar_statements_is_a_hint(runtime, rng):
         from kerneldsl.backends.cpu import compiler
         rendering = next(iter(runtime.renderings(*scalar_chains.specialize(runtime, x, out, 5, 8, block=1).ir())))
         packed = lambda ir: re.search(r"fadd[^\n]*<\d+ x float>", str(ir)) is not None  # noqa: E731
-        assert packed(compiler.optimize(rendering.source)), "the SLP vectoriser no longer packs these chains"
         assert not packed(compiler.optimize(rendering.source, **rendering.rendered)), "the hint was ignored"
+        if not packed(compiler.optimize(rendering.source)):  # (llvmlite is not pinned)
+            pytest.skip("this LLVM's SLP vectoriser does not pack these chains: the hint changes nothing here")
