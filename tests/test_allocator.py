@@ -296,6 +296,13 @@ def test_idle_cap_returns_whole_segments_past_it():
     assert len(dev.live) == 1 and pool.idle_bytes() == GiB
 
 
+def test_the_cpu_pool_keeps_an_eighth_of_host_memory_idle():
+    from kerneldsl.backends.cpu import runtime as cpu
+    assert cpu.idle_cap(24 * GiB) == 3 * GiB and cpu.idle_cap(8 * GiB) == GiB  # at least 1 GiB
+    assert cpu.idle_cap(cpu._UNKNOWN_MEMORY) == GiB  # memory size unknown
+    assert kd.runtime("cpu").pool.max_idle_bytes == cpu.idle_cap(cpu._physical_memory())
+
+
 def test_segments_are_cut_to_the_device_limit():
     pool, dev, _ = allocator(max_segment=8 * MiB)
     pool.allocate(3 * MiB, S)

@@ -308,12 +308,25 @@ def _run_sequence():
     return _KERNEL_FN(native_helpers().run_sequence)
 
 
+def idle_cap(physical: int) -> int:
+    """Bytes of wholly free segments the cpu pool keeps cached: host memory is shared with
+    everything else on the machine, so an eighth of it, but at least 1 GiB. A segment freed
+    past the cap goes back to the OS, and the next tensor of its size is fresh memory that
+    faults in page by page: on a 2-core Emerald Rapids box (24 GiB) a ×2 nearest interpolation
+    writing 2 GiB took 212 ms a call with a 1 GiB cap against 145 ms with the segment kept.
+    Where the memory size is unknown (`_physical_memory`'s stand-in), 1 GiB."""
+    return max(1 << 30, physical // 8) if physical < _UNKNOWN_MEMORY else 1 << 30
+
+
 @functools.lru_cache(maxsize=None)
 def _physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: let numpy decide
-        return 1 << 62
+        return _UNKNOWN_MEMORY
+
+
+_UNKNOWN_MEMORY = 1 << 62
 
 
 class _PinnedBytes:
@@ -365,9 +378,7 @@ class CpuRuntime(Runtime):
         pass
 
     def _allocator_options(self) -> dict:
-        # host memory is shared with everything else on the machine: keep at most 1 GiB of
-        # wholly free segments cached (the pool's limit before it split blocks)
-        return {"max_idle_bytes": 1 << 30}
+        return {"max_idle_bytes": idle_cap(_physical_memory())}
 
     def _upload(self, buffer, byte_offset, host):
         buffer.raw[byte_offset:byte_offset + host.nbytes] = host.reshape(-1).view(np.uint8)
