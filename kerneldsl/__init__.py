@@ -35,7 +35,7 @@ from .lang import (  # the in-kernel builtins, by name so that type checkers see
     plane_ballot, plane_broadcast, plane_count, plane_elect, plane_exclusive_sum, plane_inclusive_sum,
     plane_max, plane_min, plane_pos, plane_prod, plane_shuffle, plane_shuffle_xor, plane_sum, pow, print, role,
     round, rsqrt, scalar_statements, select, shared, shared_tile, sigmoid, sin, splat, sqrt, static_assert,
-    store_fragment, store_vec,
+    store_fragment, store_vec, streaming_stores,
     sync_cube, sync_role, tanh, tile_offset, unit_pos, unit_pos_x, unit_pos_y, unit_pos_z, unroll, vec_max, vec_min,
     vec_sum)  # noqa: A004
 from .lang import Const, PLANE_DIM, Tensor, inf, nan
@@ -73,7 +73,8 @@ __all__ = [  # the public API, spelled out for type checkers (tests/test_authori
     "plane_pos", "plane_prod", "plane_shuffle", "plane_shuffle_xor", "plane_sum", "pow", "print", "role", "round",
     "rsqrt", "scalar_statements", "select", "shared", "shared_tile", "sigmoid", "sin", "splat", "sqrt",
     "static_assert",
-    "store_fragment", "store_vec", "sync_cube", "sync_role", "tanh", "tile_offset", "unit_pos", "unit_pos_x", "unit_pos_y",
+    "store_fragment", "store_vec", "streaming_stores", "sync_cube", "sync_role", "tanh", "tile_offset", "unit_pos",
+    "unit_pos_x", "unit_pos_y",
     "unit_pos_z", "unroll", "vec_max", "vec_min", "vec_sum",
 ]
 

@@ -56,6 +56,8 @@ class Capabilities:
     #                                       global data (no faster to read), vs an on-chip scratchpad
     vector_bytes: int = 16  # preferred width of one vector access: 16 (128-bit loads) on GPUs; the SIMD
     #                         register width on a CPU
+    streaming_stores: bool = False  # kd.streaming_stores() makes a kernel's wide stores bypass the caches
+    #                                 (non-temporal stores: the cpu back end on x86), vs ignored
     units_are_simd_lanes: bool = False  # a cube's units run as the lanes of one vectorised loop on a core
     #   (the cpu back end), not as hardware threads: a unit's own accesses are best scalar and unit-strided
     #   (the loop makes them vectors), every split point (barrier, plane op) costs a pass over the units,

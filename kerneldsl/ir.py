@@ -594,6 +594,7 @@ class KernelIR:
     #                           their layout)
     min_cubes: int = 1  # kd.cubes_per_compute_unit(n): cubes the compiler keeps room for on one compute unit
     scalar_statements: bool = False  # kd.scalar_statements(): CPU back ends leave straight-line code scalar
+    streaming_stores: bool = False  # kd.streaming_stores(): wide stores bypass the caches where the runtime can
 
     @property
     def cube_units(self) -> int:

@@ -360,6 +360,42 @@ def test_scalar_statements_is_a_hint(runtime, rng):
         from kerneldsl.backends.cpu import compiler
         rendering = next(iter(runtime.renderings(*scalar_chains.specialize(runtime, x, out, 5, 8, block=1).ir())))
         packed = lambda ir: re.search(r"fadd[^\n]*<\d+ x float>", str(ir)) is not None  # noqa: E731
-        assert not packed(compiler.optimize(rendering.source, **rendering.rendered)), "the hint was ignored"
+        assert not packed(compiler.optimize(rendering.source, slp=rendering.rendered["slp"])), "the hint was ignored"
         if not packed(compiler.optimize(rendering.source)):  # (llvmlite is not pinned)
             pytest.skip("this LLVM's SLP vectoriser does not pack these chains: the hint changes nothing here")
+
+
+@kd.kernel
+def spread_pairs(x: kd.Tensor, y: kd.Tensor, STREAM: kd.Const[bool]):
+    if STREAM:
+        kd.streaming_stores()
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    v = x[i]
+    y[2 * i] = v
+    y[2 * i + 1] = -v
+
+
+def test_streaming_stores_is_a_hint(runtime, rng):
+    """kd.streaming_stores() changes no result on any runtime, whether the output starts on a
+    vector's alignment or not. Where Capabilities.streaming_stores (the cpu runtime on x86),
+    the hinted kernel's wide stores are non-temporal (taken where aligned) and it ends with
+    an sfence; the same kernel without the hint has neither."""
+    n = 4096
+    a = rng.standard_normal(n).astype(np.float32)
+    want = np.stack([a, -a], axis=1).reshape(-1)
+    x = runtime.tensor(a)
+    for start in (0, 1, 3):  # the output's first element: on a 64-byte boundary, then off it
+        whole = runtime.zeros((2 * n + start,), "f32")
+        y = whole[start:]
+        spread_pairs[n // 256, 256](x, y, True)
+        np.testing.assert_array_equal(y.numpy(), want)
+        assert not whole.numpy()[:start].any()
+    if runtime.capabilities.streaming_stores:
+        from kerneldsl.backends.cpu import compiler
+
+        def assembly(stream: bool) -> str:
+            rendering = next(iter(runtime.renderings(*spread_pairs.specialize(runtime, x, y, stream, block=256).ir())))
+            return compiler.assembly(rendering.source, **rendering.rendered)
+        hinted, plain = assembly(True), assembly(False)
+        assert re.search(r"movnt(ps|pd|dq)", hinted) and "sfence" in hinted, "the hint was ignored"
+        assert "movnt" not in plain and "sfence" not in plain

@@ -97,15 +97,18 @@ def test_every_launch_shape_matches_torch(runtime, rng, monkeypatch, outs, plane
 
 
 @needs_torch
-@pytest.mark.parametrize("planes, wide, bx", [(1, False, None), (3, True, 32)])
-def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide, bx):
+@pytest.mark.parametrize("planes, wide, bx, stream", [(1, False, None, False), (3, True, 32, False),
+                                                     (1, False, None, True)])
+def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide, bx, stream):
     """The kernels for integer width upscaling where units are SIMD lanes (lanes.py), forced on
     any runtime: factors 2 and 3, Linear with and without aligned corners, Nearest and
     NearestExact, 1-3 spatial axes, a cube the row (bx None) or cubes of 32 the rows do not
     fill, a plane group part full (3 planes a unit), 32- and 64-bit offsets, F32 and BF16,
+    their outputs written through kd.streaming_stores() or not (`stream`, forced at any size),
     against torch (nearest's forward bit for bit)."""
     monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
         shape, 2**31 if wide else n, planes, bx) if factor >= 2 else None)
+    monkeypatch.setattr(interpolation_package, "streams", lambda caps, nbytes: stream)
     cases = [(M.Linear, False, (6, 32), (12, 64)), (M.Linear, True, (3, 5), (7, 13)),
              (M.Nearest, False, (4, 5), (4, 15)),
              (M.Nearest, False, (2, 3, 7), (3, 4, 14)), (M.NearestExact, False, (3, 4), (5, 12)),

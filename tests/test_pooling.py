@@ -734,13 +734,17 @@ def test_row_vector_pooling_skips_memory_that_starts_off_its_vectors(monkeypatch
 
 
 @pytest.mark.feature("pooling: global average")
-def test_global_average_backward_divides_once_as_a_mean(runtime, rng):
+@pytest.mark.parametrize("stream", [False, True])
+def test_global_average_backward_divides_once_as_a_mean(runtime, rng, monkeypatch, stream):
     """torch's global average pooling is a mean: its gradient is grad / (H·W) in one f32
     division, on every kernel (dividing by H then W differs in the last bit for some values,
-    several of these)."""
-    x = runtime.zeros((4, 16, 3, 7), "f32")
-    g = rng.standard_normal((4, 16, 1, 1)).astype(np.float32)
-    got = P.adaptive_avg_pool2d_backward(x, runtime.tensor(g)).numpy()
-    want = np.broadcast_to(g / np.float32(21), (4, 16, 3, 7))
+    several of these); rows of 21 (stores off their vectors' alignment) and of 256, dx written
+    through kd.streaming_stores() or not (`stream`, forced at any size)."""
+    monkeypatch.setattr(P, "streams", lambda caps, nbytes: stream)
+    for h, w in ((3, 7), (16, 16)):
+        x = runtime.zeros((4, 16, h, w), "f32")
+        g = rng.standard_normal((4, 16, 1, 1)).astype(np.float32)
+        got = P.adaptive_avg_pool2d_backward(x, runtime.tensor(g)).numpy()
+        want = np.broadcast_to(g / np.float32(h * w), (4, 16, h, w))
+        np.testing.assert_array_equal(got, want)
     assert np.any(g / np.float32(3) / np.float32(7) != g / np.float32(21))  # the case can fail
-    np.testing.assert_array_equal(got, want)

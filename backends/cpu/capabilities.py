@@ -5,7 +5,7 @@ import os
 
 from kerneldsl.capabilities import I32_MAX, I64_MAX, Capabilities, default_atomics
 
-from . import compiler
+from . import compiler, streaming
 
 DEFAULT_PLANE_DIM = 32  # like CUDA, so kernels tuned for warps of 32 behave the same
 PLANE_DIMS = (1, 2, 4, 8, 16, 32)
@@ -38,6 +38,7 @@ def capabilities(plane_dim: int = DEFAULT_PLANE_DIM) -> Capabilities:
         shared_memory_emulated=True,
         vector_bytes=simd_bytes(llvm.get_host_cpu_features()),
         units_are_simd_lanes=True,
+        streaming_stores=streaming.applies(llvm.get_process_triple()),
         # the renderer counts cubes in an i64 and truncates each cube id to i32
         max_grid=(I32_MAX, I32_MAX, I32_MAX),
         max_grid_cubes=I64_MAX,

@@ -6,6 +6,8 @@ import functools
 import llvmlite
 import llvmlite.binding as llvm
 
+from . import streaming
+
 
 @functools.lru_cache(maxsize=None)
 def target_machine():
@@ -45,11 +47,17 @@ def optimize(source: str, slp: bool = True):
     return mod
 
 
-def compile_source(source: str, slp: bool = True) -> bytes:
-    """Optimise (O3, the loop vectoriser on, the SLP vectoriser where `slp`) and emit an object file."""
-    return target_machine().emit_object(optimize(source, slp))
+def compile_source(source: str, slp: bool = True, stream: bool = False) -> bytes:
+    """Optimise (O3, the loop vectoriser on, the SLP vectoriser where `slp`), make wide stores
+    non-temporal where `stream` (kd.streaming_stores(): streaming.py) and emit an object file."""
+    return target_machine().emit_object(_finished(source, slp, stream))
 
 
-def assembly(source: str, slp: bool = True) -> str:
-    """The optimised module as assembly, for reading (e.g. to check vectorisation)."""
-    return target_machine().emit_assembly(optimize(source, slp))
+def assembly(source: str, slp: bool = True, stream: bool = False) -> str:
+    """The module compile_source would emit, as assembly, for reading (e.g. to check vectorisation)."""
+    return target_machine().emit_assembly(_finished(source, slp, stream))
+
+
+def _finished(source: str, slp: bool, stream: bool):
+    mod = optimize(source, slp)
+    return streaming.streaming(mod, target_machine()) if stream else mod

@@ -44,6 +44,15 @@ def scalar_statements(fe, node):
     fe.scalar_statements = True
 
 
+@builtin("Hint that the kernel writes tensors far larger than the caches and reads none of them back: where "
+         "the runtime can (`Capabilities.streaming_stores`: the cpu runtime on x86), its wide vector stores "
+         "bypass the caches (non-temporal, where a store's address is aligned to its width), which saves the "
+         "read of each line that a cached store costs; other back ends ignore it. Every wide store of the "
+         "kernel streams, kd.shared ones included: keep re-read staging out of such kernels.")
+def streaming_stores(fe, node):
+    fe.streaming_stores = True
+
+
 @builtin("Barrier over the cube; must be reached by every unit (uniform control flow).")
 def sync_cube(fe, node):
     fe.emit(ir.Barrier(loc=fe.loc(node)))

@@ -60,13 +60,16 @@ def line_taps(od, oh, x, y, scale_d, scale_h, MODES, ALIGN):
 @kd.kernel
 def forward_lanes(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, scale_d: kd.f32, scale_h: kd.f32, scale_w: kd.f32,
                   MODES: kd.Const[tuple], ALIGN: kd.Const[bool], S: kd.Const[int], PLANES: kd.Const[int],
-                  EXACT: kd.Const[bool], WIDE: kd.Const[bool], BX: kd.Const[int]):
+                  EXACT: kd.Const[bool], WIDE: kd.Const[bool], BX: kd.Const[int], STREAM: kd.Const[bool]):
     """y = x resampled, both contiguous [planes, D, H, W] (MODES: the three axes' modes), the
     width upsampled by S. Cube x is output row r (of the `rows` = D·H a plane) of plane
     group g; cube y and the unit pick the input column i, whose S outputs the unit computes
     in each of its PLANES planes (all loads before any store). EXACT (the host checked):
     every unit's column lies in the row and every group's planes exist (no masks on the
-    stores). WIDE: 64-bit element offsets."""
+    stores). WIDE: 64-bit element offsets. STREAM: y is large (ops/streaming.py), its stores
+    bypass the caches."""
+    if STREAM:
+        kd.streaming_stores()
     g = kd.cube_pos_x() // rows
     r = kd.cube_pos_x() - g * rows
     od = r // y.shape[2]
@@ -158,7 +161,7 @@ def backward_lanes(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd
                    wh: kd.Tensor[kd.f32, 2], rows: kd.i32, scale_w: kd.f32, span_d: kd.i32, span_h: kd.i32,
                    TD: kd.Const[int], TH: kd.Const[int],
                    MODE: kd.Const[str], ALIGN: kd.Const[bool], S: kd.Const[int], PLANES: kd.Const[int],
-                   EXACT: kd.Const[bool], WIDE: kd.Const[bool], BX: kd.Const[int]):
+                   EXACT: kd.Const[bool], WIDE: kd.Const[bool], BX: kd.Const[int], STREAM: kd.Const[bool]):
     """dx = the adjoint of the forward map applied to g, both contiguous [planes, D, H, W]
     (dx the input's shape), the width upsampled by S (MODE: the width's). Cube x is input row
     r of plane group c; cube y and the unit pick the input column i. The unit weighs the
@@ -169,7 +172,9 @@ def backward_lanes(g: kd.Tensor, dx: kd.Tensor, rd: kd.Tensor[kd.i32, 1], rh: kd
     (the most lines any input line is touched by), each past its range skipped: trip counts
     set by the arguments, not by the tables' values, so a small launch may run on the calling
     thread (kerneldsl/loop_bounds.py). EXACT: every unit's column lies in the row and every
-    group's planes exist. WIDE: 64-bit element offsets."""
+    group's planes exist. WIDE: 64-bit element offsets. STREAM: as forward_lanes', for dx."""
+    if STREAM:
+        kd.streaming_stores()
     c = kd.cube_pos_x() // rows
     r = kd.cube_pos_x() - c * rows
     i_d = r // dx.shape[2]

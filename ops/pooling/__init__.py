@@ -38,6 +38,7 @@ from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, wi
 from .reduction import lane_row_mean, plane_mean, spread_mean, unit_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from ..validation import aligned
+from ..streaming import streams
 from .rows import pool_rows
 from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW, bin_rows, cell_backward,
                      cells, column_plan, column_units, element_plan, f64_positions, lane_plan, lane_row_plan,
@@ -228,7 +229,8 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     caps = rt.capabilities
     if p.is_global_average and not maximum and caps.units_are_simd_lanes:
         grid, block = lane_row_plan(caps, p.planes, p.in_spatial)
-        spread_mean[grid, block](g, dx.reshape(total), p.planes, *(a.size for a in p.axes))
+        spread_mean[grid, block](g, dx.reshape(total), p.planes, *(a.size for a in p.axes),
+                                 streams(caps, total * x.dtype.itemsize))
         return dx
     if scatter_backward(caps, p, maximum):
         _scatter(p, g, indices, dx.reshape(total), maximum)

@@ -93,11 +93,15 @@ def unit_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, SIZE: kd.Const[int
 
 
 @kd.kernel
-def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd.i32, IW: kd.i32):
+def spread_mean(grad: kd.Tensor, dx: kd.Tensor, rows: kd.i32, ID: kd.i32, IH: kd.i32, IW: kd.i32,
+                STREAM: kd.Const[bool]):
     """Global average pooling's backward pass, dx[r, i] = grad[r] / (ID·IH·IW) for every
     element i of row r, one f32 division as torch's (its global pooling is a mean, for 1 to 3
     axes; dividing by each size in turn differs in the last bit for some values): a cube a
-    row, its units along it (a vector store a chunk on the cpu runtime)."""
+    row, its units along it (a vector store a chunk on the cpu runtime). STREAM: dx is large
+    (ops/streaming.py), its stores bypass the caches."""
+    if STREAM:
+        kd.streaming_stores()
     t = kd.unit_pos_x()
     BX = kd.cube_dim_x()
     r = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
