@@ -304,3 +304,34 @@ def test_uniform_while_and_early_return_run_once_a_cube():
     assert "SIf" in kinds and "SWhile" in kinds, kinds
     lifted_if = next(it for it in items if isinstance(it, regions.SIf))
     assert any(isinstance(x, regions.SJump) and x.kind == "return" for x in lifted_if.then)
+
+
+def test_streaming_pass_takes_wide_tensor_stores_only():
+    """streaming.py rewrites the vector stores of 32 bytes or more that carry the tensor TBAA
+    tag (an aligned-address test, then a non-temporal or a plain store), leaves untagged ones
+    (kd.shared arrays, spills) and narrow ones alone, and fences the function that streams."""
+    from kerneldsl.backends.cpu import streaming
+    module = "\n".join([
+        "define void @k(ptr %t, ptr %s) {",
+        "  store <16 x float> zeroinitializer, ptr %t, align 4, !tbaa !2",
+        "  store <16 x float> zeroinitializer, ptr %s, align 4",
+        "  store <4 x float> zeroinitializer, ptr %t, align 4, !tbaa !2",
+        "  ret void",
+        "}",
+        "define void @other() {",
+        "  ret void",
+        "}",
+        '!0 = !{!"kd.tbaa"}',
+        f'!1 = !{{!"{streaming.TENSOR_TYPE}", !0, i64 0}}',
+        "!2 = !{!1, !1, i64 0}",
+    ])
+    out = streaming.rewrite(module)
+    assert out.count('call void @"kd.stream.16xfloat.4"(ptr %t,') == 1
+    assert "store <16 x float> zeroinitializer, ptr %s, align 4" in out
+    assert "store <4 x float> zeroinitializer, ptr %t, align 4, !tbaa !2" in out
+    assert "align 64, !nontemporal" in out and "and i64 %address, 63" in out
+    assert out.count(streaming.SFENCE) == 1  # in @k, before its ret; @other is not fenced
+    assert streaming.rewrite(module.replace("!tbaa !2", "")) is None  # nothing tagged: nothing to do
+    if streaming.applies(compiler.target_machine().triple):
+        import llvmlite.binding as llvm
+        llvm.parse_assembly(out).verify()

@@ -6,6 +6,7 @@ from llvmlite import ir as L
 
 from kerneldsl.dtypes import VecType, boolean
 
+from . import streaming
 from .llvm_types import I8, I32, I64, mem_type
 
 
@@ -72,11 +73,25 @@ class Memory:
                 vec = L.Constant(vt, L.Undefined)
                 for i, x in enumerate(v):
                     vec = b.insert_element(vec, self.to_mem(x, t.elem), L.Constant(I32, i))
-                b.store(vec, b.bitcast(ptr, vt.as_pointer()), align=t.elem.itemsize)
+                st = b.store(vec, b.bitcast(ptr, vt.as_pointer()), align=t.elem.itemsize)
             else:
-                b.store(self.to_mem(v, t), ptr)
+                st = b.store(self.to_mem(v, t), ptr)
+            if self.k.streaming_stores:  # the stores streaming.py may make non-temporal
+                st.set_metadata("tbaa", self.tensor_store_tag())
         self.guarded(off, extent, t.lanes if isinstance(t, VecType) else 1, do, checked,
                      self._tensor_index(name), loc)
+
+    def tensor_store_tag(self):
+        """The TBAA tag of every tensor store of a kd.streaming_stores() kernel, the one mark
+        that survives vectorisation (streaming.TENSOR_TYPE; one type for all, so no two
+        accesses become "no alias" by it: untagged ones alias everything)."""
+        tag = getattr(self, "_tensor_store_tag", None)
+        if tag is None:
+            m = self.module
+            root = m.add_metadata([L.MetaDataString(m, "kd.tbaa")])
+            kind = m.add_metadata([L.MetaDataString(m, streaming.TENSOR_TYPE), root, L.Constant(I64, 0)])
+            tag = self._tensor_store_tag = m.add_metadata([kind, kind, L.Constant(I64, 0)])
+        return tag
 
     def e_load(self, e):
         p, base, extent, _, _ = self.tensors[e.tensor]

@@ -2,13 +2,15 @@
 optimised module (after LLVM's vectorisers, which refuse to vectorise a store marked
 non-temporal unless its alignment is the vector's, which a unit loop's store never states).
 
-Every vector store of 32 bytes or more becomes a call of a small always-inlined helper that
-tests the address: aligned to the vector's width, the store is non-temporal (`vmovntps`:
-no read of the line first, and no cache line kept); otherwise a plain store (an unaligned
-non-temporal vector store would be split into 8-byte `movnti`s). A unit loop's stores
-advance by whole vectors, so the test goes the same way every trip. Non-temporal stores
-are weakly ordered: every function that made them ends with an `sfence`, so they are
-visible to other threads before the launch reports its end."""
+Every vector store of 32 bytes or more to a tensor (the renderer tags a streaming kernel's
+tensor stores with the TBAA type TENSOR_TYPE; kd.shared arrays and spills stay cached, as
+they are read again) becomes a call of a small always-inlined helper that tests the address:
+aligned to the vector's width, the store is non-temporal (`vmovntps`: no read of the line
+first, and no cache line kept); otherwise a plain store (an unaligned non-temporal vector
+store would be split into 8-byte `movnti`s). A unit loop's stores advance by whole vectors,
+so the test goes the same way every trip. Non-temporal stores are weakly ordered: every
+function that made them ends with an `sfence`, so they are visible to other threads before
+the launch reports its end."""
 from __future__ import annotations
 
 import re
@@ -17,7 +19,8 @@ import llvmlite.binding as llvm
 
 _BITS = {"float": 32, "double": 64, "half": 16, "bfloat": 16, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 _VECTOR_STORE = re.compile(r"^(\s*)store <(\d+) x (float|double|half|bfloat|i8|i16|i32|i64)> (.+?), "
-                           r"ptr ([^\s,]+), align (\d+)(?:,.*)?$", re.M)
+                           r"ptr ([^\s,]+), align (\d+)(,.*)?$", re.M)
+TENSOR_TYPE = "kd.tensor"  # the TBAA type of tensor stores (memory.Memory.tensor_store_tag)
 MIN_BYTES = 32  # narrower stores stay as they are (a 16-byte non-temporal store fills a line in 4)
 SFENCE = "call void @llvm.x86.sse.sfence()"
 
@@ -30,12 +33,15 @@ def applies(triple: str) -> bool:
 def rewrite(text: str) -> str | None:
     """The module's text with its wide vector stores streaming (module docstring), or None
     where it has none."""
+    tag = _tensor_tag(text)
+    if tag is None:
+        return None
     helpers: dict = {}
 
     def helper_call(m) -> str:
-        indent, lanes, elem, value, ptr, align = m.groups()
+        indent, lanes, elem, value, ptr, align, rest = m.groups()
         nbytes = int(lanes) * _BITS[elem] // 8
-        if nbytes < MIN_BYTES or nbytes & (nbytes - 1):
+        if nbytes < MIN_BYTES or nbytes & (nbytes - 1) or not re.search(rf"!tbaa {tag}\b", rest or ""):
             return m.group(0)
         name = f'@"kd.stream.{lanes}x{elem}.{align}"'
         helpers[name] = (f"<{lanes} x {elem}>", nbytes, align)
@@ -60,6 +66,15 @@ plain:
   ret void
 }}""")
     return "\n".join(parts) + "\n"
+
+
+def _tensor_tag(text: str) -> str | None:
+    """The metadata id ("!7") of the access tag of TENSOR_TYPE in an optimised module's text."""
+    kind = re.search(rf'^(![0-9]+) = !{{!"{re.escape(TENSOR_TYPE)}", ', text, re.M)
+    if kind is None:
+        return None
+    tag = re.search(rf"^(![0-9]+) = !{{{kind.group(1)}, {kind.group(1)}, i64 0}}$", text, re.M)
+    return tag.group(1) if tag else None
 
 
 def _fenced(text: str) -> str:
