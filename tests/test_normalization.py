@@ -83,6 +83,19 @@ def test_forward_matches_reference(runtime, rng, dtype, width):
     close(s.numpy(), ref.softmax(x), dtype, scale=1.0 / width)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_streaming_outputs_match_reference(runtime, rng, monkeypatch, dtype):
+    """LayerNorm and RMSNorm with their outputs written through kd.streaming_stores()
+    (forced at any size; on the cpu runtime, non-temporal where a row's vectors are aligned):
+    rows of 1024 (aligned) and 1023 (not), as the reference."""
+    monkeypatch.setattr(N, "streams", lambda caps, nbytes: True)
+    for width in (1024, 1023):
+        x, gamma, beta = problem(rng, lead_for(width), width, dtype)
+        tx, tg, tb = runtime.tensor(x), runtime.tensor(gamma), runtime.tensor(beta)
+        close(N.layer_norm(tx, tg, tb).numpy(), ref.layer_norm(x, gamma, beta, 1e-5)[0], dtype)
+        close(N.rms_norm(tx, tg).numpy(), ref.rms_norm(x, gamma, 1e-6)[0], dtype)
+
+
 @pytest.mark.feature("normalization: backward")
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("dtype", DTYPES)

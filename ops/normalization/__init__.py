@@ -27,6 +27,7 @@ from . import packed as _packed
 from . import paired as _paired
 from . import persistent as _persist
 from .problem import NormalizationError, backward_problem, forward_problem, softmax_problem
+from ..streaming import streams
 from .tuning import (PACKED_LN_CHUNKS, choose_shape, deepen, long_row_plan, persistent_grid, rows_view,
                      short_row_plan, vector_lanes, words_view)
 
@@ -144,7 +145,8 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
         _fwd.norm_cached[shape.grid(rows), shape.block](*args, shape.ragged(width), shape.bx, shape.ry, shape.chunks,
                                                         shape.lanes)
     else:
-        _loop.norm_looped[shape.grid(rows), shape.block](*args, shape.bx, shape.ry, shape.chunks, shape.lanes)
+        _loop.norm_looped[shape.grid(rows), shape.block](*args, shape.bx, shape.ry, shape.chunks, shape.lanes,
+                                                         streams(rt.capabilities, out.size * out.dtype.itemsize))
     return out, mean, rstd
 
 

@@ -44,7 +44,11 @@ def norm_looped(x: kd.Tensor, gamma: kd.Tensor[kd.f32, 1], beta: kd.Tensor[kd.f3
                 mean_out: kd.Tensor[kd.f32, 1], rstd_out: kd.Tensor[kd.f32, 1],
                 rows: kd.i32, width: kd.i32, x_stride: kd.i64, eps: kd.f32,
                 RMS: kd.Const[bool], HAS_BETA: kd.Const[bool],
-                BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int]):
+                BX: kd.Const[int], RY: kd.Const[int], U: kd.Const[int], L: kd.Const[int], STREAM: kd.Const[bool]):
+    """LayerNorm / RMSNorm of rows of any width (module docstring). STREAM: y is large
+    (ops/streaming.py) and written once, never read here: its stores bypass the caches."""
+    if STREAM:
+        kd.streaming_stores()
     t = kd.unit_pos_x()
     row, live, xb, yb = row_offsets(rows, width, x_stride, RY)
     STEP = BX * L * U
