@@ -26,8 +26,9 @@ SFENCE = "call void @llvm.x86.sse.sfence()"
 
 
 def applies(triple: str) -> bool:
-    """Whether this pass serves `triple`'s target (x86-64: `vmovnt*` and `sfence`)."""
-    return triple.startswith("x86_64")
+    """Whether this pass serves `triple`'s target (x86-64: `vmovnt*` and `sfence`) with this
+    LLVM (15 on prints opaque pointers, the `ptr` form the pass reads)."""
+    return triple.startswith("x86_64") and llvm.llvm_version_info >= (15,)
 
 
 def rewrite(text: str) -> str | None:
