@@ -296,11 +296,17 @@ def test_idle_cap_returns_whole_segments_past_it():
     assert len(dev.live) == 1 and pool.idle_bytes() == GiB
 
 
-def test_the_cpu_pool_keeps_an_eighth_of_host_memory_idle():
+def test_the_cpu_pool_keeps_an_eighth_of_host_memory_idle(tmp_path):
     from kerneldsl.backends.cpu import runtime as cpu
     assert cpu.idle_cap(24 * GiB) == 3 * GiB and cpu.idle_cap(8 * GiB) == GiB  # at least 1 GiB
     assert cpu.idle_cap(cpu._UNKNOWN_MEMORY) == GiB  # memory size unknown
-    assert kd.runtime("cpu").pool.max_idle_bytes == cpu.idle_cap(cpu._physical_memory())
+    assert kd.runtime("cpu").pool.max_idle_bytes == cpu.idle_cap(cpu._memory_limit())
+    # a container's memory limit, where lower than the machine's, sets it ("max": no limit)
+    v2, v1 = tmp_path / "memory.max", tmp_path / "limit_in_bytes"
+    v2.write_text("max\n")
+    v1.write_text(f"{GiB}\n")
+    assert cpu._memory_limit((str(v2),)) == cpu._physical_memory()
+    assert cpu._memory_limit((str(tmp_path / "absent"), str(v2), str(v1))) == min(GiB, cpu._physical_memory())
 
 
 def test_segments_are_cut_to_the_device_limit():
