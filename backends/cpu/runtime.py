@@ -311,10 +311,10 @@ def _run_sequence():
 def idle_cap(physical: int) -> int:
     """Bytes of wholly free segments the cpu pool keeps cached, for a process that may use
     `physical` bytes (`_memory_limit`): host memory is shared with everything else on the
-    machine, so an eighth of it, but at least 1 GiB. A segment freed
-    past the cap goes back to the OS, and the next tensor of its size is fresh memory that
-    faults in page by page: on a 2-core Emerald Rapids box (24 GiB) a ×2 nearest interpolation
-    writing 2 GiB took 212 ms a call with a 1 GiB cap against 145 ms with the segment kept.
+    machine, so an eighth of it, but at least 1 GiB. A segment freed past the cap goes back
+    to the OS, and the next tensor of its size is fresh memory that faults in page by page:
+    on a 2-core Emerald Rapids box (24 GiB) a ×2 nearest interpolation writing 2 GiB took
+    212 ms a call with a 1 GiB cap against 145 ms with the segment kept.
     Where the memory size is unknown (`_physical_memory`'s stand-in), 1 GiB."""
     return max(1 << 30, physical // 8) if physical < _UNKNOWN_MEMORY else 1 << 30
 
