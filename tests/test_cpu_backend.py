@@ -335,3 +335,32 @@ def test_streaming_pass_takes_wide_tensor_stores_only():
     if streaming.applies(compiler.target_machine().triple):
         import llvmlite.binding as llvm
         llvm.parse_assembly(out).verify()
+
+
+def test_one_lane_masked_stores_become_scalar_stores():
+    """masked_stores.py rewrites a masked store whose constant mask has one lane set into an
+    extract and a store of that lane (its address and alignment), keeping the call's
+    metadata; stores with several lanes or a run-time mask stay."""
+    from kerneldsl.backends.cpu import masked_stores
+    one = "<i1 false, i1 false, i1 true, i1 false>"
+    two = "<i1 true, i1 false, i1 true, i1 false>"
+    call = "  tail call void @llvm.masked.store.v4i16.p0(<4 x i16> %v, ptr align 8 %p, <4 x i1> "
+    module = "\n".join([
+        "define void @k(ptr %p, <4 x i16> %v, <4 x i1> %m) {",
+        f"{call}{one}), !llvm.access.group !0",
+        f"{call}{two})",
+        f"{call}%m)",
+        "  ret void",
+        "}",
+        "declare void @llvm.masked.store.v4i16.p0(<4 x i16>, ptr, <4 x i1>)",
+        "!0 = distinct !{}",
+    ])
+    out = masked_stores.rewrite(module)
+    assert "%kd.lane0 = extractelement <4 x i16> %v, i64 2" in out
+    assert "%kd.at0 = getelementptr i16, ptr %p, i64 2" in out
+    assert "store i16 %kd.lane0, ptr %kd.at0, align 2, !llvm.access.group !0" in out
+    assert out.count("@llvm.masked.store.v4i16.p0(<4 x i16> %v") == 2  # two lanes; a run-time mask
+    assert masked_stores.rewrite(module.replace(one, two)) is None
+    if masked_stores.applies(compiler.target_machine().triple):
+        import llvmlite.binding as llvm
+        llvm.parse_assembly(out).verify()

@@ -399,3 +399,28 @@ def test_streaming_stores_is_a_hint(runtime, rng):
         hinted, plain = assembly(True), assembly(False)
         assert re.search(r"movnt(ps|pd|dq)", hinted) and "sfence" in hinted, "the hint was ignored"
         assert "movnt" not in plain and "sfence" not in plain
+
+
+@kd.kernel
+def copy_cast_prefix(out: kd.Tensor, src: kd.Tensor, N: kd.Const[int]):
+    """out[i] = src[i] for i < N, cast to out's dtype, a cube's units striding over N (a
+    compile-time count: the vectorised loop's last vector has a constant mask)."""
+    for i0 in range(0, N, kd.cube_dim_x()):
+        i = i0 + kd.unit_pos_x()
+        if i < N:
+            out[i] = src[i]
+
+
+@pytest.mark.parametrize("out_dtype, src_dtype", [("bf16", "f32"), ("u8", "i32"), ("i32", "i64")])
+def test_a_last_partial_vector_stores_its_elements_only(runtime, out_dtype, src_dtype):
+    """A narrowing store loop over a constant count one past a whole number of vectors stores
+    exactly N elements: the element after them keeps its value (the cpu runtime's LLVM stored a
+    one-lane masked bf16 / u8 / i32 store 4 or 8 bytes wide, overwriting out[N];
+    backends/cpu/masked_stores.py)."""
+    for n in (9, 33):
+        src = (np.arange(n + 8) % 50).astype(kd.as_dtype(src_dtype).np)
+        out = runtime.tensor(np.full(n + 8, 7, np.float32), out_dtype)
+        copy_cast_prefix[1, 64](out, runtime.tensor(src), n)
+        got = out.numpy().astype(np.float64)
+        np.testing.assert_array_equal(got[:n], src[:n].astype(np.float64), err_msg=f"N = {n}")
+        np.testing.assert_array_equal(got[n:], 7, err_msg=f"N = {n}: stored past the last element")

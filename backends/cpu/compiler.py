@@ -6,7 +6,7 @@ import functools
 import llvmlite
 import llvmlite.binding as llvm
 
-from . import streaming
+from . import masked_stores, streaming
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,8 +48,9 @@ def optimize(source: str, slp: bool = True):
 
 
 def compile_source(source: str, slp: bool = True, stream: bool = False) -> bytes:
-    """Optimise (O3, the loop vectoriser on, the SLP vectoriser where `slp`), make wide stores
-    non-temporal where `stream` (kd.streaming_stores(): streaming.py) and emit an object file."""
+    """Optimise (O3, the loop vectoriser on, the SLP vectoriser where `slp`), make one-lane
+    masked stores scalar (masked_stores.py: an x86 miscompile), make wide stores non-temporal
+    where `stream` (kd.streaming_stores(): streaming.py) and emit an object file."""
     return target_machine().emit_object(_finished(source, slp, stream))
 
 
@@ -59,5 +60,5 @@ def assembly(source: str, slp: bool = True, stream: bool = False) -> str:
 
 
 def _finished(source: str, slp: bool, stream: bool):
-    mod = optimize(source, slp)
+    mod = masked_stores.one_lane_stores_fixed(optimize(source, slp))
     return streaming.streaming(mod, target_machine()) if stream else mod
