@@ -579,10 +579,12 @@ def test_gather_backward_by_cells_and_by_taps_match_torch(runtime, rng, torch, m
 def test_max_backward_of_planes_past_shared_memory_sums_in_global_memory(runtime, rng, torch, monkeypatch, dtype):
     """scatter_max_backward (devices whose units are SIMD lanes) for planes that do not fit
     shared memory, forced on this runtime: an F32 dx summed in place, a 16-bit one through an
-    F32 workspace; ties and a NaN, 1-, 2- and 3-D windows, f32 bit for bit against torch."""
+    F32 workspace plane a cube (two cubes, each taking several planes in turn); ties and a NaN,
+    1-, 2- and 3-D windows, f32 bit for bit against torch."""
     import rudnn.pooling as pooling
     from rudnn.pooling import tuning
-    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
+    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True,
+                                                                     compute_units=2))
     for where in (pooling, tuning):
         monkeypatch.setattr(where, "plane_in_shared", lambda caps, problem: False)
     for shape, k, s, p, d, ceil in (WINDOWS[0], WINDOWS[2], WINDOWS[5], WINDOWS[8]):

@@ -258,7 +258,8 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
 
 def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
     """scatter.py's backward kernels, a cube a plane: max pooling through the indices (planes
-    too large for shared memory summed in global memory: an F32 dx itself, else a workspace);
+    too large for shared memory summed in global memory: an F32 dx itself, else a workspace
+    plane a core, each core's cube taking its share of the planes);
     average pooling of 1 or 2 axes with windows small enough to unroll a unit an output column
     (cols_avg_backward, where its padded plane fits; else by rows of the plane), other
     averages one output at a time."""
@@ -268,7 +269,9 @@ def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
         idx = indices.contiguous().reshape(p.planes * p.out_spatial)
         shared = plane_in_shared(p.runtime.capabilities, p)
         in_place = not shared and flat_dx.dtype == kd.f32
-        work = flat_dx if in_place else p.runtime.empty((1 if shared else flat_dx.size,), kd.f32)
+        if not shared and not in_place:  # a cube a core, each summing its planes in one F32 plane of `work`
+            grid = (min(p.planes, max(p.runtime.capabilities.compute_units, 1)), 1)
+        work = flat_dx if in_place else p.runtime.empty((1 if shared else grid[0] * p.in_spatial,), kd.f32)
         scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, work, p.planes, p.out_spatial, p.in_spatial,
                                                not shared, in_place)
         return

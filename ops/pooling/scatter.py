@@ -60,22 +60,28 @@ def scatter_max_plane(grad, indices, acc, abase, ob, OS, IS):
 def scatter_max_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
                          work: kd.Tensor[kd.f32, 1], planes: kd.i32, OS: kd.i32, IS: kd.Const[int],
                          GLOBAL: kd.Const[bool], IN_PLACE: kd.Const[bool]):
-    """dx[p, j] = Σ grad[p, o] over the outputs o (increasing) whose index is j, plane p a
-    cube; IS = input elements a plane, OS = outputs a plane. Indices outside the plane
-    are ignored (as the gather kernel ignores them). The F32 plane is summed in shared
-    memory, or where it does not fit (GLOBAL) in `work` ([planes·IS]; with IN_PLACE, an F32
-    dx itself, then not stored again)."""
-    p, ok = plane_of(planes)
+    """dx[p, j] = Σ grad[p, o] over the outputs o (increasing) whose index is j; IS = input
+    elements a plane, OS = outputs a plane. Indices outside the plane are ignored (as the
+    gather kernel ignores them). The F32 plane is summed in shared memory, a cube a plane;
+    where it does not fit (GLOBAL), in global memory: with IN_PLACE in an F32 dx itself
+    (passed as `work`, a cube a plane, not stored again), else in the cube's own plane of
+    `work` ([cubes·IS]), each cube taking planes c, c + cubes, ... so that plane stays in
+    its core's cache (a cube a core: bf16 [2, 32, 512²] 2×2, 5.2-6.6 -> 3.6-4.1 ms on the
+    2-core dev box, against a workspace plane per plane)."""
+    c, ok = plane_of(planes)
     if ok:
-        base = kd.i64(p) * IS
-        if GLOBAL:
-            scatter_max_plane(grad, indices, work, base, kd.i64(p) * OS, OS, IS)
-            if not IN_PLACE:
-                store_plane(work, dx, base, IS, base)
+        if GLOBAL and IN_PLACE:
+            scatter_max_plane(grad, indices, work, kd.i64(c) * IS, kd.i64(c) * OS, OS, IS)
+        elif GLOBAL:
+            cubes = kd.cube_count_x() * kd.cube_count_y()
+            at = kd.i64(c) * IS
+            for p in range(c, planes, cubes):
+                scatter_max_plane(grad, indices, work, at, kd.i64(p) * OS, OS, IS)
+                store_plane(work, dx, kd.i64(p) * IS, IS, at)
         else:
             acc = kd.shared(kd.f32, IS)
-            scatter_max_plane(grad, indices, acc, 0, kd.i64(p) * OS, OS, IS)
-            store_plane(acc, dx, base, IS)
+            scatter_max_plane(grad, indices, acc, 0, kd.i64(c) * OS, OS, IS)
+            store_plane(acc, dx, kd.i64(c) * IS, IS)
 
 
 @kd.kernel
