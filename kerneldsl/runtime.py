@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import cache, replay
+from . import cache, guard, replay
 from .dtypes import DType, as_dtype, by_numpy_dtype
 from .errors import OutOfMemoryError
 from .allocator import AllocationFailed, CachingAllocator, human_bytes
@@ -66,7 +66,7 @@ class Buffer:
     reuse the block before their work is done, and downloads wait for them."""
 
     __slots__ = ("raw", "nbytes", "_pool", "owner", "readonly", "block", "stream", "used_streams", "address",
-                 "__weakref__")
+                 "guard", "__weakref__")
 
     def __init__(self, raw, nbytes, pool=None, owner=None, readonly: bool = False, block=None, stream=None):
         self.raw = raw
@@ -78,6 +78,7 @@ class Buffer:
         self.stream = stream
         self.used_streams = None  # set of other streams, made on first use
         self.address = None  # where a runtime keeps the data address of `raw` it looked up (cpu launches)
+        self.guard = None  # (runtime, guarded bytes, request) under $KERNELDSL_GUARD (guard.py)
 
     def record_stream(self, stream) -> None:
         """Note that work on `stream` uses this memory (a no-op for its own stream)."""
@@ -99,6 +100,11 @@ class Buffer:
     def __del__(self):
         pool = self._pool
         if pool is not None:
+            if self.guard is not None:
+                try:
+                    guard.check(self)
+                except Exception:  # noqa: BLE001  (interpreter shutdown, a lost device)
+                    pass
             try:
                 pool.free(self.block, self.used_streams)
             except Exception:  # noqa: BLE001  (interpreter shutdown)
@@ -387,14 +393,18 @@ class Runtime:
                 f"{_request(shape, dtype)}: out of memory (past what a 64-bit size holds). Its memory pool held "
                 f"{human_bytes(self.pool.idle_bytes())} of cached buffers and {human_bytes(self.pool.allocated_bytes)} "
                 f"in live tensors")
+        extra = guard.GUARD_BYTES if guard.enabled() else 0
         try:
-            block = self.pool.allocate(nbytes, stream)
+            block = self.pool.allocate(nbytes + extra, stream)
         except AllocationFailed as e:
+            e.nbytes = nbytes  # (what was asked, not the guard bytes with it)
             raise OutOfMemoryError(e.describe(self.name, _request(shape, dtype))) from None
         made = block.view  # (offset, size, view) of the block's last range: pool.view(block), inlined
         view = made[2] if made is not None and made[0] == block.offset and made[1] == block.size else \
             self.pool.view(block)
         buffer = Buffer(view, block.size, self.pool, None, False, block, stream)
+        if extra:
+            guard.arm(self, buffer, nbytes, _request(shape, dtype))
         rec = replay._local.__dict__.get("recorder")  # replay.active(), inlined (every tensor comes here)
         if rec is not None:
             rec.allocated(self, buffer, nbytes)

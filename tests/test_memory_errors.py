@@ -87,3 +87,25 @@ def test_second_failure_names_what_the_pool_held(runtime):
     finally:
         pool._alloc = real
     assert runtime.empty(8).numpy().shape == (8,)
+
+
+def test_guard_bytes_catch_a_write_past_the_end(runtime, monkeypatch):
+    """Under $KERNELDSL_GUARD every allocation carries guard bytes after what was asked; a
+    byte changed there is reported when the buffer is freed, naming the request and the byte
+    (kerneldsl/guard.py); untouched buffers and buffers made with the mode off report nothing."""
+    from kerneldsl import guard
+    monkeypatch.setenv("KERNELDSL_GUARD", "1")
+    guard.violations()
+    t = runtime.empty((5, 3), "bf16")  # 30 bytes
+    runtime._upload(t.buffer, t.size * 2 + 1, np.array([0x5A], np.uint8))  # a stray write one byte past
+    clean = runtime.tensor(np.arange(7, dtype=np.float32))
+    del t, clean
+    found = guard.violations()
+    assert len(found) == 1, found
+    assert f"the {runtime.name} runtime's buffer for a tensor of shape (5, 3) bf16" in found[0]
+    assert "1 of the 64 guard bytes after its 30 bytes changed, the first at byte 31 (now 0x5a)" in found[0]
+    monkeypatch.delenv("KERNELDSL_GUARD")
+    plain = runtime.empty((5, 3), "bf16")
+    assert plain.buffer.guard is None
+    del plain
+    assert guard.violations() == []

@@ -348,3 +348,23 @@ def test_a_user_file_outside_the_tree_gets_the_fixture_after_a_wheel_install(tmp
     assert re.findall(r"test_add_one\[(.+?)\] PASSED", out)[:2] == ["cpu", "cpu-p8"]
     assert re.search(r"KERNELDSL_FROM (\S+)", out).group(1).startswith(str(venv_dir))
     assert re.search(r"^add_one +pass +pass", out, re.M), out
+
+
+def test_a_test_that_writes_past_a_buffer_fails_under_the_guard(pytester, monkeypatch):
+    """With $KERNELDSL_GUARD on, the runtime fixture fails a test that left a write past the
+    end of a buffer, naming it; the same test passes with the guard off."""
+    monkeypatch.setenv("KERNELDSL_RUNTIMES", "cpu-p8")
+    pytester.makepyfile("""
+        import numpy as np
+
+        def test_stray_write(runtime):
+            t = runtime.empty((4,), "f32")
+            runtime._upload(t.buffer, 16, np.zeros(1, np.uint8))
+    """)
+    monkeypatch.setenv("KERNELDSL_GUARD", "1")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)  # the test ran; its teardown failed it
+    result.stdout.fnmatch_lines(["*(4,) f32 was written past its end*"])
+    result.stdout.fnmatch_lines(["*writes_past_a_buffer_fails_under_the_guard*FAIL*"])  # the matrix's cell
+    monkeypatch.delenv("KERNELDSL_GUARD")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)

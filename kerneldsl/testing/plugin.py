@@ -4,6 +4,7 @@ $KERNELDSL_RUNTIMES; the `feature` marker; the feature x runtime matrix after th
 failure for any skip that gives no reason. Runtimes are probed only once a test asks for one."""
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -91,6 +92,22 @@ def runtime(request: pytest.FixtureRequest):
     return choice.open() if isinstance(choice, RuntimeChoice) else kd.runtime(choice)
 
 
+@pytest.fixture(autouse=True)
+def _kerneldsl_guard():
+    """Under $KERNELDSL_GUARD (kerneldsl/guard.py), a test whose buffers were written past
+    their end fails at teardown, naming them; nothing happens with the guard off."""
+    from kerneldsl import guard
+    if not guard.enabled():
+        yield
+        return
+    before = guard.violations()  # freed between tests: an earlier test's
+    yield
+    gc.collect(1)  # young reference cycles freed (and their buffers checked) now; the rest at the end
+    found = [f"{v} (freed before this test began)" for v in before] + guard.violations()
+    if found:
+        pytest.fail("writes past the end of a buffer:\n" + "\n".join(found), pytrace=False)
+
+
 def _column(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     choice = callspec.params.get("runtime", NO_RUNTIME) if callspec is not None else NO_RUNTIME
@@ -119,8 +136,8 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = (yield).get_result()
     feature = _feature(item)
-    if feature is None or report.when == "teardown" or (report.when == "setup" and report.passed):
-        return
+    if feature is None or (report.when != "call" and report.passed):
+        return  # (a failed setup or teardown, e.g. guard bytes overwritten, marks the cell too)
     if report.skipped and not hasattr(report, "wasxfail") and _skip_reason(report) in REASONLESS:
         report.outcome = "failed"  # no silent skips: whoever skips says why
         report.longrepr = (f"{item.nodeid}: skipped without a reason; pass one, "
@@ -141,6 +158,19 @@ class _MatrixRecorder:
         for name, value in report.user_properties:
             if name == _MATRIX_PROPERTY:
                 self.matrix.record(*value)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """Under $KERNELDSL_GUARD: buffers freed only now (older reference cycles) are checked too,
+    and a write past the end of any fails the run."""
+    from kerneldsl import guard
+    if not guard.enabled():
+        return
+    gc.collect()
+    found = guard.violations()
+    if found:
+        print("\nkerneldsl guard: writes past the end of a buffer, found after the last test:\n" + "\n".join(found))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
