@@ -3,15 +3,20 @@ the end of a tensor, whoever makes them (a kernel's indexing, or a compiler's co
 which bounds checks inside kernels cannot see).
 
 With $KERNELDSL_GUARD on, every allocation of a runtime's pool (`Runtime.allocate`) takes
-GUARD_BYTES more than asked and fills them with PATTERN. When the buffer is freed its guard is
-read back; bytes that changed are recorded as a violation naming the runtime, the request and
-the first changed byte (a destructor cannot raise). `violations()` returns and clears them;
-the `runtime` fixture of kerneldsl's pytest plugin fails a test that left any. Memory imported
-from other libraries has no guard. On GPU runtimes the read at free time waits for the
-device: a debugging mode, not a fast one.
+GUARD_BYTES more than asked and fills them with PATTERN. A freed buffer is not given back to
+the pool at once: its block waits (`defer`, from the buffer's destructor, which may run in
+the middle of a driver call or of garbage collection, where reading device memory is not
+safe) until the next allocation or `violations()` call after the work queued on it is done,
+which reads its guard back and then frees the block (`settle`). Bytes that changed are
+recorded as a violation naming the runtime, the request and the first changed byte.
+`violations()` returns and clears them; the kerneldsl pytest plugin fails a test that left
+any. Memory imported from other libraries has no guard. Each read is a device-to-host copy:
+a debugging mode, not a fast one.
 """
 from __future__ import annotations
 
+import atexit
+import sys
 import threading
 
 import numpy as np
@@ -25,7 +30,15 @@ GUARD_BYTES = 64
 PATTERN = 0xA5
 _FILL = np.full(GUARD_BYTES, PATTERN, np.uint8)
 _violations: list = []
+waiting: list = []  # (guard, pool, block, streams, events) of freed buffers whose guards are not read yet
 _lock = threading.Lock()
+
+
+class _State(threading.local):
+    settling = False  # this thread is in settle() (a buffer freed meanwhile waits for the next call)
+
+
+_state = _State()
 
 
 def arm(runtime, buffer, nbytes: int, what: str) -> None:
@@ -35,11 +48,41 @@ def arm(runtime, buffer, nbytes: int, what: str) -> None:
     buffer.guard = (runtime, nbytes, what)
 
 
-def check(buffer) -> None:
-    """Read `buffer`'s guard back (it is being freed) and record a violation where it changed."""
-    runtime, nbytes, what = buffer.guard
-    runtime.synchronize()  # (GPU runtimes) the buffer's queued work may still write the guard
-    got = np.asarray(runtime._download(buffer, nbytes, GUARD_BYTES)).view(np.uint8)
+def defer(buffer) -> None:
+    """Hold `buffer`'s block (its destructor runs) until `settle` has read its guard, after an
+    event on each stream that used it (their queued work may still write the guard)."""
+    if sys.is_finalizing():
+        return  # (the process is ending: no driver calls; its memory goes with it)
+    events = [s.record_event() for s in buffer.streams()]
+    with _lock:
+        waiting.append((buffer.guard, buffer._pool, buffer.block, buffer.used_streams, events))
+
+
+def settle() -> None:
+    """Read back the guards of the freed buffers whose streams' work is done, record the ones
+    that changed and give their blocks back to their pools; buffers still in use on a stream
+    wait for a later call. Not re-entered from a destructor (a buffer freed meanwhile waits)."""
+    if not waiting or _state.settling:
+        return
+    _state.settling = True
+    try:
+        with _lock:
+            ready, held = [], []
+            for w in waiting:
+                (ready if all(e.query() for e in w[4]) else held).append(w)
+            waiting[:] = held
+        for (runtime, nbytes, what), pool, block, streams, _ in ready:
+            try:
+                _check(runtime, block, pool, nbytes, what)
+            finally:
+                pool.free(block, streams)
+    finally:
+        _state.settling = False
+
+
+def _check(runtime, block, pool, nbytes: int, what: str) -> None:
+    from .runtime import Buffer  # (a stand-in without a pool: freeing it does nothing)
+    got = np.asarray(runtime._download(Buffer(pool.view(block), block.size), nbytes, GUARD_BYTES)).view(np.uint8)
     changed = np.flatnonzero(got != PATTERN)
     if changed.size:
         message = (f"the {runtime.name} runtime's buffer for {what} was written past its end: "
@@ -49,8 +92,23 @@ def check(buffer) -> None:
             _violations.append(message)
 
 
+@atexit.register
+def _at_exit() -> None:
+    """Check what waits while the drivers still work, then drop the rest (blocks still in use
+    on a stream, and their events) before modules are torn down; report violations left."""
+    try:
+        settle()
+    finally:
+        with _lock:
+            waiting.clear()
+    if _violations:
+        print("kerneldsl guard: writes past the end of a buffer:\n" + "\n".join(violations()), file=sys.stderr)
+
+
 def violations() -> list:
-    """The violations recorded since the last call (messages, oldest first), cleared."""
+    """The violations recorded since the last call (messages, oldest first), cleared; the
+    buffers freed since the last check are checked first."""
+    settle()
     with _lock:
         out = list(_violations)
         _violations.clear()

@@ -101,10 +101,8 @@ class Buffer:
         pool = self._pool
         if pool is not None:
             if self.guard is not None:
-                try:
-                    guard.check(self)
-                except Exception:  # noqa: BLE001  (interpreter shutdown, a lost device)
-                    pass
+                guard.defer(self)  # (its block is freed once its guard bytes are read)
+                return
             try:
                 pool.free(self.block, self.used_streams)
             except Exception:  # noqa: BLE001  (interpreter shutdown)
@@ -394,6 +392,8 @@ class Runtime:
                 f"{human_bytes(self.pool.idle_bytes())} of cached buffers and {human_bytes(self.pool.allocated_bytes)} "
                 f"in live tensors")
         extra = guard.GUARD_BYTES if guard.enabled() else 0
+        if guard.waiting:  # freed buffers whose guard bytes are still to be read
+            guard.settle()
         try:
             block = self.pool.allocate(nbytes + extra, stream)
         except AllocationFailed as e:
@@ -414,6 +414,8 @@ class Runtime:
         """The caching allocator's statistics, named as PyTorch's `torch.cuda.memory_stats()`
         ("allocated_bytes.all.current", "reserved_bytes.all.peak", "num_alloc_retries",
         "num_ooms", ...; docs/streams-and-memory.md lists them)."""
+        if guard.waiting:
+            guard.settle()
         return self.pool.memory_stats()
 
     def reset_peak_memory_stats(self) -> None:
@@ -425,6 +427,8 @@ class Runtime:
         driver (live tensors keep theirs); the number of bytes released. Buffers that
         replayed calls keep for reuse are given back first (kerneldsl/replay.py)."""
         replay.release_spares(self)
+        if guard.waiting:
+            guard.settle()
         self.synchronize()
         return self.pool.empty_cache()
 

@@ -16,6 +16,14 @@ from kerneldsl.streams import Event, Stream
 GiB, MiB = 1 << 30, 1 << 20
 
 
+@pytest.fixture(autouse=True)
+def _no_guard_bytes(monkeypatch):
+    """These tests count the pool's bytes and blocks exactly, and watch blocks return to it on
+    `del`: $KERNELDSL_GUARD would add its bytes to every request and hold freed blocks until
+    their guards are read (kerneldsl/guard.py), so it is off here."""
+    monkeypatch.delenv("KERNELDSL_GUARD", raising=False)
+
+
 class FakeDevice:
     """Raw segments as addresses, with an optional capacity: asking past it raises MemoryError."""
 

@@ -136,6 +136,7 @@ class FakeDriver:
 
 @pytest.fixture
 def fake(monkeypatch):
+    monkeypatch.delenv("KERNELDSL_GUARD", raising=False)  # (guards would be read after the fake is gone)
     drv = FakeDriver()
     monkeypatch.setattr(cuda_rt, "_driver", lambda: drv)
     return drv
