@@ -1,6 +1,7 @@
 """Our suite on the kd.testing plugin (the `runtime` fixture, the feature x runtime matrix),
 plus what only this suite wants: a seeded `rng`, `tol` for `from conftest import tol`, a
-kernel cache inside the checkout, and every test in the matrix (its module names the row)."""
+kernel cache inside the checkout, guard bytes after every buffer, and every test in the
+matrix (its module names the row)."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,9 @@ import pytest
 # compiled kernels of test runs go to a cache inside the checkout (gitignored) unless the
 # caller chose one; a fresh clone compiles once, later runs reuse it
 os.environ.setdefault("KERNELDSL_CACHE", str(Path(__file__).resolve().parent.parent / ".kdcache"))
+# every buffer carries guard bytes, read back when it is freed: a write past the end of a tensor
+# fails the test that made it (kerneldsl/guard.py; KERNELDSL_GUARD=0 turns it off)
+os.environ.setdefault("KERNELDSL_GUARD", "1")
 
 from kerneldsl.testing import tolerance as tol  # noqa: E402,F401  ((rtol, atol) per dtype, for tests)
 
