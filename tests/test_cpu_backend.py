@@ -341,7 +341,7 @@ def test_one_lane_masked_stores_become_scalar_stores():
     """masked_stores.py rewrites a masked store whose constant mask has one lane set into an
     extract and a store of that lane (its address and alignment), keeping the call's
     metadata; stores with several lanes or a run-time mask stay."""
-    from kerneldsl.backends.cpu import masked_stores
+    from kerneldsl.backends.cpu import ir_text, masked_stores
     one = "<i1 false, i1 false, i1 true, i1 false>"
     two = "<i1 true, i1 false, i1 true, i1 false>"
     call = "  tail call void @llvm.masked.store.v4i16.p0(<4 x i16> %v, ptr align 8 %p, <4 x i1> "
@@ -361,6 +361,6 @@ def test_one_lane_masked_stores_become_scalar_stores():
     assert "store i16 %kd.lane0, ptr %kd.at0, align 2, !llvm.access.group !0" in out
     assert out.count("@llvm.masked.store.v4i16.p0(<4 x i16> %v") == 2  # two lanes; a run-time mask
     assert masked_stores.rewrite(module.replace(one, two)) is None
-    if masked_stores.applies(compiler.target_machine().triple):
+    if ir_text.applies(compiler.target_machine().triple):
         import llvmlite.binding as llvm
         llvm.parse_assembly(out).verify()

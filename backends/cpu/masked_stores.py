@@ -14,18 +14,12 @@ from __future__ import annotations
 import itertools
 import re
 
-import llvmlite.binding as llvm
+from . import ir_text
 
 _BYTES = {"float": 4, "double": 8, "half": 2, "bfloat": 2, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8}
 _MASKED_STORE = re.compile(
     r"^(\s*)(?:tail |notail |musttail )?call void @llvm\.masked\.store\.[\w.]+\("
     r"<(\d+) x ([\w]+)> (.+?), ptr align (\d+) ([^,]+?), <(\d+) x i1> <([^<>]*)>\)(.*)$", re.M)
-
-
-def applies(triple: str) -> bool:
-    """Whether the pass serves `triple`'s target (x86-64, where the miscompile was seen) and
-    this LLVM prints the opaque-pointer form (`ptr`) the pass reads."""
-    return triple.startswith("x86_64") and llvm.llvm_version_info >= (15,)
 
 
 def rewrite(text: str) -> str | None:
@@ -57,11 +51,5 @@ def rewrite(text: str) -> str | None:
 def one_lane_stores_fixed(mod):
     """`mod` (optimised) with its one-lane masked stores scalar (module docstring): a new
     module, or `mod` itself where it has none or the target is not x86-64."""
-    if not applies(mod.triple):
-        return mod
-    text = rewrite(str(mod))
-    if text is None:
-        return mod
-    out = llvm.parse_assembly(text)
-    out.verify()
-    return out
+    out = ir_text.reparsed(mod, rewrite)
+    return mod if out is None else out

@@ -17,6 +17,8 @@ import re
 
 import llvmlite.binding as llvm
 
+from . import ir_text
+
 _BITS = {"float": 32, "double": 64, "half": 16, "bfloat": 16, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 _VECTOR_STORE = re.compile(r"^(\s*)store <(\d+) x (float|double|half|bfloat|i8|i16|i32|i64)> (.+?), "
                            r"ptr ([^\s,]+), align (\d+)(,.*)?$", re.M)
@@ -25,10 +27,7 @@ MIN_BYTES = 32  # narrower stores stay as they are (a 16-byte non-temporal store
 SFENCE = "call void @llvm.x86.sse.sfence()"
 
 
-def applies(triple: str) -> bool:
-    """Whether this pass serves `triple`'s target (x86-64: `vmovnt*` and `sfence`) with this
-    LLVM (15 on prints opaque pointers, the `ptr` form the pass reads)."""
-    return triple.startswith("x86_64") and llvm.llvm_version_info >= (15,)
+applies = ir_text.applies  # (x86-64: `vmovnt*` and `sfence`)
 
 
 def rewrite(text: str) -> str | None:
@@ -99,13 +98,9 @@ def _fenced(text: str) -> str:
 def streaming(mod, target_machine):
     """`mod` (optimised) with its wide vector stores streaming: a new module, the helpers
     inlined; `mod` itself where it has no such store or the target is not x86-64."""
-    if not applies(mod.triple):
+    out = ir_text.reparsed(mod, rewrite)
+    if out is None:
         return mod
-    text = rewrite(str(mod))
-    if text is None:
-        return mod
-    out = llvm.parse_assembly(text)
-    out.verify()
     passes = llvm.create_new_module_pass_manager()
     passes.add_always_inliner_pass()
     passes.add_global_dead_code_eliminate_pass()
