@@ -10,8 +10,14 @@ from __future__ import annotations
 # (512 MiB dx) 147 → 110, global average pooling's backward of [64, 256, 56²] (196 MiB) 10.8 → 4.5,
 # layer_norm / rms_norm of [16384, 4096] f32 (256 MiB) 27.3 → 18.8 / 26.4 → 17.2
 STREAM_BYTES = 64 << 20
+# A streamed store that fills part of a line, the rest written by a cached store, costs more than
+# it saves: bf16 average pooling backward of [64, 64, 112²] (rows of 224 bytes, each row's tail
+# a masked cached store) 31-38 -> 39-42 ms streamed, f32 (rows of 448 bytes) 26-30 -> 20-22 ms.
+LINE_BYTES = 64
 
 
-def streams(caps, nbytes: int) -> bool:
-    """Whether a kernel writing `nbytes` it does not read back should call kd.streaming_stores()."""
-    return caps.streaming_stores and nbytes >= STREAM_BYTES
+def streams(caps, nbytes: int, run_bytes: int | None = None) -> bool:
+    """Whether a kernel writing `nbytes` it does not read back should call kd.streaming_stores();
+    `run_bytes`: the length of the contiguous runs it writes, each ending in a masked store,
+    where that is not the whole output (then only runs of whole lines stream)."""
+    return caps.streaming_stores and nbytes >= STREAM_BYTES and (run_bytes is None or run_bytes % LINE_BYTES == 0)

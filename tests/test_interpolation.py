@@ -108,7 +108,7 @@ def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide, bx, str
     against torch (nearest's forward bit for bit)."""
     monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
         shape, 2**31 if wide else n, planes, bx) if factor >= 2 else None)
-    monkeypatch.setattr(interpolation_package, "streams", lambda caps, nbytes: stream)
+    monkeypatch.setattr(interpolation_package, "streams", lambda caps, nbytes, run_bytes=None: stream)
     cases = [(M.Linear, False, (6, 32), (12, 64)), (M.Linear, True, (3, 5), (7, 13)),
              (M.Nearest, False, (4, 5), (4, 15)), (M.Nearest, False, (4, 16), (8, 32)),
              (M.Nearest, False, (2, 3, 7), (3, 4, 14)), (M.NearestExact, False, (3, 4), (5, 12)),

@@ -88,7 +88,7 @@ def test_streaming_outputs_match_reference(runtime, rng, monkeypatch, dtype):
     """LayerNorm and RMSNorm with their outputs written through kd.streaming_stores()
     (forced at any size; on the cpu runtime, non-temporal where a row's vectors are aligned):
     rows of 1024 (aligned) and 1023 (not), as the reference."""
-    monkeypatch.setattr(N, "streams", lambda caps, nbytes: True)
+    monkeypatch.setattr(N, "streams", lambda caps, nbytes, run_bytes=None: True)
     for width in (1024, 1023):
         x, gamma, beta = problem(rng, lead_for(width), width, dtype)
         tx, tg, tb = runtime.tensor(x), runtime.tensor(gamma), runtime.tensor(beta)

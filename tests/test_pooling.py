@@ -5,6 +5,7 @@ upsampling adaptive bins, non-contiguous and unbatched inputs, global average po
 (the row reduction), both backward kernels (unrolled taps and loops), every error rule
 before any launch."""
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -600,6 +601,57 @@ def test_max_backward_of_planes_past_shared_memory_sums_in_global_memory(runtime
         np.testing.assert_array_equal(f32(dx), host(want, dtype), err_msg=str(shape))
 
 
+def test_outputs_stream_when_large_and_written_in_whole_lines():
+    """ops/streaming.streams: only where the runtime's stores can bypass the caches, the output
+    is STREAM_BYTES or more, and each contiguous run ends on a line (a part line streamed next
+    to a cached store ran 4x slower: global average backward of [256, 2048, 7²] f32, rows of
+    196 bytes, 2.1 -> 8.4 ms on the 2-core dev box)."""
+    from rudnn.streaming import LINE_BYTES, STREAM_BYTES, streams
+    on, off = (types.SimpleNamespace(streaming_stores=v) for v in (True, False))
+    assert streams(on, STREAM_BYTES) and streams(on, STREAM_BYTES, 7 * LINE_BYTES)
+    assert not streams(on, STREAM_BYTES - 1) and not streams(off, STREAM_BYTES << 4)
+    assert not streams(on, STREAM_BYTES, 196) and not streams(on, STREAM_BYTES, 224)
+
+
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("stream", [False, True])
+def test_scatter_backward_with_streaming_stores_matches_torch(runtime, rng, torch, monkeypatch, stream):
+    """The scatter backward kernels (devices whose units are SIMD lanes, forced here) with dx
+    written through kd.streaming_stores() or not (`stream`, forced at any size): max through
+    the indices, averages by output columns, by rows and one output at a time (adaptive), f32
+    bit for bit against torch autograd; dx rows of 11 and 17 put stores off their vectors'
+    alignment."""
+    import rudnn.pooling as pooling
+    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
+    monkeypatch.setattr(pooling, "streams", lambda caps, nbytes, run_bytes=None: stream)
+    ran = set()
+    for name in ("scatter_max_backward", "cols_avg_backward", "rows_avg_backward", "scatter_avg_backward"):
+        kernel = getattr(pooling, name)
+        monkeypatch.setattr(pooling, name, type("Spy", (), {
+            "__getitem__": lambda self, launch, k=kernel, n=name: ran.add(n) or k[launch]})())
+    for n, (shape, k, s, p, d, ceil) in enumerate((WINDOWS[0], WINDOWS[2], WINDOWS[8], ((1, 3, 9, 11), 3, 2, 1, 1, True))):
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.reshape(-1)[::7] = x.reshape(-1)[1]
+        tx = runtime.tensor(x)
+        out, idx = fn("max_pool{d}d_with_indices", shape)(tx, k, s, p, d, ceil)
+        g = rng.standard_normal(out.shape).astype(np.float32)
+        dx = fn("max_pool{d}d_backward", shape)(tx, runtime.tensor(g), idx, k, s, p, d, ceil)
+        want = torch_grad(torch, lambda t: tfn(torch, "max_pool{d}d", shape)(t, k, s, p, d, ceil), x, g)
+        np.testing.assert_array_equal(dx.numpy(), want, err_msg=f"max {shape}")
+        if n == 3:  # the last average by rows (as where a plane sum by columns would not fit)
+            monkeypatch.setattr(pooling, "column_units", lambda caps, problem: 0)
+        call = lambda t: tfn(torch, "avg_pool{d}d", shape)(t, k, s, p, ceil, False)  # noqa: E731
+        g = rng.standard_normal(call(torch.from_numpy(x)).shape).astype(np.float32)
+        dx = fn("avg_pool{d}d_backward", shape)(tx, runtime.tensor(g), k, s, p, ceil, False)
+        np.testing.assert_array_equal(dx.numpy(), torch_grad(torch, call, x, g), err_msg=f"avg {shape}")
+    x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    g = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    dx = P.adaptive_avg_pool2d_backward(runtime.tensor(x), runtime.tensor(g))
+    want = torch_grad(torch, lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (4, 5)), x, g)
+    np.testing.assert_array_equal(dx.numpy(), want, err_msg="adaptive")
+    assert ran == {"scatter_max_backward", "cols_avg_backward", "rows_avg_backward", "scatter_avg_backward"}
+
+
 # ---------------------------------------------------------------------------- layouts
 @pytest.mark.feature("pooling: layouts")
 def test_strided_and_unbatched_inputs(runtime, rng, torch):
@@ -742,7 +794,7 @@ def test_global_average_backward_divides_once_as_a_mean(runtime, rng, monkeypatc
     division, on every kernel (dividing by H then W differs in the last bit for some values,
     several of these); rows of 21 (stores off their vectors' alignment) and of 256, dx written
     through kd.streaming_stores() or not (`stream`, forced at any size)."""
-    monkeypatch.setattr(P, "streams", lambda caps, nbytes: stream)
+    monkeypatch.setattr(P, "streams", lambda caps, nbytes, run_bytes=None: stream)
     for h, w in ((3, 7), (16, 16)):
         x = runtime.zeros((4, 16, h, w), "f32")
         g = rng.standard_normal((4, 16, 1, 1)).astype(np.float32)

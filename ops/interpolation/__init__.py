@@ -46,7 +46,8 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
         # large outputs stream past the caches (ops/streaming.py), for one-tap widths: Linear's
         # forward computes more a store and ran 3% slower so (bilinear ×2 of [32, 64, 256²]:
         # 163-165 → 168-170 ms on a 2-core Emerald Rapids; nearest 151 → 48-50)
-        stream = streams(rt.capabilities, out.size * out.dtype.itemsize) and ax[2].mode != "Linear"
+        item = out.dtype.itemsize  # (a row of the output at a time)
+        stream = streams(rt.capabilities, out.size * item, y4.shape[3] * item) and ax[2].mode != "Linear"
         _lanes.forward_lanes[lanes.grid, lanes.bx](x4, y4, y4.shape[1] * y4.shape[2], *(a.scale for a in ax),
                                                    tuple(a.mode for a in ax), p.align_corners, factor, lanes.planes,
                                                    exact, lanes.wide, lanes.bx, stream)
@@ -78,7 +79,8 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
         _lanes.backward_lanes[lanes.grid, lanes.bx](g4, d4, *ranges[:2], *tables[:4], d4.shape[1] * d4.shape[2],
                                                     ax[2].scale, *walks[:2], *taps[:2], ax[2].mode, p.align_corners,
                                                     factor, lanes.planes, lanes.vec, lanes.wide, lanes.bx,
-                                                    streams(rt.capabilities, dx.size * dx.dtype.itemsize))
+                                                    streams(rt.capabilities, dx.size * dx.dtype.itemsize,
+                                                            d4.shape[3] * dx.dtype.itemsize))
         return dx
     plan = backward_plan(rt.capabilities, d4.shape, g4.numel, taps[0] * taps[1] * taps[2], spans[2] > 0)
     _resample.resample_backward[plan.grid, plan.bx](g4, d4, *ranges, *tables, d4.shape[1] * d4.shape[2], *taps,

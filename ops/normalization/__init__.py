@@ -146,7 +146,8 @@ def _norm(fn, input, gamma, beta, epsilon, rms: bool) -> tuple:
                                                         shape.lanes)
     else:
         _loop.norm_looped[shape.grid(rows), shape.block](*args, shape.bx, shape.ry, shape.chunks, shape.lanes,
-                                                         streams(rt.capabilities, out.size * out.dtype.itemsize))
+                                                         streams(rt.capabilities, out.size * out.dtype.itemsize,
+                                                                 out.shape[-1] * out.dtype.itemsize))
     return out, mean, rstd
 
 

@@ -230,7 +230,7 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     if p.is_global_average and not maximum and caps.units_are_simd_lanes:
         grid, block = lane_row_plan(caps, p.planes, p.in_spatial)
         spread_mean[grid, block](g, dx.reshape(total), p.planes, *(a.size for a in p.axes),
-                                 streams(caps, total * x.dtype.itemsize))
+                                 streams(caps, total * x.dtype.itemsize, p.in_spatial * x.dtype.itemsize))
         return dx
     if scatter_backward(caps, p, maximum):
         _scatter(p, g, indices, dx.reshape(total), maximum)
@@ -265,30 +265,37 @@ def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
     averages one output at a time."""
     gy = -(-p.planes // GRID_Y)
     grid = (-(-p.planes // gy), gy)
+    caps = p.runtime.capabilities
+    item = flat_dx.dtype.itemsize
+    stream = streams(caps, flat_dx.size * item, p.in_spatial * item)  # (dx is only written, a plane at a time)
     if maximum:
         idx = indices.contiguous().reshape(p.planes * p.out_spatial)
-        shared = plane_in_shared(p.runtime.capabilities, p)
+        shared = plane_in_shared(caps, p)
         in_place = not shared and flat_dx.dtype == kd.f32
         if not shared and not in_place:  # a cube a core, each summing its planes in one F32 plane of `work`
-            grid = (min(p.planes, max(p.runtime.capabilities.compute_units, 1)), 1)
+            grid = (min(p.planes, max(caps.compute_units, 1)), 1)
         work = flat_dx if in_place else p.runtime.empty((1 if shared else grid[0] * p.in_spatial,), kd.f32)
         scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, work, p.planes, p.out_spatial, p.in_spatial,
-                                               not shared, in_place)
+                                               not shared, in_place, stream and shared)
         return
     ax = p.axes
     if p.dims <= 2 and not p.adaptive and unrolled_taps(p):
         h, w = ax[1], ax[2]
-        bx = column_units(p.runtime.capabilities, p)
+        stream = streams(caps, flat_dx.size * item, w.size * item)  # (a row at a time)
+        bx = column_units(caps, p)
         if bx:
             cols_avg_backward[grid, bx](g, flat_dx, p.planes, p.divisor, h.size, w.size, h.out, w.out, h.kernel,
-                                        w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad, bx)
+                                        w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad, bx,
+                                        stream)
             return
         rows_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, p.divisor, h.size, w.size, h.out, w.out, h.kernel,
-                                            w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad)
+                                            w.kernel, h.stride, w.stride, h.padding, w.padding, p.count_include_pad,
+                                            stream)
         return
     scatter_avg_backward[grid, LANE_UNITS](g, flat_dx, p.planes, *(a.out for a in ax), *(a.kernel for a in ax),
                                            *(a.stride for a in ax), *(a.padding for a in ax), p.divisor,
-                                           *(a.size for a in ax), p.adaptive, p.wide, p.dims, p.count_include_pad)
+                                           *(a.size for a in ax), p.adaptive, p.wide, p.dims, p.count_include_pad,
+                                           stream)
 
 
 # ---------------------------------------------------------------------------- max pooling

@@ -23,24 +23,29 @@ def plane_of(planes):
 
 @kd.func
 def zero_plane(acc, IS, base=0):
-    """acc[base .. base + IS) = 0, across the cube's units."""
+    """acc[base .. base + IS) = 0, across the cube's units (whole vectors, then one masked)."""
     BX = kd.cube_dim_x()
-    for i0 in range(0, IS, BX):
-        i = i0 + kd.unit_pos_x()
-        if i < IS:
-            acc[base + i] = kd.f32(0)
+    full = IS - IS % BX
+    at = kd.i64(base)  # (64-bit sums with the unit's position inline: the vectoriser sees consecutive lanes)
+    for i0 in range(0, full, BX):
+        acc[at + i0 + kd.unit_pos_x()] = kd.f32(0)
+    if full + kd.unit_pos_x() < IS:
+        acc[at + full + kd.unit_pos_x()] = kd.f32(0)
     kd.sync_cube()
 
 
 @kd.func
 def store_plane(acc, dx, base, IS, abase=0):
-    """dx[base + i] = acc[abase + i] (cast to dx's dtype) for i in [0, IS), across the cube's units."""
+    """dx[base + i] = acc[abase + i] (cast to dx's dtype) for i in [0, IS), across the cube's
+    units: whole vectors, unmasked (so that streaming stores apply), then one masked."""
     kd.sync_cube()
     BX = kd.cube_dim_x()
-    for i0 in range(0, IS, BX):
-        i = i0 + kd.unit_pos_x()
-        if i < IS:
-            dx[base + i] = acc[abase + i]
+    full = IS - IS % BX
+    at = kd.i64(abase)
+    for i0 in range(0, full, BX):
+        dx[base + i0 + kd.unit_pos_x()] = acc[at + i0 + kd.unit_pos_x()]
+    if full + kd.unit_pos_x() < IS:
+        dx[base + full + kd.unit_pos_x()] = acc[at + full + kd.unit_pos_x()]
 
 
 @kd.func
@@ -59,7 +64,7 @@ def scatter_max_plane(grad, indices, acc, abase, ob, OS, IS):
 @kd.kernel
 def scatter_max_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
                          work: kd.Tensor[kd.f32, 1], planes: kd.i32, OS: kd.i32, IS: kd.Const[int],
-                         GLOBAL: kd.Const[bool], IN_PLACE: kd.Const[bool]):
+                         GLOBAL: kd.Const[bool], IN_PLACE: kd.Const[bool], STREAM: kd.Const[bool]):
     """dx[p, j] = Σ grad[p, o] over the outputs o (increasing) whose index is j; IS = input
     elements a plane, OS = outputs a plane. Indices outside the plane are ignored (as the
     gather kernel ignores them). The F32 plane is summed in shared memory, a cube a plane;
@@ -67,7 +72,10 @@ def scatter_max_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.
     (passed as `work`, a cube a plane, not stored again), else in the cube's own plane of
     `work` ([cubes·IS]), each cube taking planes c, c + cubes, ... so that plane stays in
     its core's cache (a cube a core: bf16 [2, 32, 512²] 2×2, 5.2-6.6 -> 3.6-4.1 ms on the
-    2-core dev box, against a workspace plane per plane)."""
+    2-core dev box, against a workspace plane per plane). STREAM (shared memory only: a
+    workspace is read again): dx is large (ops/streaming.py), its stores bypass the caches."""
+    if STREAM:
+        kd.streaming_stores()
     c, ok = plane_of(planes)
     if ok:
         if GLOBAL and IN_PLACE:
@@ -91,10 +99,13 @@ def scatter_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32,
                          PD: kd.i32, PH: kd.i32, PW: kd.i32, divisor: kd.i32,
                          ID: kd.Const[int], IH: kd.Const[int], IW: kd.Const[int],
                          ADAPTIVE: kd.Const[bool], WIDE: kd.Const[bool], DIMS: kd.Const[int],
-                         INCLUDE_PAD: kd.Const[bool]):
+                         INCLUDE_PAD: kd.Const[bool], STREAM: kd.Const[bool]):
     """dx[p] = Σ over outputs o of plane p (increasing) of grad[p, o] divided as the forward
     divided o's sum (forward.average), added to every input of o's window (dilation 1),
-    plane p a cube: avg_pool and adaptive_avg_pool of 1 to 3 axes."""
+    plane p a cube: avg_pool and adaptive_avg_pool of 1 to 3 axes. STREAM: dx is large
+    (ops/streaming.py), its stores bypass the caches."""
+    if STREAM:
+        kd.streaming_stores()
     IS = ID * IH * IW
     p, ok = plane_of(planes)
     if ok:
@@ -123,14 +134,18 @@ def scatter_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32,
 def rows_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: kd.i32,
                       IH: kd.Const[int], IW: kd.Const[int], OH: kd.Const[int], OW: kd.Const[int],
                       KH: kd.Const[int], KW: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
-                      PH: kd.Const[int], PW: kd.Const[int], INCLUDE_PAD: kd.Const[bool]):
+                      PH: kd.Const[int], PW: kd.Const[int], INCLUDE_PAD: kd.Const[bool],
+                      STREAM: kd.Const[bool]):
     """scatter_avg_backward for 1- and 2-D windows small enough to unroll (sizes compile-time),
     with the same sums in the same order, run across the cube's units: each output's share
     (its gradient divided as the forward divided) into shared memory, then for each output
     row oh and window row kh, each unit adds to its columns of input row oh·SH - PH + kh the
     shares of the outputs of row oh covering them, in increasing output order (per element,
     torch's order: rows of outputs in turn, columns increasing). A unit always owns the same
-    columns, so nothing races; the plane sum is read and written as vectors."""
+    columns, so nothing races; the plane sum is read and written as vectors. STREAM: dx is
+    large (ops/streaming.py), its stores bypass the caches."""
+    if STREAM:
+        kd.streaming_stores()
     BX = kd.cube_dim_x()
     t = kd.unit_pos_x()
     p, ok = plane_of(planes)
@@ -171,7 +186,8 @@ def rows_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: k
 def cols_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: kd.i32,
                       IH: kd.Const[int], IW: kd.Const[int], OH: kd.Const[int], OW: kd.Const[int],
                       KH: kd.Const[int], KW: kd.Const[int], SH: kd.Const[int], SW: kd.Const[int],
-                      PH: kd.Const[int], PW: kd.Const[int], INCLUDE_PAD: kd.Const[bool], BX: kd.Const[int]):
+                      PH: kd.Const[int], PW: kd.Const[int], INCLUDE_PAD: kd.Const[bool], BX: kd.Const[int],
+                      STREAM: kd.Const[bool]):
     """rows_avg_backward with a unit an OUTPUT column: the same sums in the same order, every
     access to the plane sum a vector (no gathers). For output row oh and window row kh, the
     taps kw of unit ow's window land on columns ow·SW − PW + kw; they are taken in blocks of
@@ -180,7 +196,9 @@ def cols_avg_backward(grad: kd.Tensor, dx: kd.Tensor, planes: kd.i32, divisor: k
     units touch distinct columns, and each column receives its outputs' shares in increasing
     ow (torch's order). The plane sum lives in rows of RS columns starting PW before column 0
     and reaching past the last unit's last tap; units past OW carry a share of 0, so no access
-    is masked."""
+    is masked. STREAM: as rows_avg_backward's."""
+    if STREAM:
+        kd.streaming_stores()
     t = kd.unit_pos_x()
     p, ok = plane_of(planes)
     OWC = (OW + BX - 1) // BX * BX      # output columns covered by whole cubes of units
