@@ -629,7 +629,8 @@ def test_scatter_backward_with_streaming_stores_matches_torch(runtime, rng, torc
         kernel = getattr(pooling, name)
         monkeypatch.setattr(pooling, name, type("Spy", (), {
             "__getitem__": lambda self, launch, k=kernel, n=name: ran.add(n) or k[launch]})())
-    for n, (shape, k, s, p, d, ceil) in enumerate((WINDOWS[0], WINDOWS[2], WINDOWS[8], ((1, 3, 9, 11), 3, 2, 1, 1, True))):
+    by_rows = ((1, 3, 9, 11), 3, 2, 1, 1, True)
+    for n, (shape, k, s, p, d, ceil) in enumerate((WINDOWS[0], WINDOWS[2], WINDOWS[8], by_rows)):
         x = rng.standard_normal(shape).astype(np.float32)
         x.reshape(-1)[::7] = x.reshape(-1)[1]
         tx = runtime.tensor(x)
