@@ -221,3 +221,40 @@ def lane_units(width: int) -> int:
         if width % cubes == 0:
             return width // cubes
     return plan_launch((1, 1, 1, width), 0, 1, 1).bx
+
+
+# input rows a cube of nearest.nearest_backward_sums takes (fewer where the grid would not give
+# every compute unit NEAREST_CUBES_PER_UNIT cubes); units a cube: the row's width rounded up to
+# a power of two, from 8 to NEAREST_UNITS
+NEAREST_ROWS = 8
+NEAREST_CUBES_PER_UNIT = 4
+NEAREST_UNITS = 64
+
+
+def nearest_factors(caps, ax: tuple) -> tuple | None:
+    """(SD, SH, SW) where nearest.nearest_backward_sums takes a backward call: units are SIMD
+    lanes and every axis is Nearest or NearestExact (or a leading "Off" one) upsampled by a
+    whole factor S ≥ 1, out = S·in, so that output j reads input j // S (as lane_factor
+    says); else None."""
+    if not caps.units_are_simd_lanes:
+        return None
+    factors = []
+    for a in ax:
+        if a.mode == "Off":
+            factors.append(1)
+        elif a.mode in ("Nearest", "NearestExact") and a.size_in > 0 and a.size_out % a.size_in == 0:
+            factors.append(a.size_out // a.size_in)
+        else:
+            return None
+    return tuple(factors)
+
+
+def nearest_plan(caps, rows: int, width: int) -> tuple:
+    """(cubes, units a cube, rows a cube) of nearest.nearest_backward_sums over `rows` input
+    rows of `width`."""
+    units = min(NEAREST_UNITS, max(8, 1 << max(width - 1, 0).bit_length()))
+    per = NEAREST_ROWS
+    while per > 1 and -(-rows // per) < NEAREST_CUBES_PER_UNIT * max(caps.compute_units, 1):
+        per //= 2
+    return -(-rows // per), units, per
+
