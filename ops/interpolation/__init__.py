@@ -8,9 +8,9 @@ gathers each output's taps (taps.py), F32 accumulation, one cast to the input dt
 backward kernel gathers each input element's gradient from the outputs whose taps touch
 it, in a fixed order (deterministic, no atomics). Where units are SIMD lanes and the width
 is upsampled by an integer factor (tuning.lane_factor), lanes.py's kernels run instead: a
-unit per input column, so every load and store is a vector (same arithmetic and order); and
-there the backward pass of Nearest by whole factors on every axis is nearest.py's block sums
-(torch's order: f32 gradients equal torch's bit for bit)."""
+unit per input column, so every load and store is a vector (same arithmetic and order). The
+backward pass of Nearest by whole factors on every axis is nearest.py's block sums there, and
+for 4-byte dtypes everywhere (torch's order: f32 gradients equal torch's bit for bit)."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -74,8 +74,8 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
     g4 = _view4(out_grad.contiguous(), p.planes, ax, "size_out")
     d4 = _view4(dx, p.planes, ax, "size_in")
-    factors = nearest_factors(rt.capabilities, ax)
-    if factors is not None:   # units are SIMD lanes, Nearest by whole factors: block sums in torch's order
+    factors = nearest_factors(rt.capabilities, ax, dx.dtype.itemsize)
+    if factors is not None:   # Nearest by whole factors: block sums in torch's order
         rows, width, item = dx.size // ax[2].size_in, ax[2].size_in, dx.dtype.itemsize
         cubes, units, per = nearest_plan(rt.capabilities, rows, width)
         _nearest.nearest_backward_sums[cubes, units](g4.reshape(g4.size), dx.reshape(dx.size), rows, ax[1].size_in,

@@ -1,9 +1,10 @@
-"""The backward pass of Nearest and NearestExact upsampling by whole factors on devices whose
-units are SIMD lanes (the cpu runtime): each input element's gradient is the sum of its
-SD×SH×SW block of output gradients, taken in torch's order (depth, then height, then width,
-starting from 0), so f32 results equal torch's bit for bit. A unit an input column, a cube
-ROWS input rows in turn: loads and stores are whole vectors (a stride-SW load is a vector
-load and a shuffle), and a cube's rows amortise its start.
+"""The backward pass of Nearest and NearestExact upsampling by whole factors (tuning.nearest_factors:
+any dtype where units are SIMD lanes, 4-byte dtypes on GPUs): each input element's gradient is
+the sum of its SD×SH×SW block of output gradients, taken in torch's order (depth, then height,
+then width, starting from 0), so f32 results equal torch's bit for bit, on the CPU and on CUDA.
+A unit an input column, a cube ROWS input rows in turn: on the cpu runtime loads and stores are
+whole vectors (a stride-SW load is a vector load and a shuffle), on a GPU a warp's loads are
+whole sectors; a cube's rows amortise its start.
 
 lanes.backward_lanes serves these calls too, but it weighs each output line and adds a
 line's SW taps before the running sum (another order), and walks its lines from tables.
