@@ -111,7 +111,8 @@ def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide, bx, str
     monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
         shape, 2**31 if wide else n, planes, bx) if factor >= 2 else None)
     monkeypatch.setattr(interpolation_package, "streams", lambda caps, nbytes, run_bytes=None: stream)
-    monkeypatch.setattr(interpolation_package, "nearest_factors", lambda caps, ax, itemsize: None)  # (nearest.py's own test)
+    # (nearest.py has its own test)
+    monkeypatch.setattr(interpolation_package, "nearest_factors", lambda caps, ax, itemsize: None)
     cases = [(M.Linear, False, (6, 32), (12, 64)), (M.Linear, True, (3, 5), (7, 13)),
              (M.Nearest, False, (4, 5), (4, 15)), (M.Nearest, False, (4, 16), (8, 32)),
              (M.Nearest, False, (2, 3, 7), (3, 4, 14)), (M.NearestExact, False, (3, 4), (5, 12)),
@@ -178,7 +179,8 @@ def test_nearest_backward_by_whole_factors_equals_torch(runtime, rng, monkeypatc
             if dtype == "f32" or lanes:
                 np.testing.assert_array_equal(dx, want, err_msg=msg)
             else:  # (the gather kernel: another order)
-                np.testing.assert_allclose(dx.astype(np.float32), want.astype(np.float32), **LOW_TOL[dtype], err_msg=msg)
+                np.testing.assert_allclose(dx.astype(np.float32), want.astype(np.float32), **LOW_TOL[dtype],
+                                           err_msg=msg)
     assert len(launched) == (2 if lanes else 1) * len(cases)
     for mode, size_in, size_out in [(M.Linear, (4, 5), (8, 10)), (M.Nearest, (4, 6), (6, 12))]:
         assert tuning.nearest_factors(caps, interpolation_package.axes(size_in, size_out, mode, False), 4) is None
