@@ -184,6 +184,7 @@ def test_nearest_backward_by_whole_factors_equals_torch(runtime, rng, monkeypatc
     assert len(launched) == (2 if lanes else 1) * len(cases)
     for mode, size_in, size_out in [(M.Linear, (4, 5), (8, 10)), (M.Nearest, (4, 6), (6, 12))]:
         assert tuning.nearest_factors(caps, interpolation_package.axes(size_in, size_out, mode, False), 4) is None
+    assert tuning.nearest_plan(caps, 2**31, 1) is None  # (rows past its 32-bit row index: the other kernels)
 
 
 def test_lane_cubes_split_rows_evenly():

@@ -74,10 +74,11 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     ax = axes(p.in_size, p.out_size, p.mode, p.align_corners)
     g4 = _view4(out_grad.contiguous(), p.planes, ax, "size_out")
     d4 = _view4(dx, p.planes, ax, "size_in")
-    factors = nearest_factors(rt.capabilities, ax, dx.dtype.itemsize)
-    if factors is not None:   # Nearest by whole factors: block sums in torch's order
-        rows, width, item = dx.size // ax[2].size_in, ax[2].size_in, dx.dtype.itemsize
-        cubes, units, per = nearest_plan(rt.capabilities, rows, width)
+    factors = nearest_factors(rt.capabilities, ax, dx.dtype.itemsize)   # (None where an axis is empty)
+    width = ax[2].size_in
+    plan = nearest_plan(rt.capabilities, dx.size // width, width) if factors is not None else None
+    if plan is not None:   # Nearest by whole factors: block sums in torch's order
+        (cubes, units, per), rows, item = plan, dx.size // width, dx.dtype.itemsize
         _nearest.nearest_backward_sums[cubes, units](g4.reshape(g4.size), dx.reshape(dx.size), rows, ax[1].size_in,
                                                      width, *factors, per, units,
                                                      streams(rt.capabilities, dx.size * item, width * item))

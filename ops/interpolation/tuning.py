@@ -255,13 +255,18 @@ def nearest_factors(caps, ax: tuple, itemsize: int) -> tuple | None:
     return tuple(factors)
 
 
-def nearest_plan(caps, rows: int, width: int) -> tuple:
+def nearest_plan(caps, rows: int, width: int) -> tuple | None:
     """(cubes, units a cube, rows a cube) of nearest.nearest_backward_sums over `rows` input
-    rows of `width`."""
+    rows of `width`; None where the rows pass its 32-bit row index or the cubes the grid's x
+    axis (the caller keeps the other kernels)."""
     if not caps.units_are_simd_lanes:
-        return -(-rows // NEAREST_THREAD_ROWS), NEAREST_THREADS, NEAREST_THREAD_ROWS
-    units = min(NEAREST_UNITS, max(8, 1 << max(width - 1, 0).bit_length()))
-    per = NEAREST_ROWS
-    while per > 1 and -(-rows // per) < NEAREST_CUBES_PER_UNIT * max(caps.compute_units, 1):
-        per //= 2
-    return -(-rows // per), units, per
+        units, per = NEAREST_THREADS, NEAREST_THREAD_ROWS
+    else:
+        units = min(NEAREST_UNITS, max(8, 1 << max(width - 1, 0).bit_length()))
+        per = NEAREST_ROWS
+        while per > 1 and -(-rows // per) < NEAREST_CUBES_PER_UNIT * max(caps.compute_units, 1):
+            per //= 2
+    cubes = -(-rows // per)
+    if rows >= 2**31 or cubes > caps.max_grid[0]:
+        return None
+    return cubes, units, per
