@@ -53,7 +53,14 @@ def defer(buffer) -> None:
     event on each stream that used it (their queued work may still write the guard)."""
     if sys.is_finalizing():
         return  # (the process is ending: no driver calls; its memory goes with it)
-    events = [s.record_event() for s in buffer.streams()]
+    try:
+        events = [s.record_event() for s in buffer.streams()]
+    except Exception:  # noqa: BLE001  (a lost device or driver: the block is freed unchecked)
+        try:
+            buffer._pool.free(buffer.block, buffer.used_streams)
+        except Exception:  # noqa: BLE001
+            pass
+        return
     with _lock:
         waiting.append((buffer.guard, buffer._pool, buffer.block, buffer.used_streams, events))
 

@@ -110,3 +110,23 @@ def test_guard_bytes_catch_a_write_past_the_end(runtime, monkeypatch):
     assert plain.buffer.guard is None
     del plain
     assert guard.violations() == []
+
+
+def test_a_guarded_buffer_freed_without_a_driver_gives_its_block_back(runtime, monkeypatch):
+    """Where a stream can no longer record an event (a lost device or driver), a guarded
+    buffer's destructor frees its block unchecked: nothing raises, nothing waits, and the
+    pool's live bytes fall back."""
+    from kerneldsl import guard
+    monkeypatch.setenv("KERNELDSL_GUARD", "1")
+    guard.violations()
+    t = runtime.empty((1024,), "f32")
+    live = runtime.pool.allocated_bytes
+    stream = t.buffer.stream
+
+    def lost():
+        raise RuntimeError("the driver is gone")
+    monkeypatch.setattr(stream, "record_event", lost)
+    waiting = len(guard.waiting)
+    del t
+    assert len(guard.waiting) == waiting
+    assert runtime.pool.allocated_bytes < live
