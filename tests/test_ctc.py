@@ -346,6 +346,30 @@ def test_every_error_rule_before_launch(runtime, no_launch):
 
 
 @pytest.mark.feature("ctc: errors")
+def test_checked_layouts_are_remembered_and_every_rule_still_holds(runtime, monkeypatch):
+    """A layout checked once is not checked again (problem._form runs once for repeated
+    calls), and remembering it lets nothing through: after good calls of the layouts the bad
+    calls share (same shapes, other dtypes, runtimes or values), each is still rejected."""
+    from rudnn.ctc import problem
+    problem._FORMS.clear()
+    forms = []
+    monkeypatch.setattr(problem, "_form", lambda *a, _f=problem._form: forms.append(1) or _f(*a))
+    lp = runtime.tensor(np.full((6, 2, 4), -np.log(4), np.float32))
+    tg = runtime.tensor(np.array([[1, 2, 3], [3, 3, 0]], np.int32))
+    il, tl = runtime.tensor(np.array([6, 5], np.int32)), runtime.tensor(np.array([3, 2], np.int32))
+    first = R.ctc_loss(lp, tg, il, tl).numpy()
+    assert len(forms) == 1
+    for fn in (lambda: R.ctc_loss(lp, tg, il, tl), lambda: R.ctc_loss_backward(lp, tg, il, tl, 1.0),
+               lambda: R.ctc_alpha_beta(lp, tg, il, tl)):
+        fn()
+    assert len(forms) == 1
+    np.testing.assert_array_equal(R.ctc_loss(lp, tg, il, tl).numpy(), first)
+    R.ctc_loss(lp, tg, il, tl, reduction="none")
+    assert len(forms) == 2
+    assert_each_rejected(_bad_calls(runtime), CtcError)
+
+
+@pytest.mark.feature("ctc: errors")
 def test_error_rules_on_arrays_past_the_small_checks(runtime, no_launch):
     """Lengths and labels longer than problem.SMALL are checked by numpy reductions, shorter
     ones as Python lists: the same rules and messages either way (the offender the last one)."""

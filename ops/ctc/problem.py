@@ -3,11 +3,14 @@ becomes a `CtcCall` (log-probabilities viewed as [T, N, C]; the targets, per-sam
 and lengths packed into one I32 array), or raises CtcError naming the function, the
 argument, what it got and what is needed.
 
-The rules on label values and lengths need their values, so targets and lengths are read
-to the host here (they are small integer arrays; the log-probabilities stay on the device).
-Every call pays for these checks, so each rule is a reduction or two over the whole array
-(Python's min and max over a list for arrays up to SMALL long, numpy's beyond), and the
-first offender is looked for only once a rule fails.
+Validation runs in two parts. The rules on types, ranks, shapes, dtypes and runtimes depend
+only on the arguments' layouts: a call whose four tensors (and plain arguments) have a
+layout already checked takes its `CtcForm` from a cache instead of checking them again. The
+rules on label values and lengths need their values, so targets and lengths are read to the
+host on every call (they are small integer arrays; the log-probabilities stay on the
+device). Each value rule is a reduction or two over the whole array (Python's min and max
+over a list for arrays up to SMALL long, numpy's beyond), and the first offender is looked
+for only once a rule fails.
 """
 from __future__ import annotations
 
@@ -29,45 +32,67 @@ class CtcError(RudnnError):
 
 
 CHECKS = Checks(CtcError)
+SMALL = 64  # arrays up to this long are checked as Python lists (a numpy reduction costs about 1 µs)
+FORMS_KEPT = 256  # checked layouts remembered (oldest dropped first)
+_FORMS: dict = {}  # layout key (`_layout_key`) -> CtcForm
+_TOKENS = itertools.count()
 
 
-@dataclass(slots=True)
-class CtcCall:
-    """A validated call, in the form its `@replayable` launch functions key on
-    (kerneldsl/replay.py). `log_probs` is [T, N, C] (an unbatched [T, C] input seen with
-    N = 1); `samples` is the host I32 array the call uploads: the targets tensor's values
-    flattened (padded rows keep their padding, which no launch reads), one spare element,
-    then per sample its label offset, input length and target length, so calls of one layout
-    upload arrays of one shape; `labels` is the targets' size. `states` = 2S + 1 is the last
-    axis of alpha and beta, S being the padded target width (or the longest target when
-    targets are concatenated); `longest` (2·the longest target length + 1) picks the
-    recursion's cube shape."""
+@dataclass(frozen=True, slots=True)
+class CtcForm:
+    """What a call's layouts fix, checked once per layout: the sizes (log_probs as [T, N, C],
+    an unbatched input with N = 1), whether targets are padded ([N, S] or unbatched [S]) and
+    their last axis `width`, which lengths are tensors (read with the targets), and the plain
+    arguments. `token` is unique to this form: a replayed launch function keys on it in place
+    of the fields (kerneldsl/replay.py)."""
 
-    log_probs: kd.Tensor
-    samples: np.ndarray
-    labels: int
-    longest: int
-    max_target: int
+    token: int
+    runtime: object
+    T: int
+    N: int
+    C: int
+    batched: bool
+    padded: bool
+    width: int
+    labels: int  # the targets' size
     blank: int
     reduction: str
     zero_infinity: bool
-    batched: bool
+    il_tensor: bool
+    tl_tensor: bool
 
-    @property
-    def runtime(self):
-        return self.log_probs.runtime
 
-    @property
-    def T(self) -> int:
-        return self.log_probs.shape[0]
+class CtcCall:
+    """A validated call, in the form its `@replayable` launch functions key on: `form`'s
+    token, `log_probs` ([T, N, C]), `samples` and the two lengths below. `samples` is the host
+    I32 array the call uploads: the targets tensor's values flattened (padded rows keep
+    their padding, which no launch reads), one spare element, then per sample its label
+    offset, input length and target length, so calls of one layout upload arrays of one
+    shape. `states` = 2S + 1 is the last axis of alpha and beta, S (`max_target`) being the
+    padded target width (or the longest target when targets are concatenated); `longest`
+    (2·the longest target length + 1) picks the recursion's cube shape."""
 
-    @property
-    def N(self) -> int:
-        return self.log_probs.shape[1]
+    __slots__ = ("form", "log_probs", "samples", "longest", "max_target")
 
-    @property
-    def C(self) -> int:
-        return self.log_probs.shape[2]
+    def __init__(self, form: CtcForm, log_probs: kd.Tensor, samples: np.ndarray, longest: int, max_target: int):
+        self.form = form
+        self.log_probs = log_probs
+        self.samples = samples
+        self.longest = longest
+        self.max_target = max_target
+
+    def replay_fields(self) -> tuple:
+        return (self.form.token, self.log_probs, self.samples, self.longest, self.max_target)
+
+    runtime = property(lambda self: self.form.runtime)
+    T = property(lambda self: self.form.T)
+    N = property(lambda self: self.form.N)
+    C = property(lambda self: self.form.C)
+    labels = property(lambda self: self.form.labels)
+    blank = property(lambda self: self.form.blank)
+    reduction = property(lambda self: self.form.reduction)
+    zero_infinity = property(lambda self: self.form.zero_infinity)
+    batched = property(lambda self: self.form.batched)
 
     @property
     def states(self) -> int:
@@ -76,43 +101,148 @@ class CtcCall:
     @property
     def loss_shape(self) -> tuple:
         """The loss's shape: [N] for reduction "none" on batched input, else a scalar."""
-        return (self.N,) if self.reduction == "none" and self.batched else ()
+        return (self.form.N,) if self.form.reduction == "none" and self.form.batched else ()
 
 
-def _integer_tensor(check: Checks, name: str, value) -> bool:
-    """Whether `value` is a tensor (then of an integer dtype), to be read with the others."""
-    if not isinstance(value, kd.Tensor):
-        return False
-    if not value.dtype.is_int:
-        check.fail(f"{name} must be an integer tensor, got {describe(value)}")
-    return True
+def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blank, reduction="mean",
+                zero_infinity=False) -> CtcCall:
+    """Check every SPEC §10 rule for one call of `fn`; the call in its launch form."""
+    key = _layout_key(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)
+    form = _FORMS.get(key) if key is not None else None
+    if form is None:
+        form = _form(CHECKS.at(fn), log_probs, targets, input_lengths, target_lengths, blank, reduction,
+                     zero_infinity)
+        if key is not None:
+            if len(_FORMS) >= FORMS_KEPT:
+                _FORMS.pop(next(iter(_FORMS)), None)
+            _FORMS[key] = form
+    return _checked_values(fn, form, log_probs, targets, input_lengths, target_lengths)
 
 
-def _integers(check: Checks, name: str, value, host, shape_rule: str, n: int | None) -> np.ndarray:
-    """An integer tensor (`host`: its values read to the host, in their dtype) or Python ints
-    (as int64) as a 1-D host array; of length n when given."""
-    if host is not None:
-        arr = host
-    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
+def _layout_key(lp, tg, il, tl, blank, reduction, zero_infinity):
+    """What the layout rules read of a call whose four tensor arguments are tensors and whose
+    plain arguments have their types (the common call), else None (checked in full)."""
+    T = kd.Tensor
+    if type(lp) is not T or type(tg) is not T or type(il) is not T or type(tl) is not T or type(blank) is not int \
+            or type(reduction) is not str or type(zero_infinity) is not bool:
+        return None
+    return (lp.runtime, lp.dtype, lp.shape, tg.runtime, tg.dtype, tg.shape, il.runtime, il.dtype, il.shape,
+            tl.runtime, tl.dtype, tl.shape, blank, reduction, zero_infinity)
+
+
+def _form(check: Checks, log_probs, targets, input_lengths, target_lengths, blank, reduction,
+          zero_infinity) -> CtcForm:
+    """Every rule that does not read a value of targets or lengths; their form."""
+    lp = check.tensor("log_probs", log_probs, dtypes=FLOAT_DTYPES)
+    if lp.ndim not in (2, 3):
+        check.fail(f"log_probs must have rank 3 ([T, N, C]) or 2 ([T, C], unbatched), got rank {lp.ndim} "
+                   f"(shape {list(lp.shape)})")
+    batched = lp.ndim == 3
+    T, C = lp.shape[0], lp.shape[-1]
+    N = lp.shape[1] if batched else 1
+    if C == 0:
+        check.fail(f"log_probs needs C >= 1 classes, got shape {list(lp.shape)}")
+    b = check.integer("blank", blank, low=0, high=C - 1, high_is="C - 1")
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        check.fail(f"reduction must be one of 'none', 'sum', 'mean', got {reduction!r}")
+    zi = check.boolean("zero_infinity", zero_infinity)
+    tg = check.tensor("targets", targets)
+    if not tg.dtype.is_int:
+        check.fail(f"targets must be an integer tensor, got {describe(tg)}")
+    il_tensor, tl_tensor = isinstance(input_lengths, kd.Tensor), isinstance(target_lengths, kd.Tensor)
+    check.same_runtime({"log_probs": lp, "targets": tg, "input_lengths": input_lengths if il_tensor else None,
+                        "target_lengths": target_lengths if tl_tensor else None})
+    if batched and tg.ndim not in (1, 2):
+        check.fail(f"targets must have rank 2 ([N, S], padded) or 1 (concatenated), got rank {tg.ndim} "
+                   f"(shape {list(tg.shape)})")
+    if not batched and tg.ndim != 1:
+        check.fail(f"targets must have rank 1 ([S]) for unbatched log_probs, got rank {tg.ndim} "
+                   f"(shape {list(tg.shape)})")
+    if batched and tg.ndim == 2 and tg.shape[0] != N:
+        check.fail(f"targets must have shape [N, S] with N = {N} (log_probs' batch), got {list(tg.shape)}")
+    for name, value, is_tensor in (("input_lengths", input_lengths, il_tensor),
+                                   ("target_lengths", target_lengths, tl_tensor)):
+        if is_tensor:
+            if not value.dtype.is_int:
+                check.fail(f"{name} must be an integer tensor, got {describe(value)}")
+            _length_shape(check, name, value.shape, N if batched else None)
+    return CtcForm(next(_TOKENS), lp.runtime, T, N, C, batched, tg.ndim == 2 or not batched, tg.shape[-1], tg.size,
+                   b, reduction, zi, il_tensor, tl_tensor)
+
+
+def _length_shape(check: Checks, name: str, shape: tuple, n: int | None) -> None:
+    """A lengths argument's shape: [n], or for unbatched input (n None) [1] or a scalar."""
+    if n is None:
+        if shape not in ((), (1,)):
+            check.fail(f"{name} must have shape [1] or be a scalar (unbatched input), got shape {list(shape)}")
+    elif shape != (n,):
+        check.fail(f"{name} must have shape [{n}] (N = log_probs' batch), got shape {list(shape)}")
+
+
+def _host_integers(fn: str, name: str, value, n: int | None) -> np.ndarray:
+    """Python ints given for a lengths argument, as a 1-D int64 array (of length n when given)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         arr = np.asarray([int(value)], np.int64).reshape(())
     elif isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
                                                   for v in value):
         arr = np.asarray(value, np.int64).reshape(len(value))
     else:
-        check.fail(f"{name} must be an integer tensor or int(s), got {describe(value)}")
-    if n is None:  # unbatched: shape [1] or a scalar
-        if arr.shape not in ((), (1,)):
-            check.fail(f"{name} must have shape [1] or be a scalar (unbatched input), got shape {list(arr.shape)}")
-        return arr.reshape(1)
-    if arr.shape != (n,):
-        check.fail(f"{name} must have shape [{n}] ({shape_rule}), got shape {list(arr.shape)}")
-    return arr
+        CHECKS.at(fn).fail(f"{name} must be an integer tensor or int(s), got {describe(value)}")
+    _length_shape(CHECKS.at(fn), name, arr.shape, n)
+    return arr.reshape(-1)
 
 
-SMALL = 64  # arrays up to this long are checked as Python lists (a numpy reduction costs about 1 µs)
+def _checked_values(fn: str, form: CtcForm, log_probs, targets, input_lengths, target_lengths) -> CtcCall:
+    """The value rules of a call of checked `form`: lengths in range, labels in [0, C) and not
+    the blank within each target length; the call, its samples packed."""
+    N, width, padded = form.N, form.width, form.padded
+    n = N if form.batched else None
+    # the targets and the length tensors read to the host together (one wait on cuda)
+    read = [targets]
+    if form.il_tensor:
+        read.append(input_lengths)
+    if form.tl_tensor:
+        read.append(target_lengths)
+    hosts = form.runtime.to_numpy_all(read)
+    flat = hosts[0].reshape(-1)
+    il = hosts[1].reshape(-1) if form.il_tensor else _host_integers(fn, "input_lengths", input_lengths, n)
+    tl = hosts[-1].reshape(-1) if form.tl_tensor else _host_integers(fn, "target_lengths", target_lengths, n)
+    small = flat.size <= SMALL and N <= SMALL
+    if small:  # the rules on Python lists (see SMALL)
+        il, tl = il.tolist(), tl.tolist()
+    else:
+        il, tl = il.astype(np.int64, copy=False), tl.astype(np.int64, copy=False)
+    _in_range(fn, "input_lengths", il, form.T, "T")
+    if padded:
+        shortest, longest = _in_range(fn, "target_lengths", tl, width, "S")
+        offsets = [i * width for i in range(N)]
+        labels = _padded_labels(flat, tl, width, shortest)
+    else:
+        longest = _in_range(fn, "target_lengths", tl, width, "the length of targets")[1]
+        ends = list(itertools.accumulate(tl)) if small else np.cumsum(tl)
+        total = int(ends[-1]) if N else 0
+        if total > width:
+            CHECKS.at(fn).fail(f"target_lengths must sum to at most the length of the concatenated targets "
+                               f"({width}), got {total}")
+        offsets = [e - k for e, k in zip(ends, tl)] if small else ends - tl
+        labels = flat[:total]  # concatenated targets lie back to back from the start
+    _check_labels(fn, labels, tl, form.blank, form.C)
+    lp = log_probs
+    view = lp if form.batched else (lp if lp.is_contiguous() else lp.contiguous()).reshape(form.T, 1, form.C)
+    n_labels = flat.size
+    samples = np.empty(n_labels + 1 + 3 * N, np.int32)
+    samples[:n_labels] = flat  # (padding values outside I32 wrap: no launch reads them)
+    if small:
+        samples[n_labels:] = [0, *offsets, *il, *tl]
+    else:
+        samples[n_labels] = 0
+        samples[n_labels + 1:n_labels + 1 + N] = offsets
+        samples[n_labels + 1 + N:n_labels + 1 + 2 * N] = il
+        samples[n_labels + 1 + 2 * N:] = tl
+    return CtcCall(form, view, samples, 2 * longest + 1, width if padded else longest)
 
 
-def _in_range(check: Checks, name: str, values, high: int, high_is: str) -> tuple:
+def _in_range(fn: str, name: str, values, high: int, high_is: str) -> tuple:
     """(smallest, largest) of `values` (a list of ints, or a 1-D int64 array; (0, 0) when
     empty), each checked to lie in [0, high]."""
     if not len(values):
@@ -124,97 +254,8 @@ def _in_range(check: Checks, name: str, values, high: int, high_is: str) -> tupl
     if low < 0 or top > high:
         values = np.asarray(values)
         i = int(np.flatnonzero((values < 0) | (values > high))[0])
-        check.fail(f"{name} must be between 0 and {high_is} ({high}), got {int(values[i])} at index {i}")
+        CHECKS.at(fn).fail(f"{name} must be between 0 and {high_is} ({high}), got {int(values[i])} at index {i}")
     return low, top
-
-
-def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blank, reduction="mean",
-                zero_infinity=False) -> CtcCall:
-    """Check every SPEC §10 rule for one call of `fn`; the call in its launch form."""
-    check = CHECKS.at(fn)
-    lp = log_probs if type(log_probs) is kd.Tensor and log_probs.dtype in FLOAT_DTYPES else \
-        check.tensor("log_probs", log_probs, dtypes=FLOAT_DTYPES)
-    if lp.ndim not in (2, 3):
-        check.fail(f"log_probs must have rank 3 ([T, N, C]) or 2 ([T, C], unbatched), got rank {lp.ndim} "
-                   f"(shape {list(lp.shape)})")
-    batched = lp.ndim == 3
-    T, C = lp.shape[0], lp.shape[-1]
-    N = lp.shape[1] if batched else 1
-    if C == 0:
-        check.fail(f"log_probs needs C >= 1 classes, got shape {list(lp.shape)}")
-    # (each rule's common case is tested inline; the Checks method runs, and names the
-    # offender, only where that test fails: every call pays for these checks)
-    b = blank if type(blank) is int and 0 <= blank < C else \
-        check.integer("blank", blank, low=0, high=C - 1, high_is="C - 1")
-    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
-        check.fail(f"reduction must be one of 'none', 'sum', 'mean', got {reduction!r}")
-    zi = zero_infinity if type(zero_infinity) is bool else check.boolean("zero_infinity", zero_infinity)
-    tg = targets if type(targets) is kd.Tensor else check.tensor("targets", targets)
-    if not tg.dtype.is_int:
-        check.fail(f"targets must be an integer tensor, got {describe(tg)}")
-    il_tensor, tl_tensor = isinstance(input_lengths, kd.Tensor), isinstance(target_lengths, kd.Tensor)
-    rt = lp.runtime
-    if tg.runtime is not rt or (il_tensor and input_lengths.runtime is not rt) or \
-            (tl_tensor and target_lengths.runtime is not rt):
-        check.same_runtime({"log_probs": lp, "targets": tg, "input_lengths": input_lengths if il_tensor else None,
-                            "target_lengths": target_lengths if tl_tensor else None})
-    if batched and tg.ndim not in (1, 2):
-        check.fail(f"targets must have rank 2 ([N, S], padded) or 1 (concatenated), got rank {tg.ndim} "
-                   f"(shape {list(tg.shape)})")
-    if not batched and tg.ndim != 1:
-        check.fail(f"targets must have rank 1 ([S]) for unbatched log_probs, got rank {tg.ndim} "
-                   f"(shape {list(tg.shape)})")
-    if batched and tg.ndim == 2 and tg.shape[0] != N:
-        check.fail(f"targets must have shape [N, S] with N = {N} (log_probs' batch), got {list(tg.shape)}")
-    # the targets and the length tensors read to the host together (one wait on cuda)
-    read = [tg]
-    if il_tensor and _integer_tensor(check, "input_lengths", input_lengths):
-        read.append(input_lengths)
-    if tl_tensor and _integer_tensor(check, "target_lengths", target_lengths):
-        read.append(target_lengths)
-    hosts = rt.to_numpy_all(read)
-    flat = hosts[0].reshape(-1)
-    il_host = hosts[1] if il_tensor else None
-    tl_host = hosts[-1] if tl_tensor else None
-    il = _integers(check, "input_lengths", input_lengths, il_host, "N = log_probs' batch", N if batched else None)
-    tl = _integers(check, "target_lengths", target_lengths, tl_host, "N = log_probs' batch", N if batched else None)
-    padded = tg.ndim == 2 or not batched
-    width = tg.shape[-1]
-    small = flat.size <= SMALL and N <= SMALL
-    if small:  # the rules on Python lists (see SMALL)
-        il, tl = il.tolist(), tl.tolist()
-    else:
-        il, tl = il.astype(np.int64, copy=False), tl.astype(np.int64, copy=False)
-    _in_range(check, "input_lengths", il, T, "T")
-    if padded:
-        shortest, longest = _in_range(check, "target_lengths", tl, width, "S")
-        offsets = [n * width for n in range(N)]
-        labels = _padded_labels(flat, tl, width, shortest)
-    else:
-        longest = _in_range(check, "target_lengths", tl, width, "the length of targets")[1]
-        ends = list(itertools.accumulate(tl)) if small else np.cumsum(tl)
-        total = int(ends[-1]) if N else 0
-        if total > width:
-            check.fail(f"target_lengths must sum to at most the length of the concatenated targets ({width}), "
-                       f"got {total}")
-        offsets = [e - n for e, n in zip(ends, tl)] if small else ends - tl
-        labels = flat[:total]  # concatenated targets lie back to back from the start
-    _check_labels(check, labels, tl, b, C)
-    view = lp if batched else (lp if lp.is_contiguous() else lp.contiguous()).reshape(T, 1, C)
-    n_labels = flat.size
-    samples = np.empty(n_labels + 1 + 3 * N, np.int32)
-    samples[:n_labels] = flat  # (padding values outside I32 wrap: no launch reads them)
-    if small:
-        samples[n_labels:] = [0, *offsets, *il, *tl]
-    else:
-        samples[n_labels] = 0
-        samples[n_labels + 1:n_labels + 1 + N] = offsets
-        samples[n_labels + 1 + N:n_labels + 1 + 2 * N] = il
-        samples[n_labels + 1 + 2 * N:] = tl
-    max_target = width if padded else longest
-    return CtcCall(view, samples, n_labels, 2 * longest + 1, max_target, b, reduction, zi, batched)
-
-
 def _padded_labels(flat: np.ndarray, tl, width: int, shortest: int):
     """The labels within each row's target length, row after row, of padded targets (`flat`:
     N rows of `width`; `tl`: the target lengths, a list when small): `flat` itself when every
@@ -227,7 +268,7 @@ def _padded_labels(flat: np.ndarray, tl, width: int, shortest: int):
     return flat.reshape(-1, width)[np.arange(width) < tl[:, None]]
 
 
-def _check_labels(check: Checks, labels, tl, blank: int, C: int) -> None:
+def _check_labels(fn: str, labels, tl, blank: int, C: int) -> None:
     """Every label within the target lengths in [0, C) and not the blank (`labels`: an array,
     or a list of at most SMALL); the error names the first bad one and its sample."""
     if not len(labels):
@@ -247,7 +288,7 @@ def _check_labels(check: Checks, labels, tl, blank: int, C: int) -> None:
     v = int(labels[bad[0]])
     n = int(np.searchsorted(np.cumsum(tl), bad[0], side="right"))
     need = f"not the blank ({blank})" if v == blank else f"in [0, C) = [0, {C})"
-    check.fail(f"targets must hold labels {need} within each target length, got {v} in sample {n}")
+    CHECKS.at(fn).fail(f"targets must hold labels {need} within each target length, got {v} in sample {n}")
 
 
 def grad_out_scale(fn: str, p: CtcCall, grad_out) -> kd.Tensor | float:
