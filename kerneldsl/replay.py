@@ -70,8 +70,6 @@ _records: list = []  # every operator's records and refusals (for clear())
 _SPARE_LOCK = threading.Lock()
 _SPARES: "weakref.WeakSet[Program]" = weakref.WeakSet()  # records holding a spare buffer
 _spare_bytes = 0
-_FIELD_VALUES: dict = {}  # dataclass type -> a function giving its fields' values in order (one C call:
-# dataclasses.fields costs a µs a call, a getattr a field 0.05 µs)
 
 
 enabled = envflags.switch("KERNELDSL_REPLAY", True)
@@ -105,29 +103,56 @@ def active():
 # ------------------------------------------------------------------------------ keys
 def _leaf_key(a, buffers: dict, tensors: list):
     """The key part of one argument (its tensors appended to `tensors`, in order); raises
-    _Unkeyed for arguments the key cannot hold."""
-    if type(a) is Tensor or type(a) in _PLAIN:
-        return _keys((a,), buffers, tensors)[0]
-    if isinstance(a, (tuple, list)):
+    _Unkeyed for arguments the key cannot hold. How an argument is keyed depends on its type
+    alone, so each type's rule is worked out once (`_rule`)."""
+    rule = _RULES.get(type(a))
+    if rule is None:
+        rule = _RULES[type(a)] = _rule(type(a))
+    kind, values = rule
+    if kind is _VALUES:  # a dataclass (its fields) or an object with replay_fields
+        return (type(a), *_keys(values(a), buffers, tensors))
+    if kind is _SEQUENCE:
         return (type(a), *_keys(a, buffers, tensors))
-    if isinstance(a, enum.Enum):
-        return (type(a), a)
-    if type(a) is np.ndarray:  # host values the call uploads as they are (Recording.uploaded)
+    if kind is _ARRAY:  # host values the call uploads as they are (Recording.uploaded)
         tensors.append(a)
         return (np.ndarray, a.dtype.str, a.shape)
-    values = _FIELD_VALUES.get(type(a))
-    if values is None and dataclasses.is_dataclass(a) and not isinstance(a, type):
-        names = [f.name for f in dataclasses.fields(a)]
-        values = _FIELD_VALUES[type(a)] = (lambda o: ()) if not names else (
-            operator.attrgetter(*names) if len(names) > 1 else (lambda o, n=names[0]: (getattr(o, n),)))
-    if values is not None:  # a dataclass: keyed by its fields' values now
+    if kind is _ENUM:
+        return (type(a), a)
+    if kind is _FIXED:
+        if not tensors:
+            return _fixed_key(a, values, buffers, tensors)
         return (type(a), *_keys(values(a), buffers, tensors))
-    fields = getattr(type(a), "replay_fields", None)
-    if fields is not None:  # an object whose methods' host work depends on these only
-        if not tensors and getattr(type(a), "replay_fields_fixed", False):
-            return _fixed_key(a, fields, buffers, tensors)
-        return (type(a), *_keys(fields(a), buffers, tensors))
+    if kind is _SIMPLE:
+        return _keys((a,), buffers, tensors)[0]
     raise _Unkeyed
+
+
+_SIMPLE, _SEQUENCE, _ENUM, _ARRAY, _VALUES, _FIXED, _NONE = range(7)
+_RULES: dict = {}  # type -> (how its instances are keyed, the function giving their key values or None)
+
+
+def _rule(cls: type) -> tuple:
+    """How `_leaf_key` keys an instance of `cls`: a tensor or plain value as `_keys` does, a
+    tuple or list by its items, an enum member as itself, a numpy array by dtype and shape, a
+    dataclass by its fields' values now (one C call: dataclasses.fields costs a µs a call, a
+    getattr a field 0.05 µs), an object with `replay_fields` by what that returns (made once
+    where `replay_fields_fixed`), anything else not at all."""
+    if cls is Tensor or cls in _PLAIN:
+        return _SIMPLE, None
+    if issubclass(cls, (tuple, list)):
+        return _SEQUENCE, None
+    if issubclass(cls, enum.Enum):
+        return _ENUM, None
+    if cls is np.ndarray:
+        return _ARRAY, None
+    if dataclasses.is_dataclass(cls) and not issubclass(cls, type):
+        names = [f.name for f in dataclasses.fields(cls)]
+        return _VALUES, ((lambda o: ()) if not names else (
+            operator.attrgetter(*names) if len(names) > 1 else (lambda o, n=names[0]: (getattr(o, n),))))
+    fields = getattr(cls, "replay_fields", None)
+    if fields is not None:
+        return (_FIXED if getattr(cls, "replay_fields_fixed", False) else _VALUES), fields
+    return _NONE, None
 
 
 def _fixed_key(a, fields, buffers: dict, tensors: list):
@@ -372,10 +397,16 @@ class Program:
                 _, kernel, grid, block, specs, runtime = step
                 kernel.launch_with(grid, block, tuple(_build(s, inputs, buffers) for s in specs), runtime)
             elif step[0] == "upload":
-                t = _tensor(step[2], inputs, buffers)
                 host = inputs[step[1]]
                 if host.size:
-                    t.runtime._upload(t.buffer, t.offset * t.dtype.itemsize, host.reshape(-1).view(np.uint8))
+                    kind, index, delta, _, _, _, runtime = step[2]
+                    if kind == "in":
+                        buffer, byte = places[index]
+                    elif kind == "buf":
+                        buffer, byte = buffers[index]
+                    else:
+                        buffer, byte = index, 0
+                    runtime._upload(buffer, byte + delta, (host if host.ndim == 1 else host.reshape(-1)).view(np.uint8))
             else:
                 t = _tensor(step[1], inputs, buffers)
                 t.runtime._fill_zero(t)
