@@ -367,6 +367,10 @@ def test_checked_layouts_are_remembered_and_every_rule_still_holds(runtime, monk
     R.ctc_loss(lp, tg, il, tl, reduction="none")
     assert len(forms) == 2
     assert_each_rejected(_bad_calls(runtime), CtcError)
+    monkeypatch.setattr(problem, "FORMS_KEPT", 2)  # a full cache is emptied: still every rule
+    assert_each_rejected(_bad_calls(runtime), CtcError)
+    np.testing.assert_array_equal(R.ctc_loss(lp, tg, il, tl).numpy(), first)
+    assert len(problem._FORMS) <= 2
 
 
 @pytest.mark.feature("ctc: errors")

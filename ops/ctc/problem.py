@@ -33,7 +33,7 @@ class CtcError(RudnnError):
 
 CHECKS = Checks(CtcError)
 SMALL = 64  # arrays up to this long are checked as Python lists (a numpy reduction costs about 1 µs)
-FORMS_KEPT = 256  # checked layouts remembered (oldest dropped first)
+FORMS_KEPT = 256  # checked layouts remembered (all forgotten when full)
 _FORMS: dict = {}  # layout key (`_layout_key`) -> CtcForm
 _TOKENS = itertools.count()
 
@@ -114,7 +114,7 @@ def ctc_problem(fn: str, log_probs, targets, input_lengths, target_lengths, blan
                      zero_infinity)
         if key is not None:
             if len(_FORMS) >= FORMS_KEPT:
-                _FORMS.pop(next(iter(_FORMS)), None)
+                _FORMS.clear()  # (one step, safe beside other threads; a layout is checked again in µs)
             _FORMS[key] = form
     return _checked_values(fn, form, log_probs, targets, input_lengths, target_lengths)
 
