@@ -34,12 +34,16 @@ def position(v, F32):
 def pool_bins(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], planes: kd.i32,
               OD: kd.i32, OH: kd.i32, IH: kd.i32, IW: kd.i32,
               OW: kd.Const[int], KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
-              MAX: kd.Const[bool], INDICES: kd.Const[bool], F32_POS: kd.Const[bool]):
+              MAX: kd.Const[bool], INDICES: kd.Const[bool], F32_POS: kd.Const[bool], ROW: kd.Const[int]):
     """out (and for max with INDICES, indices: flat positions in a plane) of adaptive max or
     average pooling of x [planes, OD·KD, IH, IW] into [planes, OD, OH, OW], each bin KD×KH×KW
     (IH = OH·KH, IW = OW·KW). Launched with one-unit cubes, a cube a plane (grid y wrapping
-    into x). F32_POS: positions in a plane below 2^24, tracked as F32 (`position`)."""
+    into x). F32_POS: positions in a plane below 2^24, tracked as F32 (`position`). ROW (= IW,
+    or 0): each input row is first widened to F32 in shared memory by one loop the compiler
+    vectorises, and the chains read it there (16-bit inputs: a conversion an element in the
+    chains' scalar code cost more than their adds)."""
     kd.scalar_statements()  # (packed, the OW chains' strided loads became shuffles: 1.6x slower)
+    wide = kd.shared(kd.f32, max(ROW, 1))
     p = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
     if p < planes:
         base = kd.i64(p) * (OD * KD) * IH * IW
@@ -58,6 +62,9 @@ def pool_bins(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], plane
                         row = ((od * KD + a) * IH + oh * KH + b) * IW
                         at = base + row
                         row_pos = position(row, F32_POS)
+                        if ROW:  # (to IW, an argument: a loop of ROW would be unrolled and folded into the chains)
+                            for i in range(kd.min(IW, ROW)):
+                                wide[i] = kd.f32(x[at + i])
                         nb = ()
                         nw = ()
                         ns = ()
@@ -66,8 +73,11 @@ def pool_bins(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], plane
                             where = wheres[ow]
                             acc = sums[ow]
                             for c in kd.unroll(KW):
-                                best, where, acc = fold_tap(kd.f32(x[at + (ow * KW + c)]), True,
-                                                            row_pos + (ow * KW + c), best, where, acc, MAX)
+                                if ROW:
+                                    v = wide[ow * KW + c]
+                                else:
+                                    v = kd.f32(x[at + (ow * KW + c)])
+                                best, where, acc = fold_tap(v, True, row_pos + (ow * KW + c), best, where, acc, MAX)
                             nb = nb + (best,)
                             nw = nw + (where,)
                             ns = ns + (acc,)

@@ -285,6 +285,21 @@ def bin_rows(caps, problem) -> bool:
             and math.prod(a.size // a.out for a in ax) <= MAX_LANE_BIN_TAPS)
 
 
+# Input rows bins.pool_bins widens to F32 in shared memory before its scalar chains read them
+# (16-bit inputs, rows up to this many elements); 0 turns it off. 2-core Emerald Rapids box,
+# bf16 [64, 256, 56²] to 7×7 average, in turn in one process (4 rounds): 8.36-8.58 ms with each
+# tap converted in the chains, 6.55-6.61 widened first; torch 14.1. (Two output rows' chains
+# side by side were slower: 10.8 ms converted, 7.4 widened; f32 6.7-9.1 against 4.4-8.1.)
+BIN_WIDEN_ROW = 4096
+
+
+def bin_row_widening(problem, dtype) -> int:
+    """pool_bins' ROW: the input row's length where a 16-bit input's rows are widened first
+    (a vector loop; the chains then add F32 loads), else 0 (each tap converted in the chain)."""
+    width = problem.axes[2].size
+    return width if dtype.itemsize == 2 and width <= BIN_WIDEN_ROW else 0
+
+
 # output rows (od, oh) a pass of columns.max_bins_columns (their column results in shared
 # memory; more rows a pass fill more lanes when the bins are merged; 0: the form is off).
 # 2-core Zen 4 box, f32 [64, 256, 56²] to 7×7 (7 rows), ms: 1 row a pass 26.6, 2 17.5, 7 8.7.
