@@ -222,7 +222,8 @@ def _moe(s: Inputs) -> dict:
             "route_sigmoid_grouped": (lambda: moe.route_sigmoid_grouped(logits, bias, gopts), None),
             "RoutingPlan.dispatch": (lambda: plan.dispatch(x), None),
             "DispatchedTokens.combine": (lambda: tokens.combine(y), None),
-            "SwiGluExperts.forward": (lambda: ex.forward(x, logits, opts), None)}
+            "SwiGluExperts.forward": (lambda: ex.forward(x, logits, opts), None),
+            "SwiGluExperts.forward_dispatched": (lambda: ex.forward_dispatched(tokens), None)}
 
 
 def _paged_attention(s: Inputs) -> dict:

@@ -330,6 +330,25 @@ def test_experts_scalar_dispatched(runtime, rng, dt, T, E, k, H, I):
     close(f64(y), want, dt)
 
 
+def test_dispatched_experts_replay_reads_each_calls_routing(runtime, rng):
+    """forward_dispatched is replayed per layout: dispatches of one layout but other routings
+    (each expert's row count differs, so do the row tiles) each get their own rows' results,
+    whichever experts ran on a dispatch before (two sets of experts take turns on each)."""
+    sets = [make_experts(runtime, rng, 4, 16, inner, "f32") for inner in (8, 12)]
+    x = runtime.tensor(rng.standard_normal((6, 16)).astype(np.float32))
+    dispatches = []
+    for favoured in (0, 3, 1):  # most rows to one expert, another each time
+        logits = rng.standard_normal((6, 4)).astype(np.float32)
+        logits[:, favoured] += 4.0
+        dispatches.append(moe.route(runtime.tensor(logits), RoutingOptions(2, True)).dispatch(x))
+    counts = {tuple(np.diff(d.expert_offsets().numpy())) for d in dispatches}
+    assert len(counts) == 3
+    for d in dispatches + dispatches[:1]:
+        for (gate, up, down), ex in sets:
+            want = ref.swiglu_rows(d.values().numpy(), d.row_experts().numpy(), gate, up, down)
+            close(f64(ex.forward_dispatched(d)), want, "f32")
+
+
 def test_scalar_experts_may_run_on_the_calling_thread(rng):
     """The scalar grouped GEMMs find their expert in steps set by E alone, not by the offsets,
     so their work is fixed by their arguments and the cpu runtime may run a small launch of

@@ -11,7 +11,7 @@ from kerneldsl.replay import replayable
 
 from . import dispatch_kernels as dk
 from .problem import CHECKS, check_dispatch_input, check_tensor
-from .tiles import exclusive_scan, scan_units
+from .tiles import exclusive_scan, scan_units, tile_offsets
 
 COUNT_UNITS = 256
 # dispatches of at most SMALL_PAIRS (token, slot) pairs over at most SMALL_EXPERTS experts
@@ -63,10 +63,7 @@ class DispatchedTokens:
         """U32 [E+1]: exclusive prefix sum of ceil(count_e / rows_per_tile) (computed once per size)."""
         t = self._tile_offsets.get(rows_per_tile)
         if t is None:
-            E = self.plan.experts()
-            t = self.runtime.empty((E + 1,), kd.u32)
-            exclusive_scan[1, scan_units(self.runtime, E)](self._offsets, t, E, True, rows_per_tile)
-            self._tile_offsets[rows_per_tile] = t
+            t = self._tile_offsets[rows_per_tile] = tile_offsets(self._offsets, self.plan.experts(), rows_per_tile)
         return t
 
     def combine(self, expert_output: kd.Tensor) -> kd.Tensor:

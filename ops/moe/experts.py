@@ -19,7 +19,7 @@ from .options import GroupedStrategy
 from .problem import (check_bias, check_dispatched, check_expert_weights, check_forward_args, check_group_options,
                       check_routing_options, check_strategy)
 from .routing import route, route_sigmoid_grouped
-from .tiles import tile_count_bound
+from .tiles import tile_count_bound, tile_offsets
 from .tuning import resolve_strategy, scalar_blocks
 
 
@@ -92,19 +92,24 @@ class SwiGluExperts:
         """The experts on every dispatched row with `strategy`: [T*top_k, H]."""
         check_dispatched(self, dispatched)
         chosen = resolve_strategy(check_strategy(strategy), self.dtype, self.runtime)
+        return self._grouped_rows(dispatched.values(), dispatched.expert_offsets(), chosen)
+
+    @replayable
+    def _grouped_rows(self, x: kd.Tensor, offsets: kd.Tensor, chosen: GroupedStrategy) -> kd.Tensor:
+        """The experts on checked rows `x` [R, H] grouped by expert (`offsets`, U32 [E+1]) with
+        a resolved strategy: [R, H]. Replayed per layout (its tile offsets are computed in the
+        call, so a replay reads the new call's)."""
         rt = self.runtime
-        R, E, I, H = dispatched.rows(), self.experts, self.intermediate, self.hidden
+        R, E, I, H = x.shape[0], self.experts, self.intermediate, self.hidden
         h = rt.empty((R, I), self.dtype)
         y = rt.empty((R, H), self.dtype)
         if R == 0:
             return y
-        x = dispatched.values()
-        offsets = dispatched.expert_offsets()
         if chosen is GroupedStrategy.TensorCore and gr.usable(rt, (x, self.gate, self.up, self.down, h)):
-            gr.run(x, self.gate, self.up, self.down, h, y, offsets, dispatched.tile_offsets, E,
+            gr.run(x, self.gate, self.up, self.down, h, y, offsets, lambda tm: tile_offsets(offsets, E, tm), E,
                    lambda tm: tile_count_bound(R, E, tm))
         elif chosen is GroupedStrategy.TensorCore:
-            tiles = dispatched.tile_offsets(gt.BM)
+            tiles = tile_offsets(offsets, E, gt.BM)
             units = gt.PLANES * rt.plane_dim
             rows = tile_count_bound(R, E, gt.BM)
             vec_up = H % 8 == 0 and all(_packed_aligned(t) for t in (x, self.gate, self.up))
@@ -116,7 +121,7 @@ class SwiGluExperts:
             gt.grouped_gemm_tc[rows * cols, units](h, self.down, y, offsets, tiles, E, rows, cols, self.dtype,
                                                    vec_down, I % gt.BK != 0, gt.GM)
         else:
-            tiles = dispatched.tile_offsets(gs.TM)
+            tiles = tile_offsets(offsets, E, gs.TM)
             fused, plain = scalar_blocks(rt, H, I)
             rows = tile_count_bound(R, E, gs.TM)
             cols = -(-I // gs.TN_FUSED)

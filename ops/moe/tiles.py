@@ -61,6 +61,15 @@ def exclusive_scan(src: kd.Tensor[kd.u32, 1], dst: kd.Tensor[kd.u32, 1], n: kd.i
     scan_into(src, dst, n, FROM_OFFSETS, DIV)
 
 
+def tile_offsets(offsets: kd.Tensor, experts: int, rows_per_tile: int) -> kd.Tensor:
+    """U32 [E+1]: the exclusive prefix sum of ceil(count_e / rows_per_tile) over the experts
+    whose rows `offsets` (U32 [E+1]) delimit: where each expert's row tiles start."""
+    rt = offsets.runtime
+    out = rt.empty((experts + 1,), kd.u32)
+    exclusive_scan[1, scan_units(rt, experts)](offsets, out, experts, True, rows_per_tile)
+    return out
+
+
 @kd.func
 def find_tile(offsets, tile_offsets, E, tile, TM):
     """(expert, first row, end row) of row tile `tile`; first row == end row when the
