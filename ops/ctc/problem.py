@@ -195,8 +195,7 @@ def _host_integers(fn: str, name: str, value, n: int | None) -> np.ndarray:
 def _checked_values(fn: str, form: CtcForm, log_probs, targets, input_lengths, target_lengths) -> CtcCall:
     """The value rules of a call of checked `form`: lengths in range, labels in [0, C) and not
     the blank within each target length; the call, its samples packed."""
-    N, width, padded = form.N, form.width, form.padded
-    n = N if form.batched else None
+    n = form.N if form.batched else None
     # the targets and the length tensors read to the host together (one wait on cuda)
     read = [targets]
     if form.il_tensor:
@@ -207,39 +206,76 @@ def _checked_values(fn: str, form: CtcForm, log_probs, targets, input_lengths, t
     flat = hosts[0].reshape(-1)
     il = hosts[1].reshape(-1) if form.il_tensor else _host_integers(fn, "input_lengths", input_lengths, n)
     tl = hosts[-1].reshape(-1) if form.tl_tensor else _host_integers(fn, "target_lengths", target_lengths, n)
-    small = flat.size <= SMALL and N <= SMALL
-    if small:  # the rules on Python lists (see SMALL)
-        il, tl = il.tolist(), tl.tolist()
-    else:
-        il, tl = il.astype(np.int64, copy=False), tl.astype(np.int64, copy=False)
-    _in_range(fn, "input_lengths", il, form.T, "T")
-    if padded:
-        shortest, longest = _in_range(fn, "target_lengths", tl, width, "S")
-        offsets = [i * width for i in range(N)]
-        labels = _padded_labels(flat, tl, width, shortest)
-    else:
-        longest = _in_range(fn, "target_lengths", tl, width, "the length of targets")[1]
-        ends = list(itertools.accumulate(tl)) if small else np.cumsum(tl)
-        total = int(ends[-1]) if N else 0
-        if total > width:
-            CHECKS.at(fn).fail(f"target_lengths must sum to at most the length of the concatenated targets "
-                               f"({width}), got {total}")
-        offsets = [e - k for e, k in zip(ends, tl)] if small else ends - tl
-        labels = flat[:total]  # concatenated targets lie back to back from the start
-    _check_labels(fn, labels, tl, form.blank, form.C)
     lp = log_probs
     view = lp if form.batched else (lp if lp.is_contiguous() else lp.contiguous()).reshape(form.T, 1, form.C)
-    n_labels = flat.size
-    samples = np.empty(n_labels + 1 + 3 * N, np.int32)
-    samples[:n_labels] = flat  # (padding values outside I32 wrap: no launch reads them)
-    if small:
-        samples[n_labels:] = [0, *offsets, *il, *tl]
+    small = flat.size <= SMALL and form.N <= SMALL
+    samples, longest = (_small_samples if small else _samples)(fn, form, flat, il, tl)
+    return CtcCall(form, view, samples, 2 * longest + 1, form.width if form.padded else longest)
+
+
+def _small_samples(fn: str, form: CtcForm, flat: np.ndarray, il: np.ndarray, tl: np.ndarray) -> tuple:
+    """(packed samples, longest target) of at most SMALL labels and samples, every value rule
+    checked on Python lists (see SMALL): targets, one spare element, offsets, input lengths,
+    target lengths, as I32."""
+    il, tl = il.tolist(), tl.tolist()
+    T, width, N = form.T, form.width, form.N
+    if il and (min(il) < 0 or max(il) > T):
+        _in_range(fn, "input_lengths", il, T, "T")  # (raises, naming the first offender)
+    shortest, longest = (min(tl), max(tl)) if tl else (0, 0)
+    if form.padded:
+        if shortest < 0 or longest > width:
+            _in_range(fn, "target_lengths", tl, width, "S")
+        offsets = [i * width for i in range(N)]
+        items = flat.tolist()
+        labels = items if shortest == width else [v for at, k in zip(offsets, tl) for v in items[at:at + k]]
     else:
-        samples[n_labels] = 0
-        samples[n_labels + 1:n_labels + 1 + N] = offsets
-        samples[n_labels + 1 + N:n_labels + 1 + 2 * N] = il
-        samples[n_labels + 1 + 2 * N:] = tl
-    return CtcCall(form, view, samples, 2 * longest + 1, width if padded else longest)
+        if shortest < 0 or longest > width:
+            _in_range(fn, "target_lengths", tl, width, "the length of targets")
+        ends = list(itertools.accumulate(tl))
+        total = ends[-1] if N else 0
+        if total > width:
+            _too_long(fn, width, total)
+        offsets = [e - k for e, k in zip(ends, tl)]
+        labels = flat[:total].tolist()  # concatenated targets lie back to back from the start
+    if labels and (min(labels) < 0 or max(labels) >= form.C or form.blank in labels):
+        _check_labels(fn, np.asarray(labels, np.int64), tl, form.blank, form.C)  # (raises)
+    samples = np.empty(flat.size + 1 + 3 * N, np.int32)
+    samples[:flat.size] = flat  # (padding values outside I32 wrap: no launch reads them)
+    samples[flat.size:] = [0, *offsets, *il, *tl]
+    return samples, longest
+
+
+def _samples(fn: str, form: CtcForm, flat: np.ndarray, il: np.ndarray, tl: np.ndarray) -> tuple:
+    """`_small_samples` for larger arrays, each value rule a numpy reduction or two."""
+    N, width = form.N, form.width
+    il, tl = il.astype(np.int64, copy=False), tl.astype(np.int64, copy=False)
+    _in_range(fn, "input_lengths", il, form.T, "T")
+    if form.padded:
+        shortest, longest = _in_range(fn, "target_lengths", tl, width, "S")
+        offsets = np.arange(N, dtype=np.int64) * width
+        labels = flat if shortest == width else flat.reshape(-1, width)[np.arange(width) < tl[:, None]]
+    else:
+        longest = _in_range(fn, "target_lengths", tl, width, "the length of targets")[1]
+        ends = np.cumsum(tl)
+        total = int(ends[-1]) if N else 0
+        if total > width:
+            _too_long(fn, width, total)
+        offsets = ends - tl
+        labels = flat[:total]
+    _check_labels(fn, labels, tl, form.blank, form.C)
+    n = flat.size
+    samples = np.empty(n + 1 + 3 * N, np.int32)
+    samples[:n] = flat
+    samples[n] = 0
+    samples[n + 1:n + 1 + N] = offsets
+    samples[n + 1 + N:n + 1 + 2 * N] = il
+    samples[n + 1 + 2 * N:] = tl
+    return samples, longest
+
+
+def _too_long(fn: str, width: int, total: int) -> None:
+    CHECKS.at(fn).fail(f"target_lengths must sum to at most the length of the concatenated targets "
+                       f"({width}), got {total}")
 
 
 def _in_range(fn: str, name: str, values, high: int, high_is: str) -> tuple:
@@ -256,29 +292,14 @@ def _in_range(fn: str, name: str, values, high: int, high_is: str) -> tuple:
         i = int(np.flatnonzero((values < 0) | (values > high))[0])
         CHECKS.at(fn).fail(f"{name} must be between 0 and {high_is} ({high}), got {int(values[i])} at index {i}")
     return low, top
-def _padded_labels(flat: np.ndarray, tl, width: int, shortest: int):
-    """The labels within each row's target length, row after row, of padded targets (`flat`:
-    N rows of `width`; `tl`: the target lengths, a list when small): `flat` itself when every
-    row is full, else a list where `tl` is one."""
-    if shortest == width:
-        return flat
-    if isinstance(tl, list):
-        items = flat.tolist()
-        return [v for at, n in zip(range(0, len(items), width), tl) for v in items[at:at + n]]
-    return flat.reshape(-1, width)[np.arange(width) < tl[:, None]]
 
 
 def _check_labels(fn: str, labels, tl, blank: int, C: int) -> None:
-    """Every label within the target lengths in [0, C) and not the blank (`labels`: an array,
-    or a list of at most SMALL); the error names the first bad one and its sample."""
+    """Every label within the target lengths in [0, C) and not the blank (`labels`: an integer
+    array); the error names the first bad one and its sample."""
     if not len(labels):
         return
-    if len(labels) <= SMALL:
-        items = labels if isinstance(labels, list) else labels.tolist()
-        if min(items) >= 0 and max(items) < C and blank not in items:
-            return
-        labels = np.asarray(items, np.int64)
-    elif labels.dtype.kind == "i" and labels.itemsize >= 4:  # one reduction for both bounds: a
+    if labels.dtype.kind == "i" and labels.itemsize >= 4:  # one reduction for both bounds: a
         # negative label read unsigned is 2^31 or more, past any class count
         if int(labels.view(labels.dtype.str.replace("i", "u")).max()) < C and not (labels == blank).any():
             return
