@@ -287,11 +287,15 @@ def measure(rt, fn, calls: int, reps: int) -> tuple:
 
 def replayed(family: str, op: str) -> str:
     """Whether the operator's calls were replayed (kerneldsl/replay.py): "yes", "no: <why>" for
-    a refused record, "-" for an entry point that is not replayable (or not a function)."""
+    a refused record, "-" for an entry point that is not replayable itself (it may call
+    replayed functions: ctc's checks run on every call, then its launches replay) or not a
+    function. `op` may name a method ("SwiGluExperts.forward")."""
     try:
-        fn = getattr(importlib.import_module(f"rudnn.{family}"), op, None)
+        fn = importlib.import_module(f"rudnn.{family}")
     except ImportError:  # the "kernel" row
         fn = None
+    for name in op.split("."):
+        fn = getattr(fn, name, None)
     if fn is None or not hasattr(fn, "replay_records"):
         return "-"
     if not kd.replay.enabled():
