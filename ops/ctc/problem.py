@@ -238,7 +238,7 @@ def _small_samples(fn: str, form: CtcForm, flat: np.ndarray, il: np.ndarray, tl:
         offsets = [e - k for e, k in zip(ends, tl)]
         labels = flat[:total].tolist()  # concatenated targets lie back to back from the start
     if labels and (min(labels) < 0 or max(labels) >= form.C or form.blank in labels):
-        _check_labels(fn, np.asarray(labels, np.int64), tl, form.blank, form.C)  # (raises)
+        _check_labels(fn, np.asarray(labels), tl, form.blank, form.C)  # (raises)
     samples = np.empty(flat.size + 1 + 3 * N, np.int32)
     samples[:flat.size] = flat  # (padding values outside I32 wrap: no launch reads them)
     samples[flat.size:] = [0, *offsets, *il, *tl]
