@@ -666,12 +666,10 @@ __all__ = ["Runtime", "RuntimeUnavailable", "RuntimeStatus", "runtime", "get_run
            "contiguous_strides"]
 
 
-def host_array(t: Tensor, raw: np.ndarray, owned: bool = False) -> np.ndarray:
-    """A packed host copy of tensor `t` from `raw`, the bytes of its extent (from its offset on);
-    `owned`: `raw` is the caller's private copy already, so a contiguous `t` views it."""
+def host_array(t: Tensor, raw: np.ndarray) -> np.ndarray:
+    """A packed host copy of tensor `t` from `raw`, the bytes of its extent (from its offset on)."""
     if t.is_contiguous():  # (as_strided costs several µs a call: every small download came here)
-        out = raw.view(t.dtype.np).reshape(t.shape)
-        return out if owned else out.copy()
+        return raw.view(t.dtype.np).reshape(t.shape).copy()
     item = t.dtype.itemsize
     view = np.lib.stride_tricks.as_strided(raw.view(t.dtype.np), t.shape, [s * item for s in t.strides])
     return np.array(view, copy=True)

@@ -317,31 +317,21 @@ class CudaRuntime(CudaPipeline, Runtime):
     # cost one wait. Larger ones go straight to their numpy array.
     STAGING_BYTES = 1 << 16
 
-    def _staged_copies(self, pieces, joined: bool = False) -> list:
+    def _staged_copies(self, pieces) -> list:
         """Host copies (uint8 arrays) of device byte ranges (address, nbytes) that fit the
         staging memory together, each 16-byte aligned in it: every copy queued on the current
-        stream, then one wait. `joined`: the ranges lie in one allocation, so where their whole
-        span fits the staging memory it is copied at once (each copy costs about 1.8 µs of
-        driver time on an H100 host; the bytes between them are read and dropped)."""
+        stream, then one wait."""
         self._enter()
         stream = self.current_stream()
         driver = _driver()
         with self._staging_lock:
             address, host = self._staging()
-            if joined:
-                lo = min(src for src, _ in pieces)
-                hi = max(src + n for src, n in pieces)
-                joined = hi - lo <= self.STAGING_BYTES
-            if joined:
-                _check(driver.cuMemcpyDtoHAsync(address, lo, hi - lo, stream.cu), "cuMemcpyDtoHAsync")
-                spans = [src - lo for src, _ in pieces]
-            else:
-                at, spans = 0, []
-                for src, n in pieces:
-                    if n:
-                        _check(driver.cuMemcpyDtoHAsync(address + at, src, n, stream.cu), "cuMemcpyDtoHAsync")
-                    spans.append(at)
-                    at += -(-n // 16) * 16
+            at, spans = 0, []
+            for src, n in pieces:
+                if n:
+                    _check(driver.cuMemcpyDtoHAsync(address + at, src, n, stream.cu), "cuMemcpyDtoHAsync")
+                spans.append(at)
+                at += -(-n // 16) * 16
             stream.synchronize()
             return [host[a:a + n].copy() for a, (_, n) in zip(spans, pieces)]
 
@@ -354,11 +344,8 @@ class CudaRuntime(CudaPipeline, Runtime):
         if len(tensors) < 2 or sum(-(-n // 16) * 16 for _, n in pieces) > self.STAGING_BYTES:
             return super().to_numpy_all(tensors)
         self._before_host_reads(tensors)
-        blocks = [t.buffer.block for t in tensors if t.size]
-        joined = bool(blocks) and None not in blocks and len({id(b.segment) for b in blocks}) == 1
-        raws = self._staged_copies([p for p in pieces if p[1]], joined)
-        raws = iter(raws)
-        return [host_array(t, next(raws), owned=True) if t.size else np.empty(t.shape, t.dtype.np) for t in tensors]
+        raws = self._staged_copies(pieces)
+        return [host_array(t, raw) if t.size else np.empty(t.shape, t.dtype.np) for t, raw in zip(tensors, raws)]
 
     def _staging(self) -> tuple:
         """(address, uint8 numpy view) of this runtime's page-locked staging memory, allocated
