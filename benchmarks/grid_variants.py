@@ -1,15 +1,18 @@
 """rudnn.grid_sample's GPU forms next to PyTorch in one run (issue 19): every forward form
 (the direct kernel with flat cubes or tiles of grid points, chunks.py at several chunk sizes
 and vote bounds, the staged forward at several tile widths, channels a step and box sizes,
-the channels-last forward at several vector and transpose widths) and every backward form (the direct fixed-point scatter, the channels-last backward at several
-units a point, the gathered input gradient of backward_gather.py at several channel widths
-and out_grad layouts), plus the channels-last transpose alone, on a random and an affine grid,
-bilinear / zeros / align_corners False, input [N, C, S, S] and grid [N, S, S, 2].
+the channels-last forward at several vector and transpose widths, and the device's choice
+between it and chunks) and every backward form (the direct fixed-point scatter, the
+channels-last backward at several units a point, the gathered input gradient of
+backward_gather.py at several channel widths and out_grad layouts), plus the channels-last
+transpose alone, on a random and an affine grid, bilinear / zeros / align_corners False,
+input [N, C, S, S] and grid [N, S, S, 2].
 
     BENCH_TIMING=queued python -m benchmarks.grid_variants               # H200: N 32, C 64, 256²
     python -m benchmarks.grid_variants --runtimes opencl --quick         # a smoke run on the host
     BENCH_TIMING=queued python -m benchmarks.grid_variants --only bwd    # the backward forms alone
     BENCH_TIMING=queued python -m benchmarks.grid_variants --only fwd --shape 32,16,256   # few channels
+    BENCH_TIMING=queued python -m benchmarks.grid_variants --only fwd --forms "last V2,choose"
 
 A form is a set of tuning constants (rudnn.grid_sample.tuning), set before its timing with
 the replay records dropped, so each call plans anew. Rounds: torch, then every form, in
@@ -49,10 +52,12 @@ FORWARD = {   # name -> tuning constants
     "staged 16w CH8 A1024": staged(16, 8, 1024),
     "staged 32w CH4 A1024": staged(32, 4, 1024),
     "staged 16w CH2 A2048": staged(16, 2, 2048),
-    "last V1 T1": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 1},
-    "last V1 T2": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 2},
-    "last V1 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 1, "TRANSPOSE_LANES": 4},
-    "last V2 T4": {"CHANNELS_LAST": True, "CHANNELS_LAST_VECTORS": 2, "TRANSPOSE_LANES": 4},
+    # the channels-last forward alone, at several vector and transpose widths
+    **{f"last V{v} T{t}": {"CHANNELS_LAST": True, "FORWARD_CHOOSE_CHANNELS": 0, "CHANNELS_LAST_VECTORS": v,
+                           "TRANSPOSE_LANES": t} for v, t in ((1, 1), (1, 2), (1, 4), (2, 4))},
+    # the device choosing between it and chunks of K channels, a channel at a time (gate.py)
+    **{f"choose K{k}": {"CHANNELS_LAST": True, "FORWARD_CHOOSE_CHANNELS": k, "CHANNELS_LAST_VECTORS": 2,
+                        "TRANSPOSE_LANES": 4} for k in (4, 8, 16)},
 }
 BACKWARD = {   # the scatter forms with the gathered input gradient off, then the gathered forms
     "direct": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": False},
@@ -129,6 +134,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--only", default="", help="cases whose name contains this (e.g. 'random fwd', 'bwd')")
+    p.add_argument("--forms", default="", help="comma-separated: forms whose name contains one of these")
     p.add_argument("--quick", action="store_true", help="N 2, C 32, S 48, 2 reps, 2 rounds: a smoke run")
     args = p.parse_args(argv)
     import torch
@@ -178,6 +184,8 @@ def main(argv=None):
                 for name, (forms, ours, theirs, ref, moved) in work.items():
                     if args.only not in name:
                         continue
+                    if args.forms:
+                        forms = {v: f for v, f in forms.items() if any(w in v for w in args.forms.split(","))}
                     errs = {}
                     for v, settings in forms.items():
                         with constants(settings):

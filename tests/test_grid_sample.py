@@ -195,6 +195,7 @@ def test_channels_last_forward_matches_torch(runtime, rng, monkeypatch, dtype, t
     from rudnn.grid_sample import tuning
     monkeypatch.setattr(tuning, "CHANNELS_LAST", True)
     monkeypatch.setattr(tuning, "CHANNELS_LAST_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "FORWARD_CHOOSE_CHANNELS", 0)   # the channels-last form alone
     monkeypatch.setattr(tuning, "CHANNELS_LAST_VECTORS", vectors)
     monkeypatch.setattr(tuning, "TRANSPOSE_LANES", transpose)
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")   # each call picks its kernel anew (no records)
@@ -224,6 +225,64 @@ def test_channels_last_forward_matches_torch(runtime, rng, monkeypatch, dtype, t
                         torch.from_numpy(x.astype(np.float64)), torch.from_numpy(grid.astype(np.float64)),
                         mode=mode.value.lower(), padding_mode=pad.value.lower(), align_corners=align).numpy()
                     np.testing.assert_allclose(got.astype(np.float64), want, **tol, err_msg=what)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_forward_chosen_on_the_device_is_the_direct_kernels(runtime, rng, monkeypatch, dtype):
+    """FORWARD_CHOOSE_CHANNELS beside the channels-last forward (forced on this runtime): both
+    forms launched, gated (gate.py), the device running chunks.py's on a smooth grid and the
+    channels-last one on a random grid; then every grid smooth (limit 2^31 - 1) and every grid
+    rough (limit 0). Each form, given its own zeroed output, writes it only where chosen; the
+    samples are the direct kernel's (bit for bit in F32; within a rounding of the dtype
+    otherwise, where a device may contract products differently)."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setattr(tuning, "CHANNELS_LAST", True)
+    monkeypatch.setattr(tuning, "CHANNELS_LAST_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "FORWARD_CHOOSE_CHANNELS", 3)   # chunks of 3, 3 and 2 channels
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")   # each call picks its kernels anew (no records)
+    forced = (lambda caps, *a: tuning.channels_last_lanes(dataclasses.replace(caps, units_are_simd_lanes=False), *a))
+    size_in, size_out = (20, 24), (18, 22)
+    x = rng.standard_normal((2, 8, *size_in)).astype(kd.as_dtype(dtype).np)
+    x[1, 2].flat[3] = np.nan
+    grids = {"smooth": _affine_points(2, size_out, 2).astype(x.dtype),
+             "random": rng.uniform(-1.1, 1.1, (2, *size_out, 2)).astype(x.dtype)}
+    opts = GridSampleOptions(GridSampleMode.Bilinear, GridSamplePaddingMode.Border, True)
+    real_chunks, real_last = gs._sample_chunks, gs._sample_channels_last
+    written = {}
+
+    def own_output(name, real):   # the form writes a zeroed output of its own
+        def run(x5, g5, out, *args, **kwargs):
+            written[name] = out.runtime.zeros(out.shape, out.dtype)
+            real(x5, g5, written[name], *args, **kwargs)
+        return run
+
+    for limit in (None, 2 ** 31 - 1, 0):
+        if limit is not None:
+            monkeypatch.setattr(gs._gate, "rough_limit", lambda points, v=limit: v)
+        for name, grid in grids.items():
+            what = f"{name} limit {limit}"
+            monkeypatch.setattr(gs, "channels_last_lanes", lambda *a: 0)
+            direct = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
+            monkeypatch.setattr(gs, "channels_last_lanes", forced)
+            got = grid_sample(runtime.tensor(x), runtime.tensor(grid), opts).numpy()
+            if dtype == "f32":
+                np.testing.assert_array_equal(got, direct, err_msg=what)
+            else:
+                np.testing.assert_allclose(got.astype(np.float32), direct.astype(np.float32), rtol=2**-7, atol=2**-7,
+                                           err_msg=what)
+            monkeypatch.setattr(gs, "_sample_chunks", own_output("chunks", real_chunks))
+            monkeypatch.setattr(gs, "_sample_channels_last", own_output("last", real_last))
+            grid_sample(runtime.tensor(x), runtime.tensor(grid), opts)
+            monkeypatch.setattr(gs, "_sample_chunks", real_chunks)
+            monkeypatch.setattr(gs, "_sample_channels_last", real_last)
+            chosen = "chunks" if limit == 2 ** 31 - 1 or (limit is None and name == "smooth") else "last"
+            other = "last" if chosen == "chunks" else "chunks"
+            np.testing.assert_array_equal(written[chosen].numpy(), got, err_msg=what)
+            assert not np.any(written[other].numpy().astype(np.float32)), what
 
 
 def test_channels_last_is_chosen_from_the_channels_and_capabilities(runtime, monkeypatch):

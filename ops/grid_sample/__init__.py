@@ -53,8 +53,8 @@ from .problem import GridSampleError, sample_problem
 from . import tuning as _tuning
 from .tuning import (MAX_CUBES, TAPS, UNITS, as_5d, backward_gather_channels, backward_gather_group,
                      backward_gather_vector, backward_group, backward_staged_channels, channels_last_lanes,
-                     channels_last_vectors, cubes, forward_chunk, forward_tiles, gated_cubes, gather_cells, headroom,
-                     lane_last_plan, lane_plan, small_backward, staged_plan, transpose_lanes)
+                     channels_last_vectors, cubes, forward_choose_chunk, forward_chunk, forward_tiles, gated_cubes,
+                     gather_cells, headroom, lane_last_plan, lane_plan, small_backward, staged_plan, transpose_lanes)
 
 __all__ = ["GridSampleError", "GridSampleMode", "GridSamplePaddingMode", "GridSampleOptions", "grid_sample",
            "grid_sample_backward"]
@@ -74,7 +74,12 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
     g5 = as_5d(grid.contiguous(), p.dims, 1)
     lanes = channels_last_lanes(rt.capabilities, input.shape[1], input.shape[0], input.dtype.itemsize)
     if lanes:
-        _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes)
+        k = forward_choose_chunk(input.shape[1], x5.size // (x5.shape[0] * x5.shape[1]))
+        rough = None
+        if k:   # the device picks chunks (smooth grids) or the channels-last form (rough ones): gate.py
+            smooth, rough = _rough_gate(g5, points, x5.shape[2:], (*_runtime_options(o), o.mode.value, p.dims))
+            _sample_chunks(x5, g5, out, points, p.locations, o, p.dims, k, 0, smooth)
+        _sample_channels_last(x5, g5, out, points, p.locations, o, p.dims, lanes, rough)
         return out
     last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]),
                           input.dtype.itemsize)
@@ -95,10 +100,7 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
         return out
     k = forward_chunk(input.shape[1], x5.size // (x5.shape[0] * x5.shape[1]))
     if k:   # K channels a unit (chunks.py): all their loads at once in cubes whose taps lie close
-        chunks = -(-input.shape[1] // k)
-        _chunks.sample_chunks[cubes(points) * chunks, UNITS](
-            x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), points, p.locations, input.shape[1],
-            chunks, *x5.shape[2:], *_runtime_options(o), o.mode.value, p.dims, k, _tuning.forward_area(k))
+        _sample_chunks(x5, g5, out, points, p.locations, o, p.dims, k, _tuning.forward_area(k))
         return out
     tw, count = forward_tiles(y5.shape[3:], y5.shape[0] * y5.shape[2])
     _sample.sample_forward[count, UNITS](x5, g5, y5, points, *_runtime_options(o), o.mode.value, p.dims, UNITS, tw)
@@ -166,6 +168,17 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
         room, UNITS, True, *_ungated(max_bits), False)
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
+
+
+def _rough_gate(g5, points: int, sizes: tuple, opts: tuple) -> tuple:
+    """The gate arguments (gate.py) of the two forms of a call that the device chooses between
+    (where the grid is smooth, where it is not), once count_rough has counted g5's rough steps
+    into a new gate word; sizes: the input's (D, H, W); opts: the kernels' padding, align,
+    mode and dims arguments."""
+    gate = g5.runtime.zeros((1,), kd.u32)
+    _gather.count_rough[min(cubes(points), MAX_CUBES), UNITS](g5.reshape(g5.size), gate, points, *sizes, *opts, UNITS)
+    limit = _gate.rough_limit(points)
+    return (gate, limit, _gate.IF_SMOOTH), (gate, limit, _gate.IF_ROUGH)
 
 
 def _ungated(any_u32) -> tuple:
@@ -245,12 +258,7 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     none64, none32, none_i32 = rt.empty((1,), kd.i64), rt.empty((1,), kd.u32), rt.empty((1,), kd.i32)
     grid = g5.reshape(g5.size)
     choose = _tuning.BACKWARD_GATHER_CHOOSE and not _tuning.BACKWARD_GATHER_GRID_DIRECT
-    smooth = rough = _ungated(max_bits)
-    if choose:   # gate[0]: the grid's rough steps, counted before either form runs
-        gate = rt.zeros((1,), kd.u32)
-        _gather.count_rough[min(cubes(points), MAX_CUBES), UNITS](grid, gate, points, *sizes, *opts, UNITS)
-        limit = _gate.rough_limit(points)
-        smooth, rough = (gate, limit, _gate.IF_SMOOTH), (gate, limit, _gate.IF_ROUGH)
+    smooth, rough = _rough_gate(g5, points, sizes, opts) if choose else (_ungated(max_bits),) * 2
     walks = []   # (out_grad as the gather reads it, its point and channel strides, vector, gate)
     if _tuning.BACKWARD_GATHER_GRID_DIRECT or choose:   # no copies: a unit a point reads [N, C, *S]
         _sample.sample_backward[cubes(points), UNITS](   # (and finds max |out_grad| as it reads it)
@@ -292,16 +300,28 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
 
 
 def _sample_channels_last(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int,
-                          lanes: int) -> None:
+                          lanes: int, gated=None) -> None:
     """The channels-last forward (channels_last.py, where tuning.channels_last_lanes picks it):
-    x5 [N, C, D, H, W] copied to [N, D·H·W, C], then sampled by C / (lanes·vectors) units a point."""
+    x5 [N, C, D, H, W] copied to [N, D·H·W, C], then sampled by C / (lanes·vectors) units a
+    point. gated: (gate, limit, WHEN) of gate.py for both launches, else they always run."""
     n, c = x5.shape[:2]
-    xl = _to_channels_last(x5)
+    xl = _to_channels_last(x5, gated=gated)
     vecs = channels_last_vectors(c, lanes)
     groups = c // (lanes * vecs)
     _last.sample_channels_last[-(-points // (UNITS // groups)), UNITS](
         xl, g5.reshape(g5.size), out.reshape(out.size), points, locations, *x5.shape[2:], *_runtime_options(o),
-        o.mode.value, dims, lanes, vecs, groups)
+        o.mode.value, dims, lanes, vecs, groups, *(gated or _ungated(xl.runtime.empty((1,), kd.u32))))
+
+
+def _sample_chunks(x5, g5, out, points: int, locations: int, o: GridSampleOptions, dims: int, k: int, area: int,
+                   gated=None) -> None:
+    """chunks.sample_chunks: k channels a unit, all at once in planes whose taps lie within
+    `area` pixels a lane (0: a channel at a time). gated: as `_sample_channels_last`."""
+    chunks = -(-x5.shape[1] // k)
+    _chunks.sample_chunks[cubes(points) * chunks, UNITS](
+        x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), points, locations, x5.shape[1], chunks,
+        *x5.shape[2:], *_runtime_options(o), o.mode.value, dims, k, area,
+        *(gated or _ungated(x5.runtime.empty((1,), kd.u32))))
 
 
 def _rows_of(x5, plan) -> kd.Tensor:

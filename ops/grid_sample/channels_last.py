@@ -113,45 +113,48 @@ def flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS
 def sample_channels_last(xl: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, locations: kd.i32,
                          size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
                          MODE: kd.Const[str], DIMS: kd.Const[int], L: kd.Const[int], VECS: kd.Const[int],
-                         G: kd.Const[int]):
+                         G: kd.Const[int], gate: kd.Tensor[kd.u32, 1], limit: kd.i32, WHEN: kd.Const[int]):
     """y [N, C, locations] (flat) sampled from xl [N, S, C] (flat, C = G·VECS·L channels) at
     the points of grid [N·locations, DIMS] (flat): unit u of a cube takes channels (u % G)·K ..
     + K (K = VECS·L, VECS vectors of L a tap) of the cube's point u // G; the cube's 256 // G
-    points then leave through shared memory, a channel's points in order."""
-    K = VECS * L
-    C = G * K
-    UNITS = kd.cube_dim_x()
-    PTS = UNITS // G
-    stage = kd.shared(kd.f32, C * (PTS + 1))
-    u = kd.unit_pos_x()
-    chunk = u % G
-    first = kd.cube_pos_x() * PTS
-    e = kd.min(first + u // G, total - 1)
-    t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
-    TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
-    base = kd.i64(e // locations) * size_d * size_h * size_w
-    acc = ()
-    for j in kd.unroll(K):
-        acc = acc + (kd.f32(0),)
-    for a in kd.unroll(TZ):
-        for b in kd.unroll(TX):
-            for k in kd.unroll(TX):
-                ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
-                at = (base + (t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]) * C + chunk * K
-                w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
-                summed = ()
-                for h in kd.unroll(VECS):
-                    v = kd.cast(kd.load_vec(xl, at + h * L, L), kd.f32)
-                    for j in kd.unroll(L):
-                        summed = summed + (acc[h * L + j] + w * kd.select(ok, v[j], 0.0),)
-                acc = summed
-    for j in kd.unroll(K):
-        stage[(chunk * K + j) * (PTS + 1) + u // G] = acc[j]
-    kd.sync_cube()
-    p = u % PTS                  # this unit's point in the store phase, the same for every i
-    f = first + p
-    m = f // locations
-    at = (kd.i64(m) * C + u // PTS) * locations + f - m * locations
-    for i in kd.unroll(K):       # C·PTS = K·UNITS samples: channels u // PTS + i·UNITS / PTS
-        if f < total:
-            y[at + kd.i64(i * (UNITS // PTS)) * locations] = stage[(u // PTS + i * (UNITS // PTS)) * (PTS + 1) + p]
+    points then leave through shared memory, a channel's points in order. gate, limit, WHEN:
+    gate.py (the whole kernel skipped where the device chose the other forward form)."""
+    if gate_open(gate, limit, WHEN):
+        K = VECS * L
+        C = G * K
+        UNITS = kd.cube_dim_x()
+        PTS = UNITS // G
+        stage = kd.shared(kd.f32, C * (PTS + 1))
+        u = kd.unit_pos_x()
+        chunk = u % G
+        first = kd.cube_pos_x() * PTS
+        e = kd.min(first + u // G, total - 1)
+        t = flat_point_taps(grid, e, size_d, size_h, size_w, MODE, pad_mode, align, DIMS)
+        TZ, TX, Z, Y, X = tap_layout(len(t), DIMS)
+        base = kd.i64(e // locations) * size_d * size_h * size_w
+        acc = ()
+        for j in kd.unroll(K):
+            acc = acc + (kd.f32(0),)
+        for a in kd.unroll(TZ):
+            for b in kd.unroll(TX):
+                for k in kd.unroll(TX):
+                    ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
+                    at = (base + (t[Z + a] * size_h + t[Y + b]) * size_w + t[X + k]) * C + chunk * K
+                    w = t[Z + TZ + a] * t[Y + TX + b] * t[X + TX + k]
+                    summed = ()
+                    for h in kd.unroll(VECS):
+                        v = kd.cast(kd.load_vec(xl, at + h * L, L), kd.f32)
+                        for j in kd.unroll(L):
+                            summed = summed + (acc[h * L + j] + w * kd.select(ok, v[j], 0.0),)
+                    acc = summed
+        for j in kd.unroll(K):
+            stage[(chunk * K + j) * (PTS + 1) + u // G] = acc[j]
+        kd.sync_cube()
+        p = u % PTS                  # this unit's point in the store phase, the same for every i
+        f = first + p
+        m = f // locations
+        at = (kd.i64(m) * C + u // PTS) * locations + f - m * locations
+        for i in kd.unroll(K):       # C·PTS = K·UNITS samples: channels u // PTS + i·UNITS / PTS
+            if f < total:
+                y[at + kd.i64(i * (UNITS // PTS)) * locations] = stage[(u // PTS + i * (UNITS // PTS)) * (PTS + 1) + p]
+

@@ -24,6 +24,7 @@ from __future__ import annotations
 import kerneldsl as kd
 
 from .channels_last import flat_point_taps
+from .gate import gate_open
 from .sample import tap_layout
 
 
@@ -51,15 +52,10 @@ def chunk_sample(x, taps, j, plane):
     return acc
 
 
-@kd.kernel
-def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, locations: kd.i32, channels: kd.i32,
-                  chunks: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
-                  MODE: kd.Const[str], DIMS: kd.Const[int], K: kd.Const[int], AREA: kd.Const[int]):
-    """y [N, C, locations] (flat) sampled from x [N, C, S] (flat) at grid [N·locations, DIMS]
-    (flat): cube q takes chunk q % chunks (channels K·chunk .. + K, those past C skipped) of
-    the cube_dim_x grid points of block q // chunks, a unit a point; all K channels' loads at
-    once where a plane's taps lie within AREA pixels a lane of its first lane's (plane_compact),
-    else a channel at a time (always where AREA is 0)."""
+@kd.func
+def chunk_points(x, grid, y, total, locations, channels, chunks, size_d, size_h, size_w, pad_mode, align, MODE, DIMS,
+                 K, AREA):
+    """sample_chunks' work for its cube (its docstring)."""
     q = kd.cube_pos_x()
     chunk = q % chunks
     e = (q // chunks) * kd.cube_dim_x() + kd.unit_pos_x()
@@ -96,3 +92,19 @@ def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, lo
         else:
             for j in range(count):
                 y[out + j * kd.i64(locations)] = chunk_sample(x, taps, j, plane)
+
+
+@kd.kernel
+def sample_chunks(x: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd.i32, locations: kd.i32, channels: kd.i32,
+                  chunks: kd.i32, size_d: kd.i32, size_h: kd.i32, size_w: kd.i32, pad_mode: kd.i32, align: kd.i32,
+                  MODE: kd.Const[str], DIMS: kd.Const[int], K: kd.Const[int], AREA: kd.Const[int],
+                  gate: kd.Tensor[kd.u32, 1], limit: kd.i32, WHEN: kd.Const[int]):
+    """y [N, C, locations] (flat) sampled from x [N, C, S] (flat) at grid [N·locations, DIMS]
+    (flat): cube q takes chunk q % chunks (channels K·chunk .. + K, those past C skipped) of
+    the cube_dim_x grid points of block q // chunks, a unit a point; all K channels' loads at
+    once where a plane's taps lie within AREA pixels a lane of its first lane's (plane_compact),
+    else a channel at a time (always where AREA is 0). gate, limit, WHEN: gate.py (the whole
+    kernel skipped where the device chose the other forward form)."""
+    if gate_open(gate, limit, WHEN):
+        chunk_points(x, grid, y, total, locations, channels, chunks, size_d, size_h, size_w, pad_mode, align,
+                     MODE, DIMS, K, AREA)

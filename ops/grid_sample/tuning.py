@@ -138,6 +138,24 @@ def forward_chunk(channels: int, plane: int) -> int:
     return -(-channels // chunks)
 
 
+# where the channels-last forward serves (channels_last_lanes), the device may choose instead
+# chunks.py's form, a channel at a time in chunks of at most FORWARD_CHOOSE_CHANNELS (0: never),
+# from the grid's smoothness (gate.py, as the gathered backward): on a smooth grid the chunks
+# read [N, C, *S] in whole lines and skip the transpose; on a random one the transpose pays. H100
+# [32, 64, 256²], session 38, device ms, chunks K8 A0 / channels-last / torch: f32 affine 0.514 /
+# 0.756 / 0.594, bf16 affine 0.404 / 0.455 / 0.483; f32 random 2.009 / 0.818 / 2.023.
+FORWARD_CHOOSE_CHANNELS = 8
+
+
+def forward_choose_chunk(channels: int, plane: int) -> int:
+    """Channels a unit of the chunks form the device may choose beside the channels-last
+    forward (FORWARD_CHOOSE_CHANNELS), or 0 for the channels-last form alone."""
+    if FORWARD_CHOOSE_CHANNELS <= 0 or plane >= 2 ** 31:
+        return 0
+    chunks = -(-channels // FORWARD_CHOOSE_CHANNELS)
+    return -(-channels // chunks)
+
+
 def forward_tiles(out_spatial: tuple, batch_planes: int) -> tuple:
     """(TW, cubes) of the direct forward for output planes of `out_spatial` (Ho, Wo),
     `batch_planes` = N·Do of them: FORWARD_TILE_W where set (and below UNITS), else flat."""
