@@ -57,7 +57,10 @@ FORWARD = {   # name -> tuning constants
                            "TRANSPOSE_LANES": t} for v, t in ((1, 1), (1, 2), (1, 4), (2, 4))},
     # the device choosing between it and chunks of K channels, a channel at a time (gate.py)
     **{f"choose K{k}": {"CHANNELS_LAST": True, "FORWARD_CHOOSE_CHANNELS": k, "CHANNELS_LAST_VECTORS": 2,
-                        "TRANSPOSE_LANES": 4} for k in (4, 8, 16)},
+                        "TRANSPOSE_LANES": 4, "GATED_CUBES_PER_UNIT": 0} for k in (4, 8, 16)},
+    # ... with the gated transpose looping over the batch in 8 cubes a compute unit
+    "choose K8 looping": {"CHANNELS_LAST": True, "FORWARD_CHOOSE_CHANNELS": 8, "CHANNELS_LAST_VECTORS": 2,
+                          "TRANSPOSE_LANES": 4, "GATED_CUBES_PER_UNIT": 8},
 }
 BACKWARD = {   # the scatter forms with the gathered input gradient off, then the gathered forms
     "direct": {"BACKWARD_GATHER": False, "BACKWARD_CHANNELS_LAST": False},

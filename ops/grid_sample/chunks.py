@@ -17,6 +17,10 @@ Chunks of fewer than tuning.FORWARD_AT_ONCE_CHANNELS always go one channel at a 
 choice per cube (a cube-wide box through shared memory and barriers) cost 14-45 % of an
 affine call.
 
+Where the channels-last forward serves (channels filling a memory line), this form is
+launched beside it a channel at a time (tuning.FORWARD_CHOOSE_CHANNELS), both behind
+gate.py's gate: the device runs this one where the grid is smooth, skipping the transpose.
+
 Same taps (coords.py) and the same sums in the same order as sample.channel_sample either
 way: its results bit for bit."""
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A choice between two forms of the gathered backward made on the device, from the grid.
+"""A choice between two forms of a call (the gathered backward, the forward) made on the
+device, from the grid.
 
 The gathered backward's best form depends on the grid, which lies on the device: on a smooth
 grid (affine warps, resizes) the form with no channels-last copies reads [N, C, *S] input and
@@ -11,7 +12,10 @@ of both forms are then launched, each with a WHEN constant, and return at once w
 `gate_open` says the other form was chosen (the gather, whose cubes are many, takes both
 forms' walks in one launch and picks one). The grid is smooth where at most `limit` steps
 are rough (`rough_limit`). Every unit of a cube reads the same gate word, so a kernel's
-barriers stay under a cube-uniform condition."""
+barriers stay under a cube-uniform condition.
+
+The forward chooses the same way between the channels-last form (transpose, then vector
+taps) and chunks.py's form, which reads [N, C, *S] where it lies (tuning.FORWARD_CHOOSE_CHANNELS)."""
 from __future__ import annotations
 
 import kerneldsl as kd
