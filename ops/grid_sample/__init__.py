@@ -16,13 +16,14 @@ backward behind LANE_LAST_BACKWARD (off by default).
 
 GPU forms behind tuning constants (benchmarks/grid_variants.py times them all):
 channels_last.py (CHANNELS_LAST, on: the forward on a channels-last copy, where a pixel's
-channels fill a memory line; with FORWARD_CHOOSE_CHANNELS, chunks.py's form is launched beside
-it and the device runs one or the other from the grid's smoothness, gate.py), chunks.py
-(FORWARD_CHANNELS, on: for fewer channels, the direct kernel split over chunks of channels,
-each plane loading a chunk's channels at once where its taps lie close), staged.py (STAGED_FORWARD: 2-D forward, a tile's input box through
-shared memory where it fits, chosen per cube on the device), tiles of grid points for the
-direct forward (FORWARD_TILE_W), and backward_last.py (BACKWARD_CHANNELS_LAST: the backward
-on channels-last copies, native 64-bit fixed-point atomics where the device has them).
+channels fill a memory line; with FORWARD_CHOOSE_CHANNELS, chunks.py's form is launched
+beside it and the device runs one or the other from the grid's smoothness, gate.py),
+chunks.py (FORWARD_CHANNELS, on: for fewer channels, the direct kernel split over chunks of
+channels, each plane loading a chunk's channels at once where its taps lie close), staged.py
+(STAGED_FORWARD: 2-D forward, a tile's input box through shared memory where it fits, chosen
+per cube on the device), tiles of grid points for the direct forward (FORWARD_TILE_W), and
+backward_last.py (BACKWARD_CHANNELS_LAST: the backward on channels-last copies, native 64-bit
+fixed-point atomics where the device has them).
 backward_gather.py (BACKWARD_GATHER, on; bilinear and nearest where units are not SIMD
 lanes) takes the input gradient before both: grid points bucketed by cell, then a unit a
 pixel sums the same fixed-point integers in registers (no atomics on the values), the grid

@@ -157,4 +157,3 @@ def sample_channels_last(xl: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, total: kd
         for i in kd.unroll(K):       # C·PTS = K·UNITS samples: channels u // PTS + i·UNITS / PTS
             if f < total:
                 y[at + kd.i64(i * (UNITS // PTS)) * locations] = stage[(u // PTS + i * (UNITS // PTS)) * (PTS + 1) + p]
-
