@@ -143,8 +143,9 @@ def forward_chunk(channels: int, plane: int) -> int:
 # from the grid's smoothness (gate.py, as the gathered backward): on a smooth grid the chunks
 # read [N, C, *S] in whole lines and skip the transpose; on a random one the transpose pays. H100
 # [32, 64, 256²], session 38, device ms, chunks K8 A0 / channels-last / torch: f32 affine 0.514 /
-# 0.756 / 0.594, bf16 affine 0.404 / 0.455 / 0.483; f32 random 2.009 / 0.818 / 2.023.
-FORWARD_CHOOSE_CHANNELS = 8
+# 0.756 / 0.594, bf16 affine 0.404 / 0.455 / 0.483; f32 random 2.009 / 0.818 / 2.023. Off until
+# the choice itself is timed on a GPU (benchmarks/grid_variants.py, forms "choose K…")
+FORWARD_CHOOSE_CHANNELS = 0
 
 
 def forward_choose_chunk(channels: int, plane: int) -> int:
