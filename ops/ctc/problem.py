@@ -274,6 +274,7 @@ def _samples(fn: str, form: CtcForm, flat: np.ndarray, il: np.ndarray, tl: np.nd
 
 
 def _too_long(fn: str, width: int, total: int) -> None:
+    """Raise: concatenated targets' lengths summing to `total`, past their `width` labels."""
     CHECKS.at(fn).fail(f"target_lengths must sum to at most the length of the concatenated targets "
                        f"({width}), got {total}")
 
