@@ -1,7 +1,10 @@
 """The CTC alpha (forward) and beta (backward) recursions in log space, F32: one cube per
 sample and direction stepping through time, the 2S + 1 extended-label states of a step
 spread over the cube's units (unit u takes states u, u + B, ...), two planes of states
-(the previous step's and this one's) in a buffer, and one cube barrier per step.
+(the previous step's and this one's) in a buffer, and one cube barrier per step. State s of
+a plane lies FRONT slots into it: the front slots stay -inf, so a state's neighbours s - 1
+and s - 2 are read as one run of consecutive slots, with no clamp (a clamped index makes the
+cpu runtime gather lane by lane).
 
 The buffer is a shared array when two planes fit the device's shared memory
 (`ctc_shared`), else a slice of a global F32 workspace (`ctc_global`); the steps are the
@@ -64,6 +67,9 @@ def state_info(labels, off, s, sn, L, blank, rev):
     return lab, skip
 
 
+FRONT = 2  # -inf slots before each plane's first state (tuning.recursion_plan counts them)
+
+
 @kd.func
 def store_state(out_a, out_b, rev, t, n, s, v, STORE):
     """State s of step t is v: into beta (rev) or alpha, if STORE."""
@@ -106,10 +112,12 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
             fill_outside(out_a, n, tn, L, T, B, u)
     # both planes start at -inf in every slot: the lanes past L (the planes' padding) then
     # compute with defined values instead of reading memory no unit wrote (the interpreter
-    # runtime reports such reads); a slot's -inf and its first state come from one unit
+    # runtime reports such reads); a slot's -inf and its first state come from one unit (unit u
+    # clears slot FRONT + s0 + u, wrapping past the second plane's end to the first's front)
     for s0 in range(0, 2 * plane, B):
-        if s0 + u < 2 * plane:
-            buf[base + s0 + u] = -kd.inf
+        j = s0 + u + FRONT
+        if j < 2 * plane + FRONT:
+            buf[base + kd.select(j >= 2 * plane, j - 2 * plane, j)] = -kd.inf
     if tn > 0:
         t0 = kd.select(rev, tn - 1, 0)
         for s0 in range(0, plane, B):
@@ -118,7 +126,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
                 v = -kd.inf
                 if (rev and s >= L - 2) or (not rev and s < 2):
                     v = kd.f32(lp[t0, n, state_label(labels, off, s, blank)])
-                buf[base + s] = v
+                buf[base + FRONT + s] = v
                 store_state(out_a, out_b, rev, t0, n, s, v, STORE)
     kd.sync_cube()
     # a unit's first state (s = u: every state when 2S + 1 <= B) keeps its label and skip rule
@@ -132,8 +140,8 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
     for i in range(1, T):  # (to T, not the sample's length: the loops' trip counts stay argument-bound)
         if i < tn:
             t = kd.select(rev, tn - 1 - i, i)
-            src = base + ((i - 1) % 2) * plane
-            dst = base + (i % 2) * plane
+            src = base + ((i - 1) % 2) * plane + FRONT
+            dst = base + (i % 2) * plane + FRONT
             e0 = nxt
             if i + 1 < tn:
                 nxt = kd.f32(lp[kd.select(rev, tn - 2 - i, i + 1), n, lab0])
@@ -153,8 +161,8 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
                         b = kd.select(s + 1 < L, buf[src + s + 1], -kd.inf)
                         c = kd.select(skip, buf[src + s + 2], -kd.inf)
                     else:
-                        b = kd.select(s >= 1, buf[src + kd.max(s - 1, 0)], -kd.inf)
-                        c = kd.select(skip, buf[src + kd.max(s - 2, 0)], -kd.inf)
+                        b = buf[src + s - 1]  # (s = 0 reads a front slot: -inf)
+                        c = kd.select(skip, buf[src + s - 2], -kd.inf)
                     v = log_add3(a, b, c, False) + e
                     buf[dst + s] = v
                     if s < L:
@@ -164,7 +172,7 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
         if tn == 0:
             nll[n] = kd.select(sn == 0, kd.f32(0.0), kd.inf)
         else:
-            last = base + ((tn - 1) % 2) * plane
+            last = base + ((tn - 1) % 2) * plane + FRONT
             end = buf[last + L - 1]
             before = -kd.inf
             if sn > 0:

@@ -100,7 +100,9 @@ def recursion_plan(caps, states: int, planes: int = 1, shared_bytes: int | None 
         return RecursionPlan(per_cube * caps.plane_dim, 0, False, per_lane)
     budget = caps.max_shared_bytes // SHARED_FRACTION if shared_bytes is None else shared_bytes
     units = cube_units(caps, states)
-    need = -(-states // units) * units + 2  # every lane of the last block of states, and 2 past it
+    # every lane of the last block of states, the -inf slots before them (recursion.FRONT)
+    # and 2 past them
+    need = -(-states // units) * units + 4
     plane = _pow2_at_least(need, 32)
     if 2 * plane * 4 <= budget:
         return RecursionPlan(units, plane, True)
