@@ -119,6 +119,88 @@ def test_shared_atomics(runtime, rng):
 
 
 @kd.kernel
+def shared_int_atomics(x: kd.Tensor, acc: kd.Tensor, old: kd.Tensor, tickets: kd.Tensor[kd.i32], n: kd.i32,
+                       B: kd.Const[int]):
+    """int_atomics and cas_counter on a shared copy of acc (one cube; unit u takes x[u], x[u + B], ...)."""
+    u = kd.unit_pos_x()
+    sh = kd.shared(acc.dtype, 8)
+    if u < 7:
+        sh[u] = acc[u]
+    if u == 7:
+        sh[7] = 0
+    kd.sync_cube()
+    for i0 in range(0, n, B):
+        i = i0 + u
+        if i < n:
+            v = x[i]
+            kd.atomic_min(sh, 0, v)
+            kd.atomic_max(sh, 1, v)
+            kd.atomic_and(sh, 2, v)
+            kd.atomic_or(sh, 3, v)
+            kd.atomic_xor(sh, 4, v)
+            kd.atomic_add(sh, 5, v)
+            old[i] = kd.atomic_exchange(sh, 6, v)
+            done = False
+            while not done:
+                cur = kd.atomic_add(sh, 7, 0)  # (an atomic read: a plain one would race)
+                prev = kd.atomic_cas(sh, 7, cur, cur + 1)
+                if prev == cur:
+                    tickets[i] = kd.i32(cur)
+                    done = True
+    kd.sync_cube()
+    if u < 8:
+        acc[u] = sh[u]
+
+
+@pytest.mark.parametrize("dt", ["i32", "u32"])
+def test_shared_integer_atomics(runtime, rng, dt):
+    """The same rules on shared memory (the cpu runtime runs these as plain read-modify-writes in
+    lane order, one thread a cube): lanes of one vector hitting one slot lose no update."""
+    n, B = 777, 64
+    npd = kd.as_dtype(dt).np
+    x = rng.integers(1, 1 << 20, n).astype(npd)
+    init = np.array([np.iinfo(npd).max, 0, np.iinfo(npd).max if dt == "u32" else -1, 0, 0, 0, 12345, 0], npd)
+    acc = runtime.tensor(init)
+    old = runtime.zeros(n, dt)
+    tickets = runtime.zeros(n, "i32")
+    shared_int_atomics[1, B](runtime.tensor(x), acc, old, tickets, n, B)
+    got = acc.numpy()
+    assert got[0] == x.min() and got[1] == x.max()
+    assert got[2] == np.bitwise_and.reduce(x) & init[2]
+    assert got[3] == np.bitwise_or.reduce(x)
+    assert got[4] == np.bitwise_xor.reduce(x)
+    assert got[5] == x.astype(np.int64).sum().astype(npd)
+    seen = np.sort(np.concatenate([old.numpy(), [got[6]]]))
+    np.testing.assert_array_equal(seen, np.sort(np.concatenate([x, [init[6]]])))
+    assert got[7] == n
+    np.testing.assert_array_equal(np.sort(tickets.numpy()), np.arange(n))
+
+
+@kd.kernel
+def shared_float_tickets(olds: kd.Tensor[kd.f32], total: kd.Tensor[kd.f32], B: kd.Const[int]):
+    """Each unit adds 1.0 to one shared f32 four times; the old values are the tickets."""
+    u = kd.unit_pos_x()
+    sh = kd.shared(kd.f32, 1)
+    if u == 0:
+        sh[0] = 0.0
+    kd.sync_cube()
+    for k in range(4):
+        olds[k * B + u] = kd.atomic_add(sh, 0, kd.f32(1.0))
+    kd.sync_cube()
+    if u == 0:
+        total[0] = sh[0]
+
+
+def test_shared_float_add_returns_each_old_value_once(runtime):
+    B = 64
+    olds = runtime.zeros(4 * B, "f32")
+    total = runtime.zeros(1, "f32")
+    shared_float_tickets[1, B](olds, total, B)
+    assert total.numpy()[0] == 4 * B
+    np.testing.assert_array_equal(np.sort(olds.numpy()), np.arange(4 * B, dtype=np.float32))
+
+
+@kd.kernel
 def wide_add(x: kd.Tensor[kd.i64], acc: kd.Tensor[kd.i64], old: kd.Tensor[kd.i64], n: kd.i32):
     i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
     if i < n:

@@ -90,6 +90,9 @@ class Statements:
 
         def do(o):
             ptr = b.gep(base, [o])
+            if s.space != "global":
+                result["v"] = self._cube_private_rmw(ptr, s, val, t)
+                return
             if s.op == "cas":
                 cmp = self.expr(s.compare)
                 pair = b.cmpxchg(ptr, cmp, val, "monotonic", "monotonic")
@@ -106,6 +109,38 @@ class Statements:
                      s.loc, value_type=reg_type(t), result=result)
         if s.dst:
             self.write_var(s.dst, result["v"])
+
+    def _cube_private_rmw(self, ptr, s, val, t):
+        """An atomic on shared memory, which one thread alone touches (a cube runs as one call
+        on one thread): a read, the op and a write, with no locked instruction (x86 has no
+        float atomic add: a compare-exchange loop each). The load and store are monotonic
+        atomics only so that the loop vectoriser leaves them in lane order (plain ones would
+        join the unit loop's parallel accesses, and lanes hitting one slot would lose adds).
+        Returns the old value, as an atomic does."""
+        b = self.b
+        align = t.itemsize
+        old = b.load_atomic(ptr, "monotonic", align)
+        if s.op == "cas":
+            new = b.select(self._equal(old, self.expr(s.compare), t), val, old)
+        elif s.op == "exchange":
+            new = val
+        elif t.is_float:
+            new = b.fadd(old, val)  # (add is the one float op)
+        elif s.op in ("min", "max"):
+            pred = ("<" if s.op == "min" else ">")
+            less = b.icmp_signed(pred, val, old) if t.is_signed else b.icmp_unsigned(pred, val, old)
+            new = b.select(less, val, old)
+        else:
+            new = {"add": b.add, "and": b.and_, "or": b.or_, "xor": b.xor}[s.op](old, val)
+        b.store_atomic(new, ptr, "monotonic", align)
+        return old
+
+    def _equal(self, x, y, t):
+        """x == y for a cas on t: by bits (a float cas compares representations, as on GPUs)."""
+        if t.is_float:
+            ity = L.IntType(8 * t.itemsize)
+            return self.b.icmp_unsigned("==", self.b.bitcast(x, ity), self.b.bitcast(y, ity))
+        return self.b.icmp_unsigned("==", x, y)
 
     def s_print(self, s):
         fmt, args = dispatch.printf_format(s.parts, self._print_arg)
