@@ -3,6 +3,8 @@ as the oracle (float64) over random batches with empty targets, repeated labels,
 length 0 and too-short inputs (inf / zero_infinity), blanks anywhere; a float64 numpy
 model for alpha and beta; unbatched input; concatenated targets; the global-workspace
 recursion; one long target (S = 2000); every CtcError rule before any launch."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -156,6 +158,7 @@ def test_strided_log_probs(runtime, rng):
 
 def test_global_workspace_recursion(runtime, rng, monkeypatch):
     """States in a global workspace (what targets beyond the shared budget use) give the shared result."""
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")  # (a replay would run the first plan's launches again)
     lp, targets, il, tl = batch(rng, 14, 6, [5, 0, 3], [14, 6, 9], 3)
     args = on(runtime, lp, targets, il, tl)
     monkeypatch.setattr(R, "recursion_plan", lambda caps, states, planes: tuning.recursion_plan(
@@ -170,6 +173,28 @@ def test_global_workspace_recursion(runtime, rng, monkeypatch):
     for got, want in zip(R.ctc_alpha_beta(*args, blank=3), shared):
         np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_array_equal(R.ctc_loss_backward(*args, 1.0, blank=3).numpy(), shared_grad)
+
+
+def test_gradient_with_occupancies_staged_or_not(runtime, rng, monkeypatch):
+    """The gradient with a step's occupancies staged in shared memory first (what SIMD units do)
+    and scattered as they are computed (what GPUs do), two class passes each: the same bits on
+    one runtime, and PyTorch's gradient. Repeated labels put two states on one class."""
+    lp, targets, il, tl = batch(rng, 13, 9, [6, 0, 4], [13, 5, 11], 2)
+    targets[0, :3] = [4, 4, 7]
+    args = on(runtime, lp, targets, il, tl)
+    want = torch_loss_and_grad(lp, targets, il, tl, 2, "mean", False, np.float64(1.0))[1]
+    monkeypatch.setattr(tuning, "MAX_CLASS_CHUNK", 8)
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")  # (a replay would run the first form's launches again)
+    original, got = tuning.grad_plan, {}
+    for staged in (True, False):
+        def plan(caps, T, N, C, states, staged=staged):
+            p = original(caps, T, N, C, states)
+            return dataclasses.replace(p, staged=tuning._pow2_at_least(states, 32) if staged else 0)
+        monkeypatch.setattr(R, "grad_plan", plan)
+        assert (plan(runtime.capabilities, 13, 3, 9, 13).staged > 0) == staged
+        got[staged] = R.ctc_loss_backward(*args, 1.0, blank=2).numpy()
+        close(got[staged], want, "f32")
+    np.testing.assert_array_equal(got[True], got[False])
 
 
 def test_gpu_cube_shapes_run_here(runtime, rng, monkeypatch):
@@ -202,6 +227,7 @@ def test_plane_and_cube_recursions_match_torch(runtime, rng, monkeypatch, which)
     gradient on both, and the same alpha, beta and nll. Five samples (two cubes of planes on the
     cpu runtime, idle planes in the last) with an empty target, input length 0, repeated labels
     and inputs of different lengths stepping in one cube."""
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")  # (a replay would run the first path's launches again)
     S = _plane_boundaries(runtime)[which]
     T, C, blank = 2 * S + 2, 5, 1
     lp, targets, il, tl = batch(rng, T, C, [S, 0, S // 2, 0, S - 1], [T, 7, T - 3, 0, T - 1], blank)

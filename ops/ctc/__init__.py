@@ -97,7 +97,7 @@ def _backward(c: CtcCall, g, shape: tuple) -> kd.Tensor:
     _grad.ctc_grad[plan.grid(c.N, c.T), plan.units](
         c.log_probs, alpha, beta, nll, *samples, g_t, g if scalar else 0.0,
         grad.reshape(c.T, c.N, c.C), c.blank, c.N, plan.steps, _mode(c), c.zero_infinity, scalar, plan.class_chunk,
-        plan.units)
+        plan.staged, plan.units)
     return grad
 
 

@@ -7,7 +7,10 @@ the sums are taken in linear space.
 
 One cube per (sample, block of TT time steps); per step and per chunk of CB classes the
 units scatter the occupancies of their states into a shared F32 array with atomic adds,
-then write the chunk's classes. Loss reduction (ctc_loss) is `reduce_loss`, one cube."""
+then write the chunk's classes. Where units are SIMD lanes (the cpu runtime) a step's
+occupancies are first computed into a shared array of STAGED floats by a loop with no
+atomic in it, so its exponentials vectorise; the scatter then only adds (an atomic keeps a
+unit loop scalar). Loss reduction (ctc_loss) is `reduce_loss`, one cube."""
 from __future__ import annotations
 
 import kerneldsl as kd
@@ -54,10 +57,12 @@ def ctc_grad(lp: kd.Tensor, alpha: kd.Tensor[kd.f32, 3], beta: kd.Tensor[kd.f32,
              labels: kd.Tensor[kd.i32, 1], offsets: kd.Tensor[kd.i32, 1], in_len: kd.Tensor[kd.i32, 1],
              tg_len: kd.Tensor[kd.i32, 1], grad_out: kd.Tensor, gscale: kd.f32, grad: kd.Tensor, blank: kd.i32,
              N: kd.i32, TT: kd.i32, MODE: kd.Const[int], ZERO_INF: kd.Const[bool], SCALAR: kd.Const[bool],
-             CB: kd.Const[int], B: kd.Const[int]):
+             CB: kd.Const[int], STAGED: kd.Const[int], B: kd.Const[int]):
     """grad[t, n, :] for t in the cube's block; grad_out is read at [n] (MODE NONE) or [0]
-    unless SCALAR (a number, gscale)."""
+    unless SCALAR (a number, gscale). STAGED: 0, or the occupancies' shared array size (at
+    least alpha's last axis; module docstring)."""
     acc = kd.shared(kd.f32, CB)
+    occs = kd.shared(kd.f32, STAGED + 1)
     u = kd.unit_pos_x()
     n = kd.cube_pos_x()
     T = lp.shape[0]
@@ -77,6 +82,12 @@ def ctc_grad(lp: kd.Tensor, alpha: kd.Tensor[kd.f32, 3], beta: kd.Tensor[kd.f32,
     for t in range(kd.cube_pos_y() * TT, t_end):
         live = t < tn  # (steps past the sample's length store zeros, through the same loops:
         #                 no loop bound then depends on memory, kerneldsl/loop_bounds.py)
+        if STAGED:  # (each unit reads back only the slots it wrote: no barrier)
+            for s0 in range(0, alpha.shape[2], B):
+                s = s0 + u
+                if live and s < L:
+                    lab = state_label(labels, off, s, blank)
+                    occs[s] = kd.exp(alpha[t, n, s] + beta[t, n, s] - kd.f32(lp[t, n, lab]) + nl)
         for k0 in range(0, C, CB):  # classes k0 .. k0 + CB
             for c0 in range(0, CB, B):
                 c = c0 + u
@@ -88,8 +99,11 @@ def ctc_grad(lp: kd.Tensor, alpha: kd.Tensor[kd.f32, 3], beta: kd.Tensor[kd.f32,
                 if live and s < L:
                     lab = state_label(labels, off, s, blank)
                     if lab >= k0 and lab < k0 + CB:
-                        occ = kd.exp(alpha[t, n, s] + beta[t, n, s] - kd.f32(lp[t, n, lab]) + nl)
-                        kd.atomic_add(acc, lab - k0, occ)
+                        if STAGED:
+                            kd.atomic_add(acc, lab - k0, occs[s])
+                        else:
+                            kd.atomic_add(acc, lab - k0, kd.exp(alpha[t, n, s] + beta[t, n, s]
+                                                                 - kd.f32(lp[t, n, lab]) + nl))
             kd.sync_cube()
             width = kd.min(CB, C - k0)
             for c0 in range(0, width, B):

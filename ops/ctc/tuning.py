@@ -111,11 +111,13 @@ def recursion_plan(caps, states: int, planes: int = 1, shared_bytes: int | None 
 
 @dataclass(frozen=True)
 class GradPlan:
-    """The gradient kernel: units per cube, classes per shared pass, time steps per cube."""
+    """The gradient kernel: units per cube, classes per shared pass, time steps per cube, and
+    the size of the occupancies' shared array (0: not staged; gradient.py says when)."""
 
     units: int
     class_chunk: int
     steps: int
+    staged: int = 0
 
     def grid(self, N: int, T: int) -> tuple:
         return (N, max(1, -(-T // self.steps)))
@@ -127,4 +129,7 @@ def grad_plan(caps, T: int, N: int, C: int, states: int) -> GradPlan:
     target = CUBES_PER_UNIT * caps.compute_units
     per_sample = max(1, -(-target // max(N, 1)))
     steps = max(1, -(-T // per_sample))
-    return GradPlan(units, chunk, steps)
+    staged = _pow2_at_least(states, 32) if caps.units_are_simd_lanes else 0
+    if 4 * (staged + 1 + chunk) > caps.max_shared_bytes:
+        staged = 0
+    return GradPlan(units, chunk, steps, staged)
