@@ -24,38 +24,53 @@ def test_global_atomic_add_histogram(runtime, rng, dt):
     np.testing.assert_array_equal(hist.numpy(), np.bincount(x, minlength=17).astype(kd.as_dtype(dt).np))
 
 
+@kd.func
+def every_integer_op(acc, v):
+    """min, max, and, or, xor, add of v into acc[0..5]; exchange into acc[6], returning the old value."""
+    kd.atomic_min(acc, 0, v)
+    kd.atomic_max(acc, 1, v)
+    kd.atomic_and(acc, 2, v)
+    kd.atomic_or(acc, 3, v)
+    kd.atomic_xor(acc, 4, v)
+    kd.atomic_add(acc, 5, v)
+    return kd.atomic_exchange(acc, 6, v)
+
+
 @kd.kernel
 def int_atomics(x: kd.Tensor, acc: kd.Tensor, old: kd.Tensor, n: kd.i32):
     i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
     if i < n:
-        v = x[i]
-        kd.atomic_min(acc, 0, v)
-        kd.atomic_max(acc, 1, v)
-        kd.atomic_and(acc, 2, v)
-        kd.atomic_or(acc, 3, v)
-        kd.atomic_xor(acc, 4, v)
-        kd.atomic_add(acc, 5, v)
-        old[i] = kd.atomic_exchange(acc, 6, v)
+        old[i] = every_integer_op(acc, x[i])
+
+
+def integer_inputs(rng, dt, n):
+    """(x, the initial acc) for every_integer_op: identities for min/and, a start for exchange."""
+    npd = kd.as_dtype(dt).np
+    x = rng.integers(1, 1 << 20, n).astype(npd)
+    init = np.array([np.iinfo(npd).max, 0, np.iinfo(npd).max if dt == "u32" else -1, 0, 0, 0, 12345], npd)
+    return x, init
+
+
+def check_integer_ops(got, old, x, init):
+    """acc after every_integer_op over x (got) and the exchange's old values (old)."""
+    assert got[0] == x.min() and got[1] == x.max()
+    assert got[2] == np.bitwise_and.reduce(x) & init[2]
+    assert got[3] == np.bitwise_or.reduce(x)
+    assert got[4] == np.bitwise_xor.reduce(x)
+    assert got[5] == x.astype(np.int64).sum().astype(x.dtype)
+    # exchange: the values seen form a chain — every x and the initial value appear once
+    seen = np.sort(np.concatenate([old, [got[6]]]))
+    np.testing.assert_array_equal(seen, np.sort(np.concatenate([x, [init[6]]])))
 
 
 @pytest.mark.parametrize("dt", ["i32", "u32"])
 def test_integer_atomics(runtime, rng, dt):
     n = 777
-    npd = kd.as_dtype(dt).np
-    x = rng.integers(1, 1 << 20, n).astype(npd)
-    init = np.array([np.iinfo(npd).max, 0, np.iinfo(npd).max if dt == "u32" else -1, 0, 0, 0, 12345], npd)
+    x, init = integer_inputs(rng, dt, n)
     acc = runtime.tensor(init)
     old = runtime.zeros(n, dt)
     int_atomics[(n + 63) // 64, 64](runtime.tensor(x), acc, old, n)
-    got = acc.numpy()
-    assert got[0] == x.min() and got[1] == x.max()
-    assert got[2] == np.bitwise_and.reduce(x) & init[2]
-    assert got[3] == np.bitwise_or.reduce(x)
-    assert got[4] == np.bitwise_xor.reduce(x)
-    assert got[5] == x.astype(np.int64).sum().astype(npd)
-    # exchange: the values seen form a chain — every x and the initial value appear once
-    seen = np.sort(np.concatenate([old.numpy(), [got[6]]]))
-    np.testing.assert_array_equal(seen, np.sort(np.concatenate([x, [init[6]]])))
+    check_integer_ops(acc.numpy(), old.numpy(), x, init)
 
 
 @kd.kernel
@@ -132,14 +147,7 @@ def shared_int_atomics(x: kd.Tensor, acc: kd.Tensor, old: kd.Tensor, tickets: kd
     for i0 in range(0, n, B):
         i = i0 + u
         if i < n:
-            v = x[i]
-            kd.atomic_min(sh, 0, v)
-            kd.atomic_max(sh, 1, v)
-            kd.atomic_and(sh, 2, v)
-            kd.atomic_or(sh, 3, v)
-            kd.atomic_xor(sh, 4, v)
-            kd.atomic_add(sh, 5, v)
-            old[i] = kd.atomic_exchange(sh, 6, v)
+            old[i] = every_integer_op(sh, x[i])
             done = False
             while not done:
                 cur = kd.atomic_add(sh, 7, 0)  # (an atomic read: a plain one would race)
@@ -157,21 +165,13 @@ def test_shared_integer_atomics(runtime, rng, dt):
     """The same rules on shared memory (the cpu runtime runs these as plain read-modify-writes in
     lane order, one thread a cube): lanes of one vector hitting one slot lose no update."""
     n, B = 777, 64
-    npd = kd.as_dtype(dt).np
-    x = rng.integers(1, 1 << 20, n).astype(npd)
-    init = np.array([np.iinfo(npd).max, 0, np.iinfo(npd).max if dt == "u32" else -1, 0, 0, 0, 12345, 0], npd)
-    acc = runtime.tensor(init)
+    x, init = integer_inputs(rng, dt, n)
+    acc = runtime.tensor(np.append(init, 0).astype(init.dtype))  # (slot 7: the cas counter)
     old = runtime.zeros(n, dt)
     tickets = runtime.zeros(n, "i32")
     shared_int_atomics[1, B](runtime.tensor(x), acc, old, tickets, n, B)
     got = acc.numpy()
-    assert got[0] == x.min() and got[1] == x.max()
-    assert got[2] == np.bitwise_and.reduce(x) & init[2]
-    assert got[3] == np.bitwise_or.reduce(x)
-    assert got[4] == np.bitwise_xor.reduce(x)
-    assert got[5] == x.astype(np.int64).sum().astype(npd)
-    seen = np.sort(np.concatenate([old.numpy(), [got[6]]]))
-    np.testing.assert_array_equal(seen, np.sort(np.concatenate([x, [init[6]]])))
+    check_integer_ops(got, old.numpy(), x, init)
     assert got[7] == n
     np.testing.assert_array_equal(np.sort(tickets.numpy()), np.arange(n))
 
