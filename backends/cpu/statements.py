@@ -120,12 +120,12 @@ class Statements:
         b = self.b
         align = t.itemsize
         old = b.load_atomic(ptr, "monotonic", align)
-        if s.op == "cas":
-            new = b.select(self._equal(old, self.expr(s.compare), t), val, old)
+        if s.op == "cas":  # (integers only: `add` is the one op on floats, caps.atomics)
+            new = b.select(b.icmp_unsigned("==", old, self.expr(s.compare)), val, old)
         elif s.op == "exchange":
             new = val
         elif t.is_float:
-            new = b.fadd(old, val)  # (add is the one float op)
+            new = b.fadd(old, val)
         elif s.op in ("min", "max"):
             pred = ("<" if s.op == "min" else ">")
             less = b.icmp_signed(pred, val, old) if t.is_signed else b.icmp_unsigned(pred, val, old)
@@ -134,13 +134,6 @@ class Statements:
             new = {"add": b.add, "and": b.and_, "or": b.or_, "xor": b.xor}[s.op](old, val)
         b.store_atomic(new, ptr, "monotonic", align)
         return old
-
-    def _equal(self, x, y, t):
-        """x == y for a cas on t: by bits (a float cas compares representations, as on GPUs)."""
-        if t.is_float:
-            ity = L.IntType(8 * t.itemsize)
-            return self.b.icmp_unsigned("==", self.b.bitcast(x, ity), self.b.bitcast(y, ity))
-        return self.b.icmp_unsigned("==", x, y)
 
     def s_print(self, s):
         fmt, args = dispatch.printf_format(s.parts, self._print_arg)
