@@ -175,6 +175,29 @@ def test_global_workspace_recursion(runtime, rng, monkeypatch):
     np.testing.assert_array_equal(R.ctc_loss_backward(*args, 1.0, blank=3).numpy(), shared_grad)
 
 
+def test_recursion_with_labels_kept_or_not(runtime, rng, monkeypatch):
+    """The cube recursion with each state's label and skip rule kept in shared memory (what SIMD
+    units do) and worked out every step, in blocks of 16 states (S up to 20: three blocks),
+    with repeated labels: alpha, beta and nll the same bits, the loss PyTorch's."""
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")  # (a replay would run the first form's launches again)
+    monkeypatch.setattr(tuning, "cube_units", lambda caps, states: 16)
+    lp, targets, il, tl = batch(rng, 30, 6, [20, 0, 13], [30, 4, 29], 0)
+    targets[0, 4:8] = [3, 3, 5, 5]
+    args = on(runtime, lp, targets, il, tl)
+    want = torch_loss_and_grad(lp, targets, il, tl, 0, "none", False, np.ones(3))[0]
+    original, got = tuning.recursion_plan, {}
+    for labels in (True, False):
+        def plan(caps, states, planes, labels=labels):
+            p = original(caps, states, planes, on_planes=False)
+            return dataclasses.replace(p, labels=labels)
+        monkeypatch.setattr(R, "recursion_plan", plan)
+        assert plan(runtime.capabilities, 41, 3).shared and plan(runtime.capabilities, 41, 3).units == 16
+        close(R.ctc_loss(*args, reduction="none").numpy(), want, "f32", scale=10.0)
+        got[labels] = [t.numpy() for t in R.ctc_alpha_beta(*args)]
+    for a, b in zip(got[True], got[False]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_gradient_with_occupancies_staged_or_not(runtime, rng, monkeypatch):
     """The gradient with a step's occupancies staged in shared memory first (what SIMD units do)
     and scattered as they are computed (what GPUs do), two class passes each: the same bits on

@@ -138,7 +138,7 @@ def _recursions(c: CtcCall, samples, store: bool) -> tuple:
         return alpha, beta, nll
     grid = (c.N, directions)
     if plan.shared:
-        _rec.ctc_shared[grid, plan.units](*args, c.blank, plan.plane, store, plan.units)
+        _rec.ctc_shared[grid, plan.units](*args, c.blank, plan.plane, store, plan.labels, plan.units)
     else:
         work = rt.empty((grid[0] * grid[1] * 2 * plan.plane,), kd.f32)
         _rec.ctc_global[grid, plan.units](*args, work, c.blank, plan.plane, store, plan.units)

@@ -94,9 +94,13 @@ def fill_outside(out, n, tn, L, T, B, u):
 
 
 @kd.func
-def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, blank, plane, STORE, B):
+def recurse(buf, base, labs, skips, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, blank, plane, STORE,
+            LABELS, B):
     """One cube's recursion over sample cube_pos_x() in the direction of its y (0 alpha, 1 beta;
-    see the module docstring): planes of `plane` floats at buf[base], buf[base + plane]."""
+    see the module docstring): planes of `plane` floats at buf[base], buf[base + plane]. With
+    LABELS, each state's label and skip rule are worked out once, into labs and skips (plane
+    slots each), instead of every step (two label gathers a step for each block of states past
+    the first; where units are SIMD lanes those are gathers lane by lane)."""
     u = kd.unit_pos_x()
     n = kd.cube_pos_x()
     rev = kd.cube_pos_y() == 1
@@ -134,6 +138,12 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
     # step). Steps are branch-free: lanes past L compute into the planes' padding (never read
     # by a state below L) and store nothing else.
     lab0, skip0 = state_info(labels, off, u, sn, L, blank, rev)
+    if LABELS:  # (unit u writes and later reads slots s0 + u alone: no barrier)
+        for s0 in range(B, plane, B):
+            s = s0 + u
+            lab, skip = state_info(labels, off, s, sn, L, blank, rev)
+            labs[s] = lab
+            skips[s] = kd.select(skip, 1, 0)
     nxt = kd.f32(0.0)
     if tn > 1:
         nxt = kd.f32(lp[kd.select(rev, tn - 2, 1), n, lab0])
@@ -152,7 +162,11 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
                     skip = skip0
                     e = e0
                     if s0 > 0:
-                        lab, skip = state_info(labels, off, s, sn, L, blank, rev)
+                        if LABELS:
+                            lab = labs[s]
+                            skip = skips[s] != 0
+                        else:
+                            lab, skip = state_info(labels, off, s, sn, L, blank, rev)
                         e = kd.f32(lp[t, n, lab])
                     a = buf[src + s]
                     b = -kd.inf
@@ -184,10 +198,14 @@ def recurse(buf, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, b
 def ctc_shared(lp: kd.Tensor, labels: kd.Tensor[kd.i32, 1], offsets: kd.Tensor[kd.i32, 1],
                in_len: kd.Tensor[kd.i32, 1], tg_len: kd.Tensor[kd.i32, 1], out_a: kd.Tensor[kd.f32, 3],
                out_b: kd.Tensor[kd.f32, 3], nll: kd.Tensor[kd.f32, 1], blank: kd.i32,
-               PLANE: kd.Const[int], STORE: kd.Const[bool], B: kd.Const[int]):
-    """States in shared memory: two planes of PLANE floats."""
+               PLANE: kd.Const[int], STORE: kd.Const[bool], LABELS: kd.Const[bool], B: kd.Const[int]):
+    """States in shared memory: two planes of PLANE floats (and with LABELS the states' labels
+    and skip rules, `recurse`)."""
     buf = kd.shared(kd.f32, 2 * PLANE)
-    recurse(buf, 0, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, blank, PLANE, STORE, B)
+    labs = kd.shared(kd.i32, PLANE if LABELS else 1)
+    skips = kd.shared(kd.i32, PLANE if LABELS else 1)
+    recurse(buf, 0, labs, skips, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, blank, PLANE, STORE,
+            LABELS, B)
 
 
 @kd.kernel
@@ -197,4 +215,6 @@ def ctc_global(lp: kd.Tensor, labels: kd.Tensor[kd.i32, 1], offsets: kd.Tensor[k
                blank: kd.i32, plane: kd.i32, STORE: kd.Const[bool], B: kd.Const[int]):
     """States in `work`: two planes of `plane` floats per cube, cube (x, y) at 2·plane·(x·Y + y)."""
     base = 2 * plane * (kd.cube_pos_x() * kd.cube_count_y() + kd.cube_pos_y())
-    recurse(work, base, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, blank, plane, STORE, B)
+    unused = kd.shared(kd.i32, 1)
+    recurse(work, base, unused, unused, lp, labels, offsets, in_len, tg_len, out_a, out_b, nll, blank, plane, STORE,
+            False, B)

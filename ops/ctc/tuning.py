@@ -55,13 +55,15 @@ def _pow2_at_least(x: int, low: int) -> int:
 class RecursionPlan:
     """Units per cube. The plane path when `per_lane` (R) > 0: a plane per sample, `units` //
     PLANE_DIM samples a cube. Else the cube path: `plane`: floats per state plane, room for
-    whole blocks of `units` states and 2 more (a power of two in shared memory); `shared`:
-    whether the planes fit shared memory."""
+    whole blocks of `units` states, FRONT before them and 2 after (a power of two in shared
+    memory); `shared`: whether the planes fit shared memory; `labels`: whether the states'
+    labels and skip rules are kept in shared memory too (recursion.recurse)."""
 
     units: int
     plane: int
     shared: bool
     per_lane: int = 0
+    labels: bool = False
 
     def samples_per_cube(self, plane_dim: int) -> int:
         return self.units // plane_dim if self.per_lane else 1
@@ -105,7 +107,9 @@ def recursion_plan(caps, states: int, planes: int = 1, shared_bytes: int | None 
     need = -(-states // units) * units + 4
     plane = _pow2_at_least(need, 32)
     if 2 * plane * 4 <= budget:
-        return RecursionPlan(units, plane, True)
+        # where units are SIMD lanes, the states' labels and skip rules too (recursion.recurse)
+        labels = caps.units_are_simd_lanes and 4 * plane * 4 <= budget
+        return RecursionPlan(units, plane, True, labels=labels)
     return RecursionPlan(units, need, False)
 
 
