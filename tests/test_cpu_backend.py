@@ -1,5 +1,7 @@
 """CPU back end specifics: the generated code vectorises (unit loops, inline exp/log),
 cubes of any size run, plane sizes are a runtime setting."""
+import re
+
 import numpy as np
 import pytest
 
@@ -364,3 +366,47 @@ def test_one_lane_masked_stores_become_scalar_stores():
     if ir_text.applies(compiler.target_machine().triple):
         import llvmlite.binding as llvm
         llvm.parse_assembly(out).verify()
+
+
+@kd.kernel
+def exp_rows(x: kd.Tensor[kd.f32, 1], y: kd.Tensor[kd.f32, 1], n: kd.i32):
+    """y = exp(x), a cube's units striding over n (one vectorised unit loop)."""
+    for i0 in range(0, n, kd.cube_dim_x()):
+        i = i0 + kd.unit_pos_x()
+        if i < n:
+            y[i] = kd.exp(x[i])
+
+
+def test_wide_vectors_on_avx512_hosts(monkeypatch):
+    """On AVX-512 hosts the cpu runtime lifts LLVM's preference for 256-bit vectors (unless
+    KERNELDSL_CPU_WIDE_VECTORS is off): the feature string gains "-prefer-256-bit" and a unit
+    loop compiles to 512-bit registers; elsewhere, and with the switch off, nothing changes.
+    Results are the same either way (the whole suite runs with it)."""
+    avx512 = "+sse2,+avx,+avx2,+avx512f,+fma"
+    assert compiler.with_wide_vectors(avx512, True) == avx512 + ",-prefer-256-bit"
+    assert compiler.with_wide_vectors(avx512, False) == avx512
+    assert compiler.with_wide_vectors("+sse2,+avx,+avx2,-avx512f", True) == "+sse2,+avx,+avx2,-avx512f"
+    for value, wide in (("0", False), ("no", False), ("1", True)):
+        monkeypatch.setenv("KERNELDSL_CPU_WIDE_VECTORS", value)
+        assert compiler.wide_vectors() is wide
+    monkeypatch.delenv("KERNELDSL_CPU_WIDE_VECTORS")
+    assert compiler.wide_vectors()
+    import llvmlite.binding as llvm
+    host = llvm.get_host_cpu_features().flatten()
+    if "+avx512f" not in host.split(","):
+        pytest.skip("the host has no AVX-512: the 256-bit preference is LLVM's own choice here")
+    rt = kd.runtime("cpu")
+    x, y = rt.zeros((4096,), "f32"), rt.zeros((4096,), "f32")
+    rendering = next(iter(rt.renderings(*exp_rows.specialize(rt, x, y, 4096, block=256).ir())))
+    target = llvm.Target.from_default_triple()
+
+    def registers(wide: bool) -> set:
+        tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                          features=compiler.with_wide_vectors(host, wide), opt=3, reloc="pic",
+                                          codemodel="jitdefault")
+        monkeypatch.setattr(compiler, "target_machine", lambda: tm)
+        return set(re.findall(r"%([xyz])mm\d+", compiler.assembly(rendering.source, **rendering.rendered)))
+    assert "z" in registers(True)
+    if llvm.get_host_cpu_name() in ("skylake-avx512", "cascadelake", "cooperlake", "icelake-server",
+                                    "sapphirerapids", "emeraldrapids", "graniterapids"):
+        assert "z" not in registers(False)  # (LLVM tunes these to 256 bits)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -21,14 +22,39 @@ def new_target_machine():
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+        cpu=llvm.get_host_cpu_name(), features=features(),
         opt=3, reloc="pic", codemodel="jitdefault")
+
+
+@functools.lru_cache(maxsize=None)
+def features() -> str:
+    """The host's CPU features as LLVM spells them (read once a process). On AVX-512 hosts,
+    unless $KERNELDSL_CPU_WIDE_VECTORS is off, with LLVM's preference for 256-bit vectors
+    lifted ("-prefer-256-bit"), so unit loops use 512-bit registers."""
+    return with_wide_vectors(llvm.get_host_cpu_features().flatten(), wide_vectors())
+
+
+def wide_vectors() -> bool:
+    """$KERNELDSL_CPU_WIDE_VECTORS is not off (the default: on)."""
+    return os.environ.get("KERNELDSL_CPU_WIDE_VECTORS", "1").strip().lower() not in ("", "0", "false", "no")
+
+
+def with_wide_vectors(host: str, wide: bool) -> str:
+    """`host` (a feature string) with the 256-bit preference lifted where it has AVX-512 and
+    `wide`. LLVM tunes Intel server cores (Skylake-SP to Emerald Rapids) to prefer 256-bit
+    vectors, for Skylake's AVX-512 clock drop; on a 2-core Emerald Rapids box 512-bit unit
+    loops ran 1.2-2x faster (exp/log-heavy CTC, attention, norms, interpolation:
+    benchmarks/RESULTS.md, session 47). AMD cores with AVX-512 are not tuned to 256 bits, so
+    the flag changes nothing there."""
+    if wide and "+avx512f" in host.split(","):
+        return host + ",-prefer-256-bit"
+    return host
 
 
 @functools.lru_cache(maxsize=None)
 def arch() -> str:
     """CPU name, features and toolchain: part of the kernel cache key."""
-    return f"{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}" \
+    return f"{llvm.get_process_triple()}|{llvm.get_host_cpu_name()}|{features()}" \
            f"|llvmlite-{llvmlite.__version__}|llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
 
 
