@@ -143,9 +143,14 @@ def forward_chunk(channels: int, plane: int) -> int:
 # from the grid's smoothness (gate.py, as the gathered backward): on a smooth grid the chunks
 # read [N, C, *S] in whole lines and skip the transpose; on a random one the transpose pays. H100
 # [32, 64, 256²], session 38, device ms, chunks K8 A0 / channels-last / torch: f32 affine 0.514 /
-# 0.756 / 0.594, bf16 affine 0.404 / 0.455 / 0.483; f32 random 2.009 / 0.818 / 2.023. Off until
-# the choice itself is timed on a GPU (benchmarks/grid_variants.py, forms "choose K…")
-FORWARD_CHOOSE_CHANNELS = 0
+# 0.756 / 0.594, bf16 affine 0.404 / 0.455 / 0.483; f32 random 2.009 / 0.818 / 2.023. The choice
+# itself, H100, session 47 (`grid_variants --only fwd --forms "last V2,choose K8"`, device ms,
+# channels-last alone / choose K8 / torch): f32 affine 0.757 / 0.595 / 0.593, f32 random 0.819 /
+# 0.880 / 2.024, bf16 affine 0.454 / 0.453 / 0.483, bf16 random 0.486 / 0.544 / 1.754: smooth
+# grids gain up to 21%, random ones pay the count and the skipped launches (7-12%, still 2.3-3.2x
+# torch). With the gated transpose looping (GATED_CUBES_PER_UNIT 8) affine f32 took 0.577 and
+# random 0.928: not taken
+FORWARD_CHOOSE_CHANNELS = 8
 
 
 def forward_choose_chunk(channels: int, plane: int) -> int:
