@@ -7,6 +7,8 @@ import os
 import llvmlite
 import llvmlite.binding as llvm
 
+from kerneldsl import envflags
+
 from . import masked_stores, streaming
 
 
@@ -36,7 +38,7 @@ def features() -> str:
 
 def wide_vectors() -> bool:
     """$KERNELDSL_CPU_WIDE_VECTORS is not off (the default: on)."""
-    return os.environ.get("KERNELDSL_CPU_WIDE_VECTORS", "1").strip().lower() not in ("", "0", "false", "no")
+    return os.environ.get("KERNELDSL_CPU_WIDE_VECTORS", "1").strip().lower() not in envflags.OFF
 
 
 def with_wide_vectors(host: str, wide: bool) -> str:
@@ -44,8 +46,8 @@ def with_wide_vectors(host: str, wide: bool) -> str:
     `wide`. LLVM tunes Intel server cores (Skylake-SP to Emerald Rapids) to prefer 256-bit
     vectors, for Skylake's AVX-512 clock drop; on a 2-core Emerald Rapids box 512-bit unit
     loops ran 1.2-2x faster (exp/log-heavy CTC, attention, norms, interpolation:
-    benchmarks/RESULTS.md, session 47). AMD cores with AVX-512 are not tuned to 256 bits, so
-    the flag changes nothing there."""
+    benchmarks/RESULTS.md, session 47). On a CPU whose LLVM tuning does not prefer 256 bits
+    the flag changes nothing."""
     if wide and "+avx512f" in host.split(","):
         return host + ",-prefer-256-bit"
     return host
