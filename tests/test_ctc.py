@@ -200,8 +200,10 @@ def test_recursion_with_labels_kept_or_not(runtime, rng, monkeypatch):
 
 def test_gradient_with_occupancies_staged_or_not(runtime, rng, monkeypatch):
     """The gradient with a step's occupancies staged in shared memory first (what SIMD units do)
-    and scattered as they are computed (what GPUs do), two class passes each: the same bits on
-    one runtime, and PyTorch's gradient. Repeated labels put two states on one class."""
+    and scattered as they are computed (what GPUs do), two class passes each: PyTorch's gradient,
+    and the same bits both ways where units are SIMD lanes (their atomics add in lane order;
+    elsewhere the order of a class's adds is the device's, so within an F32 rounding). Repeated
+    labels put two states on one class."""
     lp, targets, il, tl = batch(rng, 13, 9, [6, 0, 4], [13, 5, 11], 2)
     targets[0, :3] = [4, 4, 7]
     args = on(runtime, lp, targets, il, tl)
@@ -217,7 +219,10 @@ def test_gradient_with_occupancies_staged_or_not(runtime, rng, monkeypatch):
         assert (plan(runtime.capabilities, 13, 3, 9, 13).staged > 0) == staged
         got[staged] = R.ctc_loss_backward(*args, 1.0, blank=2).numpy()
         close(got[staged], want, "f32")
-    np.testing.assert_array_equal(got[True], got[False])
+    if runtime.capabilities.units_are_simd_lanes:
+        np.testing.assert_array_equal(got[True], got[False])
+    else:
+        np.testing.assert_allclose(got[True], got[False], rtol=1e-6, atol=1e-7)
 
 
 def test_gpu_cube_shapes_run_here(runtime, rng, monkeypatch):
