@@ -311,13 +311,16 @@ def test_uniform_while_and_early_return_run_once_a_cube():
 def test_streaming_pass_takes_wide_tensor_stores_only():
     """streaming.py rewrites the vector stores of 32 bytes or more that carry the tensor TBAA
     tag (an aligned-address test, then a non-temporal or a plain store), leaves untagged ones
-    (kd.shared arrays, spills) and narrow ones alone, and fences the function that streams."""
+    (kd.shared arrays, spills) and narrow ones alone, and fences the function that streams.
+    A store wider than a line (a ×2 interleave of 512-bit vectors) is tested for a line's
+    alignment, not its width: 64-byte aligned tensors put every other row off 128 bytes."""
     from kerneldsl.backends.cpu import streaming
     module = "\n".join([
         "define void @k(ptr %t, ptr %s) {",
         "  store <16 x float> zeroinitializer, ptr %t, align 4, !tbaa !2",
         "  store <16 x float> zeroinitializer, ptr %s, align 4",
         "  store <4 x float> zeroinitializer, ptr %t, align 4, !tbaa !2",
+        "  store <32 x float> zeroinitializer, ptr %t, align 4, !tbaa !2",
         "  ret void",
         "}",
         "define void @other() {",
@@ -332,6 +335,8 @@ def test_streaming_pass_takes_wide_tensor_stores_only():
     assert "store <16 x float> zeroinitializer, ptr %s, align 4" in out
     assert "store <4 x float> zeroinitializer, ptr %t, align 4, !tbaa !2" in out
     assert "align 64, !nontemporal" in out and "and i64 %address, 63" in out
+    assert out.count('call void @"kd.stream.32xfloat.4"(ptr %t,') == 1
+    assert "store <32 x float> %v, ptr %p, align 64, !nontemporal" in out and "127" not in out
     assert out.count(streaming.SFENCE) == 1  # in @k, before its ret; @other is not fenced
     assert streaming.rewrite(module.replace("!tbaa !2", "")) is None  # nothing tagged: nothing to do
     if streaming.applies(compiler.target_machine().triple):

@@ -5,7 +5,7 @@ non-temporal unless its alignment is the vector's, which a unit loop's store nev
 Every vector store of 32 bytes or more to a tensor (the renderer tags a streaming kernel's
 tensor stores with the TBAA type TENSOR_TYPE; kd.shared arrays and spills stay cached, as
 they are read again) becomes a call of a small always-inlined helper that tests the address:
-aligned to the vector's width, the store is non-temporal (`vmovntps`: no read of the line
+aligned to the vector's width (at most a line, MAX_ALIGN), the store is non-temporal (`vmovntps`: no read of the line
 first, and no cache line kept); otherwise a plain store (an unaligned non-temporal vector
 store would be split into 8-byte `movnti`s). A unit loop's stores advance by whole vectors,
 so the test goes the same way every trip. Non-temporal stores are weakly ordered: every
@@ -24,6 +24,12 @@ _VECTOR_STORE = re.compile(r"^(\s*)store <(\d+) x (float|double|half|bfloat|i8|i
                            r"ptr ([^\s,]+), align (\d+)(,.*)?$", re.M)
 TENSOR_TYPE = "kd.tensor"  # the TBAA type of tensor stores (memory.Memory.tensor_store_tag)
 MIN_BYTES = 32  # narrower stores stay as they are (a 16-byte non-temporal store fills a line in 4)
+# the alignment a streamed store's address is tested for: its width, at most one 64-byte line
+# (the widest register). A wider store (a ×2 interleave of 512-bit vectors is 128 bytes) is
+# split into 64-byte `vmovntps`, each aligned where its first is: testing its full width failed
+# on every other row of 64-byte aligned tensors (nearest ×2 of [32, 64, 256²] f32 with 512-bit
+# vectors, 2-core Emerald Rapids: 170 ms a call, 50 ms tested at 64 bytes)
+MAX_ALIGN = 64
 SFENCE = "call void @llvm.x86.sse.sfence()"
 
 
@@ -44,22 +50,22 @@ def rewrite(text: str) -> str | None:
         if nbytes < MIN_BYTES or nbytes & (nbytes - 1) or not re.search(rf"!tbaa {tag}\b", rest or ""):
             return m.group(0)
         name = f'@"kd.stream.{lanes}x{elem}.{align}"'
-        helpers[name] = (f"<{lanes} x {elem}>", nbytes, align)
+        helpers[name] = (f"<{lanes} x {elem}>", min(nbytes, MAX_ALIGN), align)
         return f"{indent}call void {name}(ptr {ptr}, <{lanes} x {elem}> {value})"
 
     text = _VECTOR_STORE.sub(helper_call, text)
     if not helpers:
         return None
     parts = [_fenced(text), "declare void @llvm.x86.sse.sfence()"]
-    for name, (vector, nbytes, align) in helpers.items():
+    for name, (vector, line, align) in helpers.items():
         parts.append(f"""define internal void {name}(ptr %p, {vector} %v) alwaysinline {{
 entry:
   %address = ptrtoint ptr %p to i64
-  %low = and i64 %address, {nbytes - 1}
+  %low = and i64 %address, {line - 1}
   %aligned = icmp eq i64 %low, 0
   br i1 %aligned, label %stream, label %plain
 stream:
-  store {vector} %v, ptr %p, align {nbytes}, !nontemporal !{{i32 1}}
+  store {vector} %v, ptr %p, align {line}, !nontemporal !{{i32 1}}
   ret void
 plain:
   store {vector} %v, ptr %p, align {align}
