@@ -149,8 +149,12 @@ def forward_chunk(channels: int, plane: int) -> int:
 # 0.880 / 2.024, bf16 affine 0.454 / 0.453 / 0.483, bf16 random 0.486 / 0.544 / 1.754: smooth
 # grids gain up to 21%, random ones pay the count and the skipped launches (7-12%, still 2.3-3.2x
 # torch). With the gated transpose looping (GATED_CUBES_PER_UNIT 8) affine f32 took 0.577 and
-# random 0.928: not taken
-FORWARD_CHOOSE_CHANNELS = 8
+# random 0.928: not taken. H200, session 48, same run, choose K4 / K8 / K16 (channels-last
+# alone, chunks K8 A0 alone, torch): f32 affine 0.597 / 0.526 / 0.500 (0.614, 0.447, 0.538), f32
+# random 0.780 / 0.740 / 0.719 (0.676, 1.700, 1.706); bf16 affine 0.521 / 0.429 / 0.400 (0.416,
+# 0.379, 0.447), bf16 random 0.531 / 0.492 / 0.471 (0.432, 1.589, 1.502): 16 on every case (the
+# gate's count and skipped launches still cost 0.02-0.05 ms against the better form alone)
+FORWARD_CHOOSE_CHANNELS = 16
 
 
 def forward_choose_chunk(channels: int, plane: int) -> int:
