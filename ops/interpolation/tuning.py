@@ -228,10 +228,13 @@ def lane_units(width: int) -> int:
 # NEAREST_CUBES_PER_UNIT cubes) and the row's width rounded up to a power of two, from 8 to
 # NEAREST_UNITS; elsewhere NEAREST_THREAD_ROWS rows of NEAREST_THREADS units (H100, ×2 of
 # [32, 64, 256²] f32, device time: rows × units 8 × 64 0.899 ms, 1 × 256 0.875, 2 × 128 0.863,
-# 4 × 256 0.874; the gather kernel 0.870, torch 0.998)
+# 4 × 256 0.874; the gather kernel 0.870, torch 0.998). With 512-bit vectors (session 48), 32
+# units beat 64: 2-core Emerald Rapids, ×2 backward, best ms, 64 → 32 units: [32, 64, 256²] f32
+# 100.7-103.4 → 80.2-84.3 (torch 278), bf16 57.8-63.5 → 59.7-60.8; [4, 16, 128²] f32 0.65-0.85 →
+# 0.49-0.51; [64, 64, 56²] f32 10.6-11.4 → 8.1-9.1 (16 units: 160 ms at the first shape)
 NEAREST_ROWS = 8
 NEAREST_CUBES_PER_UNIT = 4
-NEAREST_UNITS = 64
+NEAREST_UNITS = 32
 NEAREST_THREAD_ROWS = 2
 NEAREST_THREADS = 128
 
