@@ -726,25 +726,23 @@ def test_channels_last_lane_kernels_agree_with_lanes_and_are_deterministic(runti
 
 @needs_torch
 def test_channels_last_lane_forward_is_the_default_where_units_are_simd_lanes(runtime, rng, monkeypatch):
-    """With the default constants, the forward runs lanes_last.py where units are SIMD lanes
-    (the cpu runtime) for F32 in vectors of 32 channels (32) or 16 (48), and BF16 in one
-    vector of 16, but not for F32 in one vector of 16 (lanes.py: no copy to rows); nowhere
-    else. Each matches torch; the backward keeps the other kernels (LANE_LAST_BACKWARD off)."""
+    """With the default constants, a 16-channel F32 or BF16 forward runs lanes_last.py exactly
+    where units are SIMD lanes (the cpu runtime), and matches torch; the backward keeps the
+    other kernels (LANE_LAST_BACKWARD off)."""
     import rudnn.grid_sample as gs
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
     forward = _count_launches(monkeypatch, gs._lanes_last.forward_last)
     backward = _count_launches(monkeypatch, gs._lanes_last.scatter_last)
     simd = runtime.capabilities.units_are_simd_lanes
-    f32, b16 = (np.float32, dict(rtol=1e-5, atol=1e-5)), (kd.bf16.np, dict(rtol=4e-2, atol=4e-2))
-    for (dtype, tol), c, last in ((f32, 32, True), (f32, 48, True), (b16, 16, True), (f32, 16, False)):
-        x = rng.standard_normal((2, c, 9, 11)).astype(dtype)
+    for dtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-5)), (kd.bf16.np, dict(rtol=4e-2, atol=4e-2))):
+        x = rng.standard_normal((2, 16, 9, 11)).astype(dtype)
         grid = rng.uniform(-1.1, 1.1, (2, 7, 13, 2)).astype(dtype)
         before = forward()
         got = grid_sample(runtime.tensor(x), runtime.tensor(grid)).numpy().astype(np.float64)
-        assert forward() - before == (1 if simd and last else 0), (dtype, c)
-        want = torch_grads(x.astype(np.float64), grid.astype(np.float64), np.ones((2, c, 7, 13)), GridSampleOptions())[0]
+        assert forward() - before == (1 if simd else 0)
+        want = torch_grads(x.astype(np.float64), grid.astype(np.float64), np.ones((2, 16, 7, 13)), GridSampleOptions())[0]
         np.testing.assert_allclose(got, want, **tol)
-        grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), runtime.tensor(np.ones((2, c, 7, 13), dtype)))
+        grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), runtime.tensor(np.ones((2, 16, 7, 13), dtype)))
     assert backward() == 0
 
 

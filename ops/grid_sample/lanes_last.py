@@ -5,8 +5,8 @@ not whole vectors and, by default, for the backward).
 lanes.py gives a unit a grid point and reads each tap channel by channel with a gather,
 which caps the forward at torch's speed. Here the input is first copied to channels-last
 F32 rows (to_rows: [N·S + 1, C], S the spatial size, the last row zeros), and a cube's V
-units are CHANNELS (lanes along C; V = 32 where it divides C, else 16: with 8, LLVM unrolled
-the unit loop into scalar code; tuning.LAST_UNITS): a point's tap reads xl[row·C + c0 + h·V + unit] are contiguous vector loads,
+units are CHANNELS (lanes along C; V = 16: with 8, LLVM unrolled the unit loop into scalar
+code): a point's tap reads xl[row·C + c0 + h·V + unit] are contiguous vector loads,
 whatever the grid. Values that are the same for every unit (a point's rows and weights)
 are read from cube-shared arrays inside uniform loops: scalar loads.
 

@@ -274,8 +274,8 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
 # gathers). LAST_UNITS channels a vector (the cube's units: 16 lets LLVM vectorise the unit
 # loop, 8 was unrolled to scalar code), LAST_VECTORS such vectors a cube at most (where they
 # divide the channels), LAST_POINTS grid points a cube (a multiple of LAST_UNITS), LAST_SPAN
-# positions a cube of the transpose (to_rows). Channels that neither LAST_UNITS nor
-# LAST_UNITS_NARROW (below) divides (1, 3, 17...) keep lanes.py. 2-core Zen box shared with two other helpers (load 2.7-3.4), process
+# positions a cube of the transpose (to_rows). Channels that LAST_UNITS does not divide (1, 3,
+# 17...) keep lanes.py. 2-core Zen box shared with two other helpers (load 2.7-3.4), process
 # CPU ms (every thread's), median of 5 rounds of best-of-5, `python -m benchmarks.grid_lanes_cpu`:
 # [4, 16, 128²] forward f32 random 3.14 against lanes.py's 5.21, affine 2.88 against 4.08;
 # bf16 random 2.83 against 3.54, affine 2.60 against 2.69. [2, 64, 128²] f32 forward, 1 / 2 / 4
@@ -289,20 +289,7 @@ LANE_LAST = True
 # affine against lanes.py's 8.7-10.4 / 4.1-4.5, scatter 3.3-4.1 / 4.1 against 4.8-6.3 /
 # 3.9-4.2; the two copies to rows (1.3-1.9 each) lose the affine grid's case.
 LANE_LAST_BACKWARD = False
-LAST_UNITS = 32
-# With 512-bit vectors (session 48) a vector of 32 channels beat 16 wherever it divides the
-# channels, and F32 channels of one vector of 16 went faster through lanes.py (no copy to rows).
-# 2-core Emerald Rapids, best ms of 15 calls, two rounds, lanes_last with 16 / 32 channels a
-# vector (lanes.py), forward, affine and random grids: f32 [2, 64, 128²] 1.21-1.30 / 1.05-1.07
-# and 1.62-1.67 / 1.35-1.37 (random 3.10-3.64); f32 [2, 32, 128²] 0.59-0.66 / 0.61 (0.54-0.55)
-# and 0.82-0.87 / 0.74-0.75 (0.96); bf16 [2, 64, 128²] 1.15-1.23 / 1.00-1.06 and 1.48-1.49 /
-# 1.32-1.55; f32 [4, 16, 128²] 16 channels: 0.60 and 0.78 (lanes.py 0.50-0.52 and 0.73-0.75);
-# bf16 [4, 16, 128²] 0.49-0.51 and 0.69 (lanes.py 0.84-0.86 and 0.88-0.89); f32 [2, 48, 128²]
-# 0.88-0.92 and 1.11 (lanes.py 1.00-1.01 and 2.56). Backward times did not move.
-# LAST_UNITS_NARROW: the vector where LAST_UNITS does not divide the channels;
-# LAST_NARROW_ALONE_ITEMSIZES: element sizes whose channels of exactly one such vector keep lanes.py
-LAST_UNITS_NARROW = 16
-LAST_NARROW_ALONE_ITEMSIZES = (4,)
+LAST_UNITS = 16
 LAST_VECTORS = 1
 LAST_POINTS = 256
 LAST_SPAN = 64
@@ -344,20 +331,18 @@ class LastPlan:
 def lane_last_plan(caps, channels: int, batch: int, in_spatial: int, itemsize: int,
                    backward: bool = False) -> LastPlan | None:
     """lanes_last.py's plan, or None (lanes.py or the GPU kernels): while LANE_LAST (for the
-    backward: LANE_LAST_BACKWARD) is off, where units are not SIMD lanes, for element sizes not
-    in LAST_ITEMSIZES, where neither LAST_UNITS nor LAST_UNITS_NARROW divides the channels, for
-    channels of one narrow vector in LAST_NARROW_ALONE_ITEMSIZES, or where the batch exceeds the
-    grid's z axis or the channels-last rows (N·S + 1) would not fit an I32."""
-    units = LAST_UNITS if channels % LAST_UNITS == 0 else LAST_UNITS_NARROW
-    if (not (LANE_LAST_BACKWARD if backward else LANE_LAST) or not caps.units_are_simd_lanes
-            or itemsize not in LAST_ITEMSIZES or channels % units
-            or (units != LAST_UNITS and channels == units and itemsize in LAST_NARROW_ALONE_ITEMSIZES)
-            or batch > GRID_Z or batch * in_spatial + 1 >= 2 ** 31 or units > caps.max_cube_units):
+    backward: LANE_LAST_BACKWARD) is off,
+    where units are not SIMD lanes, for element sizes not in LAST_ITEMSIZES, where LAST_UNITS
+    does not divide the channels, the batch exceeds the grid's z axis or the channels-last
+    rows (N·S + 1) would not fit an I32."""
+    if (not (LANE_LAST_BACKWARD if backward else LANE_LAST) or not caps.units_are_simd_lanes or itemsize not in LAST_ITEMSIZES or channels % LAST_UNITS
+            or batch > GRID_Z
+            or batch * in_spatial + 1 >= 2 ** 31 or LAST_UNITS > caps.max_cube_units):
         return None
     h = LAST_VECTORS
-    while channels % (h * units):
+    while channels % (h * LAST_UNITS):
         h -= 1
-    return LastPlan(units, h, channels // (h * units), LAST_POINTS, LAST_SPAN)
+    return LastPlan(LAST_UNITS, h, channels // (h * LAST_UNITS), LAST_POINTS, LAST_SPAN)
 
 
 # the gathered input gradient (backward_gather.py, issue 19): grid points bucketed by the cell
