@@ -313,7 +313,7 @@ def test_streaming_pass_takes_wide_tensor_stores_only():
     tag (an aligned-address test, then a non-temporal or a plain store), leaves untagged ones
     (kd.shared arrays, spills) and narrow ones alone, and fences the function that streams.
     A store wider than a line (a ×2 interleave of 512-bit vectors) is tested for a line's
-    alignment, not its width: 64-byte aligned tensors put every other row off 128 bytes."""
+    alignment, not its width: a 64-byte aligned tensor may start off a 128-byte boundary."""
     from kerneldsl.backends.cpu import streaming
     module = "\n".join([
         "define void @k(ptr %t, ptr %s) {",

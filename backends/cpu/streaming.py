@@ -5,8 +5,8 @@ non-temporal unless its alignment is the vector's, which a unit loop's store nev
 Every vector store of 32 bytes or more to a tensor (the renderer tags a streaming kernel's
 tensor stores with the TBAA type TENSOR_TYPE; kd.shared arrays and spills stay cached, as
 they are read again) becomes a call of a small always-inlined helper that tests the address:
-aligned to the vector's width (at most a line, MAX_ALIGN), the store is non-temporal (`vmovntps`: no read of the line
-first, and no cache line kept); otherwise a plain store (an unaligned non-temporal vector
+aligned to the vector's width (at most a line, MAX_ALIGN), the store is non-temporal
+(`vmovntps`: no read of the line first, and no cache line kept); otherwise a plain store (an unaligned non-temporal vector
 store would be split into 8-byte `movnti`s). A unit loop's stores advance by whole vectors,
 so the test goes the same way every trip. Non-temporal stores are weakly ordered: every
 function that made them ends with an `sfence`, so they are visible to other threads before
@@ -26,9 +26,10 @@ TENSOR_TYPE = "kd.tensor"  # the TBAA type of tensor stores (memory.Memory.tenso
 MIN_BYTES = 32  # narrower stores stay as they are (a 16-byte non-temporal store fills a line in 4)
 # the alignment a streamed store's address is tested for: its width, at most one 64-byte line
 # (the widest register). A wider store (a ×2 interleave of 512-bit vectors is 128 bytes) is
-# split into 64-byte `vmovntps`, each aligned where its first is: testing its full width failed
-# on every other row of 64-byte aligned tensors (nearest ×2 of [32, 64, 256²] f32 with 512-bit
-# vectors, 2-core Emerald Rapids: 170 ms a call, 50 ms tested at 64 bytes)
+# split into 64-byte `vmovntps`, each aligned where its first is. Testing its full width, a
+# tensor 64-byte but not 128-byte aligned streamed none of its stores (nearest ×2 of
+# [32, 64, 256²] f32 with 512-bit vectors, 2-core Emerald Rapids: 170 ms a call, 47 ms tested
+# at 64 bytes)
 MAX_ALIGN = 64
 SFENCE = "call void @llvm.x86.sse.sfence()"
 

@@ -46,8 +46,8 @@ def scalar_statements(fe, node):
 
 @builtin("Hint that the kernel writes tensors far larger than the caches and reads none of them back: where "
          "the runtime can (`Capabilities.streaming_stores`: the cpu runtime on x86), its wide vector stores to "
-         "tensors bypass the caches (non-temporal, where a store's address is aligned to its width or a 64-byte line), which "
-         "saves the read of each line that a cached store costs; other back ends ignore it. Stores to "
+         "tensors bypass the caches (non-temporal, where a store's address is aligned to its width or a 64-byte "
+         "line), which saves the read of each line that a cached store costs; other back ends ignore it. Stores to "
          "kd.shared arrays stay cached (they are read again).")
 def streaming_stores(fe, node):
     fe.streaming_stores = True
