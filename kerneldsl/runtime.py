@@ -510,6 +510,13 @@ class Runtime:
         may queue every copy and wait once (cuda and opencl do)."""
         return [self.to_numpy(t) for t in tensors]
 
+    def host_values(self, tensors) -> list:
+        """Host arrays of several tensors' values now, for a caller that reads them at once,
+        never writes them and keeps nothing (a validation of lengths and labels):
+        `to_numpy_all`'s copies, except on a runtime whose memory is host memory (the cpu),
+        which gives views of it and saves a copy each."""
+        return self.to_numpy_all(tensors)
+
     def _before_host_reads(self, tensors) -> None:
         """What `to_numpy` does before its copy, for several tensors: a replay recording is
         refused, and every stream that queued work on their memory is waited for (each

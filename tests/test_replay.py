@@ -167,6 +167,16 @@ def test_calls_that_download_device_values_are_not_recorded(runtime):
         np.testing.assert_array_equal(filled_with_first(x).numpy(), np.full(4, value, np.float32))
     assert filled_with_first.replay_records == {}
     assert "host download" in str(filled_with_first.replay_refusals)
+
+    @replay.replayable
+    def filled_with_host_value(x):
+        y = x.runtime.zeros(x.shape, kd.f32)
+        add_in_place[(x.shape[0] + 63) // 64, 64](y, float(x.runtime.host_values([x])[0][0]), x.shape[0])
+        return y
+    for value in (4.0, 6.0):
+        x = runtime.tensor(np.full(4, value, np.float32))
+        np.testing.assert_array_equal(filled_with_host_value(x).numpy(), np.full(4, value, np.float32))
+    assert filled_with_host_value.replay_records == {}
     if hasattr(runtime, "host_view"):  # a view of the memory shows the host its values as well
 
         @replay.replayable

@@ -66,9 +66,11 @@ def test_one_slice_views_match_numpy(runtime, rng):
             np.testing.assert_array_equal(v.numpy(), host[k])
 
 
-def test_reading_several_tensors_at_once_matches_each_read(runtime, rng):
-    """rt.to_numpy_all: what .numpy() gives each tensor (dtypes, shapes, strided, offset and
-    empty views, two views of one buffer), including tensors written on another stream."""
+@pytest.mark.parametrize("read", ["to_numpy_all", "host_values"])
+def test_reading_several_tensors_at_once_matches_each_read(runtime, rng, read):
+    """rt.to_numpy_all and rt.host_values: what .numpy() gives each tensor (dtypes, shapes,
+    strided, offset and empty views, two views of one buffer), including tensors written on
+    another stream."""
     import ml_dtypes
     a = rng.standard_normal((4, 6)).astype(np.float32)
     t = runtime.tensor(a)
@@ -77,14 +79,36 @@ def test_reading_several_tensors_at_once_matches_each_read(runtime, rng):
         u = runtime.tensor(np.arange(5, dtype=np.int64))
     views = [t, t[1:3, ::2], u, u[2:], u[:0], runtime.tensor(np.array([1.5, -2.0], ml_dtypes.bfloat16)),
              runtime.tensor(np.array(7, np.int32))]
-    got = runtime.to_numpy_all(views)
+    got = getattr(runtime, read)(views)
     assert len(got) == len(views)
     for g, v in zip(got, views):
         want = v.numpy()
         assert g.dtype == want.dtype and g.shape == want.shape
         np.testing.assert_array_equal(g, want)
     np.testing.assert_array_equal(got[1], a[1:3, ::2])
-    assert runtime.to_numpy_all([]) == []
+    assert getattr(runtime, read)([]) == []
+
+
+@kd.kernel
+def _add_hundred(x: kd.Tensor[kd.i32, 1], n: kd.i32):
+    i = kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
+    if i < n:
+        x[i] = x[i] + 100
+
+
+def test_host_values_on_the_cpu_are_views_and_copies_elsewhere(runtime):
+    """rt.host_values saves its copies only where a tensor's memory is host memory (the cpu
+    runtime and the interpreter): there each array shows the tensor's memory, so a later
+    launch's writes show through; every other runtime gives copies, as to_numpy_all does."""
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    t = runtime.tensor(a)
+    got = runtime.host_values([t, t[1:], t.T])
+    _add_hundred[1, 64](t.reshape(12), 12)
+    want = a + 100 if runtime.kind in ("cpu", "interpreter") else a
+    np.testing.assert_array_equal(t.numpy(), a + 100)
+    np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_array_equal(got[1], want[1:])
+    np.testing.assert_array_equal(got[2], want.T)
 
 
 def test_bf16_host_arrays_use_ml_dtypes(runtime):

@@ -471,6 +471,25 @@ class CpuRuntime(Runtime):
                 out.append(self._view(t, t.buffer.raw).copy() if t.size else np.empty(shape, t.dtype.np))
         return out
 
+    def host_values(self, tensors) -> list:
+        """Views of the tensors' memory (Runtime.host_values: the caller only reads them):
+        launches on the cpu have finished when they return, so the values are there to
+        read. Not marked read-only: setting the flag costs a third of a µs an array, about
+        what the copy saved."""
+        rec = replay.active()
+        if rec is not None:
+            rec.refuse("host download")
+        out = []
+        for t in tensors:
+            shape = t.shape
+            if t.strides == packed_strides(shape):
+                dt = t.dtype
+                flat = np.frombuffer(t.buffer.raw, dt.np, math.prod(shape), t.offset * dt.itemsize)
+                out.append(flat if len(shape) == 1 else flat.reshape(shape))
+            else:
+                out.append(self._view(t, t.buffer.raw))
+        return out
+
     # -------------------------------------------------------------- dlpack
     def dlpack_device(self, t):
         return (1, 0)  # kDLCPU

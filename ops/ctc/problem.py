@@ -196,13 +196,14 @@ def _checked_values(fn: str, form: CtcForm, log_probs, targets, input_lengths, t
     """The value rules of a call of checked `form`: lengths in range, labels in [0, C) and not
     the blank within each target length; the call, its samples packed."""
     n = form.N if form.batched else None
-    # the targets and the length tensors read to the host together (one wait on cuda)
+    # the targets and the length tensors read to the host together (one wait on cuda; no
+    # copies on the cpu: host_values gives views, and `samples` below is built from them)
     read = [targets]
     if form.il_tensor:
         read.append(input_lengths)
     if form.tl_tensor:
         read.append(target_lengths)
-    hosts = form.runtime.to_numpy_all(read)
+    hosts = form.runtime.host_values(read)
     flat = hosts[0].reshape(-1)
     il = hosts[1].reshape(-1) if form.il_tensor else _host_integers(fn, "input_lengths", input_lengths, n)
     tl = hosts[-1].reshape(-1) if form.tl_tensor else _host_integers(fn, "target_lengths", target_lengths, n)
