@@ -455,6 +455,18 @@ class CpuRuntime(Runtime):
         return self.to_numpy_all((t,))[0]
 
     def to_numpy_all(self, tensors) -> list:
+        return self._host_arrays(tensors, copy=True)
+
+    def host_values(self, tensors) -> list:
+        """Views of the tensors' memory (Runtime.host_values: the caller only reads them):
+        launches on the cpu have finished when they return, so the values are there to
+        read. Not marked read-only: setting the flag costs a third of a µs an array, about
+        what the copy saved."""
+        return self._host_arrays(tensors, copy=False)
+
+    def _host_arrays(self, tensors, copy: bool) -> list:
+        """The tensors' values as host arrays: copies, or views of their memory; as every
+        host read, it refuses a replay recording."""
         rec = replay.active()
         if rec is not None:
             rec.refuse("host download")
@@ -464,30 +476,18 @@ class CpuRuntime(Runtime):
             if t.strides == packed_strides(shape):  # (the common case, a third cheaper than _view)
                 dt = t.dtype
                 n = math.prod(shape)
-                flat = np.frombuffer(t.buffer.raw, dt.np, n, t.offset * dt.itemsize).copy() if n else \
-                    np.empty(0, dt.np)
+                if not n:
+                    out.append(np.empty(shape, dt.np))
+                    continue
+                flat = np.frombuffer(t.buffer.raw, dt.np, n, t.offset * dt.itemsize)
+                if copy:
+                    flat = flat.copy()
                 out.append(flat if len(shape) == 1 else flat.reshape(shape))
+            elif not t.size:
+                out.append(np.empty(shape, t.dtype.np))
             else:
-                out.append(self._view(t, t.buffer.raw).copy() if t.size else np.empty(shape, t.dtype.np))
-        return out
-
-    def host_values(self, tensors) -> list:
-        """Views of the tensors' memory (Runtime.host_values: the caller only reads them):
-        launches on the cpu have finished when they return, so the values are there to
-        read. Not marked read-only: setting the flag costs a third of a µs an array, about
-        what the copy saved."""
-        rec = replay.active()
-        if rec is not None:
-            rec.refuse("host download")
-        out = []
-        for t in tensors:
-            shape = t.shape
-            if t.strides == packed_strides(shape):
-                dt = t.dtype
-                flat = np.frombuffer(t.buffer.raw, dt.np, math.prod(shape), t.offset * dt.itemsize)
-                out.append(flat if len(shape) == 1 else flat.reshape(shape))
-            else:
-                out.append(self._view(t, t.buffer.raw))
+                view = self._view(t, t.buffer.raw)
+                out.append(view.copy() if copy else view)
         return out
 
     # -------------------------------------------------------------- dlpack
