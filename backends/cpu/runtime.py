@@ -479,10 +479,8 @@ class CpuRuntime(Runtime):
                 if not n:
                     out.append(np.empty(shape, dt.np))
                     continue
-                flat = np.frombuffer(t.buffer.raw, dt.np, n, t.offset * dt.itemsize)
-                if copy:
-                    flat = flat.copy()
-                out.append(flat if len(shape) == 1 else flat.reshape(shape))
+                view = np.ndarray(shape, dt.np, t.buffer.raw, t.offset * dt.itemsize)
+                out.append(view.copy() if copy else view)
             elif not t.size:
                 out.append(np.empty(shape, t.dtype.np))
             else:
