@@ -73,6 +73,7 @@ class Frontend(ExpressionLowering):
         self.min_cubes = 1  # kd.cubes_per_compute_unit
         self.scalar_statements = False  # kd.scalar_statements
         self.streaming_stores = False  # kd.streaming_stores
+        self.avoid_gathers = False  # kd.avoid_gathers
         self.bulk_stores: list = []  # SourceLoc of each kd.bulk_store (a kernel with one must wait for them)
         self.bulk_store_waits = 0
         self.barrier_arrays: list = []  # every kd.arrival_barriers array (BarrierRef), for the checker
@@ -192,6 +193,7 @@ class Frontend(ExpressionLowering):
             var_types=self.var_types, shared=self.shared, frags=self.frags,
             bulk_sources=tuple(sorted(self.bulk_sources)), min_cubes=self.min_cubes,
             scalar_statements=self.scalar_statements, streaming_stores=self.streaming_stores,
+            avoid_gathers=self.avoid_gathers,
         )
 
     def check_barrier_waits(self):

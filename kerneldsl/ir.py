@@ -595,6 +595,7 @@ class KernelIR:
     min_cubes: int = 1  # kd.cubes_per_compute_unit(n): cubes the compiler keeps room for on one compute unit
     scalar_statements: bool = False  # kd.scalar_statements(): CPU back ends leave straight-line code scalar
     streaming_stores: bool = False  # kd.streaming_stores(): wide stores bypass the caches where the runtime can
+    avoid_gathers: bool = False  # kd.avoid_gathers(): CPU back ends make strided loads as vector loads and shuffles
 
     @property
     def cube_units(self) -> int:

@@ -15,8 +15,8 @@ from .builtins import REGISTRY
 from .builtins.positions import (cube_pos_x, cube_pos_y, cube_pos_z, cube_count_x, cube_count_y, cube_count_z,
     cube_dim_x, cube_dim_y, cube_dim_z, unit_pos_x, unit_pos_y, unit_pos_z, cube_units, unit_pos, plane_pos,
     lane_pos, plane_count)  # noqa: F401
-from .builtins.memory import (cubes_per_compute_unit, scalar_statements, shared, streaming_stores,  # noqa: F401
-                              sync_cube)
+from .builtins.memory import (avoid_gathers, cubes_per_compute_unit, scalar_statements, shared,  # noqa: F401
+                              streaming_stores, sync_cube)
 from .builtins.values import cast, bitcast, select, unroll, static_assert  # noqa: F401
 from .builtins.math import (exp, exp2, exp2_fast, log, log2, log1p, sqrt, rsqrt, tanh, sigmoid, erf, sin, cos,
     floor, ceil, round, pow, min, max, clamp, abs, fma, isnan, isinf)  # noqa: F401,A004

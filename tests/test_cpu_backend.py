@@ -409,7 +409,7 @@ def test_wide_vectors_on_avx512_hosts(monkeypatch):
         tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(),
                                           features=compiler.with_wide_vectors(host, wide), opt=3, reloc="pic",
                                           codemodel="jitdefault")
-        monkeypatch.setattr(compiler, "target_machine", lambda: tm)
+        monkeypatch.setattr(compiler, "target_machine", lambda gathers=True: tm)
         return set(re.findall(r"%([xyz])mm\d+", compiler.assembly(rendering.source, **rendering.rendered)))
     assert "z" in registers(True)
     if llvm.get_host_cpu_name() in ("skylake-avx512", "cascadelake", "cooperlake", "icelake-server",

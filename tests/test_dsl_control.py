@@ -402,6 +402,40 @@ def test_streaming_stores_is_a_hint(runtime, rng):
 
 
 @kd.kernel
+def pair_sums(g: kd.Tensor, out: kd.Tensor, n: kd.i32, AVOID: kd.Const[bool]):
+    """out[i] = g[2i] + g[2i + 1]: a stride-2 load, which LLVM may make gathers."""
+    if AVOID:
+        kd.avoid_gathers()
+    for i0 in range(0, n, kd.cube_dim_x()):
+        i = i0 + kd.unit_pos_x()
+        if i < n:
+            out[i] = g[2 * i] + g[2 * i + 1]
+
+
+def test_avoid_gathers_is_a_hint(runtime, rng):
+    """kd.avoid_gathers() changes no result on any runtime. On the cpu runtime of an x86 host
+    with gathers (AVX2 or AVX-512) the hinted kernel compiles for "+prefer-no-gather" and its
+    stride-2 load has no gather instruction (unhinted, LLVM makes it gathers on Zen 4); the
+    feature string is left as it is on hosts without gathers."""
+    from kerneldsl.backends.cpu import compiler
+    n = 1000
+    g = rng.standard_normal(2 * n).astype(np.float32)
+    for avoid in (True, False):
+        out = runtime.zeros((n,), "f32")
+        pair_sums[1, 64](runtime.tensor(g), out, n, avoid)
+        np.testing.assert_array_equal(out.numpy(), g[0::2] + g[1::2])
+    assert compiler.without_gathers("+sse2,+avx,+avx2,+fma") == "+sse2,+avx,+avx2,+fma,+prefer-no-gather"
+    assert compiler.without_gathers("+sse2,+avx,-avx2,-avx512f") == "+sse2,+avx,-avx2,-avx512f"
+    assert compiler.without_gathers("+neon,+fp-armv8") == "+neon,+fp-armv8"
+    if runtime.name.split(":")[0] != "cpu" or compiler.without_gathers(compiler.features()) == compiler.features():
+        return  # (the hint is for the cpu runtime on hosts with gather instructions)
+    x, y = runtime.zeros((2 * n,), "f32"), runtime.zeros((n,), "f32")
+    rendering = next(iter(runtime.renderings(*pair_sums.specialize(runtime, x, y, n, True, block=64).ir())))
+    assert rendering.rendered["gathers"] is False
+    assert not re.search(r"v(p)?gather", compiler.assembly(rendering.source, **rendering.rendered))
+
+
+@kd.kernel
 def copy_cast_prefix(out: kd.Tensor, src: kd.Tensor, N: kd.Const[int]):
     """out[i] = src[i] for i < N, cast to out's dtype, a cube's units striding over N (a
     compile-time count: the vectorised loop's last vector has a constant mask)."""

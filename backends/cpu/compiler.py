@@ -13,19 +13,32 @@ from . import masked_stores, streaming
 
 
 @functools.lru_cache(maxsize=None)
-def target_machine():
-    """The host's target machine for compilation (shared; never handed to an engine)."""
-    return new_target_machine()
+def target_machine(gathers: bool = True):
+    """The host's target machine for compilation (shared; never handed to an engine); with
+    `gathers` off, one that prefers vector loads and shuffles to gather instructions
+    (kd.avoid_gathers(): `without_gathers`)."""
+    return new_target_machine(features() if gathers else without_gathers(features()))
 
 
-def new_target_machine():
-    """A fresh target machine: an MCJIT engine takes ownership of the one it is given."""
+def new_target_machine(feature_string: str | None = None):
+    """A fresh target machine (for the host's `features()` unless given others): an MCJIT
+    engine takes ownership of the one it is given."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=features(),
+        cpu=llvm.get_host_cpu_name(), features=features() if feature_string is None else feature_string,
         opt=3, reloc="pic", codemodel="jitdefault")
+
+
+def without_gathers(host: str) -> str:
+    """`host` (a feature string) telling LLVM to prefer no gathers, where the host is x86 with
+    gather instructions (AVX2 or AVX-512): strided loads become vector loads and shuffles, and
+    other gathered loads one scalar load a lane. Elsewhere `host` unchanged."""
+    flags = host.split(",")
+    if "+avx2" in flags or "+avx512f" in flags:
+        return host + ",+prefer-no-gather"
+    return host
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,8 +73,8 @@ def arch() -> str:
            f"|llvmlite-{llvmlite.__version__}|llvm-{'.'.join(map(str, llvm.llvm_version_info))}"
 
 
-def optimize(source: str, slp: bool = True):
-    tm = target_machine()
+def optimize(source: str, slp: bool = True, gathers: bool = True):
+    tm = target_machine(gathers)
     mod = llvm.parse_assembly(source)
     mod.triple = llvm.get_process_triple()
     mod.data_layout = str(tm.target_data)
@@ -75,18 +88,19 @@ def optimize(source: str, slp: bool = True):
     return mod
 
 
-def compile_source(source: str, slp: bool = True, stream: bool = False) -> bytes:
-    """Optimise (O3, the loop vectoriser on, the SLP vectoriser where `slp`), make one-lane
-    masked stores scalar (masked_stores.py: an x86 miscompile), make wide stores non-temporal
-    where `stream` (kd.streaming_stores(): streaming.py) and emit an object file."""
-    return target_machine().emit_object(_finished(source, slp, stream))
+def compile_source(source: str, slp: bool = True, stream: bool = False, gathers: bool = True) -> bytes:
+    """Optimise (O3, the loop vectoriser on, the SLP vectoriser where `slp`, gather
+    instructions only where `gathers`), make one-lane masked stores scalar (masked_stores.py:
+    an x86 miscompile), make wide stores non-temporal where `stream` (kd.streaming_stores():
+    streaming.py) and emit an object file."""
+    return target_machine(gathers).emit_object(_finished(source, slp, stream, gathers))
 
 
-def assembly(source: str, slp: bool = True, stream: bool = False) -> str:
+def assembly(source: str, slp: bool = True, stream: bool = False, gathers: bool = True) -> str:
     """The module compile_source would emit, as assembly, for reading (e.g. to check vectorisation)."""
-    return target_machine().emit_assembly(_finished(source, slp, stream))
+    return target_machine(gathers).emit_assembly(_finished(source, slp, stream, gathers))
 
 
-def _finished(source: str, slp: bool, stream: bool):
-    mod = masked_stores.one_lane_stores_fixed(optimize(source, slp))
-    return streaming.streaming(mod, target_machine()) if stream else mod
+def _finished(source: str, slp: bool, stream: bool, gathers: bool):
+    mod = masked_stores.one_lane_stores_fixed(optimize(source, slp, gathers))
+    return streaming.streaming(mod, target_machine(gathers)) if stream else mod

@@ -508,7 +508,8 @@ class CpuRuntime(Runtime):
         from . import renderer  # only when something is compiled: a warm process never renders
         source, frame = renderer.render_with_frame(kir, uniformity, self.capabilities)
         yield Rendering(source, {"frame_bytes": frame},
-                        rendered={"slp": not kir.scalar_statements, "stream": kir.streaming_stores})
+                        rendered={"slp": not kir.scalar_statements, "stream": kir.streaming_stores,
+                                  "gathers": not kir.avoid_gathers})
 
     def compile_rendering(self, rendering, info) -> bytes:
         return compiler.compile_source(rendering.source, **(rendering.rendered or {}))

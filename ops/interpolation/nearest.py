@@ -10,7 +10,10 @@ lanes.backward_lanes serves these calls too, but it weighs each output line and 
 line's SW taps before the running sum (another order), and walks its lines from tables.
 2-core Emerald Rapids, ×2 of [32, 64, 256²] (2 GiB of f32 out_grad), in turn: f32 104.6-106.6
 ms against 109.9-115.7 by lanes.backward_lanes, bf16 60.9-65.5 against 70.7-72.3 (torch CPU
-264-330); H100: f32 0.855 ms against 0.858 by the gather kernel (RESULTS.md, session 43)."""
+264-330); H100: f32 0.855 ms against 0.858 by the gather kernel (RESULTS.md, session 43).
+On a 2-core Zen 4 box LLVM made the f32 stride-2 loads gathers: 161-163 ms for that call,
+107-109 with kd.avoid_gathers() (loads and shuffles; bf16 60-69 either way, as 16-bit loads
+have no gather instruction), [4, 16, 128²] 1.76 -> 1.04 ms (RESULTS.md, session 50)."""
 import kerneldsl as kd
 
 
@@ -33,7 +36,9 @@ def nearest_backward_sums(g: kd.Tensor, dx: kd.Tensor, rows: kd.i32, H_in: kd.i3
     """dx [rows = planes·D·H, W_in] from g [planes·D·SD, H·SH, W_in·SW] (both contiguous):
     dx[r, i] = block_sum of r's block. Cube x takes rows x·ROWS .. x·ROWS + ROWS − 1 (the
     last cube repeats the last row); BX units across a row, whole vectors then one masked.
-    STREAM: dx is large and written in whole lines (ops/streaming.py)."""
+    STREAM: dx is large and written in whole lines (ops/streaming.py). Its stride-SW loads are
+    vector loads and shuffles, not gathers (kd.avoid_gathers: the module docstring)."""
+    kd.avoid_gathers()
     if STREAM:
         kd.streaming_stores()
     W = W_in * SW
