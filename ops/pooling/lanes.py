@@ -88,12 +88,12 @@ def pool_lanes(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], rows
     SH, SW (compile-time), paddings and dilations run-time (ADAPTIVE: equal bins, divided as
     adaptive pooling divides). Cube x is output row r (of `rows` = OD·OH) of plane group g
     (planes g·PLANES ..), cube y and the unit pick the column. The host guarantees that BX
-    divides OW and PLANES the plane count (no masked stores). 3-D windows take their
-    stride-SW loads as vector loads and shuffles (kd.avoid_gathers): max_pool3d 3×3×3 s2 of
-    [8, 64, 32, 56²] f32 took 44-62 ms with LLVM's gathers on a 2-core Zen 4 box, 34 without;
-    2-D windows moved within the box's noise either way, so they keep LLVM's choice."""
-    if KD > 1:
-        kd.avoid_gathers()
+    divides OW and PLANES the plane count (no masked stores). Its stride-SW loads are vector
+    loads and shuffles, not gathers (kd.avoid_gathers): on a 2-core Zen 4 box, where LLVM made
+    them gathers, f32 3×3 s2 p1 pooling of [64, 64, 112²] took max 20.4-20.6 -> 16.8-21.0 ms,
+    average 13.1-13.5 -> 11.5-11.8, and 3×3×3 of [8, 64, 32, 56²] 44-46 -> 35 (RESULTS.md,
+    session 50)."""
+    kd.avoid_gathers()
     g = kd.cube_pos_x() // rows
     r = kd.cube_pos_x() - g * rows
     od = r // OH
