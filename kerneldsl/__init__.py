@@ -24,8 +24,7 @@ from .frontend import func
 from .kernel import Kernel, SpecializedKernel, TensorType, kernel
 from .lang import (  # the in-kernel builtins, by name so that type checkers see them
     abs, arrival_barriers, async_commit, async_copy, async_wait, atomic_add, atomic_and, atomic_cas, atomic_exchange, atomic_max,
-    avoid_gathers,
-    atomic_min, atomic_or, atomic_xor, barrier_arrive, barrier_expect, barrier_init, barrier_wait,
+    atomic_min, atomic_or, atomic_xor, avoid_gathers, barrier_arrive, barrier_expect, barrier_init, barrier_wait,
     bitcast, bulk_copy, bulk_store, bulk_store_wait, cast, ceil, clamp, cos, cube_count_x, cube_count_y,
     cube_count_z, cube_dim_x, cube_dim_y, cube_dim_z, cube_pos_x, cube_pos_y, cube_pos_z, cube_units,
     cubes_per_compute_unit, erf, exp,
@@ -60,9 +59,8 @@ __all__ = [  # the public API, spelled out for type checkers (tests/test_authori
     "cube_sum", "cache_stats", "cache_info", "cache_clear",
     # what kernels use: annotations, constants and the builtins (kerneldsl.lang)
     "Tensor", "Const", "PLANE_DIM", "inf", "nan", "abs", "arrival_barriers", "async_commit", "async_copy", "async_wait",
-    "avoid_gathers",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_exchange", "atomic_max", "atomic_min", "atomic_or",
-    "atomic_xor", "barrier_arrive", "barrier_expect", "barrier_init", "barrier_wait", "bitcast", "bulk_copy", "bulk_store", "bulk_store_wait",
+    "atomic_xor", "avoid_gathers", "barrier_arrive", "barrier_expect", "barrier_init", "barrier_wait", "bitcast", "bulk_copy", "bulk_store", "bulk_store_wait",
     "cast", "ceil", "clamp", "cos", "cube_count_x", "cube_count_y", "cube_count_z",
     "cube_dim_x", "cube_dim_y", "cube_dim_z", "cube_pos_x", "cube_pos_y", "cube_pos_z", "cube_units",
     "cubes_per_compute_unit", "erf",

@@ -43,8 +43,9 @@ class CtcForm:
     """What a call's layouts fix, checked once per layout: the sizes (log_probs as [T, N, C],
     an unbatched input with N = 1), whether targets are padded ([N, S] or unbatched [S]) and
     their last axis `width`, which lengths are tensors (read with the targets), the plain
-    arguments, and for padded targets of at most SMALL samples each row's start (`starts`). `token` is unique to this form: a replayed launch function keys on it in place
-    of the fields (kerneldsl/replay.py)."""
+    arguments, and for padded targets of at most SMALL samples each row's start (`starts`).
+    `token` is unique to this form: a replayed launch function keys on it in place of the
+    fields (kerneldsl/replay.py)."""
 
     token: int
     runtime: object
