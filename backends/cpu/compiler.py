@@ -31,12 +31,16 @@ def new_target_machine(feature_string: str | None = None):
         opt=3, reloc="pic", codemodel="jitdefault")
 
 
+NO_GATHER_LLVM = 17  # the first LLVM with the "prefer-no-gather" feature (older ones warn and ignore it)
+
+
 def without_gathers(host: str) -> str:
     """`host` (a feature string) telling LLVM to prefer no gathers, where the host is x86 with
-    gather instructions (AVX2 or AVX-512): strided loads become vector loads and shuffles, and
-    other gathered loads one scalar load a lane. Elsewhere `host` unchanged."""
+    gather instructions (AVX2 or AVX-512) and LLVM knows the feature: strided loads become
+    vector loads and shuffles, and other gathered loads one scalar load a lane. Elsewhere
+    `host` unchanged."""
     flags = host.split(",")
-    if "+avx2" in flags or "+avx512f" in flags:
+    if llvm.llvm_version_info[0] >= NO_GATHER_LLVM and ("+avx2" in flags or "+avx512f" in flags):
         return host + ",+prefer-no-gather"
     return host
 
