@@ -603,6 +603,83 @@ def test_max_backward_of_planes_past_shared_memory_sums_in_global_memory(runtime
         np.testing.assert_array_equal(f32(dx), host(want, dtype), err_msg=str(shape))
 
 
+# windows that tile their input (kernel = stride, no padding): (input shape, kernel_size); one
+# adaptive call of 2x2 bins. Rows of 20 outputs: a vector of 16 units and a masked rest.
+TILINGS = [((2, 3, 8, 12), 2), ((1, 2, 6, 40), 2), ((2, 3, 36), 4), ((1, 2, 4, 6, 8), (2, 1, 2)),
+           ((2, 2, 8, 8), "adaptive")]
+
+
+def _bits(a):
+    """The bits of an array (so that -0 and +0 differ)."""
+    a = np.ascontiguousarray(a)
+    return a.view({2: np.uint16, 4: np.uint32}[a.itemsize])
+
+
+@pytest.mark.feature("pooling: torch")
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_max_backward_through_tiling_windows_writes_each_window_once(runtime, rng, torch, monkeypatch, dtype):
+    """tiles.tiled_max_backward (devices whose units are SIMD lanes; forced here at any plane
+    size), windows that tile the input in 1, 2 and 3 axes and adaptive bins: ties, a NaN and
+    -0 gradients, bit for bit against torch (a -0 gradient lands as +0, as a sum into zeros).
+    Then indices of the caller's that leave their window (into another window, past the plane,
+    negative) send just their planes to the scatter kernel: the result is the untiled path's
+    and a numpy scatter's (indices outside the plane ignored)."""
+    import rudnn.pooling as pooling
+    from rudnn.pooling import tuning
+    monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
+    monkeypatch.setattr(tuning, "TILED_PLANE", 1)
+    launched = []
+    kernel = pooling.tiled_max_backward
+    monkeypatch.setattr(pooling, "tiled_max_backward", type("Spy", (), {
+        "__getitem__": lambda self, launch: launched.append(launch) or kernel[launch]})())
+    for shape, k in TILINGS:
+        x = host(rng.standard_normal(shape), dtype)
+        x.reshape(-1)[::7] = x.reshape(-1)[1]
+        x.reshape(-1)[3] = np.nan
+        tx = runtime.tensor(x)
+        if k == "adaptive":
+            out, idx = P.adaptive_max_pool2d(tx, 4)
+            call = lambda t: torch.nn.functional.adaptive_max_pool2d(t, 4)  # noqa: E731
+            backward = lambda g, i: P.adaptive_max_pool2d_backward(tx, g, i)  # noqa: E731
+        else:
+            out, idx = fn("max_pool{d}d_with_indices", shape)(tx, k)
+            call = lambda t: tfn(torch, "max_pool{d}d", shape)(t, k)  # noqa: E731
+            backward = lambda g, i: fn("max_pool{d}d_backward", shape)(tx, g, i, k)  # noqa: E731
+        g = host(rng.standard_normal(out.shape), dtype)
+        g.reshape(-1)[::5] = -0.0
+        before = len(launched)
+        dx = backward(runtime.tensor(g), idx)
+        assert len(launched) == before + 1, f"{shape}: the tiled kernel did not run"
+        want = host(torch_grad(torch, call, x, g), dtype)
+        assert dx.dtype is kd.as_dtype(dtype)
+        np.testing.assert_array_equal(_bits(dx.numpy()), _bits(want), err_msg=str(shape))
+
+    shape, k = TILINGS[0]
+    x = host(rng.standard_normal(shape), dtype)
+    out, idx = P.max_pool2d_with_indices(runtime.tensor(x), k)
+    g = host(rng.standard_normal(out.shape), dtype)
+    own = idx.numpy().reshape(6, -1)
+    plane = 8 * 12
+    own[0, 0] = own[0, 5]        # two outputs on one element: a sum, in output order
+    own[1, 2] = plane + 3         # past the plane: ignored
+    own[2, 7] = -1                # negative: ignored
+    own[4, 1] = 0                 # into the first window
+    want = np.zeros((6, plane), np.float32)
+    for p, row in enumerate(own):
+        for o, j in enumerate(row):
+            if 0 <= j < plane:
+                want[p, j] += np.float32(g.reshape(6, -1)[p, o])
+    want = _bits(host(want.reshape(shape), dtype))
+    tx, tg, ti = runtime.tensor(x), runtime.tensor(g), runtime.tensor(own.reshape(idx.shape))
+    for in_shared in (True, False):   # the scatter's plane in shared memory; in dx (f32) or a workspace
+        for where in (pooling, tuning):
+            monkeypatch.setattr(where, "plane_in_shared", lambda caps, problem, v=in_shared: v)
+        for plane_size in (1, 1 << 40):   # tiled, then not
+            monkeypatch.setattr(tuning, "TILED_PLANE", plane_size)
+            dx = P.max_pool2d_backward(tx, tg, ti, k)
+            np.testing.assert_array_equal(_bits(dx.numpy()), want, err_msg=f"{in_shared} {plane_size}")
+
+
 def test_outputs_stream_when_large_and_written_in_whole_lines():
     """ops/streaming.streams: only where the runtime's stores can bypass the caches, the output
     is STREAM_BYTES or more, and each contiguous run ends on a line (a part line streamed next

@@ -37,13 +37,15 @@ from .lanes import pool_lanes, pool_plane_lanes
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
 from .reduction import lane_row_mean, plane_mean, spread_mean, unit_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
+from .tiles import tiled_max_backward
 from ..validation import aligned
 from ..streaming import streams
 from .rows import pool_rows
 from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW, bin_row_widening, bin_rows,
                      cell_backward, cells, column_plan, column_units, element_plan, f64_positions, lane_plan,
                      lane_row_plan, outputs_per_unit, plane_in_shared, reduction_plan, row_vector_outputs,
-                     scatter_backward, unit_row_plan, unrolled_taps, vector_lanes, widened_input, window_taps)
+                     scatter_backward, tiled_plan, tiled_windows, unit_row_plan, unrolled_taps, vector_lanes,
+                     widened_input, window_taps)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
@@ -233,6 +235,18 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
         spread_mean[grid, block](g, dx.reshape(total), p.planes, *(a.size for a in p.axes),
                                  streams(caps, total * x.dtype.itemsize, p.in_spatial * x.dtype.itemsize))
         return dx
+    windows = tiled_windows(caps, p) if maximum else None
+    if windows:   # each input in one window: written once from its window's output, strays redone below
+        idx = indices.contiguous().reshape(outs)
+        stray = rt.zeros((p.planes,), kd.i32)
+        ax = p.axes
+        rows = p.planes * ax[0].out * ax[1].out
+        grid, units = tiled_plan(rows, ax[2].out)
+        tiled_max_backward[grid, units](g, idx, dx.reshape(total), stray, rows, ax[0].out, ax[1].out, ax[2].out,
+                                        ax[1].size, ax[2].size, *windows, units,
+                                        streams(caps, total * x.dtype.itemsize))
+        _scatter(p, g, idx, dx.reshape(total), maximum, stray)
+        return dx
     if scatter_backward(caps, p, maximum):
         _scatter(p, g, indices, dx.reshape(total), maximum)
         return dx
@@ -257,10 +271,11 @@ def _backward(p: PoolProblem, grad, indices, maximum: bool) -> kd.Tensor:
     return dx
 
 
-def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
+def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool, stray=None) -> None:
     """scatter.py's backward kernels, a cube a plane: max pooling through the indices (planes
     too large for shared memory summed in global memory: an F32 dx itself, else a workspace
-    plane a core, each core's cube taking its share of the planes);
+    plane a core, each core's cube taking its share of the planes; with `stray`, the planes it
+    marks only, after tiles.tiled_max_backward);
     average pooling of 1 or 2 axes with windows small enough to unroll a unit an output column
     (cols_avg_backward, where its padded plane fits; else by rows of the plane), other
     averages one output at a time."""
@@ -276,8 +291,9 @@ def _scatter(p: PoolProblem, g, indices, flat_dx, maximum: bool) -> None:
         if not shared and not in_place:  # a cube a core, each summing its planes in one F32 plane of `work`
             grid = (min(p.planes, max(caps.compute_units, 1)), 1)
         work = flat_dx if in_place else p.runtime.empty((1 if shared else grid[0] * p.in_spatial,), kd.f32)
-        scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, work, p.planes, p.out_spatial, p.in_spatial,
-                                               not shared, in_place, stream and shared)
+        gate = stray if stray is not None else p.runtime.empty((1,), kd.i32)
+        scatter_max_backward[grid, LANE_UNITS](g, idx, flat_dx, work, gate, p.planes, p.out_spatial, p.in_spatial,
+                                               not shared, in_place, stream and shared, stray is not None)
         return
     ax = p.axes
     if p.dims <= 2 and not p.adaptive and unrolled_taps(p):

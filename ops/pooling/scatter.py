@@ -63,8 +63,9 @@ def scatter_max_plane(grad, indices, acc, abase, ob, OS, IS):
 
 @kd.kernel
 def scatter_max_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Tensor,
-                         work: kd.Tensor[kd.f32, 1], planes: kd.i32, OS: kd.i32, IS: kd.Const[int],
-                         GLOBAL: kd.Const[bool], IN_PLACE: kd.Const[bool], STREAM: kd.Const[bool]):
+                         work: kd.Tensor[kd.f32, 1], stray: kd.Tensor[kd.i32, 1], planes: kd.i32, OS: kd.i32,
+                         IS: kd.Const[int], GLOBAL: kd.Const[bool], IN_PLACE: kd.Const[bool],
+                         STREAM: kd.Const[bool], GATED: kd.Const[bool]):
     """dx[p, j] = Σ grad[p, o] over the outputs o (increasing) whose index is j; IS = input
     elements a plane, OS = outputs a plane. Indices outside the plane are ignored (as the
     gather kernel ignores them). The F32 plane is summed in shared memory, a cube a plane;
@@ -73,20 +74,23 @@ def scatter_max_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.
     `work` ([cubes·IS]), each cube taking planes c, c + cubes, ... so that plane stays in
     its core's cache (a cube a core: bf16 [2, 32, 512²] 2×2, 5.2-6.6 -> 3.6-4.1 ms on the
     2-core dev box, against a workspace plane per plane). STREAM (shared memory only: a
-    workspace is read again): dx is large (ops/streaming.py), its stores bypass the caches."""
+    workspace is read again): dx is large (ops/streaming.py), its stores bypass the caches.
+    GATED: only planes p with stray[p] != 0 (tiles.tiled_max_backward wrote the others)."""
     if STREAM:
         kd.streaming_stores()
     c, ok = plane_of(planes)
     if ok:
         if GLOBAL and IN_PLACE:
-            scatter_max_plane(grad, indices, work, kd.i64(c) * IS, kd.i64(c) * OS, OS, IS)
+            if not GATED or stray[c] != 0:
+                scatter_max_plane(grad, indices, work, kd.i64(c) * IS, kd.i64(c) * OS, OS, IS)
         elif GLOBAL:
             cubes = kd.cube_count_x() * kd.cube_count_y()
             at = kd.i64(c) * IS
             for p in range(c, planes, cubes):
-                scatter_max_plane(grad, indices, work, at, kd.i64(p) * OS, OS, IS)
-                store_plane(work, dx, kd.i64(p) * IS, IS, at)
-        else:
+                if not GATED or stray[p] != 0:
+                    scatter_max_plane(grad, indices, work, at, kd.i64(p) * OS, OS, IS)
+                    store_plane(work, dx, kd.i64(p) * IS, IS, at)
+        elif not GATED or stray[c] != 0:
             acc = kd.shared(kd.f32, IS)
             scatter_max_plane(grad, indices, acc, 0, kd.i64(c) * OS, OS, IS)
             store_plane(acc, dx, kd.i64(c) * IS, IS)

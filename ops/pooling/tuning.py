@@ -212,6 +212,45 @@ def scatter_backward(caps, problem, maximum: bool = False) -> bool:
     return caps.units_are_simd_lanes and (maximum or plane_in_shared(caps, problem))
 
 
+# Max pooling backward through windows that tile the input (tiles.tiled_max_backward, devices
+# whose units are SIMD lanes): planes of at least TILED_PLANE elements, windows 1, 2 or 4 wide
+# (TILED_WIDTHS: a window row is one interleaved store across the units), TILED_UNITS units
+# across an output row (narrower rows: a unit an output). 2-core Zen 4 box, whole calls in turn
+# with the scatter kernels in one process, three rounds, ms (torch CPU beside):
+# - 2×2 of [8, 32, 256²]: f32 6.0-6.2 -> 2.6-2.8, bf16 4.5-4.6 -> 2.1-2.4 (torch 16-24);
+# - 2×2 of [2, 32, 512²]: f32 4.1-4.6 -> 2.7-3.7, bf16 3.5-3.6 -> 2.4-3.3 (torch 16-23);
+# - 2×2 of [64, 64, 112²] (12544-element planes, below TILED_PLANE: summed in shared memory),
+#   the kernels alone: f32 16.5-18.0 -> 20.2-22.1, bf16 12.1-12.7 -> 10.6-14.5 (torch 38-59);
+# - 3×3 of [2, 16, 384²]: f32 0.60-0.72 -> 0.83-0.97 (so width 3 is left out), bf16 0.62-0.75 ->
+#   0.48-0.91;
+# - adaptive 8×8 bins of [64, 256, 56²]: f32 8.0 -> 13.3, bf16 4.0 -> 20 (eight-way interleaves).
+TILED_PLANE = 32768
+TILED_WIDTHS = (1, 2, 4)
+TILED_UNITS = 16
+
+
+def tiled_windows(caps, problem) -> tuple | None:
+    """(KD, KH, KW) where max pooling's backward takes tiles.tiled_max_backward: devices whose
+    units are SIMD lanes, windows that tile the input (kernel = stride without padding or
+    dilation, or adaptive bins of one size; every axis a whole number of them), of a width in
+    TILED_WIDTHS, planes of TILED_PLANE elements or more; else None."""
+    if not caps.units_are_simd_lanes or problem.in_spatial < TILED_PLANE:
+        return None
+    for a in problem.axes:
+        if a.size % a.out or (not problem.adaptive and (a.kernel != a.stride or a.padding or a.dilation != 1
+                                                         or a.size != a.out * a.kernel)):
+            return None
+    windows = tuple(a.size // a.out for a in problem.axes)
+    return windows if windows[2] in TILED_WIDTHS else None
+
+
+def tiled_plan(rows: int, width: int) -> tuple:
+    """(grid, units) of tiles.tiled_max_backward: a cube an output row of `width` outputs,
+    TILED_UNITS units (or `width`, where narrower); the grid wraps from x into y."""
+    gy = -(-rows // GRID_Y)
+    return (-(-rows // gy), gy), min(TILED_UNITS, width)
+
+
 def plane_in_shared(caps, problem) -> bool:
     """Whether an F32 plane (and its outputs' shares) take at most half the device's shared
     memory. 2-core dev box, max_pool2d 3×3 s2 p1 backward of [2, 8, 512²] f32, where they do
