@@ -21,7 +21,9 @@ forward.pool_forward_masked for other looped windows, reduction.lane_row_mean / 
 (reduction.unit_row_mean: a unit a row, for rows shorter than tuning.SHORT_ROW)
 for global average and its backward, and scatter.py's backward passes (a cube a plane,
 summed in torch's order into shared memory; chosen by tuning.scatter_backward; averages of
-unrollable 1-/2-D windows a unit an output column, scatter.cols_avg_backward). Sums are F32 and
+unrollable 1-/2-D windows a unit an output column, scatter.cols_avg_backward; max pooling
+whose windows tile large planes, tiles.tiled_max_backward, a unit an output writing its
+window, with the scatter gated to planes whose indices stray). Sums are F32 and
 results are cast once to the input dtype; indices are I64 flat positions in a plane.
 """
 from __future__ import annotations
