@@ -304,20 +304,24 @@ def test_simd_lane_kernels_match_torch(runtime, rng, torch, monkeypatch):
 
 
 @pytest.mark.feature("pooling: torch")
-@pytest.mark.parametrize("dtype,widen", [("f32", True), ("bf16", True), ("bf16", False)])
+@pytest.mark.parametrize("dtype,widen,packed", [("f32", False, False), ("f32", True, True), ("bf16", True, False),
+                                                ("bf16", False, True), ("f16", True, True)])
 @pytest.mark.parametrize("f32_positions", [True, False])
 def test_equal_bins_in_narrow_rows_take_scalar_units_and_match_torch(runtime, rng, torch, monkeypatch, dtype, widen,
-                                                                     f32_positions):
+                                                                     packed, f32_positions):
     """bins.pool_bins (devices whose units are SIMD lanes, forced here): adaptive average and max
     into equal bins with output rows narrower than a vector, 1-, 2- and 3-D, bit for bit
     torch's values and indices: ties take the first maximum, two NaNs in a bin the later one's
-    index, a bin of -inf its first position; max positions tracked in F32 and in I64; bf16 rows
-    widened to F32 first (`widen`) or each tap converted in the chains."""
+    index, a bin of -inf its first position; max positions tracked in F32 and in I64; rows
+    widened to F32 first (`widen`) or each tap converted in the chains; chains packed into
+    vectors by the compiler or scalar (`packed`)."""
+    import rudnn.pooling as pooling
     from family_checks import on_launch
     from rudnn.pooling import tuning
     monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
     monkeypatch.setattr(tuning, "BIN_F32_POSITIONS", 2**24 if f32_positions else 0)
-    monkeypatch.setattr(tuning, "BIN_WIDEN_ROW", tuning.BIN_WIDEN_ROW if widen else 0)
+    monkeypatch.setattr(pooling, "bin_row_widening", lambda problem, dtype, maximum: problem.axes[2].size * widen)
+    monkeypatch.setattr(pooling, "bin_packing", lambda dtype: packed)
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
     names = []
     on_launch(monkeypatch, lambda kernel: names.append(kernel.__name__))

@@ -43,8 +43,8 @@ from .tiles import tiled_max_backward
 from ..validation import aligned
 from ..streaming import streams
 from .rows import pool_rows
-from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW, bin_row_widening, bin_rows,
-                     cell_backward, cells, column_plan, column_units, element_plan, f64_positions, lane_plan,
+from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW, bin_packing,
+                     bin_row_widening, bin_rows, cell_backward, cells, column_plan, column_units, element_plan, f64_positions, lane_plan,
                      lane_row_plan, outputs_per_unit, plane_in_shared, reduction_plan, row_vector_outputs,
                      scatter_backward, tiled_plan, tiled_windows, unit_row_plan, unrolled_taps, vector_lanes,
                      widened_input, window_taps)
@@ -159,7 +159,8 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         pool_bins[(-(-p.planes // gy), gy), 1](flat_in, out.reshape(total), sink, p.planes, ax[0].out, ax[1].out,
                                                ax[1].size, ax[2].size, ax[2].out, *(a.size // a.out for a in ax),
                                                maximum, indices, p.in_spatial < BIN_F32_POSITIONS,
-                                               bin_row_widening(p, flat_in.dtype))
+                                               bin_row_widening(p, flat_in.dtype, maximum),
+                                               bin_packing(flat_in.dtype))
         return out, idx
     lanes = lane_plan(rt.capabilities, p)
     if lanes is not None and lanes.flat:   # units are SIMD lanes, narrow rows: a unit an output of the plane

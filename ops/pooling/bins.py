@@ -11,9 +11,11 @@ loads. Each window still takes its taps in torch's order (depth, then height, th
 fold_tap's rule for the max), and sums are divided as adaptive pooling divides them, so the
 results are bit for bit those of the other forms (and torch's). 2-core Zen 4 box, f32
 [64, 256, 56²] to 7×7: 5.9 ms against 40.5 ms across lanes (torch 13.1 ms). Compiled with
-kd.scalar_statements(): LLVM's SLP vectoriser packed the OW chains through shuffles of their
-strided loads, which was slower than the scalar chains (2-core Emerald Rapids box, the same
-call: 5.7-7.9 ms packed, 4.4-4.5 scalar; torch 10.2-13.5)."""
+kd.scalar_statements() for F32 inputs: LLVM's SLP vectoriser packed the OW chains through
+shuffles of their strided loads, which was slower than the scalar chains (2-core Emerald
+Rapids box, the same call: 5.7-7.9 ms packed, 4.4-4.5 scalar; torch 10.2-13.5; even on Zen
+4). 16-bit inputs are packed (PACKED): there the scalar chains' conversions cost more than
+the shuffles (tuning.bin_packing)."""
 import kerneldsl as kd
 
 from .forward import fold_tap
@@ -34,15 +36,18 @@ def position(v, F32):
 def pool_bins(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], planes: kd.i32,
               OD: kd.i32, OH: kd.i32, IH: kd.i32, IW: kd.i32,
               OW: kd.Const[int], KD: kd.Const[int], KH: kd.Const[int], KW: kd.Const[int],
-              MAX: kd.Const[bool], INDICES: kd.Const[bool], F32_POS: kd.Const[bool], ROW: kd.Const[int]):
+              MAX: kd.Const[bool], INDICES: kd.Const[bool], F32_POS: kd.Const[bool], ROW: kd.Const[int],
+              PACKED: kd.Const[bool]):
     """out (and for max with INDICES, indices: flat positions in a plane) of adaptive max or
     average pooling of x [planes, OD·KD, IH, IW] into [planes, OD, OH, OW], each bin KD×KH×KW
     (IH = OH·KH, IW = OW·KW). Launched with one-unit cubes, a cube a plane (grid y wrapping
     into x). F32_POS: positions in a plane below 2^24, tracked as F32 (`position`). ROW (= IW,
     or 0): each input row is first widened to F32 in shared memory by one loop the compiler
     vectorises, and the chains read it there (16-bit inputs: a conversion an element in the
-    chains' scalar code cost more than their adds)."""
-    kd.scalar_statements()  # (packed, the OW chains' strided loads became shuffles: 1.6x slower)
+    chains' scalar code cost more than their adds). PACKED: the chains may be packed into
+    vectors by the compiler (else kd.scalar_statements())."""
+    if not PACKED:
+        kd.scalar_statements()  # (f32: packed, the OW chains' strided loads became shuffles: 1.6x slower)
     wide = kd.shared(kd.f32, max(ROW, 1))
     p = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
     if p < planes:

@@ -324,19 +324,37 @@ def bin_rows(caps, problem) -> bool:
             and math.prod(a.size // a.out for a in ax) <= MAX_LANE_BIN_TAPS)
 
 
-# Input rows bins.pool_bins widens to F32 in shared memory before its scalar chains read them
-# (16-bit inputs, rows up to this many elements); 0 turns it off. 2-core Emerald Rapids box,
-# bf16 [64, 256, 56²] to 7×7 average, in turn in one process (4 rounds): 8.36-8.58 ms with each
-# tap converted in the chains, 6.55-6.61 widened first; torch 14.1. (Two output rows' chains
-# side by side were slower: 10.8 ms converted, 7.4 widened; f32 6.7-9.1 against 4.4-8.1.)
+# bins.pool_bins for 16-bit inputs: its chains packed into vectors by LLVM's SLP vectoriser
+# (BIN_PACKED_ITEMSIZES; F32 chains stay scalar, kd.scalar_statements()), each tap converted
+# in the chains, except f16 maxima, whose rows are first widened to F32 in shared memory (rows
+# up to BIN_WIDEN_ROW elements). 2-core Zen 4 box, the kernel alone in one process, two
+# rounds, ms, scalar chains of widened rows -> packed chains converting their taps:
+# - bf16 [64, 256, 56²] to 7×7, average: 8.8-10.0 -> 5.4-6.3 (torch 19.5-21.6); max (no
+#   indices) 25.6-27.5 -> 20.0-20.5; [64, 512, 28²] to 7×7 average 5.6 -> 2.7-2.8, max 12.0-14.1
+#   -> 9.1-10.4; [32, 256, 14²] to 7×7 0.84-0.87 -> 0.26-0.28; [64, 256, 32²] to 4² 3.7-4.1 ->
+#   1.9-2.3;
+# - f16: average [64, 256, 56²] to 7×7 8.6-9.8 -> 6.5-6.9, [64, 256, 32²] to 4² 3.8-3.9 -> 2.4;
+#   but the max of [64, 512, 28²] to 7×7 11.6-13.7 -> 47.5 (the conversion then is not
+#   vectorised), packed with widened rows 11.5-12.6;
+# - f32, scalar -> packed: even ([64, 512, 28²] to 7×7 average 3.7-4.3 -> 3.7-3.9, max 10.2 ->
+#   10.1-12.0; [64, 256, 56²] max 23.3-27.7 -> 22.7-27.7).
+# (Emerald Rapids box, earlier, scalar chains: bf16 [64, 256, 56²] to 7×7 average 8.4-8.6 ms
+# converting in the chains, 6.6 widened first.)
+BIN_PACKED_ITEMSIZES = (2,)
 BIN_WIDEN_ROW = 4096
 
 
-def bin_row_widening(problem, dtype) -> int:
-    """pool_bins' ROW: the input row's length where a 16-bit input's rows are widened first
-    (a vector loop; the chains then add F32 loads), else 0 (each tap converted in the chain)."""
+def bin_packing(dtype) -> bool:
+    """pool_bins' PACKED: whether its chains may be packed into vectors (16-bit inputs)."""
+    return dtype.itemsize in BIN_PACKED_ITEMSIZES
+
+
+def bin_row_widening(problem, dtype, maximum: bool) -> int:
+    """pool_bins' ROW: the input row's length where its rows are widened to F32 first (a
+    vector loop; the chains then add F32 loads): f16 maxima, rows up to BIN_WIDEN_ROW; else 0
+    (each tap converted in the chain)."""
     width = problem.axes[2].size
-    return width if dtype.itemsize == 2 and width <= BIN_WIDEN_ROW else 0
+    return width if dtype.name == "f16" and maximum and width <= BIN_WIDEN_ROW else 0
 
 
 # output rows (od, oh) a pass of columns.max_bins_columns (their column results in shared
