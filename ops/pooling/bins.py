@@ -43,8 +43,8 @@ def pool_bins(x: kd.Tensor, out: kd.Tensor, indices: kd.Tensor[kd.i64, 1], plane
     (IH = OH·KH, IW = OW·KW). Launched with one-unit cubes, a cube a plane (grid y wrapping
     into x). F32_POS: positions in a plane below 2^24, tracked as F32 (`position`). ROW (= IW,
     or 0): each input row is first widened to F32 in shared memory by one loop the compiler
-    vectorises, and the chains read it there (16-bit inputs: a conversion an element in the
-    chains' scalar code cost more than their adds). PACKED: the chains may be packed into
+    vectorises, and the chains read it there (f16 maxima: converted in the chains, their taps
+    took four times as long, tuning.bin_row_widening). PACKED: the chains may be packed into
     vectors by the compiler (else kd.scalar_statements())."""
     if not PACKED:
         kd.scalar_statements()  # (f32: packed, the OW chains' strided loads became shuffles: 1.6x slower)
