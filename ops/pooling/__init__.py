@@ -45,9 +45,9 @@ from ..streaming import streams
 from .rows import pool_rows
 from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW, bin_packing,
                      bin_row_widening, bin_rows, cell_backward, cells, column_plan, column_units, element_plan,
-                     f64_positions, lane_plan, lane_row_plan, outputs_per_unit, plane_in_shared, reduction_plan, row_vector_outputs,
-                     scatter_backward, tiled_plan, tiled_windows, unit_row_plan, unrolled_taps, vector_lanes,
-                     widened_input, window_taps)
+                     f64_positions, lane_plan, lane_row_plan, outputs_per_unit, plane_in_shared, reduction_plan,
+                     row_vector_outputs, scatter_backward, tiled_plan, tiled_windows, unit_row_plan, unrolled_taps,
+                     vector_lanes, widened_input, window_taps)
 
 __all__ = ["PoolingError",
            "max_pool1d", "max_pool2d", "max_pool3d",
