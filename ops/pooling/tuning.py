@@ -233,8 +233,8 @@ def tiled_windows(caps, problem) -> tuple | None:
     """(KD, KH, KW) where max pooling's backward takes tiles.tiled_max_backward: devices whose
     units are SIMD lanes, windows that tile the input (kernel = stride without padding or
     dilation, or adaptive bins of one size; every axis a whole number of them), of a width in
-    TILED_WIDTHS, planes of TILED_PLANE elements or more; else None."""
-    if not caps.units_are_simd_lanes or problem.in_spatial < TILED_PLANE:
+    TILED_WIDTHS, planes of TILED_PLANE elements or more (and below 2^31); else None."""
+    if not caps.units_are_simd_lanes or not TILED_PLANE <= problem.in_spatial < 2**31:   # (I32 offsets in a plane)
         return None
     for a in problem.axes:
         if a.size % a.out or (not problem.adaptive and (a.kernel != a.stride or a.padding or a.dilation != 1
