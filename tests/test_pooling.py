@@ -684,6 +684,38 @@ def test_max_backward_through_tiling_windows_writes_each_window_once(runtime, rn
             np.testing.assert_array_equal(_bits(dx.numpy()), want, err_msg=f"{in_shared} {plane_size}")
 
 
+def test_only_windows_that_tile_large_planes_take_the_tiled_backward():
+    """tuning.tiled_windows: kernel = stride without padding or dilation over whole windows,
+    or adaptive bins of one size; widths 1, 2 and 4; planes of TILED_PLANE elements or more;
+    devices whose units are SIMD lanes only."""
+    from rudnn.pooling.problem import adaptive_problem, window_problem
+    from rudnn.pooling.tuning import TILED_PLANE, tiled_windows
+    cpu = kd.runtime("cpu")
+    lanes = dataclasses.replace(cpu.capabilities, units_are_simd_lanes=True)
+    gpu = dataclasses.replace(cpu.capabilities, units_are_simd_lanes=False)
+    side = 256
+    assert side * side >= TILED_PLANE
+
+    def window(shape, k, s=None, p=0, d=1, ceil=False):
+        return window_problem("max_pool", len(shape) - 2, cpu.empty(shape, "f32"), k, s, p, d, ceil)
+
+    assert tiled_windows(lanes, window((1, 1, side, side), 2)) == (1, 2, 2)
+    assert tiled_windows(lanes, window((1, 1, side, side), (2, 4))) == (1, 2, 4)
+    assert tiled_windows(lanes, window((1, 1, 4, side, side), (2, 2, 1))) == (2, 2, 1)
+    assert tiled_windows(lanes, adaptive_problem("adaptive_max_pool2d", 2, cpu.empty((1, 1, side, side), "f32"),
+                                                 side // 2)) == (1, 2, 2)
+    assert tiled_windows(gpu, window((1, 1, side, side), 2)) is None
+    assert tiled_windows(lanes, window((1, 1, 16, 16), 2)) is None                    # a small plane
+    for shape, k, s, p, d, ceil in [((1, 1, side, side), 3, 2, 1, 1, False),            # overlapping
+                                    ((1, 1, side, side), 2, 2, 1, 1, False),            # padding
+                                    ((1, 1, side, side), 2, 2, 0, 2, False),            # dilation
+                                    ((1, 1, side + 1, side + 1), 2, 2, 0, 1, False),    # a row no window holds
+                                    ((1, 1, side + 1, side + 1), 2, 2, 0, 1, True),     # a partial last window
+                                    ((1, 1, side, 3 * side), 3, 3, 0, 1, False),        # width 3
+                                    ((1, 1, side, 8 * side), 8, 8, 0, 1, False)]:       # width 8
+        assert tiled_windows(lanes, window(shape, k, s, p, d, ceil)) is None, (shape, k, s, p, d, ceil)
+
+
 def test_outputs_stream_when_large_and_written_in_whole_lines():
     """ops/streaming.streams: only where the runtime's stores can bypass the caches, the output
     is STREAM_BYTES or more, and each contiguous run ends on a line (a part line streamed next
