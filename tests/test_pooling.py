@@ -632,6 +632,7 @@ def test_max_backward_through_tiling_windows_writes_each_window_once(runtime, rn
     from rudnn.pooling import tuning
     monkeypatch.setattr(runtime, "capabilities", dataclasses.replace(runtime.capabilities, units_are_simd_lanes=True))
     monkeypatch.setattr(tuning, "TILED_PLANE", 1)
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")   # (each call takes the form the patches choose)
     launched = []
     kernel = pooling.tiled_max_backward
     monkeypatch.setattr(pooling, "tiled_max_backward", type("Spy", (), {
@@ -682,6 +683,15 @@ def test_max_backward_through_tiling_windows_writes_each_window_once(runtime, rn
             monkeypatch.setattr(tuning, "TILED_PLANE", plane_size)
             dx = P.max_pool2d_backward(tx, tg, ti, k)
             np.testing.assert_array_equal(_bits(dx.numpy()), want, err_msg=f"{in_shared} {plane_size}")
+
+    # replayed (one recording for the layout): the marks of one call do not reach the next
+    monkeypatch.setenv("KERNELDSL_REPLAY", "1")
+    monkeypatch.setattr(tuning, "TILED_PLANE", 1)
+    P.max_pool2d_backward.replay_records.clear()
+    plain = _bits(host(torch_grad(torch, lambda t: torch.nn.functional.max_pool2d(t, k), x, g), dtype))
+    for indices, expected in ((idx, plain), (ti, want), (idx, plain), (ti, want)):
+        np.testing.assert_array_equal(_bits(P.max_pool2d_backward(tx, tg, indices, k).numpy()), expected)
+    assert P.max_pool2d_backward.replay_records
 
 
 def test_only_windows_that_tile_large_planes_take_the_tiled_backward():
