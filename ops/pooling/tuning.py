@@ -220,7 +220,8 @@ def scatter_backward(caps, problem, maximum: bool = False) -> bool:
 # - 2×2 of [8, 32, 256²]: f32 6.0-6.2 -> 2.6-2.8, bf16 4.5-4.6 -> 2.1-2.4 (torch 16-24);
 # - 2×2 of [2, 32, 512²]: f32 4.1-4.6 -> 2.7-3.7, bf16 3.5-3.6 -> 2.4-3.3 (torch 16-23);
 # - 2×2 of [64, 64, 112²] (12544-element planes, below TILED_PLANE: summed in shared memory),
-#   the kernels alone: f32 16.5-18.0 -> 20.2-22.1, bf16 12.1-12.7 -> 10.6-14.5 (torch 38-59);
+#   the whole call against the tiled kernel alone, one round: f32 16.5 -> 20.2, bf16 12.7 ->
+#   10.6 (torch 41-75);
 # - 3×3 of [2, 16, 384²]: f32 0.60-0.72 -> 0.83-0.97 (so width 3 is left out), bf16 0.62-0.75 ->
 #   0.48-0.91;
 # - adaptive 8×8 bins of [64, 256, 56²]: f32 8.0 -> 13.3, bf16 4.0 -> 20 (eight-way interleaves).
@@ -234,7 +235,7 @@ def tiled_windows(caps, problem) -> tuple | None:
     units are SIMD lanes, windows that tile the input (kernel = stride without padding or
     dilation, or adaptive bins of one size; every axis a whole number of them), of a width in
     TILED_WIDTHS, planes of TILED_PLANE elements or more (and below 2^31); else None."""
-    if not caps.units_are_simd_lanes or not TILED_PLANE <= problem.in_spatial < 2**31:   # (I32 offsets in a plane)
+    if not caps.units_are_simd_lanes or not TILED_PLANE <= problem.in_spatial < 2**31:   # (I32 in-plane offsets)
         return None
     for a in problem.axes:
         if a.size % a.out or (not problem.adaptive and (a.kernel != a.stride or a.padding or a.dilation != 1
