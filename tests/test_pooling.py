@@ -608,7 +608,7 @@ def test_max_backward_of_planes_past_shared_memory_sums_in_global_memory(runtime
 
 
 # windows that tile their input (kernel = stride, no padding): (input shape, kernel_size); one
-# adaptive call of 2x2 bins. Rows of 20 outputs: a vector of 16 units and a masked rest.
+# adaptive call of 2x2 bins. Rows of 20 outputs: a vector of 16 units, then the row's last 16.
 TILINGS = [((2, 3, 8, 12), 2), ((1, 2, 6, 40), 2), ((2, 3, 36), 4), ((1, 2, 4, 6, 8), (2, 1, 2)),
            ((2, 2, 8, 8), "adaptive")]
 

@@ -216,16 +216,21 @@ def scatter_backward(caps, problem, maximum: bool = False) -> bool:
 # whose units are SIMD lanes): planes of at least TILED_PLANE elements, windows 1, 2 or 4 wide
 # (TILED_WIDTHS: a window row is one interleaved store across the units), TILED_UNITS units
 # across an output row (narrower rows: a unit an output). 2-core Zen 4 box, whole calls in turn
-# with the scatter kernels in one process, three rounds, ms (torch CPU beside):
-# - 2×2 of [8, 32, 256²]: f32 6.0-6.2 -> 2.6-2.8, bf16 4.5-4.6 -> 2.1-2.4 (torch 16-24);
-# - 2×2 of [2, 32, 512²]: f32 4.1-4.6 -> 2.7-3.7, bf16 3.5-3.6 -> 2.4-3.3 (torch 16-23);
-# - 2×2 of [64, 64, 112²] (12544-element planes, below TILED_PLANE: summed in shared memory),
-#   the whole call against the tiled kernel alone, one round: f32 16.5 -> 20.2, bf16 12.7 ->
-#   10.6 (torch 41-75);
+# with the scatter kernels in one process, three rounds, ms, scatter -> tiled (torch CPU):
+# - 2×2 of [2, 32, 512²]: f32 4.6-5.3 -> 2.6-2.7 (25), bf16 3.3-3.9 -> 1.9-3.0 (17);
+# - 2×2 of [8, 32, 256²]: f32 4.9-5.5 -> 1.7-2.3 (26), bf16 4.9-6.3 -> 2.7-3.1 (18);
+# - 2×2 of [16, 32, 128²]: f32 2.6 -> 1.7-2.2 (13), bf16 1.7-2.2 -> 0.9-1.1 (2.2);
+# - 2×2 of [64, 64, 112²]: f32 16.7-17.4 -> 8.9-9.3 (60), bf16 11.2-12.5 -> 7.2-8.1 (37);
+# - 2×2 of [64, 64, 64²]: f32 4.8-5.2 -> 2.2-2.3 (25), bf16 3.2 -> 2.0-2.2 (14);
+# - 2×2 of [64, 64, 56²] (below TILED_PLANE): f32 2.8-3.2 -> 2.7-3.1, bf16 2.1-3.0 -> 2.6-3.2;
+#   [256, 32, 32²]: f32 1.4-1.6 -> 1.6-1.8, bf16 1.2 -> 1.4;
+# - 4×4 of [2, 32, 512²]: f32 3.2 -> 1.5-2.7, bf16 2.3-4.0 -> 2.0-2.2;
 # - 3×3 of [2, 16, 384²]: f32 0.60-0.72 -> 0.83-0.97 (so width 3 is left out), bf16 0.62-0.75 ->
 #   0.48-0.91;
 # - adaptive 8×8 bins of [64, 256, 56²]: f32 8.0 -> 13.3, bf16 4.0 -> 20 (eight-way interleaves).
-TILED_PLANE = 32768
+# A row's last, partial vector of outputs as a masked one took 7x as long (bf16 [64, 64, 112²]
+# 84 ms): the kernel writes the row's last TILED_UNITS outputs again instead.
+TILED_PLANE = 4096
 TILED_WIDTHS = (1, 2, 4)
 TILED_UNITS = 16
 
