@@ -46,9 +46,9 @@ def tiled_max_backward(grad: kd.Tensor, indices: kd.Tensor[kd.i64, 1], dx: kd.Te
     """dx [planes, OD·KD, IH, IW] of max pooling into windows KD×KH×KW that tile it (OH·KH =
     IH, OW·KW = IW) from grad and indices [planes, OD, OH, OW] (module docstring). A cube an
     output row (rows = planes·OD·OH; grid x wrapping into y), BX <= OW units across it in
-    whole vectors (the last one ending at the row's end); stray[p] = 1 for a plane with an index outside its window
-    (`stray` zeroed before). STREAM: dx is large (ops/streaming.py), its stores bypass the
-    caches."""
+    whole vectors (the last one ending at the row's end); stray[p] = 1 for a plane with an
+    index outside its window (`stray` zeroed before). STREAM: dx is large (ops/streaming.py),
+    its stores bypass the caches."""
     if STREAM:
         kd.streaming_stores()
     r = kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()
