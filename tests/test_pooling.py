@@ -501,6 +501,39 @@ def test_global_average_is_a_row_mean(runtime, rng, shape):
 
 
 @pytest.mark.feature("pooling: global average")
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_global_average_of_short_rows_sums_each_row_alone(runtime, rng, dtype):
+    """Short rows (the cpu runtime's reduction.short_row_mean: a one-unit cube 64 rows, each
+    row's whole vectors then its rest) of every length class: shorter than a vector, vectors
+    of 4 with a rest, exactly six vectors of 8, the ResNet head's 49, the longest short
+    16-bit and F32 rows; 130 planes (cubes of 64 and a partial one), taken from an offset
+    view so rows start off any alignment; each row's value distinct, so a row summed into
+    its neighbour's place fails."""
+    sizes = [(1, 3), (3, 3), (1, 9), (6, 8), (7, 7), (7, 9), (16, 16) if dtype == "f32" else (8, 8)]
+    for h, w in sizes:
+        base = rng.standard_normal((1 + 130 * h * w,)).astype(np.float32)
+        base[1:] += np.repeat(np.arange(130, dtype=np.float32) / 8, h * w)
+        x = host(base, dtype)
+        view = runtime.tensor(x, dtype=dtype)[1:].reshape(2, 65, h, w)
+        out = P.adaptive_avg_pool2d(view, 1)
+        want = np.asarray(x[1:], np.float64).reshape(130, h * w).mean(-1).reshape(2, 65, 1, 1)
+        np.testing.assert_allclose(f32(out), want, rtol=RTOL[dtype] if dtype != "f32" else 2e-6, atol=1e-6,
+                                   err_msg=f"{h}x{w}")
+
+
+def test_short_rows_take_one_unit_cubes_on_simd_lanes():
+    """tuning.short_row_plan: rows up to 63 elements (256 for F32) take short_row_mean, in
+    vectors of 8 from six of them (else 4), cubes of SHORT_ROW_CUBE rows wrapping into y."""
+    from rudnn.pooling.tuning import GRID_Y, SHORT_ROW_CUBE, short_row_plan
+    assert short_row_plan(131072, 49, 4) == ((131072 // SHORT_ROW_CUBE, 1), (1, 1), 8)
+    assert short_row_plan(131072, 49, 2)[2] == 8 and short_row_plan(100, 47, 2)[2] == 4
+    assert short_row_plan(100, 256, 4) is not None and short_row_plan(100, 257, 4) is None
+    assert short_row_plan(100, 63, 2) is not None and short_row_plan(100, 64, 2) is None
+    grid, _, _ = short_row_plan(SHORT_ROW_CUBE * (GRID_Y + 1), 4, 4)
+    assert grid[1] == 2 and grid[0] * grid[1] * SHORT_ROW_CUBE >= SHORT_ROW_CUBE * (GRID_Y + 1)
+
+
+@pytest.mark.feature("pooling: global average")
 def test_every_row_reduction_shape_gives_the_row_mean(runtime, rng):
     """The global-average kernel's three reductions (a cube a row, a plane a row, an aligned
     group of lanes a row: tuning.reduction_plan picks them by device and row length, so one

@@ -70,26 +70,28 @@ def lane_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, size: kd.i32):
 
 
 @kd.kernel
-def unit_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, SIZE: kd.Const[int]):
+def short_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, SIZE: kd.Const[int], RPC: kd.Const[int],
+                   L: kd.Const[int]):
     """out[r] = mean of x[r·SIZE : (r+1)·SIZE] for short rows on devices whose units are SIMD
-    lanes: a unit a row (consecutive rows across the lanes, each tap one strided vector load),
-    the row unrolled into four partial sums. lane_row_mean gives such a row a cube of its own,
-    whose reduction over the cube costs more than the row (the ResNet-50 head, 49 elements)."""
-    r = kd.cube_pos_y() * kd.cube_count_x() * kd.cube_dim_x() + kd.cube_pos_x() * kd.cube_dim_x() + kd.unit_pos_x()
-    base = kd.i64(kd.min(r, rows - 1)) * SIZE
-    a0 = kd.f32(0)
-    a1 = kd.f32(0)
-    a2 = kd.f32(0)
-    a3 = kd.f32(0)
-    for j in kd.unroll(SIZE // 4):
-        a0 += kd.f32(x[base + 4 * j])
-        a1 += kd.f32(x[base + 4 * j + 1])
-        a2 += kd.f32(x[base + 4 * j + 2])
-        a3 += kd.f32(x[base + 4 * j + 3])
-    for j in kd.unroll(SIZE - SIZE % 4, SIZE):
-        a0 += kd.f32(x[base + j])
-    if r < rows:
-        out[r] = ((a0 + a1) + (a2 + a3)) / kd.f32(SIZE)
+    lanes: a one-unit cube takes RPC consecutive rows, each row its whole vectors of L
+    elements added lane-wise (contiguous loads; rows need no alignment there), the lanes
+    summed, then its last SIZE mod L elements. A unit a row across the lanes made each tap a
+    strided load, which LLVM makes a gather; lane_row_mean's reduction over a cube costs more
+    than a row of 49 (the ResNet-50 head)."""
+    r0 = (kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()) * RPC
+    for k in range(RPC):
+        r = kd.min(r0 + k, rows - 1)
+        base = kd.i64(r) * SIZE
+        s = kd.f32(0)
+        if SIZE >= L:
+            acc = kd.cast(kd.load_vec(x, base, L), kd.f32)
+            for j in kd.unroll(1, SIZE // L):
+                acc = acc + kd.cast(kd.load_vec(x, base + j * L, L), kd.f32)
+            s = kd.vec_sum(acc)
+        for j in kd.unroll(SIZE - SIZE % L, SIZE):
+            s += kd.f32(x[base + j])
+        if r0 + k < rows:
+            out[r] = s / kd.f32(SIZE)
 
 
 @kd.kernel

@@ -176,20 +176,31 @@ def cells(axis) -> int:
     return -(-(axis.size + axis.padding) // axis.stride)
 
 
-# global average pooling on devices whose units are SIMD lanes: rows shorter than this take
-# reduction.unit_row_mean (a unit a row) instead of lane_row_mean (a cube a row). 2-core dev
-# box (Zen 3, other jobs running), f32 [64, 2048, 7²]: 1.27-2.18 -> 0.81-1.09 ms (torch CPU
-# 0.73-1.02); at 8² the two were even, from 10² on a cube a row was faster.
-SHORT_ROW = 64
-SHORT_ROW_UNITS = 16
+# global average pooling on devices whose units are SIMD lanes: rows of at most SHORT_ROW
+# elements (SHORT_ROW_WIDE for F32 inputs) take reduction.short_row_mean (a one-unit cube
+# SHORT_ROW_CUBE rows, each row's vectors of SHORT_ROW_LANES elements, or of 4 for rows under
+# 6 such vectors) instead of lane_row_mean (a cube a row). 2-core Zen 4, ms, best of 11, about
+# 6.4M elements (torch CPU / lane_row_mean, or the unit-a-row kernel it replaced below 64 /
+# short_row_mean): f32 7² [130560 rows] 0.39 / 0.51 / 0.33-0.35 (the ResNet head), 4² 0.92 /
+# 1.93 / 0.43, 1² 1.75 / 2.16 / 0.78, 10² 0.28 / 0.88-1.11 / 0.31-0.58, 16² 0.25 / 0.39 /
+# 0.27 (20², 400: 0.24 / 0.44-0.49 / 0.31-0.52, left on lane_row_mean); bf16 7² 1.26-1.37 /
+# 0.65-0.68 / 0.54-0.55, 3² 2.43 / 0.91 / 0.75, 2² and 4² even, but 16² 1.05-1.17 / 0.41-0.44 /
+# 0.63-0.69: converting 16-bit vectors costs more than the cube's reduction over long rows.
+SHORT_ROW = 63
+SHORT_ROW_WIDE = 256
+SHORT_ROW_CUBE = 64
+SHORT_ROW_LANES = 8
 
 
-def unit_row_plan(rows: int) -> tuple:
-    """(grid, block) of reduction.unit_row_mean: SHORT_ROW_UNITS rows a cube, the grid
-    wrapping from x into y."""
-    cubes = -(-rows // SHORT_ROW_UNITS)
+def short_row_plan(rows: int, size: int, itemsize: int) -> tuple | None:
+    """(grid, block, L) of reduction.short_row_mean for `rows` rows of `size` elements of
+    `itemsize` bytes, or None (lane_row_mean) for longer rows; the grid wraps from x into y."""
+    if size > (SHORT_ROW_WIDE if itemsize >= 4 else SHORT_ROW):
+        return None
+    lanes = SHORT_ROW_LANES if size >= 6 * SHORT_ROW_LANES else 4
+    cubes = -(-rows // SHORT_ROW_CUBE)
     gy = -(-cubes // GRID_Y)
-    return (-(-cubes // gy), gy), (SHORT_ROW_UNITS, 1)
+    return (-(-cubes // gy), gy), (1, 1), lanes
 
 
 def lane_row_plan(caps, rows: int, size: int) -> tuple:
