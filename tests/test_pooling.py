@@ -502,14 +502,16 @@ def test_global_average_is_a_row_mean(runtime, rng, shape):
 
 @pytest.mark.feature("pooling: global average")
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_global_average_of_short_rows_sums_each_row_alone(runtime, rng, dtype):
-    """Short rows (the cpu runtime's reduction.short_row_mean: a one-unit cube 64 rows, each
-    row's whole vectors then its rest) of every length class: shorter than a vector, vectors
-    of 4 with a rest, exactly six vectors of 8, the ResNet head's 49, the longest short
-    16-bit and F32 rows; 130 planes (cubes of 64 and a partial one), taken from an offset
-    view so rows start off any alignment; each row's value distinct, so a row summed into
-    its neighbour's place fails."""
-    sizes = [(1, 3), (3, 3), (1, 9), (6, 8), (7, 7), (7, 9), (16, 16) if dtype == "f32" else (8, 8)]
+def test_global_average_of_rows_as_vectors_sums_each_row_alone(runtime, rng, dtype):
+    """Rows of every length class of the cpu runtime's reduction.vector_row_mean (a one-unit
+    cube several rows, each row's whole vectors then its rest): shorter than a vector,
+    vectors of 4 with a rest, exactly six vectors of 8, the ResNet head's 49, the longest
+    unrolled rows, F32 rows looped over two vectors a step with a rest of a vector and more;
+    130 planes (whole cubes and a partial one), taken from an offset view so rows start off
+    any alignment; each row's values shifted apart, so a row summed into its neighbour's
+    place fails."""
+    sizes = [(1, 3), (3, 3), (1, 9), (6, 8), (7, 7), (7, 9)]
+    sizes += [(16, 16), (1, 257), (17, 19)] if dtype == "f32" else [(7, 9), (8, 8)]
     for h, w in sizes:
         base = rng.standard_normal((1 + 130 * h * w,)).astype(np.float32)
         base[1:] += np.repeat(np.arange(130, dtype=np.float32) / 8, h * w)
@@ -521,15 +523,19 @@ def test_global_average_of_short_rows_sums_each_row_alone(runtime, rng, dtype):
                                    err_msg=f"{h}x{w}")
 
 
-def test_short_rows_take_one_unit_cubes_on_simd_lanes():
-    """tuning.short_row_plan: rows up to 63 elements (256 for F32) take short_row_mean, in
-    vectors of 8 from six of them (else 4), cubes of SHORT_ROW_CUBE rows wrapping into y."""
-    from rudnn.pooling.tuning import GRID_Y, SHORT_ROW_CUBE, short_row_plan
-    assert short_row_plan(131072, 49, 4) == ((131072 // SHORT_ROW_CUBE, 1), (1, 1), 8)
-    assert short_row_plan(131072, 49, 2)[2] == 8 and short_row_plan(100, 47, 2)[2] == 4
-    assert short_row_plan(100, 256, 4) is not None and short_row_plan(100, 257, 4) is None
-    assert short_row_plan(100, 63, 2) is not None and short_row_plan(100, 64, 2) is None
-    grid, _, _ = short_row_plan(SHORT_ROW_CUBE * (GRID_Y + 1), 4, 4)
+def test_rows_as_vectors_unroll_short_rows_and_loop_long_f32_rows():
+    """tuning.vector_row_plan: rows up to 256 elements unrolled (vectors of 8 from six of
+    them, else 4), SHORT_ROW_CUBE rows a cube; longer F32 rows looped, LONG_ROW_CUBE a cube;
+    16-bit rows past 63 elements left to lane_row_mean; the grid wraps into y."""
+    from rudnn.pooling.tuning import GRID_Y, LONG_ROW_CUBE, SHORT_ROW_CUBE, vector_row_plan
+    head = vector_row_plan(131072, 49, 4)
+    assert (head.grid, head.size, head.rows_per_cube, head.lanes) == ((131072 // SHORT_ROW_CUBE, 1), 49,
+                                                                      SHORT_ROW_CUBE, 8)
+    assert vector_row_plan(131072, 49, 2).lanes == 8 and vector_row_plan(100, 47, 2).lanes == 4
+    assert vector_row_plan(100, 256, 4).size == 256
+    assert (vector_row_plan(100, 257, 4).size, vector_row_plan(100, 257, 4).rows_per_cube) == (0, LONG_ROW_CUBE)
+    assert vector_row_plan(100, 63, 2) is not None and vector_row_plan(100, 64, 2) is None
+    grid = vector_row_plan(SHORT_ROW_CUBE * (GRID_Y + 1), 4, 4).grid
     assert grid[1] == 2 and grid[0] * grid[1] * SHORT_ROW_CUBE >= SHORT_ROW_CUBE * (GRID_Y + 1)
 
 

@@ -18,7 +18,7 @@ max, columns.max_bins_columns: a unit an input column, then a unit a bin; tuning
 lanes.pool_lanes (a unit an output column: unrollable windows and equal adaptive bins;
 tuning.lane_plan),
 forward.pool_forward_masked for other looped windows, reduction.lane_row_mean / spread_mean
-(reduction.short_row_mean: a one-unit cube a few short rows, tuning.short_row_plan)
+(reduction.vector_row_mean: a one-unit cube a few rows as vectors, tuning.vector_row_plan)
 for global average and its backward, and scatter.py's backward passes (a cube a plane,
 summed in torch's order into shared memory; chosen by tuning.scatter_backward; averages of
 unrollable 1-/2-D windows a unit an output column, scatter.cols_avg_backward; max pooling
@@ -37,16 +37,16 @@ from .columns import max_bins_columns
 from .forward import pool_forward, pool_forward_masked, pool_forward_taps, widen
 from .lanes import pool_lanes, pool_plane_lanes
 from .problem import PoolingError, PoolProblem, adaptive_problem, check_grad, window_problem
-from .reduction import lane_row_mean, plane_mean, short_row_mean, spread_mean
+from .reduction import lane_row_mean, plane_mean, spread_mean, vector_row_mean
 from .scatter import cols_avg_backward, rows_avg_backward, scatter_avg_backward, scatter_max_backward
 from .tiles import tiled_max_backward
 from ..validation import aligned
 from ..streaming import streams
 from .rows import pool_rows
-from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, SHORT_ROW_CUBE, bin_packing,
+from .tuning import (BIN_F32_POSITIONS, ELEMENT_UNITS, GRID_Y, LANE_UNITS, bin_packing,
                      bin_row_widening, bin_rows, cell_backward, cells, column_plan, column_units, element_plan,
                      f64_positions, lane_plan, lane_row_plan, outputs_per_unit, plane_in_shared, reduction_plan,
-                     row_vector_outputs, scatter_backward, tiled_plan, tiled_windows, short_row_plan, unrolled_taps,
+                     row_vector_outputs, scatter_backward, tiled_plan, tiled_windows, unrolled_taps, vector_row_plan,
                      vector_lanes, widened_input, window_taps)
 
 __all__ = ["PoolingError",
@@ -129,10 +129,10 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         return out, idx
     flat_in = x.contiguous().reshape(p.planes * p.in_spatial)
     total = p.planes * p.out_spatial
-    short = short_row_plan(p.planes, p.in_spatial, x.dtype.itemsize)
-    if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes and short is not None:
-        grid, block, lanes = short
-        short_row_mean[grid, block](flat_in, out.reshape(total), p.planes, p.in_spatial, SHORT_ROW_CUBE, lanes)
+    rows = vector_row_plan(p.planes, p.in_spatial, x.dtype.itemsize)
+    if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes and rows is not None:
+        vector_row_mean[rows.grid, 1](flat_in, out.reshape(total), p.planes, p.in_spatial, rows.size,
+                                      rows.rows_per_cube, rows.lanes, rows.accumulators)
         return out, idx
     if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes:
         grid, block = lane_row_plan(rt.capabilities, p.planes, p.in_spatial)

@@ -70,28 +70,47 @@ def lane_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, size: kd.i32):
 
 
 @kd.kernel
-def short_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, SIZE: kd.Const[int], RPC: kd.Const[int],
-                   L: kd.Const[int]):
-    """out[r] = mean of x[r·SIZE : (r+1)·SIZE] for short rows on devices whose units are SIMD
-    lanes: a one-unit cube takes RPC consecutive rows, each row its whole vectors of L
-    elements added lane-wise (contiguous loads; rows need no alignment there), the lanes
-    summed, then its last SIZE mod L elements. A unit a row across the lanes made each tap a
-    strided load, which LLVM makes a gather; lane_row_mean's reduction over a cube costs more
-    than a row of 49 (the ResNet-50 head)."""
+def vector_row_mean(x: kd.Tensor, out: kd.Tensor, rows: kd.i32, size: kd.i32, SIZE: kd.Const[int],
+                    RPC: kd.Const[int], L: kd.Const[int], A: kd.Const[int]):
+    """out[r] = mean of x[r·size : (r+1)·size] on devices whose units are SIMD lanes: a
+    one-unit cube takes RPC consecutive rows, each row read as whole vectors of L elements
+    (contiguous loads; rows need no alignment there) added lane-wise, the lanes summed, then
+    the row's last elements one by one. Short rows (SIZE = size, compile-time) are unrolled
+    into one chain of vectors; longer ones (SIZE 0) loop over A vectors a step into A
+    partial sums. Units across rows made each tap a strided load, which LLVM makes a gather,
+    and a cube a row (lane_row_mean) pays a reduction over the cube a row."""
     r0 = (kd.cube_pos_y() * kd.cube_count_x() + kd.cube_pos_x()) * RPC
     for k in range(RPC):
         r = kd.min(r0 + k, rows - 1)
-        base = kd.i64(r) * SIZE
         s = kd.f32(0)
-        if SIZE >= L:
-            acc = kd.cast(kd.load_vec(x, base, L), kd.f32)
-            for j in kd.unroll(1, SIZE // L):
-                acc = acc + kd.cast(kd.load_vec(x, base + j * L, L), kd.f32)
+        if SIZE > 0:
+            base = kd.i64(r) * SIZE
+            if SIZE >= L:
+                acc = kd.cast(kd.load_vec(x, base, L), kd.f32)
+                for j in kd.unroll(1, SIZE // L):
+                    acc = acc + kd.cast(kd.load_vec(x, base + j * L, L), kd.f32)
+                s = kd.vec_sum(acc)
+            for j in kd.unroll(SIZE - SIZE % L, SIZE):
+                s += kd.f32(x[base + j])
+        else:
+            base = kd.i64(r) * size
+            accs = ()
+            for a in kd.unroll(A):
+                accs = accs + (kd.splat(kd.f32(0), L),)
+            full = size - size % (A * L)
+            for i in range(0, full, A * L):
+                step = ()
+                for a in kd.unroll(A):
+                    step = step + (accs[a] + kd.cast(kd.load_vec(x, base + i + a * L, L), kd.f32),)
+                accs = step
+            acc = accs[0]
+            for a in kd.unroll(1, A):
+                acc = acc + accs[a]
             s = kd.vec_sum(acc)
-        for j in kd.unroll(SIZE - SIZE % L, SIZE):
-            s += kd.f32(x[base + j])
+            for i in range(full, size):
+                s += kd.f32(x[base + i])
         if r0 + k < rows:
-            out[r] = s / kd.f32(SIZE)
+            out[r] = s / kd.f32(size)
 
 
 @kd.kernel

@@ -176,31 +176,51 @@ def cells(axis) -> int:
     return -(-(axis.size + axis.padding) // axis.stride)
 
 
-# global average pooling on devices whose units are SIMD lanes: rows of at most SHORT_ROW
-# elements (SHORT_ROW_WIDE for F32 inputs) take reduction.short_row_mean (a one-unit cube
-# SHORT_ROW_CUBE rows, each row's vectors of SHORT_ROW_LANES elements, or of 4 for rows under
-# 6 such vectors) instead of lane_row_mean (a cube a row). 2-core Zen 4, ms, best of 11, about
-# 6.4M elements (torch CPU / lane_row_mean, or the unit-a-row kernel it replaced below 64 /
-# short_row_mean): f32 7² [130560 rows] 0.39 / 0.51 / 0.33-0.35 (the ResNet head), 4² 0.92 /
-# 1.93 / 0.43, 1² 1.75 / 2.16 / 0.78, 10² 0.28 / 0.88-1.11 / 0.31-0.58, 16² 0.25 / 0.39 /
-# 0.27 (20², 400: 0.24 / 0.44-0.49 / 0.31-0.52, left on lane_row_mean); bf16 7² 1.26-1.37 /
-# 0.65-0.68 / 0.54-0.55, 3² 2.43 / 0.91 / 0.75, 2² and 4² even, but 16² 1.05-1.17 / 0.41-0.44 /
-# 0.63-0.69: converting 16-bit vectors costs more than the cube's reduction over long rows.
+# global average pooling on devices whose units are SIMD lanes: reduction.vector_row_mean (a
+# one-unit cube several rows, each row as vectors of ROW_LANES elements) for F32 rows of any
+# length and 16-bit rows of at most SHORT_ROW elements, instead of lane_row_mean (a cube a
+# row). Rows of at most SHORT_ROW_WIDE elements are unrolled (one chain, vectors of 4 for rows
+# under 6 vectors of 8), SHORT_ROW_CUBE rows a cube; longer F32 rows loop over ROW_ACCUMULATORS
+# vectors a step, LONG_ROW_CUBE rows a cube. 2-core Zen 4, ms, best of 11, about 6.4M elements
+# (torch CPU / lane_row_mean, or the unit-a-row kernel it replaced below 64 / vector_row_mean):
+# f32 7² [130560 rows] 0.39 / 0.51 / 0.33-0.35 (the ResNet head), 4² 0.92 / 1.93 / 0.43, 1²
+# 1.75 / 2.16 / 0.78, 10² 0.28 / 0.88-1.11 / 0.31-0.58, 16² 0.25 / 0.39 / 0.27; bf16 7² 1.26-1.37
+# / 0.65-0.68 / 0.54-0.55, 3² 2.43 / 0.91 / 0.75, 2² and 4² even. Looped, 16M elements: f32 20²
+# 1.14-1.24 / 1.80-1.86 / 1.20-1.22, 56² 1.09-1.13 / 1.29-1.46 / 1.20-1.27 (the [64, 256, 56²]
+# row, 205 MB: 5.0-5.3 / 5.9-6.4 / 5.0-5.2), 112² 1.06-1.07 / 1.48-1.61 / 1.08-1.09: memory-bound,
+# even with torch; but bf16 16² 1.02-1.14 against 1.24-1.27, 56² 0.53-0.55 against 1.12-1.14:
+# converting 16-bit vectors costs more than the cube's reduction over long rows.
 SHORT_ROW = 63
 SHORT_ROW_WIDE = 256
 SHORT_ROW_CUBE = 64
-SHORT_ROW_LANES = 8
+LONG_ROW_CUBE = 16
+ROW_LANES = 8
+ROW_ACCUMULATORS = 2
 
 
-def short_row_plan(rows: int, size: int, itemsize: int) -> tuple | None:
-    """(grid, block, L) of reduction.short_row_mean for `rows` rows of `size` elements of
-    `itemsize` bytes, or None (lane_row_mean) for longer rows; the grid wraps from x into y."""
-    if size > (SHORT_ROW_WIDE if itemsize >= 4 else SHORT_ROW):
+@dataclass(frozen=True)
+class RowMeanPlan:
+    """reduction.vector_row_mean's launch: `size` (SIZE: the row length where unrolled, else
+    0), `rows_per_cube` (RPC), `lanes` (L), `accumulators` (A) and the grid."""
+
+    grid: tuple
+    size: int
+    rows_per_cube: int
+    lanes: int
+    accumulators: int
+
+
+def vector_row_plan(rows: int, size: int, itemsize: int) -> RowMeanPlan | None:
+    """vector_row_mean's plan for `rows` rows of `size` elements of `itemsize` bytes, or None
+    (lane_row_mean: 16-bit rows longer than SHORT_ROW); the grid wraps from x into y."""
+    if size > SHORT_ROW and itemsize < 4:
         return None
-    lanes = SHORT_ROW_LANES if size >= 6 * SHORT_ROW_LANES else 4
-    cubes = -(-rows // SHORT_ROW_CUBE)
+    short = size <= SHORT_ROW_WIDE
+    per_cube = SHORT_ROW_CUBE if short else LONG_ROW_CUBE
+    lanes = ROW_LANES if size >= 6 * ROW_LANES or not short else 4
+    cubes = -(-rows // per_cube)
     gy = -(-cubes // GRID_Y)
-    return (-(-cubes // gy), gy), (1, 1), lanes
+    return RowMeanPlan((-(-cubes // gy), gy), size if short else 0, per_cube, lanes, ROW_ACCUMULATORS)
 
 
 def lane_row_plan(caps, rows: int, size: int) -> tuple:
