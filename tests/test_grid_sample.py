@@ -583,13 +583,13 @@ def test_staged_forward_matches_the_direct_kernel(runtime, rng, monkeypatch):
 # ---------------------------------------------------------------------------- SIMD lanes, channels last
 def _last_forced(monkeypatch, units=4, vectors=2, points=8, span=4):
     """lanes_last.py forced on this runtime (its plan as where units are SIMD lanes, any element
-    size) with small vectors, cubes and transpose spans; replay off (each call picks anew)."""
+    size) with small vectors, cubes and copy spans; replay off (each call picks anew)."""
     import dataclasses
 
     import rudnn.grid_sample as gs
     from rudnn.grid_sample import tuning
     monkeypatch.setenv("KERNELDSL_REPLAY", "0")
-    for k, v in (("LAST_UNITS", units), ("LAST_VECTORS", vectors), ("LAST_POINTS", points), ("LAST_SPAN", span),
+    for k, v in (("LAST_UNITS", units), ("LAST_VECTORS", vectors), ("LAST_POINTS", points), ("ROWS_SPAN", span),
                  ("LAST_ITEMSIZES", (2, 4)), ("LANE_LAST", True), ("LANE_LAST_BACKWARD", True)):
         monkeypatch.setattr(tuning, k, v)
     forced = (lambda caps, *a, **k: tuning.lane_last_plan(dataclasses.replace(caps, units_are_simd_lanes=True), *a,
@@ -660,24 +660,36 @@ def test_channels_last_lane_kernels_forced_match_torch(runtime, rng, monkeypatch
 
 
 @needs_torch
-@pytest.mark.parametrize("span", [4, 8])
-def test_rows_copied_through_tiles_match_torch(runtime, rng, monkeypatch, span):
-    """lanes_last's copy to channels-last rows through V×V tiles (to_rows_tiled, taken where
-    channel planes lie a multiple of tuning.ALIASING_BYTES apart), forced with vectors of 4
-    channels, 2 a cube: positions in one or two tile steps a cube, the last step partial (35
-    and 45 positions), 3-D, and 16-bit inputs; forward and input gradient against torch."""
+@pytest.mark.parametrize("span", [8, 16])
+def test_rows_copied_in_blocks_match_torch(runtime, rng, monkeypatch, span):
+    """lanes_last's copy to channels-last rows (to_rows: a one-unit cube `span` positions, 8 × 8
+    blocks transposed in vectors where rows and planes start at multiples of 8 elements, else
+    element by element), forced with vectors of 4 channels: planes of 48 positions in whole
+    blocks (8 and 16 channels: one and two blocks a step; 3-D; F16), 35 positions, 12 channels
+    (4 a step) and an input starting 4 elements into its memory element by element; forward
+    and gradients against torch."""
     from rudnn.grid_sample import tuning
-    assert tuning.tiled_rows(128 * 128, 4) and tuning.tiled_rows(64 * 64, 2) and not tuning.tiled_rows(125 * 125, 4)
+    assert tuning.rows_copy(16, 48, 0) == (8, True) and tuning.rows_copy(16, 35, 0) == (8, False)
+    assert tuning.rows_copy(12, 48, 0) == (4, False) and tuning.rows_copy(16, 48, 4) == (8, False)
     gs, _ = _last_forced(monkeypatch, span=span)
-    monkeypatch.setattr(tuning, "tiled_rows", lambda spatial, itemsize: True)
-    tiled = _count_launches(monkeypatch, gs._lanes_last.to_rows_tiled)
-    plain = _count_launches(monkeypatch, gs._lanes_last.to_rows)
+    seen = []
+    chosen = tuning.rows_copy
+    monkeypatch.setattr(tuning, "rows_copy", lambda *a: seen.append(chosen(*a)) or seen[-1])
+    copies = _count_launches(monkeypatch, gs._lanes_last.to_rows)
     opts = GridSampleOptions(GridSampleMode.Bilinear, GridSamplePaddingMode.Zeros, False)
-    _check_last(runtime, rng, opts, 16, (5, 7), (3, 6))
+    _check_last(runtime, rng, opts, 16, (6, 8), (3, 6))
+    _check_last(runtime, rng, opts, 8, (4, 12), (5, 4))
+    _check_last(runtime, rng, opts, 12, (5, 7), (3, 6))
     _check_last(runtime, rng, GridSampleOptions(GridSampleMode.Nearest, GridSamplePaddingMode.Border, True), 8,
-                (3, 3, 5), (2, 2, 3))
+                (2, 4, 6), (2, 2, 3))
     _check_last(runtime, rng, opts, 8, (6, 8), (5, 4), np.float16, dict(rtol=5e-3, atol=5e-3))
-    assert tiled() > 0 and plain() == 0
+    x = rng.standard_normal((4 + 2 * 8 * 48,)).astype(np.float32)
+    grid = rng.uniform(-1.1, 1.1, (2, 3, 5, 2)).astype(np.float32)
+    view = runtime.tensor(x)[4:].reshape(2, 8, 6, 8)
+    want, _, _ = torch_grads(x[4:].reshape(2, 8, 6, 8).astype(np.float64), grid.astype(np.float64),
+                             np.zeros((2, 8, 3, 5)), opts)
+    np.testing.assert_allclose(grid_sample(view, runtime.tensor(grid), opts).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert (8, True) in seen and (4, False) in seen and (8, False) in seen and copies() == len(seen)
 
 
 @needs_torch

@@ -332,9 +332,9 @@ def _rows_of(x5, plan) -> kd.Tensor:
     n, c = x5.shape[:2]
     spatial = x5.size // (n * c)
     xl = x5.runtime.empty(((n * spatial + 1) * c,), kd.f32)
-    copy = _lanes_last.to_rows_tiled if _tuning.tiled_rows(spatial, x5.dtype.itemsize) else _lanes_last.to_rows
-    copy[(-(-spatial // plan.span), plan.blocks, n), plan.units](
-        x5.reshape(x5.size), xl, c, spatial, plan.span, plan.vectors)
+    flat = x5.reshape(x5.size)
+    _lanes_last.to_rows[(-(-spatial // plan.span), 1, n), 1](flat, xl, c, spatial, plan.span,
+                                                             *_tuning.rows_copy(c, spatial, flat.offset))
     return xl
 
 

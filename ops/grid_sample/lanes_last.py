@@ -4,11 +4,12 @@ not whole vectors and, by default, for the backward).
 
 lanes.py gives a unit a grid point and reads each tap channel by channel with a gather,
 which caps the forward at torch's speed. Here the input is first copied to channels-last
-F32 rows (to_rows: [N·S + 1, C], S the spatial size, the last row zeros), and a cube's V
-units are CHANNELS (lanes along C; V = 16: with 8, LLVM unrolled the unit loop into scalar
-code): a point's tap reads xl[row·C + c0 + h·V + unit] are contiguous vector loads,
-whatever the grid. Values that are the same for every unit (a point's rows and weights)
-are read from cube-shared arrays inside uniform loops: scalar loads.
+F32 rows (to_rows: [N·S + 1, C], S the spatial size, the last row zeros; a one-unit cube
+transposes blocks of 8 × 8 in vectors), and a cube's V units are CHANNELS (lanes along C;
+V = 16: with 8, LLVM unrolled the unit loop into scalar code): a point's tap reads
+xl[row·C + c0 + h·V + unit] are contiguous vector loads, whatever the grid. Values that are
+the same for every unit (a point's rows and weights) are read from cube-shared arrays inside
+uniform loops: scalar loads.
 
 forward_last: a cube takes P consecutive grid points (cube_pos_x; a multiple of V) of batch
 item cube_pos_z and H·V channels (cube_pos_y), in phases split by cube barriers (EXACT: P
@@ -102,62 +103,38 @@ def forward_last(xl: kd.Tensor, grid: kd.Tensor, y: kd.Tensor, channels: kd.i32,
 
 
 @kd.kernel
-def to_rows(x: kd.Tensor, xl: kd.Tensor, channels: kd.i32, spatial: kd.i32, SB: kd.Const[int], H: kd.Const[int]):
-    """xl[(n·S + s)·C + c] = x[(n·C + c)·S + s] and the zero row xl[N·S·C + c] = 0: cube
-    (x, y, z) copies positions x·SB .. + SB (the last cube of an item fewer) of channels
-    y·H·V .. + H·V (V the cube's units, a channel each) of batch item z. Each unit reads its
-    channels' rows in order (V streams of loads) and the cube writes rows of xl as vectors."""
-    V = kd.cube_dim_x()
-    u = kd.unit_pos_x()
-    n = kd.cube_pos_z()
-    s0 = kd.cube_pos_x() * SB
-    c0 = kd.cube_pos_y() * (H * V)
-    for s in range(s0, kd.min(s0 + SB, spatial)):   # uniform
-        for h in kd.unroll(H):
-            xl[(kd.i64(n) * spatial + s) * channels + c0 + h * V + u] = \
-                x[(kd.i64(n) * channels + c0 + h * V + u) * spatial + s]
-    if kd.cube_pos_x() == 0 and n == 0:
-        for h in kd.unroll(H):
-            xl[kd.i64(kd.cube_count_z()) * spatial * channels + c0 + h * V + u] = kd.cast(0.0, xl.dtype)
-
-
-@kd.kernel
-def to_rows_tiled(x: kd.Tensor, xl: kd.Tensor, channels: kd.i32, spatial: kd.i32, SB: kd.Const[int], H: kd.Const[int]):
-    """to_rows (same arguments and result) V positions a step through a V×V tile in shared
-    memory: the units read a position of each of V channels (contiguous loads across the
-    units), then write V channels of each position's row (contiguous stores), reading the
-    tile's columns; a last partial step is masked. For channel planes a multiple of
-    tuning.ALIASING_BYTES apart, where to_rows's V streams fall into one cache set
-    (tuning.tiled_rows says why). The unit index stays inline in the addresses
-    (`uniform + u`): the same steps in a kd.func with a MASKED constant took 0.53 ms against
-    0.31 for [4, 16, 128²]."""
-    V = kd.cube_dim_x()
-    u = kd.unit_pos_x()
+def to_rows(x: kd.Tensor, xl: kd.Tensor, channels: kd.i32, spatial: kd.i32, SB: kd.Const[int], CB: kd.Const[int],
+            VEC: kd.Const[bool]):
+    """xl[(n·S + s)·C + c] = x[(n·C + c)·S + s] and the zero row xl[N·S·C + c] = 0: a one-unit
+    cube (x, 0, z) copies positions x·SB .. + SB (the last cube of an item fewer) of batch item
+    z, CB channels × 8 positions a step. VEC (the host checked that rows and planes start at
+    multiples of 8 elements: CB 8, S and x's offset multiples of 8): a step is 8 vector loads
+    along the channel planes, transposed by kd.make_vec into 8 vector stores along the rows
+    (LLVM shuffles). Else element by element (the rest of a cube's positions too). A unit a
+    channel across the lanes read 8 or 16 planes at one position (a gather a position; the
+    planes of a power-of-two size also fell into one cache set) and a tile in shared memory
+    gathered from it instead: [4, 16, 128²] f32 0.29-0.31 ms through the tile, 0.15 here."""
     n = kd.cube_pos_z()
     s0 = kd.cube_pos_x() * SB
     end = kd.min(s0 + SB, spatial)
-    full = s0 + (end - s0) // V * V
-    tile = kd.shared(kd.f32, V * V)
-    for h in kd.unroll(H):
-        c0 = (kd.cube_pos_y() * H + h) * V
-        for sb in range(s0, full, V):   # uniform
-            for k in kd.unroll(V):
-                tile[k * V + u] = kd.f32(x[(kd.i64(n) * channels + c0 + k) * spatial + sb + u])
-            kd.sync_cube()
-            for k in kd.unroll(V):
-                xl[(kd.i64(n) * spatial + sb + k) * channels + c0 + u] = tile[u * V + k]
-            kd.sync_cube()
-        if full < end:
-            for k in kd.unroll(V):
-                if full + u < end:
-                    tile[k * V + u] = kd.f32(x[(kd.i64(n) * channels + c0 + k) * spatial + full + u])
-            kd.sync_cube()
-            for k in kd.unroll(V):
-                if full + k < end:
-                    xl[(kd.i64(n) * spatial + full + k) * channels + c0 + u] = tile[u * V + k]
-            kd.sync_cube()
-        if kd.cube_pos_x() == 0 and n == 0:
-            xl[kd.i64(kd.cube_count_z()) * spatial * channels + c0 + u] = kd.cast(0.0, xl.dtype)
+    whole = s0 + (end - s0) // 8 * 8 if VEC else s0
+    for cb in range(0, channels, CB):
+        if VEC:
+            for s in range(s0, whole, 8):
+                vs = ()
+                for c in kd.unroll(8):
+                    vs = vs + (kd.cast(kd.load_vec(x, (kd.i64(n) * channels + cb + c) * spatial + s, 8), kd.f32),)
+                for j in kd.unroll(8):
+                    kd.store_vec(xl, (kd.i64(n) * spatial + s + j) * channels + cb,
+                                 kd.make_vec(vs[0][j], vs[1][j], vs[2][j], vs[3][j], vs[4][j], vs[5][j], vs[6][j],
+                                             vs[7][j]))
+        for s in range(whole, end):
+            for c in kd.unroll(CB):
+                xl[(kd.i64(n) * spatial + s) * channels + cb + c] = \
+                    kd.f32(x[(kd.i64(n) * channels + cb + c) * spatial + s])
+    if kd.cube_pos_x() == 0 and n == 0:
+        for c in range(channels):
+            xl[kd.i64(kd.cube_count_z()) * spatial * channels + c] = kd.f32(0)
 
 
 @kd.func

@@ -273,9 +273,8 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
 # channels-last F32 rows, a cube's units channels (vector loads of a tap's channels instead of
 # gathers). LAST_UNITS channels a vector (the cube's units: 16 lets LLVM vectorise the unit
 # loop, 8 was unrolled to scalar code), LAST_VECTORS such vectors a cube at most (where they
-# divide the channels), LAST_POINTS grid points a cube (a multiple of LAST_UNITS), LAST_SPAN
-# positions a cube of the transpose (to_rows). Channels that LAST_UNITS does not divide (1, 3,
-# 17...) keep lanes.py. 2-core Zen box shared with two other helpers (load 2.7-3.4), process
+# divide the channels), LAST_POINTS grid points a cube (a multiple of LAST_UNITS). Channels
+# that LAST_UNITS does not divide (1, 3, 17...) keep lanes.py. 2-core Zen box shared with two other helpers (load 2.7-3.4), process
 # CPU ms (every thread's), median of 5 rounds of best-of-5, `python -m benchmarks.grid_lanes_cpu`:
 # [4, 16, 128²] forward f32 random 3.14 against lanes.py's 5.21, affine 2.88 against 4.08;
 # bf16 random 2.83 against 3.54, affine 2.60 against 2.69. [2, 64, 128²] f32 forward, 1 / 2 / 4
@@ -292,34 +291,39 @@ LANE_LAST_BACKWARD = False
 LAST_UNITS = 16
 LAST_VECTORS = 1
 LAST_POINTS = 256
-LAST_SPAN = 64
 # element sizes it serves (the rows are F32 whatever the dtype)
 LAST_ITEMSIZES = (2, 4)
 
 
-# lanes_last's copy to channels-last rows: a unit a channel (to_rows: each step reads V channel
-# planes at one position, V streams a plane apart) or through a V×V tile (to_rows_tiled:
-# contiguous loads and stores, a gather from the tile). Planes a multiple of 4 KiB apart put
-# the V streams into one set of a 64-set L1 (4 KiB of addresses a way), and to_rows then
-# misses; elsewhere its gathers hit and the tile's extra pass costs. The kernels alone, 2-core
-# Zen 4, ms (to_rows / tiled, [N, C, side²] f32): planes of 4 KiB multiples [4, 16, 128²] 0.44 /
-# 0.31, [2, 64, 128²] 0.88 / 0.59, [4, 64, 64²] 0.46 / 0.32, [8, 64, 32²] 0.26 / 0.22,
-# [4, 64, 96²] 0.93 / 0.61, [4, 16, 256²] 1.61 / 1.11; others [2, 64, 125²] 0.41 / 0.54,
-# [8, 32, 56²] 0.22 / 0.27, [4, 64, 100²] 0.56 / 0.64, [2, 64, 112²] 0.36 / 0.53.
-ALIASING_BYTES = 4096
+# lanes_last's copy to channels-last rows (to_rows): a one-unit cube ROWS_SPAN positions, 8
+# channels × 8 positions a step transposed in vectors where rows and planes start at multiples of
+# 8 elements (ROWS_BLOCK channels a step; rows_copy). It replaced a unit a channel (a gather a
+# position; channel planes a multiple of 4 KiB apart also fell into one L1 set) and, for such
+# planes, a V×V tile in shared memory. The copies alone, 2-core Zen 4, ms, best of 15 in one
+# process, unit a channel / tile / this (SB 64 / 256): [4, 16, 128²] f32 0.43 / 0.28 / 0.15 /
+# 0.16, bf16 0.83 / 0.54 / 0.28 / 0.16; [2, 64, 125²] (element by element here) f32 0.38 / 0.52 /
+# 0.30 / 0.26, bf16 0.32 / 0.50 / 0.25 / 0.23; [8, 32, 56²] f32 0.19 / 0.25 / 0.13 / 0.12;
+# [4, 16, 256²] f32 1.57 / 1.09 / 0.62 / 0.60; [32, 64, 64²] (33 MB) f32 3.38 / 2.90 / 3.24 / 2.95.
+ROWS_SPAN = 256
+ROWS_BLOCK = 8
 
 
-def tiled_rows(spatial: int, itemsize: int) -> bool:
-    """Whether lanes_last's copy to rows goes through tiles (to_rows_tiled): channel planes of
-    `spatial` elements of `itemsize` bytes a multiple of ALIASING_BYTES apart."""
-    return spatial * itemsize % ALIASING_BYTES == 0
+def rows_copy(channels: int, spatial: int, offset: int) -> tuple:
+    """(CB, VEC) of to_rows for `channels` channel planes of `spatial` elements, the input's
+    first element at `offset` elements: CB the most channels (8, 4, 2 or 1) a step that
+    divide the channels; VEC where CB is 8 and planes and rows start at multiples of 8 (its
+    whole vectors then lie aligned, as GPUs need: the forced tests run it everywhere)."""
+    cb = ROWS_BLOCK
+    while channels % cb:
+        cb //= 2
+    return cb, cb == 8 and spatial % 8 == 0 and offset % 8 == 0
 
 
 @dataclass(frozen=True)
 class LastPlan:
     """lanes_last.py's launch: `units` channels a vector (the cube's units), `vectors` such
     vectors a cube (blocks = channels / (units·vectors) cubes along y), `points` grid points
-    a cube of the sampling kernels, `span` positions a cube of the transpose."""
+    a cube of the sampling kernels, `span` positions a cube of the copy to rows."""
 
     units: int
     vectors: int
@@ -342,7 +346,7 @@ def lane_last_plan(caps, channels: int, batch: int, in_spatial: int, itemsize: i
     h = LAST_VECTORS
     while channels % (h * LAST_UNITS):
         h -= 1
-    return LastPlan(LAST_UNITS, h, channels // (h * LAST_UNITS), LAST_POINTS, LAST_SPAN)
+    return LastPlan(LAST_UNITS, h, channels // (h * LAST_UNITS), LAST_POINTS, ROWS_SPAN)
 
 
 # the gathered input gradient (backward_gather.py, issue 19): grid points bucketed by the cell
