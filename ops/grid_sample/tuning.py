@@ -274,8 +274,9 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
 # gathers). LAST_UNITS channels a vector (the cube's units: 16 lets LLVM vectorise the unit
 # loop, 8 was unrolled to scalar code), LAST_VECTORS such vectors a cube at most (where they
 # divide the channels), LAST_POINTS grid points a cube (a multiple of LAST_UNITS). Channels
-# that LAST_UNITS does not divide (1, 3, 17...) keep lanes.py. 2-core Zen box shared with two other helpers (load 2.7-3.4), process
-# CPU ms (every thread's), median of 5 rounds of best-of-5, `python -m benchmarks.grid_lanes_cpu`:
+# that LAST_UNITS does not divide (1, 3, 17...) keep lanes.py. 2-core Zen box shared with two
+# other helpers (load 2.7-3.4), process CPU ms (every thread's), median of 5 rounds of best-of-5,
+# `python -m benchmarks.grid_lanes_cpu`:
 # [4, 16, 128²] forward f32 random 3.14 against lanes.py's 5.21, affine 2.88 against 4.08;
 # bf16 random 2.83 against 3.54, affine 2.60 against 2.69. [2, 64, 128²] f32 forward, 1 / 2 / 4
 # vectors a cube: random 6.36 / 8.98 / 10.38 (lanes.py 9.5-10.1), affine 5.98 / 8.19 / 10.00
