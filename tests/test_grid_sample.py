@@ -360,6 +360,52 @@ def test_lane_kernels_forced_match_torch_and_the_direct_kernel(runtime, rng, mon
         np.testing.assert_array_equal(got[0][1], got[1][1])   # the same sums, wherever the planes live
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_lane_scatter_of_8_planes_adds_what_the_plane_scatter_adds(runtime, rng, monkeypatch, dtype):
+    """lanes_scatter.scatter_planes (the input gradient of channels in groups of 8 where units
+    are SIMD lanes: 8 planes interleaved, a tap one vector read-modify-write), forced on this
+    runtime: 8 and 16 channels (one and two cubes a batch item), points and pixels in whole
+    vectors and not (15 points, 35 pixels), out_grad starting 4 elements into its memory,
+    bilinear, nearest and bicubic, 3-D, many points on few pixels. dx must equal the
+    plane-at-a-time scatter's bit for bit (the same products summed in the same order), and
+    torch's within rounding."""
+    import dataclasses
+
+    import rudnn.grid_sample as gs
+    from rudnn.grid_sample import tuning
+    monkeypatch.setenv("KERNELDSL_REPLAY", "0")
+    monkeypatch.setattr(gs, "lane_plan", lambda caps, *a: tuning.lane_plan(
+        dataclasses.replace(caps, units_are_simd_lanes=True), *a))
+    launched = _count_launches(monkeypatch, gs._lanes_scatter.scatter_planes)
+    B = GridSampleMode.Bilinear
+    cases = [(B, 8, (4, 6), (4, 4), False), (B, 16, (5, 7), (3, 5), False), (B, 8, (4, 6), (4, 4), True),
+             (GridSampleMode.Nearest, 8, (3, 8), (4, 2), False), (GridSampleMode.Bicubic, 8, (4, 4), (2, 4), False),
+             (B, 8, (2, 3, 4), (2, 2, 4), False), (B, 16, (2, 4), (8, 8), False)]
+    np_dtype = kd.as_dtype(dtype).np
+    for mode, c, size_in, size_out, shifted in cases:
+        dims = len(size_in)
+        x = rng.standard_normal((2, c, *size_in)).astype(np_dtype)
+        grid = rng.uniform(-1.2, 1.2, (2, *size_out, dims)).astype(np_dtype)
+        go = rng.standard_normal((2, c, *size_out)).astype(np_dtype)
+        if shifted:   # out_grad 4 elements into its memory: whole vectors no longer aligned
+            go_t = runtime.tensor(np.concatenate([np.zeros(4, np_dtype), go.reshape(-1)]))[4:].reshape(go.shape)
+        else:
+            go_t = runtime.tensor(go)
+        opts = GridSampleOptions(mode, GridSamplePaddingMode.Border, False)
+        dxs = []
+        for vector in (True, False):
+            monkeypatch.setattr(tuning, "VECTOR_SCATTER", vector)
+            dx, _ = grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), go_t, opts)
+            dxs.append(np.asarray(dx.numpy(), np.float32))
+        what = f"{mode} C={c} {size_in}->{size_out} shifted={shifted}"
+        np.testing.assert_array_equal(dxs[0].view(np.uint32), dxs[1].view(np.uint32), err_msg=what)
+        _, want, _ = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+        tol = 1e-5 if dtype == "f32" else 3e-2
+        np.testing.assert_allclose(dxs[0], want, rtol=tol, atol=tol * 4, err_msg=what)
+    assert launched() == len(cases)
+
+
 # ---------------------------------------------------------------------------- channels-last backward
 @needs_torch
 @pytest.mark.interpreter

@@ -45,6 +45,7 @@ from . import fixed_point as _fixed
 from . import gate as _gate
 from . import lanes as _lanes
 from . import lanes_last as _lanes_last
+from . import lanes_scatter as _lanes_scatter
 from . import sample as _sample
 from . import small as _small
 from . import staged as _staged
@@ -138,7 +139,13 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
             tap_at, tap_w, *sizes, *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
         planes = x5.shape[0] * x5.shape[1]
         cube = (planes // plan.planes, plan.scatter_units)
-        if plan.shared:
+        if plan.vector_planes:   # 8 planes a one-unit cube, interleaved: vector read-modify-writes
+            plane = size // planes
+            acc = rt.empty((planes * (plane + 1),), kd.f32)
+            whole = p.locations % 8 == 0 and plane % 8 == 0 and go.offset % 8 == 0
+            _lanes_scatter.scatter_planes[planes // 8, 1](go.reshape(go.size), tap_at, tap_w, acc, dx.reshape(size),
+                                                          x5.shape[1], p.locations, plane, plan.taps, whole)
+        elif plan.shared:
             _lanes.scatter_input_grad[cube](go.reshape(go.size), tap_at, tap_w, dx.reshape(size), x5.shape[1],
                                             p.locations, plan.taps, size // planes, plan.planes)
         else:

@@ -234,6 +234,10 @@ TAPS = {GridSampleMode.Bilinear: 2, GridSampleMode.Nearest: 1, GridSampleMode.Bi
 # point's taps are read once); 1024 or 2048 units: the same.
 SCATTER_PLANES = 4
 SCATTER_UNITS = 1024
+# channels in whole groups of 8 take lanes_scatter.scatter_planes instead (a one-unit cube 8
+# planes interleaved in a scratch: a tap's 8 planes one vector read-modify-write); measured in
+# benchmarks/RESULTS.md, session 52
+VECTOR_SCATTER = True
 
 
 @dataclass(frozen=True)
@@ -241,7 +245,8 @@ class LanePlan:
     """lanes.py's launch: `bx` points a cube, `exact` where the cubes tile a batch item's
     points, `taps` a grid point, `planes` a cube of the input gradient's scatter and
     `scatter_units` its units, `shared` where the planes' F32 copies fit half the shared
-    memory (else they live in a scratch tensor)."""
+    memory (else they live in a scratch tensor); `vector_planes` where the scatter is
+    lanes_scatter.scatter_planes instead (8 planes a one-unit cube)."""
 
     bx: int
     exact: bool
@@ -249,6 +254,7 @@ class LanePlan:
     planes: int
     scatter_units: int
     shared: bool
+    vector_planes: bool = False
 
 
 def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: int, channels: int) -> LanePlan | None:
@@ -266,7 +272,7 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
         planes //= 2
     shared = planes * (in_spatial + 1) * 4 <= caps.max_shared_bytes // 2
     return LanePlan(bx, points % bx == 0, TAPS[mode] ** dims, planes, min(SCATTER_UNITS, caps.max_cube_units),
-                    shared)
+                    shared, VECTOR_SCATTER and channels % 8 == 0)
 
 
 # lanes_last.py (devices whose units are SIMD lanes, session 21): the input copied to
