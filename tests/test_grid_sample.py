@@ -715,8 +715,9 @@ def test_rows_copied_in_blocks_match_torch(runtime, rng, monkeypatch, span):
     (4 a step) and an input starting 4 elements into its memory element by element; forward
     and gradients against torch."""
     from rudnn.grid_sample import tuning
-    assert tuning.rows_copy(16, 48, 0) == (8, True) and tuning.rows_copy(16, 35, 0) == (8, False)
-    assert tuning.rows_copy(12, 48, 0) == (4, False) and tuning.rows_copy(16, 48, 4) == (8, False)
+    assert tuning.rows_copy(16, 48, 0, 8) == (8, True) and tuning.rows_copy(16, 35, 0, 8) == (8, False)
+    assert tuning.rows_copy(12, 48, 0, 8) == (4, False) and tuning.rows_copy(16, 48, 4, 8) == (8, False)
+    assert tuning.rows_copy(16, 48, 0, 12) == (8, False)   # cubes of 12 positions: the second starts unaligned
     gs, _ = _last_forced(monkeypatch, span=span)
     seen = []
     chosen = tuning.rows_copy

@@ -340,8 +340,8 @@ def _rows_of(x5, plan) -> kd.Tensor:
     spatial = x5.size // (n * c)
     xl = x5.runtime.empty(((n * spatial + 1) * c,), kd.f32)
     flat = x5.reshape(x5.size)
-    _lanes_last.to_rows[(-(-spatial // plan.span), 1, n), 1](flat, xl, c, spatial, plan.span,
-                                                             *_tuning.rows_copy(c, spatial, flat.offset))
+    block, vec = _tuning.rows_copy(c, spatial, flat.offset, plan.span)
+    _lanes_last.to_rows[(-(-spatial // plan.span), 1, n), 1](flat, xl, c, spatial, plan.span, block, vec)
     return xl
 
 

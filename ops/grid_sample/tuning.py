@@ -315,15 +315,16 @@ ROWS_SPAN = 256
 ROWS_BLOCK = 8
 
 
-def rows_copy(channels: int, spatial: int, offset: int) -> tuple:
+def rows_copy(channels: int, spatial: int, offset: int, span: int) -> tuple:
     """(CB, VEC) of to_rows for `channels` channel planes of `spatial` elements, the input's
-    first element at `offset` elements: CB the most channels (8, 4, 2 or 1) a step that
-    divide the channels; VEC where CB is 8 and planes and rows start at multiples of 8 (its
-    whole vectors then lie aligned, as GPUs need: the forced tests run it everywhere)."""
+    first element at `offset` elements, `span` positions a cube: CB the most channels (8, 4,
+    2 or 1) a step that divide the channels; VEC where CB is 8 and planes, rows and cubes
+    start at multiples of 8 (its whole vectors then lie aligned, as GPUs need: the forced
+    tests run it everywhere)."""
     cb = ROWS_BLOCK
     while channels % cb:
         cb //= 2
-    return cb, cb == 8 and spatial % 8 == 0 and offset % 8 == 0
+    return cb, cb == 8 and spatial % 8 == 0 and offset % 8 == 0 and span % 8 == 0
 
 
 @dataclass(frozen=True)
