@@ -129,12 +129,12 @@ def _forward(p: PoolProblem, maximum: bool, indices: bool) -> tuple:
         return out, idx
     flat_in = x.contiguous().reshape(p.planes * p.in_spatial)
     total = p.planes * p.out_spatial
-    rows = vector_row_plan(p.planes, p.in_spatial, x.dtype.itemsize)
-    if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes and rows is not None:
-        vector_row_mean[rows.grid, 1](flat_in, out.reshape(total), p.planes, p.in_spatial, rows.size,
-                                      rows.rows_per_cube, rows.lanes, rows.accumulators)
-        return out, idx
     if p.is_global_average and not maximum and rt.capabilities.units_are_simd_lanes:
+        rows = vector_row_plan(p.planes, p.in_spatial, x.dtype.itemsize)
+        if rows is not None:
+            vector_row_mean[rows.grid, 1](flat_in, out.reshape(total), p.planes, p.in_spatial, rows.size,
+                                          rows.rows_per_cube, rows.lanes, rows.accumulators)
+            return out, idx
         grid, block = lane_row_plan(rt.capabilities, p.planes, p.in_spatial)
         lane_row_mean[grid, block](flat_in, out.reshape(total), p.planes, p.in_spatial)
         return out, idx
