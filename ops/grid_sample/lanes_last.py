@@ -38,6 +38,7 @@ import kerneldsl as kd
 
 from .lanes import grid_taps, tap_terms
 from .sample import tap_layout
+from .vector_blocks import transpose8
 
 
 @kd.func
@@ -124,10 +125,9 @@ def to_rows(x: kd.Tensor, xl: kd.Tensor, channels: kd.i32, spatial: kd.i32, SB: 
                 vs = ()
                 for c in kd.unroll(8):
                     vs = vs + (kd.cast(kd.load_vec(x, (kd.i64(n) * channels + cb + c) * spatial + s, 8), kd.f32),)
+                rows = transpose8(vs)
                 for j in kd.unroll(8):
-                    kd.store_vec(xl, (kd.i64(n) * spatial + s + j) * channels + cb,
-                                 kd.make_vec(vs[0][j], vs[1][j], vs[2][j], vs[3][j], vs[4][j], vs[5][j], vs[6][j],
-                                             vs[7][j]))
+                    kd.store_vec(xl, (kd.i64(n) * spatial + s + j) * channels + cb, rows[j])
         for s in range(whole, end):
             for c in kd.unroll(CB):
                 xl[(kd.i64(n) * spatial + s) * channels + cb + c] = \

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import kerneldsl as kd
 
+from .vector_blocks import transpose8
+
 
 @kd.func
 def point_vector(g, p0, points, j):
@@ -56,9 +58,9 @@ def scatter_planes(g: kd.Tensor, tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[
         gs = ()
         for q in kd.unroll(8):
             gs = gs + (kd.cast(kd.load_vec(g, kd.i64(p0 + q) * points + j0, 8), kd.f32),)
+        gvs = transpose8(gs)
         for i in kd.unroll(8):
-            gv = kd.make_vec(gs[0][i], gs[1][i], gs[2][i], gs[3][i], gs[4][i], gs[5][i], gs[6][i], gs[7][i])
-            add_point(acc, first, tap_at, tap_w, e0 + kd.i64(j0 + i) * TAPS, gv, TAPS)
+            add_point(acc, first, tap_at, tap_w, e0 + kd.i64(j0 + i) * TAPS, gvs[i], TAPS)
     for j in range(whole, points):
         add_point(acc, first, tap_at, tap_w, e0 + kd.i64(j) * TAPS, point_vector(g, p0, points, j), TAPS)
     pixels = plane - plane % 8 if VEC else 0
@@ -66,9 +68,9 @@ def scatter_planes(g: kd.Tensor, tap_at: kd.Tensor[kd.i32, 1], tap_w: kd.Tensor[
         vs = ()
         for i in kd.unroll(8):
             vs = vs + (kd.load_vec(acc, first + kd.i64(s0 + i) * 8, 8),)
+        planes = transpose8(vs)
         for q in kd.unroll(8):
-            kd.store_vec(dx, kd.i64(p0 + q) * plane + s0,
-                         kd.make_vec(vs[0][q], vs[1][q], vs[2][q], vs[3][q], vs[4][q], vs[5][q], vs[6][q], vs[7][q]))
+            kd.store_vec(dx, kd.i64(p0 + q) * plane + s0, planes[q])
     for s in range(pixels, plane):
         for q in kd.unroll(8):
             dx[kd.i64(p0 + q) * plane + s] = acc[first + kd.i64(s) * 8 + q]
