@@ -994,6 +994,43 @@ def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, 
         np.testing.assert_allclose(gathered[1], gg, rtol=tol * 9, atol=tol * 9, err_msg=str(opts))
 
 
+@needs_torch
+@pytest.mark.parametrize("dims, mode", [(2, GridSampleMode.Bilinear), (3, GridSampleMode.Bilinear),
+                                        (2, GridSampleMode.Nearest)])
+def test_grid_gradient_a_few_channels_a_step_keeps_its_bits(runtime, rng, monkeypatch, dims, mode):
+    """The grid gradient of the form without copies (sample.sample_backward, which also finds
+    max |out_grad|) with GRID_GRAD_CHANNELS = 1, 3 and 4 channels a step over 7 channels
+    (whole steps and a remainder; one out_grad value infinite): grad_grid and dx bit for bit
+    the same, and within rounding of torch where out_grad is finite."""
+    from rudnn.grid_sample import tuning
+    use_gather, _, launched = _force_gather(monkeypatch, runtime, BACKWARD_GATHER_GRID_DIRECT=True)
+    use_gather()
+    size_in, size_out = ((9, 11), (6, 7)) if dims == 2 else ((3, 5, 6), (2, 4, 5))
+    opts = GridSampleOptions(mode, GridSamplePaddingMode.Border, False)
+    x = rng.standard_normal((2, 7, *size_in)).astype(np.float32)
+    grid = rng.uniform(-1.2, 1.2, (2, *size_out, dims)).astype(np.float32)
+    go = rng.standard_normal((2, 7, *size_out)).astype(np.float32)
+    bad = go.copy()
+    bad.reshape(-1)[5] = np.inf
+    for values in (go, bad):
+        got = {}
+        for cu in (1, 3, 4):
+            monkeypatch.setattr(tuning, "GRID_GRAD_CHANNELS", cu)
+            before = launched()
+            got[cu] = [t.numpy() for t in grid_sample_backward(runtime.tensor(x), runtime.tensor(grid),
+                                                               runtime.tensor(values), opts)]
+            assert launched() - before == 1
+        for cu in (3, 4):
+            for one, other in zip(got[1], got[cu]):
+                np.testing.assert_array_equal(other, one, err_msg=f"{cu} channels a step, {opts}")
+    _, gx, gg = torch_grads(x.astype(np.float64), grid.astype(np.float64), go.astype(np.float64), opts)
+    monkeypatch.setattr(tuning, "GRID_GRAD_CHANNELS", 4)
+    dx, dgrid = (t.numpy() for t in grid_sample_backward(runtime.tensor(x), runtime.tensor(grid), runtime.tensor(go),
+                                                          opts))
+    np.testing.assert_allclose(dx, gx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dgrid, gg, rtol=1e-4, atol=1e-4 * max(size_in))
+
+
 @pytest.mark.interpreter
 @pytest.mark.parametrize("flags, direct", [(1, False), (3, False), (10, False), (10, True)])
 def test_gathered_input_gradient_degenerate_grids_and_nonfinite_values(runtime, rng, monkeypatch, flags, direct):

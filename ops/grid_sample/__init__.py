@@ -174,7 +174,7 @@ def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = Gri
     _fixed.clear_words[cubes(size), UNITS](lo, hi, flags, size, UNITS)
     _sample.sample_backward[cubes(points), UNITS](
         x5, g5, go5, as_5d(grad_grid, p.dims, 1), lo, hi, flags, max_bits, points, *_runtime_options(o), o.mode.value, p.dims,
-        room, UNITS, True, *_ungated(max_bits), False)
+        room, UNITS, True, *_ungated(max_bits), False, 1)
     _fixed.finish[cubes(size), UNITS](lo, hi, flags, max_bits, dx.reshape(size), size, room, UNITS)
     return dx, grad_grid
 
@@ -272,7 +272,7 @@ def _backward_gather(x5, g5, go5, grad_grid, dx, max_bits, points: int, location
     if _tuning.BACKWARD_GATHER_GRID_DIRECT or choose:   # no copies: a unit a point reads [N, C, *S]
         _sample.sample_backward[cubes(points), UNITS](   # (and finds max |out_grad| as it reads it)
             x5, g5, go5, as_5d(grad_grid, dims, 1), none32, none_i32, none32, max_bits, points, *opts, room, UNITS,
-            False, *smooth, True)
+            False, *smooth, True, _tuning.GRID_GRAD_CHANNELS)
         walks.append((go5.reshape(go5.size), (1, locations), 1, smooth))
     if not _tuning.BACKWARD_GATHER_GRID_DIRECT:
         staged = backward_staged_channels(c, group)   # out_grad through shared memory, not copied

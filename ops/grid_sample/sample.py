@@ -121,12 +121,26 @@ def tap_gradient(t, v, go, a, b, k, gx, gy, gz, TZ, TX, Z, Y, X):
 
 
 @kd.func
-def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER, MAX=False):
+def tap_values(x, t, n, c, TZ, TX, Z, Y, X):
+    """Channel c's values at every tap of a point (0 where the tap is outside), in tap order."""
+    vs = ()
+    for a in kd.unroll(TZ):
+        for b in kd.unroll(TX):
+            for k in kd.unroll(TX):
+                ok = t[Z + 3 * TZ + a] and t[Y + 3 * TX + b] and t[X + 3 * TX + k]
+                vs = vs + (kd.select(ok, kd.f32(x[n, c, t[Z + a], t[Y + b], t[X + k]]), 0.0),)
+    return vs
+
+
+@kd.func
+def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, align, MODE, DIMS, SCATTER, MAX=False,
+                   CU=1):
     """Grid point e's grid gradient (its taps' slopes against out_grad, summed over the
     channels in order) and, with SCATTER, its input-gradient contributions added to lo / hi /
     flags at `scale` (fixed_point.add_fixed); without, lo / hi / flags / scale are not read.
     Returns fixed_point.track_abs_max's (m, bad) over the point's out_grad values with MAX,
-    else (0, 0)."""
+    else (0, 0). CU > 1 (SCATTER off): CU channels a step, all their loads issued before
+    their terms are added (in the same order: the same bits)."""
     m = kd.f32(0)
     bad = 0
     n, od, oh, ow = point(e, g)
@@ -138,7 +152,24 @@ def point_gradient(x, grid, g, grad_grid, lo, hi, flags, scale, e, pad_mode, ali
     size_d = x.shape[2]
     size_h = x.shape[3]
     size_w = x.shape[4]
-    for c in range(x.shape[1]):
+    whole = 0
+    if CU > 1 and not SCATTER:
+        whole = x.shape[1] - x.shape[1] % CU
+        for c0 in range(0, whole, CU):
+            gos = ()
+            vals = ()
+            for u in kd.unroll(CU):
+                gos = gos + (kd.f32(g[n, c0 + u, od, oh, ow]),)
+                vals = vals + (tap_values(x, t, n, c0 + u, TZ, TX, Z, Y, X),)
+            for u in kd.unroll(CU):
+                if MAX:
+                    m, bad = track_abs_max(m, bad, gos[u])
+                for a in kd.unroll(TZ):
+                    for b in kd.unroll(TX):
+                        for k in kd.unroll(TX):
+                            gx, gy, gz, w = tap_gradient(t, vals[u][(a * TX + b) * TX + k], gos[u], a, b, k, gx, gy,
+                                                         gz, TZ, TX, Z, Y, X)
+    for c in range(whole, x.shape[1]):
         go = kd.f32(g[n, c, od, oh, ow])
         if MAX:
             m, bad = track_abs_max(m, bad, go)
@@ -165,12 +196,12 @@ def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
                     max_bits: kd.Tensor[kd.u32, 1], total: kd.i32, pad_mode: kd.i32, align: kd.i32,
                     MODE: kd.Const[str], DIMS: kd.Const[int], HEADROOM: kd.Const[int], BX: kd.Const[int],
                     SCATTER: kd.Const[bool], gate: kd.Tensor[kd.u32, 1], limit: kd.i32,
-                    WHEN: kd.Const[int], MAX: kd.Const[bool]):
+                    WHEN: kd.Const[int], MAX: kd.Const[bool], CU: kd.Const[int]):
     """A unit a grid point: its grid gradient, and (SCATTER) its input-gradient contributions
     added to lo / hi / flags (SCATTER False: untouched; backward_gather.py sums them). With
     MAX (SCATTER off), also fixed_point.abs_max_bits' work on g into max_bits (zeroed first):
     the units read every out_grad value anyway, so the gather's scale costs no pass of its
-    own. gate, limit, WHEN: gate.py."""
+    own. gate, limit, WHEN: gate.py. CU: channels a step (point_gradient; SCATTER off)."""
     if gate_open(gate, limit, WHEN):   # (gate.py: the other form of the call was chosen)
         e = kd.cube_pos_x() * BX + kd.unit_pos_x()
         m = kd.f32(0)
@@ -178,10 +209,10 @@ def sample_backward(x: kd.Tensor, grid: kd.Tensor, g: kd.Tensor, grad_grid: kd.T
         if e < total:
             if MAX:   # (it writes max_bits, and SCATTER is off: no scale is read)
                 m, bad = point_gradient(x, grid, g, grad_grid, lo, hi, flags, kd.f64(0), e, pad_mode, align, MODE,
-                                        DIMS, False, True)
+                                        DIMS, False, True, CU)
             else:
                 point_gradient(x, grid, g, grad_grid, lo, hi, flags, fixed_scale(max_bits[0], HEADROOM), e, pad_mode,
-                               align, MODE, DIMS, SCATTER)
+                               align, MODE, DIMS, SCATTER, False, CU)
         if MAX:   # (the gate is the same for every unit of a cube: all of them reach the reduction)
             m = kd.cube_max(m)
             if kd.unit_pos() == 0:

@@ -411,6 +411,11 @@ BACKWARD_GATHER_FLAT = 2
 # is smooth: 31% (f32) and 20% (bf16). Profile, affine f32: gather 0.819, sample_backward
 # 0.649, the gated-off copies 0.041 and backward_last 0.040, count_rough 0.016
 BACKWARD_GATHER_CHOOSE = True
+# channels a step of the grid gradient's channel loop in sample.sample_backward, the smooth
+# form's kernel (a unit a point): their out_grad and tap loads issued together, their terms
+# added in the same order (the same bits). 1 until a GPU measures more to be faster
+# (benchmarks.grid_variants' "grid gradient CU" forms; session 53 got no device).
+GRID_GRAD_CHANNELS = 1
 # cubes a compute unit of a gated launch (gate.py) of the channels-last copies and backward:
 # each cube loops over the blocks (or batch items) a launch of a cube each would give (their
 # LOOP constant), so a launch the gate skips costs about a thousand cubes, not 65,536; 0: a cube
