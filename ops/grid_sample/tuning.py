@@ -413,9 +413,12 @@ BACKWARD_GATHER_FLAT = 2
 BACKWARD_GATHER_CHOOSE = True
 # channels a step of the grid gradient's channel loop in sample.sample_backward, the smooth
 # form's kernel (a unit a point): their out_grad and tap loads issued together, their terms
-# added in the same order (the same bits). 1 until a GPU measures more to be faster
-# (benchmarks.grid_variants' "grid gradient CU" forms; session 53 got no device).
-GRID_GRAD_CHANNELS = 1
+# added in the same order (the same bits). H100, [32, 64, 256²], the gathered backward with
+# choose (session 53, `grid_variants --only bwd --forms "grid gradient CU"`, device ms, CU 1 / 2
+# / 3 / 4 / 8, torch): f32 affine 1.648 / 1.489 / 1.691 / 1.713 / 2.533 (3.217), bf16 affine
+# 1.449 / 1.308 / 1.660 / 1.545 / 2.308 (5.161); random grids take the copies' form, unchanged
+# (f32 2.657, bf16 2.026). With 3 or more the kernel slows (more registers a unit).
+GRID_GRAD_CHANNELS = 2
 # cubes a compute unit of a gated launch (gate.py) of the channels-last copies and backward:
 # each cube loops over the blocks (or batch items) a launch of a cube each would give (their
 # LOOP constant), so a launch the gate skips costs about a thousand cubes, not 65,536; 0: a cube
