@@ -995,6 +995,7 @@ def test_gathered_input_gradient_half_dtypes_and_out_grad_layouts(runtime, rng, 
 
 
 @needs_torch
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dims, mode", [(2, GridSampleMode.Bilinear), (3, GridSampleMode.Bilinear),
                                         (2, GridSampleMode.Nearest)])
 def test_grid_gradient_a_few_channels_a_step_keeps_its_bits(runtime, rng, monkeypatch, dims, mode):
