@@ -142,23 +142,27 @@ def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide, bx, str
 
 
 @needs_torch
-@pytest.mark.parametrize("lanes, rows, stream", [(True, 8, False), (True, 1, True), (False, 2, False)])
-def test_nearest_backward_by_whole_factors_equals_torch(runtime, rng, monkeypatch, lanes, rows, stream):
-    """nearest.py's block sums, forced on any runtime with either plan (`lanes`: units as SIMD
-    lanes, any dtype; else as threads, 4-byte dtypes only): Nearest and NearestExact
-    upsampled by whole factors 1-3 on 1-3 spatial axes, widths that fill no cube and one cube
-    and part of another, more rows than a cube takes (`rows` a cube), dx written through
-    kd.streaming_stores() or not: f32 bit for bit against torch autograd, bf16 (where it
-    takes it) as torch's f32 gradient rounded once. Other modes, fractional factors and
-    16-bit dtypes on threads do not take it."""
+@pytest.mark.parametrize("lanes, rows, stream, chunk", [(True, 8, False, 256), (True, 1, True, 7), (True, 2, False, 0),
+                                                       (False, 2, False, 0)])
+def test_nearest_backward_by_whole_factors_equals_torch(runtime, rng, monkeypatch, lanes, rows, stream, chunk):
+    """nearest.py's kernels, forced on any runtime with either plan (`lanes`: units as SIMD
+    lanes, any dtype; else as threads, 4-byte dtypes only), on lanes by output rows in turn
+    (`chunk` columns a pass: several passes and a part-full one at 7) or by blocks (chunk 0):
+    Nearest and NearestExact upsampled by whole factors 1-3 on 1-3 spatial axes, widths that
+    fill no cube and one cube and part of another, more rows than a cube takes (`rows` a
+    cube), dx written through kd.streaming_stores() or not: f32 bit for bit against torch
+    autograd, bf16 (where it takes it) as torch's f32 gradient rounded once. Other modes,
+    fractional factors and 16-bit dtypes on threads do not take it."""
     from rudnn.interpolation import tuning
     caps = dataclasses.replace(runtime.capabilities, units_are_simd_lanes=lanes)
     monkeypatch.setattr(runtime, "capabilities", caps)
     monkeypatch.setattr(tuning, "NEAREST_ROWS" if lanes else "NEAREST_THREAD_ROWS", rows)
+    monkeypatch.setattr(tuning, "NEAREST_ROW_CHUNK", chunk)
     monkeypatch.setattr(interpolation_package, "streams", lambda caps, nbytes, run_bytes=None: stream)
     launched = []
-    kernel = interpolation_package._nearest.nearest_backward_sums
-    monkeypatch.setattr(interpolation_package._nearest, "nearest_backward_sums", type("Spy", (), {
+    name = "nearest_backward_rows" if chunk else "nearest_backward_sums"
+    kernel = getattr(interpolation_package._nearest, name)
+    monkeypatch.setattr(interpolation_package._nearest, name, type("Spy", (), {
         "__getitem__": lambda self, launch: launched.append(launch) or kernel[launch]})())
     cases = [(M.Nearest, (5, 37), (10, 74)), (M.NearestExact, (4, 9), (12, 18)), (M.Nearest, (3,), (9,)),
              (M.Nearest, (2, 3, 5), (4, 6, 10)), (M.Nearest, (3, 140), (3, 280)), (M.NearestExact, (6,), (6,))]

@@ -78,10 +78,13 @@ def interpolate_backward(input, out_grad, output_size, options: InterpolateOptio
     width = ax[2].size_in
     plan = nearest_plan(rt.capabilities, dx.size // width, width) if factors is not None else None
     if plan is not None:   # Nearest by whole factors: block sums in torch's order
-        (cubes, units, per), rows, item = plan, dx.size // width, dx.dtype.itemsize
-        _nearest.nearest_backward_sums[cubes, units](g4.reshape(g4.size), dx.reshape(dx.size), rows, ax[1].size_in,
-                                                     width, *factors, per, units,
-                                                     streams(rt.capabilities, dx.size * item, width * item))
+        (cubes, units, per, chunk), rows, item = plan, dx.size // width, dx.dtype.itemsize
+        args = (g4.reshape(g4.size), dx.reshape(dx.size), rows, ax[1].size_in, width, *factors, per, units)
+        stream = streams(rt.capabilities, dx.size * item, width * item)
+        if chunk:   # units are SIMD lanes: a block's output rows one after another
+            _nearest.nearest_backward_rows[cubes, units](*args, chunk, stream)
+        else:
+            _nearest.nearest_backward_sums[cubes, units](*args, stream)
         return dx
     ranges, spans, walks = zip(*(_touch_ranges(rt, a) for a in ax))
     tables, taps = _tables(rt, ax)

@@ -237,6 +237,12 @@ NEAREST_CUBES_PER_UNIT = 4
 NEAREST_UNITS = 32
 NEAREST_THREAD_ROWS = 2
 NEAREST_THREADS = 128
+# where units are SIMD lanes, nearest.nearest_backward_rows reads a block's output rows one
+# after another, keeping the partial sums of up to NEAREST_ROW_CHUNK columns in shared memory
+# (0: nearest_backward_sums there too). 2-core Zen 4, ×2 of [32, 64, 256²] f32, best ms, one
+# thread / two: block sums 187 / 99, rows with chunks of 256 / 512 / 1024 columns 74 / 61, 76 / 62,
+# 75 / 64; 64 units 150 / 91; [4, 16, 128²] (in cache) 0.2 either way (RESULTS.md, session 54)
+NEAREST_ROW_CHUNK = 256
 
 
 def nearest_factors(caps, ax: tuple, itemsize: int) -> tuple | None:
@@ -259,9 +265,11 @@ def nearest_factors(caps, ax: tuple, itemsize: int) -> tuple | None:
 
 
 def nearest_plan(caps, rows: int, width: int) -> tuple | None:
-    """(cubes, units a cube, rows a cube) of nearest.nearest_backward_sums over `rows` input
-    rows of `width`; None where the rows pass its 32-bit row index or the cubes the grid's x
-    axis (the caller keeps the other kernels)."""
+    """(cubes, units a cube, rows a cube, chunk) of the nearest backward over `rows` input rows
+    of `width`: chunk > 0 for nearest.nearest_backward_rows (its columns a pass), 0 for
+    nearest_backward_sums; None where the rows pass its 32-bit row index or the cubes the
+    grid's x axis (the caller keeps the other kernels)."""
+    chunk = 0
     if not caps.units_are_simd_lanes:
         units, per = NEAREST_THREADS, NEAREST_THREAD_ROWS
     else:
@@ -269,7 +277,8 @@ def nearest_plan(caps, rows: int, width: int) -> tuple | None:
         per = NEAREST_ROWS
         while per > 1 and -(-rows // per) < NEAREST_CUBES_PER_UNIT * max(caps.compute_units, 1):
             per //= 2
+        chunk = NEAREST_ROW_CHUNK
     cubes = -(-rows // per)
     if rows >= 2**31 or cubes > caps.max_grid[0]:
         return None
-    return cubes, units, per
+    return cubes, units, per, chunk
