@@ -19,7 +19,7 @@ Where units are SIMD lanes, nearest_backward_rows takes the calls instead: it re
 output rows one after another (a row's taps added to partial sums kept in shared memory), not
 the SH·SD rows side by side. On a 2-core Zen 4 two rows read side by side stream at a third
 of the speed of one row at a time (11 against 31 GB/s a thread, RESULTS.md, session 54): ×2
-of [32, 64, 256²] f32 took 99 ms by block sums, 61 by rows, the same bits."""
+of [32, 64, 256²] f32 took 94-99 ms by block sums, 61-65 by rows, the same bits."""
 import kerneldsl as kd
 
 
