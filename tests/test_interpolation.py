@@ -11,7 +11,7 @@ import kerneldsl as kd
 from family_checks import assert_each_rejected, foreign
 import rudnn.interpolation as interpolation_package
 from reference import interpolation as ref
-from rudnn.interpolation.tuning import lane_factor, lane_launch, lane_units, plan_launch
+from rudnn.interpolation.tuning import lane_factor, lane_launch, lane_units, plan_launch, width_phases
 from rudnn.interpolation import InterpolateMode, InterpolateOptions, InterpolationError, interpolate, \
     interpolate_backward
 
@@ -139,6 +139,41 @@ def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide, bx, str
             dx = interpolate_backward(x, g, size_out, opts).numpy().astype(np.float32)
             np.testing.assert_allclose(dx, tx.grad.numpy(), **(dict(rtol=1e-5, atol=1e-5) if dtype == "f32" else tol),
                                        err_msg="backward " + msg)
+
+
+def test_linear_width_phases_give_the_general_taps_values(runtime, rng, monkeypatch):
+    """lanes.forward_lanes' PHASES (Linear widths by a power of two: each phase's weights
+    constants, the ends of the row apart) against its general taps (axis_taps, pick), forced
+    on any runtime: factors 2, 4 and 8, with and without aligned corners, rows of 1, 2, 3 and
+    17 columns (the first and last column in one cube, and alone), 1-3 spatial axes, F32 and
+    BF16, inputs with inf, NaN and -0.0: the same values (NaN payloads aside). Other factors
+    and modes do not take it."""
+    monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
+        shape, n, 1) if factor >= 2 else None)
+    general = []
+    monkeypatch.setattr(interpolation_package, "width_phases", lambda ax, factor: not general and width_phases(ax, factor))
+    for dims, factor, align, width in [(1, 2, False, 1), (1, 2, True, 2), (2, 4, False, 3), (2, 2, True, 17),
+                                       (3, 8, False, 2), (1, 4, True, 17), (2, 2, False, 17), (1, 8, True, 3)]:
+        lead = (3, 4)[:dims - 1]
+        base = rng.standard_normal((2, 3, *lead, width)).astype(np.float32)
+        base.reshape(-1)[rng.choice(base.size, 3, replace=False)] = [np.inf, -np.inf, np.nan]
+        base.reshape(-1)[0] = -0.0
+        size_out = tuple(2 * n for n in lead) + ((width - 1) * factor + 1 if align else width * factor,)
+        opts = InterpolateOptions(M.Linear, align)
+        assert width_phases(interpolation_package.axes(base.shape[2:], size_out, M.Linear, align)[2], factor)
+        for dtype in ("f32", "bf16"):
+            x = runtime.tensor(base, dtype=dtype)
+            general.clear()
+            kd.replay.clear()  # (a replayed call would not ask width_phases again)
+            phased = interpolate(x, size_out, opts).numpy()
+            general.append(True)
+            kd.replay.clear()
+            want = interpolate(x, size_out, opts).numpy()
+            np.testing.assert_array_equal(phased, want, err_msg=f"{dims}-D ×{factor} align={align} width {width} {dtype}")
+    for mode, align, size_in, size_out in [(M.Linear, False, (5,), (15,)), (M.Nearest, False, (5,), (10,)),
+                                           (M.Linear, True, (4,), (10,))]:
+        ax = interpolation_package.axes(size_in, size_out, mode, align)[2]
+        assert not width_phases(ax, lane_factor(ax)), (mode, size_in, size_out)
 
 
 @needs_torch

@@ -25,7 +25,7 @@ from .problem import InterpolationError, resample_problem
 from .taps import TAPS
 from ..streaming import streams
 from .tuning import (UNITS, axes, backward_plan, forward_plan, lane_factor, lane_plan, nearest_factors, nearest_plan,
-                     touch_ranges, touch_span, unrolled_span)
+                     touch_ranges, touch_span, unrolled_span, width_phases)
 
 __all__ = ["InterpolationError", "InterpolateMode", "InterpolateOptions", "interpolate", "interpolate_backward"]
 
@@ -53,7 +53,7 @@ def interpolate(input, output_size, options: InterpolateOptions) -> kd.Tensor:
         stream = streams(rt.capabilities, out.size * item, y4.shape[3] * item) and ax[2].mode != "Linear"
         _lanes.forward_lanes[lanes.grid, lanes.bx](x4, y4, y4.shape[1] * y4.shape[2], *(a.scale for a in ax),
                                                    tuple(a.mode for a in ax), p.align_corners, factor, lanes.planes,
-                                                   exact, lanes.wide, lanes.bx, stream)
+                                                   exact, lanes.wide, lanes.bx, stream, width_phases(ax[2], factor))
         return out
     tables, taps = _tables(rt, ax)
     plan = forward_plan(rt.capabilities, y4.shape, x4.numel, input.dtype.itemsize)

@@ -57,17 +57,53 @@ def line_taps(od, oh, x, y, scale_d, scale_h, MODES, ALIGN):
     return offsets + weights
 
 
+@kd.func
+def phase_row(i, k, W_in, vm, v0, vp, S, ALIGN):
+    """One line's Linear width sum for output S·i + k where S is a power of two (forward_lanes'
+    PHASES): the weights are then exact constants a phase k, but at the row's ends, so the
+    taps need no axis_taps and no pick. The same operations, in the same order and on the
+    same values, as the general path: (0 + w0·a) + w1·b, for the taps axis_taps gives."""
+    more = i + 1 < W_in   # the next column exists (else axis_taps repeats column i)
+    if ALIGN:
+        # coordinate i + k/S: taps (i, i + 1), the second weight k/S
+        a = v0
+        b = kd.select(more, vp, v0)
+        w0 = kd.f32(1.0 - k / S)
+        w1 = kd.f32(k / S)
+    elif 2 * k + 1 < S:
+        # coordinate i − (S − 2k − 1)/(2S): taps (i − 1, i); at i = 0 it clamps to 0: taps (0, 1), weights (1, 0)
+        off = (S - 2 * k - 1) / (2 * S)
+        first = i == 0
+        a = kd.select(first, v0, vm)
+        b = kd.select(first, kd.select(more, vp, v0), v0)
+        w0 = kd.select(first, kd.f32(1.0), kd.f32(off))
+        w1 = kd.select(first, kd.f32(0.0), kd.f32(1.0 - off))
+    else:
+        # coordinate i + (2k + 1 − S)/(2S): taps (i, i + 1)
+        off = (2 * k + 1 - S) / (2 * S)
+        a = v0
+        b = kd.select(more, vp, v0)
+        w0 = kd.f32(1.0 - off)
+        w1 = kd.f32(off)
+    row = kd.f32(0)
+    row += w0 * a
+    row += w1 * b
+    return row
+
+
 @kd.kernel
 def forward_lanes(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, scale_d: kd.f32, scale_h: kd.f32, scale_w: kd.f32,
                   MODES: kd.Const[tuple], ALIGN: kd.Const[bool], S: kd.Const[int], PLANES: kd.Const[int],
-                  EXACT: kd.Const[bool], WIDE: kd.Const[bool], BX: kd.Const[int], STREAM: kd.Const[bool]):
+                  EXACT: kd.Const[bool], WIDE: kd.Const[bool], BX: kd.Const[int], STREAM: kd.Const[bool],
+                  PHASES: kd.Const[bool]):
     """y = x resampled, both contiguous [planes, D, H, W] (MODES: the three axes' modes), the
     width upsampled by S. Cube x is output row r (of the `rows` = D·H a plane) of plane
     group g; cube y and the unit pick the input column i, whose S outputs the unit computes
     in each of its PLANES planes (all loads before any store). EXACT (the host checked):
     every unit's column lies in the row and every group's planes exist (no masks on the
     stores). WIDE: 64-bit element offsets. STREAM: y is large (ops/streaming.py), its stores
-    bypass the caches."""
+    bypass the caches. PHASES (the host checked tuning.width_phases): the width is Linear by a
+    power of two, its taps worked out a phase (phase_row), the same values."""
     if STREAM:
         kd.streaming_stores()
     g = kd.cube_pos_x() // rows
@@ -82,8 +118,9 @@ def forward_lanes(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, scale_d: kd.f32, sca
     L = len(lt) // 2
     T = 2 if MODES[2] == "Linear" else 1
     taps = ()
-    for k in kd.unroll(S):
-        taps = taps + output_taps(i, k, W_in, W, scale_w, MODES[2], ALIGN, S)
+    if not PHASES:
+        for k in kd.unroll(S):
+            taps = taps + output_taps(i, k, W_in, W, scale_w, MODES[2], ALIGN, S)
     plane_in = x.shape[1] * x.shape[2] * W_in
     plane_out = y.shape[1] * y.shape[2] * W
     values = ()
@@ -109,11 +146,14 @@ def forward_lanes(x: kd.Tensor, y: kd.Tensor, rows: kd.i32, scale_d: kd.f32, sca
         for k in kd.unroll(S):
             acc = kd.f32(0)
             for t in kd.unroll(L):
-                row = kd.f32(0)
-                for c in kd.unroll(T):
-                    at_k = k * 2 * T
-                    v = pick(taps[at_k + c], i, lines[3 * t], lines[3 * t + 1], lines[3 * t + 2])
-                    row += taps[at_k + T + c] * v
+                if PHASES:
+                    row = phase_row(i, k, W_in, lines[3 * t], lines[3 * t + 1], lines[3 * t + 2], S, ALIGN)
+                else:
+                    row = kd.f32(0)
+                    for c in kd.unroll(T):
+                        at_k = k * 2 * T
+                        v = pick(taps[at_k + c], i, lines[3 * t], lines[3 * t + 1], lines[3 * t + 2])
+                        row += taps[at_k + T + c] * v
                 acc += lt[L + t] * row
             values = values + (acc,)
     for q in kd.unroll(PLANES):

@@ -184,6 +184,17 @@ def lane_factor(axis: Axis) -> int:
     return 0
 
 
+def width_phases(axis: Axis, factor: int) -> bool:
+    """Whether lanes.forward_lanes may work out the width's Linear taps a phase (PHASES,
+    lanes.phase_row): the factor S a power of two, so that the scale is 1/S and every source
+    coordinate, i + (2k + 1 − S)/(2S) or i + k/S, is exact in F32 (outputs below 2^23), and
+    each phase's weights are constants. 2-core Zen 4, ×2 bilinear forward f32, best ms, general
+    taps -> phases (torch CPU): [4, 16, 128²] 0.83-0.84 -> 0.50-0.51 (2.93-2.95); [32, 64, 256²]
+    101.7-104.2 -> 82.0-85.1 (905-911); aligned corners, [4, 16, 128²] to 255² 1.65-1.66 ->
+    1.28-1.31 (2.91-2.94) (RESULTS.md, session 54)."""
+    return (axis.mode == "Linear" and factor >= 2 and factor & (factor - 1) == 0 and axis.size_out < 2 ** 23)
+
+
 def lane_plan(caps, shape: tuple, elements: int, factor: int, planes: int | None = None) -> LaunchPlan | None:
     """lanes.py's launch over `shape` [planes, D, H, W] (the rows its cubes write, the input's
     width), a unit per input column, `planes` planes a unit (default: LANE_PLANES or fewer,
