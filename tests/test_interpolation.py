@@ -151,7 +151,8 @@ def test_linear_width_phases_give_the_general_taps_values(runtime, rng, monkeypa
     monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
         shape, n, 1) if factor >= 2 else None)
     general = []
-    monkeypatch.setattr(interpolation_package, "width_phases", lambda ax, factor: not general and width_phases(ax, factor))
+    monkeypatch.setattr(interpolation_package, "width_phases",
+                        lambda ax, factor: not general and width_phases(ax, factor))
     for dims, factor, align, width in [(1, 2, False, 1), (1, 2, True, 2), (2, 4, False, 3), (2, 2, True, 17),
                                        (3, 8, False, 2), (1, 4, True, 17), (2, 2, False, 17), (1, 8, True, 3)]:
         lead = (3, 4)[:dims - 1]
@@ -169,7 +170,8 @@ def test_linear_width_phases_give_the_general_taps_values(runtime, rng, monkeypa
             general.append(True)
             kd.replay.clear()
             want = interpolate(x, size_out, opts).numpy()
-            np.testing.assert_array_equal(phased, want, err_msg=f"{dims}-D ×{factor} align={align} width {width} {dtype}")
+            np.testing.assert_array_equal(phased, want,
+                                          err_msg=f"{dims}-D ×{factor} align={align} width {width} {dtype}")
     for mode, align, size_in, size_out in [(M.Linear, False, (5,), (15,)), (M.Nearest, False, (5,), (10,)),
                                            (M.Linear, True, (4,), (10,))]:
         ax = interpolation_package.axes(size_in, size_out, mode, align)[2]

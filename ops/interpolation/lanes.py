@@ -71,7 +71,8 @@ def phase_row(i, k, W_in, vm, v0, vp, S, ALIGN):
         w0 = kd.f32(1.0 - k / S)
         w1 = kd.f32(k / S)
     elif 2 * k + 1 < S:
-        # coordinate i − (S − 2k − 1)/(2S): taps (i − 1, i); at i = 0 it clamps to 0: taps (0, 1), weights (1, 0)
+        # coordinate i − (S − 2k − 1)/(2S): taps (i − 1, i); at i = 0 it clamps to 0:
+        # taps (0, 1), weights (1, 0)
         off = (S - 2 * k - 1) / (2 * S)
         first = i == 0
         a = kd.select(first, v0, vm)
