@@ -3,6 +3,7 @@ tiny shape, side by side with the PyTorch CPU call that does the same where ther
 
     python -m benchmarks.host_overhead                          # cpu and opencl (cuda where usable)
     python -m benchmarks.host_overhead --runtimes cpu --only kernel,normalization.layer_norm --calls 20000
+    python -m benchmarks.host_overhead --runtimes cuda --only gated_delta --profile 12   # where the time goes
 
 At tiny shapes the device work is negligible, so a call's time is the host's: argument
 checks, plan choice, allocations, views and each kernel launch. Every case runs once to warm
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import statistics
 import sys
 import time
@@ -305,6 +307,23 @@ def replayed(family: str, op: str) -> str:
     return "no: " + ", ".join(sorted(set(map(str, fn.replay_refusals.values())))) if fn.replay_refusals else "no"
 
 
+def profile(fn, calls: int, top: int) -> str:
+    """cProfile of `calls` calls of `fn`: its `top` functions by own time, one line each
+    (calls, own s, cumulative s, where), to see which Python a call's host time is."""
+    import cProfile
+    import io
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    rows = [line for line in out.getvalue().splitlines() if re.match(r"\s*[\d/]+\s+\d", line)]
+    return "\n".join("    " + line.strip() for line in rows[:top])
+
+
 def default_runtimes() -> list:
     return kd.available_runtimes()
 
@@ -317,6 +336,8 @@ def main(argv=None) -> None:
     ap.add_argument("--calls", type=int, default=1000, help="calls per round")
     ap.add_argument("--reps", type=int, default=5, help="rounds (the median round is reported)")
     ap.add_argument("--no-torch", action="store_true", help="leave out the PyTorch CPU column")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after each operator's timing, print its N functions of most own time (cProfile)")
     args = ap.parse_args(argv)
     torch = None if args.no_torch else _torch()
     if torch is not None:
@@ -354,6 +375,10 @@ def main(argv=None) -> None:
                              "" if tus is None else f"{tus:.1f}",
                              "" if tus is None else f"{enq / tus:.1f}x", replayed(family, op)])
                 print(f"  {name} {family}.{op}: {enq:.1f} µs", file=sys.stderr, flush=True)
+                if args.profile:
+                    print(f"  profile of {name} {family}.{op} ({args.calls} calls):\n"
+                          f"{profile(ours, args.calls, args.profile)}", flush=True)
+                    rt.synchronize()
         print(f"\n## {name} ({rt.capabilities.device_name})")
         print(table(rows, ["family", "operator", "µs / call" if rt.kind == "cpu" else "enqueue µs",
                            "thread µs", "synced µs", "torch cpu µs", "ours / torch", "replayed"]))

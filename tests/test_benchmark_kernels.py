@@ -43,3 +43,21 @@ def test_pipelined_gemm(runtime, rng, config, k):
     dsl_gpu.gemm(runtime.tensor(a), runtime.tensor(b), c, config)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.numpy(), ref, rtol=1e-4, atol=1e-3)
+
+
+def _inner_work(n):
+    return sum(range(n))
+
+
+def _outer_call():
+    return _inner_work(3000) + len(str(_inner_work(10)))
+
+
+def test_host_overhead_profile_names_the_costliest_functions():
+    """benchmarks/host_overhead.py --profile: at most N lines, most own time first, the first
+    naming the function where the calls spend their time (here a loop two calls down)."""
+    from benchmarks import host_overhead
+    lines = host_overhead.profile(_outer_call, 200, 3).splitlines()
+    assert 1 <= len(lines) <= 3
+    assert "_inner_work" in lines[0] or "sum" in lines[0], lines
+    assert any("_outer_call" in line for line in host_overhead.profile(_outer_call, 200, 8).splitlines())
