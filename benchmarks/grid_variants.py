@@ -104,8 +104,8 @@ BACKWARD = {   # the scatter forms with the gathered input gradient off, then th
                                                               "GATED_CUBES_PER_UNIT": 8},
     **{f"gather choose, grid gradient CU{cu}": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_CHOOSE": True,
                                                 "GRID_GRAD_CHANNELS": cu} for cu in (1, 2, 3, 4, 8)},
-    "gather choose, grid gradient CU2, gated launches looping": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_CHOOSE": True,
-                                                                 "GRID_GRAD_CHANNELS": 2, "GATED_CUBES_PER_UNIT": 8},
+    "gather choose, grid gradient CU2, gated launches looping": {
+        "BACKWARD_GATHER": True, "BACKWARD_GATHER_CHOOSE": True, "GRID_GRAD_CHANNELS": 2, "GATED_CUBES_PER_UNIT": 8},
     **{f"gather K32B direct CU{cu}": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_BYTES": 32,
                                       "BACKWARD_GATHER_GRID_DIRECT": True, "GRID_GRAD_CHANNELS": cu} for cu in (1, 4)},
     "gather K32B direct": {"BACKWARD_GATHER": True, "BACKWARD_GATHER_BYTES": 32, "BACKWARD_GATHER_GRID_DIRECT": True},

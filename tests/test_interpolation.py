@@ -141,13 +141,15 @@ def test_lane_plans_match_torch(runtime, rng, monkeypatch, planes, wide, bx, str
                                        err_msg="backward " + msg)
 
 
+@needs_torch
+@pytest.mark.interpreter
 def test_linear_width_phases_give_the_general_taps_values(runtime, rng, monkeypatch):
     """lanes.forward_lanes' PHASES (Linear widths by a power of two: each phase's weights
     constants, the ends of the row apart) against its general taps (axis_taps, pick), forced
     on any runtime: factors 2, 4 and 8, with and without aligned corners, rows of 1, 2, 3 and
     17 columns (the first and last column in one cube, and alone), 1-3 spatial axes, F32 and
-    BF16, inputs with inf, NaN and -0.0: the same values (NaN payloads aside). Other factors
-    and modes do not take it."""
+    BF16, inputs with inf, NaN and -0.0: the same values (NaN payloads aside), and on finite
+    F32 inputs torch's F.interpolate within rounding. Other factors and modes do not take it."""
     monkeypatch.setattr(interpolation_package, "lane_plan", lambda caps, shape, n, factor: lane_launch(
         shape, n, 1) if factor >= 2 else None)
     general = []
@@ -172,6 +174,14 @@ def test_linear_width_phases_give_the_general_taps_values(runtime, rng, monkeypa
             want = interpolate(x, size_out, opts).numpy()
             np.testing.assert_array_equal(phased, want,
                                           err_msg=f"{dims}-D ×{factor} align={align} width {width} {dtype}")
+        finite = rng.standard_normal(base.shape).astype(np.float32)
+        general.clear()
+        kd.replay.clear()
+        got = interpolate(runtime.tensor(finite), size_out, opts).numpy()
+        ty = F.interpolate(torch.from_numpy(finite), size=size_out, mode=TORCH_MODE[M.Linear, dims],
+                           align_corners=align)
+        np.testing.assert_allclose(got, ty.numpy(), **F32_TOL,
+                                   err_msg=f"{dims}-D ×{factor} align={align} width {width}")
     for mode, align, size_in, size_out in [(M.Linear, False, (5,), (15,)), (M.Nearest, False, (5,), (10,)),
                                            (M.Linear, True, (4,), (10,))]:
         ax = interpolation_package.axes(size_in, size_out, mode, align)[2]
