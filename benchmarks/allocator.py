@@ -7,7 +7,9 @@ does to a bandwidth-bound operator (f32 layer_norm at two sizes, GB/s = input re
 
 "warm µs" is the median host time of `t = rt.empty(...); del t` when the block is cached
 (targets: <= 10 µs at every size); "cold µs" the first allocation after `rt.empty_cache()`
-(the driver's cost). The normalization rows time `rudnn.normalization.layer_norm` on rows of
+(the driver's cost). The "crowded" rows time a small `rt.empty` (4 KiB) and its free with
+none, then CROWD other blocks of its size free in the cache (a caching allocator must not slow down
+as its free blocks pile up: a list sorted by size paid a shift of it per call). The normalization rows time `rudnn.normalization.layer_norm` on rows of
 4096 f32 (device time with the runtime's events where it has them, else best wall time with
 a synchronise); "vs first" compares each size's GB/s with the first (target: within 5%).
 """
@@ -29,6 +31,8 @@ HOST_SIZES_MIB = (4, 16, 64)
 GPU_NORM_MIB = (512, 1024)
 HOST_NORM_MIB = (8, 16)
 WIDTH = 4096
+CROWD = 20000  # small blocks freed before the crowded row
+SMALL_BYTES = 4096
 
 
 def empty_times(rt, mib: float, reps: int) -> tuple:
@@ -48,6 +52,26 @@ def empty_times(rt, mib: float, reps: int) -> tuple:
     return cold * 1e6, statistics.median(times) * 1e6
 
 
+def crowded_times(rt, crowd: int, reps: int) -> tuple:
+    """(median µs of a small rt.empty and its free, the same with `crowd` other blocks of
+    its size free in the cache)."""
+    def median_of_calls() -> float:
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            t = rt.empty(SMALL_BYTES // 4)
+            del t
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e6
+    rt.empty_cache()
+    alone = median_of_calls()
+    held = [rt.empty(SMALL_BYTES // 4) for _ in range(crowd)]
+    del held
+    crowded = median_of_calls()
+    rt.empty_cache()
+    return alone, crowded
+
+
 def layer_norm_rate(rt, mib: float, reps: int) -> float:
     """GB/s of f32 layer_norm over rows of WIDTH, `mib` MiB of input."""
     rows = max(1, int(mib * (1 << 20)) // (4 * WIDTH))
@@ -64,6 +88,10 @@ def run(rt, sizes, norm_mib, reps: int) -> tuple:
     for mib in sizes:
         cold, warm = empty_times(rt, mib, reps)
         alloc_rows.append((rt.name, f"{mib:g} MiB", f"{cold:.1f}", f"{warm:.1f}", "yes" if warm <= 10 else "no"))
+    alone, crowded = crowded_times(rt, CROWD, reps)
+    alloc_rows.append((rt.name, f"{SMALL_BYTES // 1024} KiB", "", f"{alone:.1f}", "yes" if alone <= 10 else "no"))
+    alloc_rows.append((rt.name, f"{SMALL_BYTES // 1024} KiB, crowded", "", f"{crowded:.1f}",
+                       "yes" if crowded <= 10 else "no"))
     norm_rows, first = [], None
     for mib in norm_mib:
         rate = layer_norm_rate(rt, mib, max(5, reps // 10))

@@ -134,6 +134,31 @@ def test_large_rest_below_one_mib_is_not_split_off():
     assert a.size == 20 * MiB
 
 
+def test_free_blocks_are_taken_best_fit_then_last_freed_first():
+    """An allocation takes the smallest free block that fits; among blocks of that size the
+    one freed last. Each free and allocation touches only its size's blocks (FreeList), so a
+    cache of thousands of free blocks costs no more a call (benchmarks/allocator.py's crowded
+    row: 10.7 µs with a list of every block sorted by size, 3.3 after)."""
+    pool, dev, _ = allocator()
+    blocks = [pool.allocate(n, S) for n in (1024, 2048, 2048, 4096, 2048)]
+    keep = pool.allocate(512, S)  # (the segment's tail stays split off: the freed blocks do not merge with it)
+    where = [address(pool, b) for b in blocks]
+    for b in (blocks[1], blocks[0], blocks[4], blocks[3], blocks[2]):
+        pool.free(b)
+    assert address(pool, pool.allocate(1500, S)) == where[2]  # a 2048 block, the last of them freed
+    assert address(pool, pool.allocate(2048, S)) == where[4]
+    assert address(pool, pool.allocate(1024, S)) == where[0]  # the exact size before larger ones
+    assert address(pool, pool.allocate(1025, S)) == where[1]
+    assert address(pool, pool.allocate(2049, S)) == where[3]
+    crowd = [pool.allocate(4096, S) for _ in range(3000)]
+    segments = dev.allocs
+    for b in crowd:
+        pool.free(b)
+    assert address(pool, pool.allocate(4096, S)) == address(pool, crowd[-1]) and dev.allocs == segments
+    assert address(pool, pool.allocate(4096, S)) == address(pool, crowd[-2])
+    assert keep.state == 1
+
+
 def test_a_block_of_one_stream_is_not_reused_by_another():
     pool, dev, _ = allocator()
     other = FakeStream("other")
