@@ -8,8 +8,9 @@ does to a bandwidth-bound operator (f32 layer_norm at two sizes, GB/s = input re
 "warm µs" is the median host time of `t = rt.empty(...); del t` when the block is cached
 (targets: <= 10 µs at every size); "cold µs" the first allocation after `rt.empty_cache()`
 (the driver's cost). The "crowded" rows time a small `rt.empty` (4 KiB) and its free with
-none, then CROWD other blocks of its size free in the cache (a caching allocator must not slow down
-as its free blocks pile up: a list sorted by size paid a shift of it per call). The normalization rows time `rudnn.normalization.layer_norm` on rows of
+none, then CROWD other blocks of its size, free in the cache: a caching allocator must not slow
+down as its free blocks pile up (a list sorted by size paid a shift of it per call). The
+normalization rows time `rudnn.normalization.layer_norm` on rows of
 4096 f32 (device time with the runtime's events where it has them, else best wall time with
 a synchronise); "vs first" compares each size's GB/s with the first (target: within 5%).
 """
