@@ -369,19 +369,7 @@ class CachingAllocator:
 
     def _take_free(self, stream, small: bool, size: int):
         lst = self._free_lists.get((stream, small))
-        if lst is None:
-            return None
-        sizes = lst.sizes  # FreeList.take, inlined (every tensor comes here)
-        i = bisect.bisect_left(sizes, size)
-        if i == len(sizes):
-            return None
-        best = sizes[i]
-        same = lst.by_size[best]
-        block = same.pop()
-        if not same:
-            del lst.by_size[best]
-            del sizes[i]
-        return block
+        return None if lst is None else lst.take(size)
 
     def _split(self, block: Block, size: int, small: bool):
         rest = block.size - size
