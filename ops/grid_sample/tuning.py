@@ -431,7 +431,10 @@ GRID_GRAD_CHANNELS = 2
 # backward 0.892 against 0.813; 7-17% of the call), and two tiles or arrays in turn (no barrier
 # at the end of a round) were slower still (the backward 1.032 ms). With the copy's halves in one
 # move_tile func, 8: f32 random 2.845 (0: 2.669), affine 1.576 (1.653); bf16 2.189 (2.041), 1.402
-# (1.457). Off: it loses more on rough grids (7%) than it saves on smooth ones (4-5%)
+# (1.457). Off: it loses more on rough grids (7%) than it saves on smooth ones (4-5%). H200,
+# session 55, the backward with GRID_GRAD_CHANNELS 2, 0 / 8 (torch): f32 random 2.441 / 2.552
+# (6.126), affine 1.365 / 1.287 (2.753); bf16 random 1.951 / 2.112 (6.206), affine 1.281 / 1.223
+# (4.445): the same trade, still off
 GATED_CUBES_PER_UNIT = 0
 
 
