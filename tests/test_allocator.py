@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.allocator import AllocationFailed, CachingAllocator
+from kerneldsl.allocator import ALLOCATED, AllocationFailed, CachingAllocator
 from kerneldsl.streams import Event, Stream
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -156,7 +156,7 @@ def test_free_blocks_are_taken_best_fit_then_last_freed_first():
         pool.free(b)
     assert address(pool, pool.allocate(4096, S)) == address(pool, crowd[-1]) and dev.allocs == segments
     assert address(pool, pool.allocate(4096, S)) == address(pool, crowd[-2])
-    assert keep.state == 1
+    assert keep.state == ALLOCATED
 
 
 def test_a_block_of_one_stream_is_not_reused_by_another():
