@@ -363,7 +363,7 @@ def test_decode_lanes_shapes(runtime, rng, monkeypatch, knob, value):
 # ---------------------------------------------------------------------------- the decode kernel on the matrix primitive, forced
 MMA_CASES = [(8, 2, 128, 128, "bf16"), (8, 1, 64, 64, "f16"), (6, 3, 24, 40, "bf16"), (36, 2, 32, 16, "f16")]
 MMA_SKIP = ("the matrix primitive is emulated plane-collectively here: one case of decode_mma.py (D 64) on this runtime "
-            "(compile time); the others run where units are threads, and every case where the primitive is native")
+            "(compile time); the others but D 128 run where units are threads, every case where it is native")
 MMA_WIDE_SKIP = ("the matrix primitive is emulated here: D 128 (60 s to compile on OpenCL) runs where it is "
                  "native; the emulation runs the other cases (D 64, D and Dv not multiples of 16, two head chunks)")
 
