@@ -783,6 +783,49 @@ def test_channels_last_lane_kernels_agree_with_lanes_and_are_deterministic(runti
     assert np.isnan(dx[1, 0]).any() and np.isfinite(dx[1, 0]).any() and np.isfinite(dx[1, 1:]).all()
 
 
+def test_lane_forms_are_timed_once_a_key_and_the_faster_runs(runtime, rng, monkeypatch, tmp_path):
+    """lane_forms.py, both SIMD-lane forwards forced on this runtime: a call of at least
+    TUNE_MIN_ELEMENTS (0 here) first times both forms (a warm-up and three timed runs each),
+    then runs the faster; the next call of its key runs that form alone, untimed. A smaller
+    call runs lanes_last.py, untimed. Every call gives the same bits, the reference's values.
+    The tuner's clock is fake, so that each form wins once."""
+    import dataclasses
+
+    from kerneldsl import autotune
+    from rudnn.grid_sample import lane_forms, tuning
+    gs, _ = _last_forced(monkeypatch)
+    monkeypatch.setattr(gs, "lane_plan", lambda caps, *a: tuning.lane_plan(
+        dataclasses.replace(caps, units_are_simd_lanes=True), *a))
+    last_runs = _count_launches(monkeypatch, gs._lanes_last.forward_last)
+    lane_runs = _count_launches(monkeypatch, gs._lanes.forward_lanes)
+    x = rng.standard_normal((2, 8, 5, 7)).astype(np.float32)
+    grid = rng.uniform(-1.2, 1.2, (2, 3, 6, 2)).astype(np.float32)
+    args = runtime.tensor(x), runtime.tensor(grid)
+    want = ref.grid_sample(x, grid, GridSampleMode.Bilinear.value, GridSamplePaddingMode.Zeros.value, False)
+    results = []
+    # (clock readings: three timed runs of lanes_last, then three of lanes; the winner's take 1, the other's 10)
+    for winner, spans in ((lane_forms.LANES, (10, 1)), (lane_forms.LAST, (1, 10))):
+        readings = iter([t for span in spans for _ in range(3) for t in (0, span)])
+        tuner = autotune.Tuner(lane_forms.FAMILY, quiet=True, clock=lambda: next(readings))
+        monkeypatch.setattr(autotune, "tuner", lambda family: tuner)
+        monkeypatch.setattr(autotune, "path", lambda family, d=tmp_path / winner: d / f"{family}.json")
+        monkeypatch.setattr(lane_forms, "TUNE_MIN_ELEMENTS", 0)
+        for call in range(2):
+            last, lanes = last_runs(), lane_runs()
+            results.append(grid_sample(*args).numpy())
+            timed = 4 if call == 0 else 0   # (a warm-up and three timed runs of each form)
+            assert (last_runs() - last, lane_runs() - lanes) == (
+                timed + (winner == lane_forms.LAST), timed + (winner == lane_forms.LANES)), (winner, call)
+            assert tuner.tuned == 1
+        monkeypatch.setattr(lane_forms, "TUNE_MIN_ELEMENTS", x.size + results[-1].size + 1)
+        last, lanes = last_runs(), lane_runs()
+        results.append(grid_sample(*args).numpy())
+        assert (last_runs() - last, lane_runs() - lanes) == (1, 0) and tuner.tuned == 1
+    for got in results:
+        np.testing.assert_array_equal(got, results[0])
+    np.testing.assert_allclose(results[0], want, rtol=1e-5, atol=1e-5)
+
+
 @needs_torch
 def test_channels_last_lane_forward_is_the_default_where_units_are_simd_lanes(runtime, rng, monkeypatch):
     """With the default constants, a 16-channel F32 or BF16 forward runs lanes_last.py exactly

@@ -12,7 +12,8 @@ of consecutive grid points (vector grid reads and output stores, taps kept for e
 channel), and an input gradient summed plane by plane in a fixed order by one unit. For inputs
 whose channels fill whole vectors (tuning.lane_last_plan), lanes_last.py: the input
 copied to channels-last rows, a cube's units channels (vector loads of a tap's channels); its
-backward behind LANE_LAST_BACKWARD (off by default).
+backward behind LANE_LAST_BACKWARD (off by default). Where both serve a forward, lane_forms.py
+runs the faster for the CPU and shape (timed once a key for large calls).
 
 GPU forms behind tuning constants (benchmarks/grid_variants.py times them all):
 channels_last.py (CHANNELS_LAST, on: the forward on a channels-last copy, where a pixel's
@@ -43,6 +44,7 @@ from . import channels_last as _last
 from . import chunks as _chunks
 from . import fixed_point as _fixed
 from . import gate as _gate
+from . import lane_forms as _lane_forms
 from . import lanes as _lanes
 from . import lanes_last as _lanes_last
 from . import lanes_scatter as _lanes_scatter
@@ -86,14 +88,18 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
         return out
     last = lane_last_plan(rt.capabilities, input.shape[1], input.shape[0], x5.size // (x5.shape[0] * x5.shape[1]),
                           input.dtype.itemsize)
+    plan = _lane_plan(rt, x5, y5, o, p.dims)
+    if last is not None and plan is not None:   # both serve: the faster for this CPU and shape (lane_forms.py)
+        form = _lane_forms.choose(rt, input.dtype, p.dims, o.mode.value, input.shape[1], x5.size, out.size,
+                                  lambda: _forward_lanes_last(x5, g5, out, p.locations, o, p.dims, last),
+                                  lambda: _forward_lanes(x5, g5, out, y5, o, p.dims, plan))
+        if form == _lane_forms.LANES:
+            last = None
     if last is not None:   # units are SIMD lanes, channels in whole vectors: lanes_last.py
         _forward_lanes_last(x5, g5, out, p.locations, o, p.dims, last)
         return out
-    plan = _lane_plan(rt, x5, y5, o, p.dims)
     if plan is not None:   # units are SIMD lanes: a cube an output row, vector grid reads
-        _lanes.forward_lanes[_lane_grid(y5, plan), plan.bx](
-            x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), *_lane_sizes(x5, y5),
-            *_runtime_options(o), o.mode.value, p.dims, plan.exact, plan.bx)
+        _forward_lanes(x5, g5, out, y5, o, p.dims, plan)
         return out
     staged = staged_plan(rt.capabilities, p.dims, x5.shape[3:], input.dtype.itemsize)
     if staged is not None:   # smooth grids: a tile's input box through shared memory (decided per cube)
@@ -343,6 +349,14 @@ def _rows_of(x5, plan) -> kd.Tensor:
     block, vec = _tuning.rows_copy(c, spatial, flat.offset, plan.span)
     _lanes_last.to_rows[(-(-spatial // plan.span), 1, n), 1](flat, xl, c, spatial, plan.span, block, vec)
     return xl
+
+
+def _forward_lanes(x5, g5, out, y5, o: GridSampleOptions, dims: int, plan) -> None:
+    """The forward of lanes.py (tuning.lane_plan): a cube plan.bx points of an output row,
+    each tap's channels gathered from x5."""
+    _lanes.forward_lanes[_lane_grid(y5, plan), plan.bx](
+        x5.reshape(x5.size), g5.reshape(g5.size), out.reshape(out.size), *_lane_sizes(x5, y5),
+        *_runtime_options(o), o.mode.value, dims, plan.exact, plan.bx)
 
 
 def _forward_lanes_last(x5, g5, out, locations: int, o: GridSampleOptions, dims: int, plan) -> None:
