@@ -147,31 +147,49 @@ class Tuner:
         rec = replay.active()
         if rec is not None:  # the call being recorded also ran every candidate: not a record to replay
             rec.refuse("autotuning")
+        with replay.paused():  # (the candidates' launches and buffers are not recorded)
+            return self._timed_choice(text, candidates, label)
+
+    def _timed_choice(self, text: str, candidates, label) -> str:
+        """Warm every candidate up once, then time them in turn, `reps` rounds (a machine's
+        slow spell then falls on every candidate alike), each keeping its best."""
         say = (lambda s: None) if self.quiet else (lambda s: (sys.stderr.write(s), sys.stderr.flush()))
         say(f"tuning {self.family} [{label or text}]: ")
         times: dict = {}
-        errors: list = []
-        for n, (name, run) in enumerate(candidates.items()):
-            sep = ", " if n else ""
+        errors: dict = {}
+
+        def failed(name, e):
+            times[name] = None
+            errors[name] = e
+
+        for name, run in candidates.items():
             try:
                 run()  # warm-up: compiles, fills caches
-                best = float("inf")
-                for _ in range(self.reps):
+                times[name] = float("inf")
+            except Exception as e:  # noqa: BLE001  (a failing candidate is reported and never chosen)
+                failed(name, e)
+        for _ in range(self.reps):
+            for name, run in candidates.items():
+                if times[name] is None:
+                    continue
+                try:
                     t0 = self.clock()
                     run()
-                    best = min(best, self.clock() - t0)
-            except Exception as e:  # noqa: BLE001  (a failing candidate is reported and never chosen)
-                times[name] = None
-                errors.append(e)
+                    times[name] = min(times[name], self.clock() - t0)
+                except Exception as e:  # noqa: BLE001
+                    failed(name, e)
+        for n, name in enumerate(candidates):
+            sep = ", " if n else ""
+            if times[name] is None:
+                e = errors[name]
                 why = "unavailable" if "unavailable" in str(e) else f"failed ({type(e).__name__}: {e})"
                 say(f"{sep}{name} {why}")
-                continue
-            times[name] = best
-            say(f"{sep}{name} {_fmt_time(best)}")
+            else:
+                say(f"{sep}{name} {_fmt_time(times[name])}")
         ok = {n: t for n, t in times.items() if t is not None}
         if not ok:
             say(" -> nothing ran\n")
-            raise errors[0]
+            raise next(iter(errors.values()))
         choice = min(ok, key=ok.get)
         say(f" -> {choice}\n")
         ms = {n: (None if t is None else round(t * 1e3, 4)) for n, t in times.items()}

@@ -36,6 +36,7 @@ they are being made). `KERNELDSL_REPLAY=0` turns replay off; `clear()` drops eve
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -98,6 +99,20 @@ def release_spares(runtime=None) -> None:
 def active():
     """The recording in progress on this thread, or None."""
     return _local.recorder
+
+
+@contextlib.contextmanager
+def paused():
+    """No recording on this thread inside (the one in progress, if any, resumes after): for
+    work a refused record need not keep, such as autotuning's timed runs, whose recorded
+    launches would cost host time the timings then count, and whose buffers the record would
+    hold."""
+    rec = _local.recorder
+    _local.recorder = None
+    try:
+        yield
+    finally:
+        _local.recorder = rec
 
 
 # ------------------------------------------------------------------------------ keys

@@ -74,6 +74,41 @@ def test_picks_fastest_and_remembers(cache_dir, capsys):
     assert entry["times_ms"] == {"slow": 3.0, "fast": 1.0}
 
 
+def test_candidates_are_timed_in_turn_with_no_recording(cache_dir):
+    """Each candidate is warmed up, then they are timed in turn, round after round (a slow
+    spell of a shared machine falls on each alike). A replayed call that tunes is not recorded,
+    its candidates run with no recording active (a record would keep their launches and
+    buffers, and its bookkeeping would be timed), and the recording resumes after."""
+    from kerneldsl.replay import active, replayable
+    clock = FakeClock()
+    order, during, after = [], [], []
+
+    def cand(name, seconds):
+        step = clock.work(seconds)
+
+        def run():
+            order.append(name)
+            during.append(active())
+            step()
+        return run
+
+    t = autotune.Tuner("turns", clock=clock, quiet=True)
+
+    @replayable
+    def op(x):
+        t.choose(("k", x.shape), {"a": cand("a", 2.0), "b": cand("b", 1.0)})
+        after.append(active())
+        return x.runtime.empty(x.shape)
+
+    x = kd.runtime("cpu").zeros(4)
+    op(x)
+    assert order == ["a", "b"] + ["a", "b"] * 3 and during == [None] * 8
+    assert after[0] is not None   # (the call was being recorded around the tuning)
+    assert list(op.replay_refusals.values()) == ["autotuning"] and not op.replay_records
+    op(x)   # the choice is remembered: nothing timed, the call recorded
+    assert len(order) == 8 and after[1] is not None and len(op.replay_records) == 1
+
+
 def test_failing_and_unavailable_candidates_are_never_chosen(cache_dir, capsys):
     from rudnn.attention import AttentionSetupError
     clock = FakeClock()

@@ -803,9 +803,10 @@ def test_lane_forms_are_timed_once_a_key_and_the_faster_runs(runtime, rng, monke
     args = runtime.tensor(x), runtime.tensor(grid)
     want = ref.grid_sample(x, grid, GridSampleMode.Bilinear.value, GridSamplePaddingMode.Zeros.value, False)
     results = []
-    # (clock readings: three timed runs of lanes_last, then three of lanes; the winner's take 1, the other's 10)
+    # (clock readings: three rounds of a timed run of lanes_last, then one of lanes; the winner's take 1,
+    # the other's 10)
     for winner, spans in ((lane_forms.LANES, (10, 1)), (lane_forms.LAST, (1, 10))):
-        readings = iter([t for span in spans for _ in range(3) for t in (0, span)])
+        readings = iter([t for _ in range(3) for span in spans for t in (0, span)])
         tuner = autotune.Tuner(lane_forms.FAMILY, quiet=True, clock=lambda: next(readings))
         monkeypatch.setattr(autotune, "tuner", lambda family: tuner)
         monkeypatch.setattr(autotune, "path", lambda family, d=tmp_path / winner: d / f"{family}.json")
