@@ -100,12 +100,12 @@ class Buffer:
     def __del__(self):
         pool = self._pool
         if pool is not None:
-            if self.guard is not None:
-                guard.defer(self)  # (its block is freed once its guard bytes are read)
-                return
             try:
+                if self.guard is not None:
+                    guard.defer(self)  # (its block is freed once its guard bytes are read)
+                    return
                 pool.free(self.block, self.used_streams)
-            except Exception:  # noqa: BLE001  (interpreter shutdown)
+            except Exception:  # noqa: BLE001  (interpreter shutdown: module globals such as guard's may be gone)
                 pass
 
 
