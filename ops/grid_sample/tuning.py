@@ -287,6 +287,8 @@ def lane_plan(caps, mode: GridSampleMode, dims: int, in_spatial: int, points: in
 # bf16 random 2.83 against 3.54, affine 2.60 against 2.69. [2, 64, 128²] f32 forward, 1 / 2 / 4
 # vectors a cube: random 6.36 / 8.98 / 10.38 (lanes.py 9.5-10.1), affine 5.98 / 8.19 / 10.00
 # (lanes.py 8.2-8.4): more vectors a cube lose (the unit loop no longer vectorises well).
+# Where lanes.py serves the call too, lane_forms.py times both for large calls (an Intel
+# core's fast gathers made lanes.py the faster F32 form there, session 57).
 LANE_LAST = True
 # the backward too (input and out_grad copied to rows, grid_grad_last, scatter_last): off by
 # default. Same runs, process CPU ms, [4, 16, 128²] f32: random grid 10.9 against lanes.py's
