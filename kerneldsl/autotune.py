@@ -10,8 +10,9 @@ options that change the kernel. Each candidate is a zero-argument callable that 
 work once and waits for it; each is called once to warm up (compile), then the candidates
 are timed in turn for `reps` rounds (a slow spell of a shared machine falls on all alike),
 each keeping its best time. They run with the replay recording paused: the call that tunes
-is not recorded anyway, and a record would keep their buffers and time its bookkeeping. A candidate that raises is never chosen (the message says why:
-"unavailable", or the error). Progress goes to stderr while tuning.
+is not recorded anyway, and a record would keep their buffers and time its bookkeeping. A
+candidate that raises is never chosen (the message says why: "unavailable", or the error).
+Progress goes to stderr while tuning.
 
 Choices are kept in memory and persisted as JSON beside the kernel cache,
 `kerneldsl.cache.cache_dir() / "autotune" / "<family>.json"`, so a second process reuses
