@@ -206,6 +206,15 @@ class Tuner:
         return choice
 
 
+def waited(runtime, run: Callable[[], object]) -> Callable[[], None]:
+    """A candidate from `run` (a call that queues work on `runtime`): it runs it, then waits
+    for the runtime, so that its timing holds the work and not only its enqueueing."""
+    def go():
+        run()
+        runtime.synchronize()
+    return go
+
+
 _TUNERS: dict = {}
 _TUNERS_LOCK = threading.Lock()
 

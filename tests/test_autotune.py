@@ -109,6 +109,22 @@ def test_candidates_are_timed_in_turn_with_no_recording(cache_dir):
     assert len(order) == 8 and after[1] is not None and len(op.replay_records) == 1
 
 
+def test_waited_candidates_wait_for_their_runtime():
+    """autotune.waited: the candidate runs its work, then waits for the runtime (its time then
+    holds the work, not only the enqueueing)."""
+    seen = []
+
+    class Runtime:
+        def synchronize(self):
+            seen.append("wait")
+
+    candidate = autotune.waited(Runtime(), lambda: seen.append("run"))
+    assert seen == []
+    candidate()
+    candidate()
+    assert seen == ["run", "wait", "run", "wait"]
+
+
 def test_failing_and_unavailable_candidates_are_never_chosen(cache_dir, capsys):
     from rudnn.attention import AttentionSetupError
     clock = FakeClock()

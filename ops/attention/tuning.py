@@ -49,12 +49,6 @@ def choose(p: Problem, run) -> tuple:
     """(strategy, tiling) for p: remembered, or timed now with `run(strategy, tiling)`."""
     table = candidates(p)
     rt = p.runtime
-
-    def timed(strategy, tiling):
-        def go():
-            run(strategy, tiling)
-            rt.synchronize()
-        return go
-
-    name = autotune.tuner(FAMILY).choose(key(p), {n: timed(*st) for n, st in table.items()}, label(p))
+    name = autotune.tuner(FAMILY).choose(
+        key(p), {n: autotune.waited(rt, lambda st=st: run(*st)) for n, st in table.items()}, label(p))
     return table[name]

@@ -57,12 +57,5 @@ def resolve(p, pass_name: str, strategy: ConvStrategy, runners: dict) -> str:
         return "ImplicitGemm" if gemm_ok else "Direct"
     if not (gemm_ok and tunes(p)):
         return "Direct"
-    rt = p.runtime
-
-    def timed(name):
-        def go():
-            runners[name]()
-            rt.synchronize()
-        return go
-
-    return autotune.tuner(FAMILY).choose(key(p, pass_name), {n: timed(n) for n in runners}, label(p, pass_name))
+    return autotune.tuner(FAMILY).choose(
+        key(p, pass_name), {n: autotune.waited(p.runtime, r) for n, r in runners.items()}, label(p, pass_name))

@@ -38,14 +38,8 @@ def choose(rt, dtype, dims: int, mode: str, channels: int, in_elements: int, out
     for this key (each run_* runs its form once; the first call of a key times both)."""
     if in_elements + out_elements < TUNE_MIN_ELEMENTS:
         return LAST
-
-    def timed(run):
-        def go():
-            run()
-            rt.synchronize()
-        return go
-
     label = f"forward, {dtype.name}, {dims}-D {mode}, C~{autotune.bucket(channels)}, " \
             f"in~{autotune.bucket(in_elements)}, out~{autotune.bucket(out_elements)}"
     return autotune.tuner(FAMILY).choose(key(rt, dtype, dims, mode, channels, in_elements, out_elements),
-                                         {LAST: timed(run_last), LANES: timed(run_lanes)}, label)
+                                         {LAST: autotune.waited(rt, run_last), LANES: autotune.waited(rt, run_lanes)},
+                                         label)
