@@ -154,6 +154,13 @@ def test_strided_log_probs(runtime, rng):
     args = (view, runtime.tensor(targets), runtime.tensor(il), runtime.tensor(tl))
     close(R.ctc_loss(*args, reduction="sum").numpy(), want, "f32", scale=10.0)
     close(R.ctc_loss_backward(*args, 1.0, reduction="sum").numpy(), want_grad, "f32")
+    # an unbatched sample of it: [T, C] rows N·C apart (copied by a launch after the checks)
+    losses, grads = torch_loss_and_grad(lp, targets, il, tl, 0, "none", False, np.ones(2))
+    one = runtime.tensor(lp)[:, 1]
+    assert not one.is_contiguous()
+    args = (one, runtime.tensor(targets[1]), int(il[1]), int(tl[1]))
+    close(R.ctc_loss(*args, reduction="sum").numpy(), losses[1], "f32", scale=10.0)
+    close(R.ctc_loss_backward(*args, 1.0, reduction="sum").numpy(), grads[:, 1], "f32")
 
 
 def test_global_workspace_recursion(runtime, rng, monkeypatch):
@@ -391,6 +398,10 @@ def _bad_calls(rt):
         ("grad_out must be F32, F16 or BF16",
          lambda: R.ctc_loss_backward(lp, tg, il, tl, rt.tensor(np.ones(2, np.int32)), reduction="none")),
         ("log_probs must have rank 3", lambda: R.ctc_alpha_beta(rt.tensor(np.zeros(4, np.float32)), tg, il, tl)),
+        # unbatched log_probs that are strided (lp[:, 0]) are copied only after every check
+        ("got 9 in sample 0", lambda: R.ctc_loss(lp[:, 0], i32(1, 9), 6, 2)),
+        ("input_lengths must be between 0 and T (6), got 7", lambda: R.ctc_alpha_beta(lp[:, 1], i32(1, 2), 7, 2)),
+        ("grad_out must have shape []", lambda: R.ctc_loss_backward(lp[:, 0], i32(1, 2), 6, 2, i32(1, 1))),
     ]
 
 

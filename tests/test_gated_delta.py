@@ -339,6 +339,9 @@ def _bad_calls(rt):
         return rt.tensor(np.zeros(shape, dtype))
 
     foreign = kd.Tensor(_OtherRuntime(), good.beta.buffer, good.beta.shape, good.beta.dtype)
+    # the same query strided ([B, T, H, K] in memory): packed by a launch, after every check
+    strided = with_(query=rt.tensor(np.ascontiguousarray(a[0].transpose(0, 2, 1, 3))).permute(0, 2, 1, 3))
+    assert not strided.query.is_contiguous()
     limit = rt.capabilities.max_shared_bytes
     too_big = 1
     while 4 * (too_big * too_big + too_big) <= limit:
@@ -374,12 +377,12 @@ def _bad_calls(rt):
         ("chunk_size must be >= 1", -4),
         ("chunk_size must be an int", True),
         (f"chunk_size {too_big} needs a triangular workspace", too_big),
-    ], good
+    ], (good, strided)
 
 
 @pytest.mark.feature("gated_delta: errors")
 def test_every_error_rule_before_launch(runtime, launches):
-    common, chunk_rules, good = _bad_calls(runtime)
+    common, chunk_rules, inputs = _bad_calls(runtime)
     entries = {"gated_delta_rule": gated_delta_rule,
                "chunk_gated_delta_rule": lambda inp: chunk_gated_delta_rule(inp, 16)}
     for fn, entry in entries.items():
@@ -390,9 +393,10 @@ def test_every_error_rule_before_launch(runtime, launches):
             assert msg.startswith(fn + ": ") and needle in msg, msg
             assert isinstance(info.value, rudnn.RudnnError) and isinstance(info.value, ValueError)
     for needle, chunk in chunk_rules:
-        with pytest.raises(GatedDeltaError, match="chunk_gated_delta_rule: ") as info:
-            chunk_gated_delta_rule(good, chunk)
-        assert needle in str(info.value), str(info.value)
+        for good in inputs:
+            with pytest.raises(GatedDeltaError, match="chunk_gated_delta_rule: ") as info:
+                chunk_gated_delta_rule(good, chunk)
+            assert needle in str(info.value), str(info.value)
     assert launches == []
     assert rudnn.GatedDeltaError is GatedDeltaError
 

@@ -69,7 +69,7 @@ def _loss(c: CtcCall) -> kd.Tensor:
     rt = c.runtime
     out = rt.empty(c.loss_shape, c.log_probs.dtype)
     samples = _sample_tensors(rt, c)
-    _, _, nll = _recursions(c, samples, store=False)
+    _, _, nll = _recursions(c, c.batched_log_probs(), samples, store=False)
     units = cube_units(rt.capabilities, c.N)
     _grad.reduce_loss[1, units](nll, samples[3], out.reshape(max(out.size, 1)), c.N, _mode(c), c.zero_infinity,
                                 units)
@@ -78,7 +78,7 @@ def _loss(c: CtcCall) -> kd.Tensor:
 
 @replayable
 def _alpha_beta(c: CtcCall) -> tuple:
-    alpha, beta, nll = _recursions(c, _sample_tensors(c.runtime, c), store=True)
+    alpha, beta, nll = _recursions(c, c.batched_log_probs(), _sample_tensors(c.runtime, c), store=True)
     if c.batched:
         return alpha, beta, nll
     return alpha.reshape(c.T, c.states), beta.reshape(c.T, c.states), nll.reshape(())
@@ -90,12 +90,13 @@ def _backward(c: CtcCall, g, shape: tuple) -> kd.Tensor:
     rt = c.runtime
     grad = rt.empty(shape, c.log_probs.dtype)
     samples = _sample_tensors(rt, c)
-    alpha, beta, nll = _recursions(c, samples, store=True)
+    lp = c.batched_log_probs()
+    alpha, beta, nll = _recursions(c, lp, samples, store=True)
     scalar = not isinstance(g, kd.Tensor)
     g_t = nll if scalar else g.contiguous().reshape(max(g.size, 1))
     plan = grad_plan(rt.capabilities, c.T, c.N, c.C, c.states)
     _grad.ctc_grad[plan.grid(c.N, c.T), plan.units](
-        c.log_probs, alpha, beta, nll, *samples, g_t, g if scalar else 0.0,
+        lp, alpha, beta, nll, *samples, g_t, g if scalar else 0.0,
         grad.reshape(c.T, c.N, c.C), c.blank, c.N, plan.steps, _mode(c), c.zero_infinity, scalar, plan.class_chunk,
         plan.staged, plan.units)
     return grad
@@ -125,13 +126,14 @@ def _outputs(p, store: bool) -> tuple:
     return alpha, beta, nll
 
 
-def _recursions(c: CtcCall, samples, store: bool) -> tuple:
-    """alpha, beta and nll (`_outputs`) of a call of N >= 1 samples; `samples` from _sample_tensors."""
+def _recursions(c: CtcCall, lp: kd.Tensor, samples, store: bool) -> tuple:
+    """alpha, beta and nll (`_outputs`) of a call of N >= 1 samples; `lp`: its log_probs as
+    [T, N, C] (`CtcCall.batched_log_probs`), `samples` from _sample_tensors."""
     rt = c.runtime
     alpha, beta, nll = _outputs(c, store)
     directions = 2 if store else 1
     plan = recursion_plan(rt.capabilities, c.longest, c.N * directions)
-    args = (c.log_probs, *samples, alpha, beta, nll)
+    args = (lp, *samples, alpha, beta, nll)
     if plan.per_lane:
         per_cube = plan.samples_per_cube(rt.plane_dim)
         _plane.ctc_plane[(-(-c.N // per_cube), directions), plan.units](*args, c.blank, plan.per_lane, store)

@@ -66,7 +66,8 @@ class CtcForm:
 
 class CtcCall:
     """A validated call, in the form its `@replayable` launch functions key on: `form`'s
-    token, `log_probs` ([T, N, C]), `samples` and the two lengths below. `samples` is the host
+    token, `log_probs` (as given: [T, N, C], or [T, C] unbatched; `batched_log_probs` views
+    it as [T, N, C]), `samples` and the two lengths below. `samples` is the host
     I32 array the call uploads: the targets tensor's values flattened (padded rows keep
     their padding, which no launch reads), one spare element, then per sample its label
     offset, input length and target length, so calls of one layout upload arrays of one
@@ -82,6 +83,14 @@ class CtcCall:
         self.samples = samples
         self.longest = longest
         self.max_target = max_target
+
+    def batched_log_probs(self) -> kd.Tensor:
+        """log_probs as [T, N, C]: unbatched input as N = 1, copied first where it is strided.
+        (A copy is a launch, so the launch functions call this, after every check: SPEC §0.)"""
+        lp = self.log_probs
+        if self.form.batched:
+            return lp
+        return (lp if lp.is_contiguous() else lp.contiguous()).reshape(self.form.T, 1, self.form.C)
 
     def replay_fields(self) -> tuple:
         return (self.form.token, self.log_probs, self.samples, self.longest, self.max_target)
@@ -210,11 +219,9 @@ def _checked_values(fn: str, form: CtcForm, log_probs, targets, input_lengths, t
     flat = hosts[0].reshape(-1)
     il = hosts[1].reshape(-1) if form.il_tensor else _host_integers(fn, "input_lengths", input_lengths, n)
     tl = hosts[-1].reshape(-1) if form.tl_tensor else _host_integers(fn, "target_lengths", target_lengths, n)
-    lp = log_probs
-    view = lp if form.batched else (lp if lp.is_contiguous() else lp.contiguous()).reshape(form.T, 1, form.C)
     small = flat.size <= SMALL and form.N <= SMALL
     samples, longest = (_small_samples if small else _samples)(fn, form, flat, il, tl)
-    return CtcCall(form, view, samples, 2 * longest + 1, form.width if form.padded else longest)
+    return CtcCall(form, log_probs, samples, 2 * longest + 1, form.width if form.padded else longest)
 
 
 def _small_samples(fn: str, form: CtcForm, flat: np.ndarray, il: np.ndarray, tl: np.ndarray) -> tuple:

@@ -72,6 +72,31 @@ def chunk_workspace_bytes(chunk_size: int) -> int:
 
 def validate(fn: str, input) -> Problem:  # noqa: A002
     """Check a GatedDeltaInput against SPEC §3; return the problem with contiguous tensors."""
+    return _packed(input, *_checked(fn, input))
+
+
+def validate_chunked(fn: str, input, chunk_size) -> tuple:  # noqa: A002
+    """validate(), plus chunk_size: an int > 0 whose workspace fits the runtime's shared memory.
+    Every rule is checked before the inputs are packed (a strided input's copy is a launch)."""
+    check = CHECKS.at(fn)
+    sizes = _checked(fn, input)
+    c = check.integer("chunk_size", chunk_size, low=1)
+    limit = input.query.runtime.capabilities.max_shared_bytes
+    if chunk_workspace_bytes(c) > limit:
+        check.fail(f"chunk_size {c} needs a triangular workspace of 4·(c² + c) = {chunk_workspace_bytes(c)} bytes, "
+                   f"more than this runtime's shared memory per cube ({limit} bytes)")
+    return _packed(input, *sizes), c
+
+
+def _packed(input, scale: float, B: int, H: int, T: int, K: int, V: int) -> Problem:  # noqa: A002
+    """The problem of a checked input: each tensor itself where packed, else its contiguous copy."""
+    return Problem(input.query.contiguous(), input.key.contiguous(), input.value.contiguous(),
+                   input.beta.contiguous(), input.log_decay.contiguous(), input.initial_state.contiguous(), scale,
+                   B, H, T, K, V)
+
+
+def _checked(fn: str, input) -> tuple:  # noqa: A002
+    """Every SPEC §3 rule of a GatedDeltaInput (no launch); (query_scale, B, H, T, K, V)."""
     check = CHECKS.at(fn)
     check.instance("input", input, GatedDeltaInput)
     names = ("query", "key", "value", "beta", "log_decay", "initial_state")
@@ -97,17 +122,4 @@ def validate(fn: str, input) -> Problem:  # noqa: A002
     check.tensor("input.initial_state", input.initial_state, dtypes=F32, shape=(B, H, K, V),
                  what="[B, H, K, V] of input.query and input.value")
     scale = check.number("input.query_scale", input.query_scale)
-    return Problem(q.contiguous(), input.key.contiguous(), v.contiguous(), input.beta.contiguous(),
-                   input.log_decay.contiguous(), input.initial_state.contiguous(), scale, B, H, T, K, V)
-
-
-def validate_chunked(fn: str, input, chunk_size) -> tuple:  # noqa: A002
-    """validate(), plus chunk_size: an int > 0 whose workspace fits the runtime's shared memory."""
-    check = CHECKS.at(fn)
-    p = validate(fn, input)
-    c = check.integer("chunk_size", chunk_size, low=1)
-    limit = p.runtime.capabilities.max_shared_bytes
-    if chunk_workspace_bytes(c) > limit:
-        check.fail(f"chunk_size {c} needs a triangular workspace of 4·(c² + c) = {chunk_workspace_bytes(c)} bytes, "
-                   f"more than this runtime's shared memory per cube ({limit} bytes)")
-    return p, c
+    return scale, B, H, T, K, V
