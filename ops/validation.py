@@ -103,8 +103,12 @@ class Checks:
                       f"all tensors of one call must share a runtime")
 
     def same_runtime(self, named: dict) -> None:
-        """Every tensor of `named` (None values skipped) on the runtime of the first one."""
-        items = [(n, t) for n, t in named.items() if t is not None]
+        """Every tensor of `named` on the runtime of the first one. Values that are not tensors
+        (None for an optional argument, or a wrong type) are skipped: the argument's own check,
+        whether it comes before or after this one, names them with the family's error."""
+        items = [(n, t) for n, t in named.items() if isinstance(t, kd.Tensor)]
+        if not items:
+            return
         first_name, first = items[0]
         for n, t in items[1:]:
             self.on_runtime(n, t, first.runtime, first_name)

@@ -1006,6 +1006,8 @@ ERRORS = {
     "strategy": (dict(strategy="Direct"), "strategy must be a ConvStrategy"),
     "dtype": (dict(x="int"), "input must be"),
     "bias-shape": (dict(bias="short"), "bias must have shape [2]"),
+    "weight-type": (dict(w=np.zeros((2, 4, 3, 3), np.float32)), "weight must be a kerneldsl tensor"),
+    "bias-type": (dict(bias=[0.0, 0.0]), "bias must be a kerneldsl tensor"),
 }
 
 
@@ -1063,6 +1065,10 @@ def test_backward_errors(runtime, no_launch):
         conv_weight_backward(x, dy, (4, 2, 9, 3), opts)
     with pytest.raises(ConvSetupError, match="out_grad must have the dtype of input"):
         conv_weight_backward(x, runtime.zeros((1, 4, 6, 6), "f16"), (4, 2, 3, 3), opts)
+    with pytest.raises(ConvSetupError, match="conv_data_backward: weight must be a kerneldsl tensor, got None"):
+        conv_data_backward(dy, None, (1, 2, 6, 6), opts)
+    with pytest.raises(ConvSetupError, match="conv_weight_backward: out_grad must be a kerneldsl tensor"):
+        conv_weight_backward(x, dy.numpy(), (4, 2, 3, 3), opts)
 
 
 def test_error_class_is_exported():

@@ -381,6 +381,28 @@ def _bad_calls(rt):
 
 
 @pytest.mark.feature("gated_delta: errors")
+@pytest.mark.parametrize("layout", ["packed", "strided"])
+def test_sizes_past_what_a_cube_holds_are_unavailable_before_launch(runtime, launches, layout):
+    """K past what a recurrent cube holds (16 state rows a unit), and K with a chunk whose one
+    state column passes the shared memory, raise "unavailable" with nothing launched, a
+    strided query (packed by a launch once checked) included."""
+    caps = runtime.capabilities
+
+    def call(K):
+        z = lambda *s: runtime.tensor(np.zeros(s, np.float32))  # noqa: E731
+        q = z(1, 1, 1, K) if layout == "packed" else runtime.tensor(np.zeros((1, 1, 1, 2 * K), np.float32))[..., ::2]
+        return GatedDeltaInput(q, z(1, 1, 1, K), z(1, 1, 1, 1), z(1, 1, 1), z(1, 1, 1), z(1, 1, K, 1), 1.0)
+
+    K = 16 * (caps.max_cube_units + 1)
+    with pytest.raises(GatedDeltaError, match=f"gated_delta_rule: K = {K} needs .* units a cube.*unavailable"):
+        gated_delta_rule(call(K))
+    K = caps.max_shared_bytes // 4
+    with pytest.raises(GatedDeltaError, match=f"chunk_gated_delta_rule: K = {K} with chunk_size 1 .*unavailable"):
+        chunk_gated_delta_rule(call(K), 1)
+    assert launches == []
+
+
+@pytest.mark.feature("gated_delta: errors")
 def test_every_error_rule_before_launch(runtime, launches):
     common, chunk_rules, inputs = _bad_calls(runtime)
     entries = {"gated_delta_rule": gated_delta_rule,

@@ -329,6 +329,32 @@ def test_moe_route_dispatch_experts_combine(device):
     assert grouped.shape == (T, H) and torch.isfinite(grouped).all()
 
 
+def test_moe_expert_ops_check_everything_before_launching(monkeypatch):
+    """The expert ops make their SwiGluExperts each call: strided weights are packed by torch,
+    so a bad call (top_k, hidden size, groups, strategy) raises before any kernel of ours."""
+    from family_checks import refuse_launches
+    from rudnn.moe import MoeError
+    T, E, H, I = 3, 4, 8, 8
+    x, logits = _rand(T, H), _rand(T, E)
+    gate = _rand(E, H, I).transpose(1, 2)  # [E, I, H], strided
+    up, down = _rand(E, I, H), _rand(E, H, I)
+    ids, w = R.route(logits, 2)
+    d = R.dispatch(_rand(T, H + 1), ids, w, E)
+    refuse_launches(monkeypatch)
+    with pytest.raises(MoeError, match="top_k"):
+        R.swiglu_experts(x, logits, gate, up, down, 99)
+    with pytest.raises(MoeError, match="hidden size"):
+        R.swiglu_experts(_rand(T, H + 1), logits, gate, up, down, 2)
+    with pytest.raises(MoeError, match="groups"):
+        R.swiglu_experts_sigmoid_grouped(x, logits, None, gate, up, down, 2, 3, 1, strategy="Scalar")
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        R.swiglu_experts_sigmoid_grouped(x, logits, None, gate, up, down, 2, 2, 1, strategy="Fast")
+    with pytest.raises(MoeError, match="hidden size 9"):
+        R.experts_dispatched(gate, up, down, ids, w, d, "Scalar")
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        R.experts_dispatched(gate, up, down, ids, w, d, "Fast")
+
+
 def test_gated_delta_matches_the_recurrence(device):
     B, H, T, K, V = 1, 2, 5, 4, 3
     q, k, v = _rand(B, H, T, K, device=device), _rand(B, H, T, K, device=device, scale=0.3), \

@@ -34,12 +34,12 @@ from .chunk_prepare_mma import chunk_prepare_mma, pad_tokens
 from .chunk_output_group import chunk_output_group
 from .chunk_prepare_group import chunk_prepare_group
 from .chunk_state_group import BV as GROUP_COLUMNS, chunk_state_group
-from .problem import CHECKS, GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
+from .problem import GatedDeltaError, GatedDeltaInput, GatedDeltaOutput, Problem, validate, validate_chunked
 from ..validation import aligned
 from .recurrent import gated_delta_recurrent
 from .recurrent_planes import gated_delta_recurrent_planes
 from .tuning import (group_sweep, group_swizzle, matrix_columns, matrix_sweep, plane_tiling, prefer_planes,
-                     prepare_units, recurrent_tiling, sweep_shared_bytes, sweep_tiling)
+                     prepare_units, recurrent_tiling, sweep_tiling)
 
 PAD_UNITS = 256  # units per cube of the padding copy
 
@@ -74,11 +74,7 @@ def chunk_gated_delta_rule(input: GatedDeltaInput, chunk_size: int) -> GatedDelt
     fn = "chunk_gated_delta_rule"
     p, C = validate_chunked(fn, input, chunk_size)
     caps = p.runtime.capabilities
-    til = sweep_tiling(caps, p.K, p.V, C)
-    if til is None:
-        CHECKS.at(fn).fail(f"K = {p.K} with chunk_size {C} needs {sweep_shared_bytes(p.K, C, 1)} bytes of shared "
-                           f"memory per cube for one state column, more than this runtime has "
-                           f"({caps.max_shared_bytes}): unavailable")
+    til = sweep_tiling(caps, p.K, p.V, C)  # (validate_chunked checked that one exists)
     out, final = _outputs(p)
     if p.T == 0:
         return GatedDeltaOutput(out, p.s0.clone())

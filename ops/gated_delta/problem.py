@@ -9,6 +9,7 @@ import kerneldsl as kd
 
 from ..errors import RudnnError
 from ..validation import FLOAT_DTYPES, Checks
+from .tuning import ROWS_PER_UNIT, recurrent_units, sweep_shared_bytes, sweep_tiling
 
 
 class GatedDeltaError(RudnnError):
@@ -71,8 +72,14 @@ def chunk_workspace_bytes(chunk_size: int) -> int:
 
 
 def validate(fn: str, input) -> Problem:  # noqa: A002
-    """Check a GatedDeltaInput against SPEC §3; return the problem with contiguous tensors."""
-    return _packed(input, *_checked(fn, input))
+    """Check a GatedDeltaInput against SPEC §3 and that the recurrence fits a cube of this
+    runtime; return the problem with contiguous tensors."""
+    sizes = _checked(fn, input)
+    K, units, limit = sizes[4], recurrent_units(sizes[4]), input.query.runtime.capabilities.max_cube_units
+    if units > limit:
+        CHECKS.at(fn).fail(f"K = {K} needs {units} units a cube ({ROWS_PER_UNIT} state rows a unit), more than "
+                           f"this runtime's cubes have ({limit}): unavailable")
+    return _packed(input, *sizes)
 
 
 def validate_chunked(fn: str, input, chunk_size) -> tuple:  # noqa: A002
@@ -85,6 +92,10 @@ def validate_chunked(fn: str, input, chunk_size) -> tuple:  # noqa: A002
     if chunk_workspace_bytes(c) > limit:
         check.fail(f"chunk_size {c} needs a triangular workspace of 4·(c² + c) = {chunk_workspace_bytes(c)} bytes, "
                    f"more than this runtime's shared memory per cube ({limit} bytes)")
+    K, V = sizes[4], sizes[5]
+    if sweep_tiling(input.query.runtime.capabilities, K, V, c) is None:
+        check.fail(f"K = {K} with chunk_size {c} needs {sweep_shared_bytes(K, c, 1)} bytes of shared memory per "
+                   f"cube for one state column, more than this runtime has ({limit}): unavailable")
     return _packed(input, *sizes), c
 
 

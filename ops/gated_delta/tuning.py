@@ -42,10 +42,16 @@ def _columns(V: int) -> int:
     return bv
 
 
+def recurrent_units(K: int) -> int:
+    """The fewest units of a recurrent cube that hold K state rows (ROWS_PER_UNIT each): a
+    runtime whose cubes have fewer cannot run the recurrence (problem.validate says so)."""
+    return -(-K // ROWS_PER_UNIT)
+
+
 def recurrent_tiling(caps, K: int, V: int) -> Tiling:
     """Enough row groups that each unit holds at most ROWS_PER_UNIT state rows."""
     bv = _columns(V)
-    ks = -(-K // ROWS_PER_UNIT)
+    ks = recurrent_units(K)
     while bv * ks > caps.max_cube_units and bv > 1:
         bv //= 2
     return Tiling(bv, ks, -(-K // ks))

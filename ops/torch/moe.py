@@ -41,7 +41,10 @@ def _dispatched(rt, expert_indices, weights, values, row_experts, expert_offsets
 
 
 def _experts(rt, gate, up, down) -> M.SwiGluExperts:
-    return M.SwiGluExperts(to_kd(rt, gate), to_kd(rt, up), to_kd(rt, down))
+    """The experts of torch weights, packed by torch where strided: SwiGluExperts would pack
+    them with a launch of ours, before the forward's checks of the other arguments (SPEC §0),
+    as the experts are made anew each call here."""
+    return M.SwiGluExperts(*(to_kd(rt, w.contiguous()) for w in (gate, up, down)))
 
 
 def _group_options(top_k, groups, selected_groups, group_top_two, renormalize, scale) -> M.GroupRoutingOptions:
@@ -91,10 +94,10 @@ def experts_dispatched_op(gate: Tensor, up: Tensor, down: Tensor, expert_indices
                           values: Tensor, row_experts: Tensor, expert_offsets: Tensor, pair_rows: Tensor,
                           pair_weights: Tensor, strategy: str) -> Tensor:
     """SwiGluExperts.forward_dispatched_with_strategy: [T·top_k, H]."""
+    chosen = enum_member(M.GroupedStrategy, strategy, "strategy")
     with session(values) as rt:
         d = _dispatched(rt, expert_indices, weights, values, row_experts, expert_offsets, pair_rows, pair_weights)
-        return to_torch(_experts(rt, gate, up, down).forward_dispatched_with_strategy(
-            d, enum_member(M.GroupedStrategy, strategy, "strategy")))
+        return to_torch(_experts(rt, gate, up, down).forward_dispatched_with_strategy(d, chosen))
 
 
 @torch.library.custom_op("rudnn::moe_swiglu_experts", mutates_args=())
@@ -111,11 +114,11 @@ def swiglu_experts_sigmoid_grouped_op(input: Tensor, logits: Tensor, bias: Optio
                                       up: Tensor, down: Tensor, top_k: int, groups: int, selected_groups: int,
                                       group_top_two: bool, renormalize: bool, scale: float, strategy: str) -> Tensor:
     """SwiGluExperts.forward_sigmoid_grouped -> [T, H]."""
+    chosen = enum_member(M.GroupedStrategy, strategy, "strategy")
     with session(input) as rt:
         options = _group_options(top_k, groups, selected_groups, group_top_two, renormalize, scale)
         return to_torch(_experts(rt, gate, up, down).forward_sigmoid_grouped(
-            to_kd(rt, input), to_kd(rt, logits), to_kd(rt, bias), options,
-            enum_member(M.GroupedStrategy, strategy, "strategy")))
+            to_kd(rt, input), to_kd(rt, logits), to_kd(rt, bias), options, chosen))
 
 
 # ---------------------------------------------------------------------------- fake impls
