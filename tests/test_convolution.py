@@ -975,6 +975,17 @@ def test_zero_batch_gives_empty_results(runtime, no_launch):
     assert conv_forward(x, runtime.zeros((0, 4, 3, 3))).shape == (0, 0, 4, 4)
 
 
+@pytest.mark.parametrize("strategy", [ConvStrategy.Direct, ConvStrategy.ImplicitGemm, ConvStrategy.Autotune])
+def test_zero_output_channels_data_gradient_is_zero(runtime, no_launch, strategy):
+    """Cout = 0 with samples: the input gradient is zero, made without a launch (the cpu
+    kernels' channel blocks would be empty: a division by zero killed the process)."""
+    dx = conv_data_backward(runtime.zeros((2, 0, 9)), runtime.zeros((0, 4, 3)), (2, 4, 11), ConvOptions(), strategy)
+    np.testing.assert_array_equal(dx.numpy(), np.zeros((2, 4, 11), np.float32))
+    dx = conv_data_backward(runtime.zeros((1, 0, 5, 5)), runtime.zeros((0, 2, 3, 3)), (1, 4, 7, 7),
+                            ConvOptions(groups=2), strategy)
+    np.testing.assert_array_equal(dx.numpy(), np.zeros((1, 4, 7, 7), np.float32))
+
+
 def test_zero_batch_weight_gradient_is_zero(runtime):
     dw = conv_weight_backward(runtime.zeros((0, 2, 5)), runtime.zeros((0, 3, 3)), (3, 2, 3), ConvOptions())
     np.testing.assert_array_equal(dw.numpy(), np.zeros((3, 2, 3), np.float32))

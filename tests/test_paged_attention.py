@@ -220,6 +220,18 @@ def test_zero_queries_return_empty(runtime):
     assert dev.append(new, new, k, k) == (k, k)
 
 
+def test_zero_query_heads_return_empty_without_launching(runtime, monkeypatch):
+    """Hq = 0 (a multiple of any Hkv): empty results, as for no queries, and nothing launched."""
+    from family_checks import refuse_launches
+    plan = dict(page_size=4, pages=2, tables=[[0, 1]], lengths=[5], sequence_ids=[0, 0, 0], positions=[2, 3, 4])
+    dev = upload(plan, runtime.zeros((1,)))
+    k = runtime.zeros((2, 4, 1, 8))
+    refuse_launches(monkeypatch)
+    assert dev.attention(runtime.zeros((3, 0, 8)), k, runtime.zeros((2, 4, 1, 6)), 1.0, True).shape == (3, 0, 6)
+    assert dev.mla(runtime.zeros((3, 0, 8)), runtime.zeros((3, 0, 3)), k, runtime.zeros((2, 4, 1, 3)), 1.0,
+                   False).shape == (3, 0, 8)
+
+
 def test_inputs_unchanged(runtime, rng):
     plan = random_plan(rng, 4)
     Q = len(plan["positions"])

@@ -109,6 +109,8 @@ def conv_data_backward(out_grad, weight, in_shape, options: ConvOptions = _DEFAU
     out = p.runtime.empty(tuple(in_shape), p.dtype)
     if out.size == 0:
         return out
+    if g.K == 0:  # no output channels: the gradient is zero (the kernels' channel blocks would be empty)
+        return p.runtime.zeros(tuple(in_shape), p.dtype)
     dx5 = as_5d(out, g.rank, False)
     runners = {"Direct": lambda: _direct_data_backward(p, dx5),
                "ImplicitGemm": lambda: implicit_gemm.run_data_backward(p, dx5, _dummy(p.runtime))}

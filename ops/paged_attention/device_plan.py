@@ -122,7 +122,7 @@ class DevicePlan:
     def _run(self, p: Problem, workspace: SplitWorkspace | None):
         rt = p.runtime
         out = rt.empty(p.out_shape, p.dtype)
-        if p.queries == 0:
+        if out.size == 0:  # no queries, or no query heads (Hq = 0)
             return out
         kind = tuning.kernel_for(p)  # looked up at call time: tests force each kernel
         lay = LAUNCHES.get(kind, launch)(p)
