@@ -83,8 +83,10 @@ def validate(fn: str, input) -> Problem:  # noqa: A002
 
 
 def validate_chunked(fn: str, input, chunk_size) -> tuple:  # noqa: A002
-    """validate(), plus chunk_size: an int > 0 whose workspace fits the runtime's shared memory.
-    Every rule is checked before the inputs are packed (a strided input's copy is a launch)."""
+    """The input's rules (validate's, but the recurrent cube's K limit), plus chunk_size: an int
+    > 0 whose workspace, and one state column of K beside the chunk, fit the runtime's shared
+    memory. Every rule is checked before the inputs are packed (a strided input's copy is a
+    launch)."""
     check = CHECKS.at(fn)
     sizes = _checked(fn, input)
     c = check.integer("chunk_size", chunk_size, low=1)
