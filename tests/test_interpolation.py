@@ -318,6 +318,28 @@ def test_nan_inputs_propagate_as_in_torch(runtime, rng, mode):
     np.testing.assert_allclose(got, want, **F32_TOL)  # NaN exactly where torch has it
 
 
+@needs_torch
+@pytest.mark.parametrize("align", [False, True])
+def test_linear_axes_of_unchanged_size_copy_as_in_torch(runtime, rng, align):
+    """An axis whose size stays is a copy in torch (both taps on input j): a NaN or inf in
+    the input reaches its own output only (inf · 0 is NaN there too). The backward gives the
+    same gradient as before. (A NaN in out_grad spreads to other inputs than in torch: ours
+    gathers each input's window, weights 0 included; that is not matched.)"""
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    x[0, 0, 2, 3], x[0, 1, 1, 5], x[0, 1, 4, 0] = np.nan, np.inf, -np.inf
+    g = rng.standard_normal((1, 2, 3, 6)).astype(np.float32)
+    opts = InterpolateOptions(M.Linear, align)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = F.interpolate(tx, size=(3, 6), mode="bilinear", align_corners=align)
+    ty.backward(torch.tensor(g))
+    np.testing.assert_allclose(interpolate(runtime.tensor(x), (3, 6), opts).numpy(), ty.detach().numpy(), **F32_TOL)
+    np.testing.assert_allclose(interpolate_backward(runtime.tensor(x), runtime.tensor(g), (3, 6), opts).numpy(),
+                               tx.grad.numpy(), **F32_TOL)
+    row = np.array([[[1.0, 2.0, np.inf, np.nan]]], np.float32)  # 1-D, every size unchanged
+    want = F.interpolate(torch.tensor(row), size=(4,), mode="linear", align_corners=align).numpy()
+    np.testing.assert_array_equal(interpolate(runtime.tensor(row), (4,), opts).numpy(), want)
+
+
 def test_backward_is_deterministic(runtime, rng):
     x = runtime.tensor(rng.standard_normal((1, 2, 17, 5)).astype(np.float32))
     g = runtime.tensor(rng.standard_normal((1, 2, 6, 11)).astype(np.float32))

@@ -66,10 +66,13 @@ def axis_taps(j, size_in, size_out, scale, MODE, ALIGN):
         s = kd.i32((kd.i64(j) * 2 + 1) * size_in // (kd.i64(size_out) * 2))
         taps = (kd.min(s, size_in - 1), kd.f32(1.0))
     elif MODE == "Linear":
+        # an axis of unchanged size is a copy, as torch's: both taps on input j, weights 1 and
+        # 0, so a NaN or inf beside it stays out of output j
+        same = size_out == size_in
         x = source_coordinate(j, scale, ALIGN, True)
-        i0 = kd.i32(x)
-        lam = kd.min(kd.max(x - kd.f32(i0), 0.0), 1.0)
-        i1 = kd.select(i0 < size_in - 1, i0 + 1, i0)
+        i0 = kd.select(same, kd.i32(j), kd.i32(x))
+        lam = kd.select(same, kd.f32(0.0), kd.min(kd.max(x - kd.f32(i0), 0.0), 1.0))
+        i1 = kd.select(same, i0, kd.select(i0 < size_in - 1, i0 + 1, i0))
         taps = (i0, i1, 1.0 - lam, lam)
     elif MODE == "Bicubic":
         x = source_coordinate(j, scale, ALIGN, False)
