@@ -107,11 +107,18 @@ def test_input_gradient_is_deterministic_and_nonfinite_grads_propagate(runtime, 
     assert np.isfinite(dx[0, 0]).any()
 
 
-def test_nearest_gives_zero_grid_gradient(runtime, rng):
-    x = runtime.tensor(rng.standard_normal((1, 2, 4, 5)).astype(np.float32))
-    grid = runtime.tensor(rng.uniform(-1, 1, (1, 3, 3, 2)).astype(np.float32))
-    go = runtime.tensor(np.ones((1, 2, 3, 3), np.float32))
-    assert not grid_sample_backward(x, grid, go, GridSampleOptions(GridSampleMode.Nearest))[1].numpy().any()
+@pytest.mark.parametrize("dims", [2, 3])
+def test_nearest_gives_zero_grid_gradient(runtime, rng, dims):
+    """Zero even where a sampled pixel is NaN or inf (its value times the zero slope is NaN)."""
+    spatial = (4, 5) if dims == 2 else (3, 4, 5)
+    x = rng.standard_normal((1, 2, *spatial)).astype(np.float32)
+    x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf] * 2
+    grid = runtime.tensor(rng.uniform(-1, 1, (1, *(3,) * dims, dims)).astype(np.float32))
+    go = runtime.tensor(np.ones((1, 2, *(3,) * dims), np.float32))
+    for padding in GridSamplePaddingMode:
+        opts = GridSampleOptions(GridSampleMode.Nearest, padding)
+        grad_grid = grid_sample_backward(runtime.tensor(x), grid, go, opts)[1].numpy()
+        assert grad_grid.shape == (1, *(3,) * dims, dims) and not grad_grid.any()
 
 
 # ---------------------------------------------------------------------------- empty, errors

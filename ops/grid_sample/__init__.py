@@ -120,6 +120,16 @@ def grid_sample(input, grid, options: GridSampleOptions = GridSampleOptions()) -
 def grid_sample_backward(input, grid, out_grad, options: GridSampleOptions = GridSampleOptions()) -> tuple:
     """(grad_input, grad_grid) of grid_sample, both in the input's dtype; deterministic."""
     p = sample_problem("grid_sample_backward", input, grid, options, out_grad, backward=True)
+    dx, grad_grid = _backward(p, input, grid, out_grad)
+    if p.options.mode is GridSampleMode.Nearest:
+        # Nearest's grid gradient is zero (SPEC §9), whatever the kernels made of a NaN or inf
+        # input pixel times its zero slope
+        grad_grid = p.runtime.zeros(grid.shape, input.dtype)
+    return dx, grad_grid
+
+
+def _backward(p, input, grid, out_grad) -> tuple:  # noqa: A002
+    """(grad_input, grad_grid) of a checked call, from whichever kernels serve it."""
     rt = p.runtime
     points = input.shape[0] * p.locations
     size = input.size
