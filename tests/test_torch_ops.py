@@ -340,6 +340,10 @@ def test_moe_expert_ops_check_everything_before_launching(monkeypatch):
     up, down = _rand(E, I, H), _rand(E, H, I)
     ids, w = R.route(logits, 2)
     d = R.dispatch(_rand(T, H + 1), ids, w, E)
+    # a good call with the strided weight gives the packed weight's result (that one is
+    # checked against the experts' formula above)
+    torch.testing.assert_close(R.swiglu_experts(x, logits, gate, up, down, 2),
+                               R.swiglu_experts(x, logits, gate.contiguous(), up, down, 2), rtol=0, atol=0)
     refuse_launches(monkeypatch)
     with pytest.raises(MoeError, match="top_k"):
         R.swiglu_experts(x, logits, gate, up, down, 99)
